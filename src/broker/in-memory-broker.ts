@@ -1,0 +1,396 @@
+import { randomUUID } from 'node:crypto';
+import { systemClock, type Clock } from '../clock/clock.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
+import {
+  MAX_ATTEMPT_HISTORY,
+  type AttemptRecord,
+  type Delivery,
+  type MessageBroker,
+  type NackOptions,
+  type OutgoingMessage,
+  type ReceiverOptions,
+  type RedeliveryTarget,
+  type SubscriptionSpec,
+} from './message-broker.js';
+
+/** Options of {@link InMemoryBroker}. */
+export interface InMemoryBrokerOptions {
+  /**
+   * Time source for delays, retries and the dedupe window.
+   * @defaultValue the system clock
+   */
+  readonly clock?: Clock;
+  /**
+   * How long a published id is remembered to drop a second publish of it, in ms.
+   * @defaultValue 3600000 (1 hour)
+   */
+  readonly dedupeWindowMs?: number;
+  /**
+   * Most ids remembered for dedupe; the oldest are forgotten first.
+   * @defaultValue 100000
+   */
+  readonly dedupeMaxEntries?: number;
+}
+
+/** Counts of what an in-memory broker holds. */
+export interface InMemoryBrokerStats {
+  /** Deliverable now. */
+  readonly ready: number;
+  /** Waiting for a delay, a retry time or an earlier message of the same key. */
+  readonly waiting: number;
+  /** Delivered and not yet settled. */
+  readonly inFlight: number;
+}
+
+interface StoredMessage {
+  readonly message: OutgoingMessage;
+  readonly queue: MemoryQueue;
+  attemptsMade: number;
+  history: AttemptRecord[];
+  dueAt: number;
+  deliveryId: string | undefined;
+}
+
+class MemoryQueue {
+  /** Unordered messages deliverable now, FIFO. */
+  readonly ready: StoredMessage[] = [];
+  readyHead = 0;
+  /** Ordered messages per partition key, FIFO; only the head may be delivered. */
+  readonly keyed = new Map<string, StoredMessage[]>();
+  /** Keys whose head is deliverable now. */
+  readonly readyKeys = new Set<string>();
+  pickKeyedFirst = false;
+
+  constructor(readonly name: string) {}
+
+  readyCount(): number {
+    return this.ready.length - this.readyHead + this.readyKeys.size;
+  }
+}
+
+const keyOf = (message: OutgoingMessage): string => message.partitionKey ?? '';
+
+/**
+ * The embedded broker: every queue lives in this process's memory.
+ *
+ * @remarks
+ * It has the semantics of the Redis broker (fan-out per subscription, per-key order with retries
+ * inside the key, idempotent publish within a window, delays, stale delivery ids refused), so tests
+ * and `npm start` exercise the same behaviour. Nothing survives the process.
+ */
+export class InMemoryBroker implements MessageBroker {
+  readonly #clock: Clock;
+  readonly #dedupeWindowMs: number;
+  readonly #dedupeMaxEntries: number;
+  readonly #seen = new Map<string, number>();
+  readonly #queues = new Map<string, MemoryQueue>();
+  readonly #eventRoutes = new Map<string, Set<MemoryQueue>>();
+  readonly #endpointQueues = new Map<string, MemoryQueue[]>();
+  readonly #inFlight = new Map<string, StoredMessage>();
+  readonly #waiters = new Set<() => void>();
+  readonly #listeners = new Set<() => void>();
+  readonly #timers = new Set<() => void>();
+  #rr = 0;
+  #stored = 0;
+  #closed = false;
+
+  constructor(options: InMemoryBrokerOptions = {}) {
+    this.#clock = options.clock ?? systemClock;
+    this.#dedupeWindowMs = options.dedupeWindowMs ?? 3_600_000;
+    this.#dedupeMaxEntries = options.dedupeMaxEntries ?? 100_000;
+  }
+
+  register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void> {
+    this.#assertOpen();
+    const queues = this.#endpointQueues.get(endpoint) ?? [];
+    for (const sub of subscriptions) {
+      if (sub.kind === 'command') {
+        for (const type of sub.types) {
+          const queue = this.#queue(`command:${type}`);
+          if (!queues.includes(queue)) queues.push(queue);
+        }
+      } else {
+        const queue = this.#queue(`event:${endpoint}:${sub.handler}`);
+        if (!queues.includes(queue)) queues.push(queue);
+        for (const type of sub.types) {
+          const routes = this.#eventRoutes.get(type) ?? new Set<MemoryQueue>();
+          routes.add(queue);
+          this.#eventRoutes.set(type, routes);
+        }
+      }
+    }
+    this.#endpointQueues.set(endpoint, queues);
+    return Promise.resolve();
+  }
+
+  async *receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
+    const { endpoint, signal } = options;
+    while (!this.#closed && signal?.aborted !== true) {
+      const delivery = this.#take(endpoint);
+      if (delivery !== undefined) {
+        yield delivery;
+        continue;
+      }
+      await this.#waitForWork(signal);
+    }
+  }
+
+  publish(message: OutgoingMessage): Promise<void> {
+    this.#assertOpen();
+    this.#route(message);
+    this.#changed();
+    return Promise.resolve();
+  }
+
+  publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
+    this.#assertOpen();
+    for (const message of messages) this.#route(message);
+    this.#changed();
+    return Promise.resolve();
+  }
+
+  ack(deliveryId: string): Promise<void> {
+    const stored = this.#settle(deliveryId);
+    this.#remove(stored);
+    this.#changed();
+    return Promise.resolve();
+  }
+
+  nack(deliveryId: string, options: NackOptions): Promise<void> {
+    const stored = this.#settle(deliveryId);
+    if ('deadLetter' in options) {
+      this.#remove(stored);
+    } else if ('release' in options) {
+      this.#requeue(stored, this.#clock.now());
+    } else {
+      stored.attemptsMade++;
+      if (options.error !== undefined) {
+        stored.history.push({ attempt: stored.attemptsMade, at: this.#clock.now(), error: options.error });
+        if (stored.history.length > MAX_ATTEMPT_HISTORY) stored.history.shift();
+      }
+      this.#requeue(stored, options.retryAt);
+    }
+    this.#changed();
+    return Promise.resolve();
+  }
+
+  redeliver(target: RedeliveryTarget): Promise<void> {
+    this.#assertOpen();
+    const { message } = target;
+    const name = message.kind === 'command' ? `command:${message.type}` : `event:${target.endpoint}:${target.handler}`;
+    this.#enqueue(this.#queue(name), { ...message, deliverAt: undefined });
+    this.#changed();
+    return Promise.resolve();
+  }
+
+  close(): Promise<void> {
+    this.#closed = true;
+    for (const cancel of this.#timers) cancel();
+    this.#timers.clear();
+    this.#wakeAll();
+    this.#changed();
+    return Promise.resolve();
+  }
+
+  /** What the broker holds now; used by `whenIdle` in tests. */
+  stats(): InMemoryBrokerStats {
+    let ready = 0;
+    for (const queue of this.#queues.values()) ready += queue.readyCount();
+    return { ready, waiting: this.#stored - ready - this.#inFlight.size, inFlight: this.#inFlight.size };
+  }
+
+  /** Calls `listener` after every change of what the broker holds; returns an unsubscribe function. */
+  onChange(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) throw new HarrierError('broker-closed', 'The in-memory broker is closed: create a new one (or a new bus) to publish again');
+  }
+
+  #queue(name: string): MemoryQueue {
+    let queue = this.#queues.get(name);
+    if (queue === undefined) {
+      queue = new MemoryQueue(name);
+      this.#queues.set(name, queue);
+    }
+    return queue;
+  }
+
+  #route(message: OutgoingMessage): void {
+    const targets =
+      message.kind === 'event' ? [...(this.#eventRoutes.get(message.type) ?? [])] : [this.#queue(`command:${message.type}`)];
+    const now = this.#clock.now();
+    for (const queue of targets) {
+      const dedupeKey = `${message.id}|${queue.name}`;
+      const expires = this.#seen.get(dedupeKey);
+      if (expires !== undefined && expires > now) continue;
+      this.#seen.delete(dedupeKey);
+      this.#seen.set(dedupeKey, now + this.#dedupeWindowMs);
+      this.#enqueue(queue, message);
+    }
+    this.#trimSeen(now);
+  }
+
+  #trimSeen(now: number): void {
+    for (const [key, expires] of this.#seen) {
+      if (this.#seen.size <= this.#dedupeMaxEntries && expires > now) break;
+      this.#seen.delete(key);
+    }
+  }
+
+  #enqueue(queue: MemoryQueue, message: OutgoingMessage): void {
+    const stored: StoredMessage = {
+      message,
+      queue,
+      attemptsMade: 0,
+      history: [],
+      dueAt: message.deliverAt ?? 0,
+      deliveryId: undefined,
+    };
+    this.#stored++;
+    if (message.ordered === true) {
+      const key = keyOf(message);
+      const list = queue.keyed.get(key) ?? [];
+      list.push(stored);
+      queue.keyed.set(key, list);
+      if (list.length === 1) this.#schedule(stored);
+    } else {
+      this.#schedule(stored);
+    }
+  }
+
+  /** Makes a message deliverable at its due time: now, or through a clock timer. */
+  #schedule(stored: StoredMessage): void {
+    const delay = stored.dueAt - this.#clock.now();
+    if (delay <= 0) {
+      this.#makeReady(stored);
+      return;
+    }
+    const cancel = this.#clock.setTimer(delay, () => {
+      this.#timers.delete(cancel);
+      if (!this.#closed) {
+        this.#makeReady(stored);
+        this.#changed();
+      }
+    });
+    this.#timers.add(cancel);
+  }
+
+  #makeReady(stored: StoredMessage): void {
+    if (stored.message.ordered === true) stored.queue.readyKeys.add(keyOf(stored.message));
+    else stored.queue.ready.push(stored);
+    this.#wakeAll();
+  }
+
+  #requeue(stored: StoredMessage, dueAt: number): void {
+    stored.deliveryId = undefined;
+    stored.dueAt = dueAt;
+    this.#schedule(stored);
+  }
+
+  #remove(stored: StoredMessage): void {
+    this.#stored--;
+    if (stored.message.ordered !== true) return;
+    const key = keyOf(stored.message);
+    const list = stored.queue.keyed.get(key);
+    if (list === undefined) return;
+    list.shift();
+    if (list.length === 0) {
+      stored.queue.keyed.delete(key);
+      return;
+    }
+    const next = list[0];
+    if (next !== undefined) this.#schedule(next);
+  }
+
+  #settle(deliveryId: string): StoredMessage {
+    const stored = this.#inFlight.get(deliveryId);
+    if (stored === undefined) throw new StaleDeliveryError(deliveryId);
+    this.#inFlight.delete(deliveryId);
+    return stored;
+  }
+
+  #take(endpoint: string): Delivery | undefined {
+    const queues = this.#endpointQueues.get(endpoint);
+    if (queues === undefined || queues.length === 0) return undefined;
+    for (let i = 0; i < queues.length; i++) {
+      const queue = queues[(this.#rr + i) % queues.length];
+      if (queue === undefined) continue;
+      const stored = this.#takeFrom(queue);
+      if (stored !== undefined) {
+        this.#rr = (this.#rr + i + 1) % queues.length;
+        return this.#deliver(endpoint, stored);
+      }
+    }
+    return undefined;
+  }
+
+  #takeFrom(queue: MemoryQueue): StoredMessage | undefined {
+    const takeKeyed = (): StoredMessage | undefined => {
+      for (const key of queue.readyKeys) {
+        queue.readyKeys.delete(key);
+        const head = queue.keyed.get(key)?.[0];
+        if (head !== undefined) return head;
+      }
+      return undefined;
+    };
+    const takeReady = (): StoredMessage | undefined => {
+      if (queue.readyHead >= queue.ready.length) return undefined;
+      const stored = queue.ready[queue.readyHead];
+      queue.ready[queue.readyHead] = undefined as never;
+      queue.readyHead++;
+      if (queue.readyHead > 1024 && queue.readyHead * 2 > queue.ready.length) {
+        queue.ready.splice(0, queue.readyHead);
+        queue.readyHead = 0;
+      }
+      return stored;
+    };
+    queue.pickKeyedFirst = !queue.pickKeyedFirst;
+    return queue.pickKeyedFirst ? (takeKeyed() ?? takeReady()) : (takeReady() ?? takeKeyed());
+  }
+
+  #deliver(endpoint: string, stored: StoredMessage): Delivery {
+    const id = randomUUID();
+    stored.deliveryId = id;
+    this.#inFlight.set(id, stored);
+    const { message } = stored;
+    const handler = stored.queue.name.startsWith('event:') ? stored.queue.name.slice(`event:${endpoint}:`.length) : undefined;
+    return {
+      id,
+      body: message.body,
+      facts: {
+        messageId: message.id,
+        kind: message.kind,
+        type: message.type,
+        endpoint,
+        handler,
+        attempt: stored.attemptsMade + 1,
+        history: [...stored.history],
+        partitionKey: message.partitionKey,
+      },
+    };
+  }
+
+  #waitForWork(signal: AbortSignal | undefined): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        this.#waiters.delete(done);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      this.#waiters.add(done);
+      signal?.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  #wakeAll(): void {
+    for (const waiter of [...this.#waiters]) waiter();
+  }
+
+  #changed(): void {
+    for (const listener of this.#listeners) listener();
+  }
+}

@@ -1,0 +1,15 @@
+export {
+  MAX_ATTEMPT_HISTORY,
+  toErrorInfo,
+  type AttemptRecord,
+  type Delivery,
+  type DeliveryFacts,
+  type ErrorInfo,
+  type MessageBroker,
+  type NackOptions,
+  type OutgoingMessage,
+  type ReceiverOptions,
+  type RedeliveryTarget,
+  type SubscriptionSpec,
+} from './message-broker.js';
+export { InMemoryBroker, type InMemoryBrokerOptions, type InMemoryBrokerStats } from './in-memory-broker.js';

@@ -1,0 +1,159 @@
+import type { MessageKind } from '../messages/definition.js';
+
+/** A serialisable description of an error, as kept in attempt histories and dead letters. */
+export interface ErrorInfo {
+  readonly name: string;
+  readonly message: string;
+  /** The error's `code`, when it has a string one. */
+  readonly code?: string;
+  /** The stack, capped at 4 KiB. */
+  readonly stack?: string;
+}
+
+/** One failed attempt to handle a delivery. */
+export interface AttemptRecord {
+  /** 1-based attempt number. */
+  readonly attempt: number;
+  /** When the attempt failed, ms since the epoch. */
+  readonly at: number;
+  readonly error: ErrorInfo;
+}
+
+/** Most attempt records a broker keeps per message; older ones are dropped first. */
+export const MAX_ATTEMPT_HISTORY = 10;
+
+/**
+ * A subscription an endpoint registers at start-up.
+ *
+ * @remarks
+ * An event subscription gets its own copy of every event of its types, so it retries and dead-letters
+ * on its own. A command subscription consumes the single queue of its command types.
+ */
+export interface SubscriptionSpec {
+  /** Stable handler name, unique within its endpoint. */
+  readonly handler: string;
+  /** `command` consumes command queues; `event` receives a copy of each published event. */
+  readonly kind: 'command' | 'event';
+  /** The message types this subscription takes. */
+  readonly types: readonly string[];
+}
+
+/** A message on its way to the broker. */
+export interface OutgoingMessage {
+  /** The envelope id; publishing the same id twice delivers it once per subscription. */
+  readonly id: string;
+  readonly kind: MessageKind;
+  readonly type: string;
+  /** The encoded envelope, passed through untouched. */
+  readonly body: string;
+  /** Partition key, used for ordering when `ordered` is true. */
+  readonly partitionKey?: string | undefined;
+  /**
+   * Deliver messages with the same partition key one at a time, in publish order.
+   * @defaultValue false
+   */
+  readonly ordered?: boolean | undefined;
+  /**
+   * Do not deliver before this time (ms since the epoch).
+   * @defaultValue now
+   */
+  readonly deliverAt?: number | undefined;
+}
+
+/** Facts about one delivery, kept beside the envelope and never inside its signed part. */
+export interface DeliveryFacts {
+  /** Envelope id as the broker knows it; undefined for bytes pushed into a queue by something else. */
+  readonly messageId: string | undefined;
+  readonly kind: MessageKind | undefined;
+  readonly type: string | undefined;
+  /** The endpoint receiving the delivery. */
+  readonly endpoint: string;
+  /** The subscription's handler name; undefined for command queues (the dispatcher finds the handler by type). */
+  readonly handler: string | undefined;
+  /** 1-based attempt number; a release (graceful stop, crash) does not count as an attempt. */
+  readonly attempt: number;
+  /** Earlier failed attempts, newest last, at most {@link MAX_ATTEMPT_HISTORY}. */
+  readonly history: readonly AttemptRecord[];
+  /** Partition key as published. */
+  readonly partitionKey: string | undefined;
+}
+
+/** One delivery of a message to an endpoint; settle it exactly once with `ack` or `nack`. */
+export interface Delivery {
+  /** Identifies this delivery only: after a redelivery the old id is refused. */
+  readonly id: string;
+  /** The encoded envelope exactly as published (or as found in the queue). */
+  readonly body: string;
+  readonly facts: DeliveryFacts;
+}
+
+/** How to settle a failed delivery. */
+export type NackOptions =
+  /** Try again, not before `retryAt` (ms since the epoch); the attempt counter goes up. */
+  | { readonly retryAt: number; readonly error?: ErrorInfo | undefined }
+  /** Never deliver again: the caller has recorded the dead letter. */
+  | { readonly deadLetter: string; readonly error?: ErrorInfo | undefined }
+  /** Give the message back unhandled (graceful stop); the attempt counter stays. */
+  | { readonly release: true };
+
+/** Where a replayed dead letter goes back to. */
+export interface RedeliveryTarget {
+  readonly endpoint: string;
+  /** The subscription handler (event) or command handler name. */
+  readonly handler: string;
+  readonly message: OutgoingMessage;
+}
+
+/** Options of {@link MessageBroker.receiver}. */
+export interface ReceiverOptions {
+  /** The endpoint whose subscriptions to receive. */
+  readonly endpoint: string;
+  /**
+   * How many deliveries may be unsettled at once; brokers that prefetch use it as their window.
+   * @defaultValue 16
+   */
+  readonly prefetch?: number;
+  /** Stops the receiver: the iterator ends once aborted. */
+  readonly signal?: AbortSignal;
+}
+
+/**
+ * The transport contract: the only thing Harrier needs from a broker.
+ *
+ * @remarks
+ * Beyond DESIGN.md's `receiver`/`publish`/`publishBatch`/`ack`/`nack`/`close`, a broker has
+ * `register` (subscriptions are registered at start-up so publishers need not know subscribers) and
+ * `redeliver` (dead-letter replay into one subscription). See docs/architecture.md.
+ */
+export interface MessageBroker {
+  /** Registers an endpoint's subscriptions; idempotent. Must resolve before that endpoint receives. */
+  register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void>;
+  /** Deliveries for one endpoint, until the signal aborts or the broker closes. */
+  receiver(options: ReceiverOptions): AsyncIterable<Delivery>;
+  /** Publishes one message: a command to its queue, an event to one copy per subscription. */
+  publish(message: OutgoingMessage): Promise<void>;
+  /** Publishes many messages; resolves only once every one is accepted. */
+  publishBatch(messages: readonly OutgoingMessage[]): Promise<void>;
+  /** Settles a delivery as handled. @throws StaleDeliveryError when the id is not current. */
+  ack(deliveryId: string): Promise<void>;
+  /** Settles a delivery as failed. @throws StaleDeliveryError when the id is not current. */
+  nack(deliveryId: string, options: NackOptions): Promise<void>;
+  /** Puts a message back into one subscription with fresh attempts, ignoring the publish dedupe. */
+  redeliver(target: RedeliveryTarget): Promise<void>;
+  /** Ends every receiver and releases the broker's resources. */
+  close(): Promise<void>;
+}
+
+/** Builds an {@link ErrorInfo} from anything thrown. */
+export function toErrorInfo(error: unknown): ErrorInfo {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    return {
+      name: error.name,
+      message: error.message,
+      ...(typeof code === 'string' ? { code } : {}),
+      ...(error.stack !== undefined ? { stack: error.stack.slice(0, 4096) } : {}),
+    };
+  }
+  return { name: 'NonError', message: typeof error === 'string' ? error : JSON.stringify(error) ?? String(error) };
+}

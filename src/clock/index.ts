@@ -1,0 +1,3 @@
+export type { Clock } from './clock.js';
+export { systemClock } from './clock.js';
+export { ManualClock } from './manual-clock.js';

@@ -1,0 +1,69 @@
+import { createHash } from 'node:crypto';
+import { MAX_ATTEMPT_HISTORY, type AttemptRecord, type DeliveryFacts, type ErrorInfo } from '../broker/message-broker.js';
+import type { DeadLetterReason, DeadLetterRecord } from './dead-letter-store.js';
+
+/** The id of the dead letter of one message in one subscription. */
+export function deadLetterId(endpoint: string, handler: string | undefined, messageId: string | undefined, body: string): string {
+  const identity = messageId ?? `body:${createHash('sha256').update(body).digest('hex')}`;
+  return createHash('sha256').update(`${endpoint}\u0000${handler ?? ''}\u0000${identity}`).digest('hex').slice(0, 32);
+}
+
+const FRAME = /^\s*at (?:.*? \()?(.*?):\d+:\d+\)?$/;
+
+/**
+ * Groups alike failures: a short hash of the error name and the first stack frame that belongs to the
+ * application (not Node internals, not node_modules, not Harrier's dispatcher).
+ */
+export function fingerprintOf(error: ErrorInfo): string {
+  let frame = '';
+  for (const line of (error.stack ?? '').split('\n').slice(1)) {
+    const match = FRAME.exec(line);
+    if (match === null) continue;
+    const location = match[1] ?? '';
+    if (location.startsWith('node:') || location.includes('/node_modules/') || location.includes('/src/dispatch/') || location.includes('/dist/dispatch/')) {
+      continue;
+    }
+    frame = line.trim().replace(/:\d+:\d+\)?$/, '');
+    break;
+  }
+  return createHash('sha256').update(`${error.name}\u0000${frame}`).digest('hex').slice(0, 12);
+}
+
+/** What is known when a delivery is dead-lettered. */
+export interface DeadLetterInput {
+  readonly body: string;
+  readonly facts: DeliveryFacts;
+  readonly handler: string | undefined;
+  readonly reason: DeadLetterReason;
+  readonly error: ErrorInfo;
+  /** Whether the message's definition is ordered (false when unknown). */
+  readonly ordered: boolean;
+  readonly now: number;
+}
+
+/** Builds the record of a delivery that is dead-lettered now, its last failure included in the history. */
+export function buildDeadLetterRecord(input: DeadLetterInput): DeadLetterRecord {
+  const { facts } = input;
+  const last: AttemptRecord = { attempt: facts.attempt, at: input.now, error: input.error };
+  const attempts = [...facts.history, last].slice(-MAX_ATTEMPT_HISTORY);
+  return {
+    id: deadLetterId(facts.endpoint, input.handler, facts.messageId, input.body),
+    messageId: facts.messageId,
+    kind: facts.kind,
+    type: facts.type,
+    endpoint: facts.endpoint,
+    handler: input.handler,
+    reason: input.reason,
+    error: input.error,
+    attempts,
+    attemptCount: facts.attempt,
+    firstFailedAt: attempts[0]?.at ?? input.now,
+    lastFailedAt: input.now,
+    fingerprint: fingerprintOf(input.error),
+    envelope: input.body,
+    partitionKey: facts.partitionKey,
+    ordered: input.ordered,
+    status: 'dead',
+    replays: [],
+  };
+}

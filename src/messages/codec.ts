@@ -1,0 +1,109 @@
+import type { z } from 'zod';
+import type { MessageDefinition } from './definition.js';
+import { envelopeSchema, type Envelope } from './envelope.js';
+
+/** Largest encoded envelope accepted by default: 1 MiB. */
+export const DEFAULT_MAX_ENVELOPE_BYTES = 1024 * 1024;
+
+/** Why bytes could not become a handled message. */
+export type DecodeFailureReason = 'malformed' | 'unknown-type' | 'validation-failed' | 'too-large';
+
+/** A decoded, validated envelope and the definition that validated it. */
+export interface DecodeSuccess {
+  readonly ok: true;
+  readonly envelope: Envelope;
+  readonly definition: MessageDefinition;
+}
+
+/** Bytes that could not be decoded, with a typed reason. */
+export interface DecodeFailure {
+  readonly ok: false;
+  readonly reason: DecodeFailureReason;
+  readonly message: string;
+  /** zod issues for `malformed` envelopes and `validation-failed` payloads. */
+  readonly issues?: readonly z.core.$ZodIssue[];
+  /** The envelope, when it parsed far enough to have one. */
+  readonly envelope?: Envelope;
+}
+
+/** The outcome of {@link decodeEnvelope}. */
+export type DecodeResult = DecodeSuccess | DecodeFailure;
+
+/** Options of {@link decodeEnvelope}. */
+export interface DecodeOptions {
+  /**
+   * Encoded envelopes larger than this are refused as `too-large`.
+   * @defaultValue 1048576 (1 MiB)
+   */
+  readonly maxBytes?: number;
+}
+
+/** Encodes an envelope to its wire text (JSON). */
+export function encodeEnvelope(envelope: Envelope): string {
+  return JSON.stringify(envelope);
+}
+
+/** Size of an encoded envelope in bytes. */
+export function encodedSize(body: string | Uint8Array): number {
+  return typeof body === 'string' ? Buffer.byteLength(body, 'utf8') : body.byteLength;
+}
+
+/**
+ * Turns wire bytes into a validated envelope, or a typed reason why not.
+ *
+ * @param body - the encoded envelope as received.
+ * @param lookup - finds the definition of a message type; undefined means unknown.
+ * @remarks Never throws: every bad input becomes a {@link DecodeFailure} so it can be dead-lettered.
+ */
+export function decodeEnvelope(
+  body: string | Uint8Array,
+  lookup: (type: string) => MessageDefinition | undefined,
+  options: DecodeOptions = {},
+): DecodeResult {
+  const maxBytes = options.maxBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
+  const size = encodedSize(body);
+  if (size > maxBytes) {
+    return { ok: false, reason: 'too-large', message: `Envelope is ${size} bytes, above the limit of ${maxBytes} bytes` };
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(typeof body === 'string' ? body : Buffer.from(body).toString('utf8'));
+  } catch (error) {
+    return { ok: false, reason: 'malformed', message: `Envelope is not JSON: ${(error as Error).message}` };
+  }
+  const parsed = envelopeSchema.safeParse(raw);
+  if (!parsed.success) {
+    const first = parsed.error.issues[0];
+    return {
+      ok: false,
+      reason: 'malformed',
+      message: `Envelope does not match the wire schema: ${first ? `${first.path.join('.') || '(root)'}: ${first.message}` : 'invalid'}`,
+      issues: parsed.error.issues,
+    };
+  }
+  const envelope = parsed.data as Envelope;
+  const definition = lookup(envelope.type);
+  if (definition === undefined) {
+    return { ok: false, reason: 'unknown-type', message: `No definition for message type "${envelope.type}" in this process`, envelope };
+  }
+  if (definition.kind !== envelope.kind) {
+    return {
+      ok: false,
+      reason: 'unknown-type',
+      message: `Message type "${envelope.type}" arrived as a ${envelope.kind} but is defined as a ${definition.kind}`,
+      envelope,
+    };
+  }
+  const payload = definition.schema.safeParse(envelope.payload);
+  if (!payload.success) {
+    const first = payload.error.issues[0];
+    return {
+      ok: false,
+      reason: 'validation-failed',
+      message: `Payload of "${envelope.type}" does not match its schema: ${first ? `${first.path.join('.') || '(root)'}: ${first.message}` : 'invalid'}`,
+      issues: payload.error.issues,
+      envelope,
+    };
+  }
+  return { ok: true, envelope: { ...envelope, payload: payload.data }, definition };
+}

@@ -1,0 +1,244 @@
+import type { z } from 'zod';
+import { HarrierError } from '../errors/harrier-error.js';
+
+/** The three kinds of message. */
+export type MessageKind = 'command' | 'event' | 'query';
+
+/**
+ * Backoff between attempts: exponential from `baseMs`, capped at `maxMs`, with +/- `jitter` spread.
+ */
+export interface BackoffOptions {
+  /**
+   * Delay before the second attempt, in ms; each later attempt doubles it.
+   * @defaultValue 200
+   */
+  readonly baseMs?: number;
+  /**
+   * Upper bound of any single delay, in ms.
+   * @defaultValue 60000
+   */
+  readonly maxMs?: number;
+  /**
+   * Random spread as a fraction of the delay (0.2 means +/-20%).
+   * @defaultValue 0.2
+   */
+  readonly jitter?: number;
+}
+
+/** How a handler retries a failed message before it is dead-lettered. */
+export interface RetryOptions {
+  /**
+   * Attempts in all, the first included; 1 means no retry.
+   * @defaultValue 5
+   */
+  readonly attempts?: number;
+  /**
+   * Delay between attempts.
+   * @defaultValue `{ baseMs: 200, maxMs: 60000, jitter: 0.2 }`
+   */
+  readonly backoff?: BackoffOptions;
+  /**
+   * Errors that retrying cannot fix: return true to dead-letter at once. `UnrecoverableError` is
+   * always permanent.
+   * @defaultValue none besides `UnrecoverableError`
+   */
+  readonly permanent?: (error: unknown) => boolean;
+}
+
+/** A partition key: the name of a payload field, or a function of the payload. */
+export type PartitionKeyOption<P> = (keyof P & string) | ((payload: P) => string);
+
+/** Options shared by every kind of definition. */
+export interface DefinitionOptions<S extends z.ZodType> {
+  /** The zod schema of the payload; payload types are inferred from it. */
+  readonly schema: S;
+  /**
+   * Where the partition key of a message comes from; messages with one key are handled in publish
+   * order when `ordered` is true.
+   * @defaultValue none (no key)
+   */
+  readonly partitionKey?: PartitionKeyOption<z.output<S>>;
+  /**
+   * Handle messages with the same partition key one at a time, in publish order, retries included.
+   * @defaultValue false
+   */
+  readonly ordered?: boolean;
+  /**
+   * Retry policy of this message's handlers, unless a handler sets its own.
+   * @defaultValue the bus's retry policy
+   */
+  readonly retry?: RetryOptions;
+}
+
+/** Options of {@link defineCommand}. */
+export interface CommandOptions<S extends z.ZodType, R extends z.ZodType | undefined> extends DefinitionOptions<S> {
+  /**
+   * Schema of the value `execute` returns; only its type is used.
+   * @defaultValue none (`execute` resolves to `unknown`)
+   */
+  readonly result?: R;
+}
+
+/** Options of {@link defineEvent}. */
+export interface EventOptions<S extends z.ZodType> extends DefinitionOptions<S> {
+  /**
+   * The event-log topic this event is appended to.
+   * @defaultValue the part of the type before the last dot (`orders` for `orders.OrderPlaced`)
+   */
+  readonly topic?: string;
+}
+
+/** Options of {@link defineQuery}. */
+export interface QueryOptions<S extends z.ZodType, R extends z.ZodType | undefined> extends DefinitionOptions<S> {
+  /**
+   * Schema of the value the query returns; only its type is used.
+   * @defaultValue none (`execute` resolves to `unknown`)
+   */
+  readonly result?: R;
+}
+
+const definitionBrand: unique symbol = Symbol.for('harrier/MessageDefinition') as never;
+
+/** A message definition: its kind, its stable `type` string and its payload schema. */
+export interface MessageDefinition<
+  K extends MessageKind = MessageKind,
+  T extends string = string,
+  S extends z.ZodType = z.ZodType,
+  R = unknown,
+> {
+  readonly kind: K;
+  /** The stable routing and wire identity, e.g. `orders.PlaceOrder`. */
+  readonly type: T;
+  readonly schema: S;
+  readonly ordered: boolean;
+  readonly retry: RetryOptions | undefined;
+  /** Event-log topic (events only). */
+  readonly topic: string | undefined;
+  /** The partition key of a payload, or undefined when the definition has none. */
+  partitionKeyOf(payload: z.output<S>): string | undefined;
+  /** Phantom type of the handler's result; never set at run time. */
+  readonly __result?: R;
+}
+
+/** Any command definition. */
+export type CommandDefinition<T extends string = string, S extends z.ZodType = z.ZodType, R = unknown> = MessageDefinition<
+  'command',
+  T,
+  S,
+  R
+>;
+/** Any event definition. */
+export type EventDefinition<T extends string = string, S extends z.ZodType = z.ZodType> = MessageDefinition<'event', T, S>;
+/** Any query definition. */
+export type QueryDefinition<T extends string = string, S extends z.ZodType = z.ZodType, R = unknown> = MessageDefinition<
+  'query',
+  T,
+  S,
+  R
+>;
+
+/** The payload type of a definition (the schema's output). */
+export type PayloadOf<D extends MessageDefinition> = z.output<D['schema']>;
+/** The payload type a caller passes (the schema's input). */
+export type InputOf<D extends MessageDefinition> = z.input<D['schema']>;
+/** The result type of a command or query definition. */
+export type ResultOf<D extends MessageDefinition> = D extends MessageDefinition<MessageKind, string, z.ZodType, infer R> ? R : never;
+
+type ResultType<R extends z.ZodType | undefined> = R extends z.ZodType ? z.output<R> : unknown;
+
+const TYPE_PATTERN = /^[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$/;
+
+function create<K extends MessageKind, T extends string, S extends z.ZodType, R>(
+  kind: K,
+  type: T,
+  options: DefinitionOptions<S> & { readonly topic?: string },
+): MessageDefinition<K, T, S, R> {
+  if (typeof type !== 'string' || type.length === 0 || type.length > 200 || !TYPE_PATTERN.test(type)) {
+    throw new HarrierError(
+      'invalid-definition',
+      `Invalid message type ${JSON.stringify(type)}: use a stable dotted name such as "orders.PlaceOrder" (letters, digits, _ and -, at most 200 characters)`,
+    );
+  }
+  if (typeof options !== 'object' || typeof options.schema?.safeParse !== 'function') {
+    throw new HarrierError('invalid-definition', `Definition "${type}" needs a zod schema: pass { schema: z.object({ ... }) }`);
+  }
+  if (options.ordered === true && options.partitionKey === undefined) {
+    throw new HarrierError(
+      'invalid-definition',
+      `Definition "${type}" is ordered but has no partitionKey: order is kept per key, so pass partitionKey: 'someField' or a function of the payload`,
+    );
+  }
+  const key = options.partitionKey;
+  const partitionKeyOf =
+    key === undefined
+      ? () => undefined
+      : typeof key === 'function'
+        ? (payload: z.output<S>) => String(key(payload))
+        : (payload: z.output<S>) => {
+            const value = (payload as Record<string, unknown>)[key];
+            return value === undefined || value === null ? undefined : String(value as string | number);
+          };
+  const lastDot = type.lastIndexOf('.');
+  const definition: MessageDefinition<K, T, S, R> = Object.freeze({
+    kind,
+    type,
+    schema: options.schema,
+    ordered: options.ordered ?? false,
+    retry: options.retry,
+    topic: kind === 'event' ? (options.topic ?? (lastDot > 0 ? type.slice(0, lastDot) : type)) : undefined,
+    partitionKeyOf,
+    [definitionBrand]: true,
+  });
+  return definition;
+}
+
+/**
+ * Defines a command: an imperative request with exactly one handler in the whole system.
+ *
+ * @example
+ * ```ts
+ * export const PlaceOrder = defineCommand('orders.PlaceOrder', {
+ *   schema: z.object({ orderId: z.string(), items: z.array(z.string()) }),
+ *   partitionKey: 'orderId',
+ * });
+ * ```
+ * @throws HarrierError `invalid-definition` when the type or options are malformed.
+ */
+export function defineCommand<T extends string, S extends z.ZodType, R extends z.ZodType | undefined = undefined>(
+  type: T,
+  options: CommandOptions<S, R>,
+): CommandDefinition<T, S, ResultType<R>> {
+  return create<'command', T, S, ResultType<R>>('command', type, options);
+}
+
+/**
+ * Defines an event: a past-tense fact delivered to every subscription.
+ *
+ * @example
+ * ```ts
+ * export const OrderPlaced = defineEvent('orders.OrderPlaced', {
+ *   schema: z.object({ orderId: z.string(), total: z.number() }),
+ * });
+ * ```
+ * @throws HarrierError `invalid-definition` when the type or options are malformed.
+ */
+export function defineEvent<T extends string, S extends z.ZodType>(type: T, options: EventOptions<S>): EventDefinition<T, S> {
+  return create<'event', T, S, unknown>('event', type, options);
+}
+
+/**
+ * Defines a query: a request answered in-process by exactly one handler through `execute`.
+ *
+ * @throws HarrierError `invalid-definition` when the type or options are malformed.
+ */
+export function defineQuery<T extends string, S extends z.ZodType, R extends z.ZodType | undefined = undefined>(
+  type: T,
+  options: QueryOptions<S, R>,
+): QueryDefinition<T, S, ResultType<R>> {
+  return create<'query', T, S, ResultType<R>>('query', type, options);
+}
+
+/** True when `value` was made by `defineCommand`, `defineEvent` or `defineQuery`. */
+export function isMessageDefinition(value: unknown): value is MessageDefinition {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[definitionBrand] === true;
+}

@@ -1,0 +1,34 @@
+export {
+  defineCommand,
+  defineEvent,
+  defineQuery,
+  isMessageDefinition,
+  type BackoffOptions,
+  type CommandDefinition,
+  type CommandOptions,
+  type DefinitionOptions,
+  type EventDefinition,
+  type EventOptions,
+  type InputOf,
+  type MessageDefinition,
+  type MessageKind,
+  type PartitionKeyOption,
+  type PayloadOf,
+  type QueryDefinition,
+  type QueryOptions,
+  type ResultOf,
+  type RetryOptions,
+} from './definition.js';
+export { ENVELOPE_VERSION, envelopeMetaSchema, envelopeSchema, type Envelope, type EnvelopeMeta } from './envelope.js';
+export {
+  DEFAULT_MAX_ENVELOPE_BYTES,
+  decodeEnvelope,
+  encodeEnvelope,
+  encodedSize,
+  type DecodeFailure,
+  type DecodeFailureReason,
+  type DecodeOptions,
+  type DecodeResult,
+  type DecodeSuccess,
+} from './codec.js';
+export { isUuidV7, uuidv7 } from './uuid-v7.js';

@@ -1,0 +1,82 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { TestProject } from 'vitest/node';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    redisUrl: string;
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address !== null ? address.port : 0;
+      server.close(() => {
+        resolve(port);
+      });
+    });
+  });
+}
+
+async function waitForPong(port: number, deadlineMs: number): Promise<void> {
+  const { Socket } = await import('node:net');
+  for (;;) {
+    const ok = await new Promise<boolean>((resolve) => {
+      const socket = new Socket();
+      socket.once('error', () => {
+        resolve(false);
+      });
+      socket.connect(port, '127.0.0.1', () => {
+        socket.write('PING\r\n');
+      });
+      socket.once('data', (data) => {
+        socket.destroy();
+        resolve(data.toString().startsWith('+PONG'));
+      });
+    });
+    if (ok) return;
+    if (Date.now() > deadlineMs) throw new Error(`redis-server on port ${port} did not answer PING`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+let server: ChildProcess | undefined;
+let dir: string | undefined;
+
+/**
+ * Provides a real Redis to the tests: REDIS_URL when set, else a redis-server of our own on a free
+ * loopback port in a temp dir.
+ */
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const fromEnv = process.env.REDIS_URL;
+  if (fromEnv !== undefined && fromEnv !== '') {
+    project.provide('redisUrl', fromEnv);
+    return async () => {};
+  }
+  const which = spawnSync('redis-server', ['--version']);
+  if (which.error !== undefined || which.status !== 0) {
+    throw new Error(
+      'The tests need Redis: set REDIS_URL=redis://127.0.0.1:6379, or install redis-server (apt-get install redis-server, brew install redis) so the tests can start their own',
+    );
+  }
+  const port = await freePort();
+  dir = mkdtempSync(join(tmpdir(), 'harrier-redis-'));
+  server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], {
+    stdio: 'ignore',
+  });
+  await waitForPong(port, Date.now() + 10_000);
+  const url = `redis://127.0.0.1:${port}`;
+  process.env.REDIS_URL = url;
+  project.provide('redisUrl', url);
+  return async () => {
+    server?.kill('SIGTERM');
+    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+  };
+}
