@@ -71,6 +71,14 @@ class MemoryQueue {
 
 const keyOf = (message: OutgoingMessage): string => message.partitionKey ?? '';
 
+/** Runs synchronous work as a promise, so a throw becomes a rejection as callers of a broker expect. */
+function run(work: () => void): Promise<void> {
+  return new Promise<void>((resolve) => {
+    work();
+    resolve();
+  });
+}
+
 /**
  * The embedded broker: every queue lives in this process's memory.
  *
@@ -102,6 +110,12 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void> {
+    return run(() => {
+      this.#register(endpoint, subscriptions);
+    });
+  }
+
+  #register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): void {
     this.#assertOpen();
     const queues = this.#endpointQueues.get(endpoint) ?? [];
     for (const sub of subscriptions) {
@@ -121,7 +135,6 @@ export class InMemoryBroker implements MessageBroker {
       }
     }
     this.#endpointQueues.set(endpoint, queues);
-    return Promise.resolve();
   }
 
   async *receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
@@ -137,27 +150,36 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   publish(message: OutgoingMessage): Promise<void> {
-    this.#assertOpen();
-    this.#route(message);
-    this.#changed();
-    return Promise.resolve();
+    return run(() => {
+      this.#assertOpen();
+      this.#route(message);
+      this.#changed();
+    });
   }
 
   publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
-    this.#assertOpen();
-    for (const message of messages) this.#route(message);
-    this.#changed();
-    return Promise.resolve();
+    return run(() => {
+      this.#assertOpen();
+      for (const message of messages) this.#route(message);
+      this.#changed();
+    });
   }
 
   ack(deliveryId: string): Promise<void> {
-    const stored = this.#settle(deliveryId);
-    this.#remove(stored);
-    this.#changed();
-    return Promise.resolve();
+    return run(() => {
+      const stored = this.#settle(deliveryId);
+      this.#remove(stored);
+      this.#changed();
+    });
   }
 
   nack(deliveryId: string, options: NackOptions): Promise<void> {
+    return run(() => {
+      this.#nack(deliveryId, options);
+    });
+  }
+
+  #nack(deliveryId: string, options: NackOptions): void {
     const stored = this.#settle(deliveryId);
     if ('deadLetter' in options) {
       this.#remove(stored);
@@ -172,16 +194,17 @@ export class InMemoryBroker implements MessageBroker {
       this.#requeue(stored, options.retryAt);
     }
     this.#changed();
-    return Promise.resolve();
   }
 
   redeliver(target: RedeliveryTarget): Promise<void> {
-    this.#assertOpen();
-    const { message } = target;
-    const name = message.kind === 'command' ? `command:${message.type}` : `event:${target.endpoint}:${target.handler}`;
-    this.#enqueue(this.#queue(name), { ...message, deliverAt: undefined });
-    this.#changed();
-    return Promise.resolve();
+    return run(() => {
+      this.#assertOpen();
+      const { message } = target;
+      const name =
+        message.kind === 'command' ? `command:${message.type}` : `event:${target.endpoint}:${target.handler}`;
+      this.#enqueue(this.#queue(name), { ...message, deliverAt: undefined });
+      this.#changed();
+    });
   }
 
   close(): Promise<void> {
@@ -322,7 +345,9 @@ export class InMemoryBroker implements MessageBroker {
       const stored = this.#takeFrom(queue);
       if (stored !== undefined) {
         this.#rr = (this.#rr + i + 1) % queues.length;
-        return this.#deliver(endpoint, stored);
+        const delivery = this.#deliver(endpoint, stored);
+        this.#changed();
+        return delivery;
       }
     }
     return undefined;

@@ -155,5 +155,11 @@ export function toErrorInfo(error: unknown): ErrorInfo {
       ...(error.stack !== undefined ? { stack: error.stack.slice(0, 4096) } : {}),
     };
   }
-  return { name: 'NonError', message: typeof error === 'string' ? error : JSON.stringify(error) ?? String(error) };
+  return { name: 'NonError', message: typeof error === 'string' ? error : describeThrown(error) };
+}
+
+function describeThrown(value: unknown): string {
+  // JSON.stringify returns undefined for undefined, functions and symbols, despite its declared type.
+  const json = JSON.stringify(value) as string | undefined;
+  return json ?? typeof value;
 }

@@ -13,12 +13,29 @@ export interface Clock {
   setTimer(delayMs: number, callback: () => void): () => void;
 }
 
-/** The wall clock: `Date.now()` and `setTimeout` (unref'd so a timer never keeps a process alive). */
+/**
+ * The wall clock: `Date.now()` and `setTimeout` (unref'd so a timer never keeps a process alive).
+ *
+ * @remarks
+ * Node's `setTimeout` may fire a millisecond before `Date.now()` reaches the due time; the timer
+ * re-arms for the rest, so a callback never runs while `now()` is still before its due time (a
+ * message delayed until T must not be delivered at T - 1).
+ */
 export const systemClock: Clock = {
   now: () => Date.now(),
   setTimer(delayMs, callback) {
-    const handle = setTimeout(callback, Math.max(0, delayMs));
-    handle.unref();
+    const dueAt = Date.now() + Math.max(0, delayMs);
+    let handle: NodeJS.Timeout;
+    const arm = (ms: number): void => {
+      handle = setTimeout(fire, ms);
+      handle.unref();
+    };
+    const fire = (): void => {
+      const remaining = dueAt - Date.now();
+      if (remaining > 0) arm(remaining);
+      else callback();
+    };
+    arm(Math.max(0, delayMs));
     return () => {
       clearTimeout(handle);
     };

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import { MAX_ATTEMPT_HISTORY, type AttemptRecord, type DeliveryFacts, type ErrorInfo } from '../broker/message-broker.js';
 import type { DeadLetterReason, DeadLetterRecord } from './dead-letter-store.js';
 
@@ -10,9 +11,12 @@ export function deadLetterId(endpoint: string, handler: string | undefined, mess
 
 const FRAME = /^\s*at (?:.*? \()?(.*?):\d+:\d+\)?$/;
 
+/** Harrier's own folder (src/ or dist/): its frames are never the application's. */
+const HARRIER_ROOT = fileURLToPath(new URL('..', import.meta.url));
+
 /**
  * Groups alike failures: a short hash of the error name and the first stack frame that belongs to the
- * application (not Node internals, not node_modules, not Harrier's dispatcher).
+ * application (not Node internals, not node_modules, not Harrier itself).
  */
 export function fingerprintOf(error: ErrorInfo): string {
   let frame = '';
@@ -20,9 +24,8 @@ export function fingerprintOf(error: ErrorInfo): string {
     const match = FRAME.exec(line);
     if (match === null) continue;
     const location = match[1] ?? '';
-    if (location.startsWith('node:') || location.includes('/node_modules/') || location.includes('/src/dispatch/') || location.includes('/dist/dispatch/')) {
-      continue;
-    }
+    const path = location.startsWith('file://') ? fileURLToPath(location) : location;
+    if (path.startsWith('node:') || path.includes('/node_modules/') || path.startsWith(HARRIER_ROOT)) continue;
     frame = line.trim().replace(/:\d+:\d+\)?$/, '');
     break;
   }

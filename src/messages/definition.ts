@@ -159,7 +159,7 @@ function create<K extends MessageKind, T extends string, S extends z.ZodType, R>
       `Invalid message type ${JSON.stringify(type)}: use a stable dotted name such as "orders.PlaceOrder" (letters, digits, _ and -, at most 200 characters)`,
     );
   }
-  if (typeof options !== 'object' || typeof options.schema?.safeParse !== 'function') {
+  if (typeof (options as { schema?: { safeParse?: unknown } } | undefined)?.schema?.safeParse !== 'function') {
     throw new HarrierError('invalid-definition', `Definition "${type}" needs a zod schema: pass { schema: z.object({ ... }) }`);
   }
   if (options.ordered === true && options.partitionKey === undefined) {
@@ -173,10 +173,10 @@ function create<K extends MessageKind, T extends string, S extends z.ZodType, R>
     key === undefined
       ? () => undefined
       : typeof key === 'function'
-        ? (payload: z.output<S>) => String(key(payload))
+        ? (payload: z.output<S>) => key(payload)
         : (payload: z.output<S>) => {
             const value = (payload as Record<string, unknown>)[key];
-            return value === undefined || value === null ? undefined : String(value as string | number);
+            return value === undefined || value === null ? undefined : typeof value === 'string' ? value : JSON.stringify(value);
           };
   const lastDot = type.lastIndexOf('.');
   const definition: MessageDefinition<K, T, S, R> = Object.freeze({

@@ -1,0 +1,314 @@
+/**
+ * In-process throughput of Harrier on the in-memory broker, next to the same workloads on @nestjs/cqrs.
+ *
+ * Measured, in messages per second (median of {@link ROUNDS} rounds, each on a fresh bus / Nest
+ * application context, after {@link WARM_UP} warm-up messages):
+ *
+ * - Harrier `send` -> handle -> ack: `createBus` with the default `InMemoryBroker`, the system clock
+ *   and the default concurrency (16); one producer awaits each `send`; timed from the first send until
+ *   the `onHandled` hook (which fires after the ack) has counted N messages.
+ * - Harrier `execute`: the command handler run in-process, awaited one after another, and from 16
+ *   concurrent callers.
+ * - NestJS CQRS: `CommandBus.execute` of a `@CommandHandler` (sequential and 16 concurrent callers),
+ *   and `EventBus.publish` -> `@EventsHandler` counting N, the nearest NestJS equivalent of
+ *   send -> handle (fire-and-forget, in-process, no queue, no ack).
+ *
+ * Harrier rows also show the heap used right after the run and after a forced GC (bus still alive).
+ * The ratio column is Harrier / NestJS: below 1 means Harrier is slower.
+ *
+ * Run: `npm run bench:in-memory` (or `npx tsx bench/in-memory.ts`). It takes well under a minute.
+ * Set BENCH_N to change N (default 20000).
+ */
+import 'reflect-metadata';
+import { cpus } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import {
+  Command,
+  CommandBus,
+  CommandHandler as NestCommandHandler,
+  CqrsModule,
+  EventBus,
+  EventsHandler,
+  type ICommandHandler,
+  type IEventHandler,
+} from '@nestjs/cqrs';
+import { z } from 'zod';
+import {
+  CommandHandler,
+  createBus,
+  defineCommand,
+  silentLogger,
+  type HandlesCommand,
+  type MessageBus,
+  type PayloadOf,
+} from '../src/index.js';
+
+const N = Number(process.env.BENCH_N ?? 20_000);
+const WARM_UP = 2_000;
+const ROUNDS = 3;
+const CALLERS = 16;
+/** A run that has not finished by then has lost messages: fail loudly instead of hanging. */
+const RUN_TIMEOUT_MS = 30_000;
+
+// The heap columns are only meaningful after a full collection; `tsx` offers no way to pass
+// --expose-gc through the npm script, so the flag is switched on here.
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
+
+/** Counts handled messages and resolves a waiter once the count reaches its target. */
+class Counter {
+  count = 0;
+  #target = Infinity;
+  #resolve: (() => void) | undefined;
+
+  hit(): void {
+    this.count++;
+    if (this.count >= this.#target) {
+      const resolve = this.#resolve;
+      this.#target = Infinity;
+      this.#resolve = undefined;
+      resolve?.();
+    }
+  }
+
+  /** Resolves once `count >= target`. */
+  until(target: number): Promise<void> {
+    if (this.count >= target) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        reject(new Error(`Only ${this.count} of ${target} messages handled after ${RUN_TIMEOUT_MS} ms`));
+      }, RUN_TIMEOUT_MS);
+      this.#target = target;
+      this.#resolve = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+}
+
+// ---------------------------------------------------------------- Harrier
+
+const PlaceOrder = defineCommand('bench.PlaceOrder', {
+  schema: z.object({ orderId: z.string(), amount: z.number().int().positive() }),
+  result: z.object({ accepted: z.boolean() }),
+});
+
+@CommandHandler(PlaceOrder)
+class PlaceOrderHandler implements HandlesCommand<typeof PlaceOrder> {
+  handle(payload: PayloadOf<typeof PlaceOrder>): { accepted: boolean } {
+    return { accepted: payload.amount > 0 };
+  }
+}
+
+const payloadOf = (i: number): PayloadOf<typeof PlaceOrder> => ({ orderId: `o-${i}`, amount: 1 + (i % 10) });
+
+interface Sample {
+  readonly perSecond: number;
+  /** Heap used right after the run, and after a forced GC, in MB (Harrier only). */
+  readonly heapMb?: { readonly end: number; readonly retained: number };
+}
+
+const mb = (bytes: number): number => bytes / (1024 * 1024);
+
+function heapNow(): { end: number; retained: number } {
+  const end = mb(process.memoryUsage().heapUsed);
+  gc();
+  return { end, retained: mb(process.memoryUsage().heapUsed) };
+}
+
+/** Runs `count` calls of `call`, `callers` at a time, each caller awaiting its previous call. */
+async function drive(count: number, callers: number, call: (i: number) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  const caller = async (): Promise<void> => {
+    while (next < count) await call(next++);
+  };
+  await Promise.all(Array.from({ length: callers }, caller));
+}
+
+async function timed(work: () => Promise<void>): Promise<number> {
+  const started = performance.now();
+  await work();
+  return N / ((performance.now() - started) / 1000);
+}
+
+async function harrierSend(): Promise<Sample> {
+  const handled = new Counter();
+  const bus = createBus({ logger: silentLogger, handlers: [PlaceOrderHandler], hooks: { onHandled: () => handled.hit() } });
+  await bus.start();
+  try {
+    const sendAll = async (from: number, count: number): Promise<void> => {
+      const target = handled.count + count;
+      for (let i = from; i < from + count; i++) await bus.send(PlaceOrder, payloadOf(i));
+      await handled.until(target);
+    };
+    await sendAll(0, WARM_UP);
+    const perSecond = await timed(() => sendAll(WARM_UP, N));
+    return { perSecond, heapMb: heapNow() };
+  } finally {
+    await bus.stop();
+  }
+}
+
+async function harrierExecute(callers: number): Promise<Sample> {
+  const bus: MessageBus = createBus({ logger: silentLogger, handlers: [PlaceOrderHandler] });
+  await bus.start();
+  try {
+    const execute = (i: number): Promise<unknown> => bus.execute(PlaceOrder, payloadOf(i));
+    await drive(WARM_UP, callers, execute);
+    const perSecond = await timed(() => drive(N, callers, execute));
+    return { perSecond, heapMb: heapNow() };
+  } finally {
+    await bus.stop();
+  }
+}
+
+// ---------------------------------------------------------------- NestJS CQRS
+
+class NestPlaceOrder extends Command<{ accepted: boolean }> {
+  constructor(
+    readonly orderId: string,
+    readonly amount: number,
+  ) {
+    super();
+  }
+}
+
+class NestOrderPlaced {
+  constructor(
+    readonly orderId: string,
+    readonly amount: number,
+  ) {}
+}
+
+/** Where the Nest event handler (a Nest-made singleton) reports to the current run. */
+const nestEvents = { handled: new Counter() };
+
+@NestCommandHandler(NestPlaceOrder)
+class NestPlaceOrderHandler implements ICommandHandler<NestPlaceOrder> {
+  execute(command: NestPlaceOrder): Promise<{ accepted: boolean }> {
+    return Promise.resolve({ accepted: command.amount > 0 });
+  }
+}
+
+@EventsHandler(NestOrderPlaced)
+class NestOrderPlacedHandler implements IEventHandler<NestOrderPlaced> {
+  handle(event: NestOrderPlaced): void {
+    if (event.amount > 0) nestEvents.handled.hit();
+  }
+}
+
+@Module({ imports: [CqrsModule.forRoot()], providers: [NestPlaceOrderHandler, NestOrderPlacedHandler] })
+class AppModule {}
+
+async function withNest<T>(work: (commands: CommandBus, events: EventBus) => Promise<T>): Promise<T> {
+  const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
+  try {
+    return await work(app.get(CommandBus), app.get(EventBus));
+  } finally {
+    await app.close();
+  }
+}
+
+function nestExecute(callers: number): Promise<Sample> {
+  return withNest(async (commands) => {
+    const execute = (i: number): Promise<{ accepted: boolean }> => commands.execute(new NestPlaceOrder(`o-${i}`, 1 + (i % 10)));
+    await drive(WARM_UP, callers, execute);
+    return { perSecond: await timed(() => drive(N, callers, execute)) };
+  });
+}
+
+function nestPublish(): Promise<Sample> {
+  return withNest(async (_commands, events) => {
+    nestEvents.handled = new Counter();
+    const handled = nestEvents.handled;
+    const publishAll = async (from: number, count: number): Promise<void> => {
+      const target = handled.count + count;
+      for (let i = from; i < from + count; i++) events.publish(new NestOrderPlaced(`o-${i}`, 1 + (i % 10)));
+      await handled.until(target);
+    };
+    await publishAll(0, WARM_UP);
+    return { perSecond: await timed(() => publishAll(WARM_UP, N)) };
+  });
+}
+
+// ---------------------------------------------------------------- table
+
+interface Row {
+  readonly workload: string;
+  readonly harrier: () => Promise<Sample>;
+  readonly nest: () => Promise<Sample>;
+}
+
+const rows: readonly Row[] = [
+  { workload: 'send -> handle -> ack (c=16) | EventBus.publish -> handler', harrier: harrierSend, nest: nestPublish },
+  { workload: 'execute, 1 caller (sequential)', harrier: () => harrierExecute(1), nest: () => nestExecute(1) },
+  { workload: `execute, ${CALLERS} concurrent callers`, harrier: () => harrierExecute(CALLERS), nest: () => nestExecute(CALLERS) },
+];
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+}
+
+const fmtRate = (n: number): string => Math.round(n).toLocaleString('en-US');
+const fmtMb = (n: number): string => n.toFixed(1);
+
+function table(header: readonly string[], body: readonly (readonly string[])[]): string {
+  const widths = header.map((h, c) => Math.max(h.length, ...body.map((r) => (r[c] ?? '').length)));
+  const line = (cells: readonly string[]): string =>
+    cells.map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0))).join('  ');
+  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
+}
+
+async function main(): Promise<void> {
+  const cpu = cpus()[0]?.model ?? 'unknown CPU';
+  console.log(`Harrier in-memory benchmark — Node ${process.version} (${process.platform}/${process.arch}, ${cpu})`);
+  console.log(`N = ${N} messages per run after ${WARM_UP} warm-up, median of ${ROUNDS} rounds\n`);
+
+  const harrier: Sample[][] = rows.map(() => []);
+  const nest: Sample[][] = rows.map(() => []);
+  const began = performance.now();
+  // Rounds go across all rows so drift (JIT, heap growth, thermal) spreads over every workload.
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [r, row] of rows.entries()) {
+      harrier[r]?.push(await row.harrier());
+      nest[r]?.push(await row.nest());
+    }
+  }
+
+  const body = rows.map((row, r) => {
+    const h = harrier[r] ?? [];
+    const n = nest[r] ?? [];
+    const hRate = median(h.map((s) => s.perSecond));
+    const nRate = median(n.map((s) => s.perSecond));
+    return [
+      row.workload,
+      fmtRate(hRate),
+      fmtRate(nRate),
+      `${(hRate / nRate).toFixed(3)}x`,
+      fmtMb(median(h.map((s) => s.heapMb?.end ?? Number.NaN))),
+      fmtMb(median(h.map((s) => s.heapMb?.retained ?? Number.NaN))),
+    ];
+  });
+  console.log(
+    table(['workload (Harrier | NestJS CQRS)', 'Harrier msg/s', 'NestJS msg/s', 'Harrier/NestJS', 'heap MB', 'after GC MB'], body),
+  );
+
+  console.log('\nEvery round (msg/s; Harrier heap MB at the end of the run / after GC):');
+  const detail = rows.flatMap((row, r) => [
+    [
+      `Harrier  ${row.workload}`,
+      ...(harrier[r] ?? []).map((s) => `${fmtRate(s.perSecond)} (${fmtMb(s.heapMb?.end ?? 0)}/${fmtMb(s.heapMb?.retained ?? 0)})`),
+    ],
+    [`NestJS   ${row.workload}`, ...(nest[r] ?? []).map((s) => fmtRate(s.perSecond))],
+  ]);
+  console.log(table(['run', ...Array.from({ length: ROUNDS }, (_, i) => `round ${i + 1}`)], detail));
+  console.log(`\nTotal ${((performance.now() - began) / 1000).toFixed(1)} s`);
+}
+
+await main();

@@ -1,0 +1,3 @@
+export { createContainerInvoker, type MessageScopeOptions } from './container-invoker.js';
+export { createBus, dispatcherOf, type BusOptions, type MessageBus, type ScheduleOptions } from './message-bus.js';
+export { HarrierTokens } from './tokens.js';

@@ -1,0 +1,286 @@
+import { Container } from 'inversify';
+import { InMemoryBroker } from '../broker/in-memory-broker.js';
+import type { MessageBroker, OutgoingMessage } from '../broker/message-broker.js';
+import { systemClock, type Clock } from '../clock/clock.js';
+import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import { InMemoryDeadLetterStore } from '../dead-letters/in-memory-dead-letter-store.js';
+import { replayDeadLetters, type ReplayResult } from '../dead-letters/replay-dead-letters.js';
+import { Dispatcher, type DispatchHooks, type EnvelopeVerifier, type StopOptions } from '../dispatch/dispatcher.js';
+import type { Middleware } from '../dispatch/middleware.js';
+import { prepareMessage, type EnvelopeEncoder } from '../dispatch/outgoing.js';
+import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type { HandlerClass } from '../handlers/handler-metadata.js';
+import { HandlerRegistry } from '../handlers/handler-registry.js';
+import type { SendOptions } from '../handlers/message-context.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope } from '../messages/codec.js';
+import type {
+  CommandDefinition,
+  EventDefinition,
+  InputOf,
+  MessageDefinition,
+  QueryDefinition,
+  ResultOf,
+  RetryOptions,
+} from '../messages/definition.js';
+import { createContainerInvoker, type MessageScopeOptions } from './container-invoker.js';
+import { HarrierTokens } from './tokens.js';
+
+/** Options of {@link createBus}. */
+export interface BusOptions {
+  /**
+   * The endpoint name: a logical service whose processes compete for its messages.
+   * @defaultValue 'app'
+   */
+  readonly endpoint?: string;
+  /**
+   * The transport.
+   * @defaultValue a new {@link InMemoryBroker}
+   */
+  readonly broker?: MessageBroker;
+  /**
+   * The inversify container handlers are resolved from (through one child container per message).
+   * @defaultValue a new empty container
+   */
+  readonly container?: Container;
+  /**
+   * Handler classes of this endpoint.
+   * @defaultValue []
+   */
+  readonly handlers?: readonly HandlerClass[];
+  /**
+   * Definitions this endpoint sends or publishes without handling, checked at start-up.
+   * @defaultValue []
+   */
+  readonly definitions?: readonly MessageDefinition[];
+  /**
+   * Where dead letters go.
+   * @defaultValue a new in-memory store
+   */
+  readonly deadLetters?: DeadLetterStore;
+  /**
+   * Most handler calls running at once in this process.
+   * @defaultValue 16
+   */
+  readonly concurrency?: number;
+  /**
+   * Retry policy where neither handler nor definition sets one.
+   * @defaultValue 5 attempts, exponential backoff 200 ms base, 60 s cap, 0.2 jitter
+   */
+  readonly retry?: RetryOptions;
+  /** @defaultValue [] */
+  readonly middleware?: readonly Middleware[];
+  /** @defaultValue {} */
+  readonly hooks?: DispatchHooks;
+  /**
+   * How each message's child container is set up.
+   * @defaultValue `{}`
+   */
+  readonly messageScope?: MessageScopeOptions;
+  /** @defaultValue the system clock */
+  readonly clock?: Clock;
+  /** @defaultValue warnings and errors as JSON lines on stderr */
+  readonly logger?: Logger;
+  /**
+   * Largest encoded envelope, in bytes, on send and on receive.
+   * @defaultValue 1048576 (1 MiB)
+   */
+  readonly maxEnvelopeBytes?: number;
+  /**
+   * How long `stop()` lets in-flight handlers finish before releasing their messages, in ms.
+   * @defaultValue 10000
+   */
+  readonly gracePeriodMs?: number;
+  /** Encodes outgoing envelopes (signing hooks in here). @defaultValue JSON */
+  readonly encode?: EnvelopeEncoder;
+  /** Verifies incoming envelopes. @defaultValue none */
+  readonly verify?: EnvelopeVerifier;
+}
+
+/** Options of {@link MessageBus.schedule}: when to deliver. */
+export type ScheduleOptions = SendOptions & ({ readonly at: Date } | { readonly delayMs: number });
+
+/**
+ * The application's entry point to messaging.
+ *
+ * @remarks
+ * `send` and `publish` resolve once the broker has accepted the message: from then on it is handled
+ * or dead-lettered. `execute` runs a command or query handler in this process and returns its result.
+ */
+export interface MessageBus {
+  readonly endpoint: string;
+  readonly broker: MessageBroker;
+  readonly deadLetters: DeadLetterStore;
+  readonly container: Container;
+  /** Sends a command to its one handler, wherever it runs; resolves to the message id. */
+  send<D extends CommandDefinition>(definition: D, payload: InputOf<D>, options?: SendOptions): Promise<string>;
+  /** Publishes an event to every subscription; resolves to the message id. */
+  publish<D extends EventDefinition>(definition: D, payload: InputOf<D>, options?: SendOptions): Promise<string>;
+  /** Sends a command or publishes an event for later delivery. */
+  schedule<D extends CommandDefinition | EventDefinition>(definition: D, payload: InputOf<D>, options: ScheduleOptions): Promise<string>;
+  /**
+   * Runs the handler of a command or query in this process and returns its result; what the
+   * handler records is published once it succeeds. No retries: errors reach the caller.
+   * @throws HandlerNotFoundError when no handler of this bus handles it.
+   */
+  execute<D extends CommandDefinition | QueryDefinition>(definition: D, payload: InputOf<D>, options?: SendOptions): Promise<ResultOf<D>>;
+  /** Registers subscriptions and starts handling messages. */
+  start(): Promise<void>;
+  /** Graceful stop: stops taking work, drains within the grace period, closes the broker and store. */
+  stop(options?: StopOptions & { readonly closeBroker?: boolean }): Promise<void>;
+  /** Replays dead letters into their subscriptions (same message id, fresh attempts). */
+  replayDeadLetters(ids: readonly string[], options?: { readonly by?: string; readonly dryRun?: boolean }): Promise<ReplayResult[]>;
+}
+
+class HarrierBus implements MessageBus {
+  readonly endpoint: string;
+  readonly broker: MessageBroker;
+  readonly deadLetters: DeadLetterStore;
+  readonly container: Container;
+  readonly dispatcher: Dispatcher;
+  readonly #registry: HandlerRegistry;
+  readonly #clock: Clock;
+  readonly #maxBytes: number;
+  readonly #encode: EnvelopeEncoder;
+  readonly #gracePeriodMs: number;
+  readonly #stopController = new AbortController();
+  #state: 'created' | 'started' | 'stopped' = 'created';
+
+  constructor(options: BusOptions) {
+    this.endpoint = options.endpoint ?? 'app';
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/.test(this.endpoint)) {
+      throw new HarrierError(
+        'invalid-option',
+        `endpoint ${JSON.stringify(this.endpoint)} is not a valid name: use letters, digits, '.', '_' and '-' (at most 100), e.g. "orders"`,
+      );
+    }
+    this.#registry = HandlerRegistry.build(options.handlers ?? [], options.definitions ?? []);
+    this.broker = options.broker ?? new InMemoryBroker(options.clock !== undefined ? { clock: options.clock } : {});
+    this.deadLetters = options.deadLetters ?? new InMemoryDeadLetterStore();
+    this.container = options.container ?? new Container();
+    this.#clock = options.clock ?? systemClock;
+    this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
+    this.#encode = options.encode ?? encodeEnvelope;
+    this.#gracePeriodMs = options.gracePeriodMs ?? 10_000;
+    if (!this.container.isBound(HarrierTokens.MessageBus)) this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
+    this.dispatcher = new Dispatcher({
+      broker: this.broker,
+      registry: this.#registry,
+      endpoint: this.endpoint,
+      deadLetters: this.deadLetters,
+      invoke: createContainerInvoker(this.container, options.messageScope),
+      concurrency: options.concurrency ?? 16,
+      ...(options.retry !== undefined ? { retry: options.retry } : {}),
+      ...(options.middleware !== undefined ? { middleware: options.middleware } : {}),
+      ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
+      clock: this.#clock,
+      logger: options.logger ?? consoleLogger,
+      maxEnvelopeBytes: this.#maxBytes,
+      encode: this.#encode,
+      ...(options.verify !== undefined ? { verify: options.verify } : {}),
+    });
+  }
+
+  send<D extends CommandDefinition>(definition: D, payload: InputOf<D>, options: SendOptions = {}): Promise<string> {
+    return this.#dispatch('command', 'send', definition, payload, options);
+  }
+
+  publish<D extends EventDefinition>(definition: D, payload: InputOf<D>, options: SendOptions = {}): Promise<string> {
+    return this.#dispatch('event', 'publish', definition, payload, options);
+  }
+
+  schedule<D extends CommandDefinition | EventDefinition>(definition: D, payload: InputOf<D>, options: ScheduleOptions): Promise<string> {
+    const delayMs = 'at' in options ? options.at.getTime() - this.#clock.now() : options.delayMs;
+    if (!Number.isFinite(delayMs)) {
+      return Promise.reject(new HarrierError('invalid-option', 'schedule needs { at: Date } or { delayMs: number } with a valid time'));
+    }
+    const { ...rest } = options as SendOptions & { at?: Date; delayMs?: number };
+    delete rest.at;
+    return this.#dispatch(definition.kind, 'schedule', definition, payload, { ...rest, delayMs: Math.max(0, delayMs) });
+  }
+
+  async execute<D extends CommandDefinition | QueryDefinition>(
+    definition: D,
+    payload: InputOf<D>,
+    options: SendOptions = {},
+  ): Promise<ResultOf<D>> {
+    const entry = this.#registry.singleHandler(definition.type);
+    if (entry === undefined) {
+      throw new HandlerNotFoundError(
+        definition.type,
+        `decorate a class with @${definition.kind === 'query' ? 'QueryHandler' : 'CommandHandler'}(${definition.type.split('.').pop() ?? definition.type}) and list it in handlers of this bus (execute runs in-process)`,
+      );
+    }
+    const { envelope } = prepareMessage(definition, payload, options, { now: this.#clock.now(), maxBytes: this.#maxBytes, encode: this.#encode });
+    return (await this.dispatcher.invokeLocal(entry, definition, envelope, this.#stopController.signal)) as ResultOf<D>;
+  }
+
+  async start(): Promise<void> {
+    if (this.#state === 'stopped') throw new HarrierError('bus-stopped', 'This bus was stopped: create a new bus to start again');
+    if (this.#state === 'started') return;
+    this.#state = 'started';
+    await this.dispatcher.start();
+  }
+
+  async stop(options: StopOptions & { readonly closeBroker?: boolean } = {}): Promise<void> {
+    if (this.#state === 'stopped') return;
+    const wasStarted = this.#state === 'started';
+    this.#state = 'stopped';
+    if (wasStarted) await this.dispatcher.stop({ gracePeriodMs: options.gracePeriodMs ?? this.#gracePeriodMs });
+    this.#stopController.abort();
+    if (options.closeBroker ?? true) {
+      await this.broker.close();
+      await this.deadLetters.close();
+    }
+  }
+
+  replayDeadLetters(ids: readonly string[], options: { readonly by?: string; readonly dryRun?: boolean } = {}): Promise<ReplayResult[]> {
+    return replayDeadLetters({
+      store: this.deadLetters,
+      broker: this.broker,
+      ids,
+      clock: this.#clock,
+      ...(options.by !== undefined ? { by: options.by } : {}),
+      ...(options.dryRun !== undefined ? { dryRun: options.dryRun } : {}),
+    });
+  }
+
+  async #dispatch(expected: MessageDefinition['kind'], verb: string, definition: MessageDefinition, payload: unknown, options: SendOptions): Promise<string> {
+    if (definition.kind !== expected || (verb === 'schedule' && definition.kind === 'query')) {
+      throw new HarrierError(
+        'wrong-kind',
+        `${verb} takes ${verb === 'schedule' ? 'a command or an event' : `a ${expected}`}, but "${definition.type}" is a ${definition.kind}: use ${definition.kind === 'event' ? 'publish' : definition.kind === 'query' ? 'execute' : 'send'}`,
+      );
+    }
+    if (this.#state === 'stopped') throw new HarrierError('bus-stopped', `Cannot ${verb} "${definition.type}": the bus is stopped`);
+    const { outgoing } = prepareMessage(definition, payload, options, { now: this.#clock.now(), maxBytes: this.#maxBytes, encode: this.#encode });
+    await this.#publish([outgoing]);
+    return outgoing.id;
+  }
+
+  #publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    return messages.length === 1 && messages[0] !== undefined ? this.broker.publish(messages[0]) : this.broker.publishBatch(messages);
+  }
+}
+
+/**
+ * Creates a message bus for one endpoint.
+ *
+ * @throws DuplicateHandlerError when two handlers claim one command.
+ * @throws HarrierError `invalid-handler` / `invalid-option` on any other start-up mistake, naming the fix.
+ * @example
+ * ```ts
+ * const bus = createBus({ endpoint: 'orders', handlers: [PlaceOrderHandler, OrderPlacedHandler] });
+ * await bus.start();
+ * await bus.send(PlaceOrder, { orderId: 'o-1', items: ['book'] });
+ * ```
+ */
+export function createBus(options: BusOptions = {}): MessageBus {
+  return new HarrierBus(options);
+}
+
+/** The dispatcher of a bus made by {@link createBus} (for the testing helpers). */
+export function dispatcherOf(bus: MessageBus): Dispatcher | undefined {
+  return bus instanceof HarrierBus ? bus.dispatcher : undefined;
+}

@@ -1,0 +1,29 @@
+export {
+  MAX_REPLAY_HISTORY,
+  type DeadLetterFilter,
+  type DeadLetterPage,
+  type DeadLetterPageOptions,
+  type DeadLetterReason,
+  type DeadLetterRecord,
+  type DeadLetterStatus,
+  type DeadLetterStore,
+  type ReplayRecord,
+} from './dead-letter-store.js';
+export {
+  buildDeadLetterRecord,
+  deadLetterId,
+  fingerprintOf,
+  type DeadLetterInput,
+} from './dead-letter-record.js';
+export {
+  InMemoryDeadLetterStore,
+  type InMemoryDeadLetterStoreOptions,
+} from './in-memory-dead-letter-store.js';
+export {
+  replayDeadLetters,
+  type ReplayDeadLettersOptions,
+  type ReplayErrorCode,
+  type ReplayFailure,
+  type ReplayResult,
+  type ReplaySuccess,
+} from './replay-dead-letters.js';

@@ -1,0 +1,435 @@
+import { toErrorInfo, type Delivery, type DeliveryFacts, type ErrorInfo, type MessageBroker, type OutgoingMessage } from '../broker/message-broker.js';
+import { systemClock, type Clock } from '../clock/clock.js';
+import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
+import type { DeadLetterReason, DeadLetterRecord, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
+import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
+import type { Envelope } from '../messages/envelope.js';
+import { HandlerContext } from './handler-context.js';
+import { composeMiddleware, type Middleware } from './middleware.js';
+import type { EnvelopeEncoder } from './outgoing.js';
+import { backoffDelay, isPermanent, resolveRetryPolicy } from './retry-policy.js';
+
+/** Calls a handler method on an instance made for this message (the bus resolves it from DI). */
+export type HandlerInvoker = (entry: HandlerEntry, method: string, payload: unknown, context: HandlerContext) => Promise<unknown>;
+
+/** Checks a received envelope's signature; returns a refusal reason, or undefined when it verifies. */
+export type EnvelopeVerifier = (body: string, envelope: Envelope) => string | undefined;
+
+/** A message was handled and acknowledged. */
+export interface HandledEvent {
+  readonly envelope: Envelope;
+  readonly handler: string;
+  readonly attempt: number;
+  readonly durationMs: number;
+}
+
+/** A handler failed and its message will be tried again. */
+export interface RetryingEvent {
+  readonly envelope: Envelope;
+  readonly handler: string;
+  readonly attempt: number;
+  readonly error: unknown;
+  readonly retryAt: number;
+}
+
+/** A message was dead-lettered. */
+export interface DeadLetteredEvent {
+  readonly record: DeadLetterRecord;
+  /** The error thrown, or a description of the bad input. */
+  readonly error: unknown;
+}
+
+/** Lifecycle hooks of the dispatcher; an error thrown by a hook is logged and ignored. */
+export interface DispatchHooks {
+  onHandled?(event: HandledEvent): void;
+  onRetrying?(event: RetryingEvent): void;
+  onDeadLettered?(event: DeadLetteredEvent): void;
+}
+
+/** Options of {@link Dispatcher}. */
+export interface DispatcherOptions {
+  readonly broker: MessageBroker;
+  readonly registry: HandlerRegistry;
+  /** The endpoint this dispatcher receives for. */
+  readonly endpoint: string;
+  readonly deadLetters: DeadLetterStore;
+  readonly invoke: HandlerInvoker;
+  /**
+   * Publishes what a handler recorded, after it succeeded.
+   * @defaultValue `broker.publishBatch`
+   */
+  readonly publishBatch?: (messages: readonly OutgoingMessage[]) => Promise<void>;
+  /**
+   * Most handler calls running at once.
+   * @defaultValue 16
+   */
+  readonly concurrency?: number;
+  /**
+   * Retry policy where neither the handler nor the definition sets one.
+   * @defaultValue 5 attempts, backoff 200 ms base, 60 s cap, 0.2 jitter
+   */
+  readonly retry?: RetryOptions;
+  /** @defaultValue [] */
+  readonly middleware?: readonly Middleware[];
+  /** @defaultValue {} */
+  readonly hooks?: DispatchHooks;
+  /** @defaultValue the system clock */
+  readonly clock?: Clock;
+  /**
+   * Largest encoded envelope accepted, in bytes; larger ones are dead-lettered as `too-large`.
+   * @defaultValue 1048576 (1 MiB)
+   */
+  readonly maxEnvelopeBytes?: number;
+  /** @defaultValue JSON lines on stderr for warnings and errors */
+  readonly logger?: Logger;
+  /** Random source of backoff jitter. @defaultValue Math.random */
+  readonly random?: () => number;
+  /** Encodes envelopes of recorded messages. @defaultValue JSON */
+  readonly encode?: EnvelopeEncoder;
+  /** Verifies received envelopes. @defaultValue none (no signing) */
+  readonly verify?: EnvelopeVerifier;
+}
+
+interface InFlight {
+  readonly delivery: Delivery;
+  readonly abort: AbortController;
+  released: boolean;
+}
+
+/** Options of {@link Dispatcher.stop}. */
+export interface StopOptions {
+  /**
+   * How long in-flight handlers may run after `stop()` before their deliveries are released.
+   * @defaultValue 10000
+   */
+  readonly gracePeriodMs?: number;
+}
+
+const SETTLE_ATTEMPTS = 8;
+
+/**
+ * Receives deliveries for one endpoint and runs them through decode, verify, route, middleware and
+ * handler, then acks, retries or dead-letters each.
+ *
+ * @remarks
+ * The loop never ends on a failure: bad input is dead-lettered, handler errors are retried or
+ * dead-lettered, failed acks and nacks are logged and retried, and a receiver that throws is
+ * re-opened after a pause.
+ */
+export class Dispatcher {
+  readonly #o: DispatcherOptions;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #concurrency: number;
+  readonly #maxBytes: number;
+  readonly #encode: EnvelopeEncoder;
+  readonly #inFlight = new Set<InFlight>();
+  readonly #listeners = new Set<() => void>();
+  readonly #slotWaiters: (() => void)[] = [];
+  #receiverAbort: AbortController | undefined;
+  #loop: Promise<void> | undefined;
+  #stopping = false;
+
+  constructor(options: DispatcherOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = options.logger ?? consoleLogger;
+    this.#concurrency = options.concurrency ?? 16;
+    this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
+    this.#encode = options.encode ?? encodeEnvelope;
+    if (!Number.isInteger(this.#concurrency) || this.#concurrency < 1) {
+      throw new HarrierError('invalid-option', `concurrency is ${this.#concurrency}: use a whole number of at least 1`);
+    }
+    resolveRetryPolicy(options.retry);
+  }
+
+  /** Handler calls running now. */
+  get activeCount(): number {
+    return this.#inFlight.size;
+  }
+
+  /** Calls `listener` whenever a delivery starts or settles; returns an unsubscribe function. */
+  onChange(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Registers the endpoint's subscriptions and starts receiving. */
+  async start(): Promise<void> {
+    if (this.#loop !== undefined) return;
+    await this.#o.broker.register(this.#o.endpoint, this.#o.registry.subscriptionSpecs());
+    this.#stopping = false;
+    this.#loop = this.#run();
+  }
+
+  /**
+   * Stops taking work, lets in-flight handlers finish within the grace period, then releases the
+   * deliveries still running for redelivery and aborts their signals.
+   */
+  async stop(options: StopOptions = {}): Promise<void> {
+    const grace = options.gracePeriodMs ?? 10_000;
+    this.#stopping = true;
+    this.#receiverAbort?.abort();
+    for (const wake of this.#slotWaiters.splice(0)) wake();
+    if (this.#inFlight.size > 0) {
+      // Grace is wall time even under a test clock: it bounds how long a real process waits.
+      let timer: NodeJS.Timeout | undefined;
+      const timedOut = new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, grace);
+      });
+      await Promise.race([this.#whenNoneInFlight(), timedOut]);
+      clearTimeout(timer);
+    }
+    for (const flight of [...this.#inFlight]) {
+      flight.released = true;
+      flight.abort.abort(new HarrierError('stopping', 'The bus is stopping and the grace period ran out'));
+      await this.#settle(flight.delivery, 'release', () => this.#o.broker.nack(flight.delivery.id, { release: true }));
+      this.#inFlight.delete(flight);
+    }
+    this.#changed();
+    await this.#loop;
+    this.#loop = undefined;
+  }
+
+  /**
+   * Runs a handler for an envelope in this process (used by `execute`), with middleware, and
+   * publishes what it recorded once it succeeds.
+   */
+  async invokeLocal(entry: HandlerEntry, definition: MessageDefinition, envelope: Envelope, signal: AbortSignal): Promise<unknown> {
+    const context = this.#context(envelope, 1, entry, signal);
+    const result = await this.#call(entry, definition, envelope, context, true);
+    await this.#flush(context);
+    return result;
+  }
+
+  #context(envelope: Envelope, attempt: number, entry: HandlerEntry, signal: AbortSignal): HandlerContext {
+    return new HandlerContext(envelope, attempt, this.#o.endpoint, entry.name, signal, {
+      now: () => this.#clock.now(),
+      maxBytes: this.#maxBytes,
+      encode: this.#encode,
+    });
+  }
+
+  async #call(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    context: HandlerContext,
+    inProcess: boolean,
+  ): Promise<unknown> {
+    const method = entry.methods.get(envelope.type) ?? 'handle';
+    const call = (): Promise<unknown> => this.#o.invoke(entry, method, envelope.payload, context);
+    const middleware = this.#o.middleware ?? [];
+    if (middleware.length === 0) return call();
+    return composeMiddleware(
+      middleware,
+      { definition, handler: entry.name, handlerKind: entry.kind, message: context, inProcess },
+      call,
+      (m, error) => {
+        this.#logger.error('Middleware after() threw; ignored', { middleware: m.name ?? 'middleware', error: toErrorInfo(error) });
+      },
+    );
+  }
+
+  async #flush(context: HandlerContext): Promise<void> {
+    if (context.recorded.length === 0) return;
+    const messages = context.recorded.map((p) => p.outgoing);
+    await (this.#o.publishBatch ?? ((m) => this.#o.broker.publishBatch(m)))(messages);
+  }
+
+  async #run(): Promise<void> {
+    let pause = 100;
+    while (!this.#isStopping()) {
+      const abort = new AbortController();
+      this.#receiverAbort = abort;
+      const receiver = this.#o.broker.receiver({ endpoint: this.#o.endpoint, prefetch: this.#concurrency, signal: abort.signal });
+      const iterator = receiver[Symbol.asyncIterator]();
+      let ended = false;
+      try {
+        for (;;) {
+          await this.#acquireSlot();
+          if (this.#isStopping()) break;
+          const next = await iterator.next();
+          if (next.done === true) {
+            ended = true;
+            break;
+          }
+          pause = 100;
+          this.#begin(next.value);
+        }
+      } catch (error) {
+        if (this.#isStopping()) break;
+        this.#logger.error('The broker receiver failed; reopening it', { endpoint: this.#o.endpoint, error: toErrorInfo(error), pauseMs: pause });
+        await new Promise<void>((resolve) => setTimeout(resolve, pause).unref());
+        pause = Math.min(pause * 2, 5_000);
+        continue;
+      } finally {
+        await iterator.return?.().catch(() => undefined);
+      }
+      // A receiver that ends on its own means the broker closed: nothing more will come.
+      if (ended) break;
+    }
+  }
+
+  #isStopping(): boolean {
+    return this.#stopping;
+  }
+
+  #acquireSlot(): Promise<void> {
+    if (this.#inFlight.size < this.#concurrency || this.#stopping) return Promise.resolve();
+    return new Promise((resolve) => this.#slotWaiters.push(resolve));
+  }
+
+  #begin(delivery: Delivery): void {
+    const flight: InFlight = { delivery, abort: new AbortController(), released: false };
+    this.#inFlight.add(flight);
+    this.#changed();
+    void this.#process(flight)
+      .catch((error: unknown) => {
+        this.#logger.error('Unexpected dispatcher failure; delivery left for redelivery', { error: toErrorInfo(error) });
+      })
+      .finally(() => {
+        this.#inFlight.delete(flight);
+        this.#slotWaiters.shift()?.();
+        this.#changed();
+      });
+  }
+
+  async #process(flight: InFlight): Promise<void> {
+    const { delivery } = flight;
+    const { facts } = delivery;
+    const decoded = decodeEnvelope(delivery.body, (type) => this.#o.registry.definition(type), { maxBytes: this.#maxBytes });
+    if (!decoded.ok) {
+      const handler = facts.handler ?? (decoded.envelope ? this.#o.registry.singleHandler(decoded.envelope.type)?.name : undefined);
+      const ordered = decoded.envelope ? (this.#o.registry.definition(decoded.envelope.type)?.ordered ?? false) : false;
+      await this.#deadLetter(flight, handler, decoded.reason, { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason }, ordered);
+      return;
+    }
+    const { envelope, definition } = decoded;
+    const refusal = this.#o.verify?.(delivery.body, envelope);
+    if (refusal !== undefined) {
+      await this.#deadLetter(flight, facts.handler, 'signature-invalid', { name: 'SignatureError', message: refusal, code: 'signature-invalid' }, definition.ordered);
+      return;
+    }
+    const entry = this.#route(envelope, facts);
+    if (entry === undefined) {
+      await this.#deadLetter(
+        flight,
+        facts.handler,
+        'no-handler',
+        {
+          name: 'HandlerNotFoundError',
+          message: `No handler for ${envelope.kind} "${envelope.type}"${facts.handler !== undefined ? ` in subscription "${facts.handler}"` : ''} on endpoint "${this.#o.endpoint}"`,
+          code: 'no-handler',
+        },
+        definition.ordered,
+      );
+      return;
+    }
+    const policy = resolveRetryPolicy(entry.options.retry, definition.retry, this.#o.retry);
+    const started = this.#clock.now();
+    const context = this.#context(envelope, facts.attempt, entry, flight.abort.signal);
+    try {
+      await this.#call(entry, definition, envelope, context, false);
+      if (flight.released) return;
+      await this.#flush(context);
+    } catch (error) {
+      if (flight.released) return;
+      const errorInfo = toErrorInfo(error);
+      if (!isPermanent(policy, error) && facts.attempt < policy.attempts) {
+        const retryAt = this.#clock.now() + backoffDelay(policy, facts.attempt, this.#o.random);
+        this.#logger.warn('Handler failed; will retry', { handler: entry.name, type: envelope.type, messageId: envelope.id, attempt: facts.attempt, retryAt, error: errorInfo.message });
+        await this.#settle(delivery, 'nack', () => this.#o.broker.nack(delivery.id, { retryAt, error: errorInfo }));
+        this.#hook('onRetrying', () => this.#o.hooks?.onRetrying?.({ envelope, handler: entry.name, attempt: facts.attempt, error, retryAt }));
+        return;
+      }
+      await this.#deadLetter(flight, entry.name, entry.kind === 'projection' ? 'projection-failed' : 'handler-failed', errorInfo, definition.ordered, error);
+      return;
+    }
+    await this.#settle(delivery, 'ack', () => this.#o.broker.ack(delivery.id));
+    const durationMs = this.#clock.now() - started;
+    this.#hook('onHandled', () => this.#o.hooks?.onHandled?.({ envelope, handler: entry.name, attempt: facts.attempt, durationMs }));
+  }
+
+  #route(envelope: Envelope, facts: DeliveryFacts): HandlerEntry | undefined {
+    if (envelope.kind === 'event') {
+      if (facts.handler === undefined) return undefined;
+      const entry = this.#o.registry.subscription(facts.handler);
+      return entry?.methods.has(envelope.type) === true ? entry : undefined;
+    }
+    if (envelope.kind === 'command') {
+      const entry = this.#o.registry.singleHandler(envelope.type);
+      return entry?.kind === 'command' ? entry : undefined;
+    }
+    return undefined;
+  }
+
+  async #deadLetter(
+    flight: InFlight,
+    handler: string | undefined,
+    reason: DeadLetterReason,
+    error: ErrorInfo,
+    ordered: boolean,
+    thrown: unknown = error,
+  ): Promise<void> {
+    const { delivery } = flight;
+    const record = buildDeadLetterRecord({ body: delivery.body, facts: delivery.facts, handler, reason, error, ordered, now: this.#clock.now() });
+    this.#logger.warn('Message dead-lettered', { reason, handler, type: record.type, messageId: record.messageId, error: error.message });
+    const stored = await this.#settle(delivery, 'dead-letter store', () => this.#o.deadLetters.add(record));
+    if (!stored) return;
+    await this.#settle(delivery, 'nack', () => this.#o.broker.nack(delivery.id, { deadLetter: reason, error }));
+    this.#hook('onDeadLettered', () => this.#o.hooks?.onDeadLettered?.({ record, error: thrown }));
+  }
+
+  /** Runs a settle step, retrying with backoff; never throws. Returns false when it gave up. */
+  async #settle(delivery: Delivery, what: string, step: () => Promise<unknown>): Promise<boolean> {
+    let pause = 50;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await step();
+        return true;
+      } catch (error) {
+        if (HarrierError.is(error) && error.code === 'stale-delivery') {
+          this.#logger.warn(`${what} refused: the delivery is stale (redelivered elsewhere)`, { deliveryId: delivery.id });
+          return false;
+        }
+        if (attempt >= SETTLE_ATTEMPTS) {
+          this.#logger.error(`${what} failed ${attempt} times; the message will be redelivered`, { deliveryId: delivery.id, error: toErrorInfo(error) });
+          return false;
+        }
+        this.#logger.error(`${what} failed; retrying`, { deliveryId: delivery.id, attempt, error: toErrorInfo(error) });
+        await new Promise<void>((resolve) => setTimeout(resolve, pause).unref());
+        pause = Math.min(pause * 2, 5_000);
+      }
+    }
+  }
+
+  #hook(name: string, call: () => void): void {
+    try {
+      call();
+    } catch (error) {
+      this.#logger.error(`Hook ${name} threw; ignored`, { error: toErrorInfo(error) });
+    }
+  }
+
+  #whenNoneInFlight(): Promise<void> {
+    return new Promise((resolve) => {
+      const check = (): void => {
+        if (this.#inFlight.size === 0) {
+          unsubscribe();
+          resolve();
+        }
+      };
+      const unsubscribe = this.onChange(check);
+      check();
+    });
+  }
+
+  #changed(): void {
+    for (const listener of this.#listeners) listener();
+  }
+}

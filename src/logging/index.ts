@@ -1,0 +1,1 @@
+export { consoleLogger, silentLogger, type LogFields, type Logger } from './logger.js';

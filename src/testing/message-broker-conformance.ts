@@ -1,0 +1,796 @@
+import { randomUUID } from 'node:crypto';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type {
+  Delivery,
+  ErrorInfo,
+  MessageBroker,
+  OutgoingMessage,
+  SubscriptionSpec,
+} from '../broker/message-broker.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type { MessageKind } from '../messages/definition.js';
+import { uuidv7 } from '../messages/uuid-v7.js';
+
+/** A broker made fresh for one conformance test, and how to tidy up after it. */
+export interface MessageBrokerUnderTest {
+  /** The broker to test; the suite closes it after each test. */
+  readonly broker: MessageBroker;
+  /** Runs after the broker is closed, e.g. to delete the test's Redis keys or close a connection. */
+  readonly cleanup?: () => Promise<void>;
+}
+
+/** How long to wait for something that should happen, in ms. */
+const ARRIVES_WITHIN_MS = 5_000;
+/** How long to watch for something that must not happen, in ms. */
+const QUIET_MS = 300;
+/** Delay used for `deliverAt` and `retryAt`, in ms. */
+const DELAY_MS = 400;
+
+/**
+ * A body that is not an envelope and would be damaged by any re-encoding: brokers must pass bodies
+ * through untouched, never parse them.
+ */
+const bodyFor = (label: string): string =>
+  ` {"v":1,"not":"an envelope"\n\t${label} — ünïcödé 🚀 \\u0000 "quotes" 'single' \u0000 trailing  `;
+
+const isStale = (error: unknown): boolean => HarrierError.is(error) && error.code === 'stale-delivery';
+
+/**
+ * One long-lived receiver of an endpoint that tests pull deliveries from, one at a time, with a
+ * timeout; a pull that times out stays pending, so a late delivery is returned by the next pull.
+ */
+class Inbox {
+  readonly #controller = new AbortController();
+  readonly #iterator: AsyncIterator<Delivery>;
+  #pending: Promise<IteratorResult<Delivery>> | undefined;
+
+  constructor(
+    broker: MessageBroker,
+    readonly endpoint: string,
+  ) {
+    this.#iterator = broker.receiver({ endpoint, signal: this.#controller.signal })[Symbol.asyncIterator]();
+  }
+
+  /** The next delivery; fails the test if none arrives within `timeoutMs`. */
+  async next(timeoutMs = ARRIVES_WITHIN_MS): Promise<Delivery> {
+    const result = await this.#pull(timeoutMs);
+    if (result === 'timeout') {
+      throw new Error(`No delivery to endpoint "${this.endpoint}" within ${timeoutMs} ms`);
+    }
+    if (result.done === true) throw new Error(`The receiver of endpoint "${this.endpoint}" ended`);
+    return result.value;
+  }
+
+  /** The next `count` deliveries, in arrival order. */
+  async take(count: number): Promise<Delivery[]> {
+    const deliveries: Delivery[] = [];
+    for (let i = 0; i < count; i++) deliveries.push(await this.next());
+    return deliveries;
+  }
+
+  /** Fails the test if a delivery arrives within `ms`. */
+  async expectNothingWithin(ms = QUIET_MS): Promise<void> {
+    const result = await this.#pull(ms);
+    if (result !== 'timeout' && result.done !== true) {
+      this.#pending = undefined;
+      expect.fail(
+        `Endpoint "${this.endpoint}" got an unexpected delivery of ${String(result.value.facts.type)} (handler ${String(result.value.facts.handler)}, attempt ${result.value.facts.attempt})`,
+      );
+    }
+  }
+
+  /** True once the receiver has ended within `timeoutMs`; false if it is still open then. */
+  async ends(timeoutMs = ARRIVES_WITHIN_MS): Promise<boolean> {
+    const result = await this.#pull(timeoutMs);
+    if (result === 'timeout') return false;
+    if (result.done !== true) {
+      expect.fail(`Endpoint "${this.endpoint}" got a delivery of ${String(result.value.facts.type)} instead of ending`);
+    }
+    return true;
+  }
+
+  /** Aborts the receiver's signal. */
+  abort(): void {
+    this.#controller.abort();
+  }
+
+  /** Aborts the receiver and waits (bounded) for its iterator to finish. */
+  async stop(): Promise<void> {
+    this.abort();
+    if (this.#pending !== undefined) await this.#pull(ARRIVES_WITHIN_MS);
+  }
+
+  async #pull(timeoutMs: number): Promise<IteratorResult<Delivery> | 'timeout'> {
+    this.#pending ??= this.#iterator.next();
+    const pending = this.#pending;
+    const timeout = new AbortController();
+    const timer = setTimeout(() => {
+      timeout.abort();
+    }, timeoutMs);
+    try {
+      const result = await Promise.race([
+        pending,
+        new Promise<'timeout'>((resolve) => {
+          timeout.signal.addEventListener(
+            'abort',
+            () => {
+              resolve('timeout');
+            },
+            { once: true },
+          );
+        }),
+      ]);
+      if (result !== 'timeout') this.#pending = undefined;
+      return result;
+    } finally {
+      clearTimeout(timer);
+      timeout.abort();
+    }
+  }
+}
+
+/** What one test works with: a fresh broker and unique names. */
+class Fixture {
+  readonly #suffix = randomUUID().replaceAll('-', '').slice(0, 12);
+  readonly #inboxes: Inbox[] = [];
+  #closed = false;
+
+  constructor(
+    readonly broker: MessageBroker,
+    readonly cleanup: (() => Promise<void>) | undefined,
+  ) {}
+
+  /** An endpoint name no other test uses. */
+  endpoint(label: string): string {
+    return `conformance-${this.#suffix}-${label}`;
+  }
+
+  /** A message type no other test uses. */
+  type(label: string): string {
+    return `conformance.t${this.#suffix}.${label}`;
+  }
+
+  /** A receiver for `endpoint`, stopped after the test. */
+  inbox(endpoint: string): Inbox {
+    const inbox = new Inbox(this.broker, endpoint);
+    this.#inboxes.push(inbox);
+    return inbox;
+  }
+
+  /** Registers one command subscription for `types` on `endpoint`. */
+  async commands(endpoint: string, ...types: string[]): Promise<void> {
+    await this.broker.register(endpoint, [{ handler: 'commands', kind: 'command', types }]);
+  }
+
+  /** Registers event subscriptions on `endpoint`, one per handler. */
+  async events(endpoint: string, subscriptions: Record<string, string[]>): Promise<void> {
+    const specs: SubscriptionSpec[] = Object.entries(subscriptions).map(([handler, types]) => ({
+      handler,
+      kind: 'event',
+      types,
+    }));
+    await this.broker.register(endpoint, specs);
+  }
+
+  /** A message with a fresh UUIDv7 id and an arbitrary, non-envelope body. */
+  message(kind: MessageKind, type: string, extra: Partial<OutgoingMessage> = {}): OutgoingMessage {
+    const id = extra.id ?? uuidv7();
+    return { id, kind, type, body: bodyFor(`${type}/${id}`), ...extra };
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    await this.broker.close();
+  }
+
+  async dispose(): Promise<void> {
+    try {
+      await Promise.all(this.#inboxes.map((inbox) => inbox.stop()));
+      await this.close();
+    } finally {
+      await this.cleanup?.();
+    }
+  }
+}
+
+/**
+ * Registers the shared vitest suite that every {@link MessageBroker} must pass.
+ *
+ * @remarks
+ * The suite runs in real time (short delays of a few hundred ms) and waits for conditions rather than
+ * sleeping, so it runs unchanged against brokers on real infrastructure such as Redis. Every test
+ * uses its own endpoint names and message types, so many tests can share one server; `factory` is
+ * called once per test and the broker it returns is closed after the test, then `cleanup` runs.
+ *
+ * @param name - names the implementation in the suite title.
+ * @param factory - makes a fresh broker (and optional cleanup) for one test.
+ * @example
+ * ```ts
+ * import { describeMessageBrokerConformance } from 'harrier/testing';
+ *
+ * describeMessageBrokerConformance('MyBroker', async () => {
+ *   const broker = await MyBroker.connect(process.env.BROKER_URL);
+ *   return { broker, cleanup: () => broker.dispose() };
+ * });
+ * ```
+ */
+export function describeMessageBrokerConformance(
+  name: string,
+  factory: () => Promise<MessageBrokerUnderTest>,
+): void {
+  describe(`MessageBroker conformance: ${name}`, () => {
+    let fixture: Fixture | undefined;
+    const f = (): Fixture => {
+      if (fixture === undefined) throw new Error('The conformance fixture is not set up');
+      return fixture;
+    };
+
+    beforeEach(async () => {
+      const made = await factory();
+      fixture = new Fixture(made.broker, made.cleanup);
+    });
+
+    afterEach(async () => {
+      const current = fixture;
+      fixture = undefined;
+      await current?.dispose();
+    });
+
+    describe('.register', () => {
+      describe('when called twice with the same subscriptions', () => {
+        it('delivers each command and event once', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const command = f().type('PlaceOrder');
+          const event = f().type('OrderPlaced');
+          for (let i = 0; i < 2; i++) {
+            await f().commands(endpoint, command);
+            await f().events(endpoint, { onPlaced: [event] });
+          }
+          const inbox = f().inbox(endpoint);
+          await broker.publish(f().message('command', command));
+          await broker.publish(f().message('event', event));
+
+          const deliveries = await inbox.take(2);
+          expect(deliveries.map((d) => d.facts.type).sort()).toEqual([command, event].sort());
+          for (const delivery of deliveries) await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+    });
+
+    describe('.publish', () => {
+      describe('when the message is a command', () => {
+        it('delivers it only to the endpoint that registered its type, body untouched', async () => {
+          const { broker } = f();
+          const orders = f().endpoint('orders');
+          const billing = f().endpoint('billing');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(orders, placeOrder);
+          await f().commands(billing, f().type('ChargeCard'));
+          const ordersInbox = f().inbox(orders);
+          const billingInbox = f().inbox(billing);
+          const message = f().message('command', placeOrder, { partitionKey: 'order-1' });
+
+          await broker.publish(message);
+
+          const delivery = await ordersInbox.next();
+          expect(delivery.body).toBe(message.body);
+          expect(delivery.facts).toEqual({
+            messageId: message.id,
+            kind: 'command',
+            type: placeOrder,
+            endpoint: orders,
+            handler: undefined,
+            attempt: 1,
+            history: [],
+            partitionKey: 'order-1',
+          });
+          await billingInbox.expectNothingWithin();
+        });
+
+        it('is not delivered again once acked', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          await broker.publish(f().message('command', placeOrder));
+
+          const delivery = await inbox.next();
+          await broker.ack(delivery.id);
+
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when the message is an event subscribed on two endpoints', () => {
+        it('delivers one copy to each subscription with its handler name', async () => {
+          const { broker } = f();
+          const shipping = f().endpoint('shipping');
+          const mailer = f().endpoint('mailer');
+          const orderPlaced = f().type('OrderPlaced');
+          await f().events(shipping, { reserveStock: [orderPlaced] });
+          await f().events(mailer, { sendConfirmation: [orderPlaced] });
+          const shippingInbox = f().inbox(shipping);
+          const mailerInbox = f().inbox(mailer);
+          const message = f().message('event', orderPlaced);
+
+          await broker.publish(message);
+
+          const atShipping = await shippingInbox.next();
+          const atMailer = await mailerInbox.next();
+          expect(atShipping.facts).toMatchObject({
+            messageId: message.id,
+            kind: 'event',
+            type: orderPlaced,
+            endpoint: shipping,
+            handler: 'reserveStock',
+            attempt: 1,
+          });
+          expect(atMailer.facts).toMatchObject({
+            messageId: message.id,
+            endpoint: mailer,
+            handler: 'sendConfirmation',
+            attempt: 1,
+          });
+          expect(atShipping.body).toBe(message.body);
+          expect(atMailer.body).toBe(message.body);
+          await broker.ack(atShipping.id);
+          await broker.ack(atMailer.id);
+          await shippingInbox.expectNothingWithin();
+          await mailerInbox.expectNothingWithin(0);
+        });
+      });
+
+      describe('when two handlers of one endpoint subscribe to the event', () => {
+        it('delivers one copy per handler, each with its own delivery id', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reporting');
+          const orderPlaced = f().type('OrderPlaced');
+          await f().events(endpoint, { countOrders: [orderPlaced], sumRevenue: [orderPlaced] });
+          const inbox = f().inbox(endpoint);
+          const message = f().message('event', orderPlaced);
+
+          await broker.publish(message);
+
+          const deliveries = await inbox.take(2);
+          expect(deliveries.map((d) => d.facts.handler).sort()).toEqual(['countOrders', 'sumRevenue']);
+          expect(deliveries.map((d) => d.facts.messageId)).toEqual([message.id, message.id]);
+          expect(new Set(deliveries.map((d) => d.id)).size).toBe(2);
+          for (const delivery of deliveries) await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when no subscription takes the event type', () => {
+        it('delivers it nowhere', async () => {
+          const { broker } = f();
+          const listener = f().endpoint('listener');
+          const worker = f().endpoint('worker');
+          const subscribed = f().type('Subscribed');
+          const unsubscribed = f().type('Unsubscribed');
+          await f().events(listener, { onSubscribed: [subscribed] });
+          await f().commands(worker, unsubscribed);
+          const listenerInbox = f().inbox(listener);
+          const workerInbox = f().inbox(worker);
+
+          await broker.publish(f().message('event', unsubscribed));
+          await broker.publish(f().message('event', subscribed));
+
+          const delivery = await listenerInbox.next();
+          expect(delivery.facts.type).toBe(subscribed);
+          await broker.ack(delivery.id);
+          await listenerInbox.expectNothingWithin();
+          await workerInbox.expectNothingWithin(0);
+        });
+      });
+
+      describe('when the same id is published twice', () => {
+        it('delivers the event once per subscription', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reporting');
+          const orderPlaced = f().type('OrderPlaced');
+          await f().events(endpoint, { countOrders: [orderPlaced], sumRevenue: [orderPlaced] });
+          const inbox = f().inbox(endpoint);
+          const message = f().message('event', orderPlaced);
+
+          await broker.publish(message);
+          await broker.publish(message);
+
+          const deliveries = await inbox.take(2);
+          expect(deliveries.map((d) => d.facts.handler).sort()).toEqual(['countOrders', 'sumRevenue']);
+          for (const delivery of deliveries) await broker.ack(delivery.id);
+          await broker.publish(message);
+          await inbox.expectNothingWithin();
+        });
+
+        it('delivers the command once', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', placeOrder);
+
+          await broker.publish(message);
+          await broker.publish(message);
+
+          const delivery = await inbox.next();
+          expect(delivery.facts.messageId).toBe(message.id);
+          await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when deliverAt is in the future', () => {
+        it('does not deliver before deliverAt and delivers after it', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('scheduler');
+          const remind = f().type('SendReminder');
+          await f().commands(endpoint, remind);
+          const inbox = f().inbox(endpoint);
+          const deliverAt = Date.now() + DELAY_MS;
+
+          await broker.publish(f().message('command', remind, { deliverAt }));
+
+          await inbox.expectNothingWithin(DELAY_MS / 2);
+          const delivery = await inbox.next();
+          expect(Date.now()).toBeGreaterThanOrEqual(deliverAt);
+          expect(delivery.facts).toMatchObject({ type: remind, attempt: 1 });
+        });
+      });
+
+      describe('when ordered messages share a partition key', () => {
+        it('delivers them one at a time in publish order without holding up another key', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('accounts');
+          const post = f().type('PostEntry');
+          await f().commands(endpoint, post);
+          const inbox = f().inbox(endpoint);
+          const a = [1, 2, 3].map((n) =>
+            f().message('command', post, { partitionKey: 'account-a', ordered: true, body: `a${n}` }),
+          );
+          const b1 = f().message('command', post, { partitionKey: 'account-b', ordered: true, body: 'b1' });
+
+          for (const message of [...a, b1]) await broker.publish(message);
+
+          const first = await inbox.take(2);
+          expect(first.map((d) => d.body).sort()).toEqual(['a1', 'b1']);
+          await inbox.expectNothingWithin();
+          const byBody = new Map(first.map((d) => [d.body, d]));
+          await broker.ack(byBody.get('b1')!.id);
+          await inbox.expectNothingWithin();
+
+          const seen = ['a1'];
+          let current = byBody.get('a1')!;
+          for (const expected of ['a2', 'a3']) {
+            await broker.ack(current.id);
+            current = await inbox.next();
+            expect(current.body).toBe(expected);
+            seen.push(current.body);
+            await inbox.expectNothingWithin(50);
+          }
+          await broker.ack(current.id);
+          expect(seen).toEqual(['a1', 'a2', 'a3']);
+          await inbox.expectNothingWithin();
+        });
+      });
+    });
+
+    describe('.publishBatch', () => {
+      describe('when given commands and events', () => {
+        it('delivers every one of them', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          const orderPlaced = f().type('OrderPlaced');
+          await f().commands(endpoint, placeOrder);
+          await f().events(endpoint, { onPlaced: [orderPlaced] });
+          const inbox = f().inbox(endpoint);
+          const messages = [
+            f().message('command', placeOrder),
+            f().message('command', placeOrder),
+            f().message('event', orderPlaced),
+            f().message('event', orderPlaced),
+          ];
+
+          await broker.publishBatch(messages);
+
+          const deliveries = await inbox.take(messages.length);
+          expect(deliveries.map((d) => d.facts.messageId).sort()).toEqual(messages.map((m) => m.id).sort());
+          for (const delivery of deliveries) {
+            expect(delivery.body).toBe(messages.find((m) => m.id === delivery.facts.messageId)?.body);
+            await broker.ack(delivery.id);
+          }
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when it repeats an id already published', () => {
+        it('delivers the message once per subscription', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          const orderPlaced = f().type('OrderPlaced');
+          await f().commands(endpoint, placeOrder);
+          await f().events(endpoint, { first: [orderPlaced], second: [orderPlaced] });
+          const inbox = f().inbox(endpoint);
+          const command = f().message('command', placeOrder);
+          const event = f().message('event', orderPlaced);
+
+          await broker.publish(command);
+          await broker.publish(event);
+          await broker.publishBatch([command, event, event]);
+
+          const deliveries = await inbox.take(3);
+          expect(deliveries.map((d) => `${String(d.facts.messageId)}/${String(d.facts.handler)}`).sort()).toEqual(
+            [`${command.id}/undefined`, `${event.id}/first`, `${event.id}/second`].sort(),
+          );
+          for (const delivery of deliveries) await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+    });
+
+    describe('.ack', () => {
+      describe('when the delivery was already acked', () => {
+        it('refuses the id with StaleDeliveryError', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          await broker.publish(f().message('command', placeOrder));
+          const delivery = await inbox.next();
+          await broker.ack(delivery.id);
+
+          const error: unknown = await broker.ack(delivery.id).then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+
+          expect(isStale(error)).toBe(true);
+        });
+      });
+
+      describe('when the message was released and delivered again', () => {
+        it('refuses the old id with StaleDeliveryError and accepts the new one', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          await broker.publish(f().message('command', placeOrder));
+          const first = await inbox.next();
+          await broker.nack(first.id, { release: true });
+          const second = await inbox.next();
+          expect(second.id).not.toBe(first.id);
+
+          const ackError: unknown = await broker.ack(first.id).then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+          const nackError: unknown = await broker.nack(first.id, { retryAt: Date.now() }).then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+
+          expect(isStale(ackError)).toBe(true);
+          expect(isStale(nackError)).toBe(true);
+          await broker.ack(second.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+    });
+
+    describe('.nack', () => {
+      describe('when given retryAt', () => {
+        it('redelivers no earlier than retryAt with the next attempt number and the error in history', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+          const first = await inbox.next();
+          const error: ErrorInfo = { name: 'PaymentDeclined', message: 'card declined', code: 'declined' };
+          const retryAt = Date.now() + DELAY_MS;
+
+          await broker.nack(first.id, { retryAt, error });
+
+          await inbox.expectNothingWithin(DELAY_MS / 2);
+          const second = await inbox.next();
+          expect(Date.now()).toBeGreaterThanOrEqual(retryAt);
+          expect(second.id).not.toBe(first.id);
+          expect(second.body).toBe(message.body);
+          expect(second.facts.messageId).toBe(message.id);
+          expect(second.facts.attempt).toBe(first.facts.attempt + 1);
+          expect(second.facts.history).toEqual([{ attempt: 1, at: expect.any(Number) as number, error }]);
+        });
+      });
+
+      describe('when given deadLetter', () => {
+        it('never delivers the message again', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          await broker.publish(f().message('command', placeOrder));
+          const delivery = await inbox.next();
+
+          await broker.nack(delivery.id, {
+            deadLetter: 'handler-failed',
+            error: { name: 'Error', message: 'boom' },
+          });
+
+          await inbox.expectNothingWithin(DELAY_MS);
+        });
+      });
+
+      describe('when given release', () => {
+        it('redelivers the message with the same attempt number', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+          const first = await inbox.next();
+          await broker.nack(first.id, { retryAt: Date.now(), error: { name: 'Error', message: 'boom' } });
+          const second = await inbox.next();
+          expect(second.facts.attempt).toBe(2);
+
+          await broker.nack(second.id, { release: true });
+
+          const third = await inbox.next();
+          expect(third.facts.messageId).toBe(message.id);
+          expect(third.body).toBe(message.body);
+          expect(third.facts.attempt).toBe(2);
+          expect(third.facts.history).toHaveLength(1);
+        });
+      });
+
+      describe('when an ordered message is retried', () => {
+        it('keeps the next message of its key waiting but not the messages of other keys', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('accounts');
+          const post = f().type('PostEntry');
+          await f().commands(endpoint, post);
+          const inbox = f().inbox(endpoint);
+          const ordered = (key: string, body: string): OutgoingMessage =>
+            f().message('command', post, { partitionKey: key, ordered: true, body });
+
+          for (const message of [ordered('k', 'k1'), ordered('k', 'k2'), ordered('l', 'l1')]) {
+            await broker.publish(message);
+          }
+          const first = await inbox.take(2);
+          expect(first.map((d) => d.body).sort()).toEqual(['k1', 'l1']);
+          const k1 = first.find((d) => d.body === 'k1')!;
+          const l1 = first.find((d) => d.body === 'l1')!;
+          const retryAt = Date.now() + DELAY_MS + 100;
+          await broker.nack(k1.id, { retryAt, error: { name: 'Error', message: 'try later' } });
+          await broker.ack(l1.id);
+          await broker.publish(ordered('l', 'l2'));
+
+          const l2 = await inbox.next();
+          expect(l2.body).toBe('l2');
+          expect(Date.now()).toBeLessThan(retryAt);
+          await broker.ack(l2.id);
+
+          const retried = await inbox.next();
+          expect(retried.body).toBe('k1');
+          expect(retried.facts.attempt).toBe(2);
+          expect(Date.now()).toBeGreaterThanOrEqual(retryAt);
+          await inbox.expectNothingWithin();
+          await broker.ack(retried.id);
+          const k2 = await inbox.next();
+          expect(k2.body).toBe('k2');
+          expect(k2.facts.attempt).toBe(1);
+        });
+      });
+    });
+
+    describe('.redeliver', () => {
+      describe('when replaying an event into one subscription', () => {
+        it('delivers it to that subscription only, with attempt 1, despite the publish dedupe', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reporting');
+          const orderPlaced = f().type('OrderPlaced');
+          await f().events(endpoint, { countOrders: [orderPlaced], sumRevenue: [orderPlaced] });
+          const inbox = f().inbox(endpoint);
+          const message = f().message('event', orderPlaced);
+          await broker.publish(message);
+          const deliveries = await inbox.take(2);
+          const failing = deliveries.find((d) => d.facts.handler === 'countOrders')!;
+          const passing = deliveries.find((d) => d.facts.handler === 'sumRevenue')!;
+          await broker.ack(passing.id);
+          await broker.nack(failing.id, { retryAt: Date.now(), error: { name: 'Error', message: 'boom' } });
+          const retried = await inbox.next();
+          expect(retried.facts.attempt).toBe(2);
+          await broker.nack(retried.id, { deadLetter: 'handler-failed' });
+
+          await broker.redeliver({ endpoint, handler: 'countOrders', message });
+
+          const replayed = await inbox.next();
+          expect(replayed.facts).toMatchObject({
+            messageId: message.id,
+            handler: 'countOrders',
+            attempt: 1,
+            history: [],
+          });
+          expect(replayed.body).toBe(message.body);
+          await broker.ack(replayed.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when replaying a command', () => {
+        it('delivers it again with attempt 1', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+          const first = await inbox.next();
+          await broker.nack(first.id, { retryAt: Date.now(), error: { name: 'Error', message: 'boom' } });
+          const second = await inbox.next();
+          await broker.nack(second.id, { deadLetter: 'handler-failed' });
+
+          await broker.redeliver({ endpoint, handler: 'commands', message });
+
+          const replayed = await inbox.next();
+          expect(replayed.facts).toMatchObject({ messageId: message.id, attempt: 1, history: [] });
+          expect(replayed.body).toBe(message.body);
+        });
+      });
+    });
+
+    describe('.receiver', () => {
+      describe('when its signal aborts', () => {
+        it('ends, and takes no more messages', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const aborted = f().inbox(endpoint);
+          expect(await aborted.ends(50)).toBe(false);
+
+          aborted.abort();
+
+          expect(await aborted.ends()).toBe(true);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+          const delivery = await f().inbox(endpoint).next();
+          expect(delivery.facts).toMatchObject({ messageId: message.id, attempt: 1 });
+        });
+      });
+    });
+
+    describe('.close', () => {
+      describe('when receivers are waiting', () => {
+        it('ends them', async () => {
+          const orders = f().endpoint('orders');
+          const mailer = f().endpoint('mailer');
+          await f().commands(orders, f().type('PlaceOrder'));
+          await f().events(mailer, { sendConfirmation: [f().type('OrderPlaced')] });
+          const first = f().inbox(orders);
+          const second = f().inbox(mailer);
+          expect(await first.ends(50)).toBe(false);
+          expect(await second.ends(0)).toBe(false);
+
+          await f().close();
+
+          expect(await first.ends()).toBe(true);
+          expect(await second.ends()).toBe(true);
+        });
+      });
+    });
+  });
+}

@@ -1,0 +1,4 @@
+import { InMemoryBroker } from '../../src/broker/in-memory-broker.js';
+import { describeMessageBrokerConformance } from '../../src/testing/message-broker-conformance.js';
+
+describeMessageBrokerConformance('InMemoryBroker', async () => ({ broker: new InMemoryBroker() }));
