@@ -67,7 +67,15 @@ export type {
   RedeliveryTarget,
   SubscriptionSpec,
 } from './broker/index.js';
-export { CommandHandler, EventHandler, HandlerRegistry, On, Projection, QueryHandler, getHandlerMetadata } from './handlers/index.js';
+export {
+  CommandHandler,
+  EventHandler,
+  HandlerRegistry,
+  On,
+  Projection,
+  QueryHandler,
+  getHandlerMetadata,
+} from './handlers/index.js';
 export type {
   HandlerClass,
   HandlerEntry,

@@ -68,9 +68,13 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
   const port = await freePort();
   dir = mkdtempSync(join(tmpdir(), 'harrier-redis-'));
-  server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], {
-    stdio: 'ignore',
-  });
+  server = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
+    {
+      stdio: 'ignore',
+    },
+  );
   await waitForPong(port, Date.now() + 10_000);
   const url = `redis://127.0.0.1:${port}`;
   process.env.REDIS_URL = url;

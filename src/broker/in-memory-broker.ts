@@ -41,6 +41,8 @@ export interface InMemoryBrokerStats {
   readonly waiting: number;
   /** Delivered and not yet settled. */
   readonly inFlight: number;
+  /** Held in command queues no endpoint has registered for yet (not counted as ready or waiting). */
+  readonly unconsumed: number;
 }
 
 interface StoredMessage {
@@ -61,6 +63,11 @@ class MemoryQueue {
   /** Keys whose head is deliverable now. */
   readonly readyKeys = new Set<string>();
   pickKeyedFirst = false;
+  /** Messages held (ready, waiting or in flight). */
+  stored = 0;
+  inFlight = 0;
+  /** Whether some endpoint registered to consume this queue. */
+  consumed = false;
 
   constructor(readonly name: string) {}
 
@@ -100,7 +107,6 @@ export class InMemoryBroker implements MessageBroker {
   readonly #listeners = new Set<() => void>();
   readonly #timers = new Set<() => void>();
   #rr = 0;
-  #stored = 0;
   #closed = false;
 
   constructor(options: InMemoryBrokerOptions = {}) {
@@ -122,10 +128,12 @@ export class InMemoryBroker implements MessageBroker {
       if (sub.kind === 'command') {
         for (const type of sub.types) {
           const queue = this.#queue(`command:${type}`);
+          queue.consumed = true;
           if (!queues.includes(queue)) queues.push(queue);
         }
       } else {
         const queue = this.#queue(`event:${endpoint}:${sub.handler}`);
+        queue.consumed = true;
         if (!queues.includes(queue)) queues.push(queue);
         for (const type of sub.types) {
           const routes = this.#eventRoutes.get(type) ?? new Set<MemoryQueue>();
@@ -219,8 +227,18 @@ export class InMemoryBroker implements MessageBroker {
   /** What the broker holds now; used by `whenIdle` in tests. */
   stats(): InMemoryBrokerStats {
     let ready = 0;
-    for (const queue of this.#queues.values()) ready += queue.readyCount();
-    return { ready, waiting: this.#stored - ready - this.#inFlight.size, inFlight: this.#inFlight.size };
+    let waiting = 0;
+    let unconsumed = 0;
+    for (const queue of this.#queues.values()) {
+      if (!queue.consumed) {
+        unconsumed += queue.stored;
+        continue;
+      }
+      const queueReady = queue.readyCount();
+      ready += queueReady;
+      waiting += queue.stored - queueReady - queue.inFlight;
+    }
+    return { ready, waiting, inFlight: this.#inFlight.size, unconsumed };
   }
 
   /** Calls `listener` after every change of what the broker holds; returns an unsubscribe function. */
@@ -230,7 +248,11 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   #assertOpen(): void {
-    if (this.#closed) throw new HarrierError('broker-closed', 'The in-memory broker is closed: create a new one (or a new bus) to publish again');
+    if (this.#closed)
+      throw new HarrierError(
+        'broker-closed',
+        'The in-memory broker is closed: create a new one (or a new bus) to publish again',
+      );
   }
 
   #queue(name: string): MemoryQueue {
@@ -244,7 +266,9 @@ export class InMemoryBroker implements MessageBroker {
 
   #route(message: OutgoingMessage): void {
     const targets =
-      message.kind === 'event' ? [...(this.#eventRoutes.get(message.type) ?? [])] : [this.#queue(`command:${message.type}`)];
+      message.kind === 'event'
+        ? [...(this.#eventRoutes.get(message.type) ?? [])]
+        : [this.#queue(`command:${message.type}`)];
     const now = this.#clock.now();
     for (const queue of targets) {
       const dedupeKey = `${message.id}|${queue.name}`;
@@ -273,7 +297,7 @@ export class InMemoryBroker implements MessageBroker {
       dueAt: message.deliverAt ?? 0,
       deliveryId: undefined,
     };
-    this.#stored++;
+    queue.stored++;
     if (message.ordered === true) {
       const key = keyOf(message);
       const list = queue.keyed.get(key) ?? [];
@@ -315,7 +339,7 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   #remove(stored: StoredMessage): void {
-    this.#stored--;
+    stored.queue.stored--;
     if (stored.message.ordered !== true) return;
     const key = keyOf(stored.message);
     const list = stored.queue.keyed.get(key);
@@ -333,6 +357,7 @@ export class InMemoryBroker implements MessageBroker {
     const stored = this.#inFlight.get(deliveryId);
     if (stored === undefined) throw new StaleDeliveryError(deliveryId);
     this.#inFlight.delete(deliveryId);
+    stored.queue.inFlight--;
     return stored;
   }
 
@@ -381,8 +406,11 @@ export class InMemoryBroker implements MessageBroker {
     const id = randomUUID();
     stored.deliveryId = id;
     this.#inFlight.set(id, stored);
+    stored.queue.inFlight++;
     const { message } = stored;
-    const handler = stored.queue.name.startsWith('event:') ? stored.queue.name.slice(`event:${endpoint}:`.length) : undefined;
+    const handler = stored.queue.name.startsWith('event:')
+      ? stored.queue.name.slice(`event:${endpoint}:`.length)
+      : undefined;
     return {
       id,
       body: message.body,

@@ -27,7 +27,10 @@ export interface MessageScopeOptions {
  * bound in the root container cannot see the per-message context: list such services in `scoped`.
  * Handler classes not bound in the root container are bound in the child, one instance per message.
  */
-export function createContainerInvoker(container: Container, options: MessageScopeOptions = {}): HandlerInvoker {
+export function createContainerInvoker(
+  container: Container,
+  options: MessageScopeOptions = {},
+): HandlerInvoker {
   return async (entry, method, payload, context) => {
     const child = new Container({ parent: container });
     child.bind(HarrierTokens.MessageContext).toConstantValue(context);

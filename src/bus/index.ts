@@ -1,3 +1,9 @@
 export { createContainerInvoker, type MessageScopeOptions } from './container-invoker.js';
-export { createBus, dispatcherOf, type BusOptions, type MessageBus, type ScheduleOptions } from './message-bus.js';
+export {
+  createBus,
+  dispatcherOf,
+  type BusOptions,
+  type MessageBus,
+  type ScheduleOptions,
+} from './message-bus.js';
 export { HarrierTokens } from './tokens.js';

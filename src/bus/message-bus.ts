@@ -5,7 +5,12 @@ import { systemClock, type Clock } from '../clock/clock.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { InMemoryDeadLetterStore } from '../dead-letters/in-memory-dead-letter-store.js';
 import { replayDeadLetters, type ReplayResult } from '../dead-letters/replay-dead-letters.js';
-import { Dispatcher, type DispatchHooks, type EnvelopeVerifier, type StopOptions } from '../dispatch/dispatcher.js';
+import {
+  Dispatcher,
+  type DispatchHooks,
+  type EnvelopeVerifier,
+  type StopOptions,
+} from '../dispatch/dispatcher.js';
 import type { Middleware } from '../dispatch/middleware.js';
 import { prepareMessage, type EnvelopeEncoder } from '../dispatch/outgoing.js';
 import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
@@ -114,23 +119,42 @@ export interface MessageBus {
   readonly deadLetters: DeadLetterStore;
   readonly container: Container;
   /** Sends a command to its one handler, wherever it runs; resolves to the message id. */
-  send<D extends CommandDefinition>(definition: D, payload: InputOf<D>, options?: SendOptions): Promise<string>;
+  send<D extends CommandDefinition>(
+    definition: D,
+    payload: InputOf<D>,
+    options?: SendOptions,
+  ): Promise<string>;
   /** Publishes an event to every subscription; resolves to the message id. */
-  publish<D extends EventDefinition>(definition: D, payload: InputOf<D>, options?: SendOptions): Promise<string>;
+  publish<D extends EventDefinition>(
+    definition: D,
+    payload: InputOf<D>,
+    options?: SendOptions,
+  ): Promise<string>;
   /** Sends a command or publishes an event for later delivery. */
-  schedule<D extends CommandDefinition | EventDefinition>(definition: D, payload: InputOf<D>, options: ScheduleOptions): Promise<string>;
+  schedule<D extends CommandDefinition | EventDefinition>(
+    definition: D,
+    payload: InputOf<D>,
+    options: ScheduleOptions,
+  ): Promise<string>;
   /**
    * Runs the handler of a command or query in this process and returns its result; what the
    * handler records is published once it succeeds. No retries: errors reach the caller.
    * @throws HandlerNotFoundError when no handler of this bus handles it.
    */
-  execute<D extends CommandDefinition | QueryDefinition>(definition: D, payload: InputOf<D>, options?: SendOptions): Promise<ResultOf<D>>;
+  execute<D extends CommandDefinition | QueryDefinition>(
+    definition: D,
+    payload: InputOf<D>,
+    options?: SendOptions,
+  ): Promise<ResultOf<D>>;
   /** Registers subscriptions and starts handling messages. */
   start(): Promise<void>;
   /** Graceful stop: stops taking work, drains within the grace period, closes the broker and store. */
   stop(options?: StopOptions & { readonly closeBroker?: boolean }): Promise<void>;
   /** Replays dead letters into their subscriptions (same message id, fresh attempts). */
-  replayDeadLetters(ids: readonly string[], options?: { readonly by?: string; readonly dryRun?: boolean }): Promise<ReplayResult[]>;
+  replayDeadLetters(
+    ids: readonly string[],
+    options?: { readonly by?: string; readonly dryRun?: boolean },
+  ): Promise<ReplayResult[]>;
 }
 
 class HarrierBus implements MessageBus {
@@ -156,14 +180,16 @@ class HarrierBus implements MessageBus {
       );
     }
     this.#registry = HandlerRegistry.build(options.handlers ?? [], options.definitions ?? []);
-    this.broker = options.broker ?? new InMemoryBroker(options.clock !== undefined ? { clock: options.clock } : {});
+    this.broker =
+      options.broker ?? new InMemoryBroker(options.clock !== undefined ? { clock: options.clock } : {});
     this.deadLetters = options.deadLetters ?? new InMemoryDeadLetterStore();
     this.container = options.container ?? new Container();
     this.#clock = options.clock ?? systemClock;
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
     this.#encode = options.encode ?? encodeEnvelope;
     this.#gracePeriodMs = options.gracePeriodMs ?? 10_000;
-    if (!this.container.isBound(HarrierTokens.MessageBus)) this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
+    if (!this.container.isBound(HarrierTokens.MessageBus))
+      this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
     this.dispatcher = new Dispatcher({
       broker: this.broker,
       registry: this.#registry,
@@ -182,22 +208,42 @@ class HarrierBus implements MessageBus {
     });
   }
 
-  send<D extends CommandDefinition>(definition: D, payload: InputOf<D>, options: SendOptions = {}): Promise<string> {
+  send<D extends CommandDefinition>(
+    definition: D,
+    payload: InputOf<D>,
+    options: SendOptions = {},
+  ): Promise<string> {
     return this.#dispatch('command', 'send', definition, payload, options);
   }
 
-  publish<D extends EventDefinition>(definition: D, payload: InputOf<D>, options: SendOptions = {}): Promise<string> {
+  publish<D extends EventDefinition>(
+    definition: D,
+    payload: InputOf<D>,
+    options: SendOptions = {},
+  ): Promise<string> {
     return this.#dispatch('event', 'publish', definition, payload, options);
   }
 
-  schedule<D extends CommandDefinition | EventDefinition>(definition: D, payload: InputOf<D>, options: ScheduleOptions): Promise<string> {
+  schedule<D extends CommandDefinition | EventDefinition>(
+    definition: D,
+    payload: InputOf<D>,
+    options: ScheduleOptions,
+  ): Promise<string> {
     const delayMs = 'at' in options ? options.at.getTime() - this.#clock.now() : options.delayMs;
     if (!Number.isFinite(delayMs)) {
-      return Promise.reject(new HarrierError('invalid-option', 'schedule needs { at: Date } or { delayMs: number } with a valid time'));
+      return Promise.reject(
+        new HarrierError(
+          'invalid-option',
+          'schedule needs { at: Date } or { delayMs: number } with a valid time',
+        ),
+      );
     }
     const { ...rest } = options as SendOptions & { at?: Date; delayMs?: number };
     delete rest.at;
-    return this.#dispatch(definition.kind, 'schedule', definition, payload, { ...rest, delayMs: Math.max(0, delayMs) });
+    return this.#dispatch(definition.kind, 'schedule', definition, payload, {
+      ...rest,
+      delayMs: Math.max(0, delayMs),
+    });
   }
 
   async execute<D extends CommandDefinition | QueryDefinition>(
@@ -212,12 +258,22 @@ class HarrierBus implements MessageBus {
         `decorate a class with @${definition.kind === 'query' ? 'QueryHandler' : 'CommandHandler'}(${definition.type.split('.').pop() ?? definition.type}) and list it in handlers of this bus (execute runs in-process)`,
       );
     }
-    const { envelope } = prepareMessage(definition, payload, options, { now: this.#clock.now(), maxBytes: this.#maxBytes, encode: this.#encode });
-    return (await this.dispatcher.invokeLocal(entry, definition, envelope, this.#stopController.signal)) as ResultOf<D>;
+    const { envelope } = prepareMessage(definition, payload, options, {
+      now: this.#clock.now(),
+      maxBytes: this.#maxBytes,
+      encode: this.#encode,
+    });
+    return (await this.dispatcher.invokeLocal(
+      entry,
+      definition,
+      envelope,
+      this.#stopController.signal,
+    )) as ResultOf<D>;
   }
 
   async start(): Promise<void> {
-    if (this.#state === 'stopped') throw new HarrierError('bus-stopped', 'This bus was stopped: create a new bus to start again');
+    if (this.#state === 'stopped')
+      throw new HarrierError('bus-stopped', 'This bus was stopped: create a new bus to start again');
     if (this.#state === 'started') return;
     this.#state = 'started';
     await this.dispatcher.start();
@@ -227,7 +283,8 @@ class HarrierBus implements MessageBus {
     if (this.#state === 'stopped') return;
     const wasStarted = this.#state === 'started';
     this.#state = 'stopped';
-    if (wasStarted) await this.dispatcher.stop({ gracePeriodMs: options.gracePeriodMs ?? this.#gracePeriodMs });
+    if (wasStarted)
+      await this.dispatcher.stop({ gracePeriodMs: options.gracePeriodMs ?? this.#gracePeriodMs });
     this.#stopController.abort();
     if (options.closeBroker ?? true) {
       await this.broker.close();
@@ -235,7 +292,10 @@ class HarrierBus implements MessageBus {
     }
   }
 
-  replayDeadLetters(ids: readonly string[], options: { readonly by?: string; readonly dryRun?: boolean } = {}): Promise<ReplayResult[]> {
+  replayDeadLetters(
+    ids: readonly string[],
+    options: { readonly by?: string; readonly dryRun?: boolean } = {},
+  ): Promise<ReplayResult[]> {
     return replayDeadLetters({
       store: this.deadLetters,
       broker: this.broker,
@@ -246,21 +306,34 @@ class HarrierBus implements MessageBus {
     });
   }
 
-  async #dispatch(expected: MessageDefinition['kind'], verb: string, definition: MessageDefinition, payload: unknown, options: SendOptions): Promise<string> {
+  async #dispatch(
+    expected: MessageDefinition['kind'],
+    verb: string,
+    definition: MessageDefinition,
+    payload: unknown,
+    options: SendOptions,
+  ): Promise<string> {
     if (definition.kind !== expected || (verb === 'schedule' && definition.kind === 'query')) {
       throw new HarrierError(
         'wrong-kind',
         `${verb} takes ${verb === 'schedule' ? 'a command or an event' : `a ${expected}`}, but "${definition.type}" is a ${definition.kind}: use ${definition.kind === 'event' ? 'publish' : definition.kind === 'query' ? 'execute' : 'send'}`,
       );
     }
-    if (this.#state === 'stopped') throw new HarrierError('bus-stopped', `Cannot ${verb} "${definition.type}": the bus is stopped`);
-    const { outgoing } = prepareMessage(definition, payload, options, { now: this.#clock.now(), maxBytes: this.#maxBytes, encode: this.#encode });
+    if (this.#state === 'stopped')
+      throw new HarrierError('bus-stopped', `Cannot ${verb} "${definition.type}": the bus is stopped`);
+    const { outgoing } = prepareMessage(definition, payload, options, {
+      now: this.#clock.now(),
+      maxBytes: this.#maxBytes,
+      encode: this.#encode,
+    });
     await this.#publish([outgoing]);
     return outgoing.id;
   }
 
   #publish(messages: readonly OutgoingMessage[]): Promise<void> {
-    return messages.length === 1 && messages[0] !== undefined ? this.broker.publish(messages[0]) : this.broker.publishBatch(messages);
+    return messages.length === 1 && messages[0] !== undefined
+      ? this.broker.publish(messages[0])
+      : this.broker.publishBatch(messages);
   }
 }
 

@@ -31,7 +31,12 @@ export class ManualClock implements Clock {
   }
 
   setTimer(delayMs: number, callback: () => void): () => void {
-    const timer: Timer = { at: this.#now + Math.max(0, delayMs), seq: this.#seq++, callback, cancelled: false };
+    const timer: Timer = {
+      at: this.#now + Math.max(0, delayMs),
+      seq: this.#seq++,
+      callback,
+      cancelled: false,
+    };
     this.#timers.push(timer);
     this.#timers.sort((a, b) => a.at - b.at || a.seq - b.seq);
     return () => {

@@ -1,12 +1,25 @@
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { MAX_ATTEMPT_HISTORY, type AttemptRecord, type DeliveryFacts, type ErrorInfo } from '../broker/message-broker.js';
+import {
+  MAX_ATTEMPT_HISTORY,
+  type AttemptRecord,
+  type DeliveryFacts,
+  type ErrorInfo,
+} from '../broker/message-broker.js';
 import type { DeadLetterReason, DeadLetterRecord } from './dead-letter-store.js';
 
 /** The id of the dead letter of one message in one subscription. */
-export function deadLetterId(endpoint: string, handler: string | undefined, messageId: string | undefined, body: string): string {
+export function deadLetterId(
+  endpoint: string,
+  handler: string | undefined,
+  messageId: string | undefined,
+  body: string,
+): string {
   const identity = messageId ?? `body:${createHash('sha256').update(body).digest('hex')}`;
-  return createHash('sha256').update(`${endpoint}\u0000${handler ?? ''}\u0000${identity}`).digest('hex').slice(0, 32);
+  return createHash('sha256')
+    .update(`${endpoint}\u0000${handler ?? ''}\u0000${identity}`)
+    .digest('hex')
+    .slice(0, 32);
 }
 
 const FRAME = /^\s*at (?:.*? \()?(.*?):\d+:\d+\)?$/;
@@ -25,7 +38,8 @@ export function fingerprintOf(error: ErrorInfo): string {
     if (match === null) continue;
     const location = match[1] ?? '';
     const path = location.startsWith('file://') ? fileURLToPath(location) : location;
-    if (path.startsWith('node:') || path.includes('/node_modules/') || path.startsWith(HARRIER_ROOT)) continue;
+    if (path.startsWith('node:') || path.includes('/node_modules/') || path.startsWith(HARRIER_ROOT))
+      continue;
     frame = line.trim().replace(/:\d+:\d+\)?$/, '');
     break;
   }

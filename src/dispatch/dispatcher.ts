@@ -1,7 +1,18 @@
-import { toErrorInfo, type Delivery, type DeliveryFacts, type ErrorInfo, type MessageBroker, type OutgoingMessage } from '../broker/message-broker.js';
+import {
+  toErrorInfo,
+  type Delivery,
+  type DeliveryFacts,
+  type ErrorInfo,
+  type MessageBroker,
+  type OutgoingMessage,
+} from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
-import type { DeadLetterReason, DeadLetterRecord, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import type {
+  DeadLetterReason,
+  DeadLetterRecord,
+  DeadLetterStore,
+} from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
@@ -14,7 +25,12 @@ import type { EnvelopeEncoder } from './outgoing.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy } from './retry-policy.js';
 
 /** Calls a handler method on an instance made for this message (the bus resolves it from DI). */
-export type HandlerInvoker = (entry: HandlerEntry, method: string, payload: unknown, context: HandlerContext) => Promise<unknown>;
+export type HandlerInvoker = (
+  entry: HandlerEntry,
+  method: string,
+  payload: unknown,
+  context: HandlerContext,
+) => Promise<unknown>;
 
 /** Checks a received envelope's signature; returns a refusal reason, or undefined when it verifies. */
 export type EnvelopeVerifier = (body: string, envelope: Envelope) => string | undefined;
@@ -142,7 +158,10 @@ export class Dispatcher {
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
     this.#encode = options.encode ?? encodeEnvelope;
     if (!Number.isInteger(this.#concurrency) || this.#concurrency < 1) {
-      throw new HarrierError('invalid-option', `concurrency is ${this.#concurrency}: use a whole number of at least 1`);
+      throw new HarrierError(
+        'invalid-option',
+        `concurrency is ${this.#concurrency}: use a whole number of at least 1`,
+      );
     }
     resolveRetryPolicy(options.retry);
   }
@@ -187,7 +206,9 @@ export class Dispatcher {
     for (const flight of [...this.#inFlight]) {
       flight.released = true;
       flight.abort.abort(new HarrierError('stopping', 'The bus is stopping and the grace period ran out'));
-      await this.#settle(flight.delivery, 'release', () => this.#o.broker.nack(flight.delivery.id, { release: true }));
+      await this.#settle(flight.delivery, 'release', () =>
+        this.#o.broker.nack(flight.delivery.id, { release: true }),
+      );
       this.#inFlight.delete(flight);
     }
     this.#changed();
@@ -199,7 +220,12 @@ export class Dispatcher {
    * Runs a handler for an envelope in this process (used by `execute`), with middleware, and
    * publishes what it recorded once it succeeds.
    */
-  async invokeLocal(entry: HandlerEntry, definition: MessageDefinition, envelope: Envelope, signal: AbortSignal): Promise<unknown> {
+  async invokeLocal(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    signal: AbortSignal,
+  ): Promise<unknown> {
     const context = this.#context(envelope, 1, entry, signal);
     const result = await this.#call(entry, definition, envelope, context, true);
     await this.#flush(context);
@@ -230,7 +256,10 @@ export class Dispatcher {
       { definition, handler: entry.name, handlerKind: entry.kind, message: context, inProcess },
       call,
       (m, error) => {
-        this.#logger.error('Middleware after() threw; ignored', { middleware: m.name ?? 'middleware', error: toErrorInfo(error) });
+        this.#logger.error('Middleware after() threw; ignored', {
+          middleware: m.name ?? 'middleware',
+          error: toErrorInfo(error),
+        });
       },
     );
   }
@@ -246,7 +275,11 @@ export class Dispatcher {
     while (!this.#isStopping()) {
       const abort = new AbortController();
       this.#receiverAbort = abort;
-      const receiver = this.#o.broker.receiver({ endpoint: this.#o.endpoint, prefetch: this.#concurrency, signal: abort.signal });
+      const receiver = this.#o.broker.receiver({
+        endpoint: this.#o.endpoint,
+        prefetch: this.#concurrency,
+        signal: abort.signal,
+      });
       const iterator = receiver[Symbol.asyncIterator]();
       let ended = false;
       try {
@@ -263,7 +296,11 @@ export class Dispatcher {
         }
       } catch (error) {
         if (this.#isStopping()) break;
-        this.#logger.error('The broker receiver failed; reopening it', { endpoint: this.#o.endpoint, error: toErrorInfo(error), pauseMs: pause });
+        this.#logger.error('The broker receiver failed; reopening it', {
+          endpoint: this.#o.endpoint,
+          error: toErrorInfo(error),
+          pauseMs: pause,
+        });
         await new Promise<void>((resolve) => setTimeout(resolve, pause).unref());
         pause = Math.min(pause * 2, 5_000);
         continue;
@@ -290,7 +327,9 @@ export class Dispatcher {
     this.#changed();
     void this.#process(flight)
       .catch((error: unknown) => {
-        this.#logger.error('Unexpected dispatcher failure; delivery left for redelivery', { error: toErrorInfo(error) });
+        this.#logger.error('Unexpected dispatcher failure; delivery left for redelivery', {
+          error: toErrorInfo(error),
+        });
       })
       .finally(() => {
         this.#inFlight.delete(flight);
@@ -302,17 +341,35 @@ export class Dispatcher {
   async #process(flight: InFlight): Promise<void> {
     const { delivery } = flight;
     const { facts } = delivery;
-    const decoded = decodeEnvelope(delivery.body, (type) => this.#o.registry.definition(type), { maxBytes: this.#maxBytes });
+    const decoded = decodeEnvelope(delivery.body, (type) => this.#o.registry.definition(type), {
+      maxBytes: this.#maxBytes,
+    });
     if (!decoded.ok) {
-      const handler = facts.handler ?? (decoded.envelope ? this.#o.registry.singleHandler(decoded.envelope.type)?.name : undefined);
-      const ordered = decoded.envelope ? (this.#o.registry.definition(decoded.envelope.type)?.ordered ?? false) : false;
-      await this.#deadLetter(flight, handler, decoded.reason, { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason }, ordered);
+      const handler =
+        facts.handler ??
+        (decoded.envelope ? this.#o.registry.singleHandler(decoded.envelope.type)?.name : undefined);
+      const ordered = decoded.envelope
+        ? (this.#o.registry.definition(decoded.envelope.type)?.ordered ?? false)
+        : false;
+      await this.#deadLetter(
+        flight,
+        handler,
+        decoded.reason,
+        { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason },
+        ordered,
+      );
       return;
     }
     const { envelope, definition } = decoded;
     const refusal = this.#o.verify?.(delivery.body, envelope);
     if (refusal !== undefined) {
-      await this.#deadLetter(flight, facts.handler, 'signature-invalid', { name: 'SignatureError', message: refusal, code: 'signature-invalid' }, definition.ordered);
+      await this.#deadLetter(
+        flight,
+        facts.handler,
+        'signature-invalid',
+        { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
+        definition.ordered,
+      );
       return;
     }
     const entry = this.#route(envelope, facts);
@@ -342,17 +399,43 @@ export class Dispatcher {
       const errorInfo = toErrorInfo(error);
       if (!isPermanent(policy, error) && facts.attempt < policy.attempts) {
         const retryAt = this.#clock.now() + backoffDelay(policy, facts.attempt, this.#o.random);
-        this.#logger.warn('Handler failed; will retry', { handler: entry.name, type: envelope.type, messageId: envelope.id, attempt: facts.attempt, retryAt, error: errorInfo.message });
-        await this.#settle(delivery, 'nack', () => this.#o.broker.nack(delivery.id, { retryAt, error: errorInfo }));
-        this.#hook('onRetrying', () => this.#o.hooks?.onRetrying?.({ envelope, handler: entry.name, attempt: facts.attempt, error, retryAt }));
+        this.#logger.warn('Handler failed; will retry', {
+          handler: entry.name,
+          type: envelope.type,
+          messageId: envelope.id,
+          attempt: facts.attempt,
+          retryAt,
+          error: errorInfo.message,
+        });
+        await this.#settle(delivery, 'nack', () =>
+          this.#o.broker.nack(delivery.id, { retryAt, error: errorInfo }),
+        );
+        this.#hook('onRetrying', () =>
+          this.#o.hooks?.onRetrying?.({
+            envelope,
+            handler: entry.name,
+            attempt: facts.attempt,
+            error,
+            retryAt,
+          }),
+        );
         return;
       }
-      await this.#deadLetter(flight, entry.name, entry.kind === 'projection' ? 'projection-failed' : 'handler-failed', errorInfo, definition.ordered, error);
+      await this.#deadLetter(
+        flight,
+        entry.name,
+        entry.kind === 'projection' ? 'projection-failed' : 'handler-failed',
+        errorInfo,
+        definition.ordered,
+        error,
+      );
       return;
     }
     await this.#settle(delivery, 'ack', () => this.#o.broker.ack(delivery.id));
     const durationMs = this.#clock.now() - started;
-    this.#hook('onHandled', () => this.#o.hooks?.onHandled?.({ envelope, handler: entry.name, attempt: facts.attempt, durationMs }));
+    this.#hook('onHandled', () =>
+      this.#o.hooks?.onHandled?.({ envelope, handler: entry.name, attempt: facts.attempt, durationMs }),
+    );
   }
 
   #route(envelope: Envelope, facts: DeliveryFacts): HandlerEntry | undefined {
@@ -377,11 +460,27 @@ export class Dispatcher {
     thrown: unknown = error,
   ): Promise<void> {
     const { delivery } = flight;
-    const record = buildDeadLetterRecord({ body: delivery.body, facts: delivery.facts, handler, reason, error, ordered, now: this.#clock.now() });
-    this.#logger.warn('Message dead-lettered', { reason, handler, type: record.type, messageId: record.messageId, error: error.message });
+    const record = buildDeadLetterRecord({
+      body: delivery.body,
+      facts: delivery.facts,
+      handler,
+      reason,
+      error,
+      ordered,
+      now: this.#clock.now(),
+    });
+    this.#logger.warn('Message dead-lettered', {
+      reason,
+      handler,
+      type: record.type,
+      messageId: record.messageId,
+      error: error.message,
+    });
     const stored = await this.#settle(delivery, 'dead-letter store', () => this.#o.deadLetters.add(record));
     if (!stored) return;
-    await this.#settle(delivery, 'nack', () => this.#o.broker.nack(delivery.id, { deadLetter: reason, error }));
+    await this.#settle(delivery, 'nack', () =>
+      this.#o.broker.nack(delivery.id, { deadLetter: reason, error }),
+    );
     this.#hook('onDeadLettered', () => this.#o.hooks?.onDeadLettered?.({ record, error: thrown }));
   }
 
@@ -394,14 +493,23 @@ export class Dispatcher {
         return true;
       } catch (error) {
         if (HarrierError.is(error) && error.code === 'stale-delivery') {
-          this.#logger.warn(`${what} refused: the delivery is stale (redelivered elsewhere)`, { deliveryId: delivery.id });
+          this.#logger.warn(`${what} refused: the delivery is stale (redelivered elsewhere)`, {
+            deliveryId: delivery.id,
+          });
           return false;
         }
         if (attempt >= SETTLE_ATTEMPTS) {
-          this.#logger.error(`${what} failed ${attempt} times; the message will be redelivered`, { deliveryId: delivery.id, error: toErrorInfo(error) });
+          this.#logger.error(`${what} failed ${attempt} times; the message will be redelivered`, {
+            deliveryId: delivery.id,
+            error: toErrorInfo(error),
+          });
           return false;
         }
-        this.#logger.error(`${what} failed; retrying`, { deliveryId: delivery.id, attempt, error: toErrorInfo(error) });
+        this.#logger.error(`${what} failed; retrying`, {
+          deliveryId: delivery.id,
+          attempt,
+          error: toErrorInfo(error),
+        });
         await new Promise<void>((resolve) => setTimeout(resolve, pause).unref());
         pause = Math.min(pause * 2, 5_000);
       }

@@ -1,5 +1,10 @@
 import type { MessageContext, SendOptions } from '../handlers/message-context.js';
-import type { CommandDefinition, EventDefinition, InputOf, MessageDefinition } from '../messages/definition.js';
+import type {
+  CommandDefinition,
+  EventDefinition,
+  InputOf,
+  MessageDefinition,
+} from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import { prepareMessage, type EnvelopeEncoder, type PreparedMessage } from './outgoing.js';
 
@@ -20,7 +25,11 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
     readonly endpoint: string,
     readonly handler: string,
     readonly signal: AbortSignal,
-    private readonly env: { readonly now: () => number; readonly maxBytes: number; readonly encode: EnvelopeEncoder },
+    private readonly env: {
+      readonly now: () => number;
+      readonly maxBytes: number;
+      readonly encode: EnvelopeEncoder;
+    },
   ) {
     this.messageId = envelope.id;
     this.correlationId = envelope.meta.correlationId;
@@ -39,7 +48,11 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
   #record(definition: MessageDefinition, payload: unknown, options: SendOptions): string {
     const prepared = prepareMessage(definition, payload, options, {
       now: this.env.now(),
-      cause: { correlationId: this.correlationId, messageId: this.messageId, traceparent: this.envelope.meta.traceparent },
+      cause: {
+        correlationId: this.correlationId,
+        messageId: this.messageId,
+        traceparent: this.envelope.meta.traceparent,
+      },
       maxBytes: this.env.maxBytes,
       encode: this.env.encode,
     });

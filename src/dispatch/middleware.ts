@@ -13,7 +13,8 @@ export interface MiddlewareContext {
 }
 
 /** How a handler call ended. */
-export type HandlerOutcome = { readonly ok: true; readonly result: unknown } | { readonly ok: false; readonly error: unknown };
+export type HandlerOutcome =
+  { readonly ok: true; readonly result: unknown } | { readonly ok: false; readonly error: unknown };
 
 /**
  * Code that runs before, after or around every handler call, for logging, metrics and tracing.

@@ -33,7 +33,12 @@ export function prepareMessage(
   definition: MessageDefinition,
   payload: unknown,
   options: SendOptions,
-  context: { readonly now: number; readonly cause?: CausingMessage | undefined; readonly maxBytes?: number; readonly encode?: EnvelopeEncoder },
+  context: {
+    readonly now: number;
+    readonly cause?: CausingMessage | undefined;
+    readonly maxBytes?: number;
+    readonly encode?: EnvelopeEncoder;
+  },
 ): PreparedMessage {
   if (!isMessageDefinition(definition)) {
     throw new HarrierError(
@@ -45,7 +50,10 @@ export function prepareMessage(
   if (!parsed.success) throw new MessageValidationError(definition.type, parsed.error.issues);
   const id = options.id ?? uuidv7(context.now);
   if (!isUuidV7(id)) {
-    throw new HarrierError('invalid-option', `Message id "${id}" is not a lower-case UUIDv7: omit id to get one, or make it with uuidv7()`);
+    throw new HarrierError(
+      'invalid-option',
+      `Message id "${id}" is not a lower-case UUIDv7: omit id to get one, or make it with uuidv7()`,
+    );
   }
   const delayMs = options.delayMs ?? 0;
   if (!Number.isFinite(delayMs) || delayMs < 0) {

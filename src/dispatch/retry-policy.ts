@@ -25,7 +25,8 @@ export const DEFAULT_RETRY: RetryPolicy = {
  * @throws HarrierError `invalid-option` when a value is out of range.
  */
 export function resolveRetryPolicy(...layers: readonly (RetryOptions | undefined)[]): RetryPolicy {
-  const pick = <K extends keyof RetryOptions>(key: K): RetryOptions[K] | undefined => layers.find((l) => l?.[key] !== undefined)?.[key];
+  const pick = <K extends keyof RetryOptions>(key: K): RetryOptions[K] | undefined =>
+    layers.find((l) => l?.[key] !== undefined)?.[key];
   const backoff = <K extends 'baseMs' | 'maxMs' | 'jitter'>(key: K): number | undefined =>
     layers.find((l) => l?.backoff?.[key] !== undefined)?.backoff?.[key];
   const policy: RetryPolicy = {
@@ -36,13 +37,22 @@ export function resolveRetryPolicy(...layers: readonly (RetryOptions | undefined
     permanent: pick('permanent') ?? DEFAULT_RETRY.permanent,
   };
   if (!Number.isInteger(policy.attempts) || policy.attempts < 1) {
-    throw new HarrierError('invalid-option', `retry.attempts is ${policy.attempts}: use a whole number of at least 1 (1 means no retry)`);
+    throw new HarrierError(
+      'invalid-option',
+      `retry.attempts is ${policy.attempts}: use a whole number of at least 1 (1 means no retry)`,
+    );
   }
   if (!(policy.baseMs >= 0) || !(policy.maxMs >= policy.baseMs)) {
-    throw new HarrierError('invalid-option', `retry.backoff is { baseMs: ${policy.baseMs}, maxMs: ${policy.maxMs} }: use 0 <= baseMs <= maxMs`);
+    throw new HarrierError(
+      'invalid-option',
+      `retry.backoff is { baseMs: ${policy.baseMs}, maxMs: ${policy.maxMs} }: use 0 <= baseMs <= maxMs`,
+    );
   }
   if (!(policy.jitter >= 0 && policy.jitter <= 1)) {
-    throw new HarrierError('invalid-option', `retry.backoff.jitter is ${policy.jitter}: use a fraction from 0 to 1`);
+    throw new HarrierError(
+      'invalid-option',
+      `retry.backoff.jitter is ${policy.jitter}: use a fraction from 0 to 1`,
+    );
   }
   return policy;
 }
@@ -51,7 +61,11 @@ export function resolveRetryPolicy(...layers: readonly (RetryOptions | undefined
  * The delay before the attempt after `failedAttempt`: `baseMs * 2^(failedAttempt-1)`, capped at
  * `maxMs`, spread by +/- `jitter`.
  */
-export function backoffDelay(policy: RetryPolicy, failedAttempt: number, random: () => number = Math.random): number {
+export function backoffDelay(
+  policy: RetryPolicy,
+  failedAttempt: number,
+  random: () => number = Math.random,
+): number {
   const exponential = Math.min(policy.maxMs, policy.baseMs * 2 ** Math.max(0, failedAttempt - 1));
   const spread = exponential * policy.jitter * (2 * random() - 1);
   return Math.max(0, Math.round(Math.min(policy.maxMs, exponential + spread)));
@@ -59,7 +73,8 @@ export function backoffDelay(policy: RetryPolicy, failedAttempt: number, random:
 
 /** True when retrying cannot help: an `UnrecoverableError` or what the policy calls permanent. */
 export function isPermanent(policy: RetryPolicy, error: unknown): boolean {
-  if (error instanceof UnrecoverableError || (HarrierError.is(error) && error.code === 'unrecoverable')) return true;
+  if (error instanceof UnrecoverableError || (HarrierError.is(error) && error.code === 'unrecoverable'))
+    return true;
   try {
     return policy.permanent(error);
   } catch {

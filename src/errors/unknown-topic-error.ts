@@ -6,7 +6,10 @@ export class UnknownTopicError extends HarrierError {
   readonly topic: string;
 
   constructor(topic: string) {
-    super('unknown-topic', `Unknown topic "${topic}": provision it in the log's topics manifest first; topics are never auto-created`);
+    super(
+      'unknown-topic',
+      `Unknown topic "${topic}": provision it in the log's topics manifest first; topics are never auto-created`,
+    );
     this.topic = topic;
   }
 }

@@ -1,4 +1,10 @@
-import type { CommandDefinition, EventDefinition, PayloadOf, QueryDefinition, ResultOf } from '../messages/definition.js';
+import type {
+  CommandDefinition,
+  EventDefinition,
+  PayloadOf,
+  QueryDefinition,
+  ResultOf,
+} from '../messages/definition.js';
 import {
   addPendingOn,
   setHandlerMetadata,
@@ -49,12 +55,18 @@ function classDecorator(kind: HandlerKind, definitions: readonly unknown[], opti
  * }
  * ```
  */
-export function CommandHandler(definition: CommandDefinition, options: HandlerOptions = {}): (target: HandlerClass) => void {
+export function CommandHandler(
+  definition: CommandDefinition,
+  options: HandlerOptions = {},
+): (target: HandlerClass) => void {
   return classDecorator('command', [definition], options);
 }
 
 /** Marks a class as the handler of a query, answered in-process through `execute`. */
-export function QueryHandler(definition: QueryDefinition, options: HandlerOptions = {}): (target: HandlerClass) => void {
+export function QueryHandler(
+  definition: QueryDefinition,
+  options: HandlerOptions = {},
+): (target: HandlerClass) => void {
   return classDecorator('query', [definition], options);
 }
 
@@ -74,7 +86,10 @@ export function EventHandler(
  *
  * @param name - the projection's stable name (its subscription and checkpoint identity).
  */
-export function Projection(name: string, options: Omit<HandlerOptions, 'name'> = {}): (target: HandlerClass) => void {
+export function Projection(
+  name: string,
+  options: Omit<HandlerOptions, 'name'> = {},
+): (target: HandlerClass) => void {
   return (target: HandlerClass): void => {
     setHandlerMetadata(target, {
       kind: 'projection',

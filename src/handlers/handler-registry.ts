@@ -2,7 +2,12 @@ import type { SubscriptionSpec } from '../broker/message-broker.js';
 import { DuplicateHandlerError } from '../errors/duplicate-handler-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { isMessageDefinition, type MessageDefinition } from '../messages/definition.js';
-import { getHandlerMetadata, type HandlerClass, type HandlerKind, type HandlerOptions } from './handler-metadata.js';
+import {
+  getHandlerMetadata,
+  type HandlerClass,
+  type HandlerKind,
+  type HandlerOptions,
+} from './handler-metadata.js';
 
 /** A validated handler: its class, name, kind and routes. */
 export interface HandlerEntry {
@@ -60,13 +65,19 @@ export class HandlerRegistry {
    * @throws DuplicateHandlerError when two handlers claim one command or query.
    * @throws HarrierError `invalid-handler` for any other mistake, with the fix in its message.
    */
-  static build(handlers: readonly HandlerClass[], extraDefinitions: readonly MessageDefinition[] = []): HandlerRegistry {
+  static build(
+    handlers: readonly HandlerClass[],
+    extraDefinitions: readonly MessageDefinition[] = [],
+  ): HandlerRegistry {
     const registry = new HandlerRegistry();
     for (const definition of extraDefinitions) registry.#addDefinition(definition, 'definitions');
     const seen = new Set<HandlerClass>();
     for (const target of handlers) {
       if (typeof target !== 'function') {
-        throw new HarrierError('invalid-handler', `handlers contains ${String(target)}, not a class: list handler classes only`);
+        throw new HarrierError(
+          'invalid-handler',
+          `handlers contains ${String(target)}, not a class: list handler classes only`,
+        );
       }
       if (seen.has(target)) continue;
       seen.add(target);
@@ -134,7 +145,10 @@ export class HandlerRegistry {
     }
     const where = `${decoratorOf[meta.kind]} on ${meta.name}`;
     if (meta.routes.length === 0) {
-      throw new HarrierError('invalid-handler', `Projection ${meta.name} has no @On(Event) methods: add at least one`);
+      throw new HarrierError(
+        'invalid-handler',
+        `Projection ${meta.name} has no @On(Event) methods: add at least one`,
+      );
     }
     const methods = new Map<string, string>();
     const definitions: MessageDefinition[] = [];
@@ -149,15 +163,28 @@ export class HandlerRegistry {
       }
       const method = (target.prototype as Record<string, unknown>)[route.method];
       if (typeof method !== 'function') {
-        throw new HarrierError('invalid-handler', `${meta.name} has no method ${route.method}(payload, context): add it`);
+        throw new HarrierError(
+          'invalid-handler',
+          `${meta.name} has no method ${route.method}(payload, context): add it`,
+        );
       }
       if (methods.has(definition.type)) {
-        throw new HarrierError('invalid-handler', `${meta.name} handles "${definition.type}" twice: keep one @On for it`);
+        throw new HarrierError(
+          'invalid-handler',
+          `${meta.name} handles "${definition.type}" twice: keep one @On for it`,
+        );
       }
       methods.set(definition.type, route.method);
       definitions.push(definition);
     }
-    const entry: HandlerEntry = { kind: meta.kind, name: meta.name, target, options: meta.options, methods, definitions };
+    const entry: HandlerEntry = {
+      kind: meta.kind,
+      name: meta.name,
+      target,
+      options: meta.options,
+      methods,
+      definitions,
+    };
     if (meta.kind === 'command' || meta.kind === 'query') {
       const type = definitions[0]?.type ?? '';
       const existing = this.#single.get(type);

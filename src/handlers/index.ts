@@ -8,6 +8,13 @@ export {
   type HandlesEvent,
   type HandlesQuery,
 } from './decorators.js';
-export { getHandlerMetadata, type HandlerClass, type HandlerKind, type HandlerMetadata, type HandlerOptions, type HandlerRoute } from './handler-metadata.js';
+export {
+  getHandlerMetadata,
+  type HandlerClass,
+  type HandlerKind,
+  type HandlerMetadata,
+  type HandlerOptions,
+  type HandlerRoute,
+} from './handler-metadata.js';
 export { HandlerRegistry, type HandlerEntry } from './handler-registry.js';
 export type { MessageContext, SendOptions } from './message-context.js';

@@ -63,7 +63,11 @@ export function decodeEnvelope(
   const maxBytes = options.maxBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
   const size = encodedSize(body);
   if (size > maxBytes) {
-    return { ok: false, reason: 'too-large', message: `Envelope is ${size} bytes, above the limit of ${maxBytes} bytes` };
+    return {
+      ok: false,
+      reason: 'too-large',
+      message: `Envelope is ${size} bytes, above the limit of ${maxBytes} bytes`,
+    };
   }
   let raw: unknown;
   try {
@@ -84,7 +88,12 @@ export function decodeEnvelope(
   const envelope = parsed.data as Envelope;
   const definition = lookup(envelope.type);
   if (definition === undefined) {
-    return { ok: false, reason: 'unknown-type', message: `No definition for message type "${envelope.type}" in this process`, envelope };
+    return {
+      ok: false,
+      reason: 'unknown-type',
+      message: `No definition for message type "${envelope.type}" in this process`,
+      envelope,
+    };
   }
   if (definition.kind !== envelope.kind) {
     return {

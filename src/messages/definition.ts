@@ -71,7 +71,10 @@ export interface DefinitionOptions<S extends z.ZodType> {
 }
 
 /** Options of {@link defineCommand}. */
-export interface CommandOptions<S extends z.ZodType, R extends z.ZodType | undefined> extends DefinitionOptions<S> {
+export interface CommandOptions<
+  S extends z.ZodType,
+  R extends z.ZodType | undefined,
+> extends DefinitionOptions<S> {
   /**
    * Schema of the value `execute` returns; only its type is used.
    * @defaultValue none (`execute` resolves to `unknown`)
@@ -89,7 +92,10 @@ export interface EventOptions<S extends z.ZodType> extends DefinitionOptions<S> 
 }
 
 /** Options of {@link defineQuery}. */
-export interface QueryOptions<S extends z.ZodType, R extends z.ZodType | undefined> extends DefinitionOptions<S> {
+export interface QueryOptions<
+  S extends z.ZodType,
+  R extends z.ZodType | undefined,
+> extends DefinitionOptions<S> {
   /**
    * Schema of the value the query returns; only its type is used.
    * @defaultValue none (`execute` resolves to `unknown`)
@@ -121,28 +127,31 @@ export interface MessageDefinition<
 }
 
 /** Any command definition. */
-export type CommandDefinition<T extends string = string, S extends z.ZodType = z.ZodType, R = unknown> = MessageDefinition<
-  'command',
-  T,
-  S,
-  R
->;
+export type CommandDefinition<
+  T extends string = string,
+  S extends z.ZodType = z.ZodType,
+  R = unknown,
+> = MessageDefinition<'command', T, S, R>;
 /** Any event definition. */
-export type EventDefinition<T extends string = string, S extends z.ZodType = z.ZodType> = MessageDefinition<'event', T, S>;
-/** Any query definition. */
-export type QueryDefinition<T extends string = string, S extends z.ZodType = z.ZodType, R = unknown> = MessageDefinition<
-  'query',
+export type EventDefinition<T extends string = string, S extends z.ZodType = z.ZodType> = MessageDefinition<
+  'event',
   T,
-  S,
-  R
+  S
 >;
+/** Any query definition. */
+export type QueryDefinition<
+  T extends string = string,
+  S extends z.ZodType = z.ZodType,
+  R = unknown,
+> = MessageDefinition<'query', T, S, R>;
 
 /** The payload type of a definition (the schema's output). */
 export type PayloadOf<D extends MessageDefinition> = z.output<D['schema']>;
 /** The payload type a caller passes (the schema's input). */
 export type InputOf<D extends MessageDefinition> = z.input<D['schema']>;
 /** The result type of a command or query definition. */
-export type ResultOf<D extends MessageDefinition> = D extends MessageDefinition<MessageKind, string, z.ZodType, infer R> ? R : never;
+export type ResultOf<D extends MessageDefinition> =
+  D extends MessageDefinition<MessageKind, string, z.ZodType, infer R> ? R : never;
 
 type ResultType<R extends z.ZodType | undefined> = R extends z.ZodType ? z.output<R> : unknown;
 
@@ -159,8 +168,13 @@ function create<K extends MessageKind, T extends string, S extends z.ZodType, R>
       `Invalid message type ${JSON.stringify(type)}: use a stable dotted name such as "orders.PlaceOrder" (letters, digits, _ and -, at most 200 characters)`,
     );
   }
-  if (typeof (options as { schema?: { safeParse?: unknown } } | undefined)?.schema?.safeParse !== 'function') {
-    throw new HarrierError('invalid-definition', `Definition "${type}" needs a zod schema: pass { schema: z.object({ ... }) }`);
+  if (
+    typeof (options as { schema?: { safeParse?: unknown } } | undefined)?.schema?.safeParse !== 'function'
+  ) {
+    throw new HarrierError(
+      'invalid-definition',
+      `Definition "${type}" needs a zod schema: pass { schema: z.object({ ... }) }`,
+    );
   }
   if (options.ordered === true && options.partitionKey === undefined) {
     throw new HarrierError(
@@ -176,7 +190,11 @@ function create<K extends MessageKind, T extends string, S extends z.ZodType, R>
         ? (payload: z.output<S>) => key(payload)
         : (payload: z.output<S>) => {
             const value = (payload as Record<string, unknown>)[key];
-            return value === undefined || value === null ? undefined : typeof value === 'string' ? value : JSON.stringify(value);
+            return value === undefined || value === null
+              ? undefined
+              : typeof value === 'string'
+                ? value
+                : JSON.stringify(value);
           };
   const lastDot = type.lastIndexOf('.');
   const definition: MessageDefinition<K, T, S, R> = Object.freeze({
@@ -204,10 +222,11 @@ function create<K extends MessageKind, T extends string, S extends z.ZodType, R>
  * ```
  * @throws HarrierError `invalid-definition` when the type or options are malformed.
  */
-export function defineCommand<T extends string, S extends z.ZodType, R extends z.ZodType | undefined = undefined>(
-  type: T,
-  options: CommandOptions<S, R>,
-): CommandDefinition<T, S, ResultType<R>> {
+export function defineCommand<
+  T extends string,
+  S extends z.ZodType,
+  R extends z.ZodType | undefined = undefined,
+>(type: T, options: CommandOptions<S, R>): CommandDefinition<T, S, ResultType<R>> {
   return create<'command', T, S, ResultType<R>>('command', type, options);
 }
 
@@ -222,7 +241,10 @@ export function defineCommand<T extends string, S extends z.ZodType, R extends z
  * ```
  * @throws HarrierError `invalid-definition` when the type or options are malformed.
  */
-export function defineEvent<T extends string, S extends z.ZodType>(type: T, options: EventOptions<S>): EventDefinition<T, S> {
+export function defineEvent<T extends string, S extends z.ZodType>(
+  type: T,
+  options: EventOptions<S>,
+): EventDefinition<T, S> {
   return create<'event', T, S, unknown>('event', type, options);
 }
 
@@ -231,14 +253,19 @@ export function defineEvent<T extends string, S extends z.ZodType>(type: T, opti
  *
  * @throws HarrierError `invalid-definition` when the type or options are malformed.
  */
-export function defineQuery<T extends string, S extends z.ZodType, R extends z.ZodType | undefined = undefined>(
-  type: T,
-  options: QueryOptions<S, R>,
-): QueryDefinition<T, S, ResultType<R>> {
+export function defineQuery<
+  T extends string,
+  S extends z.ZodType,
+  R extends z.ZodType | undefined = undefined,
+>(type: T, options: QueryOptions<S, R>): QueryDefinition<T, S, ResultType<R>> {
   return create<'query', T, S, ResultType<R>>('query', type, options);
 }
 
 /** True when `value` was made by `defineCommand`, `defineEvent` or `defineQuery`. */
 export function isMessageDefinition(value: unknown): value is MessageDefinition {
-  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[definitionBrand] === true;
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    (value as Record<symbol, unknown>)[definitionBrand] === true
+  );
 }

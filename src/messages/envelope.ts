@@ -5,8 +5,13 @@ export const ENVELOPE_VERSION = 1;
 
 const uuidV7 = z
   .string()
-  .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/, 'expected a lower-case UUIDv7');
-const uuid = z.string().regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/, 'expected a UUID');
+  .regex(
+    /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/,
+    'expected a lower-case UUIDv7',
+  );
+const uuid = z
+  .string()
+  .regex(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/, 'expected a UUID');
 
 /** The zod schema of envelope metadata. */
 export const envelopeMetaSchema = z.strictObject({
@@ -38,4 +43,6 @@ export const envelopeSchema = z.strictObject({
 export type EnvelopeMeta = z.output<typeof envelopeMetaSchema>;
 
 /** The wire envelope of a message, with its payload typed as `P`. */
-export type Envelope<P = unknown> = Omit<z.output<typeof envelopeSchema>, 'payload'> & { readonly payload: P };
+export type Envelope<P = unknown> = Omit<z.output<typeof envelopeSchema>, 'payload'> & {
+  readonly payload: P;
+};

@@ -19,7 +19,13 @@ export {
   type ResultOf,
   type RetryOptions,
 } from './definition.js';
-export { ENVELOPE_VERSION, envelopeMetaSchema, envelopeSchema, type Envelope, type EnvelopeMeta } from './envelope.js';
+export {
+  ENVELOPE_VERSION,
+  envelopeMetaSchema,
+  envelopeSchema,
+  type Envelope,
+  type EnvelopeMeta,
+} from './envelope.js';
 export {
   DEFAULT_MAX_ENVELOPE_BYTES,
   decodeEnvelope,

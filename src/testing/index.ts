@@ -1,3 +1,9 @@
-export { createTestBus, type CapturedMessage, type TestBus, type TestBusOptions, type WhenIdleOptions } from './test-bus.js';
+export {
+  createTestBus,
+  type CapturedMessage,
+  type TestBus,
+  type TestBusOptions,
+  type WhenIdleOptions,
+} from './test-bus.js';
 export { describeMessageBrokerConformance } from './message-broker-conformance.js';
 export { describeDeadLetterStoreConformance } from './dead-letter-store-conformance.js';

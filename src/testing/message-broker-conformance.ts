@@ -33,6 +33,14 @@ const DELAY_MS = 400;
 const bodyFor = (label: string): string =>
   ` {"v":1,"not":"an envelope"\n\t${label} — ünïcödé 🚀 \\u0000 "quotes" 'single' \u0000 trailing  `;
 
+/** The delivery matching `predicate`; fails the test when there is none. */
+function pick(deliveries: readonly Delivery[], predicate: (delivery: Delivery) => boolean): Delivery {
+  const found = deliveries.find(predicate);
+  if (found === undefined)
+    expect.fail(`No matching delivery among ${deliveries.map((d) => d.id).join(', ')}`);
+  return found;
+}
+
 const isStale = (error: unknown): boolean => HarrierError.is(error) && error.code === 'stale-delivery';
 
 /**
@@ -84,7 +92,9 @@ class Inbox {
     const result = await this.#pull(timeoutMs);
     if (result === 'timeout') return false;
     if (result.done !== true) {
-      expect.fail(`Endpoint "${this.endpoint}" got a delivery of ${String(result.value.facts.type)} instead of ending`);
+      expect.fail(
+        `Endpoint "${this.endpoint}" got a delivery of ${String(result.value.facts.type)} instead of ending`,
+      );
     }
     return true;
   }
@@ -459,12 +469,11 @@ export function describeMessageBrokerConformance(
           const first = await inbox.take(2);
           expect(first.map((d) => d.body).sort()).toEqual(['a1', 'b1']);
           await inbox.expectNothingWithin();
-          const byBody = new Map(first.map((d) => [d.body, d]));
-          await broker.ack(byBody.get('b1')!.id);
+          await broker.ack(pick(first, (d) => d.body === 'b1').id);
           await inbox.expectNothingWithin();
 
           const seen = ['a1'];
-          let current = byBody.get('a1')!;
+          let current = pick(first, (d) => d.body === 'a1');
           for (const expected of ['a2', 'a3']) {
             await broker.ack(current.id);
             current = await inbox.next();
@@ -525,9 +534,9 @@ export function describeMessageBrokerConformance(
           await broker.publishBatch([command, event, event]);
 
           const deliveries = await inbox.take(3);
-          expect(deliveries.map((d) => `${String(d.facts.messageId)}/${String(d.facts.handler)}`).sort()).toEqual(
-            [`${command.id}/undefined`, `${event.id}/first`, `${event.id}/second`].sort(),
-          );
+          expect(
+            deliveries.map((d) => `${String(d.facts.messageId)}/${String(d.facts.handler)}`).sort(),
+          ).toEqual([`${command.id}/undefined`, `${event.id}/first`, `${event.id}/second`].sort());
           for (const delivery of deliveries) await broker.ack(delivery.id);
           await inbox.expectNothingWithin();
         });
@@ -670,8 +679,8 @@ export function describeMessageBrokerConformance(
           }
           const first = await inbox.take(2);
           expect(first.map((d) => d.body).sort()).toEqual(['k1', 'l1']);
-          const k1 = first.find((d) => d.body === 'k1')!;
-          const l1 = first.find((d) => d.body === 'l1')!;
+          const k1 = pick(first, (d) => d.body === 'k1');
+          const l1 = pick(first, (d) => d.body === 'l1');
           const retryAt = Date.now() + DELAY_MS + 100;
           await broker.nack(k1.id, { retryAt, error: { name: 'Error', message: 'try later' } });
           await broker.ack(l1.id);
@@ -706,8 +715,8 @@ export function describeMessageBrokerConformance(
           const message = f().message('event', orderPlaced);
           await broker.publish(message);
           const deliveries = await inbox.take(2);
-          const failing = deliveries.find((d) => d.facts.handler === 'countOrders')!;
-          const passing = deliveries.find((d) => d.facts.handler === 'sumRevenue')!;
+          const failing = pick(deliveries, (d) => d.facts.handler === 'countOrders');
+          const passing = pick(deliveries, (d) => d.facts.handler === 'sumRevenue');
           await broker.ack(passing.id);
           await broker.nack(failing.id, { retryAt: Date.now(), error: { name: 'Error', message: 'boom' } });
           const retried = await inbox.next();

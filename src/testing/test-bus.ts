@@ -114,7 +114,8 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
   });
   const bus = createBus({ logger: silentLogger, ...options, broker, clock });
   const dispatcher = dispatcherOf(bus);
-  if (dispatcher === undefined) throw new HarrierError('internal', 'createTestBus needs a bus made by createBus');
+  if (dispatcher === undefined)
+    throw new HarrierError('internal', 'createTestBus needs a bus made by createBus');
 
   const whenIdle = async (idle: WhenIdleOptions = {}): Promise<void> => {
     const deadline = Date.now() + (idle.timeoutMs ?? 10_000);
@@ -161,7 +162,9 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
     published,
     whenIdle,
     messagesOf<D extends MessageDefinition>(definition: D): CapturedMessage<PayloadOf<D>>[] {
-      return [...sent, ...published].filter((m) => m.type === definition.type) as CapturedMessage<PayloadOf<D>>[];
+      return [...sent, ...published].filter((m) => m.type === definition.type) as CapturedMessage<
+        PayloadOf<D>
+      >[];
     },
   }) as unknown as TestBus;
   await bus.start();

@@ -79,13 +79,17 @@ describe('InMemoryBroker', () => {
 
           clock.advanceTo(retryAt - 1);
           expect(await poll()).toBeUndefined();
-          expect(broker.stats()).toEqual({ ready: 0, waiting: 1, inFlight: 0 });
+          expect(broker.stats()).toEqual({ ready: 0, waiting: 1, inFlight: 0, unconsumed: 0 });
 
           clock.advance(1);
           delivery = await take();
           expect(clock.now()).toBe(retryAt);
           expect(delivery.facts.attempt).toBe(index + 2);
-          expect(delivery.facts.history.at(-1)).toEqual({ attempt: index + 1, at: retryAt - delayMs, error: boom });
+          expect(delivery.facts.history.at(-1)).toEqual({
+            attempt: index + 1,
+            at: retryAt - delayMs,
+            error: boom,
+          });
         }
       });
 
@@ -96,7 +100,10 @@ describe('InMemoryBroker', () => {
         const failures = MAX_ATTEMPT_HISTORY + 2;
 
         for (let i = 0; i < failures; i++) {
-          await broker.nack(delivery.id, { retryAt: 0, error: { name: 'Error', message: `failure ${i + 1}` } });
+          await broker.nack(delivery.id, {
+            retryAt: 0,
+            error: { name: 'Error', message: `failure ${i + 1}` },
+          });
           delivery = await take();
         }
 
@@ -132,7 +139,7 @@ describe('InMemoryBroker', () => {
 
         clock.advance(999);
         await broker.publish(message);
-        expect(broker.stats()).toEqual({ ready: 0, waiting: 0, inFlight: 0 });
+        expect(broker.stats()).toEqual({ ready: 0, waiting: 0, inFlight: 0, unconsumed: 0 });
         expect(await poll()).toBeUndefined();
 
         clock.advance(1);
@@ -170,9 +177,9 @@ describe('InMemoryBroker', () => {
         expect(await code(broker.publish(command()))).toBe('broker-closed');
         expect(await code(broker.publishBatch([command()]))).toBe('broker-closed');
         expect(await code(broker.register('billing', []))).toBe('broker-closed');
-        expect(await code(broker.redeliver({ endpoint: ENDPOINT, handler: 'placeOrder', message: command() }))).toBe(
-          'broker-closed',
-        );
+        expect(
+          await code(broker.redeliver({ endpoint: ENDPOINT, handler: 'placeOrder', message: command() })),
+        ).toBe('broker-closed');
       });
     });
   });
@@ -184,23 +191,23 @@ describe('InMemoryBroker', () => {
         await broker.publish(command({ partitionKey: 'k', ordered: true }));
         await broker.publish(command({ partitionKey: 'k', ordered: true }));
         await broker.publish(command({ deliverAt: clock.now() + 100 }));
-        expect(broker.stats()).toEqual({ ready: 1, waiting: 2, inFlight: 0 });
+        expect(broker.stats()).toEqual({ ready: 1, waiting: 2, inFlight: 0, unconsumed: 0 });
 
         const first = await take();
-        expect(broker.stats()).toEqual({ ready: 0, waiting: 2, inFlight: 1 });
+        expect(broker.stats()).toEqual({ ready: 0, waiting: 2, inFlight: 1, unconsumed: 0 });
 
         await broker.ack(first.id);
-        expect(broker.stats()).toEqual({ ready: 1, waiting: 1, inFlight: 0 });
+        expect(broker.stats()).toEqual({ ready: 1, waiting: 1, inFlight: 0, unconsumed: 0 });
 
         clock.advance(100);
-        expect(broker.stats()).toEqual({ ready: 2, waiting: 0, inFlight: 0 });
+        expect(broker.stats()).toEqual({ ready: 2, waiting: 0, inFlight: 0, unconsumed: 0 });
 
         const second = await take();
         await broker.nack(second.id, { retryAt: clock.now() + 50 });
-        expect(broker.stats()).toEqual({ ready: 1, waiting: 1, inFlight: 0 });
+        expect(broker.stats()).toEqual({ ready: 1, waiting: 1, inFlight: 0, unconsumed: 0 });
 
         await broker.nack((await take()).id, { deadLetter: 'handler-failed' });
-        expect(broker.stats()).toEqual({ ready: 0, waiting: 1, inFlight: 0 });
+        expect(broker.stats()).toEqual({ ready: 0, waiting: 1, inFlight: 0, unconsumed: 0 });
       });
     });
   });

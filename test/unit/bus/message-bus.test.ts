@@ -60,7 +60,9 @@ describe('MessageBus', () => {
     describe('when given an event', () => {
       it('throws a HarrierError that names publish', async () => {
         bus = await createTestBus();
-        const error = await bus.send(OrderPlaced as never, { orderId: 'x', amount: 1 } as never).catch((e: unknown) => e);
+        const error = await bus
+          .send(OrderPlaced as never, { orderId: 'x', amount: 1 } as never)
+          .catch((e: unknown) => e);
         expect(HarrierError.is(error) && error.code).toBe('wrong-kind');
         expect((error as Error).message).toContain('use publish');
       });
@@ -117,7 +119,11 @@ describe('MessageBus', () => {
           }
         }
         bus = await createTestBus({ handlers: [Handler] });
-        const id = await bus.send(PlaceOrder, { orderId: 'o-1', amount: 2 }, { correlationId: '0190a0b0-0000-7000-8000-000000000001' });
+        const id = await bus.send(
+          PlaceOrder,
+          { orderId: 'o-1', amount: 2 },
+          { correlationId: '0190a0b0-0000-7000-8000-000000000001' },
+        );
         await bus.whenIdle();
         const [event] = bus.messagesOf(OrderPlaced);
         const [command] = bus.messagesOf(ReserveStock);
@@ -317,7 +323,11 @@ describe('MessageBus', () => {
         kind: 'command',
         type: PlaceOrder.type,
         payload: { orderId: 7 },
-        meta: { correlationId: '0190a0b0-0000-7000-8000-0000000000ab', occurredAt: new Date().toISOString(), headers: {} },
+        meta: {
+          correlationId: '0190a0b0-0000-7000-8000-0000000000ab',
+          occurredAt: new Date().toISOString(),
+          headers: {},
+        },
       });
       await push(bus, bad);
       await bus.send(PlaceOrder, { orderId: 'ok', amount: 1 });
@@ -343,7 +353,11 @@ describe('MessageBus', () => {
         kind: 'command',
         type: Other.type,
         payload: { orderId: 'x', amount: 1 },
-        meta: { correlationId: '0190a0b0-0000-7000-8000-0000000000ac', occurredAt: new Date().toISOString(), headers: {} },
+        meta: {
+          correlationId: '0190a0b0-0000-7000-8000-0000000000ac',
+          occurredAt: new Date().toISOString(),
+          headers: {},
+        },
       });
       await push(bus, envelope);
       await bus.whenIdle();
@@ -482,7 +496,9 @@ describe('MessageBus', () => {
           return undefined;
         }
       }
-      expect(() => createBus({ handlers: [Broken] })).toThrow(/not a message definition: create it with defineCommand/);
+      expect(() => createBus({ handlers: [Broken] })).toThrow(
+        /not a message definition: create it with defineCommand/,
+      );
     });
 
     it('fails fast on an undecorated class', () => {

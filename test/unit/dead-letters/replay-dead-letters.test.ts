@@ -131,7 +131,7 @@ describe('replayDeadLetters', () => {
   }
 
   function expectNothingRedelivered(): void {
-    expect(broker.stats()).toEqual({ ready: 0, waiting: 0, inFlight: 0 });
+    expect(broker.stats()).toEqual({ ready: 0, waiting: 0, inFlight: 0, unconsumed: 0 });
   }
 
   describe('when the record is dead', () => {
