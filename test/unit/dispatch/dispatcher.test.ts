@@ -1,0 +1,132 @@
+import { describe, expect, it } from 'vitest';
+import {
+  CommandHandler,
+  InMemoryBroker,
+  InMemoryDeadLetterStore,
+  ManualClock,
+  createBus,
+  silentLogger,
+  type LogFields,
+  type Logger,
+  type MessageBus,
+  type NackOptions,
+} from '../../../src/index.js';
+import { ReserveStock } from '../bus/fixtures.js';
+
+/** An in-memory broker whose first `failures` acks and nacks reject, as a flaky network would. */
+class FlakyBroker extends InMemoryBroker {
+  ackCalls = 0;
+  nackCalls = 0;
+  constructor(private failures: number) {
+    super();
+  }
+  override ack(id: string): Promise<void> {
+    this.ackCalls++;
+    if (this.failures-- > 0) return Promise.reject(new Error('connection reset'));
+    return super.ack(id);
+  }
+  override nack(id: string, options: NackOptions): Promise<void> {
+    this.nackCalls++;
+    if (this.failures-- > 0) return Promise.reject(new Error('connection reset'));
+    return super.nack(id, options);
+  }
+}
+
+function recordingLogger(): Logger & { errors: { message: string; fields?: LogFields }[] } {
+  const errors: { message: string; fields?: LogFields }[] = [];
+  return {
+    ...silentLogger,
+    errors,
+    error: (message, fields) => void errors.push({ message, ...(fields ? { fields } : {}) }),
+  };
+}
+
+function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const deadline = Date.now() + timeoutMs;
+    const tick = (): void => {
+      if (condition()) resolve();
+      else if (Date.now() > deadline) reject(new Error('condition not met in time'));
+      else setImmediate(tick);
+    };
+    tick();
+  });
+}
+
+describe('Dispatcher', () => {
+  describe('when the broker rejects acks', () => {
+    it('logs and retries the ack, and keeps handling later messages', async () => {
+      const handled: string[] = [];
+      @CommandHandler(ReserveStock)
+      class Handler {
+        handle(p: { orderId: string }) {
+          handled.push(p.orderId);
+        }
+      }
+      const broker = new FlakyBroker(2);
+      const logger = recordingLogger();
+      const bus: MessageBus = createBus({ broker, handlers: [Handler], logger });
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'a' });
+      await bus.send(ReserveStock, { orderId: 'b' });
+      await waitFor(
+        () => handled.length === 2 && broker.stats().inFlight === 0 && broker.stats().ready === 0,
+      );
+      expect(handled.sort()).toEqual(['a', 'b']);
+      expect(broker.ackCalls).toBe(4);
+      expect(logger.errors.filter((e) => e.message.startsWith('ack failed; retrying'))).toHaveLength(2);
+      await bus.stop();
+    });
+  });
+
+  describe('when a handler rejects with something that is not an Error', () => {
+    it('dead-letters it with a readable error and never crashes the process', async () => {
+      @CommandHandler(ReserveStock, { retry: { attempts: 1 } })
+      class Handler {
+        handle(): Promise<void> {
+          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+          return Promise.reject({ status: 503 });
+        }
+      }
+      const deadLetters = new InMemoryDeadLetterStore();
+      let deadLettered = 0;
+      const bus = createBus({
+        handlers: [Handler],
+        deadLetters,
+        logger: silentLogger,
+        clock: new ManualClock(),
+        hooks: { onDeadLettered: () => void deadLettered++ },
+      });
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'a' });
+      await waitFor(() => deadLettered === 1);
+      const [record] = (await deadLetters.list()).records;
+      expect(record?.error).toMatchObject({ name: 'NonError', message: '{"status":503}' });
+      await bus.stop();
+    });
+  });
+
+  describe('when concurrency is 2', () => {
+    it('never runs more than 2 handlers at once', async () => {
+      let running = 0;
+      let peak = 0;
+      let done = 0;
+      @CommandHandler(ReserveStock)
+      class Handler {
+        async handle() {
+          running++;
+          peak = Math.max(peak, running);
+          await new Promise((r) => setImmediate(r));
+          running--;
+          done++;
+        }
+      }
+      const bus = createBus({ handlers: [Handler], concurrency: 2, logger: silentLogger });
+      await bus.start();
+      for (let i = 0; i < 20; i++) await bus.send(ReserveStock, { orderId: `o${i}` });
+      await waitFor(() => done === 20);
+      expect(peak).toBe(2);
+      await bus.stop();
+    });
+  });
+});
