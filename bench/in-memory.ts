@@ -11,20 +11,25 @@
  *   concurrent callers.
  * - NestJS CQRS: `CommandBus.execute` of a `@CommandHandler` (sequential and 16 concurrent callers),
  *   and `EventBus.publish` -> `@EventsHandler` counting N, the nearest NestJS equivalent of
- *   send -> handle (fire-and-forget, in-process, no queue, no ack).
+ *   send -> handle (fire-and-forget, in-process, no queue, no ack). Nest handlers are singletons by
+ *   default, while Harrier resolves a new handler instance per message from a child container, so
+ *   one more row runs the sequential execute against a `Scope.REQUEST` Nest handler (a new instance
+ *   per command), the closest DI equivalent.
  *
- * Harrier rows also show the heap used right after the run and after a forced GC (bus still alive).
- * The ratio column is Harrier / NestJS: below 1 means Harrier is slower.
+ * Harrier rows also show the heap used right after the run, and after the run's job ended and a forced
+ * GC (bus still alive): the difference is what a burst holds on to while it runs. The ratio column
+ * is Harrier / NestJS: below 1 means Harrier is slower.
  *
- * Run: `npm run bench:in-memory` (or `npx tsx bench/in-memory.ts`). It takes well under a minute.
- * Set BENCH_N to change N (default 20000).
+ * Run: `npm run bench:in-memory` (or `npx tsx bench/in-memory.ts`). It takes about a minute, most of
+ * it in the Harrier rows; set BENCH_N to change N (default 20000).
  */
 import 'reflect-metadata';
 import { cpus } from 'node:os';
 import { performance } from 'node:perf_hooks';
+import { setImmediate as macrotask } from 'node:timers/promises';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { Module } from '@nestjs/common';
+import { Module, Scope } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import {
   Command,
@@ -54,8 +59,8 @@ const CALLERS = 16;
 /** A run that has not finished by then has lost messages: fail loudly instead of hanging. */
 const RUN_TIMEOUT_MS = 30_000;
 
-// The heap columns are only meaningful after a full collection; `tsx` offers no way to pass
-// --expose-gc through the npm script, so the flag is switched on here.
+// The retained-heap column needs a full collection, and the npm script runs plain `tsx` without
+// --expose-gc, so the flag is switched on here.
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 
@@ -115,8 +120,9 @@ interface Sample {
 
 const mb = (bytes: number): number => bytes / (1024 * 1024);
 
-function heapNow(): { end: number; retained: number } {
+async function heapNow(): Promise<{ end: number; retained: number }> {
   const end = mb(process.memoryUsage().heapUsed);
+  await macrotask();
   gc();
   return { end, retained: mb(process.memoryUsage().heapUsed) };
 }
@@ -130,6 +136,12 @@ async function drive(count: number, callers: number, call: (i: number) => Promis
   await Promise.all(Array.from({ length: callers }, caller));
 }
 
+/** Ends the current job and collects, so one run's garbage does not slow the next. */
+async function settle(): Promise<void> {
+  await macrotask();
+  gc();
+}
+
 async function timed(work: () => Promise<void>): Promise<number> {
   const started = performance.now();
   await work();
@@ -138,7 +150,15 @@ async function timed(work: () => Promise<void>): Promise<number> {
 
 async function harrierSend(): Promise<Sample> {
   const handled = new Counter();
-  const bus = createBus({ logger: silentLogger, handlers: [PlaceOrderHandler], hooks: { onHandled: () => handled.hit() } });
+  const bus = createBus({
+    logger: silentLogger,
+    handlers: [PlaceOrderHandler],
+    hooks: {
+      onHandled: () => {
+        handled.hit();
+      },
+    },
+  });
   await bus.start();
   try {
     const sendAll = async (from: number, count: number): Promise<void> => {
@@ -148,7 +168,7 @@ async function harrierSend(): Promise<Sample> {
     };
     await sendAll(0, WARM_UP);
     const perSecond = await timed(() => sendAll(WARM_UP, N));
-    return { perSecond, heapMb: heapNow() };
+    return { perSecond, heapMb: await heapNow() };
   } finally {
     await bus.stop();
   }
@@ -161,7 +181,7 @@ async function harrierExecute(callers: number): Promise<Sample> {
     const execute = (i: number): Promise<unknown> => bus.execute(PlaceOrder, payloadOf(i));
     await drive(WARM_UP, callers, execute);
     const perSecond = await timed(() => drive(N, callers, execute));
-    return { perSecond, heapMb: heapNow() };
+    return { perSecond, heapMb: await heapNow() };
   } finally {
     await bus.stop();
   }
@@ -195,6 +215,23 @@ class NestPlaceOrderHandler implements ICommandHandler<NestPlaceOrder> {
   }
 }
 
+/** The same handler with a new instance per command, as Harrier makes one per message. */
+class NestScopedPlaceOrder extends Command<{ accepted: boolean }> {
+  constructor(
+    readonly orderId: string,
+    readonly amount: number,
+  ) {
+    super();
+  }
+}
+
+@NestCommandHandler(NestScopedPlaceOrder, { scope: Scope.REQUEST })
+class NestScopedPlaceOrderHandler implements ICommandHandler<NestScopedPlaceOrder> {
+  execute(command: NestScopedPlaceOrder): Promise<{ accepted: boolean }> {
+    return Promise.resolve({ accepted: command.amount > 0 });
+  }
+}
+
 @EventsHandler(NestOrderPlaced)
 class NestOrderPlacedHandler implements IEventHandler<NestOrderPlaced> {
   handle(event: NestOrderPlaced): void {
@@ -202,10 +239,15 @@ class NestOrderPlacedHandler implements IEventHandler<NestOrderPlaced> {
   }
 }
 
-@Module({ imports: [CqrsModule.forRoot()], providers: [NestPlaceOrderHandler, NestOrderPlacedHandler] })
+@Module({
+  imports: [CqrsModule.forRoot()],
+  providers: [NestPlaceOrderHandler, NestScopedPlaceOrderHandler, NestOrderPlacedHandler],
+})
 class AppModule {}
 
 async function withNest<T>(work: (commands: CommandBus, events: EventBus) => Promise<T>): Promise<T> {
+  // Nest types its options as a class with only optional fields; its documented call is a literal.
+  // eslint-disable-next-line @typescript-eslint/no-unsafe-class-instance-assignment
   const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
   try {
     return await work(app.get(CommandBus), app.get(EventBus));
@@ -214,9 +256,12 @@ async function withNest<T>(work: (commands: CommandBus, events: EventBus) => Pro
   }
 }
 
-function nestExecute(callers: number): Promise<Sample> {
+function nestExecute(callers: number, scoped = false): Promise<Sample> {
   return withNest(async (commands) => {
-    const execute = (i: number): Promise<{ accepted: boolean }> => commands.execute(new NestPlaceOrder(`o-${i}`, 1 + (i % 10)));
+    const execute = (i: number): Promise<{ accepted: boolean }> =>
+      scoped
+        ? commands.execute(new NestScopedPlaceOrder(`o-${i}`, 1 + (i % 10)))
+        : commands.execute(new NestPlaceOrder(`o-${i}`, 1 + (i % 10)));
     await drive(WARM_UP, callers, execute);
     return { perSecond: await timed(() => drive(N, callers, execute)) };
   });
@@ -240,14 +285,32 @@ function nestPublish(): Promise<Sample> {
 
 interface Row {
   readonly workload: string;
-  readonly harrier: () => Promise<Sample>;
+  /** Measures Harrier, or names the row whose Harrier samples this row compares against. */
+  readonly harrier: (() => Promise<Sample>) | number;
   readonly nest: () => Promise<Sample>;
 }
 
 const rows: readonly Row[] = [
-  { workload: 'send -> handle -> ack (c=16) | EventBus.publish -> handler', harrier: harrierSend, nest: nestPublish },
-  { workload: 'execute, 1 caller (sequential)', harrier: () => harrierExecute(1), nest: () => nestExecute(1) },
-  { workload: `execute, ${CALLERS} concurrent callers`, harrier: () => harrierExecute(CALLERS), nest: () => nestExecute(CALLERS) },
+  {
+    workload: 'send -> handle -> ack (c=16) | EventBus.publish -> handler',
+    harrier: harrierSend,
+    nest: nestPublish,
+  },
+  {
+    workload: 'execute, 1 caller (sequential)',
+    harrier: () => harrierExecute(1),
+    nest: () => nestExecute(1),
+  },
+  {
+    workload: `execute, ${CALLERS} concurrent callers`,
+    harrier: () => harrierExecute(CALLERS),
+    nest: () => nestExecute(CALLERS),
+  },
+  {
+    workload: 'execute, 1 caller | Nest handler in Scope.REQUEST',
+    harrier: 1,
+    nest: () => nestExecute(1, true),
+  },
 ];
 
 function median(values: readonly number[]): number {
@@ -261,13 +324,17 @@ const fmtMb = (n: number): string => n.toFixed(1);
 function table(header: readonly string[], body: readonly (readonly string[])[]): string {
   const widths = header.map((h, c) => Math.max(h.length, ...body.map((r) => (r[c] ?? '').length)));
   const line = (cells: readonly string[]): string =>
-    cells.map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0))).join('  ');
+    cells
+      .map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0)))
+      .join('  ');
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
 }
 
 async function main(): Promise<void> {
   const cpu = cpus()[0]?.model ?? 'unknown CPU';
-  console.log(`Harrier in-memory benchmark — Node ${process.version} (${process.platform}/${process.arch}, ${cpu})`);
+  console.log(
+    `Harrier in-memory benchmark — Node ${process.version} (${process.platform}/${process.arch}, ${cpu})`,
+  );
   console.log(`N = ${N} messages per run after ${WARM_UP} warm-up, median of ${ROUNDS} rounds\n`);
 
   const harrier: Sample[][] = rows.map(() => []);
@@ -276,13 +343,21 @@ async function main(): Promise<void> {
   // Rounds go across all rows so drift (JIT, heap growth, thermal) spreads over every workload.
   for (let round = 0; round < ROUNDS; round++) {
     for (const [r, row] of rows.entries()) {
-      harrier[r]?.push(await row.harrier());
+      if (typeof row.harrier === 'function') {
+        harrier[r]?.push(await row.harrier());
+        await settle();
+      }
       nest[r]?.push(await row.nest());
+      await settle();
     }
   }
 
+  const harrierOf = (r: number): Sample[] => {
+    const source = rows[r]?.harrier;
+    return (typeof source === 'number' ? harrier[source] : harrier[r]) ?? [];
+  };
   const body = rows.map((row, r) => {
-    const h = harrier[r] ?? [];
+    const h = harrierOf(r);
     const n = nest[r] ?? [];
     const hRate = median(h.map((s) => s.perSecond));
     const nRate = median(n.map((s) => s.perSecond));
@@ -291,20 +366,38 @@ async function main(): Promise<void> {
       fmtRate(hRate),
       fmtRate(nRate),
       `${(hRate / nRate).toFixed(3)}x`,
-      fmtMb(median(h.map((s) => s.heapMb?.end ?? Number.NaN))),
-      fmtMb(median(h.map((s) => s.heapMb?.retained ?? Number.NaN))),
+      // A row that reuses another row's Harrier samples leaves their heap to that row.
+      typeof row.harrier === 'number' ? '' : fmtMb(median(h.map((s) => s.heapMb?.end ?? Number.NaN))),
+      typeof row.harrier === 'number' ? '' : fmtMb(median(h.map((s) => s.heapMb?.retained ?? Number.NaN))),
     ];
   });
   console.log(
-    table(['workload (Harrier | NestJS CQRS)', 'Harrier msg/s', 'NestJS msg/s', 'Harrier/NestJS', 'heap MB', 'after GC MB'], body),
+    table(
+      [
+        'workload (Harrier | NestJS CQRS)',
+        'Harrier msg/s',
+        'NestJS msg/s',
+        'Harrier/NestJS',
+        'heap MB',
+        'after GC MB',
+      ],
+      body,
+    ),
   );
 
   console.log('\nEvery round (msg/s; Harrier heap MB at the end of the run / after GC):');
   const detail = rows.flatMap((row, r) => [
-    [
-      `Harrier  ${row.workload}`,
-      ...(harrier[r] ?? []).map((s) => `${fmtRate(s.perSecond)} (${fmtMb(s.heapMb?.end ?? 0)}/${fmtMb(s.heapMb?.retained ?? 0)})`),
-    ],
+    ...(typeof row.harrier === 'number'
+      ? []
+      : [
+          [
+            `Harrier  ${row.workload}`,
+            ...harrierOf(r).map(
+              (s) =>
+                `${fmtRate(s.perSecond)} (${fmtMb(s.heapMb?.end ?? 0)}/${fmtMb(s.heapMb?.retained ?? 0)})`,
+            ),
+          ],
+        ]),
     [`NestJS   ${row.workload}`, ...(nest[r] ?? []).map((s) => fmtRate(s.perSecond))],
   ]);
   console.log(table(['run', ...Array.from({ length: ROUNDS }, (_, i) => `round ${i + 1}`)], detail));

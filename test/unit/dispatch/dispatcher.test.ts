@@ -95,7 +95,11 @@ describe('Dispatcher', () => {
         deadLetters,
         logger: silentLogger,
         clock: new ManualClock(),
-        hooks: { onDeadLettered: () => void deadLettered++ },
+        hooks: {
+          onDeadLettered: () => {
+            deadLettered++;
+          },
+        },
       });
       await bus.start();
       await bus.send(ReserveStock, { orderId: 'a' });
