@@ -1,7 +1,9 @@
+import { getClassMetadata } from '@inversifyjs/core';
 import { Container, type Newable } from 'inversify';
 import type { HandlerInvoker } from '../dispatch/dispatcher.js';
 import type { HandlerContext } from '../dispatch/handler-context.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { HarrierTokens } from './tokens.js';
 
 /** How each message's child container is set up. */
@@ -17,37 +19,85 @@ export interface MessageScopeOptions {
    * @defaultValue none
    */
   readonly configure?: (child: Container, context: HandlerContext) => void;
+  /**
+   * When to make a child container for a message: `auto` makes one whenever something could see it
+   * (`scoped` or `configure` is set, or the handler itself injects a {@link HarrierTokens} token);
+   * `always` makes one for every message.
+   * @defaultValue 'auto'
+   */
+  readonly childContainer?: 'auto' | 'always';
+}
+
+const perMessageTokens = new Set<unknown>([HarrierTokens.MessageContext, HarrierTokens.Envelope]);
+
+/** True when the class injects the message context or envelope (constructor or property). */
+function injectsMessageTokens(target: Newable): boolean {
+  const metadata = getClassMetadata(target);
+  const values: unknown[] = [];
+  for (const argument of metadata.constructorArguments as readonly unknown[]) values.push(argument);
+  for (const property of metadata.properties.values()) values.push(property);
+  return values.some((element) => {
+    const value = (element as { value?: unknown } | undefined)?.value;
+    return (
+      perMessageTokens.has(value) ||
+      perMessageTokens.has((value as { unwrap?: () => unknown } | undefined)?.unwrap?.())
+    );
+  });
 }
 
 /**
- * Resolves each handler from a child container made for its message.
+ * Resolves handlers from the container, with a child container per message where one is needed.
  *
  * @remarks
- * inversify resolves a binding's dependencies in the container that owns the binding, so a service
- * bound in the root container cannot see the per-message context: list such services in `scoped`.
- * Handler classes not bound in the root container are bound in the child, one instance per message.
+ * inversify resolves a binding's dependencies in the container that owns the binding, so only
+ * classes bound in a message's child container can inject its context: the handler itself, and the
+ * services listed in `scoped`. Where nothing can see a child container, making one per message would
+ * only cost time (inversify re-plans every resolution in a new container), so by default the handler
+ * is resolved from a long-lived handlers container instead — still a fresh instance per message, and
+ * `inRequestScope()` services still get one instance per message.
  */
 export function createContainerInvoker(
   container: Container,
   options: MessageScopeOptions = {},
 ): HandlerInvoker {
-  return async (entry, method, payload, context) => {
-    const child = new Container({ parent: container });
-    child.bind(HarrierTokens.MessageContext).toConstantValue(context);
-    child.bind(HarrierTokens.Envelope).toConstantValue(context.envelope);
-    for (const scoped of options.scoped ?? []) child.bind(scoped).toSelf().inSingletonScope();
-    options.configure?.(child, context);
-    const target = entry.target as unknown as Newable;
-    if (!child.isBound(target)) child.bind(target).toSelf();
-    let instance: Record<string, unknown>;
+  const handlers = new Container({ parent: container });
+  const always =
+    options.childContainer === 'always' ||
+    (options.scoped?.length ?? 0) > 0 ||
+    options.configure !== undefined;
+  const needsChild = new Map<HandlerEntry, boolean>();
+
+  const resolve = (from: Container, entry: HandlerEntry): Record<string, unknown> => {
     try {
-      instance = child.get(target) as Record<string, unknown>;
+      return from.get(entry.target as unknown as Newable) as Record<string, unknown>;
     } catch (error) {
       throw new HarrierError(
         'resolution-failed',
-        `Could not resolve handler ${entry.name} from the container: ${(error as Error).message}. Bind its dependencies, and list services that inject the message context in scoped`,
+        `Could not resolve handler ${entry.name} from the container: ${(error as Error).message}. Bind its dependencies, and list services that inject the message context in messageScope.scoped`,
         { cause: error },
       );
+    }
+  };
+
+  return async (entry, method, payload, context) => {
+    const target = entry.target as unknown as Newable;
+    let child = needsChild.get(entry);
+    if (child === undefined) {
+      child = always || injectsMessageTokens(target);
+      needsChild.set(entry, child);
+      if (!child && !handlers.isBound(target)) handlers.bind(target).toSelf();
+    }
+    let instance: Record<string, unknown>;
+    if (child) {
+      const scope = new Container({ parent: container });
+      scope.bind(HarrierTokens.MessageContext).toConstantValue(context);
+      scope.bind(HarrierTokens.Envelope).toConstantValue(context.envelope);
+      for (const scoped of options.scoped ?? []) scope.bind(scoped).toSelf().inSingletonScope();
+      options.configure?.(scope, context);
+      if (!scope.isBound(target)) scope.bind(target).toSelf();
+      instance = resolve(scope, entry);
+    } else {
+      instance = resolve(handlers, entry);
     }
     const fn = instance[method] as (payload: unknown, context: HandlerContext) => unknown;
     return await fn.call(instance, payload, context);

@@ -2,6 +2,19 @@ import { randomBytes } from 'node:crypto';
 
 let lastMs = -1;
 let counter = 0;
+const POOL_IDS = 256;
+let pool = Buffer.alloc(0);
+let poolOffset = 0;
+
+function random16(): Buffer {
+  if (poolOffset >= pool.length) {
+    pool = randomBytes(16 * POOL_IDS);
+    poolOffset = 0;
+  }
+  const bytes = Buffer.from(pool.subarray(poolOffset, poolOffset + 16));
+  poolOffset += 16;
+  return bytes;
+}
 
 /**
  * Returns a new RFC 9562 UUIDv7: 48 bits of Unix milliseconds, then a 12-bit counter that keeps ids
@@ -23,7 +36,7 @@ export function uuidv7(nowMs: number = Date.now()): string {
     counter = 0;
   }
   lastMs = ms;
-  const bytes = randomBytes(16);
+  const bytes = random16();
   bytes.writeUIntBE(ms, 0, 6);
   bytes[6] = 0x70 | ((counter >> 8) & 0x0f);
   bytes[7] = counter & 0xff;

@@ -472,6 +472,58 @@ describe('MessageBus', () => {
     });
   });
 
+  describe('dependency injection without scoped services', () => {
+    it('gives a handler that injects the message context its own child container per message', async () => {
+      const seen: string[] = [];
+      @injectable()
+      @CommandHandler(PlaceOrder)
+      class Handler {
+        constructor(@inject(HarrierTokens.MessageContext) private readonly ctx: MessageContext) {}
+        handle(p: PayloadOf<typeof PlaceOrder>) {
+          seen.push(`${p.orderId}:${this.ctx.messageId}`);
+          return { accepted: true };
+        }
+      }
+      bus = await createTestBus({ handlers: [Handler] });
+      const a = await bus.send(PlaceOrder, { orderId: 'a', amount: 1 });
+      const b = await bus.send(PlaceOrder, { orderId: 'b', amount: 1 });
+      await bus.whenIdle();
+      expect(seen.sort()).toEqual([`a:${a}`, `b:${b}`]);
+    });
+
+    it('makes a fresh handler per message and one request-scoped service per message', async () => {
+      let made = 0;
+      @injectable()
+      class UnitOfWorkService {
+        readonly id = ++made;
+      }
+      const pairs: [number, number][] = [];
+      const handlers = new Set<unknown>();
+      @injectable()
+      @CommandHandler(PlaceOrder)
+      class Handler {
+        constructor(
+          @inject(UnitOfWorkService) private readonly first: UnitOfWorkService,
+          @inject(UnitOfWorkService) private readonly second: UnitOfWorkService,
+        ) {}
+        handle() {
+          handlers.add(this);
+          pairs.push([this.first.id, this.second.id]);
+          return { accepted: true };
+        }
+      }
+      const container = new Container();
+      container.bind(UnitOfWorkService).toSelf().inRequestScope();
+      bus = await createTestBus({ handlers: [Handler], container });
+      await bus.send(PlaceOrder, { orderId: 'a', amount: 1 });
+      await bus.send(PlaceOrder, { orderId: 'b', amount: 1 });
+      await bus.whenIdle();
+      expect(handlers.size).toBe(2);
+      expect(pairs.map(([x, y]) => x === y)).toEqual([true, true]);
+      expect(new Set(pairs.map(([x]) => x)).size).toBe(2);
+    });
+  });
+
   describe('start-up', () => {
     it('fails fast on two handlers for one command', () => {
       @CommandHandler(PlaceOrder)
