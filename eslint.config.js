@@ -16,7 +16,10 @@ export default tseslint.config(
     rules: {
       '@typescript-eslint/no-floating-promises': 'error',
       '@typescript-eslint/no-misused-promises': 'error',
-      '@typescript-eslint/restrict-template-expressions': ['error', { allowNumber: true, allowBoolean: true }],
+      '@typescript-eslint/restrict-template-expressions': [
+        'error',
+        { allowNumber: true, allowBoolean: true },
+      ],
       '@typescript-eslint/no-extraneous-class': 'off',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       '@typescript-eslint/no-invalid-void-type': 'off',
@@ -40,7 +43,15 @@ export default tseslint.config(
     },
   },
   {
-    files: ['src/messages/**/*.ts', 'src/broker/**/*.ts', 'src/log/**/*.ts', 'src/handlers/**/*.ts', 'src/dispatch/**/*.ts', 'src/projections/**/*.ts', 'src/dead-letters/**/*.ts'],
+    files: [
+      'src/messages/**/*.ts',
+      'src/broker/**/*.ts',
+      'src/log/**/*.ts',
+      'src/handlers/**/*.ts',
+      'src/dispatch/**/*.ts',
+      'src/projections/**/*.ts',
+      'src/dead-letters/**/*.ts',
+    ],
     rules: {
       'no-restricted-imports': [
         'error',

@@ -326,7 +326,8 @@ function table(header: readonly string[], body: readonly (readonly string[])[]):
   const line = (cells: readonly string[]): string =>
     cells
       .map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0)))
-      .join('  ');
+      .join('  ')
+      .trimEnd();
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
 }
 

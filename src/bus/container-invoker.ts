@@ -49,11 +49,12 @@ function injectsMessageTokens(target: Newable): boolean {
  * Resolves handlers from the container, with a child container per message where one is needed.
  *
  * @remarks
- * inversify resolves a binding's dependencies in the container that owns the binding, so only
- * classes bound in a message's child container can inject its context: the handler itself, and the
- * services listed in `scoped`. Where nothing can see a child container, making one per message would
- * only cost time (inversify re-plans every resolution in a new container), so by default the handler
- * is resolved from a long-lived handlers container instead — still a fresh instance per message, and
+ * Only what is resolved through a message's child container can inject that message's context: the
+ * handler, the services listed in `scoped`, and transient or request-scoped services they depend on
+ * (a root singleton would keep the first message's context, so never inject the context into one).
+ * Where nothing injects the context, making a child container per message would only cost time
+ * (inversify plans every resolution again in a new container), so by default the handler is resolved
+ * from a long-lived handlers container instead: still a fresh instance per message, and
  * `inRequestScope()` services still get one instance per message.
  */
 export function createContainerInvoker(

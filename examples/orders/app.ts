@@ -1,0 +1,108 @@
+/**
+ * Builds the orders service's bus. The transport is a parameter, so the same application runs on
+ * the in-memory broker (`npm start`, tests) and, later, on Redis by passing another broker.
+ */
+import { Container } from 'inversify';
+import {
+  createBus,
+  silentLogger,
+  type DeadLetterStore,
+  type DispatchHooks,
+  type Logger,
+  type MessageBroker,
+  type MessageBus,
+  type RetryOptions,
+} from '../../src/index.js';
+import {
+  ChargePayment,
+  NotifyLegacyCrm,
+  PlaceOrderHandler,
+  ReserveStockHandler,
+  ReserveStockOnOrderPlaced,
+} from './handlers.js';
+import { ListOrderSummariesHandler, OrderSummaryProjection, OrderSummaryStore } from './projection.js';
+import {
+  Inventory,
+  OrdersTokens,
+  SimulatedLegacyCrm,
+  SimulatedPaymentGateway,
+  type LegacyCrm,
+  type PaymentGateway,
+} from './services.js';
+
+/** Every handler class of the orders endpoint. */
+export const ORDERS_HANDLERS = [
+  PlaceOrderHandler,
+  ReserveStockOnOrderPlaced,
+  ReserveStockHandler,
+  ChargePayment,
+  NotifyLegacyCrm,
+  OrderSummaryProjection,
+  ListOrderSummariesHandler,
+];
+
+/** Options of {@link createOrdersBus}. */
+export interface OrdersBusOptions {
+  /**
+   * The transport.
+   * @defaultValue a new in-memory broker
+   */
+  readonly broker?: MessageBroker;
+  /**
+   * Where dead letters go.
+   * @defaultValue a new in-memory store
+   */
+  readonly deadLetters?: DeadLetterStore;
+  /**
+   * Lifecycle hooks (handled, retrying, dead-lettered).
+   * @defaultValue none
+   */
+  readonly hooks?: DispatchHooks;
+  /**
+   * Where Harrier logs what it cannot throw.
+   * @defaultValue silentLogger
+   */
+  readonly logger?: Logger;
+  /**
+   * Retry policy of handlers that set none.
+   * @defaultValue 5 attempts, backoff from 100 ms, capped at 2 s
+   */
+  readonly retry?: RetryOptions;
+  /**
+   * The payment gateway.
+   * @defaultValue a simulated gateway that always succeeds
+   */
+  readonly paymentGateway?: PaymentGateway;
+  /**
+   * The legacy CRM.
+   * @defaultValue a simulated CRM that is available
+   */
+  readonly legacyCrm?: LegacyCrm;
+}
+
+/**
+ * Creates the bus of the `orders` endpoint with its container: services are bound once in the root
+ * container; Harrier resolves each handler from a child container made for its message.
+ */
+export function createOrdersBus(options: OrdersBusOptions = {}): MessageBus {
+  const container = new Container();
+  container.bind(OrderSummaryStore).toSelf().inSingletonScope();
+  container.bind(Inventory).toSelf().inSingletonScope();
+  container
+    .bind<PaymentGateway>(OrdersTokens.PaymentGateway)
+    .toConstantValue(options.paymentGateway ?? new SimulatedPaymentGateway());
+  container
+    .bind<LegacyCrm>(OrdersTokens.LegacyCrm)
+    .toConstantValue(options.legacyCrm ?? new SimulatedLegacyCrm({ available: true }));
+
+  return createBus({
+    endpoint: 'orders',
+    container,
+    handlers: ORDERS_HANDLERS,
+    retry: options.retry ?? { backoff: { baseMs: 100, maxMs: 2_000 } },
+    logger: options.logger ?? silentLogger,
+    ...(options.broker !== undefined ? { broker: options.broker } : {}),
+    ...(options.deadLetters !== undefined ? { deadLetters: options.deadLetters } : {}),
+    ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
+  });
+}

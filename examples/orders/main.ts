@@ -1,0 +1,146 @@
+/**
+ * The orders example: places three orders on the in-memory broker and prints what happens.
+ *
+ * Run it with `npm start`. The story:
+ * - PlaceOrder is handled and records OrderPlaced, published once the handler succeeds;
+ * - OrderPlaced fans out to four subscriptions: ReserveStockOnOrderPlaced (sends ReserveStock),
+ *   ChargePayment, NotifyLegacyCrm and the OrderSummary projection;
+ * - the payment gateway times out twice for order o-1002, so ChargePayment retries with backoff;
+ * - the legacy CRM is down, so NotifyLegacyCrm dead-letters each order after 3 attempts, while the
+ *   other subscriptions of the same events carry on;
+ * - a query reads the order-summary read model; the dead letters are listed, then replayed once the
+ *   CRM is back.
+ */
+import { MessageValidationError, type InputOf } from '../../src/index.js';
+import { BusActivity } from './activity.js';
+import { createOrdersBus } from './app.js';
+import { ListOrderSummaries, PlaceOrder } from './messages.js';
+import { SimulatedLegacyCrm, SimulatedPaymentGateway } from './services.js';
+
+const ORDERS: InputOf<typeof PlaceOrder>[] = [
+  {
+    orderId: 'o-1001',
+    customer: 'Ada',
+    lines: [
+      { sku: 'notebook', quantity: 2, unitPriceCents: 450 },
+      { sku: 'pencil', quantity: 10, unitPriceCents: 80 },
+    ],
+  },
+  { orderId: 'o-1002', customer: 'Grace', lines: [{ sku: 'keyboard', quantity: 1, unitPriceCents: 8900 }] },
+  {
+    orderId: 'o-1003',
+    customer: 'Linus',
+    lines: [
+      { sku: 'mug', quantity: 1, unitPriceCents: 1200 },
+      { sku: 'coffee', quantity: 3, unitPriceCents: 990 },
+    ],
+  },
+];
+
+/**
+ * Deliveries each order causes before the system is quiet: handled are PlaceOrder,
+ * ReserveStockOnOrderPlaced, ReserveStock, ChargePayment and three OrderSummary events
+ * (OrderPlaced, StockReserved, PaymentCharged); dead-lettered is NotifyLegacyCrm.
+ */
+const PER_ORDER = { handled: 7, deadLettered: 1 };
+const TIMEOUT_MS = 8_000;
+
+const dollars = (cents: number): string => `$${(cents / 100).toFixed(2)}`;
+const print = (line = ''): void => void process.stdout.write(`${line}\n`);
+
+const crm = new SimulatedLegacyCrm({ available: false });
+const activity = new BusActivity(print);
+const bus = createOrdersBus({
+  hooks: activity.hooks,
+  paymentGateway: new SimulatedPaymentGateway({ timeouts: { 'o-1002': 2 } }),
+  legacyCrm: crm,
+});
+
+print(`Harrier orders example: endpoint "${bus.endpoint}" on the in-memory broker`);
+print('The payment gateway will time out twice for o-1002; the legacy CRM is down.');
+print();
+
+try {
+  await bus.start();
+
+  print('Timeline (ms since start):');
+  for (const order of ORDERS) {
+    await bus.send(PlaceOrder, order);
+    activity.note('sent', 'bus.send', PlaceOrder.type, order.orderId);
+  }
+  // The schema refuses a bad order on send, before anything reaches the broker.
+  try {
+    await bus.send(PlaceOrder, {
+      orderId: 'o-1004',
+      customer: 'Bob',
+      lines: [{ sku: 'desk', quantity: 0, unitPriceCents: 1 }],
+    });
+  } catch (error) {
+    if (!(error instanceof MessageValidationError)) throw error;
+    const fields = error.issues.map((issue) => issue.path.join('.')).join(', ');
+    activity.note(
+      'refused',
+      'bus.send',
+      PlaceOrder.type,
+      'o-1004',
+      `${error.code} (${fields}): nothing was sent`,
+    );
+  }
+
+  await activity.waitFor(
+    { handled: ORDERS.length * PER_ORDER.handled, deadLettered: ORDERS.length * PER_ORDER.deadLettered },
+    TIMEOUT_MS,
+  );
+
+  const summaries = await bus.execute(ListOrderSummaries, {});
+  print();
+  print(`Order summaries (bus.execute(ListOrderSummaries)): ${summaries.length} orders`);
+  print(
+    `  ${'order'.padEnd(8)}${'customer'.padEnd(10)}${'items'.padEnd(7)}${'total'.padEnd(10)}${'stock'.padEnd(10)}payment`,
+  );
+  for (const s of summaries) {
+    print(
+      `  ${s.orderId.padEnd(8)}${s.customer.padEnd(10)}${String(s.items).padEnd(7)}${dollars(s.totalCents).padEnd(10)}${(s.reservationId ?? '-').padEnd(10)}${s.paymentId ?? '-'}`,
+    );
+  }
+
+  const { records } = await bus.deadLetters.list();
+  print();
+  print(`Dead letters (bus.deadLetters.list()): ${records.length}`);
+  for (const r of records) {
+    print(
+      `  ${r.handler ?? '(none)'} / ${r.type ?? '(unknown)'} / ${r.partitionKey ?? '-'}: reason ${r.reason}, ${r.attemptCount} attempts, fingerprint ${r.fingerprint}`,
+    );
+    print(`    last error: ${r.error.name}: ${r.error.message}`);
+    print(`    message ${r.messageId ?? '-'}, dead letter ${r.id}`);
+  }
+  const fingerprints = new Set(records.map((r) => r.fingerprint));
+  print(
+    fingerprints.size === 1
+      ? '  (1 distinct fingerprint: one cause behind all of them)'
+      : `  (${fingerprints.size} distinct fingerprints)`,
+  );
+
+  print();
+  print('The CRM is back: replaying the dead letters (same message ids, fresh attempts):');
+  crm.available = true;
+  const before = activity.counts.handled;
+  const results = await bus.replayDeadLetters(
+    records.map((r) => r.id),
+    { by: 'orders-example' },
+  );
+  const replayed = results.filter((r) => r.ok).length;
+  await activity.waitFor({ handled: before + replayed }, TIMEOUT_MS);
+  print(
+    `  ${replayed} replayed; CRM notified of ${crm.notified.join(', ')}; dead letters left: ${await bus.deadLetters.count()}`,
+  );
+
+  const { handled, retrying, deadLettered } = activity.counts;
+  print();
+  print(`Done: ${handled} handled, ${retrying} retries, ${deadLettered} dead-lettered. Stopping the bus.`);
+} catch (error) {
+  print(`The example failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+  process.exitCode = 1;
+} finally {
+  await bus.stop({ gracePeriodMs: 2_000 });
+}
