@@ -24,7 +24,9 @@ export {
   encodedSize,
   envelopeMetaSchema,
   envelopeSchema,
+  fnv1a64,
   isMessageDefinition,
+  partitionOf,
   isUuidV7,
   uuidv7,
 } from './messages/index.js';

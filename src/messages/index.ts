@@ -38,3 +38,4 @@ export {
   type DecodeSuccess,
 } from './codec.js';
 export { isUuidV7, uuidv7 } from './uuid-v7.js';
+export { fnv1a64, partitionOf } from './partition.js';
