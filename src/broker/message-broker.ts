@@ -36,6 +36,11 @@ export interface SubscriptionSpec {
   readonly kind: 'command' | 'event';
   /** The message types this subscription takes. */
   readonly types: readonly string[];
+  /**
+   * The types among `types` whose definitions are ordered (brokers that partition need to know).
+   * @defaultValue []
+   */
+  readonly orderedTypes?: readonly string[];
 }
 
 /** A message on its way to the broker. */

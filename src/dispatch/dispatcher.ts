@@ -388,6 +388,22 @@ export class Dispatcher {
       return;
     }
     const policy = resolveRetryPolicy(entry.options.retry, definition.retry, this.#o.retry);
+    if (facts.attempt > policy.attempts) {
+      // Only a worker that died mid-handler gets here (its crash counted as an attempt): stop the loop.
+      const last = facts.history[facts.history.length - 1]?.error;
+      await this.#deadLetter(
+        flight,
+        entry.name,
+        entry.kind === 'projection' ? 'projection-failed' : 'handler-failed',
+        last ?? {
+          name: 'WorkerCrashedError',
+          message: `Attempt ${facts.attempt} of at most ${policy.attempts}: the workers handling this message stopped before settling it`,
+          code: 'worker-crashed',
+        },
+        definition.ordered,
+      );
+      return;
+    }
     const started = this.#clock.now();
     const context = this.#context(envelope, facts.attempt, entry, flight.abort.signal);
     try {

@@ -114,6 +114,7 @@ export class HandlerRegistry {
         handler: entry.name,
         kind: entry.kind === 'command' ? 'command' : 'event',
         types: entry.definitions.map((d) => d.type),
+        orderedTypes: entry.definitions.filter((d) => d.ordered).map((d) => d.type),
       }));
   }
 

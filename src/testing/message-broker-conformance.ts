@@ -172,6 +172,13 @@ class Fixture {
     await this.broker.register(endpoint, [{ handler: 'commands', kind: 'command', types }]);
   }
 
+  /** Registers an ordered command type on `endpoint` (declared in `orderedTypes`, as the registry does). */
+  async orderedCommands(endpoint: string, ...types: string[]): Promise<void> {
+    await this.broker.register(endpoint, [
+      { handler: 'commands', kind: 'command', types, orderedTypes: types },
+    ]);
+  }
+
   /** Registers event subscriptions on `endpoint`, one per handler. */
   async events(endpoint: string, subscriptions: Record<string, string[]>): Promise<void> {
     const specs: SubscriptionSpec[] = Object.entries(subscriptions).map(([handler, types]) => ({
@@ -457,7 +464,7 @@ export function describeMessageBrokerConformance(
           const { broker } = f();
           const endpoint = f().endpoint('accounts');
           const post = f().type('PostEntry');
-          await f().commands(endpoint, post);
+          await f().orderedCommands(endpoint, post);
           const inbox = f().inbox(endpoint);
           const a = [1, 2, 3].map((n) =>
             f().message('command', post, { partitionKey: 'account-a', ordered: true, body: `a${n}` }),
@@ -669,7 +676,7 @@ export function describeMessageBrokerConformance(
           const { broker } = f();
           const endpoint = f().endpoint('accounts');
           const post = f().type('PostEntry');
-          await f().commands(endpoint, post);
+          await f().orderedCommands(endpoint, post);
           const inbox = f().inbox(endpoint);
           const ordered = (key: string, body: string): OutgoingMessage =>
             f().message('command', post, { partitionKey: key, ordered: true, body });

@@ -1,0 +1,58 @@
+/** A FIFO that producers push into and one consumer awaits, ending when closed. */
+export class AsyncInbox<T> {
+  readonly #items: T[] = [];
+  #head = 0;
+  #waiter: (() => void) | undefined;
+  #closed = false;
+
+  push(item: T): void {
+    this.#items.push(item);
+    this.#wake();
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#wake();
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Takes every item not yet taken. */
+  drain(): T[] {
+    const rest = this.#items.slice(this.#head);
+    this.#items.length = 0;
+    this.#head = 0;
+    return rest;
+  }
+
+  /** The next item, or undefined once closed and empty, or when `signal` aborts. */
+  async next(signal?: AbortSignal): Promise<T | undefined> {
+    for (;;) {
+      if (this.#head < this.#items.length) {
+        const item = this.#items[this.#head] as T;
+        this.#head++;
+        if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
+          this.#items.splice(0, this.#head);
+          this.#head = 0;
+        }
+        return item;
+      }
+      if (this.#closed || signal?.aborted === true) return undefined;
+      await new Promise<void>((resolve) => {
+        const done = (): void => {
+          signal?.removeEventListener('abort', done);
+          this.#waiter = undefined;
+          resolve();
+        };
+        this.#waiter = done;
+        signal?.addEventListener('abort', done, { once: true });
+      });
+    }
+  }
+
+  #wake(): void {
+    this.#waiter?.();
+  }
+}

@@ -1,0 +1,735 @@
+import {
+  DelayedError,
+  Job,
+  Queue,
+  UnrecoverableError as BullUnrecoverableError,
+  WaitingError,
+  Worker,
+} from 'bullmq';
+import { Redis, type RedisOptions as IoRedisOptions } from 'ioredis';
+
+/** ioredis connection options (ioredis's own type, less `replyMapping`, which clashes with exactOptionalPropertyTypes). */
+export type RedisOptions = Omit<IoRedisOptions, 'replyMapping'>;
+import {
+  MAX_ATTEMPT_HISTORY,
+  type AttemptRecord,
+  type Delivery,
+  type MessageBroker,
+  type NackOptions,
+  type OutgoingMessage,
+  type ReceiverOptions,
+  type RedeliveryTarget,
+  type SubscriptionSpec,
+} from '../broker/message-broker.js';
+import { systemClock, type Clock } from '../clock/clock.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import type { MessageKind } from '../messages/definition.js';
+import { partitionOf } from '../messages/partition.js';
+import { AsyncInbox } from './async-inbox.js';
+import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+
+/** Options of {@link BullMqBroker}. */
+export interface BullMqBrokerOptions {
+  /** A `redis://` URL, or ioredis options. */
+  readonly connection: string | RedisOptions;
+  /**
+   * Prefix of every key. The braces make it a Redis Cluster hash tag, so all of Harrier's keys land
+   * in one slot and its multi-key scripts work on a cluster.
+   * @defaultValue '\{harrier\}'
+   */
+  readonly prefix?: string;
+  /**
+   * Partition queues per ordered subscription; messages of one key always go to the same one. Every
+   * process sharing the prefix must use the same number (checked at start-up).
+   * @defaultValue 8
+   */
+  readonly partitions?: number;
+  /**
+   * How long a published id is remembered per subscription to drop a second publish of it, in ms.
+   * @defaultValue 86400000 (24 hours)
+   */
+  readonly dedupeWindowMs?: number;
+  /**
+   * How long a worker holds a message before another may take it, renewed while it runs, in ms.
+   * @defaultValue 30000
+   */
+  readonly lockDurationMs?: number;
+  /**
+   * How often workers look for messages whose worker died, in ms.
+   * @defaultValue 30000
+   */
+  readonly stalledIntervalMs?: number;
+  /**
+   * How long a publish waits for Redis before it fails, in ms.
+   * @defaultValue 5000
+   */
+  readonly publishTimeoutMs?: number;
+  /**
+   * How long dead-lettered jobs stay in BullMQ's failed set (so replay can `retry` them), in ms.
+   * @defaultValue 604800000 (7 days)
+   */
+  readonly failedRetentionMs?: number;
+  /** @defaultValue the system clock */
+  readonly clock?: Clock;
+  /** @defaultValue warnings and errors as JSON lines on stderr */
+  readonly logger?: Logger;
+}
+
+/** What a job carries: the envelope untouched, plus delivery facts kept beside it. */
+interface JobData {
+  /** Encoded envelope. */
+  readonly b: string;
+  /** Message id. */
+  readonly i: string;
+  readonly k: MessageKind;
+  /** Partition key. */
+  readonly p?: string | undefined;
+  /** Ordered. */
+  readonly o?: boolean | undefined;
+  /** Failed attempts so far. */
+  readonly a?: number;
+  /** Attempt history, newest last. */
+  readonly h?: readonly AttemptRecord[];
+}
+
+type Outcome =
+  | { readonly kind: 'ack' }
+  | { readonly kind: 'retry'; readonly retryAt: number; readonly record: AttemptRecord | undefined }
+  | { readonly kind: 'dead'; readonly reason: string }
+  | { readonly kind: 'release' }
+  | { readonly kind: 'lost' };
+
+interface Pending {
+  readonly jobId: string;
+  readonly settle: (outcome: Outcome) => void;
+}
+
+interface Route {
+  readonly endpoint: string;
+  readonly handler: string;
+  readonly orderedTypes: readonly string[];
+}
+
+const SEPARATOR = '~';
+const KEEP_ATTEMPTS = 1_000_000;
+
+/**
+ * The production broker: BullMQ queues on Redis.
+ *
+ * @remarks
+ * Each command type has a queue, each event subscription (endpoint, handler) has a queue, and
+ * ordered types go to one of `partitions` partition queues chosen by FNV-1a-64 of the key, each
+ * worked one message at a time. Subscriptions are registered in Redis, so a publisher reads who
+ * subscribes and adds one job per subscription, with the message id as job id and deduplication id.
+ * A worker's processor hands each job to the receiver and waits for the dispatcher's ack or nack,
+ * so BullMQ's lock renewal and stalled-job recovery cover every delivery.
+ */
+export class BullMqBroker implements MessageBroker {
+  readonly #prefix: string;
+  readonly #partitions: number;
+  readonly #dedupeWindowMs: number;
+  readonly #lockDurationMs: number;
+  readonly #stalledIntervalMs: number;
+  readonly #publishTimeoutMs: number;
+  readonly #failedRetentionMs: number;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #connection: string | RedisOptions;
+  readonly #client: Redis;
+  readonly #queues = new Map<string, Queue>();
+  readonly #pending = new Map<string, Pending>();
+  readonly #registered = new Map<string, SubscriptionSpec[]>();
+  readonly #receivers = new Set<{ close: () => Promise<void> }>();
+  #ready: Promise<void> | undefined;
+  #partitionsChecked: Promise<void> | undefined;
+  #closed = false;
+
+  constructor(options: BullMqBrokerOptions) {
+    this.#connection = options.connection;
+    this.#prefix = options.prefix ?? '{harrier}';
+    this.#partitions = options.partitions ?? 8;
+    this.#dedupeWindowMs = options.dedupeWindowMs ?? 86_400_000;
+    this.#lockDurationMs = options.lockDurationMs ?? 30_000;
+    this.#stalledIntervalMs = options.stalledIntervalMs ?? 30_000;
+    this.#publishTimeoutMs = options.publishTimeoutMs ?? 5_000;
+    this.#failedRetentionMs = options.failedRetentionMs ?? 604_800_000;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = options.logger ?? consoleLogger;
+    if (this.#prefix.includes(':') || this.#prefix.length === 0) {
+      throw new HarrierError(
+        'invalid-option',
+        `prefix "${this.#prefix}" must be non-empty and without ':', e.g. "{harrier}"`,
+      );
+    }
+    partitionOf('', this.#partitions);
+    // Producer connection: commands fail fast while Redis is away instead of queueing in memory.
+    this.#client = this.#newClient({ maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true });
+    this.#client.on('error', (error: Error) => {
+      this.#logger.debug('Redis producer connection error', { error: error.message });
+    });
+  }
+
+  /** The key prefix in use. */
+  get prefix(): string {
+    return this.#prefix;
+  }
+
+  async register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void> {
+    this.#assertOpen();
+    for (const sub of subscriptions) assertName(sub.handler, 'handler name');
+    assertName(endpoint, 'endpoint');
+    await this.#checkPartitions();
+    const client = await this.#connected();
+    const multi = client.multi();
+    for (const sub of subscriptions) {
+      if (sub.kind !== 'event') continue;
+      const route: Route = { endpoint, handler: sub.handler, orderedTypes: sub.orderedTypes ?? [] };
+      for (const type of sub.types)
+        multi.hset(
+          this.#key('routes', type),
+          this.#subscriptionQueue(endpoint, sub.handler),
+          JSON.stringify(route),
+        );
+    }
+    multi.hset(
+      this.#key('endpoints'),
+      endpoint,
+      JSON.stringify({ subscriptions, registeredAt: this.#clock.now() }),
+    );
+    await this.#withTimeout(multi.exec(), 'register subscriptions');
+    // Registration adds to what the endpoint registered before; a handler registered again replaces itself.
+    const merged = new Map(
+      (this.#registered.get(endpoint) ?? []).map((spec) => [`${spec.kind}/${spec.handler}`, spec]),
+    );
+    for (const spec of subscriptions) merged.set(`${spec.kind}/${spec.handler}`, spec);
+    this.#registered.set(endpoint, [...merged.values()]);
+  }
+
+  receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
+    const specs = this.#registered.get(options.endpoint);
+    if (specs === undefined) {
+      throw new HarrierError(
+        'not-registered',
+        `Endpoint "${options.endpoint}" has not registered its subscriptions: call register() first (bus.start() does)`,
+      );
+    }
+    return this.#receive(options, specs);
+  }
+
+  async publish(message: OutgoingMessage): Promise<void> {
+    await this.publishBatch([message]);
+  }
+
+  async publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
+    this.#assertOpen();
+    if (messages.length === 0) return;
+    await this.#checkPartitions();
+    const client = await this.#connected();
+    const eventTypes = [...new Set(messages.filter((m) => m.kind === 'event').map((m) => m.type))];
+    const routes = new Map<string, Route[]>();
+    if (eventTypes.length > 0) {
+      const pipeline = client.pipeline();
+      for (const type of eventTypes) pipeline.hgetall(this.#key('routes', type));
+      const results = (await this.#withTimeout(pipeline.exec(), 'read subscriptions')) ?? [];
+      eventTypes.forEach((type, index) => {
+        const [error, value] = results[index] ?? [new Error('no reply'), undefined];
+        if (error) throw redisUnavailable(this.#describe(), error);
+        routes.set(
+          type,
+          Object.values(value as Record<string, string>).map((v) => JSON.parse(v) as Route),
+        );
+      });
+    }
+    const byQueue = new Map<string, { name: string; data: JobData; opts: Record<string, unknown> }[]>();
+    const now = this.#clock.now();
+    for (const message of messages) {
+      const targets =
+        message.kind === 'event'
+          ? (routes.get(message.type) ?? []).map((r) => this.#subscriptionQueue(r.endpoint, r.handler))
+          : [this.#commandQueue(message.type)];
+      for (const base of targets) {
+        const queue = this.#placement(base, message);
+        const list = byQueue.get(queue) ?? [];
+        list.push({ name: message.type, data: jobData(message), opts: this.#jobOptions(message, now) });
+        byQueue.set(queue, list);
+      }
+    }
+    await Promise.all([...byQueue].map(([queue, jobs]) => this.#addAll(queue, jobs)));
+  }
+
+  ack(deliveryId: string): Promise<void> {
+    return this.#settle(deliveryId, { kind: 'ack' });
+  }
+
+  nack(deliveryId: string, options: NackOptions): Promise<void> {
+    if ('release' in options) return this.#settle(deliveryId, { kind: 'release' });
+    if ('deadLetter' in options)
+      return this.#settle(deliveryId, { kind: 'dead', reason: options.deadLetter });
+    return this.#settle(deliveryId, {
+      kind: 'retry',
+      retryAt: options.retryAt,
+      record:
+        options.error === undefined ? undefined : { attempt: 0, at: this.#clock.now(), error: options.error },
+    });
+  }
+
+  async redeliver(target: RedeliveryTarget): Promise<void> {
+    this.#assertOpen();
+    await this.#connected();
+    const { message } = target;
+    const base =
+      message.kind === 'command'
+        ? this.#commandQueue(message.type)
+        : this.#subscriptionQueue(target.endpoint, target.handler);
+    const queue = this.#queue(this.#placement(base, message));
+    const existing = await this.#withTimeout(Job.fromId<JobData>(queue, message.id), 'find job');
+    if (existing !== undefined) {
+      const state = await this.#withTimeout(existing.getState(), 'read job state');
+      if (state === 'failed') {
+        await this.#withTimeout(existing.updateData({ ...jobData(message) }), 'reset job data');
+        await this.#withTimeout(
+          existing.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true }),
+          'retry job',
+        );
+        return;
+      }
+      if (state !== 'completed' && state !== 'unknown') return; // already queued or running
+      await this.#withTimeout(existing.remove(), 'remove finished job');
+    }
+    await this.#withTimeout(queue.removeDeduplicationKey(message.id), 'clear dedupe key');
+    await this.#addAll(queue.name, [
+      {
+        name: message.type,
+        data: jobData(message),
+        opts: this.#jobOptions({ ...message, deliverAt: undefined }, this.#clock.now()),
+      },
+    ]);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    // Closing the broker gives every unsettled delivery back to its queue, so workers can stop.
+    for (const [id, pending] of this.#pending) {
+      this.#pending.delete(id);
+      pending.settle({ kind: 'release' });
+    }
+    await Promise.all([...this.#receivers].map((r) => r.close()));
+    await Promise.all([...this.#queues.values()].map((q) => q.close().catch(() => undefined)));
+    this.#client.disconnect();
+  }
+
+  /** The queue names of one endpoint's subscriptions (for tooling and tests). */
+  queuesOf(endpoint: string): string[] {
+    return (this.#registered.get(endpoint) ?? []).flatMap((spec) =>
+      this.#queuesFor(endpoint, spec).map((q) => q.name),
+    );
+  }
+
+  async *#receive(options: ReceiverOptions, specs: readonly SubscriptionSpec[]): AsyncGenerator<Delivery> {
+    const { endpoint, signal } = options;
+    const prefetch = options.prefetch ?? 16;
+    const inbox = new AsyncInbox<{ delivery: Delivery; pending: Pending }>();
+    const workers: Worker[] = [];
+    const clients: Redis[] = [];
+    let closing: Promise<void> | undefined;
+    const close = (): Promise<void> => {
+      closing ??= (async () => {
+        inbox.close();
+        // Deliveries handed to the receiver but never taken go straight back to their queue.
+        for (const { delivery, pending } of inbox.drain()) {
+          if (this.#pending.delete(delivery.id)) pending.settle({ kind: 'release' });
+        }
+        await Promise.all(workers.map((w) => w.close().catch(() => undefined)));
+        for (const client of clients) client.disconnect();
+      })();
+      return closing;
+    };
+    const handle = { close };
+    this.#receivers.add(handle);
+    try {
+      for (const spec of specs) {
+        for (const { name, concurrency, handler, ordered } of this.#queuesFor(endpoint, spec, prefetch)) {
+          const connection = this.#newClient({ maxRetriesPerRequest: null });
+          connection.on('error', () => undefined);
+          clients.push(connection);
+          const worker = new Worker<JobData>(
+            name,
+            (job, token) => this.#process(job, token ?? '', name, endpoint, handler, ordered, inbox),
+            {
+              connection,
+              prefix: this.#prefix,
+              concurrency,
+              lockDuration: this.#lockDurationMs,
+              stalledInterval: this.#stalledIntervalMs,
+              maxStalledCount: KEEP_ATTEMPTS,
+              settings: { backoffStrategy: () => 1_000 },
+            },
+          );
+          worker.on('error', (error: Error) => {
+            this.#logger.debug('BullMQ worker error', { queue: name, error: error.message });
+          });
+          worker.on('lockRenewalFailed', (jobIds: string[]) => {
+            const lost = new Set(jobIds);
+            for (const [id, pending] of this.#pending) {
+              if (!lost.has(pending.jobId)) continue;
+              this.#pending.delete(id);
+              pending.settle({ kind: 'lost' });
+            }
+          });
+          workers.push(worker);
+        }
+      }
+      for (;;) {
+        const next = await inbox.next(signal);
+        if (next === undefined) break;
+        yield next.delivery;
+      }
+    } finally {
+      this.#receivers.delete(handle);
+      await close();
+    }
+  }
+
+  async #process(
+    job: Job<JobData>,
+    token: string,
+    queueName: string,
+    endpoint: string,
+    handler: string | undefined,
+    ordered: boolean,
+    inbox: AsyncInbox<{ delivery: Delivery; pending: Pending }>,
+  ): Promise<void> {
+    const jobId = job.id ?? '';
+    let data = job.data as unknown;
+    for (let round = 0; ; round++) {
+      const parsed = readJobData(data);
+      const attempt = (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
+      // A message id is the job id in every subscription queue, so the queue is part of the delivery id.
+      const deliveryId = `${queueName}|${jobId}:${job.attemptsStarted}:${round}`;
+      let settle!: (outcome: Outcome) => void;
+      const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
+      const pending: Pending = { jobId, settle };
+      if (inbox.closed) {
+        await job.moveToWait(token);
+        throw new WaitingError();
+      }
+      this.#pending.set(deliveryId, pending);
+      inbox.push({
+        pending,
+        delivery: {
+          id: deliveryId,
+          body: parsed.body,
+          facts: {
+            messageId: parsed.messageId,
+            kind: parsed.kind,
+            type: parsed.kind === undefined ? undefined : job.name,
+            endpoint,
+            handler,
+            attempt,
+            history: parsed.history,
+            partitionKey: parsed.partitionKey,
+          },
+        },
+      });
+      const result = await outcome;
+      switch (result.kind) {
+        case 'ack':
+          return;
+        case 'dead':
+          throw new BullUnrecoverableError(`dead-lettered: ${result.reason}`);
+        case 'lost':
+          // Another worker owns the job now; nothing this one does can settle it.
+          throw new HarrierError('lock-lost', `Lost the lock of job ${jobId}`);
+        case 'release':
+          await job.moveToWait(token);
+          throw new WaitingError();
+        case 'retry': {
+          const failed = (parsed.attemptsMade ?? 0) + 1;
+          const history =
+            result.record === undefined
+              ? parsed.history
+              : [...parsed.history, { ...result.record, attempt: attempt }].slice(-MAX_ATTEMPT_HISTORY);
+          const next: JobData = { ...(data as JobData), a: failed, h: history };
+          await job.updateData(next);
+          data = next;
+          if (!ordered) {
+            await job.moveToDelayed(Math.max(result.retryAt, Date.now()), token);
+            throw new DelayedError();
+          }
+          // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
+          const wait = result.retryAt - this.#clock.now();
+          if (wait > 0) {
+            await new Promise<void>((resolve) => {
+              const cancel = this.#clock.setTimer(wait, resolve);
+              void inboxClosed(inbox).then(() => {
+                cancel();
+                resolve();
+              });
+            });
+          }
+          continue;
+        }
+      }
+    }
+  }
+
+  #settle(deliveryId: string, outcome: Outcome): Promise<void> {
+    const pending = this.#pending.get(deliveryId);
+    if (pending === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
+    this.#pending.delete(deliveryId);
+    pending.settle(outcome);
+    return Promise.resolve();
+  }
+
+  #queuesFor(
+    endpoint: string,
+    spec: SubscriptionSpec,
+    prefetch = 16,
+  ): { name: string; concurrency: number; handler: string | undefined; ordered: boolean }[] {
+    const result: { name: string; concurrency: number; handler: string | undefined; ordered: boolean }[] = [];
+    const ordered = new Set(spec.orderedTypes ?? []);
+    if (spec.kind === 'command') {
+      for (const type of spec.types) {
+        const base = this.#commandQueue(type);
+        result.push({ name: base, concurrency: prefetch, handler: undefined, ordered: false });
+        if (ordered.has(type))
+          for (let p = 0; p < this.#partitions; p++)
+            result.push({
+              name: `${base}${SEPARATOR}p${p}`,
+              concurrency: 1,
+              handler: undefined,
+              ordered: true,
+            });
+      }
+      return result;
+    }
+    const base = this.#subscriptionQueue(endpoint, spec.handler);
+    result.push({ name: base, concurrency: prefetch, handler: spec.handler, ordered: false });
+    if (ordered.size > 0)
+      for (let p = 0; p < this.#partitions; p++)
+        result.push({
+          name: `${base}${SEPARATOR}p${p}`,
+          concurrency: 1,
+          handler: spec.handler,
+          ordered: true,
+        });
+    return result;
+  }
+
+  #placement(base: string, message: OutgoingMessage): string {
+    return message.ordered === true
+      ? `${base}${SEPARATOR}p${partitionOf(message.partitionKey ?? '', this.#partitions)}`
+      : base;
+  }
+
+  #jobOptions(message: OutgoingMessage, now: number): Record<string, unknown> {
+    const delay = message.deliverAt === undefined ? 0 : Math.max(0, message.deliverAt - now);
+    return {
+      jobId: message.id,
+      deduplication: { id: message.id, ttl: this.#dedupeWindowMs },
+      ...(delay > 0 ? { delay } : {}),
+      // Our dispatcher decides retries; BullMQ's own retry only catches a processor that crashed mid-settle.
+      attempts: KEEP_ATTEMPTS,
+      backoff: { type: 'harrier' },
+      removeOnComplete: true,
+      removeOnFail: { age: Math.ceil(this.#failedRetentionMs / 1000) },
+    };
+  }
+
+  async #addAll(
+    queueName: string,
+    jobs: { name: string; data: JobData; opts: Record<string, unknown> }[],
+  ): Promise<void> {
+    const queue = this.#queue(queueName);
+    let remaining = jobs;
+    for (let attempt = 1; remaining.length > 0; attempt++) {
+      const added = await this.#withTimeout(
+        queue.addBulk(remaining),
+        `add ${remaining.length} job(s) to ${queueName}`,
+      );
+      // addBulk runs a pipeline: a job whose script failed comes back with a negative number as its id.
+      const failed = remaining.filter((_, index) => {
+        const id = added[index]?.id as unknown;
+        return typeof id !== 'string' || id.length === 0;
+      });
+      if (failed.length === 0) return;
+      if (attempt >= 3) {
+        throw new HarrierError(
+          'publish-failed',
+          `${failed.length} of ${jobs.length} message(s) could not be added to queue ${queueName} after ${attempt} tries; publish them again (same ids are deduplicated)`,
+        );
+      }
+      this.#logger.warn('addBulk partly failed; retrying the failed jobs', {
+        queue: queueName,
+        failed: failed.length,
+      });
+      remaining = failed;
+    }
+  }
+
+  #queue(name: string): Queue {
+    let queue = this.#queues.get(name);
+    if (queue === undefined) {
+      queue = new Queue(name, { connection: this.#client, prefix: this.#prefix });
+      queue.on('error', (error: Error) => {
+        this.#logger.debug('BullMQ queue error', { queue: name, error: error.message });
+      });
+      this.#queues.set(name, queue);
+    }
+    return queue;
+  }
+
+  #commandQueue(type: string): string {
+    return `cmd${SEPARATOR}${type}`;
+  }
+
+  #subscriptionQueue(endpoint: string, handler: string): string {
+    return `evt${SEPARATOR}${endpoint}${SEPARATOR}${handler}`;
+  }
+
+  #key(...parts: string[]): string {
+    return [this.#prefix, 'harrier', ...parts].join(':');
+  }
+
+  #newClient(extra: RedisOptions): Redis {
+    const connection = this.#connection;
+    if (typeof connection === 'string') return new Redis(connection, extra);
+    const options: RedisOptions = { ...connection, ...extra };
+    return new Redis(options);
+  }
+
+  #describe(): string {
+    return typeof this.#connection === 'string'
+      ? describeRedisUrl(this.#connection)
+      : `${this.#connection.host ?? '127.0.0.1'}:${this.#connection.port ?? 6379}`;
+  }
+
+  #connected(): Promise<Redis> {
+    this.#ready ??= (async () => {
+      if (this.#client.status === 'wait') {
+        await this.#withTimeout(this.#client.connect(), 'connect');
+      }
+    })().catch((error: unknown) => {
+      this.#ready = undefined;
+      throw error;
+    });
+    return this.#ready.then(() => this.#client);
+  }
+
+  #checkPartitions(): Promise<void> {
+    this.#partitionsChecked ??= (async () => {
+      const client = await this.#connected();
+      const key = this.#key('partitions');
+      await this.#withTimeout(client.set(key, String(this.#partitions), 'NX'), 'store partition count');
+      const stored = Number(await this.#withTimeout(client.get(key), 'read partition count'));
+      if (stored !== this.#partitions) {
+        throw new HarrierError(
+          'partition-mismatch',
+          `This broker uses ${this.#partitions} partitions but prefix "${this.#prefix}" was set up with ${stored}: every process must use partitions: ${stored} (changing it needs an empty set of ordered queues)`,
+        );
+      }
+    })().catch((error: unknown) => {
+      this.#partitionsChecked = undefined;
+      throw error;
+    });
+    return this.#partitionsChecked;
+  }
+
+  async #withTimeout<T>(promise: Promise<T>, what: string): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([
+        promise,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            reject(
+              redisUnavailable(
+                this.#describe(),
+                new Error(`${what} timed out after ${this.#publishTimeoutMs} ms`),
+              ),
+            );
+          }, this.#publishTimeoutMs);
+        }),
+      ]);
+    } catch (error) {
+      if (HarrierError.is(error)) throw error;
+      throw redisUnavailable(this.#describe(), error);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  #assertOpen(): void {
+    if (this.#closed)
+      throw new HarrierError(
+        'broker-closed',
+        'The BullMQ broker is closed: create a new one to publish again',
+      );
+  }
+}
+
+function inboxClosed(inbox: AsyncInbox<unknown>): Promise<void> {
+  return new Promise((resolve) => {
+    const check = (): void => {
+      if (inbox.closed) resolve();
+      else setTimeout(check, 100).unref();
+    };
+    check();
+  });
+}
+
+function assertName(name: string, what: string): void {
+  if (name.length === 0 || name.includes(SEPARATOR) || name.includes(':')) {
+    throw new HarrierError(
+      'invalid-option',
+      `The ${what} "${name}" cannot be used on Redis: it must be non-empty and contain neither '${SEPARATOR}' nor ':'`,
+    );
+  }
+}
+
+function jobData(message: OutgoingMessage): JobData {
+  return {
+    b: message.body,
+    i: message.id,
+    k: message.kind,
+    ...(message.partitionKey !== undefined ? { p: message.partitionKey } : {}),
+    ...(message.ordered === true ? { o: true } : {}),
+    a: 0,
+    h: [],
+  };
+}
+
+/** Reads job data leniently: anything pushed into a queue by something else still becomes a delivery. */
+function readJobData(data: unknown): {
+  body: string;
+  messageId: string | undefined;
+  kind: MessageKind | undefined;
+  partitionKey: string | undefined;
+  attemptsMade: number | undefined;
+  history: readonly AttemptRecord[];
+} {
+  if (typeof data === 'object' && data !== null && typeof (data as JobData).b === 'string') {
+    // Data read from Redis is untrusted: check every field rather than believe the JobData type.
+    const d = data as Partial<Record<keyof JobData, unknown>> & { b: string };
+    return {
+      body: d.b,
+      messageId: typeof d.i === 'string' ? d.i : undefined,
+      kind: d.k === 'command' || d.k === 'event' || d.k === 'query' ? d.k : undefined,
+      partitionKey: typeof d.p === 'string' ? d.p : undefined,
+      attemptsMade: typeof d.a === 'number' ? d.a : undefined,
+      history: Array.isArray(d.h) ? (d.h as AttemptRecord[]).slice(-MAX_ATTEMPT_HISTORY) : [],
+    };
+  }
+  const body = typeof data === 'string' ? data : ((JSON.stringify(data) as string | undefined) ?? '');
+  return {
+    body,
+    messageId: undefined,
+    kind: undefined,
+    partitionKey: undefined,
+    attemptsMade: undefined,
+    history: [],
+  };
+}

@@ -1,0 +1,4 @@
+export { BullMqBroker, type BullMqBrokerOptions, type RedisOptions } from './bullmq-broker.js';
+export { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+export { RedisDeadLetterStore } from './redis-dead-letter-store.js';
+export type { RedisDeadLetterStoreOptions } from './redis-dead-letter-store.js';

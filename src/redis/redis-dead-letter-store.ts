@@ -1,0 +1,674 @@
+import { createHash } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { MAX_ATTEMPT_HISTORY, type AttemptRecord, type ErrorInfo } from '../broker/message-broker.js';
+import {
+  MAX_REPLAY_HISTORY,
+  type DeadLetterFilter,
+  type DeadLetterPage,
+  type DeadLetterPageOptions,
+  type DeadLetterRecord,
+  type DeadLetterStatus,
+  type DeadLetterStore,
+  type ReplayRecord,
+} from '../dead-letters/dead-letter-store.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type { MessageKind } from '../messages/definition.js';
+import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+
+/** Options of {@link RedisDeadLetterStore}. */
+export interface RedisDeadLetterStoreOptions {
+  /**
+   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share.
+   *
+   * @remarks
+   * The store creates, and on {@link RedisDeadLetterStore.close} quits, a client for a URL. A client
+   * passed in stays the caller's: the store never quits it, never adds listeners to it, and its own
+   * retry settings apply instead of `maxRetriesPerRequest` and `connectTimeoutMs` below.
+   *
+   * @defaultValue none; required
+   */
+  readonly connection: string | Redis;
+  /**
+   * Prefix of every key the store writes; its keys are `<prefix>:dlq:...`.
+   *
+   * @remarks
+   * The braces make it a Redis Cluster hash tag, so every key of the store lands in one slot and its
+   * Lua scripts, which reach records by id, stay valid behind a cluster-aware proxy. Stores sharing a
+   * prefix share their dead letters.
+   *
+   * @defaultValue '\{harrier\}'
+   */
+  readonly prefix?: string;
+  /**
+   * Most records kept; when a new record would exceed it, the oldest by first insertion is dropped.
+   * @defaultValue 100000
+   */
+  readonly maxRecords?: number;
+  /**
+   * For a client the store creates: how many reconnect attempts a command waits through before it
+   * fails with `redis-unavailable`; `null` waits for as long as Redis is down.
+   *
+   * @remarks
+   * One keeps the `harrier dlq` CLI quick to report a Redis that is down (well under a second for a
+   * refused connection), while a long-running worker rides out a brief blip: its client keeps
+   * reconnecting in the background whatever this says, so the first command after Redis is back
+   * succeeds, and a dead-lettering that failed meanwhile is retried by the broker. The offline queue
+   * stays on, because without it every command sent before the first connect completes would fail.
+   *
+   * @defaultValue 1
+   */
+  readonly maxRetriesPerRequest?: number | null;
+  /**
+   * For a client the store creates: how long one connection attempt may take before it counts as
+   * failed, in ms.
+   *
+   * @remarks
+   * Bounds how long a command waits when Redis's host drops packets instead of refusing them: at most
+   * about `(maxRetriesPerRequest + 1) * connectTimeoutMs`. A healthy Redis connects in milliseconds.
+   *
+   * @defaultValue 3000
+   */
+  readonly connectTimeoutMs?: number;
+}
+
+const DEFAULT_PREFIX = '{harrier}';
+const DEFAULT_MAX_RECORDS = 100_000;
+const DEFAULT_PAGE_LIMIT = 100;
+/** Index entries read per round trip while listing, counting or purging. */
+const SCAN_CHUNK = 200;
+/** Ids per atomic batch in `remove`, so one script never blocks Redis for long. */
+const REMOVE_BATCH = 500;
+/** Stacks are capped at 4 KiB by `toErrorInfo`; enforced again on write. */
+const MAX_STACK_CHARS = 4096;
+const CURSOR_PREFIX = 'rdl1:';
+
+/**
+ * A record is a hash: `data` (the JSON of every field an update replaces), `first` (firstFailedAt),
+ * `status`, `replays` (newline-separated JSON entries, oldest first: JSON never holds a raw newline,
+ * so scripts can append and trim without a JSON library that would round numbers) and `v`, a version
+ * bumped by every write so a purge never deletes a record changed after it was read.
+ */
+const RECORD_FIELDS = ['data', 'first', 'status', 'replays', 'v'] as const;
+
+/**
+ * KEYS: record, index, sequence. ARGV: id, data, firstFailedAt, status, replays, maxRecords,
+ * record key prefix. Returns the stored firstFailedAt, status and replays.
+ */
+const ADD_SCRIPT = `
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('HSET', KEYS[1], 'data', ARGV[2], 'status', 'dead')
+  redis.call('HINCRBY', KEYS[1], 'v', 1)
+  return redis.call('HMGET', KEYS[1], 'first', 'status', 'replays')
+end
+local seq = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[1], 'data', ARGV[2], 'first', ARGV[3], 'status', ARGV[4], 'replays', ARGV[5], 'v', 1)
+redis.call('ZADD', KEYS[2], seq, ARGV[1])
+local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[6])
+if excess > 0 then
+  for _, old in ipairs(redis.call('ZRANGE', KEYS[2], 0, excess - 1)) do
+    redis.call('DEL', ARGV[7] .. old)
+  end
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, excess - 1)
+end
+return {ARGV[3], ARGV[4], ARGV[5]}
+`;
+
+/** KEYS: record. ARGV: replay entry JSON, most entries kept. Returns 1, or 0 when there is no record. */
+const MARK_REPLAYED_SCRIPT = `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local entries = {}
+for entry in string.gmatch(redis.call('HGET', KEYS[1], 'replays') or '', '[^\\n]+') do
+  entries[#entries + 1] = entry
+end
+entries[#entries + 1] = ARGV[1]
+local from = math.max(1, #entries - tonumber(ARGV[2]) + 1)
+redis.call('HSET', KEYS[1], 'status', 'replayed', 'replays', table.concat(entries, '\\n', from))
+redis.call('HINCRBY', KEYS[1], 'v', 1)
+return 1
+`;
+
+/**
+ * KEYS: index. ARGV: min score (ZRANGEBYSCORE syntax), count, record key prefix. Returns, per index
+ * entry in order: id, score, then the record's fields (nil when the record is missing).
+ */
+const READ_CHUNK_SCRIPT = `
+local entries = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for i = 1, #entries, 2 do
+  out[#out + 1] = entries[i]
+  out[#out + 1] = entries[i + 1]
+  local fields = redis.call('HMGET', ARGV[3] .. entries[i], ${RECORD_FIELDS.map((f) => `'${f}'`).join(', ')})
+  for j = 1, ${RECORD_FIELDS.length} do out[#out + 1] = fields[j] end
+end
+return out
+`;
+
+/** KEYS: index, then one record key per id. ARGV: the ids. Returns how many records existed. */
+const REMOVE_SCRIPT = `
+local n = 0
+for i = 1, #ARGV do
+  n = n + redis.call('DEL', KEYS[i + 1])
+  redis.call('ZREM', KEYS[1], ARGV[i])
+end
+return n
+`;
+
+/**
+ * KEYS: index, then one record key per id. ARGV: id and version pairs. Deletes each record still at
+ * the version that was read; returns how many it deleted.
+ */
+const PURGE_SCRIPT = `
+local n = 0
+for i = 2, #KEYS do
+  if redis.call('HGET', KEYS[i], 'v') == ARGV[2 * i - 2] then
+    redis.call('DEL', KEYS[i])
+    redis.call('ZREM', KEYS[1], ARGV[2 * i - 3])
+    n = n + 1
+  end
+end
+return n
+`;
+
+interface Script {
+  readonly lua: string;
+  readonly sha: string;
+}
+
+function script(lua: string): Script {
+  return { lua, sha: createHash('sha1').update(lua).digest('hex') };
+}
+
+const SCRIPTS = {
+  add: script(ADD_SCRIPT),
+  markReplayed: script(MARK_REPLAYED_SCRIPT),
+  readChunk: script(READ_CHUNK_SCRIPT),
+  remove: script(REMOVE_SCRIPT),
+  purge: script(PURGE_SCRIPT),
+} as const;
+
+/** The JSON kept in a record's `data` field: every field an update replaces. */
+interface StoredData {
+  readonly id: string;
+  readonly messageId?: string;
+  readonly kind?: MessageKind;
+  readonly type?: string;
+  readonly endpoint: string;
+  readonly handler?: string;
+  readonly reason: string;
+  readonly error: ErrorInfo;
+  readonly attempts: readonly AttemptRecord[];
+  readonly attemptCount: number;
+  readonly lastFailedAt: number;
+  readonly fingerprint: string;
+  readonly envelope: string;
+  readonly partitionKey?: string;
+  readonly ordered: boolean;
+}
+
+/** One index entry as read back, with its record unless it vanished between writes. */
+interface ChunkEntry {
+  readonly id: string;
+  readonly seq: number;
+  readonly record: DeadLetterRecord | undefined;
+  readonly version: string | undefined;
+}
+
+/** An error with only the fields of {@link ErrorInfo}, its stack capped again. */
+function boundedError(error: ErrorInfo): ErrorInfo {
+  return {
+    name: error.name,
+    message: error.message,
+    ...(error.code !== undefined ? { code: error.code } : {}),
+    ...(error.stack !== undefined ? { stack: error.stack.slice(0, MAX_STACK_CHARS) } : {}),
+  };
+}
+
+function encodeData(record: DeadLetterRecord): string {
+  const data: StoredData = {
+    id: record.id,
+    ...(record.messageId !== undefined ? { messageId: record.messageId } : {}),
+    ...(record.kind !== undefined ? { kind: record.kind } : {}),
+    ...(record.type !== undefined ? { type: record.type } : {}),
+    endpoint: record.endpoint,
+    ...(record.handler !== undefined ? { handler: record.handler } : {}),
+    reason: record.reason,
+    error: boundedError(record.error),
+    // The record type promises these bounds, but a record built by hand or by another version may
+    // break them, and a Redis that holds 100000 records must not grow without limit.
+    attempts: record.attempts.slice(-MAX_ATTEMPT_HISTORY).map((attempt) => ({
+      attempt: attempt.attempt,
+      at: attempt.at,
+      error: boundedError(attempt.error),
+    })),
+    attemptCount: record.attemptCount,
+    lastFailedAt: record.lastFailedAt,
+    fingerprint: record.fingerprint,
+    envelope: record.envelope,
+    ...(record.partitionKey !== undefined ? { partitionKey: record.partitionKey } : {}),
+    ordered: record.ordered,
+  };
+  return JSON.stringify(data);
+}
+
+function encodeReplay(replay: ReplayRecord): string {
+  return JSON.stringify(replay.by === undefined ? { at: replay.at } : { at: replay.at, by: replay.by });
+}
+
+function decodeReplays(text: string): ReplayRecord[] {
+  if (text === '') return [];
+  return text.split('\n').map((line) => {
+    const entry = JSON.parse(line) as { at: number; by?: string };
+    return entry.by === undefined ? { at: entry.at } : { at: entry.at, by: entry.by };
+  });
+}
+
+function decodeRecord(
+  key: string,
+  data: string,
+  first: string,
+  status: string,
+  replays: string,
+): DeadLetterRecord {
+  let parsed: StoredData;
+  let replayList: ReplayRecord[];
+  try {
+    parsed = JSON.parse(data) as StoredData;
+    replayList = decodeReplays(replays);
+  } catch (error) {
+    throw new HarrierError(
+      'corrupt-dead-letter',
+      `Dead letter "${key}" in Redis is not valid JSON: something other than Harrier wrote to this key prefix; remove that record, and give the store a prefix of its own`,
+      { cause: error },
+    );
+  }
+  return {
+    id: parsed.id,
+    messageId: parsed.messageId,
+    kind: parsed.kind,
+    type: parsed.type,
+    endpoint: parsed.endpoint,
+    handler: parsed.handler,
+    reason: parsed.reason,
+    error: parsed.error,
+    attempts: parsed.attempts,
+    attemptCount: parsed.attemptCount,
+    firstFailedAt: Number(first),
+    lastFailedAt: parsed.lastFailedAt,
+    fingerprint: parsed.fingerprint,
+    envelope: parsed.envelope,
+    partitionKey: parsed.partitionKey,
+    ordered: parsed.ordered,
+    status: status as DeadLetterStatus,
+    replays: replayList,
+  };
+}
+
+function matches(record: DeadLetterRecord, filter: DeadLetterFilter): boolean {
+  const status = filter.status ?? 'dead';
+  return (
+    (status === 'any' || record.status === status) &&
+    (filter.endpoint === undefined || record.endpoint === filter.endpoint) &&
+    (filter.type === undefined || record.type === filter.type) &&
+    (filter.handler === undefined || record.handler === filter.handler) &&
+    (filter.reason === undefined || record.reason === filter.reason) &&
+    (filter.fingerprint === undefined || record.fingerprint === filter.fingerprint) &&
+    (filter.since === undefined || record.lastFailedAt >= filter.since) &&
+    (filter.until === undefined || record.lastFailedAt < filter.until)
+  );
+}
+
+/** True when `filter` selects every record whatever its fields, so a count is the index's size. */
+function selectsAll(filter: DeadLetterFilter): boolean {
+  return (
+    filter.status === 'any' &&
+    filter.endpoint === undefined &&
+    filter.type === undefined &&
+    filter.handler === undefined &&
+    filter.reason === undefined &&
+    filter.fingerprint === undefined &&
+    filter.since === undefined &&
+    filter.until === undefined
+  );
+}
+
+function encodeCursor(seq: number): string {
+  return Buffer.from(`${CURSOR_PREFIX}${seq}`, 'utf8').toString('base64url');
+}
+
+function decodeCursor(cursor: string): number {
+  const text = Buffer.from(cursor, 'base64url').toString('utf8');
+  const digits = text.startsWith(CURSOR_PREFIX) ? text.slice(CURSOR_PREFIX.length) : '';
+  const seq = Number(digits);
+  if (!/^\d+$/.test(digits) || !Number.isSafeInteger(seq)) {
+    throw new HarrierError(
+      'invalid-cursor',
+      `Dead-letter cursor "${cursor}" was not issued by this store: pass the \`next\` of the previous page, or no cursor to start from the first page`,
+    );
+  }
+  return seq;
+}
+
+/** An error Redis itself replied with, as opposed to a connection that failed. */
+function isReplyError(error: unknown): error is Error {
+  return error instanceof Error && error.name === 'ReplyError';
+}
+
+/**
+ * Keeps dead letters in Redis, so they outlive restarts and every process of an application sees the
+ * same ones.
+ *
+ * @remarks
+ * Each record is a hash under `<prefix>:dlq:record:<id>`; a sorted set `<prefix>:dlq:index` scores
+ * each id by an insertion sequence (`<prefix>:dlq:seq`), so lists come in first-insertion order and
+ * an update keeps its place. Every write is one Lua script, so concurrent stores on the same prefix
+ * never leave two records for one id or a record without its index entry. Lists, counts and purges
+ * walk the index in chunks and filter here, so their cost grows with the records held, not with the
+ * records matched; `maxRecords` bounds both.
+ *
+ * Failures reject with a {@link HarrierError}: `redis-unavailable` when Redis cannot be reached,
+ * `redis-command-failed` when it refuses a command, `store-closed` after {@link close},
+ * `invalid-cursor` and `invalid-argument` for bad paging.
+ *
+ * @example
+ * ```ts
+ * const store = new RedisDeadLetterStore({ connection: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379' });
+ * const { records, next } = await store.list({ endpoint: 'billing' }, { limit: 50 });
+ * await store.close();
+ * ```
+ */
+export class RedisDeadLetterStore implements DeadLetterStore {
+  readonly #client: Redis;
+  readonly #owned: boolean;
+  readonly #where: string;
+  readonly #maxRecords: number;
+  /** Start of every key of the store, for messages. */
+  readonly #keyspace: string;
+  readonly #indexKey: string;
+  readonly #seqKey: string;
+  readonly #recordPrefix: string;
+  /** The record prefix as Lua must spell it: keys built in a script do not get ioredis's `keyPrefix`. */
+  readonly #scriptRecordPrefix: string;
+  /** Why the owned client last failed to connect; names the real cause instead of "max retries". */
+  #lastConnectionError: Error | undefined;
+  #closed = false;
+
+  /** @throws HarrierError `invalid-options` when `prefix` is empty or `maxRecords` is not a positive integer. */
+  constructor(options: RedisDeadLetterStoreOptions) {
+    const prefix = options.prefix ?? DEFAULT_PREFIX;
+    if (prefix === '') {
+      throw new HarrierError(
+        'invalid-options',
+        `RedisDeadLetterStore prefix must not be empty: pass a hash tag such as '{harrier}', or leave it out for the default`,
+      );
+    }
+    const maxRecords = options.maxRecords ?? DEFAULT_MAX_RECORDS;
+    if (!Number.isInteger(maxRecords) || maxRecords < 1) {
+      throw new HarrierError(
+        'invalid-options',
+        `RedisDeadLetterStore maxRecords must be a positive integer, got ${maxRecords}: pass a whole number such as 100000, or leave it out for the default`,
+      );
+    }
+    this.#maxRecords = maxRecords;
+    this.#keyspace = `${prefix}:dlq:`;
+    this.#indexKey = `${this.#keyspace}index`;
+    this.#seqKey = `${this.#keyspace}seq`;
+    this.#recordPrefix = `${this.#keyspace}record:`;
+
+    const { connection } = options;
+    if (typeof connection === 'string') {
+      this.#owned = true;
+      this.#where = describeRedisUrl(connection);
+      this.#client = new Redis(connection, {
+        maxRetriesPerRequest: options.maxRetriesPerRequest === undefined ? 1 : options.maxRetriesPerRequest,
+        connectTimeout: options.connectTimeoutMs ?? 3000,
+      });
+      // Without a listener ioredis prints every failed reconnect; the cause is reported on the next
+      // command instead.
+      this.#client.on('error', (error: Error) => {
+        this.#lastConnectionError = error;
+      });
+      this.#client.on('ready', () => {
+        this.#lastConnectionError = undefined;
+      });
+    } else {
+      this.#owned = false;
+      this.#client = connection;
+      const { host, port, path, tls } = connection.options;
+      this.#where =
+        typeof path === 'string'
+          ? path
+          : `${tls === undefined ? 'redis' : 'rediss'}://${host ?? 'localhost'}:${port ?? 6379}`;
+    }
+    this.#scriptRecordPrefix = `${this.#client.options.keyPrefix ?? ''}${this.#recordPrefix}`;
+  }
+
+  add(record: DeadLetterRecord): Promise<DeadLetterRecord> {
+    return this.#run(async () => {
+      const key = this.#recordKey(record.id);
+      const data = encodeData(record);
+      const reply = await this.#eval(
+        SCRIPTS.add,
+        [key, this.#indexKey, this.#seqKey],
+        [
+          record.id,
+          data,
+          String(record.firstFailedAt),
+          record.status,
+          record.replays.slice(-MAX_REPLAY_HISTORY).map(encodeReplay).join('\n'),
+          String(this.#maxRecords),
+          this.#scriptRecordPrefix,
+        ],
+      );
+      const [first, status, replays] = reply as [string, string, string];
+      // Decoded from what was written, so the caller gets exactly what a later get() returns.
+      return decodeRecord(key, data, first, status, replays);
+    });
+  }
+
+  get(id: string): Promise<DeadLetterRecord | undefined> {
+    return this.#run(async () => {
+      const key = this.#recordKey(id);
+      const [data, first, status, replays] = await this.#client.hmget(
+        key,
+        'data',
+        'first',
+        'status',
+        'replays',
+      );
+      if (data == null) return undefined;
+      return decodeRecord(key, data, first ?? '0', status ?? 'dead', replays ?? '');
+    });
+  }
+
+  /** @throws HarrierError `invalid-cursor` for a cursor this store did not issue, `invalid-argument` for a bad limit. */
+  list(filter: DeadLetterFilter = {}, page: DeadLetterPageOptions = {}): Promise<DeadLetterPage> {
+    return this.#run(async () => {
+      const limit = page.limit ?? DEFAULT_PAGE_LIMIT;
+      if (!Number.isInteger(limit) || limit < 1) {
+        throw new HarrierError(
+          'invalid-argument',
+          `Dead-letter page limit must be a positive integer, got ${limit}: pass a whole number such as 100, or leave it out for the default`,
+        );
+      }
+      const after = page.cursor === undefined ? undefined : decodeCursor(page.cursor);
+      const records: DeadLetterRecord[] = [];
+      let lastSeq = 0;
+      for await (const entry of this.#scan(after)) {
+        if (entry.record === undefined || !matches(entry.record, filter)) continue;
+        // One match past the page says whether there is a next page, so a page that ends exactly at
+        // the last match reports none.
+        if (records.length === limit) return { records, next: encodeCursor(lastSeq) };
+        records.push(entry.record);
+        lastSeq = entry.seq;
+      }
+      return { records, next: undefined };
+    });
+  }
+
+  count(filter: DeadLetterFilter = {}): Promise<number> {
+    return this.#run(async () => {
+      if (selectsAll(filter)) return await this.#client.zcard(this.#indexKey);
+      let n = 0;
+      for await (const entry of this.#scan(undefined)) {
+        if (entry.record !== undefined && matches(entry.record, filter)) n++;
+      }
+      return n;
+    });
+  }
+
+  markReplayed(id: string, replay: ReplayRecord): Promise<boolean> {
+    return this.#run(async () => {
+      const reply = await this.#eval(
+        SCRIPTS.markReplayed,
+        [this.#recordKey(id)],
+        [encodeReplay(replay), String(MAX_REPLAY_HISTORY)],
+      );
+      return reply === 1;
+    });
+  }
+
+  remove(ids: readonly string[]): Promise<number> {
+    return this.#run(async () => {
+      // An id given twice is counted once, as the in-memory store does.
+      const unique = [...new Set(ids)];
+      let n = 0;
+      for (let i = 0; i < unique.length; i += REMOVE_BATCH) {
+        const batch = unique.slice(i, i + REMOVE_BATCH);
+        const keys = [this.#indexKey, ...batch.map((id) => this.#recordKey(id))];
+        n += Number(await this.#eval(SCRIPTS.remove, keys, batch));
+      }
+      return n;
+    });
+  }
+
+  /**
+   * {@inheritDoc DeadLetterStore.purge}
+   *
+   * @remarks
+   * Deletes chunk by chunk, each chunk atomically. A record changed by another process between being
+   * read and being deleted is kept, so a purge never deletes a record that no longer matches.
+   */
+  purge(filter: DeadLetterFilter = {}): Promise<number> {
+    return this.#run(async () => {
+      let n = 0;
+      let after: number | undefined;
+      for (;;) {
+        const chunk = await this.#readChunk(after);
+        const doomed = chunk.filter(
+          (entry): entry is ChunkEntry & { record: DeadLetterRecord; version: string } =>
+            entry.record !== undefined && entry.version !== undefined && matches(entry.record, filter),
+        );
+        if (doomed.length > 0) {
+          const keys = [this.#indexKey, ...doomed.map((entry) => this.#recordKey(entry.id))];
+          const args = doomed.flatMap((entry) => [entry.id, entry.version]);
+          n += Number(await this.#eval(SCRIPTS.purge, keys, args));
+        }
+        const last = chunk.at(-1);
+        if (last === undefined || chunk.length < SCAN_CHUNK) return n;
+        after = last.seq;
+      }
+    });
+  }
+
+  /**
+   * Quits the client the store created from a URL; a client passed in is left open. Records stay in
+   * Redis. Later calls reject with `store-closed`; closing twice is harmless.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (!this.#owned) return;
+    if (this.#client.status !== 'ready') {
+      // QUIT would wait in the offline queue for a connection that may never come.
+      this.#client.disconnect();
+      return;
+    }
+    try {
+      await this.#client.quit();
+    } catch {
+      this.#client.disconnect();
+    }
+  }
+
+  #recordKey(id: string): string {
+    return `${this.#recordPrefix}${id}`;
+  }
+
+  /** Every index entry after sequence `after`, in order, read a chunk per round trip. */
+  async *#scan(after: number | undefined): AsyncGenerator<ChunkEntry> {
+    let from = after;
+    for (;;) {
+      const chunk = await this.#readChunk(from);
+      yield* chunk;
+      const last = chunk.at(-1);
+      if (last === undefined || chunk.length < SCAN_CHUNK) return;
+      from = last.seq;
+    }
+  }
+
+  async #readChunk(after: number | undefined): Promise<ChunkEntry[]> {
+    const reply = (await this.#eval(
+      SCRIPTS.readChunk,
+      [this.#indexKey],
+      [after === undefined ? '-inf' : `(${after}`, String(SCAN_CHUNK), this.#scriptRecordPrefix],
+    )) as unknown[];
+    // A missing field comes back as nil over RESP2 but may come back as false over RESP3.
+    const text = (value: unknown): string | undefined => (typeof value === 'string' ? value : undefined);
+    const width = 2 + RECORD_FIELDS.length;
+    const entries: ChunkEntry[] = [];
+    for (let i = 0; i + width <= reply.length; i += width) {
+      const [id, score, data, first, status, replays, version] = reply.slice(i, i + width).map(text);
+      if (id === undefined || score === undefined) continue;
+      const key = this.#recordKey(id);
+      entries.push({
+        id,
+        seq: Number(score),
+        record:
+          data === undefined
+            ? undefined
+            : decodeRecord(key, data, first ?? '0', status ?? 'dead', replays ?? ''),
+        version,
+      });
+    }
+    return entries;
+  }
+
+  /** Runs a script by its SHA, loading it on the first NOSCRIPT (a new or flushed server). */
+  async #eval(script: Script, keys: readonly string[], args: readonly string[]): Promise<unknown> {
+    try {
+      return await this.#client.evalsha(script.sha, keys.length, ...keys, ...args);
+    } catch (error) {
+      if (!isReplyError(error) || !error.message.startsWith('NOSCRIPT')) throw error;
+      return await this.#client.eval(script.lua, keys.length, ...keys, ...args);
+    }
+  }
+
+  /** Runs `body` on an open store and turns Redis's failures into {@link HarrierError}s. */
+  async #run<T>(body: () => Promise<T>): Promise<T> {
+    if (this.#closed) {
+      throw new HarrierError(
+        'store-closed',
+        'The Redis dead-letter store is closed: create a new RedisDeadLetterStore to use dead letters again',
+      );
+    }
+    try {
+      return await body();
+    } catch (error) {
+      throw this.#translate(error);
+    }
+  }
+
+  #translate(error: unknown): unknown {
+    if (HarrierError.is(error)) return error;
+    if (isReplyError(error)) {
+      return new HarrierError(
+        'redis-command-failed',
+        `Redis at ${this.#where} refused a dead-letter store command (${error.message}): check the server's log and that nothing else writes under "${this.#keyspace}"`,
+        { cause: error },
+      );
+    }
+    // The client's last connection error says why (refused, DNS, timeout); the command's own error
+    // usually only says that it gave up.
+    return redisUnavailable(this.#where, this.#lastConnectionError ?? error);
+  }
+}

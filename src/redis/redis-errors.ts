@@ -1,0 +1,22 @@
+import { HarrierError } from '../errors/harrier-error.js';
+
+/** A redis:// URL with its password hidden, for messages. */
+export function describeRedisUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password !== '') parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return 'an unparsable Redis URL';
+  }
+}
+
+/** The error for a Redis that cannot be reached, naming the fix. */
+export function redisUnavailable(where: string, cause: unknown): HarrierError {
+  const reason = cause instanceof Error ? cause.message : String(cause);
+  return new HarrierError(
+    'redis-unavailable',
+    `Redis could not be reached at ${where} (${reason}): start Redis there, or point REDIS_URL / --redis-url at a running server`,
+    { cause },
+  );
+}
