@@ -27,6 +27,7 @@ import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import type { MessageKind } from '../messages/definition.js';
 import { partitionOf } from '../messages/partition.js';
+import { addJobsChecked } from './add-jobs.js';
 import { AsyncInbox } from './async-inbox.js';
 import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
 
@@ -544,30 +545,14 @@ export class BullMqBroker implements MessageBroker {
     jobs: { name: string; data: JobData; opts: Record<string, unknown> }[],
   ): Promise<void> {
     const queue = this.#queue(queueName);
-    let remaining = jobs;
-    for (let attempt = 1; remaining.length > 0; attempt++) {
-      const added = await this.#withTimeout(
-        queue.addBulk(remaining),
-        `add ${remaining.length} job(s) to ${queueName}`,
-      );
-      // addBulk runs a pipeline: a job whose script failed comes back with a negative number as its id.
-      const failed = remaining.filter((_, index) => {
-        const id = added[index]?.id as unknown;
-        return typeof id !== 'string' || id.length === 0;
-      });
-      if (failed.length === 0) return;
-      if (attempt >= 3) {
-        throw new HarrierError(
-          'publish-failed',
-          `${failed.length} of ${jobs.length} message(s) could not be added to queue ${queueName} after ${attempt} tries; publish them again (same ids are deduplicated)`,
-        );
-      }
-      this.#logger.warn('addBulk partly failed; retrying the failed jobs', {
-        queue: queueName,
-        failed: failed.length,
-      });
-      remaining = failed;
-    }
+    await addJobsChecked(
+      queueName,
+      jobs,
+      (batch) => this.#withTimeout(queue.addBulk([...batch]), `add ${batch.length} job(s) to ${queueName}`),
+      (failed) => {
+        this.#logger.warn('addBulk partly failed; retrying the failed jobs', { queue: queueName, failed });
+      },
+    );
   }
 
   #queue(name: string): Queue {

@@ -1,0 +1,278 @@
+import { randomUUID } from 'node:crypto';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import { z } from 'zod';
+import {
+  CommandHandler,
+  EventHandler,
+  createBus,
+  defineCommand,
+  defineEvent,
+  prepareMessage,
+  silentLogger,
+  type BusOptions,
+  type MessageBus,
+  type MessageContext,
+  type PayloadOf,
+} from '../../src/index.js';
+import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
+import { deleteKeys } from '../helpers/redis.js';
+
+const redisUrl = inject('redisUrl');
+
+const Charge = defineCommand('it.Charge', { schema: z.object({ orderId: z.string() }) });
+const Placed = defineEvent('it.Placed', { schema: z.object({ orderId: z.string() }) });
+const Post = defineCommand('it.Post', {
+  schema: z.object({ account: z.string(), n: z.number() }),
+  partitionKey: 'account',
+  ordered: true,
+});
+
+const buses: MessageBus[] = [];
+const prefixes: string[] = [];
+
+function prefix(): string {
+  const p = `{hit-${randomUUID().slice(0, 8)}}`;
+  prefixes.push(p);
+  return p;
+}
+
+function redisBus(p: string, options: BusOptions): MessageBus {
+  const bus = createBus({
+    broker: new BullMqBroker({ connection: redisUrl, prefix: p, partitions: 4, logger: silentLogger }),
+    deadLetters: new RedisDeadLetterStore({ connection: redisUrl, prefix: p }),
+    logger: silentLogger,
+    retry: { backoff: { baseMs: 50, jitter: 0 } },
+    ...options,
+  });
+  buses.push(bus);
+  return bus;
+}
+
+function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  return new Promise((resolve, reject) => {
+    const tick = async (): Promise<void> => {
+      if (await condition()) resolve();
+      else if (Date.now() > deadline) reject(new Error('condition not met in time'));
+      else setTimeout(() => void tick(), 25);
+    };
+    void tick();
+  });
+}
+
+afterEach(async () => {
+  await Promise.all(buses.splice(0).map((b) => b.stop({ gracePeriodMs: 200 })));
+  const client = new Redis(redisUrl);
+  for (const p of prefixes.splice(0)) await deleteKeys(client, p);
+  client.disconnect();
+});
+
+describe('MessageBus on BullMqBroker', () => {
+  describe('when an event has subscriptions on two endpoints and one keeps failing', () => {
+    it('handles it once in the healthy one and dead-letters it in Redis for the failing one', async () => {
+      const p = prefix();
+      const healthy: string[] = [];
+      let failing = 0;
+      @EventHandler(Placed)
+      class Shipping {
+        handle(payload: PayloadOf<typeof Placed>) {
+          healthy.push(payload.orderId);
+        }
+      }
+      @EventHandler(Placed, { retry: { attempts: 3 } })
+      class Crm {
+        handle(): never {
+          failing++;
+          throw new Error('CRM down');
+        }
+      }
+      const shipping = redisBus(p, { endpoint: 'shipping', handlers: [Shipping] });
+      const crm = redisBus(p, { endpoint: 'crm', handlers: [Crm] });
+      const publisher = redisBus(p, { endpoint: 'web', definitions: [Placed] });
+      await shipping.start();
+      await crm.start();
+      const id = await publisher.publish(Placed, { orderId: 'o-1' });
+      await waitFor(async () => (await crm.deadLetters.count()) === 1 && healthy.length === 1);
+      expect(healthy).toEqual(['o-1']);
+      expect(failing).toBe(3);
+      const [record] = (await crm.deadLetters.list()).records;
+      expect(record).toMatchObject({
+        messageId: id,
+        endpoint: 'crm',
+        handler: 'Crm',
+        reason: 'handler-failed',
+        attemptCount: 3,
+      });
+      expect(record?.attempts.map((a) => a.error.message)).toEqual(['CRM down', 'CRM down', 'CRM down']);
+    });
+  });
+
+  describe('when a dead letter is replayed', () => {
+    it('re-dispatches the same message id to the same subscription with attempts reset', async () => {
+      const p = prefix();
+      let healthy = false;
+      const attempts: { id: string; attempt: number }[] = [];
+      @CommandHandler(Charge, { retry: { attempts: 2 } })
+      class Handler {
+        handle(_: unknown, ctx: MessageContext) {
+          attempts.push({ id: ctx.messageId, attempt: ctx.attempt });
+          if (!healthy) throw new Error('gateway down');
+        }
+      }
+      const bus = redisBus(p, { endpoint: 'billing', handlers: [Handler] });
+      await bus.start();
+      const id = await bus.send(Charge, { orderId: 'o-9' });
+      await waitFor(async () => (await bus.deadLetters.count()) === 1);
+      healthy = true;
+      const [record] = (await bus.deadLetters.list()).records;
+      const results = await bus.replayDeadLetters([record!.id, 'no-such-id'], { by: 'test' });
+      expect(results.map((r) => r.ok)).toEqual([true, false]);
+      await waitFor(() => attempts.length === 3);
+      expect(attempts).toEqual([
+        { id, attempt: 1 },
+        { id, attempt: 2 },
+        { id, attempt: 1 },
+      ]);
+      const replayed = await bus.deadLetters.get(record!.id);
+      expect(replayed?.status).toBe('replayed');
+      expect(replayed?.replays.map((r) => r.by)).toEqual(['test']);
+    });
+  });
+
+  describe('when a dead letter is replayed after BullMQ removed its failed job', () => {
+    it('adds the message again under the same id and handles it', async () => {
+      const p = prefix();
+      let healthy = false;
+      const handled: string[] = [];
+      @CommandHandler(Charge, { retry: { attempts: 1 } })
+      class Handler {
+        handle(_: unknown, ctx: MessageContext) {
+          if (!healthy) throw new Error('gateway down');
+          handled.push(ctx.messageId);
+        }
+      }
+      const bus = redisBus(p, { endpoint: 'billing', handlers: [Handler] });
+      await bus.start();
+      const id = await bus.send(Charge, { orderId: 'o-10' });
+      await waitFor(async () => (await bus.deadLetters.count()) === 1);
+      const queue = new Queue(`cmd~${Charge.type}`, { connection: { url: redisUrl }, prefix: p });
+      expect(await queue.getJobState(id)).toBe('failed');
+      await queue.remove(id);
+      await queue.close();
+      healthy = true;
+      const [record] = (await bus.deadLetters.list()).records;
+      expect((await bus.replayDeadLetters([record!.id]))[0]?.ok).toBe(true);
+      await waitFor(() => handled.length === 1);
+      expect(handled).toEqual([id]);
+    });
+  });
+
+  describe('when ordered messages of one key are sent and the first fails twice', () => {
+    it('handles them one at a time in publish order, retries included, without holding up other keys', async () => {
+      const p = prefix();
+      const log: string[] = [];
+      let failures = 0;
+      let running = 0;
+      let overlap = false;
+      @CommandHandler(Post)
+      class Handler {
+        async handle(payload: PayloadOf<typeof Post>) {
+          running++;
+          if (payload.account === 'a' && running > 1) overlap = true;
+          await new Promise((r) => setTimeout(r, 5));
+          running--;
+          if (payload.account === 'a' && payload.n === 1 && failures < 2) {
+            failures++;
+            log.push(`a1!`);
+            throw new Error('conflict');
+          }
+          log.push(`${payload.account}${payload.n}`);
+        }
+      }
+      const bus = redisBus(p, { endpoint: 'ledger', handlers: [Handler] });
+      await bus.start();
+      for (let n = 1; n <= 4; n++) await bus.send(Post, { account: 'a', n });
+      await bus.send(Post, { account: 'b', n: 1 });
+      await waitFor(
+        () => log.filter((l) => l.startsWith('a') && !l.endsWith('!')).length === 4 && log.includes('b1'),
+      );
+      expect(log.filter((l) => l.startsWith('a'))).toEqual(['a1!', 'a1!', 'a1', 'a2', 'a3', 'a4']);
+      expect(log.indexOf('b1')).toBeLessThan(log.indexOf('a2'));
+      expect(overlap).toBe(false);
+    });
+  });
+
+  describe('.schedule', () => {
+    it('delivers the command no sooner than its delay', async () => {
+      const p = prefix();
+      let handledAt = 0;
+      @CommandHandler(Charge)
+      class Handler {
+        handle() {
+          handledAt = Date.now();
+        }
+      }
+      const bus = redisBus(p, { endpoint: 'billing', handlers: [Handler] });
+      await bus.start();
+      const sentAt = Date.now();
+      await bus.schedule(Charge, { orderId: 'later' }, { delayMs: 400 });
+      await waitFor(() => handledAt > 0);
+      expect(handledAt - sentAt).toBeGreaterThanOrEqual(400);
+    });
+  });
+
+  describe('when a delivery has already used up its attempts (its workers died mid-handler)', () => {
+    it('dead-letters it without calling the handler', async () => {
+      const p = prefix();
+      let called = 0;
+      @CommandHandler(Charge, { retry: { attempts: 3 } })
+      class Handler {
+        handle() {
+          called++;
+        }
+      }
+      const bus = redisBus(p, { endpoint: 'billing', handlers: [Handler] });
+      await bus.start();
+      const { outgoing } = prepareMessage(Charge, { orderId: 'x' }, {}, { now: Date.now() });
+      const queue = new Queue(`cmd~${Charge.type}`, { connection: { url: redisUrl }, prefix: p });
+      await queue.add(
+        Charge.type,
+        { b: outgoing.body, i: outgoing.id, k: 'command', a: 3, h: [] },
+        { jobId: outgoing.id },
+      );
+      await queue.close();
+      await waitFor(async () => (await bus.deadLetters.count()) === 1);
+      expect(called).toBe(0);
+      expect((await bus.deadLetters.list()).records[0]).toMatchObject({
+        messageId: outgoing.id,
+        attemptCount: 4,
+      });
+    });
+  });
+});
+
+describe('BullMqBroker', () => {
+  describe('.publish', () => {
+    describe('when Redis cannot be reached', () => {
+      it('fails fast with redis-unavailable naming REDIS_URL', async () => {
+        const broker = new BullMqBroker({
+          connection: 'redis://127.0.0.1:1',
+          publishTimeoutMs: 1000,
+          logger: silentLogger,
+        });
+        const bus = createBus({ broker, definitions: [Charge], logger: silentLogger });
+        const started = Date.now();
+        const error = (await bus.send(Charge, { orderId: 'x' }).catch((e: unknown) => e)) as {
+          code?: string;
+          message: string;
+        };
+        expect(Date.now() - started).toBeLessThan(3000);
+        expect(error.code).toBe('redis-unavailable');
+        expect(error.message).toContain('REDIS_URL');
+        await broker.close();
+      });
+    });
+  });
+});
