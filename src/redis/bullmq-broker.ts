@@ -6,6 +6,9 @@ import {
   WaitingError,
   Worker,
 } from 'bullmq';
+
+/** The stored form of a job, as BullMQ reads it from Redis. */
+type JobJson = Parameters<typeof Job.fromJSON>[1];
 import { Redis, type RedisOptions as IoRedisOptions } from 'ioredis';
 
 /** ioredis connection options (ioredis's own type, less `replyMapping`, which clashes with exactOptionalPropertyTypes). */
@@ -103,6 +106,7 @@ type Outcome =
   | { readonly kind: 'lost' };
 
 interface Pending {
+  readonly queue: string;
   readonly jobId: string;
   readonly settle: (outcome: Outcome) => void;
 }
@@ -356,7 +360,7 @@ export class BullMqBroker implements MessageBroker {
           const connection = this.#newClient({ maxRetriesPerRequest: null });
           connection.on('error', () => undefined);
           clients.push(connection);
-          const worker = new Worker<JobData>(
+          const worker = new LenientWorker<JobData>(
             name,
             (job, token) => this.#process(job, token ?? '', name, endpoint, handler, ordered, inbox),
             {
@@ -367,15 +371,22 @@ export class BullMqBroker implements MessageBroker {
               stalledInterval: this.#stalledIntervalMs,
               maxStalledCount: KEEP_ATTEMPTS,
               settings: { backoffStrategy: () => 1_000 },
+              runRetryDelay: 1_000,
             },
           );
+          let lastWarned = 0;
           worker.on('error', (error: Error) => {
-            this.#logger.debug('BullMQ worker error', { queue: name, error: error.message });
+            // Connection errors repeat while Redis is away: warn at most every 10 s per worker.
+            const now = Date.now();
+            if (now - lastWarned < 10_000) return;
+            lastWarned = now;
+            this.#logger.warn('BullMQ worker error', { queue: name, error: error.message });
           });
           worker.on('lockRenewalFailed', (jobIds: string[]) => {
             const lost = new Set(jobIds);
             for (const [id, pending] of this.#pending) {
-              if (!lost.has(pending.jobId)) continue;
+              // A message id is the job id in every subscription queue: match the queue too.
+              if (pending.queue !== name || !lost.has(pending.jobId)) continue;
               this.#pending.delete(id);
               pending.settle({ kind: 'lost' });
             }
@@ -412,7 +423,7 @@ export class BullMqBroker implements MessageBroker {
       const deliveryId = `${queueName}|${jobId}:${job.attemptsStarted}:${round}`;
       let settle!: (outcome: Outcome) => void;
       const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
-      const pending: Pending = { jobId, settle };
+      const pending: Pending = { queue: queueName, jobId, settle };
       if (inbox.closed) {
         await job.moveToWait(token);
         throw new WaitingError();
@@ -653,6 +664,21 @@ export class BullMqBroker implements MessageBroker {
         'broker-closed',
         'The BullMQ broker is closed: create a new one to publish again',
       );
+  }
+}
+
+/**
+ * A Worker that survives job data that is not JSON (written into Redis by something other than
+ * BullMQ): the raw text reaches the processor as a string and is dead-lettered as malformed, instead
+ * of failing inside BullMQ before the processor and stalling forever.
+ */
+class LenientWorker<T> extends Worker<T> {
+  protected override createJob(data: JobJson, jobId: string): Job<T> {
+    try {
+      return super.createJob(data, jobId);
+    } catch {
+      return super.createJob({ ...data, data: JSON.stringify(data.data) }, jobId);
+    }
   }
 }
 

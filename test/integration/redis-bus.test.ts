@@ -223,6 +223,31 @@ describe('MessageBus on BullMqBroker', () => {
     });
   });
 
+  describe('when a job hash holds data that is not JSON', () => {
+    it('dead-letters it as malformed with the raw text instead of stalling forever', async () => {
+      const p = prefix();
+      @CommandHandler(Charge)
+      class Handler {
+        handle() {
+          return undefined;
+        }
+      }
+      const bus = redisBus(p, { endpoint: 'billing', handlers: [Handler] });
+      await bus.start();
+      const queue = new Queue(`cmd~${Charge.type}`, { connection: { url: redisUrl }, prefix: p });
+      // Delayed, so no worker takes it before its data is overwritten below.
+      const job = await queue.add(Charge.type, { b: 'placeholder' }, { delay: 300 });
+      const client = new Redis(redisUrl);
+      await client.hset(`${p}:cmd~${Charge.type}:${job.id!}`, 'data', '{not json');
+      client.disconnect();
+      await queue.close();
+      await waitFor(async () => (await bus.deadLetters.count()) === 1);
+      const [record] = (await bus.deadLetters.list()).records;
+      expect(record?.reason).toBe('malformed');
+      expect(record?.envelope).toBe('{not json');
+    });
+  });
+
   describe('when a delivery has already used up its attempts (its workers died mid-handler)', () => {
     it('dead-letters it without calling the handler', async () => {
       const p = prefix();
