@@ -204,6 +204,15 @@ export class BullMqBroker implements MessageBroker {
       JSON.stringify({ subscriptions, registeredAt: this.#clock.now() }),
     );
     await this.#withTimeout(multi.exec(), 'register subscriptions');
+    // A partition queue is worked one job at a time across every process, not just per worker.
+    const partitionQueues = subscriptions.flatMap((spec) =>
+      this.#queuesFor(endpoint, spec).filter((q) => q.ordered),
+    );
+    await Promise.all(
+      partitionQueues.map((q) =>
+        this.#withTimeout(this.#queue(q.name).setGlobalConcurrency(1), 'limit partition concurrency'),
+      ),
+    );
     // Registration adds to what the endpoint registered before; a handler registered again replaces itself.
     const merged = new Map(
       (this.#registered.get(endpoint) ?? []).map((spec) => [`${spec.kind}/${spec.handler}`, spec]),
@@ -708,8 +717,6 @@ function jobData(message: OutgoingMessage): JobData {
     k: message.kind,
     ...(message.partitionKey !== undefined ? { p: message.partitionKey } : {}),
     ...(message.ordered === true ? { o: true } : {}),
-    a: 0,
-    h: [],
   };
 }
 

@@ -9,6 +9,7 @@ import {
   createBus,
   defineCommand,
   defineEvent,
+  partitionOf,
   prepareMessage,
   silentLogger,
   type BusOptions,
@@ -176,7 +177,7 @@ describe('MessageBus on BullMqBroker', () => {
       let failures = 0;
       let running = 0;
       let overlap = false;
-      @CommandHandler(Post)
+      @CommandHandler(Post, { retry: { backoff: { baseMs: 300, jitter: 0 } } })
       class Handler {
         async handle(payload: PayloadOf<typeof Post>) {
           running++;
@@ -199,8 +200,40 @@ describe('MessageBus on BullMqBroker', () => {
         () => log.filter((l) => l.startsWith('a') && !l.endsWith('!')).length === 4 && log.includes('b1'),
       );
       expect(log.filter((l) => l.startsWith('a'))).toEqual(['a1!', 'a1!', 'a1', 'a2', 'a3', 'a4']);
+      // Key b is in another partition: it is not held up by a1's retries (300 + 600 ms of backoff).
+      expect(partitionOf('a', 4)).not.toBe(partitionOf('b', 4));
       expect(log.indexOf('b1')).toBeLessThan(log.indexOf('a2'));
       expect(overlap).toBe(false);
+    });
+  });
+
+  describe('when two processes of one endpoint share an ordered key', () => {
+    it('never handles two messages of the key at once, and keeps publish order', async () => {
+      const p = prefix();
+      const seen: number[] = [];
+      let running = 0;
+      let peak = 0;
+      const makeHandler = () => {
+        @CommandHandler(Post)
+        class Handler {
+          async handle(payload: PayloadOf<typeof Post>) {
+            running++;
+            peak = Math.max(peak, running);
+            await new Promise((r) => setTimeout(r, 5));
+            seen.push(payload.n);
+            running--;
+          }
+        }
+        return Handler;
+      };
+      const one = redisBus(p, { endpoint: 'ledger', handlers: [makeHandler()] });
+      const two = redisBus(p, { endpoint: 'ledger', handlers: [makeHandler()] });
+      await one.start();
+      await two.start();
+      for (let n = 1; n <= 20; n++) await one.send(Post, { account: 'shared', n });
+      await waitFor(() => seen.length === 20);
+      expect(peak).toBe(1);
+      expect(seen).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
     });
   });
 

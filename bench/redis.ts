@@ -1,0 +1,324 @@
+/**
+ * Throughput of Harrier's BullMqBroker + dispatcher next to raw BullMQ, on the same Redis, with the
+ * same N messages and the same concurrency.
+ *
+ * Measured, in messages per second (median of {@link ROUNDS} rounds; each round and each system gets
+ * a fresh key prefix, deleted afterwards):
+ *
+ * - produce: N messages added to an empty queue in chunks of {@link CHUNK}, one chunk after another.
+ *   Raw BullMQ: `Queue.addBulk` of `{ name, data: payload, opts: { removeOnComplete: true } }`.
+ *   Harrier: `prepareMessage` (zod validation, UUIDv7, envelope encoding, as `bus.send` does) and
+ *   `broker.publishBatch` of each chunk; the timing covers both. `bus.send` is not used: it publishes
+ *   one message per call, which is a latency figure, not a batch throughput one.
+ * - consume: from worker start until N messages are done, with the queue pre-filled. Raw BullMQ: timed
+ *   from `new Worker(...)` (concurrency {@link CONCURRENCY}, a processor that returns at once) until
+ *   its `completed` event has counted N. Harrier: timed from `bus.start()` (registers, opens the
+ *   receiver and its BullMQ worker; dispatcher concurrency {@link CONCURRENCY}, a trivial
+ *   `@CommandHandler`) until the `onHandled` hook, which fires after the ack, has counted N.
+ *
+ * Each system first runs an untimed warm-up of {@link WARM_UP} messages, so round 1 does not time
+ * the JIT. Besides the rates, the table shows this process's CPU time per consumed message (all
+ * threads, `process.cpuUsage`): on a shared or small machine it varies less than the rates do.
+ *
+ * Both sides remove completed jobs (Harrier's broker always passes `removeOnComplete: true`). Harrier's
+ * jobs also carry what its guarantees need: the encoded envelope, the message id as job id and as
+ * deduplication id (one more key per job), and its retry settings.
+ *
+ * Run: `npm run bench:redis` (or `npx tsx bench/redis.ts`) against `REDIS_URL` (default
+ * redis://127.0.0.1:6379). Set BENCH_N to change N (default 20000). A Redis shared with other work
+ * (such as a test run) skews the figures.
+ */
+import 'reflect-metadata';
+import { randomBytes } from 'node:crypto';
+import { cpus } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { Queue, Worker } from 'bullmq';
+import { Redis } from 'ioredis';
+import { z } from 'zod';
+import {
+  CommandHandler,
+  createBus,
+  defineCommand,
+  prepareMessage,
+  silentLogger,
+  type HandlesCommand,
+  type OutgoingMessage,
+  type PayloadOf,
+} from '../src/index.js';
+import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
+
+const N = Number(process.env.BENCH_N ?? 20_000);
+/** Messages of the untimed warm-up run of each system, so round 1 is not a JIT warm-up. */
+const WARM_UP = Math.min(N, 2_000);
+const CONCURRENCY = 16;
+const CHUNK = 1_000;
+const ROUNDS = 3;
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+/** A run that has not finished by then has lost messages: fail loudly instead of hanging. */
+const RUN_TIMEOUT_MS = 180_000;
+
+if (!Number.isInteger(N) || N < 1) {
+  throw new Error(`BENCH_N must be a positive whole number, got "${process.env.BENCH_N ?? ''}"`);
+}
+
+/** Counts completions and resolves a waiter once the count reaches its target. */
+class Counter {
+  count = 0;
+  #target = Infinity;
+  #resolve: (() => void) | undefined;
+
+  hit(): void {
+    this.count++;
+    if (this.count >= this.#target) {
+      const resolve = this.#resolve;
+      this.#target = Infinity;
+      this.#resolve = undefined;
+      resolve?.();
+    }
+  }
+
+  /** Resolves once `count >= target`. */
+  until(target: number): Promise<void> {
+    if (this.count >= target) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        reject(new Error(`Only ${this.count} of ${target} messages done after ${RUN_TIMEOUT_MS} ms`));
+      }, RUN_TIMEOUT_MS);
+      this.#target = target;
+      this.#resolve = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+}
+
+const PlaceOrder = defineCommand('bench.PlaceOrder', {
+  schema: z.object({ orderId: z.string(), amount: z.number().int().positive() }),
+});
+
+@CommandHandler(PlaceOrder)
+class PlaceOrderHandler implements HandlesCommand<typeof PlaceOrder> {
+  handle(payload: PayloadOf<typeof PlaceOrder>): void {
+    if (payload.amount <= 0) throw new Error('unreachable');
+  }
+}
+
+const payloadOf = (i: number): PayloadOf<typeof PlaceOrder> => ({ orderId: `o-${i}`, amount: 1 + (i % 10) });
+
+interface Sample {
+  readonly produce: number;
+  readonly consume: number;
+  /** CPU time of this process (all threads) per consumed message, in microseconds. */
+  readonly consumeCpuUs: number;
+  /** Bytes of one job's data as stored (JSON), for the first message. */
+  readonly jobBytes: number;
+}
+
+const cpuPerMessage = (since: NodeJS.CpuUsage, n: number): number => {
+  const used = process.cpuUsage(since);
+  return (used.user + used.system) / n;
+};
+const newPrefix = (): string => `{harrier-bench-${randomBytes(4).toString('hex')}}`;
+
+/** The bench's own connection: checks Redis, measures job sizes and deletes each run's keys. */
+const admin = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 3_000 });
+let adminError: unknown;
+admin.on('error', (error: unknown) => {
+  adminError = error;
+});
+
+async function deleteKeys(prefix: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await admin.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) await admin.unlink(...keys);
+  } while (cursor !== '0');
+}
+
+/** Bytes of the `data` field of some job under `prefix`. */
+async function jobBytes(prefix: string, queue: string): Promise<number> {
+  const [, keys] = await admin.scan('0', 'MATCH', `${prefix}:${queue}:*`, 'COUNT', 1000);
+  for (const key of keys) {
+    if ((await admin.type(key)) !== 'hash') continue;
+    const data = await admin.hget(key, 'data');
+    if (data !== null) return Buffer.byteLength(data);
+  }
+  return Number.NaN;
+}
+
+async function rawBullMq(n = N): Promise<Sample> {
+  const rate = (ms: number): number => n / (ms / 1000);
+  const prefix = newPrefix();
+  const name = 'bench';
+  const producer = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+  const consumer = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
+  const queue = new Queue(name, { connection: producer, prefix });
+  let worker: Worker | undefined;
+  try {
+    await queue.waitUntilReady();
+    let started = performance.now();
+    for (let from = 0; from < n; from += CHUNK) {
+      const jobs = [];
+      for (let i = from; i < Math.min(n, from + CHUNK); i++) {
+        jobs.push({ name: PlaceOrder.type, data: payloadOf(i), opts: { removeOnComplete: true } });
+      }
+      await queue.addBulk(jobs);
+    }
+    const produce = rate(performance.now() - started);
+    const bytes = await jobBytes(prefix, name);
+
+    const completed = new Counter();
+    const cpu = process.cpuUsage();
+    started = performance.now();
+    worker = new Worker(name, () => Promise.resolve(), {
+      connection: consumer,
+      prefix,
+      concurrency: CONCURRENCY,
+    });
+    worker.on('completed', () => {
+      completed.hit();
+    });
+    worker.on('error', () => undefined);
+    await completed.until(n);
+    const consume = rate(performance.now() - started);
+    return { produce, consume, consumeCpuUs: cpuPerMessage(cpu, n), jobBytes: bytes };
+  } finally {
+    await worker?.close();
+    await queue.close();
+    producer.disconnect();
+    consumer.disconnect();
+    await deleteKeys(prefix);
+  }
+}
+
+async function harrier(n = N): Promise<Sample> {
+  const rate = (ms: number): number => n / (ms / 1000);
+  const prefix = newPrefix();
+  const handled = new Counter();
+  const broker = new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
+  const bus = createBus({
+    endpoint: 'bench',
+    broker,
+    handlers: [PlaceOrderHandler],
+    concurrency: CONCURRENCY,
+    logger: silentLogger,
+    hooks: {
+      onHandled: () => {
+        handled.hit();
+      },
+    },
+  });
+  try {
+    let started = performance.now();
+    for (let from = 0; from < n; from += CHUNK) {
+      const now = Date.now();
+      const messages: OutgoingMessage[] = [];
+      for (let i = from; i < Math.min(n, from + CHUNK); i++) {
+        messages.push(prepareMessage(PlaceOrder, payloadOf(i), {}, { now }).outgoing);
+      }
+      await broker.publishBatch(messages);
+    }
+    const produce = rate(performance.now() - started);
+    const bytes = await jobBytes(prefix, `cmd~${PlaceOrder.type}`);
+
+    const cpu = process.cpuUsage();
+    started = performance.now();
+    await bus.start();
+    await handled.until(n);
+    const consume = rate(performance.now() - started);
+    return { produce, consume, consumeCpuUs: cpuPerMessage(cpu, n), jobBytes: bytes };
+  } finally {
+    await bus.stop();
+    await deleteKeys(prefix);
+  }
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
+}
+
+const fmtRate = (n: number): string => Math.round(n).toLocaleString('en-US');
+
+function table(header: readonly string[], body: readonly (readonly string[])[]): string {
+  const widths = header.map((h, c) => Math.max(h.length, ...body.map((r) => (r[c] ?? '').length)));
+  const line = (cells: readonly string[]): string =>
+    cells
+      .map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0)))
+      .join('  ')
+      .trimEnd();
+  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
+}
+
+async function main(): Promise<void> {
+  try {
+    await admin.connect();
+  } catch (error) {
+    process.stderr.write(
+      `Redis is not reachable at ${describeRedisUrl(REDIS_URL)} (${String(adminError ?? error)}): start one (e.g. \`redis-server --port 6379\`) or set REDIS_URL to a running server\n`,
+    );
+    process.exitCode = 2;
+    admin.disconnect();
+    return;
+  }
+  const server = await admin.info('server');
+  const redisVersion = /redis_version:(\S+)/.exec(server)?.[1] ?? 'unknown';
+  const cpu = cpus()[0]?.model ?? 'unknown CPU';
+  console.log(
+    `Harrier Redis benchmark — Node ${process.version} (${process.platform}/${process.arch}, ${cpu}), Redis ${redisVersion} at ${describeRedisUrl(REDIS_URL)}`,
+  );
+  console.log(
+    `N = ${N} messages per run after a ${WARM_UP}-message warm-up of each, concurrency ${CONCURRENCY}, produce in chunks of ${CHUNK}, median of ${ROUNDS} rounds\n`,
+  );
+
+  const began = performance.now();
+  await rawBullMq(WARM_UP);
+  await harrier(WARM_UP);
+  const raw: Sample[] = [];
+  const ours: Sample[] = [];
+  // Rounds alternate the systems so drift (JIT, Redis memory, other load) spreads over both.
+  for (let round = 0; round < ROUNDS; round++) {
+    raw.push(await rawBullMq());
+    ours.push(await harrier());
+  }
+
+  const row = (label: string, pick: (s: Sample) => number): string[] => {
+    const r = median(raw.map(pick));
+    const h = median(ours.map(pick));
+    return [label, fmtRate(r), fmtRate(h), `${(h / r).toFixed(3)}x`];
+  };
+  const body = [
+    row('produce msg/s', (s) => s.produce),
+    row('consume msg/s', (s) => s.consume),
+    row('consume CPU us/msg (this process)', (s) => s.consumeCpuUs),
+  ];
+  console.log(table(['', 'raw BullMQ', 'Harrier', 'Harrier/raw'], body));
+
+  console.log('\nEvery round (msg/s):');
+  console.log(
+    table(
+      ['run', ...Array.from({ length: ROUNDS }, (_, i) => `round ${i + 1}`)],
+      [
+        ['raw BullMQ produce', ...raw.map((s) => fmtRate(s.produce))],
+        ['Harrier    produce', ...ours.map((s) => fmtRate(s.produce))],
+        ['raw BullMQ consume', ...raw.map((s) => fmtRate(s.consume))],
+        ['Harrier    consume', ...ours.map((s) => fmtRate(s.consume))],
+        ['raw BullMQ consume CPU us/msg', ...raw.map((s) => fmtRate(s.consumeCpuUs))],
+        ['Harrier    consume CPU us/msg', ...ours.map((s) => fmtRate(s.consumeCpuUs))],
+      ],
+    ),
+  );
+  console.log(
+    `\nJob data per message: raw BullMQ ${raw[0]?.jobBytes ?? Number.NaN} bytes, Harrier ${ours[0]?.jobBytes ?? Number.NaN} bytes (envelope + delivery facts)`,
+  );
+  const ratio = median(ours.map((s) => s.consume)) / median(raw.map((s) => s.consume));
+  console.log(
+    `Target Harrier consume >= 0.9x raw BullMQ: ${ratio >= 0.9 ? 'met' : 'NOT met'} (${ratio.toFixed(3)}x)`,
+  );
+  console.log(`Total ${((performance.now() - began) / 1000).toFixed(1)} s`);
+  await admin.quit();
+}
+
+await main();
