@@ -20,6 +20,7 @@ export {
   defineCommand,
   defineEvent,
   defineQuery,
+  deterministicUuidV7,
   encodeEnvelope,
   encodedSize,
   envelopeMetaSchema,
@@ -28,6 +29,7 @@ export {
   isMessageDefinition,
   partitionOf,
   isUuidV7,
+  uuidV7Time,
   uuidv7,
 } from './messages/index.js';
 export type {

@@ -58,6 +58,8 @@ export interface OutgoingMessage {
    * @defaultValue false
    */
   readonly ordered?: boolean | undefined;
+  /** The event-log topic of an event (brokers ignore it). */
+  readonly topic?: string | undefined;
   /**
    * Do not deliver before this time (ms since the epoch).
    * @defaultValue now

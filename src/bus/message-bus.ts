@@ -18,7 +18,11 @@ import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerClass } from '../handlers/handler-metadata.js';
 import { HandlerRegistry } from '../handlers/handler-registry.js';
 import type { SendOptions } from '../handlers/message-context.js';
+import type { CheckpointStore } from '../log/checkpoint-store.js';
+import type { EventLog } from '../log/event-log.js';
+import { InMemoryCheckpointStore } from '../log/in-memory-checkpoint-store.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
+import { ProjectionRunner, type PoisonPolicy } from '../projections/projection-runner.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope } from '../messages/codec.js';
 import type {
   CommandDefinition,
@@ -101,6 +105,27 @@ export interface BusOptions {
   readonly encode?: EnvelopeEncoder;
   /** Verifies incoming envelopes. @defaultValue none */
   readonly verify?: EnvelopeVerifier;
+  /**
+   * The event log. When set, every published event is appended to it (idempotent by event id)
+   * before it is fanned out, and `@Projection`s are fed from it with checkpoints instead of from the
+   * broker.
+   * @defaultValue none (projections are broker subscriptions)
+   */
+  readonly eventLog?: EventLog;
+  /**
+   * Where projection checkpoints are kept (with `eventLog`).
+   * @defaultValue a new in-memory store
+   */
+  readonly checkpoints?: CheckpointStore;
+  /**
+   * How projections run (with `eventLog`).
+   * @defaultValue `{ onPoison: 'skip', commitEvery: 100, commitIntervalMs: 1000 }`
+   */
+  readonly projections?: {
+    readonly onPoison?: PoisonPolicy;
+    readonly commitEvery?: number;
+    readonly commitIntervalMs?: number;
+  };
 }
 
 /** Options of {@link MessageBus.schedule}: when to deliver. */
@@ -150,6 +175,8 @@ export interface MessageBus {
   start(): Promise<void>;
   /** Graceful stop: stops taking work, drains within the grace period, closes the broker and store. */
   stop(options?: StopOptions & { readonly closeBroker?: boolean }): Promise<void>;
+  /** The projection runner, when the bus has an event log. */
+  readonly projections: ProjectionRunner | undefined;
   /** Replays dead letters into their subscriptions (same message id, fresh attempts). */
   replayDeadLetters(
     ids: readonly string[],
@@ -163,6 +190,9 @@ class HarrierBus implements MessageBus {
   readonly deadLetters: DeadLetterStore;
   readonly container: Container;
   readonly dispatcher: Dispatcher;
+  readonly projections: ProjectionRunner | undefined;
+  readonly #eventLog: EventLog | undefined;
+  readonly #checkpoints: CheckpointStore | undefined;
   readonly #registry: HandlerRegistry;
   readonly #clock: Clock;
   readonly #maxBytes: number;
@@ -190,18 +220,48 @@ class HarrierBus implements MessageBus {
     this.#gracePeriodMs = options.gracePeriodMs ?? 10_000;
     if (!this.container.isBound(HarrierTokens.MessageBus))
       this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
+    this.#eventLog = options.eventLog;
+    this.#checkpoints =
+      options.eventLog === undefined ? undefined : (options.checkpoints ?? new InMemoryCheckpointStore());
+    const invoke = createContainerInvoker(this.container, options.messageScope);
+    const logger = options.logger ?? consoleLogger;
+    this.projections =
+      this.#eventLog === undefined || this.#checkpoints === undefined
+        ? undefined
+        : new ProjectionRunner({
+            log: this.#eventLog,
+            checkpoints: this.#checkpoints,
+            registry: this.#registry,
+            invoke,
+            deadLetters: this.deadLetters,
+            endpoint: this.endpoint,
+            ...(options.retry !== undefined ? { retry: options.retry } : {}),
+            ...(options.projections?.onPoison !== undefined
+              ? { onPoison: options.projections.onPoison }
+              : {}),
+            ...(options.projections?.commitEvery !== undefined
+              ? { commitEvery: options.projections.commitEvery }
+              : {}),
+            ...(options.projections?.commitIntervalMs !== undefined
+              ? { commitIntervalMs: options.projections.commitIntervalMs }
+              : {}),
+            clock: this.#clock,
+            logger,
+          });
     this.dispatcher = new Dispatcher({
       broker: this.broker,
       registry: this.#registry,
       endpoint: this.endpoint,
       deadLetters: this.deadLetters,
-      invoke: createContainerInvoker(this.container, options.messageScope),
+      invoke,
+      publishBatch: (messages) => this.#publish(messages),
+      projectionsViaBroker: this.#eventLog === undefined,
       concurrency: options.concurrency ?? 16,
       ...(options.retry !== undefined ? { retry: options.retry } : {}),
       ...(options.middleware !== undefined ? { middleware: options.middleware } : {}),
       ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
       clock: this.#clock,
-      logger: options.logger ?? consoleLogger,
+      logger,
       maxEnvelopeBytes: this.#maxBytes,
       encode: this.#encode,
       ...(options.verify !== undefined ? { verify: options.verify } : {}),
@@ -277,6 +337,7 @@ class HarrierBus implements MessageBus {
     if (this.#state === 'started') return;
     this.#state = 'started';
     await this.dispatcher.start();
+    await this.projections?.start();
   }
 
   async stop(options: StopOptions & { readonly closeBroker?: boolean } = {}): Promise<void> {
@@ -330,10 +391,24 @@ class HarrierBus implements MessageBus {
     return outgoing.id;
   }
 
-  #publish(messages: readonly OutgoingMessage[]): Promise<void> {
-    return messages.length === 1 && messages[0] !== undefined
-      ? this.broker.publish(messages[0])
-      : this.broker.publishBatch(messages);
+  async #publish(messages: readonly OutgoingMessage[]): Promise<void> {
+    const log = this.#eventLog;
+    if (log !== undefined) {
+      // The log first, idempotent by event id: if the process dies before the fan-out, the redelivered
+      // handler records the same ids, the log finds them by uid, and the fan-out runs again (the
+      // broker drops what it already has).
+      for (const message of messages) {
+        if (message.kind !== 'event' || message.topic === undefined) continue;
+        await log.appendIdempotent(message.topic, message.id, {
+          id: message.id,
+          key: message.partitionKey ?? message.id,
+          type: message.type,
+          body: message.body,
+        });
+      }
+    }
+    if (messages.length === 1 && messages[0] !== undefined) await this.broker.publish(messages[0]);
+    else await this.broker.publishBatch(messages);
   }
 }
 

@@ -108,6 +108,11 @@ export interface DispatcherOptions {
   readonly encode?: EnvelopeEncoder;
   /** Verifies received envelopes. @defaultValue none (no signing) */
   readonly verify?: EnvelopeVerifier;
+  /**
+   * Register projections as broker subscriptions; false when an event log feeds them.
+   * @defaultValue true
+   */
+  readonly projectionsViaBroker?: boolean;
 }
 
 interface InFlight {
@@ -180,7 +185,10 @@ export class Dispatcher {
   /** Registers the endpoint's subscriptions and starts receiving. */
   async start(): Promise<void> {
     if (this.#loop !== undefined) return;
-    await this.#o.broker.register(this.#o.endpoint, this.#o.registry.subscriptionSpecs());
+    await this.#o.broker.register(
+      this.#o.endpoint,
+      this.#o.registry.subscriptionSpecs({ projections: this.#o.projectionsViaBroker ?? true }),
+    );
     this.#stopping = false;
     this.#loop = this.#run();
   }

@@ -6,6 +6,7 @@ import type {
   MessageDefinition,
 } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
+import { deterministicUuidV7, uuidV7Time } from '../messages/uuid-v7.js';
 import { prepareMessage, type EnvelopeEncoder, type PreparedMessage } from './outgoing.js';
 
 /**
@@ -46,16 +47,28 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
   }
 
   #record(definition: MessageDefinition, payload: unknown, options: SendOptions): string {
-    const prepared = prepareMessage(definition, payload, options, {
-      now: this.env.now(),
-      cause: {
-        correlationId: this.correlationId,
-        messageId: this.messageId,
-        traceparent: this.envelope.meta.traceparent,
+    // Same handled message, handler and position: same id, so a redelivery records no duplicates.
+    const id =
+      options.id ??
+      deterministicUuidV7(
+        `${this.messageId}\u0000${this.handler}\u0000${this.recorded.length}`,
+        uuidV7Time(this.messageId),
+      );
+    const prepared = prepareMessage(
+      definition,
+      payload,
+      { ...options, id },
+      {
+        now: this.env.now(),
+        cause: {
+          correlationId: this.correlationId,
+          messageId: this.messageId,
+          traceparent: this.envelope.meta.traceparent,
+        },
+        maxBytes: this.env.maxBytes,
+        encode: this.env.encode,
       },
-      maxBytes: this.env.maxBytes,
-      encode: this.env.encode,
-    });
+    );
     this.recorded.push(prepared);
     return prepared.envelope.id;
   }

@@ -99,6 +99,7 @@ export function prepareMessage(
       body,
       partitionKey,
       ordered: definition.ordered,
+      topic: definition.topic,
       deliverAt: delayMs > 0 ? context.now + delayMs : undefined,
     },
   };

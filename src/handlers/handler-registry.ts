@@ -106,10 +106,14 @@ export class HandlerRegistry {
     return this.#subscriptions.get(name);
   }
 
-  /** The subscriptions to register in the broker (queries are in-process and need none). */
-  subscriptionSpecs(): SubscriptionSpec[] {
+  /**
+   * The subscriptions to register in the broker (queries are in-process and need none; projections
+   * need none when an event log feeds them: pass `{ projections: false }`).
+   */
+  subscriptionSpecs(options: { readonly projections?: boolean } = {}): SubscriptionSpec[] {
+    const projections = options.projections ?? true;
     return this.#entries
-      .filter((entry) => entry.kind !== 'query')
+      .filter((entry) => entry.kind !== 'query' && (projections || entry.kind !== 'projection'))
       .map((entry) => ({
         handler: entry.name,
         kind: entry.kind === 'command' ? 'command' : 'event',

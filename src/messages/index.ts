@@ -37,5 +37,5 @@ export {
   type DecodeResult,
   type DecodeSuccess,
 } from './codec.js';
-export { isUuidV7, uuidv7 } from './uuid-v7.js';
+export { deterministicUuidV7, isUuidV7, uuidV7Time, uuidv7 } from './uuid-v7.js';
 export { fnv1a64, partitionOf } from './partition.js';

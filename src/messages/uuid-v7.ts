@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 
 let lastMs = -1;
 let counter = 0;
@@ -50,4 +50,26 @@ const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f
 /** True when `value` is a lower-case UUIDv7 string. */
 export function isUuidV7(value: string): boolean {
   return UUID_V7.test(value);
+}
+
+/**
+ * A UUIDv7 derived from a seed: the same seed and time always give the same id.
+ *
+ * @remarks
+ * Messages recorded by a handler get ids derived from the handled message's id, the handler and
+ * their position, so a redelivered handler that records the same messages records the same ids, and
+ * the log and the broker drop them as duplicates.
+ */
+export function deterministicUuidV7(seed: string, timeMs: number): string {
+  const bytes = createHash('sha256').update(seed).digest().subarray(0, 16);
+  bytes.writeUIntBE(Math.max(0, Math.min(timeMs, 0xffffffffffff)), 0, 6);
+  bytes[6] = 0x70 | ((bytes[6] ?? 0) & 0x0f);
+  bytes[8] = 0x80 | ((bytes[8] ?? 0) & 0x3f);
+  const hex = bytes.toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+/** The Unix ms timestamp in a UUIDv7. */
+export function uuidV7Time(id: string): number {
+  return parseInt(id.replace(/-/g, '').slice(0, 12), 16);
 }

@@ -1,0 +1,15 @@
+export type {
+  AppendAck,
+  AppendInput,
+  EventLog,
+  LogCapabilities,
+  LogRecord,
+  MaintenanceOptions,
+  SubscribeOptions,
+  TopicInfo,
+  TopicSpec,
+} from './event-log.js';
+export type { Checkpoint, CheckpointStore } from './checkpoint-store.js';
+export { checkPartition, checkSchema, indexTopics, partitionFor, topicInfo, topicOf } from './topics.js';
+export { InMemoryEventLog, type InMemoryEventLogOptions } from './in-memory-event-log.js';
+export { InMemoryCheckpointStore } from './in-memory-checkpoint-store.js';

@@ -1,0 +1,453 @@
+import { toErrorInfo, type AttemptRecord, type DeliveryFacts } from '../broker/message-broker.js';
+import { systemClock, type Clock } from '../clock/clock.js';
+import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
+import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import type { HandlerInvoker } from '../dispatch/dispatcher.js';
+import { HandlerContext } from '../dispatch/handler-context.js';
+import { backoffDelay, isPermanent, resolveRetryPolicy } from '../dispatch/retry-policy.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
+import type { CheckpointStore } from '../log/checkpoint-store.js';
+import type { EventLog, LogRecord } from '../log/event-log.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import { decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
+import type { RetryOptions } from '../messages/definition.js';
+
+/** What to do with an event a projection still cannot handle after its retries. */
+export type PoisonPolicy = 'skip' | 'halt';
+
+/** Options of {@link ProjectionRunner}. */
+export interface ProjectionRunnerOptions {
+  readonly log: EventLog;
+  readonly checkpoints: CheckpointStore;
+  readonly registry: HandlerRegistry;
+  readonly invoke: HandlerInvoker;
+  readonly deadLetters: DeadLetterStore;
+  /** The endpoint named in dead letters. */
+  readonly endpoint: string;
+  /**
+   * Retry policy of projection handlers unless the projection sets one.
+   * @defaultValue 5 attempts, backoff 200 ms base, 60 s cap, 0.2 jitter
+   */
+  readonly retry?: RetryOptions;
+  /**
+   * A poison event (still failing after its retries) is dead-lettered as `projection-failed` and
+   * skipped (`skip`), or the partition stops there until `rebuild` or a restart (`halt`).
+   * @defaultValue 'skip'
+   */
+  readonly onPoison?: PoisonPolicy;
+  /**
+   * Commit a checkpoint after this many completed events.
+   * @defaultValue 100
+   */
+  readonly commitEvery?: number;
+  /**
+   * ...or this many ms after the first completed event not yet committed.
+   * @defaultValue 1000
+   */
+  readonly commitIntervalMs?: number;
+  /** @defaultValue the system clock */
+  readonly clock?: Clock;
+  /** @defaultValue warnings and errors as JSON lines on stderr */
+  readonly logger?: Logger;
+}
+
+/** Where one projection stands in one partition. */
+export interface PartitionStatus {
+  readonly topic: string;
+  readonly partition: number;
+  /** The committed checkpoint (-1: none). */
+  readonly checkpoint: number;
+  /** The last offset completed in this process (may be ahead of the committed checkpoint). */
+  readonly completed: number;
+  /** The next offset the log will write. */
+  readonly endOffset: number;
+  /** Events not yet completed: endOffset - 1 - completed. */
+  readonly lag: number;
+  readonly state: 'running' | 'halted' | 'stopped';
+  /** Why the partition halted. */
+  readonly haltedAt?: number;
+}
+
+/** Where one projection stands. */
+export interface ProjectionStatus {
+  readonly name: string;
+  readonly partitions: readonly PartitionStatus[];
+}
+
+interface Lane {
+  readonly entry: HandlerEntry;
+  readonly topic: string;
+  readonly partition: number;
+  abort: AbortController;
+  committed: number;
+  completed: number;
+  sinceCommit: number;
+  cancelCommitTimer: (() => void) | undefined;
+  state: 'running' | 'halted' | 'stopped';
+  haltedAt: number | undefined;
+  loop: Promise<void>;
+  listeners: Set<() => void>;
+}
+
+/** Makes a projection's read model empty again; `rebuild` calls it before replaying from offset 0. */
+export interface ResettableProjection {
+  reset(): void | Promise<void>;
+}
+
+/**
+ * Feeds each `@Projection` from the event log, partition by partition in offset order, with
+ * durable checkpoints.
+ *
+ * @remarks
+ * Each (projection, topic, partition) is one lane handled one event at a time, so the completed
+ * offsets are always contiguous and the checkpoint is simply the last one completed. Commits are
+ * coalesced (every `commitEvery` events or `commitIntervalMs`), and the store never lowers one, so
+ * a restart replays at most the uncommitted tail: projection handlers must be idempotent.
+ */
+export class ProjectionRunner {
+  readonly #o: ProjectionRunnerOptions;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #lanes = new Map<string, Lane[]>();
+  #started = false;
+
+  constructor(options: ProjectionRunnerOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = options.logger ?? consoleLogger;
+  }
+
+  /** The projections this runner feeds. */
+  projections(): string[] {
+    return this.#entries().map((e) => e.name);
+  }
+
+  /** Starts every projection from its checkpoints. */
+  async start(): Promise<void> {
+    if (this.#started) return;
+    this.#started = true;
+    for (const entry of this.#entries()) await this.#startProjection(entry);
+  }
+
+  /** Stops every lane and commits what was completed. */
+  async stop(): Promise<void> {
+    this.#started = false;
+    await Promise.all([...this.#lanes.keys()].map((name) => this.#stopProjection(name)));
+  }
+
+  /**
+   * Empties a projection's read model (its `reset()` method, if it has one), removes its
+   * checkpoints and replays it from offset 0.
+   * @throws HarrierError `unknown-projection` naming the projections there are.
+   */
+  async rebuild(name: string): Promise<void> {
+    const entry = this.#entry(name);
+    await this.#stopProjection(name);
+    await this.#o.checkpoints.reset(name);
+    const context = new HandlerContext(
+      {
+        v: 1,
+        id: '00000000-0000-7000-8000-000000000000',
+        kind: 'event',
+        type: 'harrier.Rebuild',
+        payload: {},
+        meta: {
+          correlationId: '00000000-0000-7000-8000-000000000000',
+          occurredAt: new Date(this.#clock.now()).toISOString(),
+          headers: {},
+        },
+      },
+      1,
+      this.#o.endpoint,
+      name,
+      new AbortController().signal,
+      { now: () => this.#clock.now(), maxBytes: Number.MAX_SAFE_INTEGER, encode: encodeEnvelope },
+    );
+    const prototype = entry.target.prototype as Partial<ResettableProjection>;
+    if (typeof prototype.reset === 'function') await this.#o.invoke(entry, 'reset', undefined, context);
+    if (this.#started) await this.#startProjection(entry);
+  }
+
+  /** Resolves once every lane of a projection (or of all) has completed everything the log holds now. */
+  async whenCaughtUp(name?: string, timeoutMs = 30_000): Promise<void> {
+    const lanes = name === undefined ? [...this.#lanes.values()].flat() : (this.#lanes.get(name) ?? []);
+    const deadline = Date.now() + timeoutMs;
+    for (const lane of lanes) {
+      const end = await this.#o.log.endOffset(lane.topic, lane.partition);
+      while (lane.completed < end - 1 && lane.state === 'running') {
+        if (Date.now() > deadline) {
+          throw new HarrierError(
+            'not-caught-up',
+            `Projection ${lane.entry.name} is at ${lane.completed} of ${end - 1} in ${lane.topic}/${lane.partition} after ${timeoutMs} ms`,
+          );
+        }
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(done, 50);
+          lane.listeners.add(done);
+          function done(): void {
+            clearTimeout(timer);
+            lane.listeners.delete(done);
+            resolve();
+          }
+        });
+      }
+    }
+  }
+
+  /** Per-partition checkpoint, progress and lag of each projection. */
+  async status(): Promise<ProjectionStatus[]> {
+    const result: ProjectionStatus[] = [];
+    for (const entry of this.#entries()) {
+      const lanes = this.#lanes.get(entry.name);
+      const partitions: PartitionStatus[] = [];
+      for (const { topic, partition } of await this.#lanesOf(entry)) {
+        const lane = lanes?.find((l) => l.topic === topic && l.partition === partition);
+        const checkpoint = (await this.#o.checkpoints.get(entry.name, topic, partition)) ?? -1;
+        const endOffset = await this.#o.log.endOffset(topic, partition);
+        const completed = Math.max(checkpoint, lane?.completed ?? -1);
+        partitions.push({
+          topic,
+          partition,
+          checkpoint,
+          completed,
+          endOffset,
+          lag: Math.max(0, endOffset - 1 - completed),
+          state: lane?.state ?? 'stopped',
+          ...(lane?.haltedAt !== undefined ? { haltedAt: lane.haltedAt } : {}),
+        });
+      }
+      result.push({ name: entry.name, partitions });
+    }
+    return result;
+  }
+
+  #entries(): HandlerEntry[] {
+    return this.#o.registry.entries().filter((e) => e.kind === 'projection');
+  }
+
+  #entry(name: string): HandlerEntry {
+    const entry = this.#entries().find((e) => e.name === name);
+    if (entry === undefined) {
+      throw new HarrierError(
+        'unknown-projection',
+        `No projection named "${name}": the projections are ${this.projections().join(', ') || '(none)'}`,
+      );
+    }
+    return entry;
+  }
+
+  async #lanesOf(entry: HandlerEntry): Promise<{ topic: string; partition: number }[]> {
+    const topics = [
+      ...new Set(entry.definitions.map((d) => d.topic).filter((t): t is string => t !== undefined)),
+    ];
+    const lanes: { topic: string; partition: number }[] = [];
+    for (const topic of topics) {
+      const count = await this.#o.log.partitions(topic);
+      for (let partition = 0; partition < count; partition++) lanes.push({ topic, partition });
+    }
+    return lanes;
+  }
+
+  async #startProjection(entry: HandlerEntry): Promise<void> {
+    const lanes: Lane[] = [];
+    for (const { topic, partition } of await this.#lanesOf(entry)) {
+      const committed = (await this.#o.checkpoints.get(entry.name, topic, partition)) ?? -1;
+      const lane: Lane = {
+        entry,
+        topic,
+        partition,
+        abort: new AbortController(),
+        committed,
+        completed: committed,
+        sinceCommit: 0,
+        cancelCommitTimer: undefined,
+        state: 'running',
+        haltedAt: undefined,
+        loop: Promise.resolve(),
+        listeners: new Set(),
+      };
+      lane.loop = this.#run(lane);
+      lanes.push(lane);
+    }
+    this.#lanes.set(entry.name, lanes);
+  }
+
+  async #stopProjection(name: string): Promise<void> {
+    const lanes = this.#lanes.get(name) ?? [];
+    for (const lane of lanes) lane.abort.abort();
+    await Promise.all(lanes.map((lane) => lane.loop));
+    for (const lane of lanes) {
+      lane.cancelCommitTimer?.();
+      if (lane.state === 'running') lane.state = 'stopped';
+      await this.#commit(lane);
+    }
+    this.#lanes.delete(name);
+  }
+
+  async #run(lane: Lane): Promise<void> {
+    const { signal } = lane.abort;
+    try {
+      for await (const record of this.#o.log.subscribe(lane.topic, {
+        partition: lane.partition,
+        afterOffset: lane.completed,
+        signal,
+      })) {
+        if (signal.aborted) break;
+        const ok = await this.#handle(lane, record);
+        if (!ok) {
+          lane.state = 'halted';
+          lane.haltedAt = record.offset;
+          break;
+        }
+        lane.completed = record.offset;
+        lane.sinceCommit++;
+        for (const listener of [...lane.listeners]) listener();
+        if (lane.sinceCommit >= (this.#o.commitEvery ?? 100)) await this.#commit(lane);
+        else
+          lane.cancelCommitTimer ??= this.#clock.setTimer(
+            this.#o.commitIntervalMs ?? 1_000,
+            () => void this.#commit(lane),
+          );
+      }
+    } catch (error) {
+      if (!signal.aborted) {
+        this.#logger.error('Projection lane failed; it stops until restart or rebuild', {
+          projection: lane.entry.name,
+          topic: lane.topic,
+          partition: lane.partition,
+          error: toErrorInfo(error),
+        });
+        lane.state = 'halted';
+      }
+    }
+    for (const listener of [...lane.listeners]) listener();
+  }
+
+  async #commit(lane: Lane): Promise<void> {
+    lane.cancelCommitTimer?.();
+    lane.cancelCommitTimer = undefined;
+    if (lane.completed <= lane.committed) return;
+    const target = lane.completed;
+    try {
+      lane.committed = await this.#o.checkpoints.commit(
+        lane.entry.name,
+        lane.topic,
+        lane.partition,
+        target,
+        this.#clock.now(),
+      );
+      lane.sinceCommit = 0;
+    } catch (error) {
+      this.#logger.error('Checkpoint commit failed; will commit again later', {
+        projection: lane.entry.name,
+        error: toErrorInfo(error),
+      });
+    }
+  }
+
+  /** Handles one record with retries; false means the lane must halt. */
+  async #handle(lane: Lane, record: LogRecord): Promise<boolean> {
+    const { entry } = lane;
+    const decoded = decodeEnvelope(record.body, (type) => this.#o.registry.definition(type));
+    if (!decoded.ok) {
+      // Another endpoint's event type shares the topic: not for this projection.
+      if (decoded.reason === 'unknown-type') return true;
+      return this.#poison(
+        lane,
+        record,
+        decoded.reason,
+        { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason },
+        1,
+        [],
+      );
+    }
+    const method = entry.methods.get(decoded.envelope.type);
+    if (method === undefined) return true;
+    const policy = resolveRetryPolicy(entry.options.retry, decoded.definition.retry, this.#o.retry);
+    const history: AttemptRecord[] = [];
+    for (let attempt = 1; ; attempt++) {
+      const context = new HandlerContext(
+        decoded.envelope,
+        attempt,
+        this.#o.endpoint,
+        entry.name,
+        lane.abort.signal,
+        {
+          now: () => this.#clock.now(),
+          maxBytes: Number.MAX_SAFE_INTEGER,
+          encode: encodeEnvelope,
+        },
+      );
+      try {
+        await this.#o.invoke(entry, method, decoded.envelope.payload, context);
+        return true;
+      } catch (error) {
+        const info = toErrorInfo(error);
+        if (isPermanent(policy, error) || attempt >= policy.attempts || lane.abort.signal.aborted) {
+          if (lane.abort.signal.aborted) return true;
+          return this.#poison(lane, record, 'projection-failed', info, attempt, history);
+        }
+        history.push({ attempt, at: this.#clock.now(), error: info });
+        const delay = backoffDelay(policy, attempt);
+        await new Promise<void>((resolve) => {
+          const cancel = this.#clock.setTimer(delay, resolve);
+          lane.abort.signal.addEventListener(
+            'abort',
+            () => {
+              cancel();
+              resolve();
+            },
+            { once: true },
+          );
+        });
+      }
+    }
+  }
+
+  async #poison(
+    lane: Lane,
+    record: LogRecord,
+    reason: string,
+    error: import('../broker/message-broker.js').ErrorInfo,
+    attempt: number,
+    history: AttemptRecord[],
+  ): Promise<boolean> {
+    const facts: DeliveryFacts = {
+      messageId: record.id,
+      kind: 'event',
+      type: record.type,
+      endpoint: this.#o.endpoint,
+      handler: lane.entry.name,
+      attempt,
+      history,
+      partitionKey: record.key,
+    };
+    const dead = buildDeadLetterRecord({
+      body: record.body,
+      facts,
+      handler: lane.entry.name,
+      reason,
+      error,
+      ordered: false,
+      now: this.#clock.now(),
+    });
+    try {
+      await this.#o.deadLetters.add(dead);
+    } catch (storeError) {
+      this.#logger.error('Could not store the dead letter of a projection event; halting the partition', {
+        projection: lane.entry.name,
+        error: toErrorInfo(storeError),
+      });
+      return false;
+    }
+    this.#logger.warn('Projection event dead-lettered', {
+      projection: lane.entry.name,
+      topic: lane.topic,
+      partition: lane.partition,
+      offset: record.offset,
+      reason,
+    });
+    return (this.#o.onPoison ?? 'skip') === 'skip';
+  }
+}

@@ -1,0 +1,233 @@
+import 'reflect-metadata';
+import { Container, inject, injectable } from 'inversify';
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import {
+  CommandHandler,
+  EventHandler,
+  InMemoryBroker,
+  On,
+  Projection,
+  createBus,
+  defineCommand,
+  defineEvent,
+  silentLogger,
+  type MessageBus,
+  type MessageContext,
+  type OutgoingMessage,
+  type PayloadOf,
+} from '../../../src/index.js';
+import { InMemoryCheckpointStore, InMemoryEventLog } from '../../../src/log/index.js';
+
+const Deposited = defineEvent('bank.Deposited', {
+  schema: z.object({ account: z.string(), amount: z.number() }),
+  partitionKey: 'account',
+});
+const Withdrawn = defineEvent('bank.Withdrawn', {
+  schema: z.object({ account: z.string(), amount: z.number() }),
+  partitionKey: 'account',
+});
+const Deposit = defineCommand('bank.Deposit', {
+  schema: z.object({ account: z.string(), amount: z.number() }),
+});
+
+@injectable()
+class Balances {
+  readonly byAccount = new Map<string, number>();
+  readonly seen: string[] = [];
+  snapshot(): Record<string, number> {
+    return Object.fromEntries([...this.byAccount].sort(([a], [b]) => a.localeCompare(b)));
+  }
+}
+
+function balanceProjection(poisonAmount?: number) {
+  @injectable()
+  @Projection('balances', { retry: { attempts: 2, backoff: { baseMs: 1, jitter: 0 } } })
+  class BalanceProjection {
+    constructor(@inject(Balances) private readonly balances: Balances) {}
+    @On(Deposited)
+    onDeposited(e: PayloadOf<typeof Deposited>, ctx: MessageContext) {
+      if (e.amount === poisonAmount) throw new Error('poison');
+      this.balances.seen.push(ctx.messageId);
+      this.balances.byAccount.set(e.account, (this.balances.byAccount.get(e.account) ?? 0) + e.amount);
+    }
+    @On(Withdrawn)
+    onWithdrawn(e: PayloadOf<typeof Withdrawn>) {
+      this.balances.byAccount.set(e.account, (this.balances.byAccount.get(e.account) ?? 0) - e.amount);
+    }
+    reset() {
+      this.balances.byAccount.clear();
+      this.balances.seen.length = 0;
+    }
+  }
+  return BalanceProjection;
+}
+
+const buses: MessageBus[] = [];
+afterEach(async () => {
+  await Promise.all(buses.splice(0).map((b) => b.stop()));
+});
+
+function setup(
+  options: {
+    poison?: number;
+    onPoison?: 'skip' | 'halt';
+    log?: InMemoryEventLog;
+    checkpoints?: InMemoryCheckpointStore;
+  } = {},
+) {
+  const log = options.log ?? new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 4 }] });
+  const checkpoints = options.checkpoints ?? new InMemoryCheckpointStore();
+  const container = new Container();
+  container.bind(Balances).toSelf().inSingletonScope();
+  const bus = createBus({
+    endpoint: 'reports',
+    container,
+    handlers: [balanceProjection(options.poison)],
+    definitions: [Deposited, Withdrawn],
+    eventLog: log,
+    checkpoints,
+    logger: silentLogger,
+    projections: { commitEvery: 3, ...(options.onPoison ? { onPoison: options.onPoison } : {}) },
+  });
+  buses.push(bus);
+  return { bus, log, checkpoints, balances: container.get(Balances) };
+}
+
+describe('ProjectionRunner', () => {
+  describe('when events are published on a bus with an event log', () => {
+    it('appends them to the log and feeds the projection from it in partition order', async () => {
+      const { bus, log, balances } = setup();
+      await bus.start();
+      await bus.publish(Deposited, { account: 'a', amount: 10 });
+      await bus.publish(Withdrawn, { account: 'a', amount: 3 });
+      await bus.publish(Deposited, { account: 'b', amount: 5 });
+      await bus.projections!.whenCaughtUp();
+      expect(balances.snapshot()).toEqual({ a: 7, b: 5 });
+      const counts = await Promise.all([0, 1, 2, 3].map((p) => log.endOffset('bank', p)));
+      expect(counts.reduce((x, y) => x + y, 0)).toBe(3);
+      const status = await bus.projections!.status();
+      expect(status[0]?.partitions.every((p) => p.lag === 0 && p.state === 'running')).toBe(true);
+    });
+  });
+
+  describe('.rebuild', () => {
+    it('resets the read model and replays from offset 0 to the same state as built live', async () => {
+      const { bus, balances, checkpoints } = setup();
+      await bus.start();
+      for (let i = 1; i <= 20; i++) {
+        await bus.publish(i % 3 === 0 ? Withdrawn : Deposited, { account: `acc-${i % 5}`, amount: i });
+      }
+      await bus.projections!.whenCaughtUp();
+      const live = balances.snapshot();
+      balances.byAccount.set('garbage', 999);
+      await bus.projections!.rebuild('balances');
+      await bus.projections!.whenCaughtUp('balances');
+      expect(balances.snapshot()).toEqual(live);
+      expect((await checkpoints.list('balances')).length).toBeGreaterThan(0);
+    });
+
+    it('names the projections there are when the name is unknown', async () => {
+      const { bus } = setup();
+      await bus.start();
+      await expect(bus.projections!.rebuild('nope')).rejects.toThrow(/the projections are balances/);
+    });
+  });
+
+  describe('when a projection is restarted', () => {
+    it('resumes after its checkpoint without replaying committed events', async () => {
+      const log = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 1 }] });
+      const checkpoints = new InMemoryCheckpointStore();
+      const first = setup({ log, checkpoints });
+      await first.bus.start();
+      for (let i = 1; i <= 6; i++) await first.bus.publish(Deposited, { account: 'a', amount: i });
+      await first.bus.projections!.whenCaughtUp();
+      await first.bus.stop({ closeBroker: false });
+      buses.splice(buses.indexOf(first.bus), 1);
+      expect(await checkpoints.get('balances', 'bank', 0)).toBe(5);
+
+      const second = setup({ log, checkpoints });
+      await second.bus.start();
+      await second.bus.publish(Deposited, { account: 'a', amount: 100 });
+      await second.bus.projections!.whenCaughtUp();
+      expect(second.balances.snapshot()).toEqual({ a: 100 });
+    });
+  });
+
+  describe('when an event keeps failing (poison)', () => {
+    it('retries it, dead-letters it as projection-failed and skips to the next', async () => {
+      const { bus, balances } = setup({ poison: 13 });
+      await bus.start();
+      await bus.publish(Deposited, { account: 'a', amount: 1 });
+      const poisonId = await bus.publish(Deposited, { account: 'a', amount: 13 });
+      await bus.publish(Deposited, { account: 'a', amount: 2 });
+      await bus.projections!.whenCaughtUp();
+      expect(balances.snapshot()).toEqual({ a: 3 });
+      const [record] = (await bus.deadLetters.list()).records;
+      expect(record).toMatchObject({
+        reason: 'projection-failed',
+        messageId: poisonId,
+        handler: 'balances',
+        attemptCount: 2,
+      });
+    });
+
+    it('halts the partition there when onPoison is halt', async () => {
+      const { bus, balances } = setup({ poison: 13, onPoison: 'halt' });
+      await bus.start();
+      await bus.publish(Deposited, { account: 'a', amount: 1 });
+      await bus.publish(Deposited, { account: 'a', amount: 13 });
+      await bus.publish(Deposited, { account: 'a', amount: 2 });
+      await expect
+        .poll(async () => (await bus.projections!.status())[0]?.partitions.find((p) => p.state === 'halted'))
+        .toBeDefined();
+      expect(balances.snapshot()).toEqual({ a: 1 });
+      const halted = (await bus.projections!.status())[0]!.partitions.find((p) => p.state === 'halted')!;
+      expect(halted.lag).toBe(2);
+    });
+  });
+});
+
+describe('MessageBus with an event log', () => {
+  describe('when the process fails between the log append and the fan-out', () => {
+    it('recovers on redelivery without a duplicate in the log or in any subscription', async () => {
+      class FailingOnce extends InMemoryBroker {
+        failures = 1;
+        override publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
+          if (messages.some((m) => m.kind === 'event') && this.failures-- > 0)
+            return Promise.reject(new Error('connection reset'));
+          return super.publishBatch(messages);
+        }
+      }
+      const received: string[] = [];
+      @CommandHandler(Deposit, { retry: { backoff: { baseMs: 1, jitter: 0 } } })
+      class DepositHandler {
+        handle(p: PayloadOf<typeof Deposit>, ctx: MessageContext) {
+          ctx.publish(Deposited, p);
+          ctx.publish(Deposited, { ...p, amount: p.amount + 1 });
+        }
+      }
+      @EventHandler(Deposited)
+      class Audit {
+        handle(_: unknown, ctx: MessageContext) {
+          received.push(ctx.messageId);
+        }
+      }
+      const log = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 2 }] });
+      const bus = createBus({
+        broker: new FailingOnce(),
+        handlers: [DepositHandler, Audit],
+        eventLog: log,
+        logger: silentLogger,
+      });
+      buses.push(bus);
+      await bus.start();
+      await bus.send(Deposit, { account: 'a', amount: 1 });
+      await expect.poll(() => received.length).toBe(2);
+      const records = (await Promise.all([0, 1].map((p) => log.read('bank', p, 0, 100)))).flat();
+      expect(records).toHaveLength(2);
+      expect(new Set(received)).toEqual(new Set(records.map((r) => r.id)));
+      expect(await log.findByUid(records[0]!.id)).toBeDefined();
+    });
+  });
+});
