@@ -147,3 +147,35 @@ export type {
   ReplayResult,
   ReplaySuccess,
 } from './dead-letters/index.js';
+export {
+  InMemoryCheckpointStore,
+  InMemoryEventLog,
+  checkPartition,
+  checkSchema,
+  indexTopics,
+  partitionFor,
+  topicInfo,
+  topicOf,
+} from './log/index.js';
+export type {
+  AppendAck,
+  AppendInput,
+  Checkpoint,
+  CheckpointStore,
+  EventLog,
+  InMemoryEventLogOptions,
+  LogCapabilities,
+  LogRecord,
+  MaintenanceOptions,
+  SubscribeOptions,
+  TopicInfo,
+  TopicSpec,
+} from './log/index.js';
+export { ProjectionRunner } from './projections/index.js';
+export type {
+  PartitionStatus,
+  PoisonPolicy,
+  ProjectionRunnerOptions,
+  ProjectionStatus,
+  ResettableProjection,
+} from './projections/index.js';
