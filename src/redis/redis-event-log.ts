@@ -1,0 +1,737 @@
+import { createHash } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { systemClock, type Clock } from '../clock/clock.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type {
+  AppendAck,
+  AppendInput,
+  EventLog,
+  LogCapabilities,
+  LogRecord,
+  MaintenanceOptions,
+  SubscribeOptions,
+  TopicInfo,
+  TopicSpec,
+} from '../log/event-log.js';
+import { checkPartition, checkSchema, indexTopics, partitionFor, topicInfo, topicOf } from '../log/topics.js';
+import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+
+/** Options of {@link RedisEventLog}. */
+export interface RedisEventLogOptions {
+  /**
+   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share.
+   *
+   * @remarks
+   * The log creates, and on {@link RedisEventLog.close} quits, a client for a URL; a command on it
+   * waits through one reconnect attempt (connect timeout 3 s) before it fails with
+   * `redis-unavailable`, so an append to a Redis that is down fails fast and its caller retries. A
+   * client passed in stays the caller's: the log never quits it and never adds listeners to it.
+   * Either way each subscription opens a connection of its own (a `duplicate()` of the client that
+   * waits through reconnects), and closes it when the subscription ends: a projection over a topic of
+   * P partitions holds P connections while it runs.
+   *
+   * Records need Redis 6.2 or later (`XTRIM MINID`). They are as durable as the server's
+   * persistence: run it with AOF (`appendonly yes`) for {@link LogCapabilities.durable} to hold.
+   *
+   * @defaultValue none; required
+   */
+  readonly connection: string | Redis;
+  /**
+   * The topics manifest: every topic the log accepts, with its fixed partition count.
+   *
+   * @remarks
+   * Only this process's manifest is checked; processes sharing a prefix must list the same topics
+   * with the same partition counts, or their keys would hash to different partitions.
+   *
+   * @defaultValue none; required
+   */
+  readonly topics: readonly TopicSpec[];
+  /**
+   * Prefix of every key the log writes; its keys are `<prefix>:log:...`.
+   *
+   * @remarks
+   * The braces make it a Redis Cluster hash tag, so every key of the log lands in one slot and the
+   * Lua scripts that append and trim (which touch a stream, its counter and the indexes at once)
+   * stay valid behind a cluster-aware proxy. Logs sharing a prefix share their records.
+   *
+   * @defaultValue '\{harrier\}'
+   */
+  readonly prefix?: string;
+  /**
+   * Stamps `appendedAt` on each record, which retention compares against `maintenance(nowMs)`.
+   * @defaultValue systemClock
+   */
+  readonly clock?: Clock;
+  /**
+   * How long one blocking read of a live subscription waits for new records, in ms, before it
+   * checks again whether the subscription was aborted or the log closed.
+   *
+   * @remarks
+   * New records are pushed at once whatever this says (`XREAD BLOCK` returns as soon as one
+   * arrives), and an abort or a close ends a waiting subscription at once too (its connection is
+   * dropped); this only bounds how long a subscription whose abort was missed lingers.
+   *
+   * @defaultValue 1000
+   */
+  readonly pollIntervalMs?: number;
+}
+
+const DEFAULT_PREFIX = '{harrier}';
+const DEFAULT_POLL_INTERVAL_MS = 1000;
+/** Most records one `read` returns. */
+const MAX_READ_BATCH = 10_000;
+/** Records a subscription fetches per round trip, catching up and live. */
+const SUBSCRIBE_BATCH = 1000;
+/** Records `maintenance` inspects, and trims atomically, per round trip. */
+const TRIM_CHUNK = 1000;
+
+const CAPABILITIES: LogCapabilities = Object.freeze({
+  durable: true,
+  fsync: false,
+  shared: true,
+  livePush: true,
+  maxReadBatch: MAX_READ_BATCH,
+});
+
+/**
+ * KEYS: stream, counter, uid index, id index. ARGV: mode ('u' with a uid, '-' without), uid, id,
+ * key, type, body, appendedAt, location prefix (`topic|partition|`), ack JSON head (the ack without
+ * its offset and closing brace). Returns {1, first ack JSON} for a known uid, else {0, offset}.
+ *
+ * The counter holds the partition's length, so the record's offset is the incremented value - 1 and
+ * its stream id the incremented value itself: stream ids must be above 0-0, and the counter never
+ * goes back, so XADD with that id never meets an older one, also after trimming.
+ */
+const APPEND_SCRIPT = `
+if ARGV[1] == 'u' then
+  local first = redis.call('HGET', KEYS[3], ARGV[2])
+  if first then return {1, first} end
+end
+local n = redis.call('INCR', KEYS[2])
+local offset = string.format('%d', n - 1)
+local streamId = string.format('%d', n) .. '-0'
+if ARGV[1] == 'u' then
+  redis.call('XADD', KEYS[1], streamId, 'id', ARGV[3], 'key', ARGV[4], 'type', ARGV[5], 'body', ARGV[6], 'uid', ARGV[2], 'at', ARGV[7])
+  redis.call('HSET', KEYS[3], ARGV[2], ARGV[9] .. offset .. '}')
+else
+  redis.call('XADD', KEYS[1], streamId, 'id', ARGV[3], 'key', ARGV[4], 'type', ARGV[5], 'body', ARGV[6], 'at', ARGV[7])
+end
+redis.call('HSETNX', KEYS[4], ARGV[3], ARGV[8] .. offset)
+return {0, n - 1}
+`;
+
+/**
+ * KEYS: stream, id index. ARGV: MINID (stream id of the first record kept), location prefix, then
+ * (event id, offset) pairs of the records trimmed. Removes each id's index entry only while it still
+ * points at the trimmed record (the first record of an id wins the index). Returns how many records
+ * the trim removed.
+ */
+const TRIM_SCRIPT = `
+local removed = redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
+for i = 3, #ARGV, 2 do
+  if redis.call('HGET', KEYS[2], ARGV[i]) == ARGV[2] .. ARGV[i + 1] then
+    redis.call('HDEL', KEYS[2], ARGV[i])
+  end
+end
+return removed
+`;
+
+interface Script {
+  readonly lua: string;
+  readonly sha: string;
+}
+
+function script(lua: string): Script {
+  return { lua, sha: createHash('sha1').update(lua).digest('hex') };
+}
+
+const SCRIPTS = { append: script(APPEND_SCRIPT), trim: script(TRIM_SCRIPT) } as const;
+
+/** A stream entry as XRANGE and XREAD return it. */
+type StreamEntry = [id: string, fields: string[]];
+
+/** The stream id of an offset: offsets are dense from 0, stream ids must be above 0-0. */
+function streamIdOf(offset: number): string {
+  return `${offset + 1}-0`;
+}
+
+function offsetOf(streamId: string): number {
+  return Number(streamId.slice(0, streamId.indexOf('-'))) - 1;
+}
+
+function toRecord(topic: string, partition: number, entry: StreamEntry): LogRecord {
+  const fields = entry[1];
+  let id = '';
+  let key = '';
+  let type = '';
+  let body = '';
+  let uid: string | undefined;
+  let at = '0';
+  for (let i = 0; i + 1 < fields.length; i += 2) {
+    const value = fields[i + 1] as string;
+    switch (fields[i]) {
+      case 'id':
+        id = value;
+        break;
+      case 'key':
+        key = value;
+        break;
+      case 'type':
+        type = value;
+        break;
+      case 'body':
+        body = value;
+        break;
+      case 'uid':
+        uid = value;
+        break;
+      case 'at':
+        at = value;
+        break;
+      default:
+        break;
+    }
+  }
+  return { topic, partition, offset: offsetOf(entry[0]), id, key, type, body, uid, appendedAt: Number(at) };
+}
+
+/** The entries of one stream in an XREAD reply, in either reply mapping (RESP2 shape or RESP3 map). */
+function entriesOf(reply: unknown): StreamEntry[] {
+  if (reply === null || reply === undefined) return [];
+  if (Array.isArray(reply)) {
+    const first = reply[0] as [string, StreamEntry[]] | undefined;
+    return first?.[1] ?? [];
+  }
+  const values = Object.values(reply as Record<string, StreamEntry[]>);
+  return values[0] ?? [];
+}
+
+/** An error Redis itself replied with, as opposed to a connection that failed. */
+function isReplyError(error: unknown): error is Error {
+  return error instanceof Error && error.name === 'ReplyError';
+}
+
+function describeClient(client: Redis): string {
+  const { host, port, path, tls } = client.options;
+  return typeof path === 'string'
+    ? path
+    : `${tls === undefined ? 'redis' : 'rediss'}://${host ?? 'localhost'}:${port ?? 6379}`;
+}
+
+/**
+ * An {@link EventLog} on Redis Streams, shared by every process that uses the same Redis and prefix.
+ *
+ * @remarks
+ * Each (topic, partition) is a stream `<prefix>:log:<topic>:<partition>` whose entry for offset `n`
+ * has the stream id `<n + 1>-0` (stream ids must be above `0-0`; they are not timestamps) and the
+ * fields `id`, `key`, `type`, `body`, `uid` (idempotent appends only) and `at` (appendedAt). A counter
+ * `<prefix>:log:<topic>:<partition>:next` holds the partition's length, so offsets are dense, start
+ * at 0 and never go back, also when retention trims the stream.
+ *
+ * Every append is one Lua script: it checks the uid index `<prefix>:log:uids` (uid to the first
+ * ack's JSON), takes the next offset, adds the entry and records the event id in
+ * `<prefix>:log:ids` (event id to `topic|partition|offset`; the first record of an id wins). So
+ * concurrent appenders on any number of processes never share an offset, never leave a gap and
+ * never land one uid twice.
+ *
+ * `maintenance` trims each partition of a topic with `retentionMs` from the front (`XTRIM MINID`)
+ * up to the first record that is younger than the retention or protected by `keepFrom`, and drops
+ * the trimmed records from the id index. Uid acks outlive retention, as in the in-memory log: a
+ * retried or replayed `appendIdempotent` never lands twice however late it comes, at the cost of
+ * one hash entry (the ack's JSON, about 150 bytes) per idempotent append for the life of the prefix.
+ *
+ * Subscriptions read on a connection of their own, blocking on `XREAD` once caught up, so each
+ * record is pushed as it is appended; they wait out a Redis restart instead of failing. Other calls
+ * reject with a {@link HarrierError}: `redis-unavailable` when Redis cannot be reached,
+ * `redis-command-failed` when it refuses a command, `log-closed` after {@link close}.
+ *
+ * @example
+ * ```ts
+ * const log = new RedisEventLog({
+ *   connection: process.env.REDIS_URL ?? 'redis://127.0.0.1:6379',
+ *   topics: [{ name: 'orders', partitions: 8, retentionMs: 7 * 24 * 3600_000 }],
+ * });
+ * const ack = await log.append('orders', { id, key: 'order-1', type: 'orders.OrderPlaced', body });
+ * const records = await log.read('orders', ack.partition, 0, 1000);
+ * await log.close();
+ * ```
+ */
+export class RedisEventLog implements EventLog {
+  readonly #client: Redis;
+  readonly #owned: boolean;
+  readonly #where: string;
+  readonly #topics: Map<string, TopicSpec>;
+  readonly #clock: Clock;
+  readonly #pollIntervalMs: number;
+  readonly #keyspace: string;
+  readonly #uidsKey: string;
+  readonly #idsKey: string;
+  /** The blocking connections of live subscriptions, dropped by {@link close}. */
+  readonly #blocking = new Set<Redis>();
+  /** Why the owned client last failed to connect; names the real cause instead of "max retries". */
+  #lastConnectionError: Error | undefined;
+  #closed = false;
+
+  /**
+   * @throws HarrierError `invalid-topic` when the manifest breaks a naming or partition rule,
+   * `invalid-options` for an empty prefix or a poll interval that is not a positive whole number.
+   */
+  constructor(options: RedisEventLogOptions) {
+    this.#topics = indexTopics(options.topics);
+    const prefix = options.prefix ?? DEFAULT_PREFIX;
+    if (prefix === '') {
+      throw new HarrierError(
+        'invalid-options',
+        `RedisEventLog prefix must not be empty: pass a hash tag such as '{harrier}', or leave it out for the default`,
+      );
+    }
+    const pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
+    if (!Number.isInteger(pollIntervalMs) || pollIntervalMs < 1) {
+      throw new HarrierError(
+        'invalid-options',
+        `RedisEventLog pollIntervalMs must be a positive whole number of ms, got ${pollIntervalMs}: pass a value such as 1000, or leave it out for the default`,
+      );
+    }
+    this.#pollIntervalMs = pollIntervalMs;
+    this.#clock = options.clock ?? systemClock;
+    this.#keyspace = `${prefix}:log:`;
+    this.#uidsKey = `${this.#keyspace}uids`;
+    this.#idsKey = `${this.#keyspace}ids`;
+
+    const { connection } = options;
+    if (typeof connection === 'string') {
+      this.#owned = true;
+      this.#where = describeRedisUrl(connection);
+      this.#client = new Redis(connection, { maxRetriesPerRequest: 1, connectTimeout: 3000 });
+      // Without a listener ioredis prints every failed reconnect; the cause is reported on the next
+      // command instead.
+      this.#client.on('error', (error: Error) => {
+        this.#lastConnectionError = error;
+      });
+      this.#client.on('ready', () => {
+        this.#lastConnectionError = undefined;
+      });
+    } else {
+      this.#owned = false;
+      this.#client = connection;
+      this.#where = describeClient(connection);
+    }
+  }
+
+  /** @throws UnknownTopicError, HarrierError `validation-failed`, `redis-unavailable` or `log-closed`. */
+  append(topic: string, record: AppendInput): Promise<AppendAck> {
+    return this.#run(() => this.#append(topic, undefined, record));
+  }
+
+  /** @throws UnknownTopicError, HarrierError `validation-failed`, `redis-unavailable` or `log-closed`. */
+  appendIdempotent(topic: string, uid: string, record: AppendInput): Promise<AppendAck> {
+    return this.#run(() => this.#append(topic, uid, record));
+  }
+
+  /** @remarks Returns the first ack as it was issued (`duplicate: false`), also after retention. */
+  findByUid(uid: string): Promise<AppendAck | undefined> {
+    return this.#run(async () => {
+      const json = await this.#client.hget(this.#uidsKey, uid);
+      return json === null ? undefined : this.#decodeAck(json, false);
+    });
+  }
+
+  /**
+   * @remarks Offsets below the oldest retained record are gone; reading from one starts at the
+   * oldest retained record. At most {@link LogCapabilities.maxReadBatch} records come back.
+   * @throws UnknownTopicError, HarrierError `invalid-partition` or `invalid-argument`.
+   */
+  read(topic: string, partition: number, fromOffset: number, max: number): Promise<LogRecord[]> {
+    return this.#run(async () => {
+      const key = this.#streamKey(topic, partition);
+      if (!Number.isInteger(fromOffset) || fromOffset < 0) {
+        throw new HarrierError(
+          'invalid-argument',
+          `read fromOffset must be a whole number from 0, got ${fromOffset}`,
+        );
+      }
+      if (!Number.isInteger(max) || max < 1) {
+        throw new HarrierError(
+          'invalid-argument',
+          `read max must be a positive whole number, got ${max}: pass up to ${MAX_READ_BATCH}`,
+        );
+      }
+      const entries = (await this.#client.xrange(
+        key,
+        streamIdOf(fromOffset),
+        '+',
+        'COUNT',
+        Math.min(max, MAX_READ_BATCH),
+      )) as StreamEntry[];
+      const records = new Array<LogRecord>(entries.length);
+      for (let i = 0; i < entries.length; i++) {
+        records[i] = toRecord(topic, partition, entries[i] as StreamEntry);
+      }
+      return records;
+    });
+  }
+
+  /**
+   * @remarks Opens a connection of its own (named `<stream key>:subscriber` in `CLIENT LIST`),
+   * catches up with `XRANGE` in batches of 1000, then waits for new records with `XREAD BLOCK`.
+   * Rides out a Redis restart: the connection reconnects for as long as it takes and the pending
+   * read is sent again, so a subscription never fails for want of Redis, it waits. Ends when
+   * `signal` aborts, when the loop breaks, or when the log closes; rejects only when Redis refuses
+   * a read (`redis-command-failed`, e.g. a key of another type).
+   * @throws UnknownTopicError, HarrierError `invalid-partition` or `invalid-argument` (when called,
+   * not on iteration).
+   */
+  subscribe(topic: string, options: SubscribeOptions): AsyncIterable<LogRecord> {
+    const key = this.#streamKey(topic, options.partition);
+    const afterOffset = options.afterOffset ?? -1;
+    if (!Number.isInteger(afterOffset) || afterOffset < -1) {
+      throw new HarrierError(
+        'invalid-argument',
+        `subscribe afterOffset must be a whole number from -1 (from the start), got ${afterOffset}`,
+      );
+    }
+    return this.#follow(topic, options.partition, key, afterOffset + 1, options.signal);
+  }
+
+  getEvent(id: string): Promise<LogRecord | undefined> {
+    return this.#run(async () => {
+      const location = await this.#client.hget(this.#idsKey, id);
+      if (location === null) return undefined;
+      // The topic may hold '|', partitions and offsets never do.
+      const offsetAt = location.lastIndexOf('|');
+      const partitionAt = location.lastIndexOf('|', offsetAt - 1);
+      const topic = location.slice(0, partitionAt);
+      const partition = Number(location.slice(partitionAt + 1, offsetAt));
+      const streamId = streamIdOf(Number(location.slice(offsetAt + 1)));
+      const entries = (await this.#client.xrange(
+        this.#keyOf(topic, partition),
+        streamId,
+        streamId,
+      )) as StreamEntry[];
+      const entry = entries[0];
+      return entry === undefined ? undefined : toRecord(topic, partition, entry);
+    });
+  }
+
+  topics(): Promise<TopicInfo[]> {
+    return Promise.resolve([...this.#topics.values()].map(topicInfo));
+  }
+
+  /** @throws UnknownTopicError */
+  partitions(topic: string): Promise<number> {
+    return this.#run(() => Promise.resolve(topicOf(this.#topics, topic).partitions));
+  }
+
+  /** @throws UnknownTopicError, HarrierError `invalid-partition`. */
+  endOffset(topic: string, partition: number): Promise<number> {
+    return this.#run(async () => {
+      const key = this.#streamKey(topic, partition);
+      const next = await this.#client.get(`${key}:next`);
+      return next === null ? 0 : Number(next);
+    });
+  }
+
+  capabilities(): LogCapabilities {
+    return CAPABILITIES;
+  }
+
+  /**
+   * Removes, from the front of each partition of a topic with `retentionMs`, every record with
+   * `appendedAt + retentionMs <= nowMs`, stopping at the first younger one and at `keepFrom`.
+   *
+   * @remarks
+   * Looks at each partition's oldest record, and when it has expired walks on in chunks of 1000,
+   * trimming each chunk atomically, so it never blocks Redis for long and a concurrent maintenance
+   * on another process removes each record once. `keepFrom` is asked only for partitions whose oldest record has expired. The
+   * partition counters are untouched: offsets never go back.
+   */
+  maintenance(nowMs: number, options: MaintenanceOptions = {}): Promise<number> {
+    return this.#run(async () => {
+      let removed = 0;
+      for (const spec of this.#topics.values()) {
+        const retentionMs = spec.retentionMs;
+        if (retentionMs === undefined) continue;
+        for (let partition = 0; partition < spec.partitions; partition++) {
+          removed += await this.#expire(spec.name, partition, nowMs - retentionMs, options);
+        }
+      }
+      return removed;
+    });
+  }
+
+  /**
+   * Ends every subscription and quits the client the log created from a URL; a client passed in is
+   * left open. Records stay in Redis. Later calls reject with `log-closed`; closing twice is harmless.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const blocking of this.#blocking) blocking.disconnect();
+    this.#blocking.clear();
+    if (!this.#owned) return;
+    if (this.#client.status !== 'ready') {
+      // QUIT would wait in the offline queue for a connection that may never come.
+      this.#client.disconnect();
+      return;
+    }
+    try {
+      await this.#client.quit();
+    } catch {
+      this.#client.disconnect();
+    }
+  }
+
+  async #append(topic: string, uid: string | undefined, input: AppendInput): Promise<AppendAck> {
+    const spec = topicOf(this.#topics, topic);
+    try {
+      checkSchema(spec, input.body);
+    } catch (error) {
+      // A uid appended before returns its first ack whatever the retry carries, as an idempotent
+      // append must.
+      const first = uid === undefined ? null : await this.#client.hget(this.#uidsKey, uid);
+      if (first === null) throw error;
+      return this.#decodeAck(first, true);
+    }
+    const partition = partitionFor(spec, input.key);
+    const key = this.#keyOf(topic, partition);
+    const appendedAt = this.#clock.now();
+    // The script completes the ack's JSON with the offset it takes; only idempotent appends keep one.
+    const head =
+      uid === undefined
+        ? ''
+        : `${JSON.stringify({ topic, partition, id: input.id, uid, appendedAt }).slice(0, -1)},"offset":`;
+    const reply = (await this.#eval(
+      SCRIPTS.append,
+      [key, `${key}:next`, this.#uidsKey, this.#idsKey],
+      [
+        uid === undefined ? '-' : 'u',
+        uid ?? '',
+        input.id,
+        input.key,
+        input.type,
+        input.body,
+        String(appendedAt),
+        `${topic}|${partition}|`,
+        head,
+      ],
+    )) as [number, string | number];
+    if (reply[0] === 1) return this.#decodeAck(String(reply[1]), true);
+    return {
+      topic,
+      partition,
+      offset: Number(reply[1]),
+      id: input.id,
+      uid,
+      appendedAt,
+      duplicate: false,
+    };
+  }
+
+  #decodeAck(json: string, duplicate: boolean): AppendAck {
+    let parsed: Omit<AppendAck, 'duplicate'>;
+    try {
+      parsed = JSON.parse(json) as Omit<AppendAck, 'duplicate'>;
+    } catch (error) {
+      throw new HarrierError(
+        'corrupt-log',
+        `An ack in "${this.#uidsKey}" is not valid JSON: something other than Harrier wrote to this key prefix; give the log a prefix of its own`,
+        { cause: error },
+      );
+    }
+    return {
+      topic: parsed.topic,
+      partition: parsed.partition,
+      offset: parsed.offset,
+      id: parsed.id,
+      uid: parsed.uid,
+      appendedAt: parsed.appendedAt,
+      duplicate,
+    };
+  }
+
+  /** Trims one partition's expired front; returns how many records went. */
+  async #expire(
+    topic: string,
+    partition: number,
+    expiredUpTo: number,
+    options: MaintenanceOptions,
+  ): Promise<number> {
+    const key = this.#keyOf(topic, partition);
+    let keepFrom: number | undefined;
+    let asked = false;
+    let removed = 0;
+    // The oldest record alone first: most partitions have nothing expired, and their chunk of bodies
+    // would cross the network for nothing.
+    let count = 1;
+    for (;;) {
+      const entries = (await this.#client.xrange(key, '-', '+', 'COUNT', count)) as StreamEntry[];
+      const doomed: LogRecord[] = [];
+      let done = entries.length < count;
+      for (const entry of entries) {
+        const record = toRecord(topic, partition, entry);
+        if (record.appendedAt > expiredUpTo) {
+          done = true;
+          break;
+        }
+        if (!asked) {
+          keepFrom = await options.keepFrom?.(topic, partition);
+          asked = true;
+        }
+        if (keepFrom !== undefined && record.offset >= keepFrom) {
+          done = true;
+          break;
+        }
+        doomed.push(record);
+      }
+      const last = doomed.at(-1);
+      if (last !== undefined) {
+        const reply = await this.#eval(
+          SCRIPTS.trim,
+          [key, this.#idsKey],
+          [
+            streamIdOf(last.offset + 1),
+            `${topic}|${partition}|`,
+            ...doomed.flatMap((record) => [record.id, String(record.offset)]),
+          ],
+        );
+        removed += Number(reply);
+      }
+      if (done) return removed;
+      count = TRIM_CHUNK;
+    }
+  }
+
+  async *#follow(
+    topic: string,
+    partition: number,
+    key: string,
+    from: number,
+    signal: AbortSignal | undefined,
+  ): AsyncGenerator<LogRecord> {
+    const stopped = (): boolean => this.#closed || signal?.aborted === true;
+    if (stopped()) return;
+    // Commands on this connection wait through reconnects instead of failing, so a subscription
+    // rides out a Redis restart: ioredis sends a pending read again once it is back.
+    const connection = this.#client.duplicate({
+      // Redis takes only printable ASCII without spaces in a client name; topics may hold more.
+      connectionName: `${key}:subscriber`.replace(/[^\x21-\x7e]/g, '?'),
+      maxRetriesPerRequest: null,
+      enableOfflineQueue: true,
+    });
+    connection.on('error', () => {
+      // Reconnects are retried without end; only an abort or a close ends the subscription.
+    });
+    this.#blocking.add(connection);
+    // Dropping the connection rejects a pending read at once, so an abort needs no poll to notice.
+    const drop = (): void => {
+      connection.disconnect();
+    };
+    signal?.addEventListener('abort', drop, { once: true });
+    /** Runs one read; undefined when the subscription was stopped meanwhile. */
+    const attempt = async <T>(read: () => Promise<T>): Promise<T | undefined> => {
+      try {
+        return await read();
+      } catch (error) {
+        if (stopped()) return undefined;
+        throw this.#translate(error);
+      }
+    };
+    let next = from;
+    try {
+      for (;;) {
+        if (stopped()) return;
+        const entries = await attempt(
+          () =>
+            connection.xrange(key, streamIdOf(next), '+', 'COUNT', SUBSCRIBE_BATCH) as Promise<StreamEntry[]>,
+        );
+        if (entries === undefined) return;
+        for (const entry of entries) {
+          if (stopped()) return;
+          const record = toRecord(topic, partition, entry);
+          next = record.offset + 1;
+          yield record;
+        }
+        if (entries.length < SUBSCRIBE_BATCH) break;
+      }
+      for (;;) {
+        if (stopped()) return;
+        // XREAD returns entries above the id given: the stream id of offset next - 1 is `<next>-0`.
+        const reply = await attempt(() =>
+          connection.xread(
+            'COUNT',
+            SUBSCRIBE_BATCH,
+            'BLOCK',
+            this.#pollIntervalMs,
+            'STREAMS',
+            key,
+            `${next}-0`,
+          ),
+        );
+        if (stopped()) return;
+        for (const entry of entriesOf(reply)) {
+          if (stopped()) return;
+          const record = toRecord(topic, partition, entry);
+          next = record.offset + 1;
+          yield record;
+        }
+      }
+    } finally {
+      signal?.removeEventListener('abort', drop);
+      this.#blocking.delete(connection);
+      connection.disconnect();
+    }
+  }
+
+  /** The stream key of a provisioned topic's partition. @throws UnknownTopicError, HarrierError `invalid-partition`. */
+  #streamKey(topic: string, partition: number): string {
+    checkPartition(topicOf(this.#topics, topic), partition);
+    return this.#keyOf(topic, partition);
+  }
+
+  #keyOf(topic: string, partition: number): string {
+    return `${this.#keyspace}${topic}:${partition}`;
+  }
+
+  /** Runs a script by its SHA, loading it on the first NOSCRIPT (a new or flushed server). */
+  async #eval(script: Script, keys: readonly string[], args: readonly string[]): Promise<unknown> {
+    try {
+      return await this.#client.evalsha(script.sha, keys.length, ...keys, ...args);
+    } catch (error) {
+      if (!isReplyError(error) || !error.message.startsWith('NOSCRIPT')) throw error;
+      return await this.#client.eval(script.lua, keys.length, ...keys, ...args);
+    }
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) {
+      throw new HarrierError(
+        'log-closed',
+        'The Redis event log is closed: create a new RedisEventLog to use the log again',
+      );
+    }
+  }
+
+  /** Runs `body` on an open log and turns Redis's failures into {@link HarrierError}s. */
+  async #run<T>(body: () => Promise<T>): Promise<T> {
+    this.#checkOpen();
+    try {
+      return await body();
+    } catch (error) {
+      throw this.#translate(error);
+    }
+  }
+
+  #translate(error: unknown): unknown {
+    if (HarrierError.is(error)) return error;
+    if (isReplyError(error)) {
+      return new HarrierError(
+        'redis-command-failed',
+        `Redis at ${this.#where} refused an event log command (${error.message}): check the server's log, that it is Redis 6.2 or later, and that nothing else writes under "${this.#keyspace}"`,
+        { cause: error },
+      );
+    }
+    // The client's last connection error says why (refused, DNS, timeout); the command's own error
+    // usually only says that it gave up.
+    return redisUnavailable(this.#where, this.#lastConnectionError ?? error);
+  }
+}

@@ -1,0 +1,305 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { AppendInput, LogRecord, TopicSpec } from '../../src/log/event-log.js';
+import { HarrierError } from '../../src/errors/harrier-error.js';
+import { uuidv7 } from '../../src/messages/uuid-v7.js';
+import { RedisEventLog } from '../../src/redis/redis-event-log.js';
+import { describeEventLogConformance } from '../../src/testing/event-log-conformance.js';
+import { deleteKeys } from '../helpers/redis.js';
+
+const redisUrl = inject('redisUrl');
+
+/** Shared by the fixtures: deletes what each test left behind, and is the client given to a log. */
+let shared: Redis;
+
+beforeAll(() => {
+  shared = new Redis(redisUrl);
+});
+
+afterAll(async () => {
+  await shared.quit();
+});
+
+/** A hash tag of its own per test, so tests never see each other's records. */
+function freshPrefix(): string {
+  return `{harrier-test-${randomUUID()}}`;
+}
+
+describeEventLogConformance('RedisEventLog (from a URL)', async (topics) => {
+  const prefix = freshPrefix();
+  return {
+    log: new RedisEventLog({ connection: redisUrl, topics, prefix }),
+    reopen: () => Promise.resolve(new RedisEventLog({ connection: redisUrl, topics, prefix })),
+    cleanup: async () => {
+      await deleteKeys(shared, prefix);
+    },
+  };
+});
+
+// Run against a shared client too: a log that quit a client it was given would fail every later test.
+describeEventLogConformance('RedisEventLog (given a client)', async (topics) => {
+  const prefix = freshPrefix();
+  return {
+    log: new RedisEventLog({ connection: shared, topics, prefix }),
+    reopen: () => Promise.resolve(new RedisEventLog({ connection: shared, topics, prefix })),
+    cleanup: async () => {
+      await deleteKeys(shared, prefix);
+    },
+  };
+});
+
+function input(key: string): AppendInput {
+  const id = uuidv7();
+  const type = 'test.ThingHappened';
+  return { id, key, type, body: JSON.stringify({ v: 1, id, kind: 'event', type, payload: {} }) };
+}
+
+/** The error `action` rejects with; fails the test when it succeeds. */
+async function failureOf(action: () => Promise<unknown>): Promise<unknown> {
+  try {
+    await action();
+  } catch (error) {
+    return error;
+  }
+  return expect.fail('expected a rejection, but the call succeeded');
+}
+
+describe(RedisEventLog, () => {
+  const RETENTION_MS = 60_000;
+  let prefix: string;
+  const logs: RedisEventLog[] = [];
+
+  /** A log on this test's prefix over `topics`, closed after the test. */
+  function open(topics: readonly TopicSpec[], connection: string | Redis = redisUrl): RedisEventLog {
+    const log = new RedisEventLog({ connection, topics, prefix });
+    logs.push(log);
+    return log;
+  }
+
+  beforeAll(() => {
+    prefix = freshPrefix();
+  });
+
+  afterEach(async () => {
+    for (const log of logs.splice(0)) await log.close();
+    await deleteKeys(shared, prefix);
+    prefix = freshPrefix();
+  });
+
+  describe('constructor', () => {
+    describe('when the prefix is empty', () => {
+      it('throws HarrierError invalid-options', () => {
+        expect(() => new RedisEventLog({ connection: shared, topics: [], prefix: '' })).toThrow(
+          expect.objectContaining({ code: 'invalid-options' }) as Error,
+        );
+      });
+    });
+
+    describe('when pollIntervalMs is not a positive whole number', () => {
+      it('throws HarrierError invalid-options', () => {
+        expect(() => new RedisEventLog({ connection: shared, topics: [], pollIntervalMs: 0 })).toThrow(
+          expect.objectContaining({ code: 'invalid-options' }) as Error,
+        );
+      });
+    });
+  });
+
+  describe('.append', () => {
+    describe('when two logs on one prefix append at once', () => {
+      it('gives dense offsets without duplicates or gaps', async () => {
+        const topics = [{ name: 'orders', partitions: 1 }];
+        const a = open(topics);
+        const b = open(topics);
+        const acks = await Promise.all(
+          Array.from({ length: 200 }, (_, i) => (i % 2 === 0 ? a : b).append('orders', input('k'))),
+        );
+        expect(acks.map((ack) => ack.offset).sort((x, y) => x - y)).toEqual(
+          Array.from({ length: 200 }, (_, i) => i),
+        );
+        expect(await a.endOffset('orders', 0)).toBe(200);
+      });
+    });
+
+    describe('when a uid is appended at once by two logs', () => {
+      it('lands it once and gives both the same ack', async () => {
+        const topics = [{ name: 'orders', partitions: 1 }];
+        const a = open(topics);
+        const b = open(topics);
+        const uid = `uid-${randomUUID()}`;
+        const [first, second] = await Promise.all([
+          a.appendIdempotent('orders', uid, input('k')),
+          b.appendIdempotent('orders', uid, input('k')),
+        ]);
+        expect([first.duplicate, second.duplicate].sort()).toEqual([false, true]);
+        expect({ ...first, duplicate: false }).toEqual({ ...second, duplicate: false });
+        expect(await a.endOffset('orders', 0)).toBe(1);
+      });
+    });
+
+    describe('when Redis cannot be reached', () => {
+      it('rejects with HarrierError redis-unavailable', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }], 'redis://127.0.0.1:1');
+        const error = await failureOf(() => log.append('orders', input('k')));
+        expect(HarrierError.is(error)).toBe(true);
+        expect(error).toHaveProperty('code', 'redis-unavailable');
+      });
+    });
+
+    describe('when the log is closed', () => {
+      it('rejects with HarrierError log-closed', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        await log.close();
+        const error = await failureOf(() => log.append('orders', input('k')));
+        expect(error).toHaveProperty('code', 'log-closed');
+      });
+    });
+  });
+
+  describe('.read', () => {
+    describe('when max is above maxReadBatch', () => {
+      it('returns at most maxReadBatch records', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        const batch = log.capabilities().maxReadBatch;
+        const pipeline = shared.pipeline();
+        // Filled directly: appending 10001 records one by one would take a while.
+        for (let offset = 0; offset <= batch; offset++) {
+          pipeline.xadd(`${prefix}:log:orders:0`, `${offset + 1}-0`, 'id', `e${offset}`, 'at', '0');
+        }
+        pipeline.set(`${prefix}:log:orders:0:next`, batch + 1);
+        await pipeline.exec();
+        const records = await log.read('orders', 0, 0, batch + 100);
+        expect(records).toHaveLength(batch);
+        expect(records.at(-1)?.offset).toBe(batch - 1);
+      });
+    });
+
+    describe('when max or fromOffset is invalid', () => {
+      it('rejects with HarrierError invalid-argument', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        expect(await failureOf(() => log.read('orders', 0, -1, 10))).toHaveProperty(
+          'code',
+          'invalid-argument',
+        );
+        expect(await failureOf(() => log.read('orders', 0, 0, 0))).toHaveProperty('code', 'invalid-argument');
+      });
+    });
+  });
+
+  describe('.subscribe', () => {
+    describe('when the history is longer than one batch', () => {
+      it('yields all of it in order, then live appends', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        const ids: string[] = [];
+        for (let i = 0; i < 2500; i += 250) {
+          const chunk = Array.from({ length: 250 }, () => input('k'));
+          await Promise.all(chunk.map((record) => log.append('orders', record)));
+          ids.push(...chunk.map((record) => record.id));
+        }
+        const controller = new AbortController();
+        const seen: LogRecord[] = [];
+        const live = input('k');
+        for await (const record of log.subscribe('orders', { partition: 0, signal: controller.signal })) {
+          seen.push(record);
+          if (seen.length === ids.length) await log.append('orders', live);
+          if (seen.length === ids.length + 1) controller.abort();
+        }
+        expect(seen.map((record) => record.offset)).toEqual(Array.from({ length: 2501 }, (_, i) => i));
+        expect(new Set(seen.slice(0, 2500).map((record) => record.id))).toEqual(new Set(ids));
+        expect(seen.at(-1)?.id).toBe(live.id);
+      });
+    });
+
+    describe('when another log on the prefix appends', () => {
+      it('yields its records as they are appended', async () => {
+        const topics = [{ name: 'orders', partitions: 1 }];
+        const reader = open(topics);
+        const writer = open(topics, shared);
+        const iterator = reader.subscribe('orders', { partition: 0 })[Symbol.asyncIterator]();
+        const next = iterator.next();
+        const record = input('k');
+        await writer.append('orders', record);
+        expect((await next).value).toMatchObject({ offset: 0, id: record.id });
+        await iterator.return?.();
+      });
+    });
+
+    describe('when its connection is killed', () => {
+      it('reconnects and goes on yielding records', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        const iterator = log.subscribe('orders', { partition: 0 })[Symbol.asyncIterator]();
+        const before = input('k');
+        await log.append('orders', before);
+        expect((await iterator.next()).value).toMatchObject({ offset: 0, id: before.id });
+        const waiting = iterator.next();
+        const name = `${prefix}:log:orders:0:subscriber`;
+        const clients = (await shared.client('LIST')) as string;
+        const line = clients.split('\n').find((entry) => entry.includes(` name=${name} `));
+        const id = /^id=(\d+) /.exec(line ?? '')?.[1];
+        expect(id, `a client named ${name}`).toBeDefined();
+        expect(await shared.client('KILL', 'ID', id ?? '')).toBe(1);
+        const after = input('k');
+        await log.append('orders', after);
+        expect((await waiting).value).toMatchObject({ offset: 1, id: after.id });
+        await iterator.return?.();
+      });
+    });
+
+    describe('when the log closes', () => {
+      it('ends a subscription that is waiting for records', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        const iterator = log.subscribe('orders', { partition: 0 })[Symbol.asyncIterator]();
+        const next = iterator.next();
+        await log.append('orders', input('k'));
+        expect((await next).done).toBe(false);
+        const waiting = iterator.next();
+        await log.close();
+        expect((await waiting).done).toBe(true);
+      });
+    });
+  });
+
+  describe('.maintenance', () => {
+    const expired = (): number => Date.now() + RETENTION_MS + 1_000;
+
+    describe('when more records expired than one chunk holds', () => {
+      it('removes all of them and drops them from the id index', async () => {
+        const log = open([{ name: 'orders', partitions: 1, retentionMs: RETENTION_MS }]);
+        const records = Array.from({ length: 2100 }, () => input('k'));
+        for (let i = 0; i < records.length; i += 300) {
+          await Promise.all(records.slice(i, i + 300).map((record) => log.append('orders', record)));
+        }
+        expect(await log.maintenance(expired())).toBe(2100);
+        expect(await log.read('orders', 0, 0, 10)).toEqual([]);
+        expect(await log.getEvent(records[0]?.id ?? '')).toBeUndefined();
+        expect(await shared.hlen(`${prefix}:log:ids`)).toBe(0);
+        expect(await log.endOffset('orders', 0)).toBe(2100);
+      });
+    });
+
+    describe('when an idempotent record expired', () => {
+      it('keeps its uid: a retry still returns the first ack', async () => {
+        const log = open([{ name: 'orders', partitions: 1, retentionMs: RETENTION_MS }]);
+        const uid = `uid-${randomUUID()}`;
+        const first = await log.appendIdempotent('orders', uid, input('k'));
+        expect(await log.maintenance(expired())).toBe(1);
+        expect(await log.findByUid(uid)).toEqual(first);
+        expect(await log.appendIdempotent('orders', uid, input('k'))).toEqual({ ...first, duplicate: true });
+        expect(await log.endOffset('orders', 0)).toBe(1);
+      });
+    });
+
+    describe('when an event id was appended twice and its first record expired', () => {
+      it('keeps the id index of neither copy pointing at a removed record', async () => {
+        const log = open([{ name: 'orders', partitions: 1, retentionMs: RETENTION_MS }]);
+        const record = input('k');
+        await log.append('orders', record);
+        await log.append('orders', record);
+        expect((await log.getEvent(record.id))?.offset).toBe(0);
+        expect(await log.maintenance(expired(), { keepFrom: () => Promise.resolve(1) })).toBe(1);
+        expect(await log.getEvent(record.id)).toBeUndefined();
+        expect((await log.read('orders', 0, 0, 10)).map((r) => r.offset)).toEqual([1]);
+      });
+    });
+  });
+});
