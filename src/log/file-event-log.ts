@@ -1,0 +1,1074 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { link, mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import { systemClock, type Clock } from '../clock/clock.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type {
+  AppendAck,
+  AppendInput,
+  EventLog,
+  LogCapabilities,
+  LogRecord,
+  MaintenanceOptions,
+  SubscribeOptions,
+  TopicInfo,
+  TopicSpec,
+} from './event-log.js';
+import {
+  AppendFailure,
+  appendAt,
+  copyRange,
+  describeError,
+  encodeFrame,
+  openReadWrite,
+  readFrames,
+  scanSegment,
+  syncDirectory,
+  writeFileAtomic,
+  type StoredRecord,
+} from './segment-file.js';
+import { checkPartition, checkSchema, indexTopics, partitionFor, topicInfo, topicOf } from './topics.js';
+
+/** Options of {@link FileEventLog.open}. */
+export interface FileEventLogOptions {
+  /**
+   * The directory that holds the log: one subdirectory per topic, one segment file per partition.
+   * Created when missing; one process at a time may open it.
+   * @defaultValue none; required
+   */
+  readonly directory: string;
+  /**
+   * The topics manifest: every topic the log accepts, with its fixed partition count. A topic's
+   * partition count cannot change once its directory exists.
+   * @defaultValue none; required
+   */
+  readonly topics: readonly TopicSpec[];
+  /**
+   * Stamps `appendedAt` on each record, which retention compares against `maintenance(nowMs)`.
+   * @defaultValue systemClock
+   */
+  readonly clock?: Clock;
+  /**
+   * Flush every append batch to disk (`fdatasync`) before acknowledging it, so acknowledged records
+   * survive a power loss or kernel crash, not only a crash of the process.
+   * @defaultValue true
+   */
+  readonly fsync?: boolean;
+}
+
+/** A segment whose torn or corrupt tail {@link FileEventLog.open} cut off. */
+export interface FileEventLogRepair {
+  /** The topic of the repaired segment. */
+  readonly topic: string;
+  /** The partition of the repaired segment. */
+  readonly partition: number;
+  /** The segment file. */
+  readonly file: string;
+  /** Bytes kept: every whole record. */
+  readonly keptBytes: number;
+  /** Bytes cut off the end. */
+  readonly droppedBytes: number;
+}
+
+/** Most records one `read` returns. */
+const MAX_READ_BATCH = 1_000;
+/** Records a subscription reads from the file at once. */
+const SUBSCRIBE_BATCH = 256;
+/** Most appends written (and flushed) together in one batch. */
+const MAX_APPEND_BATCH = 1_024;
+/** Partitions of a topic opened (scanned) at once. */
+const OPEN_CONCURRENCY = 32;
+/** The longest topic directory name before it is shortened with a hash. */
+const MAX_DIRECTORY_NAME = 200;
+
+/** An open segment file, closed once it is replaced and no read uses it any more. */
+interface Segment {
+  readonly handle: FileHandle;
+  readers: number;
+  retired: boolean;
+}
+
+/** An append waiting for its partition's next batch. */
+interface PendingAppend {
+  readonly input: AppendInput;
+  readonly uid: string | undefined;
+  readonly resolve: (ack: AppendAck) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/** Where a record is: what the id index keeps instead of the record. */
+interface Location {
+  readonly topic: string;
+  readonly partition: number;
+  readonly offset: number;
+}
+
+/** One partition: its file and an index of positions (never bodies) of the retained records. */
+interface PartitionState {
+  readonly topic: string;
+  readonly partition: number;
+  readonly file: string;
+  readonly baseFile: string;
+  readonly uidsFile: string;
+  segment: Segment;
+  /** Offset of the first retained record; with no records, the next offset. */
+  base: number;
+  /** File position of each retained record, in offset order from `base`. */
+  positions: number[];
+  appendedAt: number[];
+  ids: string[];
+  uids: (string | undefined)[];
+  /** Bytes of whole, acknowledged records: where the next batch is written. */
+  size: number;
+  /** Highest offset whose uid ack is kept in the uids sidecar; -1 for none. */
+  uidsThrough: number;
+  /** Serializes batches and retention rewrites. */
+  chain: Promise<unknown>;
+  queue: PendingAppend[];
+  flushScheduled: boolean;
+  /** Set when an append could not be undone: the partition refuses appends until reopened. */
+  failed: HarrierError | undefined;
+  readonly waiters: Set<() => void>;
+}
+
+/** One line of a uids sidecar: the ack of an idempotent append whose record retention removed. */
+interface UidLine {
+  readonly offset: number;
+  readonly id: string;
+  readonly uid: string;
+  readonly appendedAt: number;
+}
+
+/**
+ * An {@link EventLog} in a local directory: embedded, durable, for one process.
+ *
+ * @remarks
+ * Layout: `<directory>/<topic>/p<n>.log` per partition (topic names URI-encoded), each an append-only
+ * segment of frames `[u32 length][u32 crc32][JSON record]`; `p<n>.base` holds the offset of the first
+ * retained record and `p<n>.uids` the acks of idempotent appends that retention removed;
+ * `<topic>/topic.json` records the topic's name and partition count.
+ *
+ * Appends to one partition are written in batches, one write and one `fdatasync` per batch (group
+ * commit), and acknowledged only after both. A failed write or flush is truncated back, so the
+ * append leaves nothing behind; if even the truncate fails, the partition refuses appends
+ * (`partition-failed`) until the log is opened again, which cuts any torn tail off.
+ *
+ * {@link FileEventLog.open} scans every segment, rebuilds the indexes (offset to file position, event
+ * id to location, uid to ack) and cuts a torn or corrupt tail back to the last whole record (listed
+ * in {@link FileEventLog.repairs}). Memory holds positions and ids, never bodies: reads go to the file.
+ *
+ * Retention (`maintenance`) rewrites a segment without its expired prefix into a temp file and
+ * renames it over the old one, after writing the new base offset to `p<n>.base`, so offsets never
+ * go back. Appends to that partition wait for the rewrite.
+ *
+ * `appendIdempotent` returns the first ack of a uid for the life of the directory, like
+ * `InMemoryEventLog`: also after a restart, and also after retention removed the record (its ack
+ * moves to `p<n>.uids`, about 150 bytes each, loaded into memory on open).
+ *
+ * One process owns the directory (`shared: false`): open takes `<directory>/.lock`, naming its pid,
+ * and refuses while a live process holds it. A lock left behind by a dead process is taken over.
+ *
+ * @example
+ * ```ts
+ * const log = await FileEventLog.open({
+ *   directory: './data/events',
+ *   topics: [{ name: 'orders', partitions: 8, retentionMs: 7 * 24 * 3600_000 }],
+ * });
+ * const ack = await log.append('orders', { id, key: 'order-1', type: 'orders.OrderPlaced', body });
+ * await log.close();
+ * ```
+ */
+export class FileEventLog implements EventLog {
+  /** The directory the log lives in, absolute. */
+  readonly directory: string;
+  /** Segments whose torn or corrupt tail `open` cut off; empty after a clean shutdown. */
+  readonly repairs: readonly FileEventLogRepair[];
+  readonly #topics: Map<string, TopicSpec>;
+  readonly #clock: Clock;
+  readonly #fsync: boolean;
+  readonly #capabilities: LogCapabilities;
+  readonly #partitions: Map<string, PartitionState[]>;
+  readonly #byId: Map<string, Location>;
+  readonly #byUid: Map<string, AppendAck>;
+  /** Idempotent appends in flight, so a uid appended twice at once lands once. */
+  readonly #pendingUids = new Map<string, Promise<AppendAck>>();
+  readonly #lockFile: string;
+  readonly #lockContent: string;
+  #closed = false;
+  #closing: Promise<void> | undefined;
+
+  private constructor(init: {
+    directory: string;
+    topics: Map<string, TopicSpec>;
+    clock: Clock;
+    fsync: boolean;
+    partitions: Map<string, PartitionState[]>;
+    byId: Map<string, Location>;
+    byUid: Map<string, AppendAck>;
+    repairs: FileEventLogRepair[];
+    lockFile: string;
+    lockContent: string;
+  }) {
+    this.directory = init.directory;
+    this.#topics = init.topics;
+    this.#clock = init.clock;
+    this.#fsync = init.fsync;
+    this.#partitions = init.partitions;
+    this.#byId = init.byId;
+    this.#byUid = init.byUid;
+    this.repairs = Object.freeze(init.repairs);
+    this.#lockFile = init.lockFile;
+    this.#lockContent = init.lockContent;
+    this.#capabilities = Object.freeze({
+      durable: true,
+      fsync: init.fsync,
+      shared: false,
+      livePush: true,
+      maxReadBatch: MAX_READ_BATCH,
+    });
+  }
+
+  /**
+   * Opens (or creates) the log in `options.directory` and recovers it: every segment is scanned, the
+   * indexes rebuilt and a torn tail cut back to the last whole record.
+   *
+   * @throws HarrierError `invalid-topic` when the manifest breaks a rule or a topic's partition count
+   * differs from the one its directory was created with; `log-locked` when another live process (or
+   * this one) has the directory open; `log-corrupt` when a sidecar file cannot be read.
+   */
+  static async open(options: FileEventLogOptions): Promise<FileEventLog> {
+    const topics = indexTopics(options.topics);
+    const directory = resolve(options.directory);
+    const fsync = options.fsync ?? true;
+    await mkdir(directory, { recursive: true });
+    const lock = await acquireLock(directory);
+    const partitions = new Map<string, PartitionState[]>();
+    const byId = new Map<string, Location>();
+    const byUid = new Map<string, AppendAck>();
+    const repairs: FileEventLogRepair[] = [];
+    try {
+      for (const spec of topics.values()) {
+        const topicDir = join(directory, topicDirectoryName(spec.name));
+        await prepareTopicDirectory(topicDir, spec, fsync);
+        const existing = new Set(await readdir(topicDir));
+        const states: PartitionState[] = [];
+        partitions.set(spec.name, states);
+        await forEachLimited(spec.partitions, OPEN_CONCURRENCY, async (partition) => {
+          states[partition] = await openPartition(
+            { topicDir, topic: spec.name, partition, existing, fsync },
+            byId,
+            byUid,
+            repairs,
+          );
+        });
+        // New segment files must survive a power loss as entries of their directory too.
+        if (fsync) await syncDirectory(topicDir);
+      }
+      if (fsync) await syncDirectory(directory);
+    } catch (error) {
+      for (const states of partitions.values()) {
+        // Object.values skips the partitions a failed open left as holes.
+        for (const state of Object.values(states)) await closeQuietly(state.segment.handle);
+      }
+      await releaseLock(lock.file, lock.content);
+      throw error;
+    }
+    return new FileEventLog({
+      directory,
+      topics,
+      clock: options.clock ?? systemClock,
+      fsync,
+      partitions,
+      byId,
+      byUid,
+      repairs,
+      lockFile: lock.file,
+      lockContent: lock.content,
+    });
+  }
+
+  /**
+   * Appends one record; resolves once it is written (and flushed, with `fsync`).
+   * @throws UnknownTopicError; HarrierError `validation-failed`, `log-closed`, `append-failed` (the
+   * write failed and was undone: retry) or `partition-failed` (reopen the log).
+   */
+  append(topic: string, record: AppendInput): Promise<AppendAck> {
+    // Queued synchronously, so an append accepted before close() is one close() waits for.
+    return settle(() => this.#enqueue(this.#stateForAppend(topic, record), record, undefined));
+  }
+
+  /**
+   * Appends one record unless `uid` was appended before, in any topic; then returns the first ack
+   * with `duplicate: true`.
+   *
+   * @remarks
+   * Uids are remembered for the life of the directory: across restarts and after retention removed
+   * the record.
+   * @throws as {@link FileEventLog.append}.
+   */
+  async appendIdempotent(topic: string, uid: string, record: AppendInput): Promise<AppendAck> {
+    topicOf(this.#topics, topic);
+    for (;;) {
+      const first = this.#byUid.get(uid);
+      if (first !== undefined) return { ...first, duplicate: true };
+      const pending = this.#pendingUids.get(uid);
+      if (pending === undefined) break;
+      try {
+        return { ...(await pending), duplicate: true };
+      } catch {
+        // The first attempt appended nothing; this one tries on its own.
+      }
+    }
+    const state = this.#stateForAppend(topic, record);
+    const appended = this.#enqueue(state, record, uid);
+    this.#pendingUids.set(uid, appended);
+    try {
+      return await appended;
+    } finally {
+      this.#pendingUids.delete(uid);
+    }
+  }
+
+  /** @remarks Returns the first ack as it was issued (`duplicate: false`). */
+  findByUid(uid: string): Promise<AppendAck | undefined> {
+    return Promise.resolve(this.#byUid.get(uid));
+  }
+
+  /**
+   * @remarks Offsets below the oldest retained record are gone; reading from one starts at the
+   * oldest retained record.
+   * @throws UnknownTopicError; HarrierError `invalid-partition`, `invalid-argument` or `log-closed`.
+   */
+  async read(topic: string, partition: number, fromOffset: number, max: number): Promise<LogRecord[]> {
+    const state = this.#partition(topic, partition);
+    if (!Number.isInteger(fromOffset) || fromOffset < 0) {
+      throw new HarrierError(
+        'invalid-argument',
+        `read fromOffset must be a whole number from 0, got ${fromOffset}`,
+      );
+    }
+    if (!Number.isInteger(max) || max < 1) {
+      throw new HarrierError(
+        'invalid-argument',
+        `read max must be a positive whole number, got ${max}: pass up to ${MAX_READ_BATCH}`,
+      );
+    }
+    this.#assertOpen();
+    return this.#readRange(state, fromOffset, Math.min(max, MAX_READ_BATCH));
+  }
+
+  /**
+   * Yields the records after `afterOffset` from the file, then each new one as it is appended, until
+   * `signal` aborts or the log closes.
+   * @throws UnknownTopicError, HarrierError `invalid-partition` (when called, not on iteration).
+   */
+  subscribe(topic: string, options: SubscribeOptions): AsyncIterable<LogRecord> {
+    const state = this.#partition(topic, options.partition);
+    return this.#follow(state, (options.afterOffset ?? -1) + 1, options.signal);
+  }
+
+  /** The record of an event id (the first one appended with it, while it is retained). */
+  async getEvent(id: string): Promise<LogRecord | undefined> {
+    const location = this.#byId.get(id);
+    if (location === undefined || this.#closed) return undefined;
+    const state = this.#partition(location.topic, location.partition);
+    const [record] = await this.#readRange(state, location.offset, 1);
+    return record?.offset === location.offset ? record : undefined;
+  }
+
+  topics(): Promise<TopicInfo[]> {
+    return Promise.resolve([...this.#topics.values()].map(topicInfo));
+  }
+
+  /** @throws UnknownTopicError */
+  partitions(topic: string): Promise<number> {
+    return settle(() => topicOf(this.#topics, topic).partitions);
+  }
+
+  /** @throws UnknownTopicError, HarrierError `invalid-partition`. */
+  endOffset(topic: string, partition: number): Promise<number> {
+    return settle(() => {
+      const state = this.#partition(topic, partition);
+      return state.base + state.positions.length;
+    });
+  }
+
+  capabilities(): LogCapabilities {
+    return this.#capabilities;
+  }
+
+  /**
+   * Removes, from the front of each partition of a topic with `retentionMs`, every record with
+   * `appendedAt + retentionMs <= nowMs`, stopping at the first younger one and at `keepFrom`.
+   *
+   * @remarks
+   * Each partition with expired records is rewritten without them (temp file, then rename); its
+   * appends wait meanwhile. A partition that refuses appends (`partition-failed`) is skipped.
+   * @throws HarrierError `log-closed`; a file system error when a rewrite fails (the partition then
+   * keeps its records).
+   */
+  async maintenance(nowMs: number, options: MaintenanceOptions = {}): Promise<number> {
+    this.#assertOpen();
+    let removed = 0;
+    for (const spec of this.#topics.values()) {
+      const retentionMs = spec.retentionMs;
+      if (retentionMs === undefined) continue;
+      for (const state of this.#partitions.get(spec.name) ?? []) {
+        const expired = (index: number): boolean => {
+          const at = state.appendedAt[index];
+          return at !== undefined && at + retentionMs <= nowMs;
+        };
+        if (!expired(0)) continue;
+        const keepFrom = await options.keepFrom?.(spec.name, state.partition);
+        removed += await this.#serialize(state, async () => {
+          if (state.failed !== undefined || this.#closed) return 0;
+          let count = 0;
+          while (expired(count) && (keepFrom === undefined || state.base + count < keepFrom)) count++;
+          if (count > 0) await this.#removePrefix(state, count);
+          return count;
+        });
+      }
+    }
+    return removed;
+  }
+
+  /**
+   * Finishes the appends already accepted, ends every subscription, closes the files and releases
+   * the directory's lock. Appends after `close` are refused (`log-closed`).
+   */
+  close(): Promise<void> {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+
+  async #close(): Promise<void> {
+    this.#closed = true;
+    const states = [...this.#partitions.values()].flat();
+    for (const state of states) wake(state);
+    for (const state of states) {
+      // A batch may queue the next one while it runs: wait until the chain stops growing.
+      for (let chain = state.chain; ; chain = state.chain) {
+        await chain;
+        if (chain === state.chain) break;
+      }
+    }
+    await Promise.all(states.map((state) => retire(state.segment)));
+    await releaseLock(this.#lockFile, this.#lockContent);
+  }
+
+  #assertOpen(): void {
+    if (this.#closed) {
+      throw new HarrierError(
+        'log-closed',
+        `The file event log in ${this.directory} is closed: open it again with FileEventLog.open`,
+      );
+    }
+  }
+
+  #partition(topic: string, partition: number): PartitionState {
+    const spec = topicOf(this.#topics, topic);
+    checkPartition(spec, partition);
+    const state = this.#partitions.get(topic)?.[partition];
+    if (state === undefined) throw new Error(`missing partition state for ${topic}/${partition}`);
+    return state;
+  }
+
+  /** Checks an append before it is queued. */
+  #stateForAppend(topic: string, input: AppendInput): PartitionState {
+    const spec = topicOf(this.#topics, topic);
+    this.#assertOpen();
+    checkSchema(spec, input.body);
+    const state = this.#partition(topic, partitionFor(spec, input.key));
+    if (state.failed !== undefined) throw state.failed;
+    return state;
+  }
+
+  /** Runs `task` after every earlier batch and rewrite of the partition. */
+  #serialize<T>(state: PartitionState, task: () => Promise<T>): Promise<T> {
+    const result = state.chain.then(task);
+    state.chain = result.catch(() => undefined);
+    return result;
+  }
+
+  #enqueue(state: PartitionState, input: AppendInput, uid: string | undefined): Promise<AppendAck> {
+    return new Promise<AppendAck>((resolvePending, rejectPending) => {
+      state.queue.push({ input, uid, resolve: resolvePending, reject: rejectPending });
+      this.#scheduleFlush(state);
+    });
+  }
+
+  #scheduleFlush(state: PartitionState): void {
+    if (state.flushScheduled) return;
+    state.flushScheduled = true;
+    void this.#serialize(state, () => this.#flush(state));
+  }
+
+  /** Writes the queued appends as one batch: one write, one flush, then every ack. */
+  async #flush(state: PartitionState): Promise<void> {
+    state.flushScheduled = false;
+    const batch = state.queue.splice(0, MAX_APPEND_BATCH);
+    if (state.queue.length > 0) this.#scheduleFlush(state);
+    if (batch.length === 0) return;
+    if (state.failed !== undefined) {
+      for (const pending of batch) pending.reject(state.failed);
+      return;
+    }
+    const first = state.base + state.positions.length;
+    const appendedAt = this.#clock.now();
+    const frames = batch.map((pending, index) => {
+      const record: StoredRecord = {
+        offset: first + index,
+        id: pending.input.id,
+        key: pending.input.key,
+        type: pending.input.type,
+        body: pending.input.body,
+        ...(pending.uid === undefined ? {} : { uid: pending.uid }),
+        appendedAt,
+      };
+      return encodeFrame(record);
+    });
+    const bytes = Buffer.concat(frames);
+    try {
+      await appendAt(state.segment.handle, state.size, bytes, this.#fsync);
+    } catch (error) {
+      const failure = this.#appendError(state, error);
+      for (const pending of batch) pending.reject(failure);
+      return;
+    }
+    let position = state.size;
+    batch.forEach((pending, index) => {
+      const offset = first + index;
+      const { id } = pending.input;
+      state.positions.push(position);
+      state.appendedAt.push(appendedAt);
+      state.ids.push(id);
+      state.uids.push(pending.uid);
+      position += frames[index]?.length ?? 0;
+      if (!this.#byId.has(id)) {
+        this.#byId.set(id, { topic: state.topic, partition: state.partition, offset });
+      }
+      const ack: AppendAck = Object.freeze({
+        topic: state.topic,
+        partition: state.partition,
+        offset,
+        id,
+        uid: pending.uid,
+        appendedAt,
+        duplicate: false,
+      });
+      if (pending.uid !== undefined) this.#byUid.set(pending.uid, ack);
+      pending.resolve(ack);
+    });
+    state.size = position;
+    wake(state);
+  }
+
+  #appendError(state: PartitionState, error: unknown): HarrierError {
+    const where = `topic "${state.topic}" partition ${state.partition} (${state.file})`;
+    if (error instanceof AppendFailure && error.restored) {
+      return new HarrierError(
+        'append-failed',
+        `Appending to ${where} failed and was undone, nothing was appended: ${describeError(error.cause)}; fix the cause (disk full? permissions?) and retry`,
+        { cause: error.cause },
+      );
+    }
+    state.failed = new HarrierError(
+      'partition-failed',
+      `${where} refuses appends: an append failed (${describeError(error instanceof AppendFailure ? error.cause : error)}) and cutting it back failed too, so the file may end in a partial record; close the log and open it again with FileEventLog.open, which cuts the torn tail off`,
+      { cause: error },
+    );
+    return state.failed;
+  }
+
+  /** Reads up to `max` records from `fromOffset` (raised to the oldest retained one). */
+  async #readRange(state: PartitionState, fromOffset: number, max: number): Promise<LogRecord[]> {
+    // Everything about the segment is taken before the first await: a retention rewrite swaps the
+    // segment and its positions together, and the old file stays readable until its readers finish.
+    const segment = state.segment;
+    const end = state.base + state.positions.length;
+    const start = Math.max(fromOffset, state.base);
+    const stop = Math.min(end, start + max);
+    if (start >= stop) return [];
+    const startPosition = state.positions[start - state.base] ?? 0;
+    const stopPosition = stop === end ? state.size : (state.positions[stop - state.base] ?? state.size);
+    segment.readers++;
+    let stored: StoredRecord[];
+    try {
+      stored = await readFrames(segment.handle, startPosition, stopPosition);
+    } catch (error) {
+      throw new HarrierError(
+        'log-corrupt',
+        `Reading offsets ${start} to ${stop - 1} of topic "${state.topic}" partition ${state.partition} failed (${describeError(error)}): ${state.file} changed under the log; close and reopen it to recover`,
+        { cause: error },
+      );
+    } finally {
+      segment.readers--;
+      if (segment.retired && segment.readers === 0) void closeQuietly(segment.handle);
+    }
+    return stored.map((record) =>
+      Object.freeze({
+        topic: state.topic,
+        partition: state.partition,
+        offset: record.offset,
+        id: record.id,
+        key: record.key,
+        type: record.type,
+        body: record.body,
+        uid: record.uid,
+        appendedAt: record.appendedAt,
+      }),
+    );
+  }
+
+  async *#follow(
+    state: PartitionState,
+    from: number,
+    signal: AbortSignal | undefined,
+  ): AsyncGenerator<LogRecord> {
+    let next = from;
+    const ended = (): boolean => this.#closed || signal?.aborted === true;
+    while (!ended()) {
+      if (next < state.base + state.positions.length) {
+        let batch: LogRecord[];
+        try {
+          batch = await this.#readRange(state, next, SUBSCRIBE_BATCH);
+        } catch (error) {
+          if (ended()) return;
+          throw error;
+        }
+        for (const record of batch) {
+          if (ended()) return;
+          // Retention may have removed the rest of the batch while this generator was suspended.
+          if (record.offset < state.base) continue;
+          next = record.offset + 1;
+          yield record;
+        }
+        continue;
+      }
+      await new Promise<void>((resolveWait) => {
+        const done = (): void => {
+          state.waiters.delete(done);
+          signal?.removeEventListener('abort', done);
+          resolveWait();
+        };
+        state.waiters.add(done);
+        signal?.addEventListener('abort', done, { once: true });
+      });
+    }
+  }
+
+  /** Rewrites a partition's segment without its first `count` records. */
+  async #removePrefix(state: PartitionState, count: number): Promise<void> {
+    const cut = count < state.positions.length ? (state.positions[count] ?? state.size) : state.size;
+    const newBase = state.base + count;
+    const lines: string[] = [];
+    for (let index = 0; index < count; index++) {
+      const uid = state.uids[index];
+      const offset = state.base + index;
+      if (uid === undefined || offset <= state.uidsThrough) continue;
+      const line: UidLine = {
+        offset,
+        id: state.ids[index] ?? '',
+        uid,
+        appendedAt: state.appendedAt[index] ?? 0,
+      };
+      lines.push(`${JSON.stringify(line)}\n`);
+    }
+    // Order matters for a crash in between: the uids first (a repeat on reopen is harmless), then
+    // the base (a base above the segment's first record is ignored), then the rename.
+    if (lines.length > 0) {
+      await appendLines(state.uidsFile, lines.join(''), this.#fsync);
+      state.uidsThrough = newBase - 1;
+    }
+    const tmp = `${state.file}.tmp`;
+    await copyRange(state.segment.handle, cut, state.size, tmp, this.#fsync);
+    await writeFileAtomic(state.baseFile, `${newBase}\n`, this.#fsync);
+    await rename(tmp, state.file);
+    let handle: FileHandle;
+    try {
+      if (this.#fsync) await syncDirectory(dirname(state.file));
+      handle = await openReadWrite(state.file);
+    } catch (error) {
+      state.failed = new HarrierError(
+        'partition-failed',
+        `Topic "${state.topic}" partition ${state.partition} refuses appends: its segment was rewritten by retention but could not be opened again (${describeError(error)}); close the log and open it again with FileEventLog.open`,
+        { cause: error },
+      );
+      throw state.failed;
+    }
+    const old = state.segment;
+    state.segment = { handle, readers: 0, retired: false };
+    void retire(old);
+    for (let index = 0; index < count; index++) {
+      const id = state.ids[index];
+      if (id === undefined) continue;
+      const location = this.#byId.get(id);
+      if (
+        location?.topic === state.topic &&
+        location.partition === state.partition &&
+        location.offset === state.base + index
+      ) {
+        this.#byId.delete(id);
+      }
+    }
+    state.positions = state.positions.slice(count).map((position) => position - cut);
+    state.appendedAt = state.appendedAt.slice(count);
+    state.ids = state.ids.slice(count);
+    state.uids = state.uids.slice(count);
+    state.base = newBase;
+    state.size -= cut;
+  }
+}
+
+/**
+ * The directory name of a topic: URI-encoded, a leading dot escaped (no `.`, `..` or hidden names),
+ * shortened with a hash when too long for a file system.
+ */
+export function topicDirectoryName(topic: string): string {
+  const encoded = encodeURIComponent(topic).replace(/^\./, '%2E');
+  if (encoded.length <= MAX_DIRECTORY_NAME) return encoded;
+  const hash = createHash('sha256').update(topic, 'utf8').digest('hex').slice(0, 16);
+  return `${encoded.slice(0, MAX_DIRECTORY_NAME - 17)}~${hash}`;
+}
+
+/** Creates a topic's directory and `topic.json`, or checks an existing one against the manifest. */
+async function prepareTopicDirectory(topicDir: string, spec: TopicSpec, fsync: boolean): Promise<void> {
+  await mkdir(topicDir, { recursive: true });
+  const manifestFile = join(topicDir, 'topic.json');
+  let stored: unknown;
+  try {
+    stored = JSON.parse(await readFile(manifestFile, 'utf8'));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') {
+      throw new HarrierError(
+        'log-corrupt',
+        `${manifestFile} is not readable JSON (${describeError(error)}): restore it as {"name":"${spec.name}","partitions":${spec.partitions}}`,
+        { cause: error },
+      );
+    }
+    await writeFileAtomic(
+      manifestFile,
+      `${JSON.stringify({ name: spec.name, partitions: spec.partitions })}\n`,
+      fsync,
+    );
+    return;
+  }
+  const { name, partitions } = (stored ?? {}) as { name?: unknown; partitions?: unknown };
+  if (name !== spec.name) {
+    throw new HarrierError(
+      'invalid-topic',
+      `Topic "${spec.name}" maps to directory ${topicDir}, which holds topic "${String(name)}" (a case-insensitive file system?): rename one of the topics`,
+    );
+  }
+  if (partitions !== spec.partitions) {
+    throw new HarrierError(
+      'invalid-topic',
+      `Topic "${spec.name}" was created in ${topicDir} with ${String(partitions)} partitions and the manifest says ${spec.partitions}: a partition count is fixed, since keys would move to other partitions; put ${String(partitions)} back in the manifest`,
+    );
+  }
+}
+
+/** Opens one partition's segment, scans it, cuts a torn tail and fills the indexes. */
+async function openPartition(
+  where: {
+    readonly topicDir: string;
+    readonly topic: string;
+    readonly partition: number;
+    /** The names in `topicDir`, so files that are not there cost no system call. */
+    readonly existing: ReadonlySet<string>;
+    readonly fsync: boolean;
+  },
+  byId: Map<string, Location>,
+  byUid: Map<string, AppendAck>,
+  repairs: FileEventLogRepair[],
+): Promise<PartitionState> {
+  const { topicDir, topic, partition, existing, fsync } = where;
+  const name = `p${partition}`;
+  const file = join(topicDir, `${name}.log`);
+  const baseFile = join(topicDir, `${name}.base`);
+  const uidsFile = join(topicDir, `${name}.uids`);
+  // Leftovers of a retention rewrite cut short by a crash: the originals are still intact.
+  for (const leftover of [`${name}.log.tmp`, `${name}.base.tmp`]) {
+    if (existing.has(leftover)) await rm(join(topicDir, leftover), { force: true });
+  }
+  const storedBase = existing.has(`${name}.base`) ? await readBase(baseFile) : 0;
+  const uidsThrough = existing.has(`${name}.uids`)
+    ? await loadUids(uidsFile, topic, partition, byUid, fsync)
+    : -1;
+  const handle = await openReadWrite(file);
+  const state: PartitionState = {
+    topic,
+    partition,
+    file,
+    baseFile,
+    uidsFile,
+    segment: { handle, readers: 0, retired: false },
+    base: storedBase,
+    positions: [],
+    appendedAt: [],
+    ids: [],
+    uids: [],
+    size: 0,
+    uidsThrough,
+    chain: Promise.resolve(),
+    queue: [],
+    flushScheduled: false,
+    failed: undefined,
+    waiters: new Set(),
+  };
+  try {
+    const { size } = await handle.stat();
+    let expected: number | undefined;
+    const kept = await scanSegment(
+      handle,
+      size,
+      // The first record's offset wins over the base file: a crash between writing the base and
+      // renaming the rewritten segment leaves a base above it.
+      (record) => (expected === undefined ? record.offset >= 0 : record.offset === expected),
+      (record, position) => {
+        if (expected === undefined) state.base = record.offset;
+        expected = record.offset + 1;
+        state.positions.push(position);
+        state.appendedAt.push(record.appendedAt);
+        state.ids.push(record.id);
+        state.uids.push(record.uid);
+        if (!byId.has(record.id)) byId.set(record.id, { topic, partition, offset: record.offset });
+        if (record.uid !== undefined && !byUid.has(record.uid)) {
+          byUid.set(
+            record.uid,
+            ackOf(topic, partition, record.offset, record.id, record.uid, record.appendedAt),
+          );
+        }
+      },
+    );
+    if (kept < size) {
+      await handle.truncate(kept);
+      if (fsync) await handle.datasync();
+      repairs.push({ topic, partition, file, keptBytes: kept, droppedBytes: size - kept });
+    }
+    state.size = kept;
+  } catch (error) {
+    await handle.close();
+    throw error;
+  }
+  return state;
+}
+
+async function readBase(baseFile: string): Promise<number> {
+  let text: string;
+  try {
+    text = await readFile(baseFile, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+    throw error;
+  }
+  const base = Number(text.trim());
+  if (!Number.isSafeInteger(base) || base < 0) {
+    throw new HarrierError(
+      'log-corrupt',
+      `${baseFile} holds "${text.trim()}", not an offset: write the offset of the partition's first retained record (or its next offset when empty) into it`,
+    );
+  }
+  return base;
+}
+
+/**
+ * Loads a uids sidecar into `byUid`; returns the highest offset in it. A torn last line (a crash
+ * mid-write) is cut off so the next write starts on a line of its own.
+ */
+async function loadUids(
+  uidsFile: string,
+  topic: string,
+  partition: number,
+  byUid: Map<string, AppendAck>,
+  fsync: boolean,
+): Promise<number> {
+  let text: string;
+  try {
+    text = await readFile(uidsFile, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return -1;
+    throw error;
+  }
+  let through = -1;
+  let whole = 0;
+  for (const line of text.split('\n').slice(0, -1)) {
+    let parsed: UidLine;
+    try {
+      parsed = JSON.parse(line) as UidLine;
+    } catch {
+      break;
+    }
+    byUid.set(parsed.uid, ackOf(topic, partition, parsed.offset, parsed.id, parsed.uid, parsed.appendedAt));
+    through = Math.max(through, parsed.offset);
+    whole += Buffer.byteLength(line, 'utf8') + 1;
+  }
+  if (whole < Buffer.byteLength(text, 'utf8')) {
+    const handle = await open(uidsFile, 'r+');
+    try {
+      await handle.truncate(whole);
+      if (fsync) await handle.datasync();
+    } finally {
+      await handle.close();
+    }
+  }
+  return through;
+}
+
+async function appendLines(file: string, text: string, fsync: boolean): Promise<void> {
+  const handle = await open(file, 'a', 0o644);
+  try {
+    await handle.appendFile(text, 'utf8');
+    if (fsync) await handle.datasync();
+  } finally {
+    await handle.close();
+  }
+}
+
+function ackOf(
+  topic: string,
+  partition: number,
+  offset: number,
+  id: string,
+  uid: string,
+  appendedAt: number,
+): AppendAck {
+  return Object.freeze({ topic, partition, offset, id, uid, appendedAt, duplicate: false });
+}
+
+/** What the lock file of a directory holds: the owner's pid and host. */
+interface LockOwner {
+  readonly pid: number;
+  readonly host: string;
+}
+
+/**
+ * Takes `<directory>/.lock` for this process.
+ *
+ * @remarks
+ * The lock is written to a file of its own and hard-linked to `.lock`, which fails when `.lock`
+ * exists (like `O_EXCL`), so the lock never exists without its pid. A lock whose pid is dead on this
+ * host is taken over.
+ */
+async function acquireLock(directory: string): Promise<{ file: string; content: string }> {
+  const file = join(directory, '.lock');
+  const owner: LockOwner = { pid: process.pid, host: hostname() };
+  const content = `${JSON.stringify(owner)}\n`;
+  const draft = join(directory, `.lock.${process.pid}.${randomUUID()}`);
+  await writeNewFile(draft, content);
+  try {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      try {
+        await link(draft, file);
+        return { file, content };
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      }
+      const holder = await readLockOwner(file);
+      if (holder !== undefined && (holder.host !== owner.host || isAlive(holder.pid))) {
+        throw new HarrierError(
+          'log-locked',
+          `The file event log in ${directory} is open in process ${holder.pid} on ${holder.host} (${file}): one process owns a FileEventLog directory; close it there first, or use a shared log such as RedisEventLog`,
+        );
+      }
+      await rm(file, { force: true });
+    }
+    throw new HarrierError(
+      'log-locked',
+      `The file event log in ${directory} was locked again while its stale lock ${file} was being replaced: another process is opening it; close it there first`,
+    );
+  } finally {
+    await rm(draft, { force: true });
+  }
+}
+
+async function writeNewFile(path: string, content: string): Promise<void> {
+  const handle = await open(path, 'wx', 0o644);
+  try {
+    await handle.writeFile(content, 'utf8');
+  } finally {
+    await handle.close();
+  }
+}
+
+async function readLockOwner(file: string): Promise<LockOwner | undefined> {
+  try {
+    const parsed = JSON.parse(await readFile(file, 'utf8')) as Partial<LockOwner>;
+    if (typeof parsed.pid === 'number' && typeof parsed.host === 'string') {
+      return { pid: parsed.pid, host: parsed.host };
+    }
+  } catch {
+    // Unreadable or vanished: nobody holds it.
+  }
+  return undefined;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Removes the lock when it is still ours. */
+async function releaseLock(file: string, content: string): Promise<void> {
+  try {
+    if ((await readFile(file, 'utf8')) === content) await rm(file, { force: true });
+  } catch {
+    // Already gone.
+  }
+}
+
+/** Marks a segment replaced or closed; its handle closes now, or once the last read using it ends. */
+async function retire(segment: Segment): Promise<void> {
+  segment.retired = true;
+  if (segment.readers === 0) await closeQuietly(segment.handle);
+}
+
+async function closeQuietly(handle: FileHandle): Promise<void> {
+  await handle.close().catch(() => undefined);
+}
+
+/** Resolves every subscriber waiting on a partition. */
+function wake(state: PartitionState): void {
+  for (const waiter of [...state.waiters]) waiter();
+}
+
+/** Runs `fn` and turns its result (or promised result) or throw into a promise, so errors always reject. */
+function settle<T>(fn: () => T | Promise<T>): Promise<T> {
+  try {
+    return Promise.resolve(fn());
+  } catch (error) {
+    return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+  }
+}
+
+/**
+ * Calls `fn` for 0 to `count - 1`, at most `limit` at a time; waits for every call, then throws the
+ * first error, if any.
+ */
+async function forEachLimited(
+  count: number,
+  limit: number,
+  fn: (index: number) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  const errors: unknown[] = [];
+  const worker = async (): Promise<void> => {
+    while (next < count) {
+      const index = next++;
+      try {
+        await fn(index);
+      } catch (error) {
+        errors.push(error);
+        next = count;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, count) }, worker));
+  if (errors.length > 0) throw errors[0];
+}
