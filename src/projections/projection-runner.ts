@@ -195,6 +195,34 @@ export class ProjectionRunner {
     }
   }
 
+  /**
+   * Runs the log's retention, keeping every record a projection of this runner has not passed yet:
+   * in a partition some projection reads, nothing at or above the lowest of their checkpoints + 1
+   * (0 when one of them has no checkpoint there) is removed.
+   * @returns how many records the log removed.
+   */
+  async maintain(nowMs: number = this.#clock.now()): Promise<number> {
+    const readers = new Map<string, string[]>();
+    for (const entry of this.#entries()) {
+      for (const { topic } of await this.#lanesOf(entry)) {
+        const names = readers.get(topic) ?? [];
+        if (!names.includes(entry.name)) names.push(entry.name);
+        readers.set(topic, names);
+      }
+    }
+    return this.#o.log.maintenance(nowMs, {
+      keepFrom: async (topic, partition) => {
+        const names = readers.get(topic);
+        if (names === undefined) return undefined;
+        let lowest = Number.POSITIVE_INFINITY;
+        for (const name of names) {
+          lowest = Math.min(lowest, (await this.#o.checkpoints.get(name, topic, partition)) ?? -1);
+        }
+        return lowest + 1;
+      },
+    });
+  }
+
   /** Per-partition checkpoint, progress and lag of each projection. */
   async status(): Promise<ProjectionStatus[]> {
     const result: ProjectionStatus[] = [];

@@ -154,6 +154,24 @@ describe('ProjectionRunner', () => {
     });
   });
 
+  describe('.maintain', () => {
+    it('removes expired records a projection has passed and keeps the ones it has not', async () => {
+      const log = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 1, retentionMs: 1000 }] });
+      const checkpoints = new InMemoryCheckpointStore();
+      const { bus } = setup({ log, checkpoints });
+      await bus.start();
+      for (let i = 1; i <= 4; i++) await bus.publish(Deposited, { account: 'a', amount: i });
+      await bus.projections!.whenCaughtUp();
+      await bus.stop({ closeBroker: false });
+      buses.splice(0);
+      await checkpoints.reset('balances');
+      await checkpoints.commit('balances', 'bank', 0, 1, Date.now());
+      const removed = await bus.projections!.maintain(Date.now() + 60_000);
+      expect(removed).toBe(2);
+      expect((await log.read('bank', 0, 0, 10)).map((r) => r.offset)).toEqual([2, 3]);
+    });
+  });
+
   describe('when an event keeps failing (poison)', () => {
     it('retries it, dead-letters it as projection-failed and skips to the next', async () => {
       const { bus, balances } = setup({ poison: 13 });
