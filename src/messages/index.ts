@@ -39,3 +39,9 @@ export {
 } from './codec.js';
 export { deterministicUuidV7, isUuidV7, uuidV7Time, uuidv7 } from './uuid-v7.js';
 export { fnv1a64, partitionOf } from './partition.js';
+export {
+  createEnvelopeSigner,
+  type EnvelopeSigner,
+  type SigningKeyInput,
+  type SigningOptions,
+} from './signing.js';
