@@ -16,10 +16,10 @@ export type { LogFields, Logger } from './logging/index.js';
 export {
   DEFAULT_MAX_ENVELOPE_BYTES,
   ENVELOPE_VERSION,
+  createEnvelopeSigner,
   decodeEnvelope,
   defineCommand,
   defineEvent,
-  createEnvelopeSigner,
   defineQuery,
   deterministicUuidV7,
   encodeEnvelope,
@@ -38,9 +38,6 @@ export type {
   CommandDefinition,
   CommandOptions,
   DecodeFailure,
-  EnvelopeSigner,
-  SigningKeyInput,
-  SigningOptions,
   DecodeFailureReason,
   DecodeOptions,
   DecodeResult,
@@ -48,6 +45,7 @@ export type {
   DefinitionOptions,
   Envelope,
   EnvelopeMeta,
+  EnvelopeSigner,
   EventDefinition,
   EventOptions,
   InputOf,
@@ -59,6 +57,8 @@ export type {
   QueryOptions,
   ResultOf,
   RetryOptions,
+  SigningKeyInput,
+  SigningOptions,
 } from './messages/index.js';
 export { InMemoryBroker, MAX_ATTEMPT_HISTORY, toErrorInfo } from './broker/index.js';
 export type {
@@ -148,6 +148,7 @@ export type {
   ReplayErrorCode,
   ReplayFailure,
   ReplayRecord,
+  ReplayRefusal,
   ReplayResult,
   ReplaySuccess,
 } from './dead-letters/index.js';

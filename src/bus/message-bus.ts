@@ -4,7 +4,11 @@ import type { MessageBroker, OutgoingMessage } from '../broker/message-broker.js
 import { systemClock, type Clock } from '../clock/clock.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { InMemoryDeadLetterStore } from '../dead-letters/in-memory-dead-letter-store.js';
-import { replayDeadLetters, type ReplayResult } from '../dead-letters/replay-dead-letters.js';
+import {
+  replayDeadLetters,
+  type ReplayDeadLettersOptions,
+  type ReplayResult,
+} from '../dead-letters/replay-dead-letters.js';
 import {
   Dispatcher,
   type DispatchHooks,
@@ -24,6 +28,7 @@ import { InMemoryCheckpointStore } from '../log/in-memory-checkpoint-store.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { ProjectionRunner, type PoisonPolicy } from '../projections/projection-runner.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope } from '../messages/codec.js';
+import { createEnvelopeSigner, type SigningOptions } from '../messages/signing.js';
 import type {
   CommandDefinition,
   EventDefinition,
@@ -101,10 +106,33 @@ export interface BusOptions {
    * @defaultValue 10000
    */
   readonly gracePeriodMs?: number;
-  /** Encodes outgoing envelopes (signing hooks in here). @defaultValue JSON */
+  /**
+   * Encodes outgoing envelopes: a low-level hook; use `signing` to sign them. Not together with
+   * `signing`.
+   * @defaultValue JSON
+   */
   readonly encode?: EnvelopeEncoder;
-  /** Verifies incoming envelopes. @defaultValue none */
+  /**
+   * Verifies incoming envelopes: a low-level hook; use `signing` to check signatures. Not together
+   * with `signing`.
+   * @defaultValue none
+   */
   readonly verify?: EnvelopeVerifier;
+  /**
+   * Signs every envelope this bus sends, publishes or schedules (also those recorded by handlers)
+   * with HMAC-SHA256 under the first key, and verifies every envelope it receives against all keys.
+   *
+   * @remarks
+   * A received envelope that is unsigned, signed with an unknown key or changed after signing is
+   * dead-lettered as `signature-invalid` and never handled; {@link MessageBus.replayDeadLetters}
+   * refuses a record whose envelope no longer verifies. Keys are 32 random bytes (e.g.
+   * `openssl rand -hex 32`); list the new key first and keep the old ones while messages signed with
+   * them may still be queued or dead-lettered. See docs/signing.md.
+   * @throws HarrierError `invalid-key` / `weak-key` from {@link createBus} for a bad key, and
+   * `invalid-option` when `encode` or `verify` is given as well.
+   * @defaultValue none (envelopes are neither signed nor verified)
+   */
+  readonly signing?: SigningOptions;
   /**
    * The event log. When set, every published event is appended to it (idempotent by event id)
    * before it is fanned out, and `@Projection`s are fed from it with checkpoints instead of from the
@@ -177,7 +205,13 @@ export interface MessageBus {
   stop(options?: StopOptions & { readonly closeBroker?: boolean }): Promise<void>;
   /** The projection runner, when the bus has an event log. */
   readonly projections: ProjectionRunner | undefined;
-  /** Replays dead letters into their subscriptions (same message id, fresh attempts). */
+  /**
+   * Replays dead letters into their subscriptions (same message id, fresh attempts).
+   *
+   * @remarks
+   * With `signing`, a record whose stored envelope no longer verifies is refused with error
+   * `signature-invalid` and not redelivered.
+   */
   replayDeadLetters(
     ids: readonly string[],
     options?: { readonly by?: string; readonly dryRun?: boolean },
@@ -197,6 +231,7 @@ class HarrierBus implements MessageBus {
   readonly #clock: Clock;
   readonly #maxBytes: number;
   readonly #encode: EnvelopeEncoder;
+  readonly #verifyReplay: ReplayDeadLettersOptions['verify'];
   readonly #gracePeriodMs: number;
   readonly #stopController = new AbortController();
   #state: 'created' | 'started' | 'stopped' = 'created';
@@ -216,7 +251,33 @@ class HarrierBus implements MessageBus {
     this.container = options.container ?? new Container();
     this.#clock = options.clock ?? systemClock;
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
-    this.#encode = options.encode ?? encodeEnvelope;
+    let verify = options.verify;
+    if (options.signing === undefined) {
+      this.#encode = options.encode ?? encodeEnvelope;
+    } else {
+      const given = [
+        ...(options.encode !== undefined ? ['encode'] : []),
+        ...(options.verify !== undefined ? ['verify'] : []),
+      ];
+      if (given.length > 0) {
+        throw new HarrierError(
+          'invalid-option',
+          `signing cannot be combined with ${given.join(' and ')}: signing sets both hooks itself, so remove ${given.join(' and ')} (or remove signing and sign in your own hooks)`,
+        );
+      }
+      const signer = createEnvelopeSigner(options.signing);
+      this.#encode = (envelope) => signer.encode(envelope);
+      verify = (body) => signer.verify(body);
+      this.#verifyReplay = (record) => {
+        const refusal = signer.verify(record.envelope);
+        return refusal === undefined
+          ? undefined
+          : {
+              code: 'signature-invalid',
+              message: `its envelope does not verify with signing.keys (${refusal}): if it was signed with a retired key, add that key back after the first one and replay again; otherwise the record was changed and should be removed`,
+            };
+      };
+    }
     this.#gracePeriodMs = options.gracePeriodMs ?? 10_000;
     if (!this.container.isBound(HarrierTokens.MessageBus))
       this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
@@ -264,7 +325,7 @@ class HarrierBus implements MessageBus {
       logger,
       maxEnvelopeBytes: this.#maxBytes,
       encode: this.#encode,
-      ...(options.verify !== undefined ? { verify: options.verify } : {}),
+      ...(verify !== undefined ? { verify } : {}),
     });
   }
 
@@ -362,6 +423,7 @@ class HarrierBus implements MessageBus {
       broker: this.broker,
       ids,
       clock: this.#clock,
+      ...(this.#verifyReplay !== undefined ? { verify: this.#verifyReplay } : {}),
       ...(options.by !== undefined ? { by: options.by } : {}),
       ...(options.dryRun !== undefined ? { dryRun: options.dryRun } : {}),
     });

@@ -24,6 +24,7 @@ export {
   type ReplayDeadLettersOptions,
   type ReplayErrorCode,
   type ReplayFailure,
+  type ReplayRefusal,
   type ReplayResult,
   type ReplaySuccess,
 } from './replay-dead-letters.js';

@@ -48,6 +48,12 @@ export interface ReplayFailure {
 /** The outcome of replaying one dead letter. */
 export type ReplayResult = ReplaySuccess | ReplayFailure;
 
+/** Why `verify` refused a record: a stable code and what went wrong, naming the fix. */
+export interface ReplayRefusal {
+  readonly code: string;
+  readonly message: string;
+}
+
 /** Options of {@link replayDeadLetters}. */
 export interface ReplayDeadLettersOptions {
   /** Where the dead letters are kept. */
@@ -73,11 +79,13 @@ export interface ReplayDeadLettersOptions {
   readonly dryRun?: boolean;
   /**
    * Last check before a record goes back (such as its envelope signature): return a short refusal
-   * code such as `signature-invalid` to refuse it, or undefined to let it through. A throw refuses
-   * it with code `verify-failed`.
+   * code such as `signature-invalid` (or a {@link ReplayRefusal} with a code and an explanation) to
+   * refuse it, or undefined to let it through. A throw refuses it with code `verify-failed`.
    * @defaultValue every record passes
    */
-  readonly verify?: (record: DeadLetterRecord) => string | undefined | Promise<string | undefined>;
+  readonly verify?: (
+    record: DeadLetterRecord,
+  ) => string | ReplayRefusal | undefined | Promise<string | ReplayRefusal | undefined>;
 }
 
 const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));
@@ -154,14 +162,17 @@ async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise
   }
 
   if (options.verify !== undefined) {
-    let refusal: string | undefined;
+    let refusal: string | ReplayRefusal | undefined;
     try {
       refusal = await options.verify(record);
     } catch (error) {
       return fail('verify-failed', `Dead letter "${id}" could not be verified: ${messageOf(error)}`);
     }
-    if (refusal !== undefined) {
+    if (typeof refusal === 'string') {
       return fail(refusal, `Dead letter "${id}" was refused before replay: ${refusal}`);
+    }
+    if (refusal !== undefined) {
+      return fail(refusal.code, `Dead letter "${id}" was refused before replay: ${refusal.message}`);
     }
   }
 

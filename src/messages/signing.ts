@@ -74,7 +74,7 @@ export function createEnvelopeSigner(options: SigningOptions): EnvelopeSigner {
   if (options.keys.length === 0) {
     throw new HarrierError(
       'invalid-key',
-      'signing.keys is empty: give at least one 32-byte key (the first one signs)',
+      'signing.keys is empty: give at least one key of 32 random bytes (the first one signs), e.g. from `openssl rand -hex 32`',
     );
   }
   const keys = options.keys.map((k, i) => decodeKey(k, i));

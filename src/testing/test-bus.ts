@@ -15,6 +15,8 @@ export interface CapturedMessage<P = unknown> {
   readonly type: string;
   readonly payload: P;
   readonly envelope: Envelope<P>;
+  /** The encoded envelope exactly as handed to the broker (signed, when the bus signs). */
+  readonly body: string;
   /** Not before this time (scheduled messages). */
   readonly deliverAt: number | undefined;
 }
@@ -108,6 +110,7 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
       type: message.type,
       payload: envelope.payload,
       envelope,
+      body: message.body,
       deliverAt: message.deliverAt,
     };
     (message.kind === 'event' ? published : sent).push(captured);

@@ -304,6 +304,26 @@ describe('replayDeadLetters', () => {
       expect((await store.get(record.id))?.status).toBe('dead');
     });
 
+    it('reports the code and message of a refusal object', async () => {
+      const record = await deadLetterOf();
+      const results = await replayDeadLetters({
+        store,
+        broker,
+        ids: [record.id],
+        clock,
+        verify: () => ({ code: 'signature-invalid', message: 'add the retired key back' }),
+      });
+      expect(results).toEqual([
+        {
+          id: record.id,
+          ok: false,
+          error: 'signature-invalid',
+          message: expect.stringContaining('add the retired key back') as unknown,
+        },
+      ]);
+      expectNothingRedelivered();
+    });
+
     it('reports verify-failed when verify throws, and still replays the others', async () => {
       const [bad, good] = [await deadLetterOf(), await deadLetterOf()];
       const results = await replayDeadLetters({
