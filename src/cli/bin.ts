@@ -1,0 +1,7 @@
+#!/usr/bin/env node
+import { run } from './index.js';
+
+process.exitCode = await run(process.argv.slice(2));
+// A Redis client whose connection was refused can leave a timer of a few seconds behind; the
+// command is done and its output written, so do not wait for it. Unref'd: exits sooner when idle.
+setTimeout(() => process.exit(), 100).unref();

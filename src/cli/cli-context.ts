@@ -1,0 +1,198 @@
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { Redis } from 'ioredis';
+import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-letter-store.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import { describeRedisUrl, redisUnavailable } from '../redis/redis-errors.js';
+import { CliExit, ExitCode, usageError, type CliIo } from './cli-io.js';
+
+/** What {@link parse} returns for `options` plus the global ones. */
+export type ParsedArgs<O extends NonNullable<ParseArgsConfig['options']>> = ReturnType<
+  typeof parseArgs<{
+    args: string[];
+    options: O & typeof GLOBAL_OPTIONS;
+    allowPositionals: true;
+    strict: true;
+  }>
+>;
+
+/** Options every command takes. */
+export const GLOBAL_OPTIONS = {
+  'redis-url': { type: 'string' },
+  prefix: { type: 'string' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const satisfies NonNullable<ParseArgsConfig['options']>;
+
+/** Help text of the options every command takes. */
+export const GLOBAL_HELP = `Connection and output:
+  --redis-url <url>   Redis to use (default: $REDIS_URL)
+  --prefix <prefix>   key prefix of the Harrier system (default: {harrier})
+  --json              JSON lines on stdout (the default when stdout is not a terminal)
+  -h, --help          show this help`;
+
+/** Options that select dead letters. */
+export const SELECTOR_OPTIONS = {
+  endpoint: { type: 'string' },
+  type: { type: 'string' },
+  handler: { type: 'string' },
+  reason: { type: 'string' },
+  fingerprint: { type: 'string' },
+  since: { type: 'string' },
+  until: { type: 'string' },
+  status: { type: 'string' },
+} as const satisfies NonNullable<ParseArgsConfig['options']>;
+
+/** Help text of {@link SELECTOR_OPTIONS}. */
+export function selectorHelp(defaultStatus: string): string {
+  return `Filters (each one narrows):
+  --endpoint <name>   endpoint the message died in
+  --type <type>       message type, e.g. orders.PlaceOrder
+  --handler <name>    handler (subscription) name
+  --reason <reason>   handler-failed, validation-failed, no-handler, signature-invalid, ...
+  --fingerprint <fp>  failure group, as shown by \`harrier dlq groups\`
+  --since <when>      last failure at or after: ISO date (2026-01-31T12:00Z) or relative (90s, 15m, 1h, 2d, 1w)
+  --until <when>      last failure before: same formats
+  --status <status>   dead | replayed | any (default: ${defaultStatus})`;
+}
+
+/**
+ * Parses `argv` with `options` plus the global ones.
+ * @throws CliExit (usage) for an unknown option or a missing value.
+ */
+export function parse<const O extends NonNullable<ParseArgsConfig['options']>>(
+  argv: readonly string[],
+  options: O,
+): ParsedArgs<O> {
+  try {
+    return parseArgs({
+      args: [...argv],
+      options: { ...options, ...GLOBAL_OPTIONS },
+      allowPositionals: true,
+      strict: true,
+    });
+  } catch (error) {
+    throw usageError(`${error instanceof Error ? error.message : String(error)}; see --help`);
+  }
+}
+
+/** @throws CliExit (usage) when a command that takes no arguments got some. */
+export function noPositionals(positionals: readonly string[], command: string): void {
+  if (positionals.length > 0) {
+    throw usageError(`\`${command}\` takes no arguments, got "${positionals.join(' ')}"; see --help`);
+  }
+}
+
+/** What every command needs: where Redis is, the prefix, and the output mode. */
+export interface CommandContext {
+  readonly io: CliIo;
+  readonly redisUrl: string;
+  readonly prefix: string;
+  /** JSON lines instead of text. */
+  readonly json: boolean;
+}
+
+/** Resolves the global options. @throws CliExit (usage) when no Redis URL is given. */
+export function contextOf(
+  io: CliIo,
+  values: { 'redis-url'?: string | undefined; prefix?: string | undefined; json?: boolean | undefined },
+): CommandContext {
+  const redisUrl = values['redis-url'] ?? io.env.REDIS_URL;
+  if (redisUrl === undefined || redisUrl === '') {
+    throw usageError('No Redis to connect to: set REDIS_URL or pass --redis-url redis://host:6379');
+  }
+  const prefix = values.prefix ?? '{harrier}';
+  if (prefix === '' || prefix.includes(':')) {
+    throw usageError(`--prefix "${prefix}" must be non-empty and without ':', e.g. {harrier}`);
+  }
+  return { io, redisUrl, prefix, json: values.json === true || io.stdout.isTTY !== true };
+}
+
+/**
+ * A client of the CLI's own, connected and answering PING.
+ * @throws HarrierError `redis-unavailable` when Redis cannot be reached.
+ */
+export async function connect(ctx: CommandContext): Promise<Redis> {
+  const where = describeRedisUrl(ctx.redisUrl);
+  let lastError: Error | undefined;
+  const client = new Redis(ctx.redisUrl, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 1,
+    connectTimeout: 3000,
+    // A CLI reports a Redis that is down instead of waiting for it.
+    retryStrategy: (times) => (times > 2 ? null : 100),
+  });
+  client.on('error', (error: Error) => {
+    lastError = error;
+  });
+  try {
+    await client.connect();
+    await client.ping();
+  } catch (error) {
+    client.disconnect();
+    throw redisUnavailable(where, lastError ?? error);
+  }
+  return client;
+}
+
+const RELATIVE = /^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$/;
+const UNIT_MS: Record<string, number> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+  w: 604_800_000,
+};
+
+/** `--since`/`--until`: an ISO date, or a duration before `now` such as `1h` or `2d`. */
+export function parseWhen(option: string, text: string, now: number): number {
+  const relative = RELATIVE.exec(text);
+  if (relative !== null) return now - Number(relative[1]) * (UNIT_MS[relative[2] ?? ''] ?? 0);
+  const ms = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(text) : Number.NaN;
+  if (Number.isNaN(ms)) {
+    throw usageError(
+      `--${option} "${text}" is neither an ISO date (2026-01-31, 2026-01-31T12:00:00Z) nor a duration (90s, 15m, 1h, 2d, 1w)`,
+    );
+  }
+  return ms;
+}
+
+/** The dead-letter filter of the selector options. */
+export function filterOf(
+  values: Partial<Record<keyof typeof SELECTOR_OPTIONS, string | undefined>>,
+  defaultStatus: DeadLetterStatus | 'any',
+  now: number = Date.now(),
+): DeadLetterFilter {
+  const status = values.status ?? defaultStatus;
+  if (status !== 'dead' && status !== 'replayed' && status !== 'any') {
+    throw usageError(`--status "${status}" is not one of dead, replayed, any`);
+  }
+  return {
+    status,
+    ...(values.endpoint !== undefined ? { endpoint: values.endpoint } : {}),
+    ...(values.type !== undefined ? { type: values.type } : {}),
+    ...(values.handler !== undefined ? { handler: values.handler } : {}),
+    ...(values.reason !== undefined ? { reason: values.reason } : {}),
+    ...(values.fingerprint !== undefined ? { fingerprint: values.fingerprint } : {}),
+    ...(values.since !== undefined ? { since: parseWhen('since', values.since, now) } : {}),
+    ...(values.until !== undefined ? { until: parseWhen('until', values.until, now) } : {}),
+  };
+}
+
+/** True when a filter narrows by anything but status. */
+export function narrows(filter: DeadLetterFilter): boolean {
+  return Object.keys(filter).some((key) => key !== 'status');
+}
+
+/** The exit for an error a command threw. */
+export function exitOf(error: unknown): CliExit {
+  if (error instanceof CliExit) return error;
+  if (HarrierError.is(error) && error.code === 'redis-unavailable') {
+    return new CliExit(ExitCode.redisUnavailable, error.message);
+  }
+  if (HarrierError.is(error) && (error.code === 'invalid-cursor' || error.code === 'invalid-argument')) {
+    return new CliExit(ExitCode.usage, error.message);
+  }
+  const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return new CliExit(ExitCode.someFailed, message);
+}

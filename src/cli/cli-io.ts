@@ -1,0 +1,77 @@
+import type { Readable } from 'node:stream';
+
+/** A stream the CLI writes to: `process.stdout`, `process.stderr`, or a test's capture. */
+export interface CliOutput {
+  write(text: string): unknown;
+  /** True when a terminal is attached (tables, progress bars, prompts). */
+  readonly isTTY?: boolean;
+}
+
+/** Where the CLI reads and writes; {@link run} defaults it to the process's own streams. */
+export interface CliIo {
+  /** @defaultValue process.stdout */
+  readonly stdout: CliOutput;
+  /** @defaultValue process.stderr */
+  readonly stderr: CliOutput;
+  /** @defaultValue process.stdin */
+  readonly stdin: Readable & { readonly isTTY?: boolean };
+  /** @defaultValue process.env */
+  readonly env: Readonly<Record<string, string | undefined>>;
+}
+
+/** The CLI's exit codes. */
+export const ExitCode = {
+  ok: 0,
+  someFailed: 1,
+  usage: 2,
+  redisUnavailable: 3,
+  nothingMatched: 4,
+} as const;
+
+/** Ends a command with an exit code and a message for stderr. */
+export class CliExit extends Error {
+  readonly exitCode: number;
+
+  constructor(exitCode: number, message: string) {
+    super(message);
+    this.name = 'CliExit';
+    this.exitCode = exitCode;
+  }
+}
+
+/** A usage error: exit code 2, the message names the fix. */
+export function usageError(message: string): CliExit {
+  return new CliExit(ExitCode.usage, message);
+}
+
+/** A selector that matched nothing: exit code 4. */
+export function nothingMatched(message: string): CliExit {
+  return new CliExit(ExitCode.nothingMatched, message);
+}
+
+/** Writes one JSON line. */
+export function writeJson(out: CliOutput, value: unknown): void {
+  out.write(`${JSON.stringify(value)}\n`);
+}
+
+/** Renders rows as an aligned text table under a header. */
+export function formatTable(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => (row[i] ?? '').length)));
+  const line = (cells: readonly string[]): string =>
+    cells
+      .map((cell, i) => (i === cells.length - 1 ? cell : cell.padEnd(widths[i] ?? 0)))
+      .join('  ')
+      .trimEnd();
+  return `${[line(header), ...rows.map(line)].join('\n')}\n`;
+}
+
+/** Shortens text to `max` characters on one line, for table cells. */
+export function clip(text: string, max: number): string {
+  const flat = text.replace(/\s+/g, ' ');
+  return flat.length <= max ? flat : `${flat.slice(0, max - 1)}…`;
+}
+
+/** An ms timestamp as ISO 8601. */
+export function iso(ms: number): string {
+  return new Date(ms).toISOString();
+}

@@ -1,0 +1,368 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
+import { z } from 'zod';
+import type { ErrorInfo } from '../../src/broker/message-broker.js';
+import { buildDeadLetterRecord } from '../../src/dead-letters/dead-letter-record.js';
+import type { DeadLetterRecord } from '../../src/dead-letters/dead-letter-store.js';
+import {
+  CommandHandler,
+  createBus,
+  defineCommand,
+  silentLogger,
+  type MessageBus,
+  type MessageContext,
+} from '../../src/index.js';
+import { createEnvelopeSigner } from '../../src/messages/signing.js';
+import { uuidv7 } from '../../src/messages/uuid-v7.js';
+import {
+  BullMqBroker,
+  RedisCheckpointStore,
+  RedisDeadLetterStore,
+  RedisEventLog,
+} from '../../src/redis/index.js';
+import { deleteKeys } from '../helpers/redis.js';
+
+const redisUrl = inject('redisUrl');
+const root = join(import.meta.dirname, '..', '..');
+const bin = join(root, 'dist', 'cli', 'bin.js');
+
+const Count = defineCommand('cli.Count', { schema: z.object({ n: z.number() }) });
+
+interface CliResult {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs the built `harrier` bin as a child process, stdin a pipe (so not a terminal). */
+function harrier(args: readonly string[], env: Record<string, string> = {}): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [bin, ...args], {
+      cwd: root,
+      env: { PATH: process.env.PATH ?? '', USER: 'tester', ...env },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    child.stdin.end();
+    child.once('error', reject);
+    child.once('close', (code) => {
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+function jsonLines(text: string): Record<string, unknown>[] {
+  return text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+const failure: ErrorInfo = {
+  name: 'Error',
+  message: 'gateway down',
+  stack: 'Error: gateway down\n    at CountHandler.handle (/app/src/count.ts:3:9)',
+};
+
+/** A dead letter of a `cli.Count` command whose envelope is `body` (valid unless changed). */
+function deadLetter(n: number, encode: (envelope: object) => string = JSON.stringify): DeadLetterRecord {
+  const id = uuidv7();
+  const body = encode({
+    v: 1,
+    id,
+    kind: 'command',
+    type: Count.type,
+    payload: { n },
+    meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
+  });
+  return buildDeadLetterRecord({
+    body,
+    facts: {
+      messageId: id,
+      kind: 'command',
+      type: Count.type,
+      endpoint: 'counter',
+      handler: 'CountHandler',
+      attempt: 3,
+      history: [{ attempt: 1, at: Date.now() - 1000, error: failure }],
+      partitionKey: undefined,
+    },
+    handler: 'CountHandler',
+    reason: 'handler-failed',
+    error: failure,
+    ordered: false,
+    now: Date.now(),
+  });
+}
+
+function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  return new Promise((resolve, reject) => {
+    const tick = async (): Promise<void> => {
+      if (await condition()) resolve();
+      else if (Date.now() > deadline) reject(new Error('condition not met in time'));
+      else setTimeout(() => void tick(), 50);
+    };
+    void tick();
+  });
+}
+
+describe('harrier CLI', () => {
+  let admin: Redis;
+  let prefix: string;
+  let store: RedisDeadLetterStore;
+  let env: Record<string, string>;
+  const buses: MessageBus[] = [];
+
+  beforeAll(() => {
+    // Others may be mid-edit elsewhere in src/, so a type error there must not fail these tests:
+    // tsc still emits, and the CLI only needs its own files.
+    spawnSync('npm', ['run', 'build'], { cwd: root, stdio: 'ignore', timeout: 180_000 });
+    if (!existsSync(bin)) throw new Error(`npm run build did not produce ${bin}`);
+    admin = new Redis(redisUrl);
+  }, 200_000);
+
+  afterAll(async () => {
+    await admin.quit();
+  });
+
+  beforeEach(() => {
+    prefix = `{cli-${randomUUID().slice(0, 8)}}`;
+    store = new RedisDeadLetterStore({ connection: redisUrl, prefix });
+    env = { REDIS_URL: redisUrl };
+  });
+
+  afterEach(async () => {
+    await Promise.all(buses.splice(0).map((bus) => bus.stop({ gracePeriodMs: 500 })));
+    await store.close();
+    await deleteKeys(admin, prefix);
+  });
+
+  async function seed(records: readonly DeadLetterRecord[]): Promise<void> {
+    for (let i = 0; i < records.length; i += 1000) {
+      await Promise.all(records.slice(i, i + 1000).map((record) => store.add(record)));
+    }
+  }
+
+  describe('dlq replay', () => {
+    describe('when 10,000 dead letters are replayed with --all', () => {
+      it('re-dispatches each through the broker so the worker handles every message id exactly once', async () => {
+        const records = Array.from({ length: 10_000 }, (_, n) => deadLetter(n));
+        await seed(records);
+        const handled = new Map<string, number>();
+        @CommandHandler(Count)
+        class CountHandler {
+          handle(_: unknown, ctx: MessageContext): void {
+            handled.set(ctx.messageId, (handled.get(ctx.messageId) ?? 0) + 1);
+          }
+        }
+        const bus = createBus({
+          endpoint: 'counter',
+          handlers: [CountHandler],
+          broker: new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger }),
+          deadLetters: new RedisDeadLetterStore({ connection: redisUrl, prefix }),
+          logger: silentLogger,
+          concurrency: 64,
+        });
+        buses.push(bus);
+        await bus.start();
+
+        const result = await harrier(['dlq', 'replay', '--all', '--json', '--prefix', prefix], env);
+
+        expect(result.stderr).toBe('');
+        expect(result.code).toBe(0);
+        const lines = jsonLines(result.stdout);
+        expect(lines.at(-1)).toEqual({
+          summary: { replayed: 10_000, failed: 0, skipped: 0, total: 10_000, dryRun: false },
+        });
+        await waitFor(() => handled.size === 10_000, 45_000);
+        const queue = new Queue(`cmd~${Count.type}`, { connection: admin, prefix });
+        await waitFor(async () => {
+          const counts = await queue.getJobCounts('wait', 'active', 'delayed');
+          return (counts.wait ?? 0) + (counts.active ?? 0) + (counts.delayed ?? 0) === 0;
+        }, 10_000);
+        await queue.close();
+        expect(new Set(handled.keys())).toEqual(new Set(records.map((r) => r.messageId)));
+        expect([...handled.values()].filter((n) => n !== 1)).toEqual([]);
+        expect(await store.count({ status: 'replayed' })).toBe(10_000);
+        const sample = await store.get(records[0]?.id ?? '');
+        expect(sample?.replays.map((r) => r.by)).toEqual(['cli:tester']);
+      }, 90_000);
+    });
+
+    describe('when a signed envelope was changed after it was dead-lettered', () => {
+      it('refuses that record with signature-invalid, replays the good one, and exits 1', async () => {
+        const key = randomBytes(32).toString('hex');
+        const signer = createEnvelopeSigner({ keys: [key] });
+        const sign = (envelope: object): string =>
+          signer.encode(envelope as Parameters<typeof signer.encode>[0]);
+        const good = deadLetter(1, sign);
+        const signed = deadLetter(2, sign);
+        const tampered = { ...signed, envelope: signed.envelope.replace('"n":2', '"n":200') };
+        expect(tampered.envelope).not.toBe(signed.envelope);
+        await seed([good, tampered]);
+
+        const result = await harrier(
+          ['dlq', 'replay', tampered.id, good.id, '--json', '--signing-keys', key, '--prefix', prefix],
+          env,
+        );
+
+        expect(result.code).toBe(1);
+        const lines = jsonLines(result.stdout);
+        expect(lines.find((l) => l.id === tampered.id)).toMatchObject({
+          ok: false,
+          error: 'signature-invalid',
+        });
+        expect(lines.find((l) => l.id === good.id)).toMatchObject({ ok: true });
+        expect(lines.at(-1)).toMatchObject({ summary: { replayed: 1, failed: 1, skipped: 0 } });
+        expect((await store.get(tampered.id))?.status).toBe('dead');
+        expect((await store.get(good.id))?.status).toBe('replayed');
+      });
+    });
+
+    describe('when the selector matches nothing', () => {
+      it('exits 4 with a message', async () => {
+        const result = await harrier(['dlq', 'replay', '--all', '--prefix', prefix], env);
+        expect(result.code).toBe(4);
+        expect(result.stderr).toContain('No dead letters match');
+      });
+    });
+  });
+
+  describe('--json output', () => {
+    it('is one JSON document per line for list, show, groups, topology and projections status', async () => {
+      const records = [deadLetter(1), deadLetter(2), deadLetter(3)];
+      await seed(records);
+      const broker = new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger });
+      await broker.register('counter', [{ handler: 'CountHandler', kind: 'command', types: [Count.type] }]);
+      await broker.close();
+      const log = new RedisEventLog({
+        connection: redisUrl,
+        prefix,
+        topics: [{ name: 'orders', partitions: 2 }],
+      });
+      for (let i = 0; i < 5; i++) {
+        await log.append('orders', { id: uuidv7(), key: `k${i}`, type: 'orders.Placed', body: '{}' });
+      }
+      await log.close();
+      const checkpoints = new RedisCheckpointStore({ connection: redisUrl, prefix });
+      await checkpoints.commit('totals', 'orders', 0, 0, Date.now());
+      await checkpoints.close();
+      const p = ['--prefix', prefix, '--json'];
+
+      const list = await harrier(['dlq', 'list', '--limit', '2', ...p], env);
+      expect(list.code).toBe(0);
+      const listed = jsonLines(list.stdout);
+      expect(listed.slice(0, 2).map((l) => l.id)).toEqual(records.slice(0, 2).map((r) => r.id));
+      const next = listed[2]?.next;
+      expect(typeof next).toBe('string');
+      const page2 = jsonLines((await harrier(['dlq', 'list', '--cursor', String(next), ...p], env)).stdout);
+      expect(page2.map((l) => l.id)).toEqual([records[2]?.id]);
+
+      const show = await harrier(['dlq', 'show', records[0]?.id ?? '', ...p], env);
+      expect(show.code).toBe(0);
+      expect(jsonLines(show.stdout)).toEqual([JSON.parse(JSON.stringify(records[0]))]);
+
+      const groups = jsonLines((await harrier(['dlq', 'groups', ...p], env)).stdout);
+      expect(groups).toEqual([
+        expect.objectContaining({ fingerprint: records[0]?.fingerprint, count: 3, handler: 'CountHandler' }),
+      ]);
+
+      const topology = jsonLines((await harrier(['topology', ...p], env)).stdout);
+      expect(topology).toEqual([
+        expect.objectContaining({ endpoint: 'counter', handler: 'CountHandler', kind: 'command' }),
+      ]);
+
+      const status = await harrier(['projections', 'status', ...p], env);
+      expect(status.code).toBe(0);
+      const rows = jsonLines(status.stdout);
+      expect(rows.map((r) => [r.projection, r.topic, r.partition, r.checkpoint])).toEqual([
+        ['totals', 'orders', 0, 0],
+        ['totals', 'orders', 1, null],
+      ]);
+      const total = rows.reduce((sum, r) => sum + Number(r.endOffset), 0);
+      expect(total).toBe(5);
+
+      const missing = await harrier(['dlq', 'show', 'no-such-id', ...p], env);
+      expect(missing.code).toBe(4);
+    }, 60_000);
+  });
+
+  describe('dlq purge, export and import', () => {
+    it('needs --yes without a terminal, purges with it, and export then import round-trips', async () => {
+      const records = [deadLetter(1), deadLetter(2), deadLetter(3)];
+      await seed(records);
+      const dir = mkdtempSync(join(tmpdir(), 'harrier-cli-'));
+      const file = join(dir, 'dlq.jsonl');
+      try {
+        const refused = await harrier(['dlq', 'purge', '--all', '--prefix', prefix], env);
+        expect(refused.code).toBe(2);
+        expect(refused.stderr).toContain('--yes');
+        expect(await store.count()).toBe(3);
+
+        const exported = await harrier(['dlq', 'export', '--out', file, '--json', '--prefix', prefix], env);
+        expect(exported.code).toBe(0);
+        expect(readFileSync(file, 'utf8').trim().split('\n')).toHaveLength(3);
+
+        const purged = await harrier(['dlq', 'purge', '--all', '--yes', '--json', '--prefix', prefix], env);
+        expect(purged.code).toBe(0);
+        expect(jsonLines(purged.stdout)).toEqual([{ purged: 3 }]);
+        expect(await store.count({ status: 'any' })).toBe(0);
+
+        const again = await harrier(['dlq', 'purge', '--all', '--yes', '--prefix', prefix], env);
+        expect(again.code).toBe(4);
+
+        const imported = await harrier(['dlq', 'import', '--in', file, '--json', '--prefix', prefix], env);
+        expect(imported.code).toBe(0);
+        expect(jsonLines(imported.stdout)).toEqual([{ summary: { imported: 3, invalid: 0 } }]);
+        for (const record of records) expect(await store.get(record.id)).toEqual(record);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it('reports invalid import lines with their numbers and exits 1', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'harrier-cli-'));
+      const file = join(dir, 'bad.jsonl');
+      try {
+        const good = deadLetter(1);
+        writeFileSync(file, `${JSON.stringify(good)}\nnot json\n{"id":"x"}\n`);
+        const result = await harrier(['dlq', 'import', '--in', file, '--prefix', prefix], env);
+        // stdout is a pipe, so the output is JSON lines without --json.
+        expect(result.code).toBe(1);
+        const lines = jsonLines(result.stdout);
+        expect(lines).toEqual([
+          { line: 2, ok: false, error: expect.stringContaining('not JSON') as unknown },
+          { line: 3, ok: false, error: expect.stringContaining('not a dead-letter record') as unknown },
+          { summary: { imported: 1, invalid: 2 } },
+        ]);
+        expect(await store.get(good.id)).toEqual(good);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+  });
+
+  describe('connection', () => {
+    it('exits 3 with the redis-unavailable message when Redis is unreachable', async () => {
+      const result = await harrier(['dlq', 'list', '--redis-url', 'redis://127.0.0.1:1', '--json'], {});
+      expect(result.code).toBe(3);
+      expect(result.stderr).toContain('Redis could not be reached at redis://127.0.0.1:1');
+    });
+
+    it('exits 2 naming REDIS_URL and --redis-url when neither is given', async () => {
+      const result = await harrier(['topology'], {});
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain('set REDIS_URL or pass --redis-url');
+    });
+  });
+});
