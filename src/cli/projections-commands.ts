@@ -26,10 +26,9 @@ ${GLOBAL_HELP}
 
 const REBUILD_HELP = `Usage: harrier projections rebuild <name> [--json]
 
-Deletes every checkpoint of the projection in Redis. The CLI cannot reach the application's read
-model or its running processes: processes running the projection keep their position in memory, so
-restart them; on start they find no checkpoint and replay from offset 0. Clear the read model first
-(or call ProjectionRunner.rebuild(name) in the application, which does both). Exits 4 when the
+Deletes every checkpoint of the projection in Redis. Running processes notice within their
+rebuildCheckIntervalMs (5 s by default): each calls the projection's reset() and replays it from
+offset 0. Processes started later find no checkpoint and replay from 0 as well. Exits 4 when the
 projection has no checkpoints.
 
 ${GLOBAL_HELP}
@@ -218,7 +217,7 @@ async function rebuildCommand(argv: readonly string[], io: CliIo): Promise<numbe
     }
     await checkpoints.reset(name);
     const note =
-      'running processes keep their position in memory: restart them to replay from offset 0 (clear the read model first)';
+      'running processes rebuild it (reset() and replay from offset 0) within their rebuild check interval (5 s by default)';
     if (ctx.json) writeJson(io.stdout, { projection: name, reset: stored.length, note });
     else io.stdout.write(`Reset ${stored.length} checkpoint(s) of projection "${name}".\nNote: ${note}.\n`);
     return ExitCode.ok;

@@ -46,6 +46,13 @@ export interface ProjectionRunnerOptions {
    * @defaultValue 1000
    */
   readonly commitIntervalMs?: number;
+  /**
+   * How often running projections look for checkpoints reset from outside (`harrier projections
+   * rebuild`, another process), in ms; a projection whose committed checkpoints vanished is rebuilt
+   * here too (its `reset()` is called and it replays from 0). 0 turns the check off.
+   * @defaultValue 5000
+   */
+  readonly rebuildCheckIntervalMs?: number;
   /** @defaultValue the system clock */
   readonly clock?: Clock;
   /** @defaultValue warnings and errors as JSON lines on stderr */
@@ -110,6 +117,8 @@ export class ProjectionRunner {
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #lanes = new Map<string, Lane[]>();
+  readonly #rebuilding = new Set<string>();
+  #cancelRebuildCheck: (() => void) | undefined;
   #started = false;
 
   constructor(options: ProjectionRunnerOptions) {
@@ -128,11 +137,44 @@ export class ProjectionRunner {
     if (this.#started) return;
     this.#started = true;
     for (const entry of this.#entries()) await this.#startProjection(entry);
+    this.#scheduleRebuildCheck();
+  }
+
+  /** Rebuilds, here, every projection whose committed checkpoints were removed from outside. */
+  async checkExternalRebuilds(): Promise<string[]> {
+    const rebuilt: string[] = [];
+    for (const [name, lanes] of [...this.#lanes]) {
+      if (this.#rebuilding.has(name)) continue;
+      for (const lane of lanes) {
+        if (lane.committed < 0) continue;
+        if ((await this.#o.checkpoints.get(name, lane.topic, lane.partition)) !== undefined) continue;
+        this.#logger.info('Projection checkpoints were reset from outside: rebuilding', { projection: name });
+        await this.rebuild(name);
+        rebuilt.push(name);
+        break;
+      }
+    }
+    return rebuilt;
+  }
+
+  #scheduleRebuildCheck(): void {
+    const interval = this.#o.rebuildCheckIntervalMs ?? 5_000;
+    if (interval <= 0 || !this.#started) return;
+    this.#cancelRebuildCheck = this.#clock.setTimer(interval, () => {
+      void this.checkExternalRebuilds()
+        .catch((error: unknown) => {
+          this.#logger.error('Checking for external rebuilds failed', { error: toErrorInfo(error) });
+        })
+        .finally(() => {
+          this.#scheduleRebuildCheck();
+        });
+    });
   }
 
   /** Stops every lane and commits what was completed. */
   async stop(): Promise<void> {
     this.#started = false;
+    this.#cancelRebuildCheck?.();
     await Promise.all([...this.#lanes.keys()].map((name) => this.#stopProjection(name)));
   }
 
@@ -143,6 +185,15 @@ export class ProjectionRunner {
    */
   async rebuild(name: string): Promise<void> {
     const entry = this.#entry(name);
+    this.#rebuilding.add(name);
+    try {
+      await this.#rebuild(entry, name);
+    } finally {
+      this.#rebuilding.delete(name);
+    }
+  }
+
+  async #rebuild(entry: HandlerEntry, name: string): Promise<void> {
     await this.#stopProjection(name);
     await this.#o.checkpoints.reset(name);
     const context = new HandlerContext(
@@ -356,6 +407,13 @@ export class ProjectionRunner {
     lane.cancelCommitTimer?.();
     lane.cancelCommitTimer = undefined;
     if (lane.completed <= lane.committed) return;
+    if (
+      lane.committed >= 0 &&
+      (await this.#o.checkpoints.get(lane.entry.name, lane.topic, lane.partition)) === undefined
+    ) {
+      // Reset from outside: leave it empty so the rebuild check sees it.
+      return;
+    }
     const target = lane.completed;
     try {
       lane.committed = await this.#o.checkpoints.commit(

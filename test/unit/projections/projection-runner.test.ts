@@ -154,6 +154,23 @@ describe('ProjectionRunner', () => {
     });
   });
 
+  describe('when its checkpoints are reset from outside (harrier projections rebuild)', () => {
+    it('rebuilds the projection in the running process', async () => {
+      const { bus, balances, checkpoints } = setup();
+      await bus.start();
+      for (let i = 1; i <= 5; i++) await bus.publish(Deposited, { account: 'a', amount: i });
+      await bus.projections!.whenCaughtUp();
+      await bus.projections!.stop();
+      await bus.projections!.start();
+      const live = balances.snapshot();
+      balances.byAccount.set('stale', 1);
+      await checkpoints.reset('balances');
+      expect(await bus.projections!.checkExternalRebuilds()).toEqual(['balances']);
+      await bus.projections!.whenCaughtUp('balances');
+      expect(balances.snapshot()).toEqual(live);
+    });
+  });
+
   describe('.maintain', () => {
     it('removes expired records a projection has passed and keeps the ones it has not', async () => {
       const log = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 1, retentionMs: 1000 }] });
