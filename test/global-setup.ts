@@ -1,8 +1,9 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
 
 declare module 'vitest' {
@@ -47,6 +48,30 @@ async function waitForPong(port: number, deadlineMs: number): Promise<void> {
   }
 }
 
+const root = dirname(dirname(fileURLToPath(import.meta.url)));
+
+/** Newest modification time of any file under `dir`. */
+function newestMtime(dir: string): number {
+  return Math.max(
+    0,
+    ...readdirSync(dir, { recursive: true, withFileTypes: true })
+      .filter((entry) => entry.isFile())
+      .map((entry) => statSync(join(entry.parentPath, entry.name)).mtimeMs),
+  );
+}
+
+/**
+ * Builds dist/ once, before any test, when it is missing or older than src/: the CLI tests run the
+ * built bin, and building here (not in each test file) means no test runs it while it is rewritten.
+ */
+function ensureBuilt(): void {
+  const bin = join(root, 'dist', 'cli', 'bin.js');
+  if (existsSync(bin) && statSync(bin).mtimeMs >= newestMtime(join(root, 'src'))) return;
+  const result = spawnSync('npm', ['run', 'build'], { cwd: root, stdio: 'inherit', timeout: 300_000 });
+  if (!existsSync(bin))
+    throw new Error(`npm run build did not produce ${bin} (exit ${String(result.status)})`);
+}
+
 let server: ChildProcess | undefined;
 let dir: string | undefined;
 
@@ -55,6 +80,7 @@ let dir: string | undefined;
  * loopback port in a temp dir.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  ensureBuilt();
   const fromEnv = process.env.REDIS_URL;
   if (fromEnv !== undefined && fromEnv !== '') {
     project.provide('redisUrl', fromEnv);

@@ -1,8 +1,15 @@
-import { createHash } from 'node:crypto';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { Checkpoint, CheckpointStore } from '../log/checkpoint-store.js';
-import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+import {
+  connectionFor,
+  evalScript,
+  keyPrefixOf,
+  redisScript,
+  runCommand,
+  type RedisConnection,
+  type RedisErrorContext,
+} from './redis-support.js';
 
 /** Options of {@link RedisCheckpointStore}. */
 export interface RedisCheckpointStoreOptions {
@@ -31,7 +38,6 @@ export interface RedisCheckpointStoreOptions {
   readonly prefix?: string;
 }
 
-const DEFAULT_PREFIX = '{harrier}';
 /** Suffix of the field that holds a checkpoint's updatedAt, beside the one that holds its offset. */
 const AT_SUFFIX = '|at';
 
@@ -47,12 +53,7 @@ redis.call('SADD', KEYS[2], ARGV[5])
 return ARGV[3]
 `;
 
-const COMMIT_SHA = createHash('sha1').update(COMMIT_SCRIPT).digest('hex');
-
-/** An error Redis itself replied with, as opposed to a connection that failed. */
-function isReplyError(error: unknown): error is Error {
-  return error instanceof Error && error.name === 'ReplyError';
-}
+const COMMIT = redisScript(COMMIT_SCRIPT);
 
 function fieldOf(topic: string, partition: number): string {
   return `${topic}|${partition}`;
@@ -101,48 +102,25 @@ function decodeHash(projection: string, hash: Record<string, string>): Checkpoin
  * ```
  */
 export class RedisCheckpointStore implements CheckpointStore {
+  readonly #connection: RedisConnection;
   readonly #client: Redis;
-  readonly #owned: boolean;
-  readonly #where: string;
   readonly #keyspace: string;
   readonly #projectionsKey: string;
-  /** Why the owned client last failed to connect; names the real cause instead of "max retries". */
-  #lastConnectionError: Error | undefined;
+  readonly #errors: RedisErrorContext;
   #closed = false;
 
   /** @throws HarrierError `invalid-options` when `prefix` is empty. */
   constructor(options: RedisCheckpointStoreOptions) {
-    const prefix = options.prefix ?? DEFAULT_PREFIX;
-    if (prefix === '') {
-      throw new HarrierError(
-        'invalid-options',
-        `RedisCheckpointStore prefix must not be empty: pass a hash tag such as '{harrier}', or leave it out for the default`,
-      );
-    }
+    const prefix = keyPrefixOf(options.prefix, 'RedisCheckpointStore');
     this.#keyspace = `${prefix}:ckpt:`;
     this.#projectionsKey = `${this.#keyspace}projections`;
-    const { connection } = options;
-    if (typeof connection === 'string') {
-      this.#owned = true;
-      this.#where = describeRedisUrl(connection);
-      this.#client = new Redis(connection, { maxRetriesPerRequest: 1, connectTimeout: 3000 });
-      // Without a listener ioredis prints every failed reconnect; the cause is reported on the next
-      // command instead.
-      this.#client.on('error', (error: Error) => {
-        this.#lastConnectionError = error;
-      });
-      this.#client.on('ready', () => {
-        this.#lastConnectionError = undefined;
-      });
-    } else {
-      this.#owned = false;
-      this.#client = connection;
-      const { host, port, path, tls } = connection.options;
-      this.#where =
-        typeof path === 'string'
-          ? path
-          : `${tls === undefined ? 'redis' : 'rediss'}://${host ?? 'localhost'}:${port ?? 6379}`;
-    }
+    this.#connection = connectionFor(options.connection);
+    this.#client = this.#connection.client;
+    this.#errors = {
+      connection: this.#connection,
+      command: 'a checkpoint store command',
+      keyspace: this.#keyspace,
+    };
   }
 
   get(projection: string, topic: string, partition: number): Promise<number | undefined> {
@@ -173,14 +151,7 @@ export class RedisCheckpointStore implements CheckpointStore {
       const field = fieldOf(topic, partition);
       const keys = [this.#hashKey(projection), this.#projectionsKey];
       const args = [field, `${field}${AT_SUFFIX}`, String(offset), String(nowMs), projection];
-      let stored: unknown;
-      try {
-        stored = await this.#client.evalsha(COMMIT_SHA, keys.length, ...keys, ...args);
-      } catch (error) {
-        if (!isReplyError(error) || !error.message.startsWith('NOSCRIPT')) throw error;
-        stored = await this.#client.eval(COMMIT_SCRIPT, keys.length, ...keys, ...args);
-      }
-      return Number(stored);
+      return Number(await evalScript(this.#client, COMMIT, keys, args));
     });
   }
 
@@ -230,17 +201,7 @@ export class RedisCheckpointStore implements CheckpointStore {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    if (!this.#owned) return;
-    if (this.#client.status !== 'ready') {
-      // QUIT would wait in the offline queue for a connection that may never come.
-      this.#client.disconnect();
-      return;
-    }
-    try {
-      await this.#client.quit();
-    } catch {
-      this.#client.disconnect();
-    }
+    await this.#connection.close();
   }
 
   #hashKey(projection: string): string {
@@ -267,22 +228,6 @@ export class RedisCheckpointStore implements CheckpointStore {
         'The Redis checkpoint store is closed: create a new RedisCheckpointStore to use checkpoints again',
       );
     }
-    try {
-      return await body();
-    } catch (error) {
-      throw this.#translate(error);
-    }
-  }
-
-  #translate(error: unknown): unknown {
-    if (HarrierError.is(error)) return error;
-    if (isReplyError(error)) {
-      return new HarrierError(
-        'redis-command-failed',
-        `Redis at ${this.#where} refused a checkpoint store command (${error.message}): check the server's log and that nothing else writes under "${this.#keyspace}"`,
-        { cause: error },
-      );
-    }
-    return redisUnavailable(this.#where, this.#lastConnectionError ?? error);
+    return runCommand(body, this.#errors);
   }
 }

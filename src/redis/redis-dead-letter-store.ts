@@ -1,5 +1,4 @@
-import { createHash } from 'node:crypto';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { MAX_ATTEMPT_HISTORY, type AttemptRecord, type ErrorInfo } from '../broker/message-broker.js';
 import {
   MAX_REPLAY_HISTORY,
@@ -13,7 +12,16 @@ import {
 } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { MessageKind } from '../messages/definition.js';
-import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+import {
+  connectionFor,
+  evalScript,
+  keyPrefixOf,
+  redisScript,
+  runCommand,
+  type RedisConnection,
+  type RedisErrorContext,
+  type RedisScript,
+} from './redis-support.js';
 
 /** Options of {@link RedisDeadLetterStore}. */
 export interface RedisDeadLetterStoreOptions {
@@ -71,7 +79,6 @@ export interface RedisDeadLetterStoreOptions {
   readonly connectTimeoutMs?: number;
 }
 
-const DEFAULT_PREFIX = '{harrier}';
 const DEFAULT_MAX_RECORDS = 100_000;
 const DEFAULT_PAGE_LIMIT = 100;
 /** Index entries read per round trip while listing, counting or purging. */
@@ -169,21 +176,12 @@ end
 return n
 `;
 
-interface Script {
-  readonly lua: string;
-  readonly sha: string;
-}
-
-function script(lua: string): Script {
-  return { lua, sha: createHash('sha1').update(lua).digest('hex') };
-}
-
 const SCRIPTS = {
-  add: script(ADD_SCRIPT),
-  markReplayed: script(MARK_REPLAYED_SCRIPT),
-  readChunk: script(READ_CHUNK_SCRIPT),
-  remove: script(REMOVE_SCRIPT),
-  purge: script(PURGE_SCRIPT),
+  add: redisScript(ADD_SCRIPT),
+  markReplayed: redisScript(MARK_REPLAYED_SCRIPT),
+  readChunk: redisScript(READ_CHUNK_SCRIPT),
+  remove: redisScript(REMOVE_SCRIPT),
+  purge: redisScript(PURGE_SCRIPT),
 } as const;
 
 /** The JSON kept in a record's `data` field: every field an update replaces. */
@@ -348,11 +346,6 @@ function decodeCursor(cursor: string): number {
   return seq;
 }
 
-/** An error Redis itself replied with, as opposed to a connection that failed. */
-function isReplyError(error: unknown): error is Error {
-  return error instanceof Error && error.name === 'ReplyError';
-}
-
 /**
  * Keeps dead letters in Redis, so they outlive restarts and every process of an application sees the
  * same ones.
@@ -377,9 +370,9 @@ function isReplyError(error: unknown): error is Error {
  * ```
  */
 export class RedisDeadLetterStore implements DeadLetterStore {
+  readonly #connection: RedisConnection;
   readonly #client: Redis;
-  readonly #owned: boolean;
-  readonly #where: string;
+  readonly #errors: RedisErrorContext;
   readonly #maxRecords: number;
   /** Start of every key of the store, for messages. */
   readonly #keyspace: string;
@@ -388,19 +381,11 @@ export class RedisDeadLetterStore implements DeadLetterStore {
   readonly #recordPrefix: string;
   /** The record prefix as Lua must spell it: keys built in a script do not get ioredis's `keyPrefix`. */
   readonly #scriptRecordPrefix: string;
-  /** Why the owned client last failed to connect; names the real cause instead of "max retries". */
-  #lastConnectionError: Error | undefined;
   #closed = false;
 
   /** @throws HarrierError `invalid-options` when `prefix` is empty or `maxRecords` is not a positive integer. */
   constructor(options: RedisDeadLetterStoreOptions) {
-    const prefix = options.prefix ?? DEFAULT_PREFIX;
-    if (prefix === '') {
-      throw new HarrierError(
-        'invalid-options',
-        `RedisDeadLetterStore prefix must not be empty: pass a hash tag such as '{harrier}', or leave it out for the default`,
-      );
-    }
+    const prefix = keyPrefixOf(options.prefix, 'RedisDeadLetterStore');
     const maxRecords = options.maxRecords ?? DEFAULT_MAX_RECORDS;
     if (!Number.isInteger(maxRecords) || maxRecords < 1) {
       throw new HarrierError(
@@ -414,31 +399,13 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     this.#seqKey = `${this.#keyspace}seq`;
     this.#recordPrefix = `${this.#keyspace}record:`;
 
-    const { connection } = options;
-    if (typeof connection === 'string') {
-      this.#owned = true;
-      this.#where = describeRedisUrl(connection);
-      this.#client = new Redis(connection, {
-        maxRetriesPerRequest: options.maxRetriesPerRequest === undefined ? 1 : options.maxRetriesPerRequest,
-        connectTimeout: options.connectTimeoutMs ?? 3000,
-      });
-      // Without a listener ioredis prints every failed reconnect; the cause is reported on the next
-      // command instead.
-      this.#client.on('error', (error: Error) => {
-        this.#lastConnectionError = error;
-      });
-      this.#client.on('ready', () => {
-        this.#lastConnectionError = undefined;
-      });
-    } else {
-      this.#owned = false;
-      this.#client = connection;
-      const { host, port, path, tls } = connection.options;
-      this.#where =
-        typeof path === 'string'
-          ? path
-          : `${tls === undefined ? 'redis' : 'rediss'}://${host ?? 'localhost'}:${port ?? 6379}`;
-    }
+    this.#connection = connectionFor(options.connection, options);
+    this.#client = this.#connection.client;
+    this.#errors = {
+      connection: this.#connection,
+      command: 'a dead-letter store command',
+      keyspace: this.#keyspace,
+    };
     this.#scriptRecordPrefix = `${this.#client.options.keyPrefix ?? ''}${this.#recordPrefix}`;
   }
 
@@ -577,17 +544,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    if (!this.#owned) return;
-    if (this.#client.status !== 'ready') {
-      // QUIT would wait in the offline queue for a connection that may never come.
-      this.#client.disconnect();
-      return;
-    }
-    try {
-      await this.#client.quit();
-    } catch {
-      this.#client.disconnect();
-    }
+    await this.#connection.close();
   }
 
   #recordKey(id: string): string {
@@ -633,14 +590,8 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     return entries;
   }
 
-  /** Runs a script by its SHA, loading it on the first NOSCRIPT (a new or flushed server). */
-  async #eval(script: Script, keys: readonly string[], args: readonly string[]): Promise<unknown> {
-    try {
-      return await this.#client.evalsha(script.sha, keys.length, ...keys, ...args);
-    } catch (error) {
-      if (!isReplyError(error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      return await this.#client.eval(script.lua, keys.length, ...keys, ...args);
-    }
+  #eval(script: RedisScript, keys: readonly string[], args: readonly string[]): Promise<unknown> {
+    return evalScript(this.#client, script, keys, args);
   }
 
   /** Runs `body` on an open store and turns Redis's failures into {@link HarrierError}s. */
@@ -651,24 +602,6 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         'The Redis dead-letter store is closed: create a new RedisDeadLetterStore to use dead letters again',
       );
     }
-    try {
-      return await body();
-    } catch (error) {
-      throw this.#translate(error);
-    }
-  }
-
-  #translate(error: unknown): unknown {
-    if (HarrierError.is(error)) return error;
-    if (isReplyError(error)) {
-      return new HarrierError(
-        'redis-command-failed',
-        `Redis at ${this.#where} refused a dead-letter store command (${error.message}): check the server's log and that nothing else writes under "${this.#keyspace}"`,
-        { cause: error },
-      );
-    }
-    // The client's last connection error says why (refused, DNS, timeout); the command's own error
-    // usually only says that it gave up.
-    return redisUnavailable(this.#where, this.#lastConnectionError ?? error);
+    return runCommand(body, this.#errors);
   }
 }

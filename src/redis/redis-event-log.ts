@@ -1,5 +1,4 @@
-import { createHash } from 'node:crypto';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type {
@@ -14,7 +13,17 @@ import type {
   TopicSpec,
 } from '../log/event-log.js';
 import { checkPartition, checkSchema, indexTopics, partitionFor, topicInfo, topicOf } from '../log/topics.js';
-import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+import {
+  connectionFor,
+  evalScript,
+  keyPrefixOf,
+  redisScript,
+  runCommand,
+  translateRedisError,
+  type RedisConnection,
+  type RedisErrorContext,
+  type RedisScript,
+} from './redis-support.js';
 
 /** Options of {@link RedisEventLog}. */
 export interface RedisEventLogOptions {
@@ -76,7 +85,6 @@ export interface RedisEventLogOptions {
   readonly pollIntervalMs?: number;
 }
 
-const DEFAULT_PREFIX = '{harrier}';
 const DEFAULT_POLL_INTERVAL_MS = 1000;
 /** Most records one `read` returns. */
 const MAX_READ_BATCH = 10_000;
@@ -136,16 +144,7 @@ end
 return removed
 `;
 
-interface Script {
-  readonly lua: string;
-  readonly sha: string;
-}
-
-function script(lua: string): Script {
-  return { lua, sha: createHash('sha1').update(lua).digest('hex') };
-}
-
-const SCRIPTS = { append: script(APPEND_SCRIPT), trim: script(TRIM_SCRIPT) } as const;
+const SCRIPTS = { append: redisScript(APPEND_SCRIPT), trim: redisScript(TRIM_SCRIPT) } as const;
 
 /** A stream entry as XRANGE and XREAD return it. */
 type StreamEntry = [id: string, fields: string[]];
@@ -206,18 +205,6 @@ function entriesOf(reply: unknown): StreamEntry[] {
   return values[0] ?? [];
 }
 
-/** An error Redis itself replied with, as opposed to a connection that failed. */
-function isReplyError(error: unknown): error is Error {
-  return error instanceof Error && error.name === 'ReplyError';
-}
-
-function describeClient(client: Redis): string {
-  const { host, port, path, tls } = client.options;
-  return typeof path === 'string'
-    ? path
-    : `${tls === undefined ? 'redis' : 'rediss'}://${host ?? 'localhost'}:${port ?? 6379}`;
-}
-
 /**
  * An {@link EventLog} on Redis Streams, shared by every process that uses the same Redis and prefix.
  *
@@ -257,9 +244,9 @@ function describeClient(client: Redis): string {
  * ```
  */
 export class RedisEventLog implements EventLog {
+  readonly #connection: RedisConnection;
   readonly #client: Redis;
-  readonly #owned: boolean;
-  readonly #where: string;
+  readonly #errors: RedisErrorContext;
   readonly #topics: Map<string, TopicSpec>;
   readonly #clock: Clock;
   readonly #pollIntervalMs: number;
@@ -268,8 +255,6 @@ export class RedisEventLog implements EventLog {
   readonly #idsKey: string;
   /** The blocking connections of live subscriptions, dropped by {@link close}. */
   readonly #blocking = new Set<Redis>();
-  /** Why the owned client last failed to connect; names the real cause instead of "max retries". */
-  #lastConnectionError: Error | undefined;
   #closed = false;
 
   /**
@@ -278,13 +263,7 @@ export class RedisEventLog implements EventLog {
    */
   constructor(options: RedisEventLogOptions) {
     this.#topics = indexTopics(options.topics);
-    const prefix = options.prefix ?? DEFAULT_PREFIX;
-    if (prefix === '') {
-      throw new HarrierError(
-        'invalid-options',
-        `RedisEventLog prefix must not be empty: pass a hash tag such as '{harrier}', or leave it out for the default`,
-      );
-    }
+    const prefix = keyPrefixOf(options.prefix, 'RedisEventLog');
     const pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
     if (!Number.isInteger(pollIntervalMs) || pollIntervalMs < 1) {
       throw new HarrierError(
@@ -298,24 +277,14 @@ export class RedisEventLog implements EventLog {
     this.#uidsKey = `${this.#keyspace}uids`;
     this.#idsKey = `${this.#keyspace}ids`;
 
-    const { connection } = options;
-    if (typeof connection === 'string') {
-      this.#owned = true;
-      this.#where = describeRedisUrl(connection);
-      this.#client = new Redis(connection, { maxRetriesPerRequest: 1, connectTimeout: 3000 });
-      // Without a listener ioredis prints every failed reconnect; the cause is reported on the next
-      // command instead.
-      this.#client.on('error', (error: Error) => {
-        this.#lastConnectionError = error;
-      });
-      this.#client.on('ready', () => {
-        this.#lastConnectionError = undefined;
-      });
-    } else {
-      this.#owned = false;
-      this.#client = connection;
-      this.#where = describeClient(connection);
-    }
+    this.#connection = connectionFor(options.connection);
+    this.#client = this.#connection.client;
+    this.#errors = {
+      connection: this.#connection,
+      command: 'an event log command',
+      keyspace: this.#keyspace,
+      check: 'that it is Redis 6.2 or later',
+    };
   }
 
   /** @throws UnknownTopicError, HarrierError `validation-failed`, `redis-unavailable` or `log-closed`. */
@@ -468,17 +437,7 @@ export class RedisEventLog implements EventLog {
     this.#closed = true;
     for (const blocking of this.#blocking) blocking.disconnect();
     this.#blocking.clear();
-    if (!this.#owned) return;
-    if (this.#client.status !== 'ready') {
-      // QUIT would wait in the offline queue for a connection that may never come.
-      this.#client.disconnect();
-      return;
-    }
-    try {
-      await this.#client.quit();
-    } catch {
-      this.#client.disconnect();
-    }
+    await this.#connection.close();
   }
 
   async #append(topic: string, uid: string | undefined, input: AppendInput): Promise<AppendAck> {
@@ -633,7 +592,7 @@ export class RedisEventLog implements EventLog {
         return await read();
       } catch (error) {
         if (stopped()) return undefined;
-        throw this.#translate(error);
+        throw translateRedisError(error, this.#errors);
       }
     };
     let next = from;
@@ -692,14 +651,8 @@ export class RedisEventLog implements EventLog {
     return `${this.#keyspace}${topic}:${partition}`;
   }
 
-  /** Runs a script by its SHA, loading it on the first NOSCRIPT (a new or flushed server). */
-  async #eval(script: Script, keys: readonly string[], args: readonly string[]): Promise<unknown> {
-    try {
-      return await this.#client.evalsha(script.sha, keys.length, ...keys, ...args);
-    } catch (error) {
-      if (!isReplyError(error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      return await this.#client.eval(script.lua, keys.length, ...keys, ...args);
-    }
+  #eval(script: RedisScript, keys: readonly string[], args: readonly string[]): Promise<unknown> {
+    return evalScript(this.#client, script, keys, args);
   }
 
   #checkOpen(): void {
@@ -714,24 +667,6 @@ export class RedisEventLog implements EventLog {
   /** Runs `body` on an open log and turns Redis's failures into {@link HarrierError}s. */
   async #run<T>(body: () => Promise<T>): Promise<T> {
     this.#checkOpen();
-    try {
-      return await body();
-    } catch (error) {
-      throw this.#translate(error);
-    }
-  }
-
-  #translate(error: unknown): unknown {
-    if (HarrierError.is(error)) return error;
-    if (isReplyError(error)) {
-      return new HarrierError(
-        'redis-command-failed',
-        `Redis at ${this.#where} refused an event log command (${error.message}): check the server's log, that it is Redis 6.2 or later, and that nothing else writes under "${this.#keyspace}"`,
-        { cause: error },
-      );
-    }
-    // The client's last connection error says why (refused, DNS, timeout); the command's own error
-    // usually only says that it gave up.
-    return redisUnavailable(this.#where, this.#lastConnectionError ?? error);
+    return runCommand(body, this.#errors);
   }
 }

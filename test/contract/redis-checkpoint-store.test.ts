@@ -1,48 +1,26 @@
-import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { afterEach, describe, expect, inject, it } from 'vitest';
 import { RedisCheckpointStore } from '../../src/redis/redis-checkpoint-store.js';
 import { describeCheckpointStoreConformance } from '../../src/testing/checkpoint-store-conformance.js';
-import { deleteKeys } from '../helpers/redis.js';
+import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
 
 /** Shared by the fixtures: deletes what each test left behind, and is the client given to a store. */
-let shared: Redis;
+const redis = useSharedRedis(redisUrl);
 
-beforeAll(() => {
-  shared = new Redis(redisUrl);
-});
-
-afterAll(async () => {
-  await shared.quit();
-});
-
-/** A hash tag of its own per test, so tests never see each other's checkpoints. */
-function freshPrefix(): string {
-  return `{harrier-test-${randomUUID()}}`;
-}
-
-describeCheckpointStoreConformance('RedisCheckpointStore (from a URL)', async () => {
-  const prefix = freshPrefix();
-  return {
+describeCheckpointStoreConformance('RedisCheckpointStore (from a URL)', () =>
+  redis.withFreshPrefix((prefix) => ({
     store: new RedisCheckpointStore({ connection: redisUrl, prefix }),
-    cleanup: async () => {
-      await deleteKeys(shared, prefix);
-    },
-  };
-});
+  })),
+);
 
-// Run against a shared client too: a store that quit a client it was given would fail every later test.
-describeCheckpointStoreConformance('RedisCheckpointStore (given a client)', async () => {
-  const prefix = freshPrefix();
-  return {
-    store: new RedisCheckpointStore({ connection: shared, prefix }),
-    cleanup: async () => {
-      await deleteKeys(shared, prefix);
-    },
-  };
-});
+// Run against the shared client too: a store that quit a client it was given would fail every later test.
+describeCheckpointStoreConformance('RedisCheckpointStore (given a client)', () =>
+  redis.withFreshPrefix((prefix) => ({
+    store: new RedisCheckpointStore({ connection: redis.client, prefix }),
+  })),
+);
 
 /** The error `action` rejects with; fails the test when it succeeds. */
 async function failureOf(action: () => Promise<unknown>): Promise<unknown> {
@@ -67,7 +45,7 @@ describe(RedisCheckpointStore, () => {
 
   afterEach(async () => {
     for (const store of stores.splice(0)) await store.close();
-    await deleteKeys(shared, prefix);
+    await deleteKeys(redis.client, prefix);
     prefix = freshPrefix();
   });
 
@@ -75,7 +53,7 @@ describe(RedisCheckpointStore, () => {
     describe('when another store on the prefix committed', () => {
       it('sees its checkpoint and never lowers it', async () => {
         const a = open();
-        const b = open(shared);
+        const b = open(redis.client);
         await a.commit('totals', 'orders', 0, 7, T0);
         expect(await b.get('totals', 'orders', 0)).toBe(7);
         expect(await b.commit('totals', 'orders', 0, 3, T0 + 1)).toBe(7);

@@ -1,53 +1,32 @@
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { AppendInput, LogRecord, TopicSpec } from '../../src/log/event-log.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import { RedisEventLog } from '../../src/redis/redis-event-log.js';
 import { describeEventLogConformance } from '../../src/testing/event-log-conformance.js';
-import { deleteKeys } from '../helpers/redis.js';
+import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
 
 /** Shared by the fixtures: deletes what each test left behind, and is the client given to a log. */
-let shared: Redis;
+const redis = useSharedRedis(redisUrl);
 
-beforeAll(() => {
-  shared = new Redis(redisUrl);
-});
-
-afterAll(async () => {
-  await shared.quit();
-});
-
-/** A hash tag of its own per test, so tests never see each other's records. */
-function freshPrefix(): string {
-  return `{harrier-test-${randomUUID()}}`;
-}
-
-describeEventLogConformance('RedisEventLog (from a URL)', async (topics) => {
-  const prefix = freshPrefix();
-  return {
+describeEventLogConformance('RedisEventLog (from a URL)', (topics) =>
+  redis.withFreshPrefix((prefix) => ({
     log: new RedisEventLog({ connection: redisUrl, topics, prefix }),
     reopen: () => Promise.resolve(new RedisEventLog({ connection: redisUrl, topics, prefix })),
-    cleanup: async () => {
-      await deleteKeys(shared, prefix);
-    },
-  };
-});
+  })),
+);
 
-// Run against a shared client too: a log that quit a client it was given would fail every later test.
-describeEventLogConformance('RedisEventLog (given a client)', async (topics) => {
-  const prefix = freshPrefix();
-  return {
-    log: new RedisEventLog({ connection: shared, topics, prefix }),
-    reopen: () => Promise.resolve(new RedisEventLog({ connection: shared, topics, prefix })),
-    cleanup: async () => {
-      await deleteKeys(shared, prefix);
-    },
-  };
-});
+// Run against the shared client too: a log that quit a client it was given would fail every later test.
+describeEventLogConformance('RedisEventLog (given a client)', (topics) =>
+  redis.withFreshPrefix((prefix) => ({
+    log: new RedisEventLog({ connection: redis.client, topics, prefix }),
+    reopen: () => Promise.resolve(new RedisEventLog({ connection: redis.client, topics, prefix })),
+  })),
+);
 
 function input(key: string): AppendInput {
   const id = uuidv7();
@@ -83,14 +62,14 @@ describe(RedisEventLog, () => {
 
   afterEach(async () => {
     for (const log of logs.splice(0)) await log.close();
-    await deleteKeys(shared, prefix);
+    await deleteKeys(redis.client, prefix);
     prefix = freshPrefix();
   });
 
   describe('constructor', () => {
     describe('when the prefix is empty', () => {
       it('throws HarrierError invalid-options', () => {
-        expect(() => new RedisEventLog({ connection: shared, topics: [], prefix: '' })).toThrow(
+        expect(() => new RedisEventLog({ connection: redis.client, topics: [], prefix: '' })).toThrow(
           expect.objectContaining({ code: 'invalid-options' }) as Error,
         );
       });
@@ -98,7 +77,7 @@ describe(RedisEventLog, () => {
 
     describe('when pollIntervalMs is not a positive whole number', () => {
       it('throws HarrierError invalid-options', () => {
-        expect(() => new RedisEventLog({ connection: shared, topics: [], pollIntervalMs: 0 })).toThrow(
+        expect(() => new RedisEventLog({ connection: redis.client, topics: [], pollIntervalMs: 0 })).toThrow(
           expect.objectContaining({ code: 'invalid-options' }) as Error,
         );
       });
@@ -161,7 +140,7 @@ describe(RedisEventLog, () => {
       it('returns at most maxReadBatch records', async () => {
         const log = open([{ name: 'orders', partitions: 1 }]);
         const batch = log.capabilities().maxReadBatch;
-        const pipeline = shared.pipeline();
+        const pipeline = redis.client.pipeline();
         // Filled directly: appending 10001 records one by one would take a while.
         for (let offset = 0; offset <= batch; offset++) {
           pipeline.xadd(`${prefix}:log:orders:0`, `${offset + 1}-0`, 'id', `e${offset}`, 'at', '0');
@@ -214,7 +193,7 @@ describe(RedisEventLog, () => {
       it('yields its records as they are appended', async () => {
         const topics = [{ name: 'orders', partitions: 1 }];
         const reader = open(topics);
-        const writer = open(topics, shared);
+        const writer = open(topics, redis.client);
         const iterator = reader.subscribe('orders', { partition: 0 })[Symbol.asyncIterator]();
         const next = iterator.next();
         const record = input('k');
@@ -233,11 +212,11 @@ describe(RedisEventLog, () => {
         expect((await iterator.next()).value).toMatchObject({ offset: 0, id: before.id });
         const waiting = iterator.next();
         const name = `${prefix}:log:orders:0:subscriber`;
-        const clients = (await shared.client('LIST')) as string;
+        const clients = (await redis.client.client('LIST')) as string;
         const line = clients.split('\n').find((entry) => entry.includes(` name=${name} `));
         const id = /^id=(\d+) /.exec(line ?? '')?.[1];
         expect(id, `a client named ${name}`).toBeDefined();
-        expect(await shared.client('KILL', 'ID', id ?? '')).toBe(1);
+        expect(await redis.client.client('KILL', 'ID', id ?? '')).toBe(1);
         const after = input('k');
         await log.append('orders', after);
         expect((await waiting).value).toMatchObject({ offset: 1, id: after.id });
@@ -272,7 +251,7 @@ describe(RedisEventLog, () => {
         expect(await log.maintenance(expired())).toBe(2100);
         expect(await log.read('orders', 0, 0, 10)).toEqual([]);
         expect(await log.getEvent(records[0]?.id ?? '')).toBeUndefined();
-        expect(await shared.hlen(`${prefix}:log:ids`)).toBe(0);
+        expect(await redis.client.hlen(`${prefix}:log:ids`)).toBe(0);
         expect(await log.endOffset('orders', 0)).toBe(2100);
       });
     });

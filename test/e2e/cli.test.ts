@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -124,10 +124,8 @@ describe('harrier CLI', () => {
   const buses: MessageBus[] = [];
 
   beforeAll(() => {
-    // Others may be mid-edit elsewhere in src/, so a type error there must not fail these tests:
-    // tsc still emits, and the CLI only needs its own files.
-    spawnSync('npm', ['run', 'build'], { cwd: root, stdio: 'ignore', timeout: 180_000 });
-    if (!existsSync(bin)) throw new Error(`npm run build did not produce ${bin}`);
+    // test/global-setup.ts builds dist/ before any test when it is missing or stale.
+    if (!existsSync(bin)) throw new Error(`${bin} is missing: run npm run build`);
     admin = new Redis(redisUrl);
   }, 200_000);
 

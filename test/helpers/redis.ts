@@ -1,4 +1,6 @@
-import type { Redis } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll } from 'vitest';
 
 /** Deletes every key that starts with `prefix` (tests clean up after themselves). */
 export async function deleteKeys(client: Redis, prefix: string): Promise<number> {
@@ -11,4 +13,46 @@ export async function deleteKeys(client: Redis, prefix: string): Promise<number>
     if (keys.length > 0) deleted += await client.unlink(...keys);
   } while (cursor !== '0');
   return deleted;
+}
+
+/** A hash tag of its own per test, so tests never see each other's keys. */
+export function freshPrefix(): string {
+  return `{harrier-test-${randomUUID()}}`;
+}
+
+/** A client a test file's fixtures share: opened before its tests, quit after them. */
+export interface SharedRedis {
+  /** The client; only valid inside tests and hooks. */
+  readonly client: Redis;
+  /** `make`'s fixture on a fresh prefix, with a `cleanup` that deletes every key under it. */
+  withFreshPrefix<T extends object>(
+    make: (prefix: string) => T,
+  ): Promise<T & { cleanup: () => Promise<void> }>;
+}
+
+/** Registers `beforeAll`/`afterAll` hooks that open and quit a client shared by a test file. */
+export function useSharedRedis(url: string): SharedRedis {
+  let client: Redis | undefined;
+  beforeAll(() => {
+    client = new Redis(url);
+  });
+  afterAll(async () => {
+    await client?.quit();
+  });
+  const shared: SharedRedis = {
+    get client(): Redis {
+      if (client === undefined) throw new Error('The shared Redis client is only open inside tests');
+      return client;
+    },
+    withFreshPrefix: (make) => {
+      const prefix = freshPrefix();
+      return Promise.resolve({
+        ...make(prefix),
+        cleanup: async () => {
+          await deleteKeys(shared.client, prefix);
+        },
+      });
+    },
+  };
+  return shared;
 }
