@@ -51,6 +51,7 @@ import {
   type MessageBus,
   type PayloadOf,
 } from '../src/index.js';
+import { Counter, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const WARM_UP = 2_000;
@@ -63,38 +64,6 @@ const RUN_TIMEOUT_MS = 30_000;
 // --expose-gc, so the flag is switched on here.
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
-
-/** Counts handled messages and resolves a waiter once the count reaches its target. */
-class Counter {
-  count = 0;
-  #target = Infinity;
-  #resolve: (() => void) | undefined;
-
-  hit(): void {
-    this.count++;
-    if (this.count >= this.#target) {
-      const resolve = this.#resolve;
-      this.#target = Infinity;
-      this.#resolve = undefined;
-      resolve?.();
-    }
-  }
-
-  /** Resolves once `count >= target`. */
-  until(target: number): Promise<void> {
-    if (this.count >= target) return Promise.resolve();
-    return new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(new Error(`Only ${this.count} of ${target} messages handled after ${RUN_TIMEOUT_MS} ms`));
-      }, RUN_TIMEOUT_MS);
-      this.#target = target;
-      this.#resolve = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-    });
-  }
-}
 
 // ---------------------------------------------------------------- Harrier
 
@@ -149,7 +118,7 @@ async function timed(work: () => Promise<void>): Promise<number> {
 }
 
 async function harrierSend(): Promise<Sample> {
-  const handled = new Counter();
+  const handled = new Counter(RUN_TIMEOUT_MS);
   const bus = createBus({
     logger: silentLogger,
     handlers: [PlaceOrderHandler],
@@ -206,7 +175,7 @@ class NestOrderPlaced {
 }
 
 /** Where the Nest event handler (a Nest-made singleton) reports to the current run. */
-const nestEvents = { handled: new Counter() };
+const nestEvents = { handled: new Counter(RUN_TIMEOUT_MS) };
 
 @NestCommandHandler(NestPlaceOrder)
 class NestPlaceOrderHandler implements ICommandHandler<NestPlaceOrder> {
@@ -269,7 +238,7 @@ function nestExecute(callers: number, scoped = false): Promise<Sample> {
 
 function nestPublish(): Promise<Sample> {
   return withNest(async (_commands, events) => {
-    nestEvents.handled = new Counter();
+    nestEvents.handled = new Counter(RUN_TIMEOUT_MS);
     const handled = nestEvents.handled;
     const publishAll = async (from: number, count: number): Promise<void> => {
       const target = handled.count + count;
@@ -313,23 +282,7 @@ const rows: readonly Row[] = [
   },
 ];
 
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-}
-
-const fmtRate = (n: number): string => Math.round(n).toLocaleString('en-US');
 const fmtMb = (n: number): string => n.toFixed(1);
-
-function table(header: readonly string[], body: readonly (readonly string[])[]): string {
-  const widths = header.map((h, c) => Math.max(h.length, ...body.map((r) => (r[c] ?? '').length)));
-  const line = (cells: readonly string[]): string =>
-    cells
-      .map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0)))
-      .join('  ')
-      .trimEnd();
-  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
-}
 
 async function main(): Promise<void> {
   const cpu = cpus()[0]?.model ?? 'unknown CPU';

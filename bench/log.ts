@@ -31,6 +31,7 @@ import type { AppendInput, EventLog, TopicSpec } from '../src/log/event-log.js';
 import { partitionOf } from '../src/messages/partition.js';
 import { uuidv7 } from '../src/messages/uuid-v7.js';
 import { describeRedisUrl, RedisEventLog } from '../src/redis/index.js';
+import { fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const WARM_UP = Math.min(N, 2_000);
@@ -228,23 +229,6 @@ async function localSystems(): Promise<System[]> {
     console.log(`FileEventLog left out: ${String(error)}`);
   }
   return systems;
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-}
-
-const fmtRate = (n: number): string => Math.round(n).toLocaleString('en-US');
-
-function table(header: readonly string[], body: readonly (readonly string[])[]): string {
-  const widths = header.map((h, c) => Math.max(h.length, ...body.map((r) => (r[c] ?? '').length)));
-  const line = (cells: readonly string[]): string =>
-    cells
-      .map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0)))
-      .join('  ')
-      .trimEnd();
-  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
 }
 
 async function main(): Promise<void> {

@@ -46,6 +46,7 @@ import {
   type PayloadOf,
 } from '../src/index.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
+import { Counter, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 /** Messages of the untimed warm-up run of each system, so round 1 is not a JIT warm-up. */
@@ -59,38 +60,6 @@ const RUN_TIMEOUT_MS = 180_000;
 
 if (!Number.isInteger(N) || N < 1) {
   throw new Error(`BENCH_N must be a positive whole number, got "${process.env.BENCH_N ?? ''}"`);
-}
-
-/** Counts completions and resolves a waiter once the count reaches its target. */
-class Counter {
-  count = 0;
-  #target = Infinity;
-  #resolve: (() => void) | undefined;
-
-  hit(): void {
-    this.count++;
-    if (this.count >= this.#target) {
-      const resolve = this.#resolve;
-      this.#target = Infinity;
-      this.#resolve = undefined;
-      resolve?.();
-    }
-  }
-
-  /** Resolves once `count >= target`. */
-  until(target: number): Promise<void> {
-    if (this.count >= target) return Promise.resolve();
-    return new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(new Error(`Only ${this.count} of ${target} messages done after ${RUN_TIMEOUT_MS} ms`));
-      }, RUN_TIMEOUT_MS);
-      this.#target = target;
-      this.#resolve = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-    });
-  }
 }
 
 const PlaceOrder = defineCommand('bench.PlaceOrder', {
@@ -169,7 +138,7 @@ async function rawBullMq(n = N): Promise<Sample> {
     const produce = rate(performance.now() - started);
     const bytes = await jobBytes(prefix, name);
 
-    const completed = new Counter();
+    const completed = new Counter(RUN_TIMEOUT_MS);
     const cpu = process.cpuUsage();
     started = performance.now();
     worker = new Worker(name, () => Promise.resolve(), {
@@ -196,7 +165,7 @@ async function rawBullMq(n = N): Promise<Sample> {
 async function harrier(n = N): Promise<Sample> {
   const rate = (ms: number): number => n / (ms / 1000);
   const prefix = newPrefix();
-  const handled = new Counter();
+  const handled = new Counter(RUN_TIMEOUT_MS);
   const broker = new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
   const bus = createBus({
     endpoint: 'bench',
@@ -233,23 +202,6 @@ async function harrier(n = N): Promise<Sample> {
     await bus.stop();
     await deleteKeys(prefix);
   }
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN;
-}
-
-const fmtRate = (n: number): string => Math.round(n).toLocaleString('en-US');
-
-function table(header: readonly string[], body: readonly (readonly string[])[]): string {
-  const widths = header.map((h, c) => Math.max(h.length, ...body.map((r) => (r[c] ?? '').length)));
-  const line = (cells: readonly string[]): string =>
-    cells
-      .map((cell, c) => (c === 0 ? cell.padEnd(widths[c] ?? 0) : cell.padStart(widths[c] ?? 0)))
-      .join('  ')
-      .trimEnd();
-  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
 }
 
 async function main(): Promise<void> {

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock } from '../clock/clock.js';
+import { WakeList } from '../clock/wake-list.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import { settle } from '../errors/settle.js';
 import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
 import {
   MAX_ATTEMPT_HISTORY,
@@ -78,14 +80,6 @@ class MemoryQueue {
 
 const keyOf = (message: OutgoingMessage): string => message.partitionKey ?? '';
 
-/** Runs synchronous work as a promise, so a throw becomes a rejection as callers of a broker expect. */
-function run(work: () => void): Promise<void> {
-  return new Promise<void>((resolve) => {
-    work();
-    resolve();
-  });
-}
-
 /**
  * The embedded broker: every queue lives in this process's memory.
  *
@@ -103,7 +97,7 @@ export class InMemoryBroker implements MessageBroker {
   readonly #eventRoutes = new Map<string, Set<MemoryQueue>>();
   readonly #endpointQueues = new Map<string, MemoryQueue[]>();
   readonly #inFlight = new Map<string, StoredMessage>();
-  readonly #waiters = new Set<() => void>();
+  readonly #waiters = new WakeList();
   readonly #listeners = new Set<() => void>();
   readonly #timers = new Set<() => void>();
   #rr = 0;
@@ -116,7 +110,7 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void> {
-    return run(() => {
+    return settle(() => {
       this.#register(endpoint, subscriptions);
     });
   }
@@ -159,12 +153,12 @@ export class InMemoryBroker implements MessageBroker {
         }
         continue;
       }
-      await this.#waitForWork(signal);
+      await this.#waiters.wait(signal);
     }
   }
 
   publish(message: OutgoingMessage): Promise<void> {
-    return run(() => {
+    return settle(() => {
       this.#assertOpen();
       this.#route(message);
       this.#changed();
@@ -172,7 +166,7 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
-    return run(() => {
+    return settle(() => {
       this.#assertOpen();
       for (const message of messages) this.#route(message);
       this.#changed();
@@ -180,7 +174,7 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   ack(deliveryId: string): Promise<void> {
-    return run(() => {
+    return settle(() => {
       const stored = this.#settle(deliveryId);
       this.#remove(stored);
       this.#changed();
@@ -188,7 +182,7 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   nack(deliveryId: string, options: NackOptions): Promise<void> {
-    return run(() => {
+    return settle(() => {
       this.#nack(deliveryId, options);
     });
   }
@@ -211,7 +205,7 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   redeliver(target: RedeliveryTarget): Promise<void> {
-    return run(() => {
+    return settle(() => {
       this.#assertOpen();
       const { message } = target;
       const name =
@@ -433,20 +427,8 @@ export class InMemoryBroker implements MessageBroker {
     };
   }
 
-  #waitForWork(signal: AbortSignal | undefined): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const done = (): void => {
-        this.#waiters.delete(done);
-        signal?.removeEventListener('abort', done);
-        resolve();
-      };
-      this.#waiters.add(done);
-      signal?.addEventListener('abort', done, { once: true });
-    });
-  }
-
   #wakeAll(): void {
-    for (const waiter of [...this.#waiters]) waiter();
+    this.#waiters.wakeAll();
   }
 
   #changed(): void {

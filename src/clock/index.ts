@@ -1,3 +1,4 @@
 export type { Clock } from './clock.js';
 export { systemClock } from './clock.js';
 export { ManualClock } from './manual-clock.js';
+export { WakeList } from './wake-list.js';

@@ -22,7 +22,7 @@ import type { Envelope } from '../messages/envelope.js';
 import { HandlerContext } from './handler-context.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
 import type { EnvelopeEncoder } from './outgoing.js';
-import { backoffDelay, isPermanent, resolveRetryPolicy } from './retry-policy.js';
+import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
 
 /** Calls a handler method on an instance made for this message (the bus resolves it from DI). */
 export type HandlerInvoker = (
@@ -151,6 +151,7 @@ export class Dispatcher {
   readonly #inFlight = new Set<InFlight>();
   readonly #listeners = new Set<() => void>();
   readonly #slotWaiters: (() => void)[] = [];
+  readonly #policies = new WeakMap<HandlerEntry, Map<string, RetryPolicy>>();
   #receiverAbort: AbortController | undefined;
   #loop: Promise<void> | undefined;
   #stopping = false;
@@ -320,6 +321,21 @@ export class Dispatcher {
     }
   }
 
+  /** The retry policy of a handler for a definition, resolved once. */
+  #policy(entry: HandlerEntry, definition: MessageDefinition): RetryPolicy {
+    let byType = this.#policies.get(entry);
+    if (byType === undefined) {
+      byType = new Map();
+      this.#policies.set(entry, byType);
+    }
+    let policy = byType.get(definition.type);
+    if (policy === undefined) {
+      policy = resolveRetryPolicy(entry.options.retry, definition.retry, this.#o.retry);
+      byType.set(definition.type, policy);
+    }
+    return policy;
+  }
+
   #isStopping(): boolean {
     return this.#stopping;
   }
@@ -395,7 +411,7 @@ export class Dispatcher {
       );
       return;
     }
-    const policy = resolveRetryPolicy(entry.options.retry, definition.retry, this.#o.retry);
+    const policy = this.#policy(entry, definition);
     if (facts.attempt > policy.attempts) {
       // Only a worker that died mid-handler gets here (its crash counted as an attempt): stop the loop.
       const last = facts.history[facts.history.length - 1]?.error;

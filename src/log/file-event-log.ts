@@ -4,7 +4,9 @@ import { link, mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promis
 import type { FileHandle } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { systemClock, type Clock } from '../clock/clock.js';
+import { WakeList } from '../clock/wake-list.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import { settle } from '../errors/settle.js';
 import type {
   AppendAck,
   AppendInput,
@@ -29,7 +31,15 @@ import {
   writeFileAtomic,
   type StoredRecord,
 } from './segment-file.js';
-import { checkPartition, checkSchema, indexTopics, partitionFor, topicInfo, topicOf } from './topics.js';
+import {
+  checkReadRange,
+  checkPartition,
+  checkSchema,
+  indexTopics,
+  partitionFor,
+  topicInfo,
+  topicOf,
+} from './topics.js';
 
 /** Options of {@link FileEventLog.open}. */
 export interface FileEventLogOptions {
@@ -130,7 +140,7 @@ interface PartitionState {
   flushScheduled: boolean;
   /** Set when an append could not be undone: the partition refuses appends until reopened. */
   failed: HarrierError | undefined;
-  readonly waiters: Set<() => void>;
+  readonly waiters: WakeList;
 }
 
 /** One line of a uids sidecar: the ack of an idempotent append whose record retention removed. */
@@ -343,18 +353,7 @@ export class FileEventLog implements EventLog {
    */
   async read(topic: string, partition: number, fromOffset: number, max: number): Promise<LogRecord[]> {
     const state = this.#partition(topic, partition);
-    if (!Number.isInteger(fromOffset) || fromOffset < 0) {
-      throw new HarrierError(
-        'invalid-argument',
-        `read fromOffset must be a whole number from 0, got ${fromOffset}`,
-      );
-    }
-    if (!Number.isInteger(max) || max < 1) {
-      throw new HarrierError(
-        'invalid-argument',
-        `read max must be a positive whole number, got ${max}: pass up to ${MAX_READ_BATCH}`,
-      );
-    }
+    checkReadRange(fromOffset, max, MAX_READ_BATCH);
     this.#assertOpen();
     return this.#readRange(state, fromOffset, Math.min(max, MAX_READ_BATCH));
   }
@@ -446,7 +445,7 @@ export class FileEventLog implements EventLog {
   async #close(): Promise<void> {
     this.#closed = true;
     const states = [...this.#partitions.values()].flat();
-    for (const state of states) wake(state);
+    for (const state of states) state.waiters.wakeAll();
     for (const state of states) {
       // A batch may queue the next one while it runs: wait until the chain stops growing.
       for (let chain = state.chain; ; chain = state.chain) {
@@ -562,7 +561,7 @@ export class FileEventLog implements EventLog {
       pending.resolve(ack);
     });
     state.size = position;
-    wake(state);
+    state.waiters.wakeAll();
   }
 
   #appendError(state: PartitionState, error: unknown): HarrierError {
@@ -647,15 +646,7 @@ export class FileEventLog implements EventLog {
         }
         continue;
       }
-      await new Promise<void>((resolveWait) => {
-        const done = (): void => {
-          state.waiters.delete(done);
-          signal?.removeEventListener('abort', done);
-          resolveWait();
-        };
-        state.waiters.add(done);
-        signal?.addEventListener('abort', done, { once: true });
-      });
+      await state.waiters.wait(signal);
     }
   }
 
@@ -816,7 +807,7 @@ async function openPartition(
     queue: [],
     flushScheduled: false,
     failed: undefined,
-    waiters: new Set(),
+    waiters: new WakeList(),
   };
   try {
     const { size } = await handle.stat();
@@ -1031,20 +1022,6 @@ async function retire(segment: Segment): Promise<void> {
 
 async function closeQuietly(handle: FileHandle): Promise<void> {
   await handle.close().catch(() => undefined);
-}
-
-/** Resolves every subscriber waiting on a partition. */
-function wake(state: PartitionState): void {
-  for (const waiter of [...state.waiters]) waiter();
-}
-
-/** Runs `fn` and turns its result (or promised result) or throw into a promise, so errors always reject. */
-function settle<T>(fn: () => T | Promise<T>): Promise<T> {
-  try {
-    return Promise.resolve(fn());
-  } catch (error) {
-    return Promise.reject(error instanceof Error ? error : new Error(String(error)));
-  }
 }
 
 /**

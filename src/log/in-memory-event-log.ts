@@ -1,5 +1,7 @@
 import { systemClock, type Clock } from '../clock/clock.js';
+import { WakeList } from '../clock/wake-list.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import { settle } from '../errors/settle.js';
 import type {
   AppendAck,
   AppendInput,
@@ -11,7 +13,15 @@ import type {
   TopicInfo,
   TopicSpec,
 } from './event-log.js';
-import { checkPartition, checkSchema, indexTopics, partitionFor, topicInfo, topicOf } from './topics.js';
+import {
+  checkReadRange,
+  checkPartition,
+  checkSchema,
+  indexTopics,
+  partitionFor,
+  topicInfo,
+  topicOf,
+} from './topics.js';
 
 /** Options of {@link InMemoryEventLog}. */
 export interface InMemoryEventLogOptions {
@@ -44,7 +54,7 @@ interface PartitionState {
   base: number;
   records: LogRecord[];
   /** Subscribers waiting for the next append. */
-  waiters: Set<() => void>;
+  waiters: WakeList;
 }
 
 /**
@@ -77,7 +87,7 @@ export class InMemoryEventLog implements EventLog {
     for (const spec of this.#topics.values()) {
       this.#partitions.set(
         spec.name,
-        Array.from({ length: spec.partitions }, () => ({ base: 0, records: [], waiters: new Set() })),
+        Array.from({ length: spec.partitions }, () => ({ base: 0, records: [], waiters: new WakeList() })),
       );
     }
   }
@@ -112,18 +122,7 @@ export class InMemoryEventLog implements EventLog {
   read(topic: string, partition: number, fromOffset: number, max: number): Promise<LogRecord[]> {
     return settle(() => {
       const state = this.#partition(topic, partition);
-      if (!Number.isInteger(fromOffset) || fromOffset < 0) {
-        throw new HarrierError(
-          'invalid-argument',
-          `read fromOffset must be a whole number from 0, got ${fromOffset}`,
-        );
-      }
-      if (!Number.isInteger(max) || max < 1) {
-        throw new HarrierError(
-          'invalid-argument',
-          `read max must be a positive whole number, got ${max}: pass up to ${MAX_READ_BATCH}`,
-        );
-      }
+      checkReadRange(fromOffset, max, MAX_READ_BATCH);
       const start = Math.max(fromOffset, state.base) - state.base;
       return state.records.slice(start, start + Math.min(max, MAX_READ_BATCH));
     });
@@ -194,7 +193,7 @@ export class InMemoryEventLog implements EventLog {
   close(): Promise<void> {
     this.#closed = true;
     for (const states of this.#partitions.values()) {
-      for (const state of states) wake(state);
+      for (const state of states) state.waiters.wakeAll();
     }
     return Promise.resolve();
   }
@@ -231,7 +230,7 @@ export class InMemoryEventLog implements EventLog {
     });
     state.records.push(record);
     if (!this.#byId.has(record.id)) this.#byId.set(record.id, record);
-    wake(state);
+    state.waiters.wakeAll();
     return Object.freeze({
       topic,
       partition,
@@ -257,27 +256,7 @@ export class InMemoryEventLog implements EventLog {
         yield record;
         continue;
       }
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          state.waiters.delete(done);
-          signal?.removeEventListener('abort', done);
-          resolve();
-        };
-        state.waiters.add(done);
-        signal?.addEventListener('abort', done, { once: true });
-      });
+      await state.waiters.wait(signal);
     }
   }
-}
-
-/** Resolves every subscriber waiting on a partition. */
-function wake(state: PartitionState): void {
-  for (const waiter of [...state.waiters]) waiter();
-}
-
-/** Runs `fn` now and turns its result or throw into a promise, so errors always reject. */
-function settle<T>(fn: () => T): Promise<T> {
-  return new Promise<T>((resolve) => {
-    resolve(fn());
-  });
 }

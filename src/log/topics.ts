@@ -97,3 +97,22 @@ export function checkSchema(spec: TopicSpec, body: string): void {
     );
   }
 }
+
+/**
+ * Checks the arguments of `EventLog.read`.
+ * @throws HarrierError `invalid-argument` naming the bad value.
+ */
+export function checkReadRange(fromOffset: number, max: number, maxBatch: number): void {
+  if (!Number.isInteger(fromOffset) || fromOffset < 0) {
+    throw new HarrierError(
+      'invalid-argument',
+      `read fromOffset must be a whole number from 0, got ${fromOffset}`,
+    );
+  }
+  if (!Number.isInteger(max) || max < 1) {
+    throw new HarrierError(
+      'invalid-argument',
+      `read max must be a positive whole number, got ${max}: pass up to ${maxBatch}`,
+    );
+  }
+}

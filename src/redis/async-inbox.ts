@@ -4,6 +4,7 @@ export class AsyncInbox<T> {
   #head = 0;
   #waiter: (() => void) | undefined;
   #closed = false;
+  readonly #closing = new AbortController();
 
   push(item: T): void {
     this.#items.push(item);
@@ -12,7 +13,13 @@ export class AsyncInbox<T> {
 
   close(): void {
     this.#closed = true;
+    this.#closing.abort();
     this.#wake();
+  }
+
+  /** Aborted when the inbox closes. */
+  get closedSignal(): AbortSignal {
+    return this.#closing.signal;
   }
 
   get closed(): boolean {

@@ -482,13 +482,16 @@ export class BullMqBroker implements MessageBroker {
           }
           // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
           const wait = result.retryAt - this.#clock.now();
-          if (wait > 0) {
+          const closing = inbox.closedSignal;
+          if (wait > 0 && !closing.aborted) {
             await new Promise<void>((resolve) => {
-              const cancel = this.#clock.setTimer(wait, resolve);
-              void inboxClosed(inbox).then(() => {
+              const done = (): void => {
                 cancel();
+                closing.removeEventListener('abort', done);
                 resolve();
-              });
+              };
+              const cancel = this.#clock.setTimer(wait, done);
+              closing.addEventListener('abort', done, { once: true });
             });
           }
           continue;
@@ -689,16 +692,6 @@ class LenientWorker<T> extends Worker<T> {
       return super.createJob({ ...data, data: JSON.stringify(data.data) }, jobId);
     }
   }
-}
-
-function inboxClosed(inbox: AsyncInbox<unknown>): Promise<void> {
-  return new Promise((resolve) => {
-    const check = (): void => {
-      if (inbox.closed) resolve();
-      else setTimeout(check, 100).unref();
-    };
-    check();
-  });
 }
 
 function assertName(name: string, what: string): void {

@@ -12,7 +12,15 @@ import type {
   TopicInfo,
   TopicSpec,
 } from '../log/event-log.js';
-import { checkPartition, checkSchema, indexTopics, partitionFor, topicInfo, topicOf } from '../log/topics.js';
+import {
+  checkPartition,
+  checkSchema,
+  indexTopics,
+  partitionFor,
+  topicInfo,
+  topicOf,
+  checkReadRange,
+} from '../log/topics.js';
 import {
   connectionFor,
   evalScript,
@@ -313,18 +321,7 @@ export class RedisEventLog implements EventLog {
   read(topic: string, partition: number, fromOffset: number, max: number): Promise<LogRecord[]> {
     return this.#run(async () => {
       const key = this.#streamKey(topic, partition);
-      if (!Number.isInteger(fromOffset) || fromOffset < 0) {
-        throw new HarrierError(
-          'invalid-argument',
-          `read fromOffset must be a whole number from 0, got ${fromOffset}`,
-        );
-      }
-      if (!Number.isInteger(max) || max < 1) {
-        throw new HarrierError(
-          'invalid-argument',
-          `read max must be a positive whole number, got ${max}: pass up to ${MAX_READ_BATCH}`,
-        );
-      }
+      checkReadRange(fromOffset, max, MAX_READ_BATCH);
       const entries = (await this.#client.xrange(
         key,
         streamIdOf(fromOffset),
