@@ -11,41 +11,15 @@
  * - a query reads the order-summary read model; the dead letters are listed, then replayed once the
  *   CRM is back.
  */
-import { MessageValidationError, type InputOf } from '../../src/index.js';
+import { MessageValidationError } from '../../src/index.js';
 import { BusActivity } from './activity.js';
 import { createOrdersBus } from './app.js';
 import { ListOrderSummaries, PlaceOrder } from './messages.js';
+import { ORDERS, PER_ORDER, dollars } from './sample-orders.js';
 import { SimulatedLegacyCrm, SimulatedPaymentGateway } from './services.js';
 
-const ORDERS: InputOf<typeof PlaceOrder>[] = [
-  {
-    orderId: 'o-1001',
-    customer: 'Ada',
-    lines: [
-      { sku: 'notebook', quantity: 2, unitPriceCents: 450 },
-      { sku: 'pencil', quantity: 10, unitPriceCents: 80 },
-    ],
-  },
-  { orderId: 'o-1002', customer: 'Grace', lines: [{ sku: 'keyboard', quantity: 1, unitPriceCents: 8900 }] },
-  {
-    orderId: 'o-1003',
-    customer: 'Linus',
-    lines: [
-      { sku: 'mug', quantity: 1, unitPriceCents: 1200 },
-      { sku: 'coffee', quantity: 3, unitPriceCents: 990 },
-    ],
-  },
-];
-
-/**
- * Deliveries each order causes before the system is quiet: handled are PlaceOrder,
- * ReserveStockOnOrderPlaced, ReserveStock, ChargePayment and three OrderSummary events
- * (OrderPlaced, StockReserved, PaymentCharged); dead-lettered is NotifyLegacyCrm.
- */
-const PER_ORDER = { handled: 7, deadLettered: 1 };
 const TIMEOUT_MS = 8_000;
 
-const dollars = (cents: number): string => `$${(cents / 100).toFixed(2)}`;
 const print = (line = ''): void => void process.stdout.write(`${line}\n`);
 
 const crm = new SimulatedLegacyCrm({ available: false });

@@ -21,40 +21,18 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { createBus, MessageValidationError, silentLogger, type InputOf } from '../../src/index.js';
+import { createBus, MessageValidationError, silentLogger } from '../../src/index.js';
 import { BullMqBroker, RedisDeadLetterStore, describeRedisUrl } from '../../src/redis/index.js';
 import { PlaceOrder, type OrderSummary } from './messages.js';
+import { ORDERS, PER_ORDER, dollars } from './sample-orders.js';
 import { WORKER_ENV, type ActivityReport, type ProducerMessage, type WorkerMessage } from './redis-ipc.js';
 
-const ORDERS: InputOf<typeof PlaceOrder>[] = [
-  {
-    orderId: 'o-1001',
-    customer: 'Ada',
-    lines: [
-      { sku: 'notebook', quantity: 2, unitPriceCents: 450 },
-      { sku: 'pencil', quantity: 10, unitPriceCents: 80 },
-    ],
-  },
-  { orderId: 'o-1002', customer: 'Grace', lines: [{ sku: 'keyboard', quantity: 1, unitPriceCents: 8900 }] },
-  {
-    orderId: 'o-1003',
-    customer: 'Linus',
-    lines: [
-      { sku: 'mug', quantity: 1, unitPriceCents: 1200 },
-      { sku: 'coffee', quantity: 3, unitPriceCents: 990 },
-    ],
-  },
-];
-
-/** Deliveries each order causes before the system is quiet, as in main.ts. */
-const PER_ORDER = { handled: 7, deadLettered: 1 };
 const WORKERS = 2;
 const TIMEOUT_MS = 20_000;
 /** How long a worker may take to drain and close after SIGTERM before it is killed. */
 const STOP_TIMEOUT_MS = 15_000;
 
 const print = (line = ''): void => void process.stdout.write(`${line}\n`);
-const dollars = (cents: number): string => `$${(cents / 100).toFixed(2)}`;
 const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 const startedAt = Date.now();
 
