@@ -117,8 +117,20 @@ export interface DispatcherOptions {
 
 interface InFlight {
   readonly delivery: Delivery;
-  readonly abort: AbortController;
+  /** Made only when the handler reads its signal (see {@link InFlight.signal}). */
+  abort: AbortController | undefined;
+  /** Why the delivery was aborted, once it was. */
+  abortReason: unknown;
   released: boolean;
+}
+
+/** The handler's abort signal of a delivery, made on first read. */
+function flightSignal(flight: InFlight): AbortSignal {
+  if (flight.abort === undefined) {
+    flight.abort = new AbortController();
+    if (flight.released) flight.abort.abort(flight.abortReason);
+  }
+  return flight.abort.signal;
 }
 
 /** Options of {@link Dispatcher.stop}. */
@@ -214,7 +226,8 @@ export class Dispatcher {
     }
     for (const flight of [...this.#inFlight]) {
       flight.released = true;
-      flight.abort.abort(new HarrierError('stopping', 'The bus is stopping and the grace period ran out'));
+      flight.abortReason = new HarrierError('stopping', 'The bus is stopping and the grace period ran out');
+      flight.abort?.abort(flight.abortReason);
       await this.#settle(flight.delivery, 'release', () =>
         this.#o.broker.nack(flight.delivery.id, { release: true }),
       );
@@ -241,7 +254,12 @@ export class Dispatcher {
     return result;
   }
 
-  #context(envelope: Envelope, attempt: number, entry: HandlerEntry, signal: AbortSignal): HandlerContext {
+  #context(
+    envelope: Envelope,
+    attempt: number,
+    entry: HandlerEntry,
+    signal: AbortSignal | (() => AbortSignal),
+  ): HandlerContext {
     return new HandlerContext(envelope, attempt, this.#o.endpoint, entry.name, signal, {
       now: () => this.#clock.now(),
       maxBytes: this.#maxBytes,
@@ -346,7 +364,7 @@ export class Dispatcher {
   }
 
   #begin(delivery: Delivery): void {
-    const flight: InFlight = { delivery, abort: new AbortController(), released: false };
+    const flight: InFlight = { delivery, abort: undefined, abortReason: undefined, released: false };
     this.#inFlight.add(flight);
     this.#changed();
     void this.#process(flight)
@@ -429,7 +447,7 @@ export class Dispatcher {
       return;
     }
     const started = this.#clock.now();
-    const context = this.#context(envelope, facts.attempt, entry, flight.abort.signal);
+    const context = this.#context(envelope, facts.attempt, entry, () => flightSignal(flight));
     try {
       await this.#call(entry, definition, envelope, context, false);
       if (flight.released) return;

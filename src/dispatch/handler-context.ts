@@ -19,13 +19,18 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
   readonly correlationId: string;
   readonly causationId: string | undefined;
   readonly headers: Readonly<Record<string, string>>;
+  #signal: AbortSignal | (() => AbortSignal);
 
+  /**
+   * @param signal - the handler's abort signal, or a function that makes it when first read (most
+   *   handlers never read it, and an AbortController per message is measurable on a busy worker).
+   */
   constructor(
     readonly envelope: Envelope<P>,
     readonly attempt: number,
     readonly endpoint: string,
     readonly handler: string,
-    readonly signal: AbortSignal,
+    signal: AbortSignal | (() => AbortSignal),
     private readonly env: {
       readonly now: () => number;
       readonly maxBytes: number;
@@ -36,6 +41,12 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
     this.correlationId = envelope.meta.correlationId;
     this.causationId = envelope.meta.causationId;
     this.headers = envelope.meta.headers;
+    this.#signal = signal;
+  }
+
+  get signal(): AbortSignal {
+    if (typeof this.#signal === 'function') this.#signal = this.#signal();
+    return this.#signal;
   }
 
   send<D extends CommandDefinition>(definition: D, payload: InputOf<D>, options: SendOptions = {}): string {

@@ -81,13 +81,18 @@ export interface BullMqBrokerOptions {
   readonly logger?: Logger;
 }
 
-/** What a job carries: the envelope untouched, plus delivery facts kept beside it. */
+/**
+ * What a job carries: the envelope untouched, plus delivery facts kept beside it. The message id is
+ * the job id and the kind follows from the queue (`cmd~` or `evt~`), so neither is repeated here;
+ * `i` and `k` are still read when present (jobs queued by earlier builds).
+ */
 interface JobData {
   /** Encoded envelope. */
   readonly b: string;
-  /** Message id. */
-  readonly i: string;
-  readonly k: MessageKind;
+  /** Message id (earlier builds only: now the job id). */
+  readonly i?: string;
+  /** Kind (earlier builds only: now from the queue name). */
+  readonly k?: MessageKind;
   /** Partition key. */
   readonly p?: string | undefined;
   /** Ordered. */
@@ -426,7 +431,7 @@ export class BullMqBroker implements MessageBroker {
     const jobId = job.id ?? '';
     let data = job.data as unknown;
     for (let round = 0; ; round++) {
-      const parsed = readJobData(data);
+      const parsed = readJobData(data, jobId, queueName);
       const attempt = (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
       // A message id is the job id in every subscription queue, so the queue is part of the delivery id.
       const deliveryId = `${queueName}|${jobId}:${job.attemptsStarted}:${round}`;
@@ -706,15 +711,22 @@ function assertName(name: string, what: string): void {
 function jobData(message: OutgoingMessage): JobData {
   return {
     b: message.body,
-    i: message.id,
-    k: message.kind,
     ...(message.partitionKey !== undefined ? { p: message.partitionKey } : {}),
     ...(message.ordered === true ? { o: true } : {}),
   };
 }
 
+/** The kind of message a queue carries, from its name. */
+function kindOfQueue(queueName: string): MessageKind {
+  return queueName.startsWith(`cmd${SEPARATOR}`) ? 'command' : 'event';
+}
+
 /** Reads job data leniently: anything pushed into a queue by something else still becomes a delivery. */
-function readJobData(data: unknown): {
+function readJobData(
+  data: unknown,
+  jobId: string,
+  queueName: string,
+): {
   body: string;
   messageId: string | undefined;
   kind: MessageKind | undefined;
@@ -727,8 +739,8 @@ function readJobData(data: unknown): {
     const d = data as Partial<Record<keyof JobData, unknown>> & { b: string };
     return {
       body: d.b,
-      messageId: typeof d.i === 'string' ? d.i : undefined,
-      kind: d.k === 'command' || d.k === 'event' || d.k === 'query' ? d.k : undefined,
+      messageId: typeof d.i === 'string' ? d.i : jobId,
+      kind: d.k === 'command' || d.k === 'event' || d.k === 'query' ? d.k : kindOfQueue(queueName),
       partitionKey: typeof d.p === 'string' ? d.p : undefined,
       attemptsMade: typeof d.a === 'number' ? d.a : undefined,
       history: Array.isArray(d.h) ? (d.h as AttemptRecord[]).slice(-MAX_ATTEMPT_HISTORY) : [],

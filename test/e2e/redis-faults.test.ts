@@ -36,6 +36,7 @@ import {
   DoWork,
   FAULT_DEFINITIONS,
   HANDLER_OF,
+  PostEntry,
   WorkRequested,
   type WorkLine,
 } from './fixtures/fault-messages.js';
@@ -214,6 +215,93 @@ describe('BullMqBroker faults', () => {
         expect(sorted(dead)).toEqual(sorted(poison));
         console.info(
           `[redis-faults] SIGKILL: ${expected.size} messages, A handled ${handledByA.length} before the kill, B ${handledByB.length} (${takenFromA.length} held by A when it died), ${dead.length} dead-lettered, ${handled.length - new Set(handled).size} handled twice`,
+        );
+      } finally {
+        await producer.close();
+      }
+    }, 45_000);
+  });
+
+  describe('when two worker processes share ordered keys and one stops mid-stream', () => {
+    let redis: RedisServer;
+
+    beforeAll(async () => {
+      redis = await RedisServer.start({ appendOnly: false });
+    });
+
+    afterAll(async () => {
+      await redis.destroy();
+    });
+
+    it('handles each key one message at a time in publish order, across both processes', async () => {
+      const prefix = freshPrefix();
+      const outA = join(dir, 'ordered-a.jsonl');
+      const outB = join(dir, 'ordered-b.jsonl');
+      const producer = createProducer(redis.url, prefix);
+      try {
+        const settings = { redisUrl: redis.url, prefix, handleMs: 15, concurrency: 8, ordered: true };
+        const workerA = await startWorker({ ...settings, outFile: outA });
+        const workerB = await startWorker({ ...settings, outFile: outB });
+        const accounts = ['acc-0', 'acc-1', 'acc-2', 'acc-3', 'acc-4', 'acc-5'];
+        const perAccount = 20;
+        const now = Date.now();
+        // Interleaved accounts, n = 1..20 within each; n = 3 of acc-0 fails once and is retried in place.
+        const messages = Array.from({ length: perAccount }, (_, i) =>
+          accounts.map(
+            (account) =>
+              prepareMessage(
+                PostEntry,
+                { account, n: i + 1, ...(account === 'acc-0' && i === 2 ? { failAttempts: 1 } : {}) },
+                {},
+                { now },
+              ).outgoing,
+          ),
+        ).flat();
+        await producer.broker.publishBatch(messages);
+        const handled = (): WorkLine[] =>
+          [...readWorkLines(outA), ...readWorkLines(outB)].filter((line) => line.outcome === 'handled');
+
+        // Stop one process gracefully while both are busy: the keys it held go on in the other.
+        await waitFor(
+          'a third of the messages to be handled',
+          () => handled().length >= messages.length / 3,
+          {
+            timeoutMs: 15_000,
+            explain: () => `A says:\n${workerA.output()}\nB says:\n${workerB.output()}`,
+          },
+        );
+        const byA = readWorkLines(outA).length;
+        const byB = readWorkLines(outB).length;
+        await (byA >= byB ? workerA : workerB).kill('SIGTERM');
+        await waitFor('every message to be handled', () => handled().length >= messages.length, {
+          timeoutMs: 20_000,
+          explain: () =>
+            `${handled().length} of ${messages.length}; A says:\n${workerA.output()}\nB says:\n${workerB.output()}`,
+        });
+
+        const lines = handled();
+        expect(lines).toHaveLength(messages.length);
+        const handledByBoth: string[] = [];
+        for (const account of accounts) {
+          const ofAccount = lines
+            .filter((line) => line.account === account)
+            .sort((a, b) => (a.startedAt ?? 0) - (b.startedAt ?? 0));
+          expect(
+            ofAccount.map((line) => line.n),
+            account,
+          ).toEqual(Array.from({ length: perAccount }, (_, i) => i + 1));
+          // One at a time: each message of the key began only after the one before it had finished.
+          for (let i = 1; i < ofAccount.length; i++) {
+            expect(ofAccount[i]?.startedAt ?? 0, `${account} #${i + 1}`).toBeGreaterThanOrEqual(
+              ofAccount[i - 1]?.endedAt ?? Infinity,
+            );
+          }
+          if (new Set(ofAccount.map((line) => line.pid)).size === 2) handledByBoth.push(account);
+        }
+        expect(lines.find((line) => line.account === 'acc-0' && line.n === 3)?.attempt).toBe(2);
+        expect(handledByBoth.length, 'some key was handled by both processes').toBeGreaterThan(0);
+        console.info(
+          `[redis-faults] ordered: ${messages.length} messages over ${accounts.length} keys, ${handledByBoth.length} keys handled by both processes (${lines.filter((l) => l.pid === workerA.pid).length} by A, ${lines.filter((l) => l.pid === workerB.pid).length} by B)`,
         );
       } finally {
         await producer.close();

@@ -312,6 +312,52 @@ describe('MessageBus on BullMqBroker', () => {
 });
 
 describe('BullMqBroker', () => {
+  describe('.publish of one message id twice', () => {
+    it('delivers it once within dedupeWindowMs, and again once the window has passed', async () => {
+      const p = prefix();
+      const handled: string[] = [];
+      @CommandHandler(Charge)
+      class Handler {
+        handle(_payload: PayloadOf<typeof Charge>, context: MessageContext) {
+          handled.push(context.messageId);
+        }
+      }
+      const windowMs = 1_500;
+      const broker = new BullMqBroker({
+        connection: redisUrl,
+        prefix: p,
+        dedupeWindowMs: windowMs,
+        logger: silentLogger,
+      });
+      const bus = createBus({ endpoint: 'billing', broker, handlers: [Handler], logger: silentLogger });
+      buses.push(bus);
+      const queue = new Queue(`cmd~${Charge.type}`, { connection: new Redis(redisUrl), prefix: p });
+      try {
+        await bus.start();
+        const message = prepareMessage(Charge, { orderId: 'o-1' }, {}, { now: Date.now() }).outgoing;
+        const publishedAt = Date.now();
+        await broker.publish(message);
+        await waitFor(() => handled.length === 1);
+        // Within the window, even after the first copy was handled and its job removed: dropped.
+        await broker.publish(message);
+        const marker = await bus.send(Charge, { orderId: 'marker' });
+        await waitFor(() => handled.includes(marker));
+        const counts = await queue.getJobCounts('wait', 'active', 'delayed', 'prioritized');
+        expect(Object.values(counts).reduce((a, b) => a + b, 0)).toBe(0);
+        expect(handled).toEqual([message.id, marker]);
+        // The window is the deduplication key's time to live: once it has expired, the id is new again.
+        await waitFor(async () => (await queue.getDeduplicationJobId(message.id)) === null, windowMs + 5_000);
+        expect(Date.now() - publishedAt).toBeGreaterThanOrEqual(windowMs - 50);
+        await broker.publish(message);
+        await waitFor(() => handled.length === 3);
+        expect(handled).toEqual([message.id, marker, message.id]);
+      } finally {
+        await queue.close();
+        await queue.disconnect();
+      }
+    });
+  });
+
   describe('.publish', () => {
     describe('when Redis cannot be reached', () => {
       it('fails fast with redis-unavailable naming REDIS_URL', async () => {
