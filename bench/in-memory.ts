@@ -20,8 +20,10 @@
  * GC (bus still alive): the difference is what a burst holds on to while it runs. The ratio column
  * is Harrier / NestJS: below 1 means Harrier is slower.
  *
- * Run: `npm run bench:in-memory` (or `npx tsx bench/in-memory.ts`). It takes about a minute, most of
- * it in the Harrier rows; set BENCH_N to change N (default 20000).
+ * Run: `npm run bench:in-memory` (it compiles src/ and bench/ with tsc into .bench/, then runs
+ * `node .bench/bench/in-memory.js`, so what is measured is the same JavaScript as the published
+ * build, not TypeScript run through a loader). It takes about a minute, most of it in the Harrier
+ * rows; set BENCH_N to change N (default 20000).
  */
 import 'reflect-metadata';
 import { cpus } from 'node:os';

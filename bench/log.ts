@@ -17,9 +17,11 @@
  * implementations that are not in src/log yet are left out. Each system first runs an untimed
  * warm-up of {@link WARM_UP} records so round 1 does not time the JIT.
  *
- * Run: `npm run bench:log` (or `npx tsx bench/log.ts`) against `REDIS_URL` (default
- * redis://127.0.0.1:6379). Set BENCH_N to change N (default 20000). A Redis or a disk shared with
- * other work (such as a test run) skews the figures.
+ * Run: `npm run bench:log` (it compiles src/ and bench/ with tsc into .bench/, then runs `node
+ * .bench/bench/log.js`, so what is measured is the same JavaScript as the published build, not
+ * TypeScript run through a loader) against `REDIS_URL` (default redis://127.0.0.1:6379). Set
+ * BENCH_N to change N (default 20000). A Redis or a disk shared with other work (such as a test
+ * run) skews the figures.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';

@@ -31,9 +31,11 @@
  * jobs also carry what its guarantees need: the encoded envelope, the message id as job id and as
  * deduplication id (one more key per job), and its retry settings.
  *
- * Run: `npm run bench:redis` (or `npx tsx bench/redis.ts`) against `REDIS_URL` (default
- * redis://127.0.0.1:6379). Set BENCH_N to change N (default 20000). A Redis shared with other work
- * (such as a test run) skews the figures.
+ * Run: `npm run bench:redis` (it compiles src/ and bench/ with tsc into .bench/, then runs `node
+ * .bench/bench/redis.js`, so what is measured is the same JavaScript as the published build, not
+ * TypeScript run through a loader) against `REDIS_URL` (default redis://127.0.0.1:6379). Set
+ * BENCH_N to change N (default 20000). A Redis shared with other work (such as a test run) skews
+ * the figures.
  */
 import 'reflect-metadata';
 import { randomBytes } from 'node:crypto';
