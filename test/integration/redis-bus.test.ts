@@ -358,6 +358,59 @@ describe('BullMqBroker', () => {
     });
   });
 
+  describe('when an endpoint starts with several queues', () => {
+    it('opens one shared command connection for its workers and one blocking connection per queue', async () => {
+      const p = prefix();
+      @CommandHandler(Charge)
+      class ChargeHandler {
+        handle() {}
+      }
+      @CommandHandler(Post)
+      class PostHandler {
+        handle() {}
+      }
+      @EventHandler(Placed)
+      class PlacedHandler {
+        handle() {}
+      }
+      const broker = new BullMqBroker({
+        connection: redisUrl,
+        prefix: p,
+        partitions: 4,
+        logger: silentLogger,
+      });
+      const bus = createBus({
+        endpoint: 'shop',
+        broker,
+        handlers: [ChargeHandler, PostHandler, PlacedHandler],
+        logger: silentLogger,
+      });
+      buses.push(bus);
+      const admin = new Redis(redisUrl);
+      // Connections of this test's prefix, by name (ioredis and BullMQ name every one they open).
+      const names = async (): Promise<string[]> =>
+        ((await admin.client('LIST')) as string)
+          .split('\n')
+          .map((line) => / name=(\S*)/.exec(line)?.[1] ?? '')
+          .filter((name) => name.startsWith(`${p}:`));
+      try {
+        await bus.start();
+        // Charge, Post and its 4 partitions, and the Placed subscription.
+        const queues = broker.queuesOf('shop');
+        expect(queues).toHaveLength(7);
+        const blocking = (list: string[]): string[] =>
+          list.filter((name) => !name.startsWith(`${p}:harrier:`));
+        await waitFor(async () => blocking(await names()).length === queues.length);
+        const connected = await names();
+        expect(connected.filter((name) => name === `${p}:harrier:workers:shop`)).toHaveLength(1);
+        expect(connected.filter((name) => name === `${p}:harrier:producer`)).toHaveLength(1);
+        expect(connected).toHaveLength(queues.length + 2);
+      } finally {
+        admin.disconnect();
+      }
+    });
+  });
+
   describe('.publish', () => {
     describe('when Redis cannot be reached', () => {
       it('fails fast with redis-unavailable naming REDIS_URL', async () => {
