@@ -22,7 +22,7 @@
  *
  * Run: `npm run bench:in-memory` (it compiles src/ and bench/ with tsc into .bench/, then runs
  * `node .bench/bench/in-memory.js`, so what is measured is the same JavaScript as the published
- * build, not TypeScript run through a loader). It takes about a minute, most of it in the Harrier
+ * build, not TypeScript run through a loader). It takes under a minute, most of it in the Harrier
  * rows; set BENCH_N to change N (default 20000).
  */
 import 'reflect-metadata';

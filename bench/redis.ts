@@ -23,6 +23,9 @@
  * consume rate is the most Harrier's broker could reach with that job shape if decoding, validation,
  * dispatch and dependency injection cost nothing.
  *
+ * A calibration run shows what the target leaves room for: raw BullMQ again, with a processor that
+ * spends {@link SPIN_US} µs of CPU (a busy loop) on each job before it returns.
+ *
  * Each system first runs an untimed warm-up of {@link WARM_UP} messages, so round 1 does not time
  * the JIT. Besides the rates, the table shows this process's CPU time per consumed message (all
  * threads, `process.cpuUsage`): on a shared or small machine it varies less than the rates do.
@@ -63,6 +66,8 @@ const WARM_UP = Math.min(N, 2_000);
 const CONCURRENCY = 16;
 const CHUNK = 1_000;
 const ROUNDS = 3;
+/** CPU time the calibration run's processor spends on each job, in microseconds. */
+const SPIN_US = Number(process.env.BENCH_SPIN_US ?? 10);
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 /** A run that has not finished by then has lost messages: fail loudly instead of hanging. */
 const RUN_TIMEOUT_MS = 180_000;
@@ -142,7 +147,7 @@ async function produceWithHarrier(broker: BullMqBroker, n: number): Promise<void
  * Raw BullMQ: `Queue.addBulk` of the bare payload, then a bare `Worker`. With `harrierJobs`, the
  * jobs are published by Harrier's broker instead, and the same bare `Worker` consumes them.
  */
-async function rawBullMq(n = N, harrierJobs = false): Promise<Sample> {
+async function rawBullMq(n = N, harrierJobs = false, spinUs = 0): Promise<Sample> {
   const rate = (ms: number): number => n / (ms / 1000);
   const prefix = newPrefix();
   const name = harrierJobs ? `cmd~${PlaceOrder.type}` : 'bench';
@@ -173,7 +178,15 @@ async function rawBullMq(n = N, harrierJobs = false): Promise<Sample> {
     const completed = new Counter(RUN_TIMEOUT_MS);
     const cpu = process.cpuUsage();
     started = performance.now();
-    worker = new Worker(name, () => Promise.resolve(), {
+    const processor =
+      spinUs > 0
+        ? (): Promise<void> => {
+            const until = performance.now() + spinUs / 1000;
+            while (performance.now() < until);
+            return Promise.resolve();
+          }
+        : (): Promise<void> => Promise.resolve();
+    worker = new Worker(name, processor, {
       connection: consumer,
       prefix,
       concurrency: CONCURRENCY,
@@ -258,11 +271,13 @@ async function main(): Promise<void> {
   const raw: Sample[] = [];
   const shaped: Sample[] = [];
   const ours: Sample[] = [];
-  // Rounds alternate the systems so drift (JIT, Redis memory, other load) spreads over all three.
+  const spun: Sample[] = [];
+  // Rounds alternate the systems so drift (JIT, Redis memory, other load) spreads over all of them.
   for (let round = 0; round < ROUNDS; round++) {
     raw.push(await rawBullMq());
     shaped.push(await rawBullMq(N, true));
     ours.push(await harrier());
+    if (SPIN_US > 0) spun.push(await rawBullMq(N, false, SPIN_US));
   }
 
   const row = (label: string, pick: (s: Sample) => number): string[] => {
@@ -292,6 +307,15 @@ async function main(): Promise<void> {
         ['raw BullMQ consume CPU us/msg', ...raw.map((s) => fmtRate(s.consumeCpuUs))],
         ["raw on Harrier's jobs consume CPU us/msg", ...shaped.map((s) => fmtRate(s.consumeCpuUs))],
         ['Harrier    consume CPU us/msg', ...ours.map((s) => fmtRate(s.consumeCpuUs))],
+        ...(SPIN_US > 0
+          ? [
+              [`raw BullMQ + ${SPIN_US} us/job consume`, ...spun.map((s) => fmtRate(s.consume))],
+              [
+                `raw BullMQ + ${SPIN_US} us/job consume CPU us/msg`,
+                ...spun.map((s) => fmtRate(s.consumeCpuUs)),
+              ],
+            ]
+          : []),
       ],
     ),
   );
@@ -303,6 +327,12 @@ async function main(): Promise<void> {
   console.log(
     `Target Harrier consume >= 0.9x raw BullMQ: ${ratio >= 0.9 ? 'met' : 'NOT met'} (${ratio.toFixed(3)}x; a bare Worker on Harrier's jobs: ${ceiling.toFixed(3)}x)`,
   );
+  if (SPIN_US > 0) {
+    const spunRatio = median(spun.map((s) => s.consume)) / median(raw.map((s) => s.consume));
+    console.log(
+      `Calibration: raw BullMQ whose processor spends ${SPIN_US} us of CPU per job consumes at ${spunRatio.toFixed(3)}x raw BullMQ (BENCH_SPIN_US to change, 0 to skip)`,
+    );
+  }
   console.log(`Total ${((performance.now() - began) / 1000).toFixed(1)} s`);
   await admin.quit();
 }

@@ -165,6 +165,8 @@ export class Dispatcher {
   readonly #slotWaiters: (() => void)[] = [];
   readonly #policies = new WeakMap<HandlerEntry, Map<string, RetryPolicy>>();
   #receiverAbort: AbortController | undefined;
+  /** What every HandlerContext needs from the dispatcher, made once. */
+  #contextEnv: ConstructorParameters<typeof HandlerContext>[5] | undefined;
   #loop: Promise<void> | undefined;
   #stopping = false;
 
@@ -260,11 +262,12 @@ export class Dispatcher {
     entry: HandlerEntry,
     signal: AbortSignal | (() => AbortSignal),
   ): HandlerContext {
-    return new HandlerContext(envelope, attempt, this.#o.endpoint, entry.name, signal, {
+    this.#contextEnv ??= {
       now: () => this.#clock.now(),
       maxBytes: this.#maxBytes,
       encode: this.#encode,
-    });
+    };
+    return new HandlerContext(envelope, attempt, this.#o.endpoint, entry.name, signal, this.#contextEnv);
   }
 
   async #call(
@@ -277,7 +280,8 @@ export class Dispatcher {
     const method = entry.methods.get(envelope.type) ?? 'handle';
     const call = (): Promise<unknown> => this.#o.invoke(entry, method, envelope.payload, context);
     const middleware = this.#o.middleware ?? [];
-    if (middleware.length === 0) return call();
+    // `return await`, not `return`: one tick instead of two when the result is a promise.
+    if (middleware.length === 0) return await call();
     return composeMiddleware(
       middleware,
       { definition, handler: entry.name, handlerKind: entry.kind, message: context, inProcess },
@@ -367,17 +371,17 @@ export class Dispatcher {
     const flight: InFlight = { delivery, abort: undefined, abortReason: undefined, released: false };
     this.#inFlight.add(flight);
     this.#changed();
-    void this.#process(flight)
-      .catch((error: unknown) => {
-        this.#logger.error('Unexpected dispatcher failure; delivery left for redelivery', {
-          error: toErrorInfo(error),
-        });
-      })
-      .finally(() => {
-        this.#inFlight.delete(flight);
-        this.#slotWaiters.shift()?.();
-        this.#changed();
+    const end = (): void => {
+      this.#inFlight.delete(flight);
+      this.#slotWaiters.shift()?.();
+      this.#changed();
+    };
+    void this.#process(flight).then(end, (error: unknown) => {
+      this.#logger.error('Unexpected dispatcher failure; delivery left for redelivery', {
+        error: toErrorInfo(error),
       });
+      end();
+    });
   }
 
   async #process(flight: InFlight): Promise<void> {
@@ -451,7 +455,7 @@ export class Dispatcher {
     try {
       await this.#call(entry, definition, envelope, context, false);
       if (flight.released) return;
-      await this.#flush(context);
+      if (context.recorded.length > 0) await this.#flush(context);
     } catch (error) {
       if (flight.released) return;
       const errorInfo = toErrorInfo(error);

@@ -61,7 +61,8 @@ export function decodeEnvelope(
   options: DecodeOptions = {},
 ): DecodeResult {
   const maxBytes = options.maxBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
-  const size = encodedSize(body);
+  // A UTF-16 code unit takes at most 3 bytes in UTF-8: a short string needs no byte count.
+  const size = typeof body === 'string' && body.length * 3 <= maxBytes ? 0 : encodedSize(body);
   if (size > maxBytes) {
     return {
       ok: false,
@@ -114,5 +115,7 @@ export function decodeEnvelope(
       envelope,
     };
   }
-  return { ok: true, envelope: { ...envelope, payload: payload.data }, definition };
+  // parsed.data is zod's own copy of the input, so it can take the validated payload in place.
+  (envelope as { payload: unknown }).payload = payload.data;
+  return { ok: true, envelope, definition };
 }

@@ -4,6 +4,7 @@ export class AsyncInbox<T> {
   #head = 0;
   #waiter: (() => void) | undefined;
   #closed = false;
+  #watched: AbortSignal | undefined;
   readonly #closing = new AbortController();
 
   push(item: T): void {
@@ -36,6 +37,17 @@ export class AsyncInbox<T> {
 
   /** The next item, or undefined once closed and empty, or when `signal` aborts. */
   async next(signal?: AbortSignal): Promise<T | undefined> {
+    if (signal !== undefined && signal !== this.#watched) {
+      // One listener per signal, not one per wait: a busy inbox waits once per item.
+      this.#watched = signal;
+      signal.addEventListener(
+        'abort',
+        () => {
+          this.#wake();
+        },
+        { once: true },
+      );
+    }
     for (;;) {
       if (this.#head < this.#items.length) {
         const item = this.#items[this.#head] as T;
@@ -48,18 +60,14 @@ export class AsyncInbox<T> {
       }
       if (this.#closed || signal?.aborted === true) return undefined;
       await new Promise<void>((resolve) => {
-        const done = (): void => {
-          signal?.removeEventListener('abort', done);
-          this.#waiter = undefined;
-          resolve();
-        };
-        this.#waiter = done;
-        signal?.addEventListener('abort', done, { once: true });
+        this.#waiter = resolve;
       });
     }
   }
 
   #wake(): void {
-    this.#waiter?.();
+    const waiter = this.#waiter;
+    this.#waiter = undefined;
+    waiter?.();
   }
 }
