@@ -438,8 +438,12 @@ export class BullMqBroker implements MessageBroker {
     for (let round = 0; ; round++) {
       const parsed = readJobData(data, jobId, queueName);
       const attempt = (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
-      // A message id is the job id in every subscription queue, so the queue is part of the delivery id.
-      const deliveryId = `${queueName}|${jobId}:${job.attemptsStarted}:${round}`;
+      // The delivery id starts with the job's lock token (BullMQ's `<worker id>:<n>`). BullMQ hands the
+      // same token on to the next job a worker slot fetches, even the same job again after a release, so
+      // the job id and its start count follow: a settle from an earlier delivery never matches. An ordered
+      // retry keeps the lock and runs again in place: each round after the first gets its own suffix.
+      const held = `${token}|${jobId}|${job.attemptsStarted}`;
+      const deliveryId = round === 0 ? held : `${held}#${round}`;
       let settle!: (outcome: Outcome) => void;
       const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
       const pending: Pending = { queue: queueName, jobId, settle };

@@ -358,6 +358,40 @@ describe('BullMqBroker', () => {
     });
   });
 
+  describe('.receiver', () => {
+    it("builds the delivery id from the job's lock token, and refuses it once the delivery is settled", async () => {
+      const p = prefix();
+      const broker = new BullMqBroker({ connection: redisUrl, prefix: p, logger: silentLogger });
+      const admin = new Redis(redisUrl);
+      const stop = new AbortController();
+      try {
+        await broker.register('billing', [
+          { kind: 'command', handler: 'ChargeHandler', types: [Charge.type] },
+        ]);
+        const message = prepareMessage(Charge, { orderId: 'o-1' }, {}, { now: Date.now() }).outgoing;
+        await broker.publish(message);
+        const receiver = broker.receiver({ endpoint: 'billing', signal: stop.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const first = await iterator.next();
+        if (first.done === true) throw new Error('the receiver ended without a delivery');
+        const delivery = first.value;
+        expect(delivery.facts.messageId).toBe(message.id);
+        const lock = await admin.get(`${p}:cmd~${Charge.type}:${message.id}:lock`);
+        expect(lock).not.toBeNull();
+        expect(delivery.id).toBe(`${lock ?? ''}|${message.id}|1`);
+
+        await broker.ack(delivery.id);
+        await expect(broker.ack(delivery.id)).rejects.toMatchObject({ code: 'stale-delivery' });
+        stop.abort();
+        await iterator.return?.(undefined);
+      } finally {
+        stop.abort();
+        await broker.close();
+        admin.disconnect();
+      }
+    });
+  });
+
   describe('when an endpoint starts with several queues', () => {
     it('opens one shared command connection for its workers and one blocking connection per queue', async () => {
       const p = prefix();
