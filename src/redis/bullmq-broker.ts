@@ -9,10 +9,28 @@ import {
 
 /** The stored form of a job, as BullMQ reads it from Redis. */
 type JobJson = Parameters<typeof Job.fromJSON>[1];
-import { Redis, type RedisOptions as IoRedisOptions } from 'ioredis';
+import {
+  Cluster,
+  Redis,
+  type ClusterNode,
+  type ClusterOptions,
+  type RedisOptions as IoRedisOptions,
+} from 'ioredis';
 
 /** ioredis connection options (ioredis's own type, less `replyMapping`, which clashes with exactOptionalPropertyTypes). */
 export type RedisOptions = Omit<IoRedisOptions, 'replyMapping'>;
+
+/** A Redis Cluster to connect to: some of its nodes (the rest are discovered) and ioredis cluster options. */
+export interface RedisClusterConnection {
+  /** Seed nodes, e.g. `[{ host: '10.0.0.1', port: 7000 }]` or `['redis://10.0.0.1:7000']`. */
+  readonly cluster: readonly ClusterNode[];
+  /** ioredis `Cluster` options; `redisOptions` applies to every node connection. */
+  readonly options?: ClusterOptions;
+}
+
+function isClusterConnection(connection: unknown): connection is RedisClusterConnection {
+  return typeof connection === 'object' && connection !== null && 'cluster' in connection;
+}
 import {
   MAX_ATTEMPT_HISTORY,
   type AttemptRecord,
@@ -36,8 +54,11 @@ import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
 
 /** Options of {@link BullMqBroker}. */
 export interface BullMqBrokerOptions {
-  /** A `redis://` URL, or ioredis options. */
-  readonly connection: string | RedisOptions;
+  /**
+   * A `redis://` URL, ioredis options, or `{ cluster: [...nodes], options? }` for Redis Cluster (every
+   * key carries the prefix's hash tag, so each multi-key script stays in one slot).
+   */
+  readonly connection: string | RedisOptions | RedisClusterConnection;
   /**
    * Prefix of every key. The braces make it a Redis Cluster hash tag, so all of Harrier's keys land
    * in one slot and its multi-key scripts work on a cluster.
@@ -122,7 +143,16 @@ interface Route {
   readonly orderedTypes: readonly string[];
 }
 
+/** What the broker sets on each client it makes: how hard commands retry, and whether they queue. */
+interface ClientSettings {
+  readonly maxRetriesPerRequest: number | null;
+  readonly enableOfflineQueue?: boolean;
+  readonly lazyConnect?: boolean;
+}
+
 const SEPARATOR = '~';
+/** How long closing a receiver waits for BullMQ's workers once none of its jobs is held any more. */
+const WORKER_CLOSE_GRACE_MS = 3_000;
 const KEEP_ATTEMPTS = 1_000_000;
 
 /**
@@ -146,8 +176,8 @@ export class BullMqBroker implements MessageBroker {
   readonly #failedRetentionMs: number;
   readonly #clock: Clock;
   readonly #logger: Logger;
-  readonly #connection: string | RedisOptions;
-  readonly #client: Redis;
+  readonly #connection: string | RedisOptions | RedisClusterConnection;
+  readonly #client: Redis | Cluster;
   readonly #queues = new Map<string, Queue>();
   readonly #pending = new Map<string, Pending>();
   readonly #registered = new Map<string, SubscriptionSpec[]>();
@@ -355,7 +385,9 @@ export class BullMqBroker implements MessageBroker {
     const prefetch = options.prefetch ?? 16;
     const inbox = new AsyncInbox<{ delivery: Delivery; pending: Pending }>();
     const workers: Worker[] = [];
-    const clients: Redis[] = [];
+    const clients: (Redis | Cluster)[] = [];
+    /** This receiver's processors that have not returned yet. */
+    const running = new Set<Promise<void>>();
     let closing: Promise<void> | undefined;
     const close = (): Promise<void> => {
       closing ??= (async () => {
@@ -364,7 +396,29 @@ export class BullMqBroker implements MessageBroker {
         for (const { delivery, pending } of inbox.drain()) {
           if (this.#pending.delete(delivery.id)) pending.settle({ kind: 'release' });
         }
-        await Promise.all(workers.map((w) => w.close().catch(() => undefined)));
+        const closed = Promise.all(workers.map((w) => w.close().catch(() => undefined)));
+        // Each processor ends once its delivery is settled (acked, nacked or released by the
+        // dispatcher, or released by broker.close()): that wait has no bound of its own.
+        await Promise.all([...running]);
+        // After that BullMQ only has its own loop to end. On Redis Cluster, BullMQ 6.7 can spend up to
+        // 30 s re-connecting the blocking connection it is closing; nothing is held by then, so stop
+        // waiting after a short while and let it finish in the background.
+        let timer: NodeJS.Timeout | undefined;
+        const gaveUp = await Promise.race([
+          closed.then(() => false),
+          new Promise<boolean>((resolve) => {
+            timer = setTimeout(() => {
+              resolve(true);
+            }, WORKER_CLOSE_GRACE_MS);
+          }),
+        ]);
+        clearTimeout(timer);
+        if (gaveUp) {
+          this.#logger.warn('BullMQ workers still closing; not waiting for them', {
+            endpoint,
+            waitedMs: WORKER_CLOSE_GRACE_MS,
+          });
+        }
         for (const client of clients) client.disconnect();
       })();
       return closing;
@@ -381,7 +435,16 @@ export class BullMqBroker implements MessageBroker {
         for (const { name, concurrency, handler, ordered } of this.#queuesFor(endpoint, spec, prefetch)) {
           const worker = new LenientWorker<JobData>(
             name,
-            (job, token) => this.#process(job, token ?? '', name, endpoint, handler, ordered, inbox),
+            (job, token) => {
+              const processing = this.#process(job, token ?? '', name, endpoint, handler, ordered, inbox);
+              const done = processing.then(
+                () => undefined,
+                () => undefined,
+              );
+              running.add(done);
+              void done.then(() => running.delete(done));
+              return processing;
+            },
             {
               connection,
               prefix: this.#prefix,
@@ -620,21 +683,41 @@ export class BullMqBroker implements MessageBroker {
    * A new ioredis client. Its name in `CLIENT LIST` is `<prefix>:harrier:<role>`, unless the
    * connection options set `connectionName`.
    */
-  #newClient(extra: RedisOptions, role: string): Redis {
+  #newClient(extra: ClientSettings, role: string): Redis | Cluster {
     const connection = this.#connection;
     const connectionName = `${this.#prefix}:harrier:${role}`;
     if (typeof connection === 'string') return new Redis(connection, { connectionName, ...extra });
+    if (isClusterConnection(connection)) {
+      const { enableOfflineQueue, lazyConnect, maxRetriesPerRequest } = extra;
+      const options = connection.options ?? {};
+      return new Cluster([...connection.cluster], {
+        ...options,
+        ...(enableOfflineQueue !== undefined ? { enableOfflineQueue } : {}),
+        ...(lazyConnect !== undefined ? { lazyConnect } : {}),
+        redisOptions: { connectionName, ...options.redisOptions, maxRetriesPerRequest } as RedisOptions,
+      });
+    }
     const options: RedisOptions = { connectionName, ...connection, ...extra };
     return new Redis(options);
   }
 
   #describe(): string {
-    return typeof this.#connection === 'string'
-      ? describeRedisUrl(this.#connection)
-      : `${this.#connection.host ?? '127.0.0.1'}:${this.#connection.port ?? 6379}`;
+    const connection = this.#connection;
+    if (typeof connection === 'string') return describeRedisUrl(connection);
+    if (isClusterConnection(connection)) {
+      const nodes = connection.cluster.map((node) =>
+        typeof node === 'string'
+          ? describeRedisUrl(node)
+          : typeof node === 'number'
+            ? `127.0.0.1:${node}`
+            : `${node.host ?? '127.0.0.1'}:${node.port ?? 6379}`,
+      );
+      return `the Redis Cluster at ${nodes.join(', ')}`;
+    }
+    return `${connection.host ?? '127.0.0.1'}:${connection.port ?? 6379}`;
   }
 
-  #connected(): Promise<Redis> {
+  #connected(): Promise<Redis | Cluster> {
     this.#ready ??= (async () => {
       if (this.#client.status === 'wait') {
         await this.#withTimeout(this.#client.connect(), 'connect');

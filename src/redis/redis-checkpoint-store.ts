@@ -102,7 +102,7 @@ function decodeHash(projection: string, hash: Record<string, string>): Checkpoin
  * ```
  */
 export class RedisCheckpointStore implements CheckpointStore {
-  readonly #connection: RedisConnection;
+  readonly #connection: RedisConnection<Redis>;
   readonly #client: Redis;
   readonly #keyspace: string;
   readonly #projectionsKey: string;

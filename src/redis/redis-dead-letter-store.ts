@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { MAX_ATTEMPT_HISTORY, type AttemptRecord, type ErrorInfo } from '../broker/message-broker.js';
 import {
   MAX_REPLAY_HISTORY,
@@ -35,7 +35,7 @@ export interface RedisDeadLetterStoreOptions {
    *
    * @defaultValue none; required
    */
-  readonly connection: string | Redis;
+  readonly connection: string | Redis | Cluster;
   /**
    * Prefix of every key the store writes; its keys are `<prefix>:dlq:...`.
    *
@@ -371,7 +371,7 @@ function decodeCursor(cursor: string): number {
  */
 export class RedisDeadLetterStore implements DeadLetterStore {
   readonly #connection: RedisConnection;
-  readonly #client: Redis;
+  readonly #client: Redis | Cluster;
   readonly #errors: RedisErrorContext;
   readonly #maxRecords: number;
   /** Start of every key of the store, for messages. */

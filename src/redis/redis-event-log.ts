@@ -252,7 +252,7 @@ function entriesOf(reply: unknown): StreamEntry[] {
  * ```
  */
 export class RedisEventLog implements EventLog {
-  readonly #connection: RedisConnection;
+  readonly #connection: RedisConnection<Redis>;
   readonly #client: Redis;
   readonly #errors: RedisErrorContext;
   readonly #topics: Map<string, TopicSpec>;

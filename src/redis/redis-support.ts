@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
 import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
 
@@ -20,7 +20,7 @@ export function isReplyError(error: unknown): error is Error {
 
 /** Runs a script by its SHA, loading it on the first NOSCRIPT (a new or flushed server). */
 export async function evalScript(
-  client: Redis,
+  client: Redis | Cluster,
   script: RedisScript,
   keys: readonly string[],
   args: readonly string[],
@@ -34,7 +34,13 @@ export async function evalScript(
 }
 
 /** Where a client connects, for messages (never its password). */
-export function describeClient(client: Redis): string {
+export function describeClient(client: Redis | Cluster): string {
+  if (client instanceof Cluster) {
+    const nodes = client.nodes();
+    return nodes.length === 0
+      ? 'a Redis Cluster'
+      : `the Redis Cluster at ${nodes.map((node) => `${node.options.host ?? 'localhost'}:${node.options.port ?? 6379}`).join(', ')}`;
+  }
   const { host, port, path, tls } = client.options;
   return typeof path === 'string'
     ? path
@@ -50,8 +56,8 @@ export interface OwnedClientOptions {
 }
 
 /** The client a store talks to, and whether the store created it. */
-export interface RedisConnection {
-  readonly client: Redis;
+export interface RedisConnection<C extends Redis | Cluster = Redis | Cluster> {
+  readonly client: C;
   /** True when the client was created from a URL, so the store quits it on close. */
   readonly owned: boolean;
   /** Where Redis is, for messages. */
@@ -66,7 +72,10 @@ export interface RedisConnection {
  * The connection of a store: for a URL, a client of its own whose connection errors are kept for
  * the next command's message; for a client passed in, that client untouched (no listeners added).
  */
-export function connectionFor(connection: string | Redis, options: OwnedClientOptions = {}): RedisConnection {
+export function connectionFor<C extends Redis | Cluster = Redis>(
+  connection: string | C,
+  options: OwnedClientOptions = {},
+): RedisConnection<C | Redis> {
   if (typeof connection !== 'string') {
     return {
       client: connection,
@@ -98,7 +107,7 @@ export function connectionFor(connection: string | Redis, options: OwnedClientOp
   };
 }
 
-async function quitClient(client: Redis): Promise<void> {
+async function quitClient(client: Redis | Cluster): Promise<void> {
   if (client.status !== 'ready') {
     // QUIT would wait in the offline queue for a connection that may never come.
     client.disconnect();

@@ -1,0 +1,51 @@
+/**
+ * The MessageBroker and DeadLetterStore conformance suites against a real Redis Cluster of three
+ * nodes started for this file. Every key of BullMqBroker and RedisDeadLetterStore carries the
+ * prefix's hash tag, so their multi-key scripts and pipelines stay in one slot. Each test takes a
+ * fresh prefix, so the tests' keys land on different nodes (and clients follow MOVED replies).
+ */
+import { randomUUID } from 'node:crypto';
+import { Cluster } from 'ioredis';
+import { afterAll, beforeAll } from 'vitest';
+import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
+import {
+  describeDeadLetterStoreConformance,
+  describeMessageBrokerConformance,
+} from '../../src/testing/index.js';
+import { RedisCluster } from '../helpers/redis-cluster.js';
+
+let cluster: RedisCluster | undefined;
+/** A client of the cluster given to stores (a store must leave a client it was given open). */
+let shared: Cluster | undefined;
+
+beforeAll(async () => {
+  cluster = await RedisCluster.start();
+  shared = new Cluster(cluster.nodes);
+}, 60_000);
+
+afterAll(async () => {
+  shared?.disconnect();
+  await cluster?.destroy();
+});
+
+function started(): { cluster: RedisCluster; shared: Cluster } {
+  if (cluster === undefined || shared === undefined) throw new Error('The Redis Cluster did not start');
+  return { cluster, shared };
+}
+
+const freshPrefix = (): string => `{hrc-${randomUUID().slice(0, 8)}}`;
+
+describeMessageBrokerConformance('BullMqBroker on Redis Cluster', () => {
+  const broker = new BullMqBroker({
+    connection: { cluster: started().cluster.nodes },
+    prefix: freshPrefix(),
+    partitions: 4,
+  });
+  return Promise.resolve({ broker, cleanup: () => broker.close() });
+});
+
+describeDeadLetterStoreConformance('RedisDeadLetterStore on Redis Cluster (given a Cluster client)', () =>
+  Promise.resolve({
+    store: new RedisDeadLetterStore({ connection: started().shared, prefix: freshPrefix() }),
+  }),
+);
