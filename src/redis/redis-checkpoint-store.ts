@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { Checkpoint, CheckpointStore } from '../log/checkpoint-store.js';
 import {
@@ -14,7 +14,8 @@ import {
 /** Options of {@link RedisCheckpointStore}. */
 export interface RedisCheckpointStoreOptions {
   /**
-   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share.
+   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share (a `Redis`, or
+   * a `Cluster` for Redis Cluster; every key carries the prefix's hash tag, so all share one slot).
    *
    * @remarks
    * The store creates, and on {@link RedisCheckpointStore.close} quits, a client for a URL; a
@@ -24,7 +25,7 @@ export interface RedisCheckpointStoreOptions {
    *
    * @defaultValue none; required
    */
-  readonly connection: string | Redis;
+  readonly connection: string | Redis | Cluster;
   /**
    * Prefix of every key the store writes; its keys are `<prefix>:ckpt:...`.
    *
@@ -102,8 +103,8 @@ function decodeHash(projection: string, hash: Record<string, string>): Checkpoin
  * ```
  */
 export class RedisCheckpointStore implements CheckpointStore {
-  readonly #connection: RedisConnection<Redis>;
-  readonly #client: Redis;
+  readonly #connection: RedisConnection;
+  readonly #client: Redis | Cluster;
   readonly #keyspace: string;
   readonly #projectionsKey: string;
   readonly #errors: RedisErrorContext;

@@ -26,7 +26,8 @@ import {
 /** Options of {@link RedisDeadLetterStore}. */
 export interface RedisDeadLetterStoreOptions {
   /**
-   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share.
+   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share (a `Redis`, or
+   * a `Cluster` for Redis Cluster; every key carries the prefix's hash tag, so all share one slot).
    *
    * @remarks
    * The store creates, and on {@link RedisDeadLetterStore.close} quits, a client for a URL. A client

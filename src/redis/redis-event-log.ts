@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type {
@@ -36,7 +36,8 @@ import {
 /** Options of {@link RedisEventLog}. */
 export interface RedisEventLogOptions {
   /**
-   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share.
+   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share (a `Redis`, or
+   * a `Cluster` for Redis Cluster; every key carries the prefix's hash tag, so all share one slot).
    *
    * @remarks
    * The log creates, and on {@link RedisEventLog.close} quits, a client for a URL; a command on it
@@ -52,7 +53,7 @@ export interface RedisEventLogOptions {
    *
    * @defaultValue none; required
    */
-  readonly connection: string | Redis;
+  readonly connection: string | Redis | Cluster;
   /**
    * The topics manifest: every topic the log accepts, with its fixed partition count.
    *
@@ -252,8 +253,8 @@ function entriesOf(reply: unknown): StreamEntry[] {
  * ```
  */
 export class RedisEventLog implements EventLog {
-  readonly #connection: RedisConnection<Redis>;
-  readonly #client: Redis;
+  readonly #connection: RedisConnection;
+  readonly #client: Redis | Cluster;
   readonly #errors: RedisErrorContext;
   readonly #topics: Map<string, TopicSpec>;
   readonly #clock: Clock;
@@ -262,7 +263,7 @@ export class RedisEventLog implements EventLog {
   readonly #uidsKey: string;
   readonly #idsKey: string;
   /** The blocking connections of live subscriptions, dropped by {@link close}. */
-  readonly #blocking = new Set<Redis>();
+  readonly #blocking = new Set<Redis | Cluster>();
   #closed = false;
 
   /**
@@ -568,12 +569,19 @@ export class RedisEventLog implements EventLog {
     if (stopped()) return;
     // Commands on this connection wait through reconnects instead of failing, so a subscription
     // rides out a Redis restart: ioredis sends a pending read again once it is back.
-    const connection = this.#client.duplicate({
+    const subscriber = {
       // Redis takes only printable ASCII without spaces in a client name; topics may hold more.
       connectionName: `${key}:subscriber`.replace(/[^\x21-\x7e]/g, '?'),
       maxRetriesPerRequest: null,
       enableOfflineQueue: true,
-    });
+    };
+    const connection =
+      this.#client instanceof Cluster
+        ? this.#client.duplicate(undefined, {
+            enableOfflineQueue: true,
+            redisOptions: { ...this.#client.options.redisOptions, ...subscriber },
+          } as Parameters<Cluster['duplicate']>[1])
+        : this.#client.duplicate(subscriber);
     connection.on('error', () => {
       // Reconnects are retried without end; only an abort or a close ends the subscription.
     });

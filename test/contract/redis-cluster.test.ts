@@ -1,15 +1,22 @@
 /**
- * The MessageBroker and DeadLetterStore conformance suites against a real Redis Cluster of three
- * nodes started for this file. Every key of BullMqBroker and RedisDeadLetterStore carries the
- * prefix's hash tag, so their multi-key scripts and pipelines stay in one slot. Each test takes a
+ * The MessageBroker, DeadLetterStore, EventLog and CheckpointStore conformance suites against a real
+ * Redis Cluster of three nodes started for this file. Every key of Harrier's Redis classes carries
+ * the prefix's hash tag, so their multi-key scripts and pipelines stay in one slot. Each test takes a
  * fresh prefix, so the tests' keys land on different nodes (and clients follow MOVED replies).
  */
 import { randomUUID } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import { afterAll, beforeAll } from 'vitest';
-import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
 import {
+  BullMqBroker,
+  RedisCheckpointStore,
+  RedisDeadLetterStore,
+  RedisEventLog,
+} from '../../src/redis/index.js';
+import {
+  describeCheckpointStoreConformance,
   describeDeadLetterStoreConformance,
+  describeEventLogConformance,
   describeMessageBrokerConformance,
 } from '../../src/testing/index.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
@@ -47,5 +54,20 @@ describeMessageBrokerConformance('BullMqBroker on Redis Cluster', () => {
 describeDeadLetterStoreConformance('RedisDeadLetterStore on Redis Cluster (given a Cluster client)', () =>
   Promise.resolve({
     store: new RedisDeadLetterStore({ connection: started().shared, prefix: freshPrefix() }),
+  }),
+);
+
+describeEventLogConformance('RedisEventLog on Redis Cluster (given a Cluster client)', (topics) => {
+  const prefix = freshPrefix();
+  const connection = started().shared;
+  return Promise.resolve({
+    log: new RedisEventLog({ connection, topics, prefix }),
+    reopen: () => Promise.resolve(new RedisEventLog({ connection, topics, prefix })),
+  });
+});
+
+describeCheckpointStoreConformance('RedisCheckpointStore on Redis Cluster (given a Cluster client)', () =>
+  Promise.resolve({
+    store: new RedisCheckpointStore({ connection: started().shared, prefix: freshPrefix() }),
   }),
 );
