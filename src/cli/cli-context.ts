@@ -1,5 +1,5 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { describeRedisUrl, redisUnavailable } from '../redis/redis-errors.js';
@@ -18,6 +18,7 @@ export type ParsedArgs<O extends NonNullable<ParseArgsConfig['options']>> = Retu
 /** Options every command takes. */
 export const GLOBAL_OPTIONS = {
   'redis-url': { type: 'string' },
+  'redis-cluster': { type: 'string' },
   prefix: { type: 'string' },
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
@@ -26,6 +27,8 @@ export const GLOBAL_OPTIONS = {
 /** Help text of the options every command takes. */
 export const GLOBAL_HELP = `Connection and output:
   --redis-url <url>   Redis to use (default: $REDIS_URL)
+  --redis-cluster <host:port,...>
+                      a Redis Cluster instead: some of its nodes (default: $REDIS_CLUSTER)
   --prefix <prefix>   key prefix of the Harrier system (default: {harrier})
   --json              JSON lines on stdout (the default when stdout is not a terminal)
   -h, --help          show this help`;
@@ -82,45 +85,98 @@ export function noPositionals(positionals: readonly string[], command: string): 
   }
 }
 
+/** A Redis Cluster node, as given to `--redis-cluster`. */
+export interface ClusterSeed {
+  readonly host: string;
+  readonly port: number;
+}
+
 /** What every command needs: where Redis is, the prefix, and the output mode. */
 export interface CommandContext {
   readonly io: CliIo;
+  /** The server's URL, or '' when {@link CommandContext.cluster} is set. */
   readonly redisUrl: string;
+  /** Seed nodes of a Redis Cluster, when the CLI talks to one. */
+  readonly cluster?: readonly ClusterSeed[];
   readonly prefix: string;
   /** JSON lines instead of text. */
   readonly json: boolean;
 }
 
-/** Resolves the global options. @throws CliExit (usage) when no Redis URL is given. */
+/** Parses `host:port,host:port`. @throws CliExit (usage) naming the entry that is not one. */
+function parseSeeds(text: string): ClusterSeed[] {
+  return text.split(',').map((entry) => {
+    const match = /^\s*([^\s:]+|\[[^\]]+\]):(\d{1,5})\s*$/.exec(entry);
+    const port = Number(match?.[2]);
+    if (match?.[1] === undefined || !Number.isInteger(port) || port < 1 || port > 65_535) {
+      throw usageError(
+        `--redis-cluster entry "${entry}" is not host:port; give some nodes as host:port,host:port, e.g. 10.0.0.1:7000,10.0.0.2:7000`,
+      );
+    }
+    return { host: match[1].replace(/^\[|\]$/g, ''), port };
+  });
+}
+
+/** Resolves the global options. @throws CliExit (usage) when no Redis, or two kinds of Redis, are given. */
 export function contextOf(
   io: CliIo,
-  values: { 'redis-url'?: string | undefined; prefix?: string | undefined; json?: boolean | undefined },
+  values: {
+    'redis-url'?: string | undefined;
+    'redis-cluster'?: string | undefined;
+    prefix?: string | undefined;
+    json?: boolean | undefined;
+  },
 ): CommandContext {
-  const redisUrl = values['redis-url'] ?? io.env.REDIS_URL;
-  if (redisUrl === undefined || redisUrl === '') {
-    throw usageError('No Redis to connect to: set REDIS_URL or pass --redis-url redis://host:6379');
-  }
   const prefix = values.prefix ?? '{harrier}';
   if (prefix === '' || prefix.includes(':')) {
     throw usageError(`--prefix "${prefix}" must be non-empty and without ':', e.g. {harrier}`);
   }
-  return { io, redisUrl, prefix, json: values.json === true || io.stdout.isTTY !== true };
+  const json = values.json === true || io.stdout.isTTY !== true;
+  if (values['redis-url'] !== undefined && values['redis-cluster'] !== undefined) {
+    throw usageError('Pass either --redis-url or --redis-cluster, not both');
+  }
+  const clusterText =
+    values['redis-cluster'] ?? (values['redis-url'] === undefined ? io.env.REDIS_CLUSTER : undefined);
+  if (clusterText !== undefined && clusterText !== '') {
+    return { io, redisUrl: '', cluster: parseSeeds(clusterText), prefix, json };
+  }
+  const redisUrl = values['redis-url'] ?? io.env.REDIS_URL;
+  if (redisUrl === undefined || redisUrl === '') {
+    throw usageError(
+      'No Redis to connect to: set REDIS_URL or pass --redis-url redis://host:6379 (for a Redis Cluster, REDIS_CLUSTER or --redis-cluster host:port,host:port)',
+    );
+  }
+  return { io, redisUrl, prefix, json };
+}
+
+/** Where the CLI connects, for messages (never a password). */
+export function describeTarget(ctx: CommandContext): string {
+  return ctx.cluster === undefined
+    ? describeRedisUrl(ctx.redisUrl)
+    : `the Redis Cluster at ${ctx.cluster.map((n) => `${n.host}:${n.port}`).join(', ')}`;
 }
 
 /**
- * A client of the CLI's own, connected and answering PING.
+ * A client of the CLI's own, connected and answering PING: a `Cluster` for `--redis-cluster`.
  * @throws HarrierError `redis-unavailable` when Redis cannot be reached.
  */
-export async function connect(ctx: CommandContext): Promise<Redis> {
-  const where = describeRedisUrl(ctx.redisUrl);
+export async function connect(ctx: CommandContext): Promise<Redis | Cluster> {
+  const where = describeTarget(ctx);
   let lastError: Error | undefined;
-  const client = new Redis(ctx.redisUrl, {
-    lazyConnect: true,
-    maxRetriesPerRequest: 1,
-    connectTimeout: 3000,
-    // A CLI reports a Redis that is down instead of waiting for it.
-    retryStrategy: (times) => (times > 2 ? null : 100),
-  });
+  const client =
+    ctx.cluster === undefined
+      ? new Redis(ctx.redisUrl, {
+          lazyConnect: true,
+          maxRetriesPerRequest: 1,
+          connectTimeout: 3000,
+          // A CLI reports a Redis that is down instead of waiting for it.
+          retryStrategy: (times) => (times > 2 ? null : 100),
+        })
+      : new Cluster([...ctx.cluster], {
+          lazyConnect: true,
+          clusterRetryStrategy: (times) => (times > 2 ? null : 100),
+          redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 3000 },
+        });
   client.on('error', (error: Error) => {
     lastError = error;
   });

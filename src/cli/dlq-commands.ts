@@ -1,7 +1,7 @@
 import { createReadStream } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { z } from 'zod';
 import type {
   DeadLetterFilter,
@@ -178,7 +178,7 @@ export async function dlqCommand(argv: readonly string[], io: CliIo): Promise<nu
 /** The CLI's client and a store on it; `close` releases both. */
 async function openStore(
   ctx: CommandContext,
-): Promise<{ client: Redis; store: DeadLetterStore; close: () => Promise<void> }> {
+): Promise<{ client: Redis | Cluster; store: DeadLetterStore; close: () => Promise<void> }> {
   const client = await connect(ctx);
   const store = new RedisDeadLetterStore({ connection: client, prefix: ctx.prefix });
   return {
@@ -193,7 +193,7 @@ async function openStore(
 
 async function withStore<T>(
   ctx: CommandContext,
-  body: (store: DeadLetterStore, client: Redis) => Promise<T>,
+  body: (store: DeadLetterStore, client: Redis | Cluster) => Promise<T>,
 ): Promise<T> {
   const { client, store, close } = await openStore(ctx);
   try {
@@ -480,7 +480,7 @@ async function replayCommand(argv: readonly string[], io: CliIo): Promise<number
     const ids = selection.kind === 'ids' ? selection.ids : found.map((r) => r.id);
     const partitions = Number((await client.get(`${ctx.prefix}:harrier:partitions`)) ?? '8');
     const broker = new BullMqBroker({
-      connection: ctx.redisUrl,
+      connection: ctx.cluster === undefined ? ctx.redisUrl : { cluster: [...ctx.cluster] },
       prefix: ctx.prefix,
       partitions,
       logger: silentLogger,

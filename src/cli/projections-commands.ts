@@ -1,4 +1,4 @@
-import type { Redis } from 'ioredis';
+import { Cluster, type Redis } from 'ioredis';
 import type { Checkpoint } from '../log/checkpoint-store.js';
 import { RedisCheckpointStore } from '../redis/redis-checkpoint-store.js';
 import { RedisEventLog } from '../redis/redis-event-log.js';
@@ -53,26 +53,35 @@ export async function projectionsCommand(argv: readonly string[], io: CliIo): Pr
   }
 }
 
-/** Every (topic, partition) the log under `prefix` has appended to, from its `:next` counters. */
-export async function discoverPartitions(client: Redis, prefix: string): Promise<Map<string, number[]>> {
+/**
+ * Every (topic, partition) the log under `prefix` has appended to, from its `:next` counters. On a
+ * cluster every primary is scanned (the prefix's hash tag puts all of them on one).
+ */
+export async function discoverPartitions(
+  client: Redis | Cluster,
+  prefix: string,
+): Promise<Map<string, number[]>> {
   const head = `${prefix}:log:`;
   const pattern = `${head.replace(/[*?[\]\\]/g, (c) => `\\${c}`)}*:next`;
   const topics = new Map<string, number[]>();
-  let cursor = '0';
-  do {
-    const [next, keys] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 500);
-    cursor = next;
-    for (const key of keys) {
-      const middle = key.slice(head.length, -':next'.length);
-      const at = middle.lastIndexOf(':');
-      const partition = middle.slice(at + 1);
-      if (at <= 0 || !/^\d+$/.test(partition)) continue;
-      const topic = middle.slice(0, at);
-      const list = topics.get(topic) ?? [];
-      list.push(Number(partition));
-      topics.set(topic, list);
-    }
-  } while (cursor !== '0');
+  const servers = client instanceof Cluster ? client.nodes('master') : [client];
+  for (const server of servers) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await server.scan(cursor, 'MATCH', pattern, 'COUNT', 500);
+      cursor = next;
+      for (const key of keys) {
+        const middle = key.slice(head.length, -':next'.length);
+        const at = middle.lastIndexOf(':');
+        const partition = middle.slice(at + 1);
+        if (at <= 0 || !/^\d+$/.test(partition)) continue;
+        const topic = middle.slice(0, at);
+        const list = topics.get(topic) ?? [];
+        list.push(Number(partition));
+        topics.set(topic, list);
+      }
+    } while (cursor !== '0');
+  }
   for (const list of topics.values()) list.sort((a, b) => a - b);
   return topics;
 }
@@ -136,7 +145,7 @@ async function statusCommand(argv: readonly string[], io: CliIo): Promise<number
 
 async function statusRows(
   ctx: CommandContext,
-  client: Redis,
+  client: Redis | Cluster,
   stored: readonly Checkpoint[],
   discovered: ReadonlyMap<string, readonly number[]>,
 ): Promise<StatusRow[]> {

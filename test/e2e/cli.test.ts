@@ -4,7 +4,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import type { ErrorInfo } from '../../src/broker/message-broker.js';
@@ -27,6 +27,7 @@ import {
   RedisEventLog,
 } from '../../src/redis/index.js';
 import { deleteKeys } from '../helpers/redis.js';
+import { RedisCluster } from '../helpers/redis-cluster.js';
 
 const redisUrl = inject('redisUrl');
 const root = join(import.meta.dirname, '..', '..');
@@ -362,5 +363,92 @@ describe('harrier CLI', () => {
       expect(result.code).toBe(2);
       expect(result.stderr).toContain('set REDIS_URL or pass --redis-url');
     });
+
+    it('exits 2 naming the entry when --redis-cluster is not host:port, and when both kinds are given', async () => {
+      const bad = await harrier(['topology', '--redis-cluster', '10.0.0.1:7000,nonsense'], {});
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toContain('--redis-cluster entry "nonsense" is not host:port');
+      const both = await harrier(
+        ['topology', '--redis-url', 'redis://127.0.0.1:1', '--redis-cluster', '127.0.0.1:1'],
+        {},
+      );
+      expect(both.code).toBe(2);
+      expect(both.stderr).toContain('either --redis-url or --redis-cluster');
+    });
+  });
+
+  describe('on a Redis Cluster (--redis-cluster)', () => {
+    let cluster: RedisCluster;
+    let client: Cluster;
+
+    beforeAll(async () => {
+      cluster = await RedisCluster.start();
+      client = new Cluster(cluster.nodes);
+    }, 60_000);
+
+    afterAll(async () => {
+      client.disconnect();
+      await cluster.destroy();
+    });
+
+    it('lists, shows, replays, and reports topology and projection status', async () => {
+      const p = `{cli-cluster-${randomUUID().slice(0, 8)}}`;
+      const seeds = cluster.ports.map((port) => `127.0.0.1:${port}`).join(',');
+      const args = ['--prefix', p, '--json'];
+      const clusterEnv = { REDIS_CLUSTER: seeds };
+      const onCluster = new RedisDeadLetterStore({ connection: client, prefix: p });
+      const records = [deadLetter(1), deadLetter(2)];
+      for (const record of records) await onCluster.add(record);
+      const broker = new BullMqBroker({
+        connection: { cluster: cluster.nodes },
+        prefix: p,
+        logger: silentLogger,
+      });
+      await broker.register('counter', [{ handler: 'CountHandler', kind: 'command', types: [Count.type] }]);
+      await broker.close();
+      const log = new RedisEventLog({
+        connection: client,
+        prefix: p,
+        topics: [{ name: 'orders', partitions: 2 }],
+      });
+      for (let i = 0; i < 3; i++) {
+        await log.append('orders', { id: uuidv7(), key: `k${i}`, type: 'orders.Placed', body: '{}' });
+      }
+      await log.close();
+      await new RedisCheckpointStore({ connection: client, prefix: p }).commit(
+        'totals',
+        'orders',
+        0,
+        0,
+        Date.now(),
+      );
+
+      // --redis-cluster on the command line, and REDIS_CLUSTER from the environment.
+      const list = await harrier(['dlq', 'list', '--redis-cluster', seeds, ...args], {});
+      expect(list.stderr).toBe('');
+      expect(list.code).toBe(0);
+      expect(jsonLines(list.stdout).map((l) => l.id)).toEqual(records.map((r) => r.id));
+      const show = await harrier(['dlq', 'show', records[0]?.id ?? '', ...args], clusterEnv);
+      expect(jsonLines(show.stdout)).toEqual([JSON.parse(JSON.stringify(records[0]))]);
+      const topology = jsonLines((await harrier(['topology', ...args], clusterEnv)).stdout);
+      expect(topology).toEqual([expect.objectContaining({ endpoint: 'counter', handler: 'CountHandler' })]);
+      const status = jsonLines((await harrier(['projections', 'status', ...args], clusterEnv)).stdout);
+      expect(status.map((r) => [r.projection, r.topic, r.partition, r.checkpoint])).toEqual([
+        ['totals', 'orders', 0, 0],
+        ['totals', 'orders', 1, null],
+      ]);
+      expect(status.reduce((sum, r) => sum + Number(r.endOffset), 0)).toBe(3);
+
+      const replay = await harrier(['dlq', 'replay', records[0]?.id ?? '', ...args], clusterEnv);
+      expect(replay.code).toBe(0);
+      expect(jsonLines(replay.stdout).at(-1)).toEqual({
+        summary: { replayed: 1, failed: 0, skipped: 0, total: 1, dryRun: false },
+      });
+      const queue = new Queue(`cmd~${Count.type}`, { connection: client, prefix: p });
+      expect(await queue.getJob(records[0]?.messageId ?? '')).toBeDefined();
+      await queue.close();
+      expect((await onCluster.get(records[0]?.id ?? ''))?.status).toBe('replayed');
+      await onCluster.close();
+    }, 90_000);
   });
 });
