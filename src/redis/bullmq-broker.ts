@@ -20,17 +20,6 @@ import {
 /** ioredis connection options (ioredis's own type, less `replyMapping`, which clashes with exactOptionalPropertyTypes). */
 export type RedisOptions = Omit<IoRedisOptions, 'replyMapping'>;
 
-/** A Redis Cluster to connect to: some of its nodes (the rest are discovered) and ioredis cluster options. */
-export interface RedisClusterConnection {
-  /** Seed nodes, e.g. `[{ host: '10.0.0.1', port: 7000 }]` or `['redis://10.0.0.1:7000']`. */
-  readonly cluster: readonly ClusterNode[];
-  /** ioredis `Cluster` options; `redisOptions` applies to every node connection. */
-  readonly options?: ClusterOptions;
-}
-
-function isClusterConnection(connection: unknown): connection is RedisClusterConnection {
-  return typeof connection === 'object' && connection !== null && 'cluster' in connection;
-}
 import {
   MAX_ATTEMPT_HISTORY,
   type AttemptRecord,
@@ -51,6 +40,18 @@ import { partitionOf } from '../messages/partition.js';
 import { addJobsChecked } from './add-jobs.js';
 import { AsyncInbox } from './async-inbox.js';
 import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+
+/** A Redis Cluster to connect to: some of its nodes (the rest are discovered) and ioredis cluster options. */
+export interface RedisClusterConnection {
+  /** Seed nodes, e.g. `[{ host: '10.0.0.1', port: 7000 }]` or `['redis://10.0.0.1:7000']`. */
+  readonly cluster: readonly ClusterNode[];
+  /** ioredis `Cluster` options; `redisOptions` applies to every node connection. */
+  readonly options?: ClusterOptions;
+}
+
+function isClusterConnection(connection: unknown): connection is RedisClusterConnection {
+  return typeof connection === 'object' && connection !== null && 'cluster' in connection;
+}
 
 /** Options of {@link BullMqBroker}. */
 export interface BullMqBrokerOptions {
@@ -437,12 +438,10 @@ export class BullMqBroker implements MessageBroker {
             name,
             (job, token) => {
               const processing = this.#process(job, token ?? '', name, endpoint, handler, ordered, inbox);
-              const done = processing.then(
-                () => undefined,
-                () => undefined,
-              );
+              const done: Promise<void> = processing.then(forget, forget).then(() => {
+                running.delete(done);
+              });
               running.add(done);
-              void done.then(() => running.delete(done));
               return processing;
             },
             {
@@ -707,7 +706,9 @@ export class BullMqBroker implements MessageBroker {
     if (isClusterConnection(connection)) {
       const nodes = connection.cluster.map((node) =>
         typeof node === 'string'
-          ? describeRedisUrl(node)
+          ? node.includes('://')
+            ? describeRedisUrl(node)
+            : node
           : typeof node === 'number'
             ? `127.0.0.1:${node}`
             : `${node.host ?? '127.0.0.1'}:${node.port ?? 6379}`,
@@ -794,6 +795,11 @@ class LenientWorker<T> extends Worker<T> {
       return super.createJob({ ...data, data: JSON.stringify(data.data) }, jobId);
     }
   }
+}
+
+/** Ignores a settled promise's value or reason. */
+function forget(): void {
+  // Nothing to do: the caller only needs to know that the promise settled.
 }
 
 function assertName(name: string, what: string): void {
