@@ -14,9 +14,10 @@ export function describeRedisUrl(url: string): string {
 /** The error for a Redis that cannot be reached, naming the fix. */
 export function redisUnavailable(where: string, cause: unknown): HarrierError {
   const reason = cause instanceof Error ? cause.message : String(cause);
-  return new HarrierError(
-    'redis-unavailable',
-    `Redis could not be reached at ${where} (${reason}): start Redis there, or point REDIS_URL / --redis-url at a running server`,
-    { cause },
-  );
+  const fix = where.startsWith('the Redis Cluster')
+    ? 'start the cluster, or point REDIS_CLUSTER / --redis-cluster at some of its running nodes'
+    : 'start Redis there, or point REDIS_URL / --redis-url at a running server';
+  return new HarrierError('redis-unavailable', `Redis could not be reached at ${where} (${reason}): ${fix}`, {
+    cause,
+  });
 }

@@ -364,6 +364,13 @@ describe('harrier CLI', () => {
       expect(result.stderr).toContain('set REDIS_URL or pass --redis-url');
     });
 
+    it('exits 3 naming --redis-cluster when the cluster is unreachable', async () => {
+      const result = await harrier(['dlq', 'list', '--redis-cluster', '127.0.0.1:1', '--json'], {});
+      expect(result.code).toBe(3);
+      expect(result.stderr).toContain('Redis could not be reached at the Redis Cluster at 127.0.0.1:1');
+      expect(result.stderr).toContain('--redis-cluster');
+    });
+
     it('exits 2 naming the entry when --redis-cluster is not host:port, and when both kinds are given', async () => {
       const bad = await harrier(['topology', '--redis-cluster', '10.0.0.1:7000,nonsense'], {});
       expect(bad.code).toBe(2);
