@@ -405,8 +405,11 @@ class HarrierBus implements MessageBus {
     if (this.#state === 'stopped') return;
     const wasStarted = this.#state === 'started';
     this.#state = 'stopped';
-    if (wasStarted)
+    if (wasStarted) {
       await this.dispatcher.stop({ gracePeriodMs: options.gracePeriodMs ?? this.#gracePeriodMs });
+      // Stops the lanes and commits what they completed.
+      await this.projections?.stop();
+    }
     this.#stopController.abort();
     if (options.closeBroker ?? true) {
       await this.broker.close();

@@ -1,5 +1,11 @@
-import { toErrorInfo, type AttemptRecord, type DeliveryFacts } from '../broker/message-broker.js';
+import {
+  toErrorInfo,
+  type AttemptRecord,
+  type DeliveryFacts,
+  type ErrorInfo,
+} from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
+import { sleep } from '../clock/sleep.js';
 import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import type { HandlerInvoker } from '../dispatch/dispatcher.js';
@@ -373,8 +379,10 @@ export class ProjectionRunner {
         signal,
       })) {
         if (signal.aborted) break;
-        const ok = await this.#handle(lane, record);
-        if (!ok) {
+        const outcome = await this.#handle(lane, record);
+        // Stopped mid-record: it is not done, so it is neither completed nor committed.
+        if (outcome === 'aborted') break;
+        if (outcome === 'halt') {
           lane.state = 'halted';
           lane.haltedAt = record.offset;
           break;
@@ -432,13 +440,16 @@ export class ProjectionRunner {
     }
   }
 
-  /** Handles one record with retries; false means the lane must halt. */
-  async #handle(lane: Lane, record: LogRecord): Promise<boolean> {
+  /**
+   * Handles one record with retries: `done` (handled, skipped or dead-lettered), `halt` (the lane must
+   * stop there) or `aborted` (the lane is stopping and the record is not done).
+   */
+  async #handle(lane: Lane, record: LogRecord): Promise<'done' | 'halt' | 'aborted'> {
     const { entry } = lane;
     const decoded = decodeEnvelope(record.body, (type) => this.#o.registry.definition(type));
     if (!decoded.ok) {
       // Another endpoint's event type shares the topic: not for this projection.
-      if (decoded.reason === 'unknown-type') return true;
+      if (decoded.reason === 'unknown-type') return 'done';
       return this.#poison(
         lane,
         record,
@@ -449,10 +460,13 @@ export class ProjectionRunner {
       );
     }
     const method = entry.methods.get(decoded.envelope.type);
-    if (method === undefined) return true;
+    if (method === undefined) return 'done';
     const policy = resolveRetryPolicy(entry.options.retry, decoded.definition.retry, this.#o.retry);
     const history: AttemptRecord[] = [];
+    const stopping = (): boolean => lane.abort.signal.aborted;
     for (let attempt = 1; ; attempt++) {
+      // A stop during the backoff ends the retries: the record is left for the next start.
+      if (stopping()) return 'aborted';
       const context = new HandlerContext(
         decoded.envelope,
         attempt,
@@ -467,26 +481,15 @@ export class ProjectionRunner {
       );
       try {
         await this.#o.invoke(entry, method, decoded.envelope.payload, context);
-        return true;
+        return 'done';
       } catch (error) {
+        if (stopping()) return 'aborted';
         const info = toErrorInfo(error);
-        if (isPermanent(policy, error) || attempt >= policy.attempts || lane.abort.signal.aborted) {
-          if (lane.abort.signal.aborted) return true;
+        if (isPermanent(policy, error) || attempt >= policy.attempts) {
           return this.#poison(lane, record, 'projection-failed', info, attempt, history);
         }
         history.push({ attempt, at: this.#clock.now(), error: info });
-        const delay = backoffDelay(policy, attempt);
-        await new Promise<void>((resolve) => {
-          const cancel = this.#clock.setTimer(delay, resolve);
-          lane.abort.signal.addEventListener(
-            'abort',
-            () => {
-              cancel();
-              resolve();
-            },
-            { once: true },
-          );
-        });
+        await sleep(this.#clock, backoffDelay(policy, attempt), lane.abort.signal);
       }
     }
   }
@@ -495,10 +498,10 @@ export class ProjectionRunner {
     lane: Lane,
     record: LogRecord,
     reason: string,
-    error: import('../broker/message-broker.js').ErrorInfo,
+    error: ErrorInfo,
     attempt: number,
     history: AttemptRecord[],
-  ): Promise<boolean> {
+  ): Promise<'done' | 'halt'> {
     const facts: DeliveryFacts = {
       messageId: record.id,
       kind: 'event',
@@ -525,7 +528,7 @@ export class ProjectionRunner {
         projection: lane.entry.name,
         error: toErrorInfo(storeError),
       });
-      return false;
+      return 'halt';
     }
     this.#logger.warn('Projection event dead-lettered', {
       projection: lane.entry.name,
@@ -534,6 +537,6 @@ export class ProjectionRunner {
       offset: record.offset,
       reason,
     });
-    return (this.#o.onPoison ?? 'skip') === 'skip';
+    return (this.#o.onPoison ?? 'skip') === 'skip' ? 'done' : 'halt';
   }
 }

@@ -32,6 +32,7 @@ import {
   type SubscriptionSpec,
 } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
+import { sleep } from '../clock/sleep.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
@@ -557,19 +558,7 @@ export class BullMqBroker implements MessageBroker {
             throw new DelayedError();
           }
           // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
-          const wait = result.retryAt - this.#clock.now();
-          const closing = inbox.closedSignal;
-          if (wait > 0 && !closing.aborted) {
-            await new Promise<void>((resolve) => {
-              const done = (): void => {
-                cancel();
-                closing.removeEventListener('abort', done);
-                resolve();
-              };
-              const cancel = this.#clock.setTimer(wait, done);
-              closing.addEventListener('abort', done, { once: true });
-            });
-          }
+          await sleep(this.#clock, result.retryAt - this.#clock.now(), inbox.closedSignal);
           continue;
         }
       }

@@ -154,6 +154,58 @@ describe('ProjectionRunner', () => {
     });
   });
 
+  describe('when the bus stops', () => {
+    it('stops the projection and commits what it completed', async () => {
+      const log = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 1 }] });
+      const { bus, checkpoints } = setup({ log });
+      await bus.start();
+      // Two events: fewer than commitEvery (3), so only the stop commits them.
+      await bus.publish(Deposited, { account: 'a', amount: 1 });
+      await bus.publish(Deposited, { account: 'a', amount: 2 });
+      await bus.projections!.whenCaughtUp();
+      expect(await checkpoints.get('balances', 'bank', 0)).toBeUndefined();
+
+      await bus.stop({ closeBroker: false });
+
+      expect(await checkpoints.get('balances', 'bank', 0)).toBe(1);
+    });
+
+    it('leaves an event that is failing between retries uncommitted, and does not call it again', async () => {
+      const log = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 1 }] });
+      const checkpoints = new InMemoryCheckpointStore();
+      let failingCalls = 0;
+      @Projection('flaky', { retry: { attempts: 5, backoff: { baseMs: 60_000, jitter: 0 } } })
+      class Flaky {
+        @On(Deposited)
+        onDeposited(e: PayloadOf<typeof Deposited>) {
+          if (e.amount === 99) {
+            failingCalls++;
+            throw new Error('down');
+          }
+        }
+      }
+      const bus = createBus({
+        endpoint: 'reports',
+        handlers: [Flaky],
+        definitions: [Deposited],
+        eventLog: log,
+        checkpoints,
+        logger: silentLogger,
+      });
+      buses.push(bus);
+      await bus.start();
+      await bus.publish(Deposited, { account: 'a', amount: 1 });
+      await bus.publish(Deposited, { account: 'a', amount: 99 });
+      await expect.poll(() => failingCalls).toBe(1);
+
+      await bus.stop({ closeBroker: false });
+
+      // Offset 0 is done and committed; offset 1 failed once and waits for the next start.
+      expect(await checkpoints.get('flaky', 'bank', 0)).toBe(0);
+      expect(failingCalls).toBe(1);
+    });
+  });
+
   describe('when its checkpoints are reset from outside (harrier projections rebuild)', () => {
     it('rebuilds the projection in the running process', async () => {
       const { bus, balances, checkpoints } = setup();
