@@ -372,6 +372,8 @@ class HarrierBus implements MessageBus {
     payload: InputOf<D>,
     options: SendOptions = {},
   ): Promise<ResultOf<D>> {
+    if (this.#state === 'stopped')
+      throw new HarrierError('bus-stopped', `Cannot execute "${definition.type}": the bus is stopped`);
     const entry = this.#registry.singleHandler(definition.type);
     if (entry === undefined) {
       throw new HandlerNotFoundError(

@@ -97,6 +97,23 @@ describe('MessageBus', () => {
       });
     });
 
+    describe('when the bus was stopped', () => {
+      it('throws bus-stopped without calling the handler', async () => {
+        let calls = 0;
+        @CommandHandler(PlaceOrder)
+        class Handler {
+          handle() {
+            calls++;
+          }
+        }
+        bus = await createTestBus({ handlers: [Handler] });
+        await bus.stop();
+        const error = await bus.execute(PlaceOrder, { orderId: 'o', amount: 1 }).catch((e: unknown) => e);
+        expect(HarrierError.is(error) && error.code).toBe('bus-stopped');
+        expect(calls).toBe(0);
+      });
+    });
+
     describe('when no handler is registered', () => {
       it('throws HandlerNotFoundError naming the decorator', async () => {
         bus = await createTestBus();
