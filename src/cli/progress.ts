@@ -1,17 +1,20 @@
 import type { CliOutput } from './cli-io.js';
 
 /**
- * Paces work to `rate` items per second with a token bucket that holds at most one second's worth,
- * so a pause never turns into a burst larger than `rate`.
+ * Paces work to `rate` items per second with a token bucket that holds at most one second's worth
+ * (and at least one token, so a rate below 1 still gives one every 1 / rate seconds), so a pause
+ * never turns into a burst larger than `rate`.
  */
 export class TokenBucket {
   readonly #rate: number;
+  readonly #capacity: number;
   #tokens: number;
   #last: number;
   #queue: Promise<void> = Promise.resolve();
 
   constructor(rate: number) {
     this.#rate = rate;
+    this.#capacity = Math.max(rate, 1);
     this.#tokens = Math.min(rate, 1);
     this.#last = Date.now();
   }
@@ -26,7 +29,7 @@ export class TokenBucket {
   async #takeOne(): Promise<void> {
     for (;;) {
       const now = Date.now();
-      this.#tokens = Math.min(this.#rate, this.#tokens + ((now - this.#last) / 1000) * this.#rate);
+      this.#tokens = Math.min(this.#capacity, this.#tokens + ((now - this.#last) / 1000) * this.#rate);
       this.#last = now;
       if (this.#tokens >= 1) {
         this.#tokens -= 1;

@@ -10,6 +10,8 @@ export class WakeList {
 
   /** Resolves on the next {@link WakeList.wakeAll}, or at once when `signal` aborts. */
   wait(signal?: AbortSignal): Promise<void> {
+    // An abort listener added after the abort would never fire.
+    if (signal?.aborted === true) return Promise.resolve();
     return new Promise<void>((resolve) => {
       const done = (): void => {
         this.#waiters.delete(done);
