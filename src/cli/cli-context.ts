@@ -2,7 +2,7 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { Cluster, Redis } from 'ioredis';
 import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import { describeRedisUrl, redisUnavailable } from '../redis/redis-errors.js';
+import { describeCluster, describeRedisUrl, redisUnavailable } from '../redis/redis-errors.js';
 import { CliExit, ExitCode, usageError, type CliIo } from './cli-io.js';
 
 /** What {@link parse} returns for `options` plus the global ones. */
@@ -153,7 +153,7 @@ export function contextOf(
 export function describeTarget(ctx: CommandContext): string {
   return ctx.cluster === undefined
     ? describeRedisUrl(ctx.redisUrl)
-    : `the Redis Cluster at ${ctx.cluster.map((n) => `${n.host}:${n.port}`).join(', ')}`;
+    : describeCluster(ctx.cluster.map((n) => `${n.host}:${n.port}`));
 }
 
 /**
@@ -185,7 +185,7 @@ export async function connect(ctx: CommandContext): Promise<Redis | Cluster> {
     await client.ping();
   } catch (error) {
     client.disconnect();
-    throw redisUnavailable(where, lastError ?? error);
+    throw redisUnavailable(where, lastError ?? error, ctx.cluster !== undefined);
   }
   return client;
 }

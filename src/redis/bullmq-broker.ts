@@ -40,7 +40,7 @@ import type { MessageKind } from '../messages/definition.js';
 import { partitionOf } from '../messages/partition.js';
 import { addJobsChecked } from './add-jobs.js';
 import { AsyncInbox } from './async-inbox.js';
-import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+import { describeCluster, describeRedisUrl, redisUnavailable } from './redis-errors.js';
 
 /** A Redis Cluster to connect to: some of its nodes (the rest are discovered) and ioredis cluster options. */
 export interface RedisClusterConnection {
@@ -289,7 +289,7 @@ export class BullMqBroker implements MessageBroker {
       const results = (await this.#withTimeout(pipeline.exec(), 'read subscriptions')) ?? [];
       eventTypes.forEach((type, index) => {
         const [error, value] = results[index] ?? [new Error('no reply'), undefined];
-        if (error) throw redisUnavailable(this.#describe(), error);
+        if (error) throw redisUnavailable(this.#describe(), error, isClusterConnection(this.#connection));
         routes.set(
           type,
           Object.values(value as Record<string, string>).map((v) => JSON.parse(v) as Route),
@@ -693,16 +693,17 @@ export class BullMqBroker implements MessageBroker {
     const connection = this.#connection;
     if (typeof connection === 'string') return describeRedisUrl(connection);
     if (isClusterConnection(connection)) {
-      const nodes = connection.cluster.map((node) =>
-        typeof node === 'string'
-          ? node.includes('://')
-            ? describeRedisUrl(node)
-            : node
-          : typeof node === 'number'
-            ? `127.0.0.1:${node}`
-            : `${node.host ?? '127.0.0.1'}:${node.port ?? 6379}`,
+      return describeCluster(
+        connection.cluster.map((node) =>
+          typeof node === 'string'
+            ? node.includes('://')
+              ? describeRedisUrl(node)
+              : node
+            : typeof node === 'number'
+              ? `127.0.0.1:${node}`
+              : `${node.host ?? '127.0.0.1'}:${node.port ?? 6379}`,
+        ),
       );
-      return `the Redis Cluster at ${nodes.join(', ')}`;
     }
     return `${connection.host ?? '127.0.0.1'}:${connection.port ?? 6379}`;
   }
@@ -749,6 +750,7 @@ export class BullMqBroker implements MessageBroker {
               redisUnavailable(
                 this.#describe(),
                 new Error(`${what} timed out after ${this.#publishTimeoutMs} ms`),
+                isClusterConnection(this.#connection),
               ),
             );
           }, this.#publishTimeoutMs);
@@ -756,7 +758,7 @@ export class BullMqBroker implements MessageBroker {
       ]);
     } catch (error) {
       if (HarrierError.is(error)) throw error;
-      throw redisUnavailable(this.#describe(), error);
+      throw redisUnavailable(this.#describe(), error, isClusterConnection(this.#connection));
     } finally {
       clearTimeout(timer);
     }

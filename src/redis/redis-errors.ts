@@ -11,10 +11,18 @@ export function describeRedisUrl(url: string): string {
   }
 }
 
-/** The error for a Redis that cannot be reached, naming the fix. */
-export function redisUnavailable(where: string, cause: unknown): HarrierError {
+/** A Redis Cluster by some of its nodes (`host:port`), for messages. */
+export function describeCluster(nodes: readonly string[]): string {
+  return nodes.length === 0 ? 'a Redis Cluster' : `the Redis Cluster at ${nodes.join(', ')}`;
+}
+
+/**
+ * The error for a Redis that cannot be reached, naming the fix.
+ * @param cluster - true when `where` is a Redis Cluster, so the fix names REDIS_CLUSTER.
+ */
+export function redisUnavailable(where: string, cause: unknown, cluster = false): HarrierError {
   const reason = cause instanceof Error ? cause.message : String(cause);
-  const fix = where.startsWith('the Redis Cluster')
+  const fix = cluster
     ? 'start the cluster, or point REDIS_CLUSTER / --redis-cluster at some of its running nodes'
     : 'start Redis there, or point REDIS_URL / --redis-url at a running server';
   return new HarrierError('redis-unavailable', `Redis could not be reached at ${where} (${reason}): ${fix}`, {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
-import { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+import { describeCluster, describeRedisUrl, redisUnavailable } from './redis-errors.js';
 
 /** A Lua script with its SHA1, for EVALSHA. */
 export interface RedisScript {
@@ -36,10 +36,10 @@ export async function evalScript(
 /** Where a client connects, for messages (never its password). */
 export function describeClient(client: Redis | Cluster): string {
   if (client instanceof Cluster) {
-    const nodes = client.nodes();
-    return nodes.length === 0
-      ? 'a Redis Cluster'
-      : `the Redis Cluster at ${nodes.map((node) => `${node.options.host ?? 'localhost'}:${node.options.port ?? 6379}`).join(', ')}`;
+    // Empty until the client has connected: then 'a Redis Cluster'.
+    return describeCluster(
+      client.nodes().map((node) => `${node.options.host ?? 'localhost'}:${node.options.port ?? 6379}`),
+    );
   }
   const { host, port, path, tls } = client.options;
   return typeof path === 'string'
@@ -62,6 +62,8 @@ export interface RedisConnection<C extends Redis | Cluster = Redis | Cluster> {
   readonly owned: boolean;
   /** Where Redis is, for messages. */
   readonly where: string;
+  /** True for a Redis Cluster (its unreachable error names REDIS_CLUSTER). */
+  readonly cluster: boolean;
   /** Why the owned client last failed to connect; names the real cause instead of "max retries". */
   lastError(): Error | undefined;
   /** Quits an owned client (a client passed in is left open); harmless on a client that is down. */
@@ -80,7 +82,11 @@ export function connectionFor<C extends Redis | Cluster = Redis>(
     return {
       client: connection,
       owned: false,
-      where: describeClient(connection),
+      // Read when a message needs it: a Cluster client learns its nodes as it connects.
+      get where() {
+        return describeClient(connection);
+      },
+      cluster: connection instanceof Cluster,
       lastError: () => undefined,
       close: () => Promise.resolve(),
     };
@@ -102,6 +108,7 @@ export function connectionFor<C extends Redis | Cluster = Redis>(
     client,
     owned: true,
     where: describeRedisUrl(connection),
+    cluster: false,
     lastError: () => lastError,
     close: () => quitClient(client),
   };
@@ -148,7 +155,7 @@ export function translateRedisError(error: unknown, context: RedisErrorContext):
   }
   // The client's last connection error says why (refused, DNS, timeout); the command's own error
   // usually only says that it gave up.
-  return redisUnavailable(connection.where, connection.lastError() ?? error);
+  return redisUnavailable(connection.where, connection.lastError() ?? error, connection.cluster);
 }
 
 /** Runs `body`, turning Redis's failures into {@link HarrierError}s. */

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { MAX_ATTEMPT_HISTORY, type AttemptRecord, type ErrorInfo } from '../../src/broker/message-broker.js';
 import { buildDeadLetterRecord } from '../../src/dead-letters/dead-letter-record.js';
@@ -269,6 +269,25 @@ describe('RedisDeadLetterStore', () => {
         expect(error).toMatchObject({ code: 'redis-unavailable' });
         expect((error as HarrierError).message).toContain('127.0.0.1:1');
         expect((error as HarrierError).message).not.toContain('s3cret');
+      });
+    });
+
+    describe('when the given Cluster client cannot reach its cluster', () => {
+      it('rejects with redis-unavailable, naming REDIS_CLUSTER and --redis-cluster', async () => {
+        const client = new Cluster([{ host: '127.0.0.1', port: 1 }], {
+          clusterRetryStrategy: () => null,
+          redisOptions: { maxRetriesPerRequest: 1 },
+        });
+        client.on('error', () => undefined);
+        try {
+          const store = open({ connection: client });
+          const error = await rejectionOf(store.list());
+          expect(error).toMatchObject({ code: 'redis-unavailable' });
+          expect((error as HarrierError).message).toContain('a Redis Cluster');
+          expect((error as HarrierError).message).toContain('REDIS_CLUSTER / --redis-cluster');
+        } finally {
+          client.disconnect();
+        }
       });
     });
 
