@@ -1,4 +1,5 @@
 import { HarrierError } from '../errors/harrier-error.js';
+import { settle } from '../errors/settle.js';
 import {
   MAX_REPLAY_HISTORY,
   type DeadLetterFilter,
@@ -210,9 +211,9 @@ export class InMemoryDeadLetterStore implements DeadLetterStore {
 
   /** Runs `body` on an open store, turning anything it throws into a rejection. */
   #run<T>(body: () => T): Promise<T> {
-    return new Promise<T>((resolve) => {
+    return settle(() => {
       this.#assertOpen();
-      resolve(body());
+      return body();
     });
   }
 

@@ -19,7 +19,7 @@ import { consoleLogger, type Logger } from '../logging/logger.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
 import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
-import { HandlerContext } from './handler-context.js';
+import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
 import type { EnvelopeEncoder } from './outgoing.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
@@ -165,8 +165,8 @@ export class Dispatcher {
   readonly #slotWaiters: (() => void)[] = [];
   readonly #policies = new WeakMap<HandlerEntry, Map<string, RetryPolicy>>();
   #receiverAbort: AbortController | undefined;
-  /** What every HandlerContext needs from the dispatcher, made once. */
-  #contextEnv: ConstructorParameters<typeof HandlerContext>[5] | undefined;
+  /** What every HandlerContext needs from the dispatcher. */
+  readonly #contextEnv: HandlerContextEnv;
   #loop: Promise<void> | undefined;
   #stopping = false;
 
@@ -177,6 +177,7 @@ export class Dispatcher {
     this.#concurrency = options.concurrency ?? 16;
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
     this.#encode = options.encode ?? encodeEnvelope;
+    this.#contextEnv = { now: () => this.#clock.now(), maxBytes: this.#maxBytes, encode: this.#encode };
     if (!Number.isInteger(this.#concurrency) || this.#concurrency < 1) {
       throw new HarrierError(
         'invalid-option',
@@ -262,11 +263,6 @@ export class Dispatcher {
     entry: HandlerEntry,
     signal: AbortSignal | (() => AbortSignal),
   ): HandlerContext {
-    this.#contextEnv ??= {
-      now: () => this.#clock.now(),
-      maxBytes: this.#maxBytes,
-      encode: this.#encode,
-    };
     return new HandlerContext(envelope, attempt, this.#o.endpoint, entry.name, signal, this.#contextEnv);
   }
 
@@ -455,7 +451,7 @@ export class Dispatcher {
     try {
       await this.#call(entry, definition, envelope, context, false);
       if (flight.released) return;
-      if (context.recorded.length > 0) await this.#flush(context);
+      await this.#flush(context);
     } catch (error) {
       if (flight.released) return;
       const errorInfo = toErrorInfo(error);

@@ -9,6 +9,13 @@ import type { Envelope } from '../messages/envelope.js';
 import { deterministicUuidV7, uuidV7Time } from '../messages/uuid-v7.js';
 import { prepareMessage, type EnvelopeEncoder, type PreparedMessage } from './outgoing.js';
 
+/** What a {@link HandlerContext} needs from whoever runs handlers: the same for every message. */
+export interface HandlerContextEnv {
+  readonly now: () => number;
+  readonly maxBytes: number;
+  readonly encode: EnvelopeEncoder;
+}
+
 /**
  * The {@link MessageContext} of one handler call, with the unit of work it records into.
  */
@@ -31,11 +38,7 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
     readonly endpoint: string,
     readonly handler: string,
     signal: AbortSignal | (() => AbortSignal),
-    private readonly env: {
-      readonly now: () => number;
-      readonly maxBytes: number;
-      readonly encode: EnvelopeEncoder;
-    },
+    private readonly env: HandlerContextEnv,
   ) {
     this.messageId = envelope.id;
     this.correlationId = envelope.meta.correlationId;
