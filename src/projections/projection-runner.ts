@@ -9,7 +9,7 @@ import { sleep } from '../clock/sleep.js';
 import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import type { HandlerInvoker } from '../dispatch/dispatcher.js';
-import { HandlerContext } from '../dispatch/handler-context.js';
+import { HandlerContext, type HandlerContextEnv } from '../dispatch/handler-context.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy } from '../dispatch/retry-policy.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
@@ -121,6 +121,8 @@ export interface ResettableProjection {
 export class ProjectionRunner {
   readonly #o: ProjectionRunnerOptions;
   readonly #clock: Clock;
+  /** What every projection handler's context needs: the same for every event. */
+  readonly #contextEnv: HandlerContextEnv;
   readonly #logger: Logger;
   readonly #lanes = new Map<string, Lane[]>();
   readonly #rebuilding = new Set<string>();
@@ -130,6 +132,11 @@ export class ProjectionRunner {
   constructor(options: ProjectionRunnerOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
+    this.#contextEnv = {
+      now: () => this.#clock.now(),
+      maxBytes: Number.MAX_SAFE_INTEGER,
+      encode: encodeEnvelope,
+    };
     this.#logger = options.logger ?? consoleLogger;
   }
 
@@ -219,7 +226,7 @@ export class ProjectionRunner {
       this.#o.endpoint,
       name,
       new AbortController().signal,
-      { now: () => this.#clock.now(), maxBytes: Number.MAX_SAFE_INTEGER, encode: encodeEnvelope },
+      this.#contextEnv,
     );
     const prototype = entry.target.prototype as Partial<ResettableProjection>;
     if (typeof prototype.reset === 'function') await this.#o.invoke(entry, 'reset', undefined, context);
@@ -473,11 +480,7 @@ export class ProjectionRunner {
         this.#o.endpoint,
         entry.name,
         lane.abort.signal,
-        {
-          now: () => this.#clock.now(),
-          maxBytes: Number.MAX_SAFE_INTEGER,
-          encode: encodeEnvelope,
-        },
+        this.#contextEnv,
       );
       try {
         await this.#o.invoke(entry, method, decoded.envelope.payload, context);
