@@ -62,8 +62,8 @@ const CALLERS = 16;
 /** A run that has not finished by then has lost messages: fail loudly instead of hanging. */
 const RUN_TIMEOUT_MS = 30_000;
 
-// The retained-heap column needs a full collection, and the npm script runs plain `tsx` without
-// --expose-gc, so the flag is switched on here.
+// The retained-heap column needs a full collection, and the npm script runs `node` without
+// --expose-gc (so `node .bench/bench/in-memory.js` works as it is), so the flag is switched on here.
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 

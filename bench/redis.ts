@@ -5,7 +5,8 @@
  * Measured, in messages per second (median of {@link ROUNDS} rounds; each round and each system gets
  * a fresh key prefix, deleted afterwards):
  *
- * - produce: N messages added to an empty queue in chunks of {@link CHUNK}, one chunk after another.
+ * - produce: N messages added to an empty queue in chunks of {@link CHUNK}, one chunk after another,
+ *   timed from a client that has not connected yet on every side.
  *   Raw BullMQ: `Queue.addBulk` of `{ name, data: payload, opts: { removeOnComplete: true } }`.
  *   Harrier: `prepareMessage` (zod validation, UUIDv7, envelope encoding, as `bus.send` does) and
  *   `broker.publishBatch` of each chunk; the timing covers both. `bus.send` is not used: it publishes
@@ -159,8 +160,9 @@ async function rawBullMq(n = N, harrierJobs = false, spinUs = 0): Promise<Sample
     : undefined;
   let worker: Worker | undefined;
   try {
-    await queue.waitUntilReady();
+    // Timed from a fresh client on every side: Harrier's broker connects on its first publish.
     let started = performance.now();
+    await queue.waitUntilReady();
     if (broker !== undefined) {
       await produceWithHarrier(broker, n);
     } else {
