@@ -604,18 +604,25 @@ describe('MessageBus', () => {
       let finished = false;
       let release!: () => void;
       const started = new Promise<void>((resolve) => (release = resolve));
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => (open = resolve));
       @CommandHandler(ReserveStock)
       class Handler {
         async handle() {
           release();
-          await new Promise((r) => setTimeout(r, 50));
+          await gate;
           finished = true;
         }
       }
       bus = await createTestBus({ handlers: [Handler] });
       await bus.send(ReserveStock, { orderId: 'o' });
       await started;
-      await bus.stop({ gracePeriodMs: 5000, closeBroker: false });
+      let stopped = false;
+      const stopping = bus.stop({ gracePeriodMs: 5000, closeBroker: false }).then(() => (stopped = true));
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(stopped).toBe(false);
+      open();
+      await stopping;
       expect(finished).toBe(true);
       expect(bus.broker.stats()).toMatchObject({ ready: 0, waiting: 0, inFlight: 0 });
     });
@@ -629,7 +636,10 @@ describe('MessageBus', () => {
         async handle(_: unknown, ctx: MessageContext) {
           signal = ctx.signal;
           release();
-          await new Promise((r) => setTimeout(r, 1000));
+          // Still running when the grace period ends; let go once the signal aborts.
+          await new Promise((resolve) => {
+            ctx.signal.addEventListener('abort', resolve, { once: true });
+          });
         }
       }
       bus = await createTestBus({ handlers: [Handler] });
