@@ -1,10 +1,10 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
+import { freePort, pingRedis, waitFor } from './helpers/local-redis.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -12,40 +12,10 @@ declare module 'vitest' {
   }
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address !== null ? address.port : 0;
-      server.close(() => {
-        resolve(port);
-      });
-    });
-  });
-}
-
 async function waitForPong(port: number, deadlineMs: number): Promise<void> {
-  const { Socket } = await import('node:net');
-  for (;;) {
-    const ok = await new Promise<boolean>((resolve) => {
-      const socket = new Socket();
-      socket.once('error', () => {
-        resolve(false);
-      });
-      socket.connect(port, '127.0.0.1', () => {
-        socket.write('PING\r\n');
-      });
-      socket.once('data', (data) => {
-        socket.destroy();
-        resolve(data.toString().startsWith('+PONG'));
-      });
-    });
-    if (ok) return;
-    if (Date.now() > deadlineMs) throw new Error(`redis-server on port ${port} did not answer PING`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await waitFor(`redis-server on port ${port} to answer PING`, () => pingRedis(port), {
+    timeoutMs: Math.max(0, deadlineMs - Date.now()),
+  });
 }
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));

@@ -5,10 +5,10 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { listenOnce, pingRedis, waitFor } from './local-redis.js';
 
 const START_TIMEOUT_MS = 20_000;
 
@@ -22,26 +22,9 @@ async function freeClusterPort(taken: ReadonlySet<number>): Promise<number> {
   throw new Error('Found no free port pair (port and port + 10000) for a cluster node');
 }
 
-function listenOnce(port: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(port, '127.0.0.1', () => {
-      const address = server.address();
-      const bound = typeof address === 'object' && address !== null ? address.port : 0;
-      server.close(() => {
-        resolve(bound);
-      });
-    });
-  });
-}
-
-async function until(what: string, condition: () => Promise<boolean>, explain: () => string): Promise<void> {
-  const deadline = Date.now() + START_TIMEOUT_MS;
-  while (!(await condition().catch(() => false))) {
-    if (Date.now() > deadline) throw new Error(`Timed out waiting for ${what}: ${explain()}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
+/** Waits for `condition` (a failing probe counts as not yet) until the start-up deadline. */
+function until(what: string, condition: () => Promise<boolean>, explain: () => string): Promise<void> {
+  return waitFor(what, () => condition().catch(() => false), { timeoutMs: START_TIMEOUT_MS, explain });
 }
 
 /** Three cluster-mode redis-servers sharing the 16384 slots. */
@@ -100,7 +83,7 @@ export class RedisCluster {
       for (const port of ports) {
         await until(
           `cluster node ${port} to answer PING`,
-          () => cluster.#ask(port, ['PING']).then((r) => r === 'PONG'),
+          () => pingRedis(port),
           () => cluster.#output,
         );
       }
