@@ -11,6 +11,7 @@ import {
   type MessageBroker,
   type NackOptions,
   type OutgoingMessage,
+  type PendingDeadLetter,
   type ReceiverOptions,
   type RedeliveryTarget,
   type SubscriptionSpec,
@@ -52,6 +53,8 @@ interface StoredMessage {
   readonly queue: MemoryQueue;
   attemptsMade: number;
   history: AttemptRecord[];
+  /** A dead-lettering decided by an earlier delivery that could not be recorded. */
+  pendingDeadLetter: PendingDeadLetter | undefined;
   dueAt: number;
   deliveryId: string | undefined;
 }
@@ -195,6 +198,7 @@ export class InMemoryBroker implements MessageBroker {
       this.#requeue(stored, this.#clock.now());
     } else {
       stored.attemptsMade++;
+      stored.pendingDeadLetter = options.pendingDeadLetter ?? stored.pendingDeadLetter;
       if (options.error !== undefined) {
         stored.history.push({ attempt: stored.attemptsMade, at: this.#clock.now(), error: options.error });
         if (stored.history.length > MAX_ATTEMPT_HISTORY) stored.history.shift();
@@ -294,6 +298,7 @@ export class InMemoryBroker implements MessageBroker {
       queue,
       attemptsMade: 0,
       history: [],
+      pendingDeadLetter: undefined,
       dueAt: message.deliverAt ?? 0,
       deliveryId: undefined,
     };
@@ -423,6 +428,8 @@ export class InMemoryBroker implements MessageBroker {
         attempt: stored.attemptsMade + 1,
         history: [...stored.history],
         partitionKey: message.partitionKey,
+        queue: stored.queue.name,
+        ...(stored.pendingDeadLetter !== undefined ? { pendingDeadLetter: stored.pendingDeadLetter } : {}),
       },
     };
   }

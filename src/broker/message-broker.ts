@@ -69,7 +69,11 @@ export interface OutgoingMessage {
 
 /** Facts about one delivery, kept beside the envelope and never inside its signed part. */
 export interface DeliveryFacts {
-  /** Envelope id as the broker knows it; undefined for bytes pushed into a queue by something else. */
+  /**
+   * Message id as the broker knows it: the envelope id, or the broker's own id of the stored item
+   * (`BullMqBroker`: the job id) for bytes pushed into a queue by something else; undefined when the
+   * broker has neither.
+   */
   readonly messageId: string | undefined;
   readonly kind: MessageKind | undefined;
   readonly type: string | undefined;
@@ -83,6 +87,36 @@ export interface DeliveryFacts {
   readonly history: readonly AttemptRecord[];
   /** Partition key as published. */
   readonly partitionKey: string | undefined;
+  /**
+   * The broker's name for the queue or subscription this delivery came from (for `BullMqBroker` the
+   * queue name without its partition suffix); part of a dead letter's identity, so the same job id in
+   * two queues never shares a record.
+   * @defaultValue undefined (the endpoint and handler alone identify the subscription)
+   */
+  readonly queue?: string | undefined;
+  /**
+   * Set when an earlier delivery of this message decided to dead-letter it but could not record the
+   * dead letter: the dispatcher records it now instead of running the handler again.
+   * @defaultValue undefined
+   */
+  readonly pendingDeadLetter?: PendingDeadLetter | undefined;
+}
+
+/**
+ * A dead-lettering that was decided but could not be recorded (the dead-letter store failed), carried
+ * beside the envelope until a later delivery records it.
+ */
+export interface PendingDeadLetter {
+  /** The dead-letter reason that was decided. */
+  readonly reason: string;
+  /** The handler the message died in, when one was found. */
+  readonly handler?: string;
+  /** The attempt that failed. */
+  readonly attempt: number;
+  /** When it failed, ms since the epoch. */
+  readonly at: number;
+  /** The last error. */
+  readonly error: ErrorInfo;
 }
 
 /** One delivery of a message to an endpoint; settle it exactly once with `ack` or `nack`. */
@@ -96,8 +130,16 @@ export interface Delivery {
 
 /** How to settle a failed delivery. */
 export type NackOptions =
-  /** Try again, not before `retryAt` (ms since the epoch); the attempt counter goes up. */
-  | { readonly retryAt: number; readonly error?: ErrorInfo | undefined }
+  /**
+   * Try again, not before `retryAt` (ms since the epoch); the attempt counter goes up. With
+   * `pendingDeadLetter` the message goes back only because its dead letter could not be recorded: the
+   * broker keeps it beside the envelope and hands it back in the next delivery's facts.
+   */
+  | {
+      readonly retryAt: number;
+      readonly error?: ErrorInfo | undefined;
+      readonly pendingDeadLetter?: PendingDeadLetter | undefined;
+    }
   /** Never deliver again: the caller has recorded the dead letter. */
   | { readonly deadLetter: string; readonly error?: ErrorInfo | undefined }
   /** Give the message back unhandled (graceful stop); the attempt counter stays. */

@@ -103,9 +103,21 @@ export interface BusOptions {
   readonly maxEnvelopeBytes?: number;
   /**
    * How long `stop()` lets in-flight handlers finish before releasing their messages, in ms.
+   *
+   * @remarks
+   * `stop()` resolves within this plus a fixed bound: two tries of releasing each delivery still
+   * running (each at most `settleTimeoutMs`) and 5 s for the broker's receiver to close. See
+   * docs/guarantees/graceful-stop.md.
    * @defaultValue 10000
    */
   readonly gracePeriodMs?: number;
+  /**
+   * How long one step of settling a delivery (storing its dead letter, acking, nacking) may take
+   * before it counts as failed, in ms. A dead letter that cannot be stored in 3 tries sends its
+   * message back to the queue with backoff (1 s doubling to 60 s) instead of holding it.
+   * @defaultValue 5000
+   */
+  readonly settleTimeoutMs?: number;
   /**
    * Encodes outgoing envelopes: a low-level hook; use `signing` to sign them. Not together with
    * `signing`.
@@ -326,6 +338,7 @@ class HarrierBus implements MessageBus {
       maxEnvelopeBytes: this.#maxBytes,
       encode: this.#encode,
       ...(verify !== undefined ? { verify } : {}),
+      ...(options.settleTimeoutMs !== undefined ? { settleTimeoutMs: options.settleTimeoutMs } : {}),
     });
   }
 

@@ -6,18 +6,30 @@ import {
   type DeliveryFacts,
   type ErrorInfo,
 } from '../broker/message-broker.js';
+import { parseAttemptHistory } from '../broker/delivery-facts.js';
 import type { DeadLetterReason, DeadLetterRecord } from './dead-letter-store.js';
 
-/** The id of the dead letter of one message in one subscription. */
+/**
+ * The id of the dead letter of one message in one subscription.
+ *
+ * @remarks
+ * The identity is the subscription (endpoint, subscription handler, and the broker's queue when it
+ * names one) plus the message id, or a hash of the bytes when there is no id. A message that dies
+ * again after a replay gets the same id, whatever the reason, so its record is updated; the same job
+ * id in two queues never shares one.
+ */
 export function deadLetterId(
   endpoint: string,
   handler: string | undefined,
   messageId: string | undefined,
   body: string,
+  queue?: string,
 ): string {
   const identity = messageId ?? `body:${createHash('sha256').update(body).digest('hex')}`;
+  // The queue is appended only when known, so records of brokers that name none keep their ids.
+  const where = queue === undefined ? '' : `\u0000queue:${queue}`;
   return createHash('sha256')
-    .update(`${endpoint}\u0000${handler ?? ''}\u0000${identity}`)
+    .update(`${endpoint}\u0000${handler ?? ''}\u0000${identity}${where}`)
     .digest('hex')
     .slice(0, 32);
 }
@@ -62,9 +74,12 @@ export interface DeadLetterInput {
 export function buildDeadLetterRecord(input: DeadLetterInput): DeadLetterRecord {
   const { facts } = input;
   const last: AttemptRecord = { attempt: facts.attempt, at: input.now, error: input.error };
-  const attempts = [...facts.history, last].slice(-MAX_ATTEMPT_HISTORY);
+  // The history travelled beside the envelope, outside its signature: keep only well-formed entries.
+  const attempts = [...parseAttemptHistory(facts.history).history, last].slice(-MAX_ATTEMPT_HISTORY);
   return {
-    id: deadLetterId(facts.endpoint, input.handler, facts.messageId, input.body),
+    // The subscription's handler (facts.handler, undefined for a command queue), not the handler
+    // routing found, so the id is the same whether the message died before or after routing.
+    id: deadLetterId(facts.endpoint, facts.handler, facts.messageId, input.body, facts.queue),
     messageId: facts.messageId,
     kind: facts.kind,
     type: facts.type,

@@ -10,8 +10,8 @@ import type { DeadLetterRecord, DeadLetterStore, ReplayRecord } from './dead-let
  * - `not-replayable`: the record cannot go back (bad input without a message id, kind or type; an
  *   event without a subscription; a query, whose caller is gone).
  * - `store-failed`: the store threw while reading the record.
- * - `redeliver-failed`: the broker threw; nothing was redelivered.
- * - `mark-failed`: the message was redelivered but the record could not be marked replayed.
+ * - `redeliver-failed`: the broker threw; nothing was redelivered and the record is dead again.
+ * - `mark-failed`: the record could not be marked replayed; nothing was redelivered.
  * - `verify-failed`: `verify` threw.
  * - any other string: the refusal reason returned by `verify`.
  */
@@ -178,6 +178,26 @@ async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise
 
   if (options.dryRun === true) return { id, ok: true, dryRun: true };
 
+  // Marked before it goes back: a message that dies again at once must find its record marked, so
+  // that its new failure sets it back to dead rather than being hidden by a later mark.
+  const replay: ReplayRecord = {
+    at: (options.clock ?? systemClock).now(),
+    ...(options.by !== undefined ? { by: options.by } : {}),
+  };
+  try {
+    if (!(await store.markReplayed(id, replay))) {
+      return fail(
+        'not-found',
+        `Dead letter "${id}" disappeared before it could be replayed (removed meanwhile?); nothing was redelivered`,
+      );
+    }
+  } catch (error) {
+    return fail(
+      'mark-failed',
+      `Dead letter "${id}" could not be marked replayed, so it was not redelivered (it is still dead): ${messageOf(error)}`,
+    );
+  }
+
   try {
     await broker.redeliver({
       endpoint: record.endpoint,
@@ -192,26 +212,15 @@ async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise
       },
     });
   } catch (error) {
+    // Back to dead: `add` keeps the replay history (this attempt included) and resets the status.
+    const restored = await store.add(record).then(
+      () => true,
+      () => false,
+    );
     return fail(
       'redeliver-failed',
-      `The broker refused to redeliver dead letter "${id}" (nothing was sent; it is still dead): ${messageOf(error)}`,
+      `The broker refused to redeliver dead letter "${id}" (nothing was sent; ${restored ? 'it is still dead' : 'its record still says replayed: replay it again'}): ${messageOf(error)}`,
     );
   }
-
-  const replay: ReplayRecord = {
-    at: (options.clock ?? systemClock).now(),
-    ...(options.by !== undefined ? { by: options.by } : {}),
-  };
-  try {
-    if (await store.markReplayed(id, replay)) return { id, ok: true };
-    return fail(
-      'mark-failed',
-      `Dead letter "${id}" was redelivered, but its record disappeared before it could be marked replayed (removed meanwhile?)`,
-    );
-  } catch (error) {
-    return fail(
-      'mark-failed',
-      `Dead letter "${id}" was redelivered, but could not be marked replayed: ${messageOf(error)}. Do not replay it again, or the message is delivered twice`,
-    );
-  }
+  return { id, ok: true };
 }

@@ -5,6 +5,7 @@ import {
   type ErrorInfo,
   type MessageBroker,
   type OutgoingMessage,
+  type PendingDeadLetter,
 } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
@@ -109,6 +110,17 @@ export interface DispatcherOptions {
   /** Verifies received envelopes. @defaultValue none (no signing) */
   readonly verify?: EnvelopeVerifier;
   /**
+   * How long one step of settling a delivery (storing its dead letter, acking, nacking) may take
+   * before it counts as failed, in ms.
+   *
+   * @remarks
+   * A dead-letter store that hangs instead of failing (a client that queues commands while its Redis
+   * is away) must not hold a worker slot: after {@link DEAD_LETTER_STORE_TRIES} tries the delivery
+   * goes back to its queue with backoff and the dead letter is recorded by a later delivery.
+   * @defaultValue 5000
+   */
+  readonly settleTimeoutMs?: number;
+  /**
    * Register projections as broker subscriptions; false when an event log feeds them.
    * @defaultValue true
    */
@@ -142,7 +154,23 @@ export interface StopOptions {
   readonly gracePeriodMs?: number;
 }
 
+/** Tries of an ack or a nack before the dispatcher gives up on it (the broker redelivers). */
 const SETTLE_ATTEMPTS = 8;
+
+/** Tries of releasing a delivery still running when the grace period of `stop()` ran out. */
+const RELEASE_TRIES = 2;
+
+/**
+ * Tries of storing a dead letter before the delivery goes back to its queue with backoff, the
+ * dead-lettering kept beside it for the next delivery to record.
+ */
+export const DEAD_LETTER_STORE_TRIES = 3;
+
+/** Longest wait before a delivery whose dead letter could not be stored is tried again, in ms. */
+const STORE_RETRY_CAP_MS = 60_000;
+
+/** How long `stop()` waits for the receiver to close once every delivery is settled, in ms. */
+export const RECEIVER_CLOSE_WAIT_MS = 5_000;
 
 /**
  * Receives deliveries for one endpoint and runs them through decode, verify, route, middleware and
@@ -159,6 +187,7 @@ export class Dispatcher {
   readonly #logger: Logger;
   readonly #concurrency: number;
   readonly #maxBytes: number;
+  readonly #settleTimeoutMs: number;
   readonly #encode: EnvelopeEncoder;
   readonly #inFlight = new Set<InFlight>();
   readonly #listeners = new Set<() => void>();
@@ -176,6 +205,13 @@ export class Dispatcher {
     this.#logger = options.logger ?? consoleLogger;
     this.#concurrency = options.concurrency ?? 16;
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
+    this.#settleTimeoutMs = options.settleTimeoutMs ?? 5_000;
+    if (!Number.isFinite(this.#settleTimeoutMs) || this.#settleTimeoutMs <= 0) {
+      throw new HarrierError(
+        'invalid-option',
+        `settleTimeoutMs is ${this.#settleTimeoutMs}: use a number of milliseconds above 0`,
+      );
+    }
     this.#encode = options.encode ?? encodeEnvelope;
     this.#contextEnv = { now: () => this.#clock.now(), maxBytes: this.#maxBytes, encode: this.#encode };
     if (!Number.isInteger(this.#concurrency) || this.#concurrency < 1) {
@@ -220,24 +256,35 @@ export class Dispatcher {
     for (const wake of this.#slotWaiters.splice(0)) wake();
     if (this.#inFlight.size > 0) {
       // Grace is wall time even under a test clock: it bounds how long a real process waits.
-      let timer: NodeJS.Timeout | undefined;
-      const timedOut = new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, grace);
-      });
-      await Promise.race([this.#whenNoneInFlight(), timedOut]);
-      clearTimeout(timer);
+      await raceTimeout(this.#whenNoneInFlight(), grace);
     }
-    for (const flight of [...this.#inFlight]) {
-      flight.released = true;
-      flight.abortReason = new HarrierError('stopping', 'The bus is stopping and the grace period ran out');
-      flight.abort?.abort(flight.abortReason);
-      await this.#settle(flight.delivery, 'release', () =>
-        this.#o.broker.nack(flight.delivery.id, { release: true }),
-      );
-      this.#inFlight.delete(flight);
-    }
+    await Promise.all(
+      [...this.#inFlight].map(async (flight) => {
+        flight.released = true;
+        flight.abortReason = new HarrierError('stopping', 'The bus is stopping and the grace period ran out');
+        flight.abort?.abort(flight.abortReason);
+        await this.#settle(
+          flight,
+          'release',
+          () => this.#o.broker.nack(flight.delivery.id, { release: true }),
+          RELEASE_TRIES,
+        );
+        this.#inFlight.delete(flight);
+      }),
+    );
     this.#changed();
-    await this.#loop;
+    if (
+      this.#loop !== undefined &&
+      !(await raceTimeout(
+        this.#loop.then(() => true),
+        RECEIVER_CLOSE_WAIT_MS,
+      ))
+    ) {
+      this.#logger.warn('The broker receiver did not close in time; stopped waiting for it', {
+        endpoint: this.#o.endpoint,
+        waitedMs: RECEIVER_CLOSE_WAIT_MS,
+      });
+    }
     this.#loop = undefined;
   }
 
@@ -383,6 +430,22 @@ export class Dispatcher {
   async #process(flight: InFlight): Promise<void> {
     const { delivery } = flight;
     const { facts } = delivery;
+    const pending = facts.pendingDeadLetter;
+    if (pending !== undefined) {
+      // An earlier delivery decided to dead-letter this message and could not record it: record it
+      // now, without running the handler again.
+      const type = facts.type;
+      await this.#deadLetter(
+        flight,
+        pending.handler,
+        pending.reason,
+        pending.error,
+        type === undefined ? false : (this.#o.registry.definition(type)?.ordered ?? false),
+        pending.error,
+        pending,
+      );
+      return;
+    }
     const decoded = decodeEnvelope(delivery.body, (type) => this.#o.registry.definition(type), {
       maxBytes: this.#maxBytes,
     });
@@ -407,7 +470,7 @@ export class Dispatcher {
     if (refusal !== undefined) {
       await this.#deadLetter(
         flight,
-        facts.handler,
+        facts.handler ?? this.#o.registry.singleHandler(envelope.type)?.name,
         'signature-invalid',
         { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
         definition.ordered,
@@ -465,7 +528,7 @@ export class Dispatcher {
           retryAt,
           error: errorInfo.message,
         });
-        await this.#settle(delivery, 'nack', () =>
+        await this.#settle(flight, 'nack', () =>
           this.#o.broker.nack(delivery.id, { retryAt, error: errorInfo }),
         );
         this.#hook('onRetrying', () =>
@@ -489,7 +552,7 @@ export class Dispatcher {
       );
       return;
     }
-    await this.#settle(delivery, 'ack', () => this.#o.broker.ack(delivery.id));
+    await this.#settle(flight, 'ack', () => this.#o.broker.ack(delivery.id));
     const durationMs = this.#clock.now() - started;
     this.#hook('onHandled', () =>
       this.#o.hooks?.onHandled?.({ envelope, handler: entry.name, attempt: facts.attempt, durationMs }),
@@ -516,16 +579,19 @@ export class Dispatcher {
     error: ErrorInfo,
     ordered: boolean,
     thrown: unknown = error,
+    pending?: PendingDeadLetter,
   ): Promise<void> {
     const { delivery } = flight;
+    const { facts } = delivery;
     const record = buildDeadLetterRecord({
       body: delivery.body,
-      facts: delivery.facts,
+      // A pending dead-lettering is recorded as it was decided: its attempt, not this redelivery's.
+      facts: pending === undefined ? facts : { ...facts, attempt: pending.attempt },
       handler,
       reason,
       error,
       ordered,
-      now: this.#clock.now(),
+      now: pending?.at ?? this.#clock.now(),
     });
     this.#logger.warn('Message dead-lettered', {
       reason,
@@ -534,34 +600,72 @@ export class Dispatcher {
       messageId: record.messageId,
       error: error.message,
     });
-    const stored = await this.#settle(delivery, 'dead-letter store', () => this.#o.deadLetters.add(record));
-    if (!stored) return;
-    await this.#settle(delivery, 'nack', () =>
-      this.#o.broker.nack(delivery.id, { deadLetter: reason, error }),
+    const stored = await this.#settle(
+      flight,
+      'dead-letter store',
+      () => this.#o.deadLetters.add(record),
+      DEAD_LETTER_STORE_TRIES,
     );
+    if (stored === 'stale' || flight.released) return;
+    if (stored === 'failed') {
+      // Never hold the delivery: it goes back to its queue with backoff, the decision kept beside it,
+      // and a later delivery records the dead letter (the handler does not run again).
+      const failures = pending === undefined ? 1 : Math.max(1, facts.attempt - pending.attempt + 1);
+      const delay = Math.min(STORE_RETRY_CAP_MS, 1_000 * 2 ** Math.min(failures - 1, 16));
+      const retryAt = this.#clock.now() + Math.round(delay * (0.8 + 0.4 * (this.#o.random ?? Math.random)()));
+      this.#logger.error('The dead letter could not be stored; the message goes back to its queue', {
+        deliveryId: delivery.id,
+        messageId: record.messageId,
+        reason,
+        retryAt,
+      });
+      await this.#settle(flight, 'nack', () =>
+        this.#o.broker.nack(delivery.id, {
+          retryAt,
+          pendingDeadLetter: pending ?? {
+            reason,
+            attempt: facts.attempt,
+            at: record.lastFailedAt,
+            error,
+            ...(handler !== undefined ? { handler } : {}),
+          },
+        }),
+      );
+      return;
+    }
+    await this.#settle(flight, 'nack', () => this.#o.broker.nack(delivery.id, { deadLetter: reason, error }));
     this.#hook('onDeadLettered', () => this.#o.hooks?.onDeadLettered?.({ record, error: thrown }));
   }
 
-  /** Runs a settle step, retrying with backoff; never throws. Returns false when it gave up. */
-  async #settle(delivery: Delivery, what: string, step: () => Promise<unknown>): Promise<boolean> {
+  /**
+   * Runs a settle step, each try bounded by `settleTimeoutMs`, retrying with backoff; never throws.
+   * Stops early once the delivery is released by `stop()` (unless this is the release itself).
+   */
+  async #settle(
+    flight: InFlight,
+    what: string,
+    step: () => Promise<unknown>,
+    tries = SETTLE_ATTEMPTS,
+  ): Promise<'done' | 'stale' | 'failed'> {
+    const { delivery } = flight;
     let pause = 50;
     for (let attempt = 1; ; attempt++) {
       try {
-        await step();
-        return true;
+        await withTimeout(step(), this.#settleTimeoutMs, what);
+        return 'done';
       } catch (error) {
         if (HarrierError.is(error) && error.code === 'stale-delivery') {
           this.#logger.warn(`${what} refused: the delivery is stale (redelivered elsewhere)`, {
             deliveryId: delivery.id,
           });
-          return false;
+          return 'stale';
         }
-        if (attempt >= SETTLE_ATTEMPTS) {
-          this.#logger.error(`${what} failed ${attempt} times; the message will be redelivered`, {
+        if (attempt >= tries) {
+          this.#logger.error(`${what} failed ${attempt} times; giving up on it`, {
             deliveryId: delivery.id,
             error: toErrorInfo(error),
           });
-          return false;
+          return 'failed';
         }
         this.#logger.error(`${what} failed; retrying`, {
           deliveryId: delivery.id,
@@ -570,6 +674,7 @@ export class Dispatcher {
         });
         await new Promise<void>((resolve) => setTimeout(resolve, pause).unref());
         pause = Math.min(pause * 2, 5_000);
+        if (flight.released && what !== 'release') return 'failed';
       }
     }
   }
@@ -597,5 +702,42 @@ export class Dispatcher {
 
   #changed(): void {
     for (const listener of this.#listeners) listener();
+  }
+}
+
+/** Resolves true when `promise` settles within `ms` (its result ignored), false when the time ran out. */
+async function raceTimeout(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      promise.then(
+        () => true,
+        () => true,
+      ),
+      new Promise<false>((resolve) => {
+        timer = setTimeout(() => {
+          resolve(false);
+        }, ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Rejects with `settle-timeout` when `promise` has not settled within `ms`. */
+async function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          reject(new HarrierError('settle-timeout', `${what} took longer than ${ms} ms`));
+        }, ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
   }
 }

@@ -27,10 +27,12 @@ import {
   type MessageBroker,
   type NackOptions,
   type OutgoingMessage,
+  type PendingDeadLetter,
   type ReceiverOptions,
   type RedeliveryTarget,
   type SubscriptionSpec,
 } from '../broker/message-broker.js';
+import { parseAttemptHistory, parsePendingDeadLetter } from '../broker/delivery-facts.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { sleep } from '../clock/sleep.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -124,11 +126,18 @@ interface JobData {
   readonly a?: number;
   /** Attempt history, newest last. */
   readonly h?: readonly AttemptRecord[];
+  /** A dead-lettering decided by an earlier delivery that could not be recorded. */
+  readonly d?: PendingDeadLetter;
 }
 
 type Outcome =
   | { readonly kind: 'ack' }
-  | { readonly kind: 'retry'; readonly retryAt: number; readonly record: AttemptRecord | undefined }
+  | {
+      readonly kind: 'retry';
+      readonly retryAt: number;
+      readonly record: AttemptRecord | undefined;
+      readonly pendingDeadLetter: PendingDeadLetter | undefined;
+    }
   | { readonly kind: 'dead'; readonly reason: string }
   | { readonly kind: 'release' }
   | { readonly kind: 'lost' };
@@ -326,6 +335,7 @@ export class BullMqBroker implements MessageBroker {
       retryAt: options.retryAt,
       record:
         options.error === undefined ? undefined : { attempt: 0, at: this.#clock.now(), error: options.error },
+      pendingDeadLetter: options.pendingDeadLetter,
     });
   }
 
@@ -500,6 +510,13 @@ export class BullMqBroker implements MessageBroker {
     let data = job.data as unknown;
     for (let round = 0; ; round++) {
       const parsed = readJobData(data, jobId, queueName);
+      if (round === 0 && parsed.dropped.length > 0) {
+        this.#logger.warn('Malformed delivery facts in a job were dropped', {
+          queue: queueName,
+          jobId,
+          fields: parsed.dropped,
+        });
+      }
       const attempt = (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
       // The delivery id starts with the job's lock token (BullMQ's `<worker id>:<n>`). BullMQ hands the
       // same token on to the next job a worker slot fetches, even the same job again after a release, so
@@ -529,6 +546,10 @@ export class BullMqBroker implements MessageBroker {
             attempt,
             history: parsed.history,
             partitionKey: parsed.partitionKey,
+            queue: baseQueueName(queueName),
+            ...(parsed.pendingDeadLetter !== undefined
+              ? { pendingDeadLetter: parsed.pendingDeadLetter }
+              : {}),
           },
         },
       });
@@ -550,7 +571,16 @@ export class BullMqBroker implements MessageBroker {
             result.record === undefined
               ? parsed.history
               : [...parsed.history, { ...result.record, attempt: attempt }].slice(-MAX_ATTEMPT_HISTORY);
-          const next: JobData = { ...(data as JobData), a: failed, h: history };
+          // Rebuilt from the parsed facts, so a malformed field read from Redis is not written back.
+          const next: JobData = {
+            b: parsed.body,
+            ...(parsed.messageId !== undefined && parsed.messageId !== jobId ? { i: parsed.messageId } : {}),
+            ...(parsed.partitionKey !== undefined ? { p: parsed.partitionKey } : {}),
+            ...(parsed.ordered ? { o: true } : {}),
+            a: failed,
+            h: history,
+            ...(result.pendingDeadLetter !== undefined ? { d: result.pendingDeadLetter } : {}),
+          };
           await job.updateData(next);
           data = next;
           if (!ordered) {
@@ -810,43 +840,82 @@ function jobData(message: OutgoingMessage): JobData {
   };
 }
 
+/** A queue's name without the partition suffix of an ordered queue: the subscription's own queue. */
+function baseQueueName(queueName: string): string {
+  return queueName.replace(PARTITION_SUFFIX, '');
+}
+
+const PARTITION_SUFFIX = new RegExp(`${SEPARATOR}p\\d+$`);
+
 /** The kind of message a queue carries, from its name. */
 function kindOfQueue(queueName: string): MessageKind {
   return queueName.startsWith(`cmd${SEPARATOR}`) ? 'command' : 'event';
 }
 
-/** Reads job data leniently: anything pushed into a queue by something else still becomes a delivery. */
-function readJobData(
-  data: unknown,
-  jobId: string,
-  queueName: string,
-): {
+/** Job data as the broker reads it: every field checked, since anything could have written it. */
+interface ParsedJobData {
   body: string;
   messageId: string | undefined;
   kind: MessageKind | undefined;
   partitionKey: string | undefined;
+  ordered: boolean;
   attemptsMade: number | undefined;
   history: readonly AttemptRecord[];
-} {
+  pendingDeadLetter: PendingDeadLetter | undefined;
+  /** Fields that were present but unusable and were dropped, for a log line. */
+  dropped: string[];
+}
+
+/**
+ * Reads job data leniently and never throws: anything pushed into a queue by something else still
+ * becomes a delivery, and a malformed fact beside the envelope is dropped (and named in `dropped`).
+ */
+function readJobData(data: unknown, jobId: string, queueName: string): ParsedJobData {
   if (typeof data === 'object' && data !== null && typeof (data as JobData).b === 'string') {
-    // Data read from Redis is untrusted: check every field rather than believe the JobData type.
     const d = data as Partial<Record<keyof JobData, unknown>> & { b: string };
+    const dropped: string[] = [];
+    const optional = <T>(field: keyof JobData, ok: (value: unknown) => value is T): T | undefined => {
+      const value = d[field];
+      if (value === undefined) return undefined;
+      if (ok(value)) return value;
+      dropped.push(field);
+      return undefined;
+    };
+    const history = d.h === undefined ? undefined : parseAttemptHistory(d.h);
+    if (history !== undefined && history.dropped > 0) dropped.push(`h (${history.dropped} entries)`);
+    const pendingDeadLetter = d.d === undefined ? undefined : parsePendingDeadLetter(d.d);
+    if (d.d !== undefined && pendingDeadLetter === undefined) dropped.push('d');
+    const kind = optional('k', isKind);
     return {
       body: d.b,
-      messageId: typeof d.i === 'string' ? d.i : jobId,
-      kind: d.k === 'command' || d.k === 'event' || d.k === 'query' ? d.k : kindOfQueue(queueName),
-      partitionKey: typeof d.p === 'string' ? d.p : undefined,
-      attemptsMade: typeof d.a === 'number' ? d.a : undefined,
-      history: Array.isArray(d.h) ? (d.h as AttemptRecord[]).slice(-MAX_ATTEMPT_HISTORY) : [],
+      messageId: optional('i', isString) ?? jobId,
+      kind: kind ?? kindOfQueue(queueName),
+      partitionKey: optional('p', isString),
+      ordered: optional('o', isBoolean) ?? false,
+      attemptsMade: optional('a', isAttemptCount),
+      history: history?.history ?? [],
+      pendingDeadLetter,
+      dropped,
     };
   }
   const body = typeof data === 'string' ? data : ((JSON.stringify(data) as string | undefined) ?? '');
   return {
     body,
-    messageId: undefined,
+    // The job id still tells this job from another with the same bytes, so their dead letters stay apart.
+    messageId: jobId === '' ? undefined : jobId,
     kind: undefined,
     partitionKey: undefined,
+    ordered: false,
     attemptsMade: undefined,
     history: [],
+    pendingDeadLetter: undefined,
+    dropped: [],
   };
 }
+
+const isString = (value: unknown): value is string => typeof value === 'string';
+const isBoolean = (value: unknown): value is boolean => typeof value === 'boolean';
+const isKind = (value: unknown): value is MessageKind =>
+  value === 'command' || value === 'event' || value === 'query';
+const isAttemptCount = (value: unknown): value is number =>
+  typeof value === 'number' && Number.isInteger(value) && value >= 0;

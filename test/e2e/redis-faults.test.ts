@@ -499,8 +499,9 @@ describe('BullMqBroker faults', () => {
         }));
         expect(outcome.sort((x, y) => x.label.localeCompare(y.label))).toEqual(
           [
-            { label: 'garbage string', reason: 'malformed', messageId: undefined },
-            { label: 'foreign object', reason: 'malformed', messageId: undefined },
+            // Bytes without an envelope id are known by their job id (added first and second).
+            { label: 'garbage string', reason: 'malformed', messageId: '1' },
+            { label: 'foreign object', reason: 'malformed', messageId: '2' },
             { label: 'job with a body that is not JSON', reason: 'malformed', messageId: notJsonId },
             { label: 'unknown type', reason: 'unknown-type', messageId: unknown.id },
             { label: 'schema violation', reason: 'validation-failed', messageId: invalid.id },

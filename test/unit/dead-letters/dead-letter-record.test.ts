@@ -139,11 +139,56 @@ describe('buildDeadLetterRecord', () => {
   describe('when the subscription or message differs', () => {
     it('gives a different id', () => {
       const base = buildDeadLetterRecord(input(1)).id;
-      expect(buildDeadLetterRecord({ ...input(1), handler: 'NotifyCustomer' }).id).not.toBe(base);
+      expect(buildDeadLetterRecord(input(1, { handler: 'NotifyCustomer' })).id).not.toBe(base);
       expect(buildDeadLetterRecord(input(1, { endpoint: 'shipping' })).id).not.toBe(base);
       expect(
         buildDeadLetterRecord(input(1, { messageId: '01900000-0000-7000-8000-000000000002' })).id,
       ).not.toBe(base);
+    });
+  });
+
+  describe('when the same job id arrives in two queues', () => {
+    it('gives each queue its own id', () => {
+      const command = (queue: string): DeadLetterInput => ({
+        ...input(1, { messageId: '1', kind: undefined, type: undefined, handler: undefined, queue }),
+        handler: undefined,
+        reason: 'malformed',
+      });
+      expect(buildDeadLetterRecord(command('cmd~orders.PlaceOrder')).id).not.toBe(
+        buildDeadLetterRecord(command('cmd~orders.CancelOrder')).id,
+      );
+    });
+  });
+
+  describe('when a command dies before and after routing', () => {
+    it('gives the same id, so a replayed command that fails again updates its record', () => {
+      const command = (handler: string | undefined, reason: DeadLetterInput['reason']): DeadLetterInput => ({
+        ...input(1, { kind: 'command', type: 'orders.PlaceOrder', handler: undefined, queue: 'cmd~x' }),
+        handler,
+        reason,
+      });
+      expect(buildDeadLetterRecord(command('PlaceOrderHandler', 'handler-failed')).id).toBe(
+        buildDeadLetterRecord(command(undefined, 'signature-invalid')).id,
+      );
+    });
+  });
+
+  describe('when the attempt history holds malformed entries', () => {
+    it('keeps the well-formed ones and never throws', () => {
+      const good: AttemptRecord = { attempt: 1, at: T0, error };
+      const forged = [
+        null,
+        good,
+        { attempt: 2, at: T0, error: { name: 'E', message: 'm', stack: 5 } },
+        'x',
+        { attempt: 'three', at: T0, error },
+      ] as unknown as AttemptRecord[];
+      const record = buildDeadLetterRecord(input(4, { history: forged }));
+      expect(record.attempts).toEqual([
+        good,
+        { attempt: 2, at: T0, error: { name: 'E', message: 'm' } },
+        { attempt: 4, at: T0 + 4000, error },
+      ]);
     });
   });
 

@@ -366,8 +366,29 @@ describe('replayDeadLetters', () => {
     });
   });
 
+  describe('when the message dies again before replay returns', () => {
+    it('leaves the record dead, not replayed', async () => {
+      const record = await deadLetterOf();
+      // A consumer as fast as can be: the message fails again inside redeliver.
+      const fast = new (class extends InMemoryBroker {
+        override async redeliver(target: Parameters<InMemoryBroker['redeliver']>[0]): Promise<void> {
+          await super.redeliver(target);
+          await store.add({ ...record, reason: 'signature-invalid' });
+        }
+      })({ clock });
+      const results = await replayDeadLetters({ store, broker: fast, ids: [record.id], clock, by: 'ops' });
+      expect(results).toEqual([{ id: record.id, ok: true }]);
+      expect(await store.get(record.id)).toMatchObject({
+        status: 'dead',
+        reason: 'signature-invalid',
+        replays: [{ by: 'ops' }],
+      });
+      await fast.close();
+    });
+  });
+
   describe('when the record cannot be marked replayed', () => {
-    it('reports mark-failed and says the message was redelivered', async () => {
+    it('reports mark-failed and redelivers nothing', async () => {
       const record = await deadLetterOf();
       const failing = new (class extends InMemoryDeadLetterStore {
         override markReplayed(): Promise<boolean> {
@@ -381,10 +402,10 @@ describe('replayDeadLetters', () => {
           id: record.id,
           ok: false,
           error: 'mark-failed',
-          message: expect.stringMatching(/redelivered.*disk full/) as unknown,
+          message: expect.stringMatching(/not redelivered.*disk full/) as unknown,
         },
       ]);
-      expect((await receiveOne(broker)).facts.messageId).toBe(record.messageId);
+      expect(broker.stats().ready).toBe(0);
       await failing.close();
     });
   });

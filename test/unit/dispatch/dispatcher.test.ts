@@ -9,8 +9,10 @@ import {
   type LogFields,
   type Logger,
   type MessageBus,
+  type DeadLetterRecord,
   type NackOptions,
 } from '../../../src/index.js';
+import { DEAD_LETTER_STORE_TRIES, RECEIVER_CLOSE_WAIT_MS } from '../../../src/dispatch/dispatcher.js';
 import { ReserveStock } from '../bus/fixtures.js';
 
 /** An in-memory broker whose first `failures` acks and nacks reject, as a flaky network would. */
@@ -53,7 +55,71 @@ function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<void> {
   });
 }
 
+/** A dead-letter store whose `add` hangs (never settles) while `down` is true, as a client queueing commands would. */
+class HangingStore extends InMemoryDeadLetterStore {
+  down = true;
+  addCalls = 0;
+  override add(record: DeadLetterRecord): Promise<DeadLetterRecord> {
+    this.addCalls++;
+    if (this.down) return new Promise(() => undefined);
+    return super.add(record);
+  }
+}
+
 describe('Dispatcher', () => {
+  describe('when the dead-letter store hangs', () => {
+    it('gives up after its tries, sends the message back, keeps serving, stops in time, and records the dead letter later', async () => {
+      const calls: string[] = [];
+      @CommandHandler(ReserveStock, { retry: { attempts: 1 } })
+      class Handler {
+        handle(p: { orderId: string }) {
+          calls.push(p.orderId);
+          if (p.orderId === 'bad') throw new Error('out of stock');
+        }
+      }
+      const broker = new InMemoryBroker();
+      const deadLetters = new HangingStore();
+      const options = {
+        broker,
+        deadLetters,
+        handlers: [Handler],
+        concurrency: 1,
+        settleTimeoutMs: 50,
+        logger: silentLogger,
+      };
+      const bus = createBus(options);
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'bad' });
+      for (const id of ['a', 'b', 'c']) await bus.send(ReserveStock, { orderId: id });
+
+      // Concurrency 1: the good messages only get through if the bad one gave its slot back.
+      await waitFor(() => ['a', 'b', 'c'].every((id) => calls.includes(id)));
+      expect(deadLetters.addCalls).toBeGreaterThanOrEqual(DEAD_LETTER_STORE_TRIES);
+      expect(broker.stats().inFlight).toBe(0);
+      const started = Date.now();
+      await bus.stop({ closeBroker: false, gracePeriodMs: 100 });
+      expect(Date.now() - started).toBeLessThan(100 + 2 * 50 + RECEIVER_CLOSE_WAIT_MS);
+
+      deadLetters.down = false;
+      let recorded = 0;
+      const again = createBus({
+        ...options,
+        hooks: {
+          onDeadLettered: () => {
+            recorded++;
+          },
+        },
+      });
+      await again.start();
+      // The message went back with a 1 s backoff (jittered): the next process records it.
+      await waitFor(() => recorded === 1, 10_000);
+      const [record] = (await deadLetters.list()).records;
+      expect(record).toMatchObject({ reason: 'handler-failed', handler: 'Handler', attemptCount: 1 });
+      expect(calls.filter((id) => id === 'bad')).toHaveLength(1);
+      await again.stop();
+    });
+  });
+
   describe('when the broker rejects acks', () => {
     it('logs and retries the ack, and keeps handling later messages', async () => {
       const handled: string[] = [];
