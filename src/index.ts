@@ -169,6 +169,7 @@ export type {
   Checkpoint,
   CheckpointStore,
   EventLog,
+  FileEventLogLostOffsets,
   FileEventLogOptions,
   FileEventLogRepair,
   InMemoryEventLogOptions,

@@ -2,11 +2,12 @@ import { createHash, randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { link, mkdir, open, readdir, readFile, rename, rm } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { WakeList } from '../clock/wake-list.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { settle } from '../errors/settle.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
 import type {
   AppendAck,
   AppendInput,
@@ -24,11 +25,14 @@ import {
   copyRange,
   describeError,
   encodeFrame,
+  lostRecord,
   openReadWrite,
   readFrames,
   scanSegment,
   syncDirectory,
   writeFileAtomic,
+  writeParts,
+  type SegmentDamage,
   type StoredRecord,
 } from './segment-file.js';
 import {
@@ -66,9 +70,15 @@ export interface FileEventLogOptions {
    * @defaultValue true
    */
   readonly fsync?: boolean;
+  /**
+   * Where {@link FileEventLog.open} reports the repairs it made: a warning for each range of damaged
+   * bytes it quarantined (naming the offsets lost), info for a torn write it cut off.
+   * @defaultValue consoleLogger
+   */
+  readonly logger?: Logger;
 }
 
-/** A segment whose torn or corrupt tail {@link FileEventLog.open} cut off. */
+/** A range of damaged bytes in a segment that {@link FileEventLog.open} repaired. */
 export interface FileEventLogRepair {
   /** The topic of the repaired segment. */
   readonly topic: string;
@@ -76,10 +86,39 @@ export interface FileEventLogRepair {
   readonly partition: number;
   /** The segment file. */
   readonly file: string;
-  /** Bytes kept: every whole record. */
+  /**
+   * `torn-tail`: the segment ended in bytes that are no record in sequence, and no valid record
+   * follows them; they were cut off, and the next append takes the offset they would have held.
+   * `corrupt-frames`: damaged bytes inside the segment, followed by valid records; they were taken
+   * out of the segment and each offset they held is kept as a lost offset, so the records after
+   * them keep their offsets.
+   */
+  readonly kind: 'torn-tail' | 'corrupt-frames';
+  /** Bytes of the segment before the damaged ones, kept as they were (positions as found). */
   readonly keptBytes: number;
-  /** Bytes cut off the end. */
+  /** Damaged bytes taken out of the segment. */
   readonly droppedBytes: number;
+  /**
+   * The offsets whose records were in the damaged bytes (inclusive range), now lost offsets that
+   * reads skip; undefined for a torn tail, and for damaged bytes that held no offset.
+   */
+  readonly lostOffsets: { readonly from: number; readonly to: number } | undefined;
+  /**
+   * The file (next to the segment) holding a copy of the dropped bytes, with `<file>.json` saying
+   * where they came from; undefined for a torn write (a frame cut off by the end of the file, or
+   * zeros), which is what a crash during an append leaves.
+   */
+  readonly quarantineFile: string | undefined;
+}
+
+/** A run of lost offsets of a partition: records whose bytes were damaged and quarantined. */
+export interface FileEventLogLostOffsets {
+  /** The first lost offset of the run. */
+  readonly from: number;
+  /** The last lost offset of the run (inclusive). */
+  readonly to: number;
+  /** The quarantine file holding the damaged bytes. */
+  readonly quarantineFile: string;
 }
 
 /** Most records one `read` returns. */
@@ -125,8 +164,10 @@ interface PartitionState {
   segment: Segment;
   /** Offset of the first retained record; with no records, the next offset. */
   base: number;
-  /** File position of each retained record, in offset order from `base`. */
+  /** File position of each retained record, in offset order from `base`; lost offsets included. */
   positions: number[];
+  /** Runs of lost offsets at or above `base`, in offset order; replaced, never changed in place. */
+  lost: readonly FileEventLogLostOffsets[];
   appendedAt: number[];
   ids: string[];
   uids: (string | undefined)[];
@@ -165,9 +206,14 @@ interface UidLine {
  * append leaves nothing behind; if even the truncate fails, the partition refuses appends
  * (`partition-failed`) until the log is opened again, which cuts any torn tail off.
  *
- * {@link FileEventLog.open} scans every segment, rebuilds the indexes (offset to file position, event
- * id to location, uid to ack) and cuts a torn or corrupt tail back to the last whole record (listed
- * in {@link FileEventLog.repairs}). Memory holds positions and ids, never bodies: reads go to the file.
+ * {@link FileEventLog.open} scans every segment and rebuilds the indexes (offset to file position,
+ * event id to location, uid to ack). A torn tail (no valid record after it) is cut back to the last
+ * whole record. Damaged bytes inside a segment (valid records after them) are copied to a quarantine
+ * file next to the segment, and the offsets they held become lost offsets: the segment is rewritten
+ * with a marker frame for each, so the records after them keep their offsets. Both are listed in
+ * {@link FileEventLog.repairs} and told to the logger. Reads skip lost offsets
+ * ({@link FileEventLog.lostOffsets} lists them). Memory holds positions and ids, never bodies: reads
+ * go to the file.
  *
  * Retention (`maintenance`) rewrites a segment without its expired prefix into a temp file and
  * renames it over the old one, after writing the new base offset to `p<n>.base`, so offsets never
@@ -193,7 +239,10 @@ interface UidLine {
 export class FileEventLog implements EventLog {
   /** The directory the log lives in, absolute. */
   readonly directory: string;
-  /** Segments whose torn or corrupt tail `open` cut off; empty after a clean shutdown. */
+  /**
+   * What `open` repaired: torn tails cut off and damaged bytes quarantined, in topic and partition
+   * order; empty after a clean shutdown.
+   */
   readonly repairs: readonly FileEventLogRepair[];
   readonly #topics: Map<string, TopicSpec>;
   readonly #clock: Clock;
@@ -242,7 +291,8 @@ export class FileEventLog implements EventLog {
 
   /**
    * Opens (or creates) the log in `options.directory` and recovers it: every segment is scanned, the
-   * indexes rebuilt and a torn tail cut back to the last whole record.
+   * indexes rebuilt, a torn tail cut back to the last whole record, and damaged bytes inside a
+   * segment quarantined with their offsets kept as lost offsets (see {@link FileEventLog.repairs}).
    *
    * @throws HarrierError `invalid-topic` when the manifest breaks a rule or a topic's partition count
    * differs from the one its directory was created with; `log-locked` when another live process (or
@@ -252,6 +302,8 @@ export class FileEventLog implements EventLog {
     const topics = indexTopics(options.topics);
     const directory = resolve(options.directory);
     const fsync = options.fsync ?? true;
+    const clock = options.clock ?? systemClock;
+    const logger = options.logger ?? consoleLogger;
     await mkdir(directory, { recursive: true });
     const lock = await acquireLock(directory);
     const partitions = new Map<string, PartitionState[]>();
@@ -267,7 +319,7 @@ export class FileEventLog implements EventLog {
         partitions.set(spec.name, states);
         await forEachLimited(spec.partitions, OPEN_CONCURRENCY, async (partition) => {
           states[partition] = await openPartition(
-            { topicDir, topic: spec.name, partition, existing, fsync },
+            { topicDir, topic: spec.name, partition, existing, fsync, clock, logger },
             byId,
             byUid,
             repairs,
@@ -288,12 +340,13 @@ export class FileEventLog implements EventLog {
     return new FileEventLog({
       directory,
       topics,
-      clock: options.clock ?? systemClock,
+      clock,
       fsync,
       partitions,
       byId,
       byUid,
-      repairs,
+      // Partitions open concurrently: report them in a stable order.
+      repairs: repairs.sort((a, b) => compare(a.topic, b.topic) || a.partition - b.partition),
       lockFile: lock.file,
       lockContent: lock.content,
     });
@@ -348,14 +401,24 @@ export class FileEventLog implements EventLog {
 
   /**
    * @remarks Offsets below the oldest retained record are gone; reading from one starts at the
-   * oldest retained record.
+   * oldest retained record. Lost offsets (see {@link FileEventLog.lostOffsets}) are skipped: the
+   * records after them come back with their own offsets, and `max` counts records, not offsets.
    * @throws UnknownTopicError; HarrierError `invalid-partition`, `invalid-argument` or `log-closed`.
    */
   async read(topic: string, partition: number, fromOffset: number, max: number): Promise<LogRecord[]> {
     const state = this.#partition(topic, partition);
     checkReadRange(fromOffset, max, MAX_READ_BATCH);
     this.#assertOpen();
-    return this.#readRange(state, fromOffset, Math.min(max, MAX_READ_BATCH));
+    return (await this.#readRange(state, fromOffset, Math.min(max, MAX_READ_BATCH))).records;
+  }
+
+  /**
+   * The lost offsets of a partition at or above its oldest retained record: offsets whose records
+   * `open` found damaged and quarantined. Reads and subscriptions skip them.
+   * @throws UnknownTopicError, HarrierError `invalid-partition`.
+   */
+  lostOffsets(topic: string, partition: number): Promise<readonly FileEventLogLostOffsets[]> {
+    return settle(() => this.#partition(topic, partition).lost);
   }
 
   /**
@@ -373,7 +436,7 @@ export class FileEventLog implements EventLog {
     const location = this.#byId.get(id);
     if (location === undefined || this.#closed) return undefined;
     const state = this.#partition(location.topic, location.partition);
-    const [record] = await this.#readRange(state, location.offset, 1);
+    const [record] = (await this.#readRange(state, location.offset, 1)).records;
     return record?.offset === location.offset ? record : undefined;
   }
 
@@ -404,7 +467,8 @@ export class FileEventLog implements EventLog {
    *
    * @remarks
    * Each partition with expired records is rewritten without them (temp file, then rename); its
-   * appends wait meanwhile. A partition that refuses appends (`partition-failed`) is skipped.
+   * appends wait meanwhile. A partition that refuses appends (`partition-failed`) is skipped. Lost
+   * offsets inside the removed prefix go with it; they are not counted as removed records.
    * @throws HarrierError `log-closed`; a file system error when a rewrite fails (the partition then
    * keeps its records).
    */
@@ -425,8 +489,10 @@ export class FileEventLog implements EventLog {
           if (state.failed !== undefined || this.#closed) return 0;
           let count = 0;
           while (expired(count) && (keepFrom === undefined || state.base + count < keepFrom)) count++;
-          if (count > 0) await this.#removePrefix(state, count);
-          return count;
+          if (count === 0) return 0;
+          const lost = lostBelow(state.lost, state.base + count);
+          await this.#removePrefix(state, count);
+          return count - lost;
         });
       }
     }
@@ -582,14 +648,17 @@ export class FileEventLog implements EventLog {
   }
 
   /** Reads up to `max` records from `fromOffset` (raised to the oldest retained one). */
-  async #readRange(state: PartitionState, fromOffset: number, max: number): Promise<LogRecord[]> {
+  async #readRange(
+    state: PartitionState,
+    fromOffset: number,
+    max: number,
+  ): Promise<{ readonly records: LogRecord[]; readonly next: number }> {
     // Everything about the segment is taken before the first await: a retention rewrite swaps the
     // segment and its positions together, and the old file stays readable until its readers finish.
     const segment = state.segment;
     const end = state.base + state.positions.length;
-    const start = Math.max(fromOffset, state.base);
-    const stop = Math.min(end, start + max);
-    if (start >= stop) return [];
+    const { start, stop } = spanOf(state.lost, Math.max(fromOffset, state.base), end, max);
+    if (start >= stop) return { records: [], next: stop };
     const startPosition = state.positions[start - state.base] ?? 0;
     const stopPosition = stop === end ? state.size : (state.positions[stop - state.base] ?? state.size);
     segment.readers++;
@@ -606,19 +675,22 @@ export class FileEventLog implements EventLog {
       segment.readers--;
       if (segment.retired && segment.readers === 0) void closeQuietly(segment.handle);
     }
-    return stored.map((record) =>
-      Object.freeze({
-        topic: state.topic,
-        partition: state.partition,
-        offset: record.offset,
-        id: record.id,
-        key: record.key,
-        type: record.type,
-        body: record.body,
-        uid: record.uid,
-        appendedAt: record.appendedAt,
-      }),
-    );
+    const records = stored
+      .filter((record) => record.lost === undefined)
+      .map((record) =>
+        Object.freeze({
+          topic: state.topic,
+          partition: state.partition,
+          offset: record.offset,
+          id: record.id,
+          key: record.key,
+          type: record.type,
+          body: record.body,
+          uid: record.uid,
+          appendedAt: record.appendedAt,
+        }),
+      );
+    return { records, next: stop };
   }
 
   async *#follow(
@@ -630,20 +702,22 @@ export class FileEventLog implements EventLog {
     const ended = (): boolean => this.#closed || signal?.aborted === true;
     while (!ended()) {
       if (next < state.base + state.positions.length) {
-        let batch: LogRecord[];
+        let batch: { readonly records: LogRecord[]; readonly next: number };
         try {
           batch = await this.#readRange(state, next, SUBSCRIBE_BATCH);
         } catch (error) {
           if (ended()) return;
           throw error;
         }
-        for (const record of batch) {
+        for (const record of batch.records) {
           if (ended()) return;
           // Retention may have removed the rest of the batch while this generator was suspended.
           if (record.offset < state.base) continue;
           next = record.offset + 1;
           yield record;
         }
+        // Past lost offsets at the end of the batch (or the whole of it).
+        next = Math.max(next, batch.next);
         continue;
       }
       await state.waiters.wait(signal);
@@ -705,12 +779,56 @@ export class FileEventLog implements EventLog {
       }
     }
     state.positions = state.positions.slice(count).map((position) => position - cut);
+    state.lost = state.lost
+      .filter((run) => run.to >= newBase)
+      .map((run) => (run.from >= newBase ? run : { ...run, from: newBase }));
     state.appendedAt = state.appendedAt.slice(count);
     state.ids = state.ids.slice(count);
     state.uids = state.uids.slice(count);
     state.base = newBase;
     state.size -= cut;
   }
+}
+
+/** How many of `lost` are below `offset`. */
+function lostBelow(lost: readonly FileEventLogLostOffsets[], offset: number): number {
+  let count = 0;
+  for (const run of lost) if (run.from < offset) count += Math.min(run.to + 1, offset) - run.from;
+  return count;
+}
+
+/**
+ * The offsets `[start, stop)` that a read of up to `max` records from `from` covers: lost offsets at
+ * `from` are skipped, and lost offsets inside the span are not counted against `max`.
+ */
+function spanOf(
+  lost: readonly FileEventLogLostOffsets[],
+  from: number,
+  end: number,
+  max: number,
+): { readonly start: number; readonly stop: number } {
+  let index = lost.findIndex((run) => run.to >= from);
+  if (index < 0) index = lost.length;
+  let start = from;
+  const first = lost[index];
+  if (first !== undefined && first.from <= start) {
+    start = first.to + 1;
+    index++;
+  }
+  let stop = start;
+  let count = 0;
+  while (stop < end && count < max) {
+    const run = lost[index];
+    if (run?.from === stop) {
+      stop = run.to + 1;
+      index++;
+      continue;
+    }
+    const limit = Math.min(end, run?.from ?? end, stop + max - count);
+    count += limit - stop;
+    stop = limit;
+  }
+  return { start, stop: Math.min(stop, Math.max(start, end)) };
 }
 
 /**
@@ -761,7 +879,10 @@ async function prepareTopicDirectory(topicDir: string, spec: TopicSpec, fsync: b
   }
 }
 
-/** Opens one partition's segment, scans it, cuts a torn tail and fills the indexes. */
+/**
+ * Opens one partition's segment, scans it, repairs what the scan found damaged (see
+ * {@link repairSegment}) and fills the indexes.
+ */
 async function openPartition(
   where: {
     readonly topicDir: string;
@@ -770,6 +891,8 @@ async function openPartition(
     /** The names in `topicDir`, so files that are not there cost no system call. */
     readonly existing: ReadonlySet<string>;
     readonly fsync: boolean;
+    readonly clock: Clock;
+    readonly logger: Logger;
   },
   byId: Map<string, Location>,
   byUid: Map<string, AppendAck>,
@@ -780,7 +903,7 @@ async function openPartition(
   const file = join(topicDir, `${name}.log`);
   const baseFile = join(topicDir, `${name}.base`);
   const uidsFile = join(topicDir, `${name}.uids`);
-  // Leftovers of a retention rewrite cut short by a crash: the originals are still intact.
+  // Leftovers of a rewrite (retention or repair) cut short by a crash: the originals are intact.
   for (const leftover of [`${name}.log.tmp`, `${name}.base.tmp`]) {
     if (existing.has(leftover)) await rm(join(topicDir, leftover), { force: true });
   }
@@ -788,7 +911,7 @@ async function openPartition(
   const uidsThrough = existing.has(`${name}.uids`)
     ? await loadUids(uidsFile, topic, partition, byUid, fsync)
     : -1;
-  const handle = await openReadWrite(file);
+  let handle = await openReadWrite(file);
   const state: PartitionState = {
     topic,
     partition,
@@ -798,6 +921,7 @@ async function openPartition(
     segment: { handle, readers: 0, retired: false },
     base: storedBase,
     positions: [],
+    lost: [],
     appendedAt: [],
     ids: [],
     uids: [],
@@ -810,41 +934,264 @@ async function openPartition(
     waiters: new WakeList(),
   };
   try {
-    const { size } = await handle.stat();
-    let expected: number | undefined;
-    const kept = await scanSegment(
-      handle,
-      size,
-      // The first record's offset wins over the base file: a crash between writing the base and
-      // renaming the rewritten segment leaves a base above it.
-      (record) => (expected === undefined ? record.offset >= 0 : record.offset === expected),
-      (record, position) => {
-        if (expected === undefined) state.base = record.offset;
-        expected = record.offset + 1;
-        state.positions.push(position);
-        state.appendedAt.push(record.appendedAt);
-        state.ids.push(record.id);
-        state.uids.push(record.uid);
-        if (!byId.has(record.id)) byId.set(record.id, { topic, partition, offset: record.offset });
-        if (record.uid !== undefined && !byUid.has(record.uid)) {
-          byUid.set(
-            record.uid,
-            ackOf(topic, partition, record.offset, record.id, record.uid, record.appendedAt),
+    let { size } = await handle.stat();
+    const damage = await indexSegment(state, storedBase, size, byId, byUid);
+    if (damage.length > 0) {
+      let repaired: FileEventLogRepair[];
+      try {
+        repaired = await repairSegment(where, state, size, damage);
+      } catch (error) {
+        throw new HarrierError(
+          'log-corrupt',
+          `${file} holds damaged bytes from byte ${damage[0]?.start ?? 0}, and repairing them failed (${describeError(error)}): fix the cause (disk full? permissions?) and open the log again, which repeats the repair`,
+          { cause: error },
+        );
+      }
+      for (const repair of repaired) {
+        repairs.push(repair);
+        reportRepair(where.logger, repair);
+      }
+      handle = state.segment.handle;
+      size = (await handle.stat()).size;
+      if (damage.some((range) => range.nextOffset !== undefined)) {
+        // The segment was rewritten: index it again, positions after the damage moved.
+        const left = await indexSegment(state, storedBase, size, byId, byUid);
+        if (left.length > 0) {
+          throw new HarrierError(
+            'log-corrupt',
+            `${file} is still damaged at byte ${left[0]?.start ?? 0} after its repair: the disk may be failing; copy the directory elsewhere and open the copy`,
           );
         }
-      },
-    );
-    if (kept < size) {
-      await handle.truncate(kept);
-      if (fsync) await handle.datasync();
-      repairs.push({ topic, partition, file, keptBytes: kept, droppedBytes: size - kept });
+      }
     }
-    state.size = kept;
+    state.size = size;
   } catch (error) {
-    await handle.close();
+    await closeQuietly(handle);
     throw error;
   }
   return state;
+}
+
+/** Scans a partition's segment into its (emptied) indexes; returns the damage the scan found. */
+async function indexSegment(
+  state: PartitionState,
+  storedBase: number,
+  size: number,
+  byId: Map<string, Location>,
+  byUid: Map<string, AppendAck>,
+): Promise<SegmentDamage[]> {
+  const { topic, partition } = state;
+  state.base = storedBase;
+  state.positions = [];
+  state.appendedAt = [];
+  state.ids = [];
+  state.uids = [];
+  const lost: FileEventLogLostOffsets[] = [];
+  const dir = dirname(state.file);
+  const damage = await scanSegment(state.segment.handle, size, storedBase, (record, position) => {
+    // The first record's offset wins over the base file: a crash between writing the base and
+    // renaming the rewritten segment leaves a base above it.
+    if (state.positions.length === 0) state.base = record.offset;
+    state.positions.push(position);
+    state.appendedAt.push(record.appendedAt);
+    state.ids.push(record.id);
+    state.uids.push(record.uid);
+    if (record.lost !== undefined) {
+      const quarantineFile = join(dir, record.lost);
+      const last = lost.at(-1);
+      if (last?.to === record.offset - 1 && last.quarantineFile === quarantineFile) {
+        lost[lost.length - 1] = { ...last, to: record.offset };
+      } else {
+        lost.push({ from: record.offset, to: record.offset, quarantineFile });
+      }
+      return;
+    }
+    if (!byId.has(record.id)) byId.set(record.id, { topic, partition, offset: record.offset });
+    if (record.uid !== undefined && !byUid.has(record.uid)) {
+      byUid.set(record.uid, ackOf(topic, partition, record.offset, record.id, record.uid, record.appendedAt));
+    }
+  });
+  state.lost = lost;
+  return damage;
+}
+
+/**
+ * Repairs the damage a scan found in a partition's segment, whose records up to the first damaged
+ * byte are indexed in `state`.
+ *
+ * @remarks
+ * Order matters for a crash in between: each damaged range is first copied to a quarantine file
+ * (flushed, with its directory), never overwriting one; then a tail is cut off, or, when damage lies
+ * inside the segment, the segment is rewritten to a temp file (flushed) with a lost-offset marker in
+ * place of each damaged range, and renamed over the old one. A crash before the rename leaves the
+ * old segment, which the next open repairs again (into a quarantine file of its own).
+ */
+async function repairSegment(
+  where: { readonly topicDir: string; readonly fsync: boolean; readonly clock: Clock },
+  state: PartitionState,
+  size: number,
+  damage: readonly SegmentDamage[],
+): Promise<FileEventLogRepair[]> {
+  const { topicDir, fsync, clock } = where;
+  const { topic, partition, file } = state;
+  const handle = state.segment.handle;
+  const repairs: FileEventLogRepair[] = [];
+  for (const range of damage) {
+    const tail = range.nextOffset === undefined;
+    const lostOffsets =
+      range.nextOffset !== undefined && range.nextOffset > range.expectedOffset
+        ? { from: range.expectedOffset, to: range.nextOffset - 1 }
+        : undefined;
+    const quarantineFile =
+      tail && range.tornWrite
+        ? undefined
+        : await quarantine(handle, range, {
+            topicDir,
+            stem: `p${partition}.${range.expectedOffset}`,
+            fsync,
+            facts: {
+              topic,
+              partition,
+              segment: file,
+              kind: tail ? 'torn-tail' : 'corrupt-frames',
+              start: range.start,
+              end: range.end,
+              bytes: range.end - range.start,
+              expectedOffset: range.expectedOffset,
+              lostOffsets: lostOffsets ?? null,
+              nextOffset: range.nextOffset ?? null,
+              quarantinedAt: new Date(clock.now()).toISOString(),
+            },
+          });
+    repairs.push({
+      topic,
+      partition,
+      file,
+      kind: tail ? 'torn-tail' : 'corrupt-frames',
+      keptBytes: range.start,
+      droppedBytes: range.end - range.start,
+      lostOffsets,
+      quarantineFile,
+    });
+  }
+  if (fsync && repairs.some((repair) => repair.quarantineFile !== undefined)) await syncDirectory(topicDir);
+
+  const tail = damage.find((range) => range.nextOffset === undefined);
+  if (!damage.some((range) => range.nextOffset !== undefined)) {
+    if (tail !== undefined) {
+      await handle.truncate(tail.start);
+      if (fsync) await handle.datasync();
+    }
+    return repairs;
+  }
+  const parts: (readonly [number, number] | Uint8Array)[] = [];
+  let at = 0;
+  damage.forEach((range, index) => {
+    if (range === tail) return;
+    parts.push([at, range.start]);
+    const { lostOffsets, quarantineFile } = repairs[index] ?? {};
+    if (lostOffsets !== undefined && quarantineFile !== undefined) {
+      const name = basename(quarantineFile);
+      for (let offset = lostOffsets.from; offset <= lostOffsets.to; offset++) {
+        parts.push(encodeFrame(lostRecord(offset, range.nextAppendedAt ?? 0, name)));
+      }
+    }
+    at = range.end;
+  });
+  parts.push([at, tail?.start ?? size]);
+  const tmp = `${file}.tmp`;
+  await writeParts(handle, parts, tmp, fsync);
+  await rename(tmp, file);
+  if (fsync) await syncDirectory(topicDir);
+  state.segment = { handle: await openReadWrite(file), readers: 0, retired: false };
+  await closeQuietly(handle);
+  return repairs;
+}
+
+/** What a quarantine's `.json` file says about its bytes. */
+interface QuarantineFacts {
+  readonly topic: string;
+  readonly partition: number;
+  readonly segment: string;
+  readonly kind: FileEventLogRepair['kind'];
+  readonly start: number;
+  readonly end: number;
+  readonly bytes: number;
+  readonly expectedOffset: number;
+  readonly lostOffsets: { readonly from: number; readonly to: number } | null;
+  readonly nextOffset: number | null;
+  readonly quarantinedAt: string;
+}
+
+/**
+ * Copies a damaged range of a segment to `<stem>.quarantine` in the topic directory (the exact bytes)
+ * and its facts to `<stem>.quarantine.json`; when either exists, to `<stem>.2.quarantine`, and so on,
+ * so no quarantine is ever overwritten. Returns the quarantine file.
+ */
+async function quarantine(
+  handle: FileHandle,
+  range: SegmentDamage,
+  how: {
+    readonly topicDir: string;
+    readonly stem: string;
+    readonly fsync: boolean;
+    readonly facts: QuarantineFacts;
+  },
+): Promise<string> {
+  for (let n = 1; ; n++) {
+    const bytesFile = join(how.topicDir, `${how.stem}${n === 1 ? '' : `.${n}`}.quarantine`);
+    const factsFile = `${bytesFile}.json`;
+    try {
+      await writeNewFile(factsFile, `${JSON.stringify(how.facts, null, 2)}\n`, how.fsync);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST') continue;
+      throw error;
+    }
+    try {
+      await writeParts(handle, [[range.start, range.end]], bytesFile, how.fsync, true);
+    } catch (error) {
+      // Ours only: the facts just written. A bytes file already there (its facts lost) stays.
+      await rm(factsFile, { force: true });
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST') continue;
+      throw error;
+    }
+    return bytesFile;
+  }
+}
+
+/** Tells the logger about one repair: a warning when records were lost or bytes quarantined. */
+function reportRepair(logger: Logger, repair: FileEventLogRepair): void {
+  const fields = {
+    topic: repair.topic,
+    partition: repair.partition,
+    file: repair.file,
+    kind: repair.kind,
+    position: repair.keptBytes,
+    droppedBytes: repair.droppedBytes,
+    lostOffsets: repair.lostOffsets,
+    quarantineFile: repair.quarantineFile,
+  };
+  const where = `topic "${repair.topic}" partition ${repair.partition}`;
+  if (repair.kind === 'corrupt-frames') {
+    const lost =
+      repair.lostOffsets === undefined
+        ? 'no offset was lost'
+        : `offsets ${repair.lostOffsets.from} to ${repair.lostOffsets.to} are lost (reads skip them)`;
+    logger.warn(
+      `FileEventLog: ${repair.droppedBytes} damaged bytes inside the segment of ${where} were moved to ${String(repair.quarantineFile)}; ${lost}, the records after them keep their offsets`,
+      fields,
+    );
+  } else if (repair.quarantineFile !== undefined) {
+    logger.warn(
+      `FileEventLog: the segment of ${where} ended in ${repair.droppedBytes} bytes that are no valid record; they were cut off and copied to ${repair.quarantineFile}`,
+      fields,
+    );
+  } else {
+    logger.info(
+      `FileEventLog: cut a torn write of ${repair.droppedBytes} bytes off the end of the segment of ${where}`,
+      fields,
+    );
+  }
 }
 
 async function readBase(baseFile: string): Promise<number> {
@@ -975,10 +1322,12 @@ async function acquireLock(directory: string): Promise<{ file: string; content: 
   }
 }
 
-async function writeNewFile(path: string, content: string): Promise<void> {
+/** Writes a file that must not exist yet (EEXIST otherwise), flushed when `sync`. */
+async function writeNewFile(path: string, content: string, sync = false): Promise<void> {
   const handle = await open(path, 'wx', 0o644);
   try {
     await handle.writeFile(content, 'utf8');
+    if (sync) await handle.sync();
   } finally {
     await handle.close();
   }
@@ -1022,6 +1371,10 @@ async function retire(segment: Segment): Promise<void> {
 
 async function closeQuietly(handle: FileHandle): Promise<void> {
   await handle.close().catch(() => undefined);
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 /**

@@ -5,7 +5,9 @@
  * @remarks
  * Internal to src/log: nothing here is exported from an index. A segment is a sequence of frames
  * `[u32 LE payload length][u32 LE crc32 of payload][payload]`, the payload being the UTF-8 JSON of a
- * {@link StoredRecord}. The crc makes a torn or zero-filled tail detectable after a crash.
+ * {@link StoredRecord}. The crc makes a torn or zero-filled tail detectable after a crash, and damaged
+ * bytes inside a segment detectable; each record carries its offset, so a scan can resynchronise on
+ * the next valid frame and know which offsets the damaged bytes held (see {@link scanSegment}).
  *
  * @packageDocumentation
  */
@@ -23,7 +25,15 @@ export const MAX_PAYLOAD_BYTES = 256 * 1024 * 1024;
 /** Bytes read from a segment at once when scanning or reading records. */
 const CHUNK_BYTES = 1024 * 1024;
 
-/** One record as it is stored in a segment; topic and partition are implied by the file. */
+/**
+ * One record as it is stored in a segment; topic and partition are implied by the file.
+ *
+ * @remarks
+ * A record with `lost` is a marker written by repair in place of a record whose bytes were damaged:
+ * it keeps the offset taken, names the quarantine file that holds the damaged bytes, and is never
+ * returned by reads. Its other fields are empty (`type` is {@link LOST_RECORD_TYPE}), so a reader
+ * that predates markers still sees a well-formed record and keeps the offsets after it.
+ */
 export interface StoredRecord {
   readonly offset: number;
   readonly id: string;
@@ -32,6 +42,29 @@ export interface StoredRecord {
   readonly body: string;
   readonly uid?: string;
   readonly appendedAt: number;
+  /** Set on a lost-offset marker: the file name (in the segment's directory) of the quarantine. */
+  readonly lost?: string;
+}
+
+/** The `type` of a lost-offset marker. */
+export const LOST_RECORD_TYPE = 'harrier.lost';
+
+/**
+ * The fewest bytes a frame can take: the header and the JSON of a record whose strings are empty and
+ * whose numbers are one digit. Damaged bytes of length `n` held at most `n / MIN_FRAME_BYTES` records.
+ */
+export const MIN_FRAME_BYTES =
+  FRAME_HEADER_BYTES + Buffer.byteLength('{"offset":0,"id":"","key":"","type":"","body":"","appendedAt":0}');
+
+/**
+ * How the payload of every frame this log writes begins: records are serialised with `offset` as
+ * their first key. {@link scanSegment} resynchronises only on frames that begin so.
+ */
+const RECORD_PREFIX = Buffer.from('{"offset":', 'utf8');
+
+/** The lost-offset marker of `offset`, pointing at the quarantine file `quarantine`. */
+export function lostRecord(offset: number, appendedAt: number, quarantine: string): StoredRecord {
+  return { offset, id: '', key: '', type: LOST_RECORD_TYPE, body: '', appendedAt, lost: quarantine };
 }
 
 /** Encodes a record as one frame. */
@@ -80,48 +113,198 @@ function parseRecord(json: string): StoredRecord | undefined {
     typeof r.type === 'string' &&
     typeof r.body === 'string' &&
     (r.uid === undefined || typeof r.uid === 'string') &&
-    typeof r.appendedAt === 'number';
+    typeof r.appendedAt === 'number' &&
+    (r.lost === undefined || typeof r.lost === 'string');
   return wellFormed ? (value as StoredRecord) : undefined;
 }
 
 /**
- * Reads every whole frame of a segment from the start, calling `onRecord` for each, and returns the
- * length of the valid prefix: where the first torn or corrupt frame starts, or `size`.
+ * Bytes of a segment that are no valid record in sequence, found by {@link scanSegment}. Positions
+ * are in the file as scanned.
+ */
+export interface SegmentDamage {
+  /** File position of the first damaged byte: where the frame of `expectedOffset` should start. */
+  readonly start: number;
+  /** File position after the last damaged byte: the next valid frame, or the end of the file. */
+  readonly end: number;
+  /** The offset the first damaged frame should have held. */
+  readonly expectedOffset: number;
+  /**
+   * Offset of the valid frame at `end`, on which the scan resynchronised; undefined when no valid
+   * frame follows (a tail).
+   */
+  readonly nextOffset: number | undefined;
+  /** `appendedAt` of the frame at `end`; undefined for a tail. */
+  readonly nextAppendedAt: number | undefined;
+  /**
+   * True when the bytes look like an interrupted write rather than damage: the first frame runs past
+   * the end of the file, or every byte is zero.
+   */
+  readonly tornWrite: boolean;
+}
+
+/**
+ * Reads every frame of a segment from the start, calling `onRecord` for each record in sequence,
+ * and returns the damaged byte ranges in file order (at most one, the last, without `nextOffset`).
  *
- * @param accept - called before `onRecord`; a record it rejects (an offset out of sequence) ends the
- * valid prefix just like a corrupt frame.
+ * @remarks
+ * A frame is in sequence when its crc verifies, its payload is a record, and its offset is the one
+ * after the previous record (the first frame may hold any offset). At a frame that is not, the scan
+ * resynchronises: it looks for the first later position where a frame verifies whose offset `o`
+ * continues the sequence, `expected <= o <= expected + floor(skipped / MIN_FRAME_BYTES)` (the
+ * damaged bytes cannot have held more records than that). Candidates are the positions 8 bytes
+ * before each `{"offset":` (how every payload this log writes begins), so the search runs at memory
+ * speed. A false match is not a practical risk: payloads are JSON text, whose bytes are all 0x20 or
+ * above, so a length read from inside a payload is at least 512 MiB and fails the
+ * {@link MAX_PAYLOAD_BYTES} check; a header that passes must then carry the crc32 of a payload that
+ * parses as a record with an offset in that narrow window. When no frame verifies up to the end of
+ * the file, the rest is a tail.
+ *
+ * @param baseOffset - the offset the first frame should hold (the base file): what a damaged first
+ * frame is taken to have held.
  */
 export async function scanSegment(
   handle: FileHandle,
   size: number,
-  accept: (record: StoredRecord) => boolean,
+  baseOffset: number,
   onRecord: (record: StoredRecord, position: number) => void,
-): Promise<number> {
-  let buffer = Buffer.alloc(0);
-  /** File position of `buffer[0]`. */
-  let bufferStart = 0;
+): Promise<SegmentDamage[]> {
+  const window = new SegmentWindow(handle, size);
+  const damage: SegmentDamage[] = [];
+  /** The offset the next frame must hold; undefined before the first record. */
+  let expected: number | undefined;
   let position = 0;
   while (position < size) {
-    const decoded = decodeFrame(buffer, position - bufferStart);
-    if (decoded === 'corrupt') return position;
-    if (decoded === 'incomplete') {
-      const have = bufferStart + buffer.length - position;
-      if (bufferStart + buffer.length >= size) return position;
-      // Grow the window to hold at least the whole frame whose header we may already have.
-      const header = have >= FRAME_HEADER_BYTES ? buffer.readUInt32LE(position - bufferStart) : 0;
-      const want = Math.min(Math.max(CHUNK_BYTES, FRAME_HEADER_BYTES + header), size - position);
-      const next = Buffer.allocUnsafe(want);
-      const carried = buffer.copy(next, 0, position - bufferStart);
-      await readFully(handle, next, carried, want - carried, position + carried);
-      buffer = next;
-      bufferStart = position;
+    const decoded = await window.decode(position);
+    if (typeof decoded === 'object' && (expected === undefined || decoded.record.offset === expected)) {
+      onRecord(decoded.record, position);
+      expected = decoded.record.offset + 1;
+      position += decoded.length;
       continue;
     }
-    if (!accept(decoded.record)) return position;
-    onRecord(decoded.record, position);
-    position += decoded.length;
+    const expectedOffset = expected ?? baseOffset;
+    // Before the first record the base file may be stale (a retention rewrite cut short), so the
+    // lower bound is 0 there.
+    const next = await window.resync(position, expected ?? 0, expectedOffset);
+    if (next === undefined) {
+      damage.push({
+        start: position,
+        end: size,
+        expectedOffset,
+        nextOffset: undefined,
+        nextAppendedAt: undefined,
+        tornWrite: decoded === 'incomplete' || (await window.allZeros(position, size)),
+      });
+      break;
+    }
+    damage.push({
+      start: position,
+      end: next.position,
+      expectedOffset,
+      nextOffset: next.record.offset,
+      nextAppendedAt: next.record.appendedAt,
+      tornWrite: false,
+    });
+    position = next.position;
+    expected = next.record.offset;
   }
-  return position;
+  return damage;
+}
+
+/** A read-ahead window over a segment file for {@link scanSegment}. */
+class SegmentWindow {
+  readonly #handle: FileHandle;
+  readonly #size: number;
+  #bytes = Buffer.alloc(0);
+  /** File position of `#bytes[0]`. */
+  #start = 0;
+
+  constructor(handle: FileHandle, size: number) {
+    this.#handle = handle;
+    this.#size = size;
+  }
+
+  /** Decodes the frame at `position`; `'incomplete'` when the file ends inside it. */
+  async decode(
+    position: number,
+  ): Promise<{ readonly record: StoredRecord; readonly length: number } | 'incomplete' | 'corrupt'> {
+    const length = await this.#frameLength(position);
+    if (typeof length === 'string') return length;
+    await this.#cover(position, length);
+    return decodeFrame(this.#bytes, position - this.#start);
+  }
+
+  /**
+   * The first position after `from` holding a verified frame with an offset in
+   * `[lowest, expected + floor((position - from) / MIN_FRAME_BYTES)]`, or undefined.
+   */
+  async resync(
+    from: number,
+    lowest: number,
+    expected: number,
+  ): Promise<{ readonly position: number; readonly record: StoredRecord } | undefined> {
+    let position = from + 1;
+    while (position + MIN_FRAME_BYTES <= this.#size) {
+      await this.#cover(position, FRAME_HEADER_BYTES + RECORD_PREFIX.length);
+      // Only a payload that starts like every record this log writes can be a frame.
+      const hit = this.#bytes.indexOf(RECORD_PREFIX, position + FRAME_HEADER_BYTES - this.#start);
+      if (hit < 0) {
+        // A prefix cut by the end of the window is found from the next one.
+        const windowEnd = this.#start + this.#bytes.length;
+        position = Math.max(position + 1, windowEnd - RECORD_PREFIX.length + 1 - FRAME_HEADER_BYTES);
+        continue;
+      }
+      const candidate = this.#start + hit - FRAME_HEADER_BYTES;
+      const decoded = await this.decode(candidate);
+      if (typeof decoded === 'object') {
+        const { offset } = decoded.record;
+        const most = expected + Math.floor((candidate - from) / MIN_FRAME_BYTES);
+        if (offset >= lowest && offset <= most) return { position: candidate, record: decoded.record };
+      }
+      position = candidate + 1;
+    }
+    return undefined;
+  }
+
+  /** True when every byte of `[start, end)` is zero. */
+  async allZeros(start: number, end: number): Promise<boolean> {
+    for (let position = start; position < end;) {
+      const length = Math.min(CHUNK_BYTES, end - position);
+      await this.#cover(position, length);
+      const at = position - this.#start;
+      if (this.#bytes.subarray(at, at + length).some((byte) => byte !== 0)) return false;
+      position += length;
+    }
+    return true;
+  }
+
+  /**
+   * The length of the frame at `position` as its header says: `'incomplete'` when the header or the
+   * frame runs past the end of the file, `'corrupt'` when the length is impossible.
+   */
+  async #frameLength(position: number): Promise<number | 'incomplete' | 'corrupt'> {
+    if (position + FRAME_HEADER_BYTES > this.#size) return 'incomplete';
+    await this.#cover(position, FRAME_HEADER_BYTES);
+    const payloadLength = this.#bytes.readUInt32LE(position - this.#start);
+    if (payloadLength === 0 || payloadLength > MAX_PAYLOAD_BYTES) return 'corrupt';
+    const length = FRAME_HEADER_BYTES + payloadLength;
+    return position + length > this.#size ? 'incomplete' : length;
+  }
+
+  /** Makes the window hold `[position, position + length)`, which lies inside the file. */
+  async #cover(position: number, length: number): Promise<void> {
+    if (position >= this.#start && position + length <= this.#start + this.#bytes.length) return;
+    const want = Math.min(Math.max(CHUNK_BYTES, length), this.#size - position);
+    const next = Buffer.allocUnsafe(want);
+    // Keep what the old window already holds of the new one, to read each byte once.
+    const overlap =
+      position >= this.#start && position < this.#start + this.#bytes.length
+        ? this.#bytes.copy(next, 0, position - this.#start)
+        : 0;
+    if (overlap < want) await readFully(this.#handle, next, overlap, want - overlap, position + overlap);
+    this.#bytes = next;
+    this.#start = position;
+  }
 }
 
 /**
@@ -267,22 +450,48 @@ export async function writeFileAtomic(path: string, data: string, sync: boolean)
 /**
  * Copies bytes `[start, end)` of `from` into a new file `to` (replacing any), flushed when `sync`.
  */
-export async function copyRange(
+export function copyRange(
   from: FileHandle,
   start: number,
   end: number,
   to: string,
   sync: boolean,
 ): Promise<void> {
-  const handle = await open(to, 'w', 0o644);
+  return writeParts(from, [[start, end]], to, sync);
+}
+
+/**
+ * Writes a new file `to` from `parts` in order: a `[start, end)` pair copies those bytes of `from`, a
+ * buffer is written as it is. Flushed when `sync`; removed again when a write fails.
+ *
+ * @param exclusive - refuse (EEXIST) when `to` exists, instead of replacing it.
+ */
+export async function writeParts(
+  from: FileHandle,
+  parts: readonly (readonly [number, number] | Uint8Array)[],
+  to: string,
+  sync: boolean,
+  exclusive = false,
+): Promise<void> {
+  const handle = await open(to, exclusive ? 'wx' : 'w', 0o644);
   try {
-    const chunk = Buffer.allocUnsafe(Math.min(CHUNK_BYTES, Math.max(1, end - start)));
-    let position = start;
-    while (position < end) {
-      const length = Math.min(chunk.length, end - position);
-      await readFully(from, chunk, 0, length, position);
-      await appendAt(handle, position - start, chunk.subarray(0, length), false);
-      position += length;
+    let written = 0;
+    const longest = Math.max(1, ...parts.map((part) => (part instanceof Uint8Array ? 0 : part[1] - part[0])));
+    const chunk = Buffer.allocUnsafe(Math.min(CHUNK_BYTES, longest));
+    for (const part of parts) {
+      if (part instanceof Uint8Array) {
+        await appendAt(handle, written, part, false);
+        written += part.length;
+        continue;
+      }
+      const [start, end] = part;
+      for (let position = start; position < end;) {
+        const length = Math.min(chunk.length, end - position);
+        await readFully(from, chunk, 0, length, position);
+        await appendAt(handle, written, chunk.subarray(0, length), false);
+        written += length;
+        position += length;
+      }
     }
     if (sync) await handle.sync();
   } catch (error) {

@@ -7,12 +7,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { appendFile, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { appendFile, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { LogRecord } from '../../src/log/event-log.js';
+import { silentLogger, type Logger } from '../../src/logging/logger.js';
 import { FileEventLog, topicDirectoryName } from '../../src/log/file-event-log.js';
 import { encodeFrame, FRAME_HEADER_BYTES } from '../../src/log/segment-file.js';
 import { partitionOf } from '../../src/messages/partition.js';
@@ -178,11 +179,21 @@ describe('FileEventLog', () => {
     describe('when a segment ends in a torn write', () => {
       const validFrame = (offset: number): Buffer =>
         encodeFrame({ offset, id: 'torn', key: 'k', type: 't', body: '{}', appendedAt: Date.now() });
-      const cases: readonly { readonly tail: string; readonly bytes: () => Buffer }[] = [
-        { tail: 'a frame cut off in its header', bytes: () => validFrame(10).subarray(0, 5) },
+      /** `quarantined`: a copy is kept, unless the tail is what a crash mid-write leaves. */
+      const cases: readonly {
+        readonly tail: string;
+        readonly bytes: () => Buffer;
+        readonly quarantined: boolean;
+      }[] = [
+        {
+          tail: 'a frame cut off in its header',
+          bytes: () => validFrame(10).subarray(0, 5),
+          quarantined: false,
+        },
         {
           tail: 'a frame cut off in its payload',
           bytes: () => validFrame(10).subarray(0, FRAME_HEADER_BYTES + 7),
+          quarantined: false,
         },
         {
           tail: 'a whole frame whose payload fails its crc',
@@ -191,14 +202,33 @@ describe('FileEventLog', () => {
             frame[FRAME_HEADER_BYTES + 3] = (frame[FRAME_HEADER_BYTES + 3] ?? 0) ^ 0xff;
             return frame;
           },
+          quarantined: true,
         },
-        { tail: 'a whole frame out of sequence', bytes: () => validFrame(42) },
-        { tail: 'zeros (a block allocated but never written)', bytes: () => Buffer.alloc(4096) },
-        { tail: 'random garbage', bytes: () => randomBytes(37) },
+        { tail: 'a whole frame out of sequence', bytes: () => validFrame(42), quarantined: true },
+        {
+          // 60 bytes cannot have held offsets 10 to 41: no resynchronising on that frame.
+          tail: 'garbage followed by a valid frame further ahead than the garbage could hold',
+          bytes: () => Buffer.concat([Buffer.alloc(60, 0xee), validFrame(42)]),
+          quarantined: true,
+        },
+        {
+          tail: 'zeros (a block allocated but never written)',
+          bytes: () => Buffer.alloc(4096),
+          quarantined: false,
+        },
+        {
+          tail: 'random garbage (with an impossible frame length)',
+          bytes: () => {
+            const garbage = randomBytes(37);
+            garbage[3] = (garbage[3] ?? 0) | 0x80;
+            return garbage;
+          },
+          quarantined: true,
+        },
       ];
 
-      for (const { tail, bytes } of cases) {
-        it(`cuts ${tail} off and keeps every whole record`, async () => {
+      for (const { tail, bytes, quarantined } of cases) {
+        it(`cuts ${tail} off${quarantined ? ' into a quarantine file' : ''} and keeps every whole record`, async () => {
           const directory = await tempDirectory();
           const topics = [{ name: 'torn', partitions: 1 }];
           const first = await FileEventLog.open({ directory, topics });
@@ -210,11 +240,37 @@ describe('FileEventLog', () => {
           const garbage = bytes();
           await appendFile(file, garbage);
 
-          const log = await openLog({ directory, topics });
+          const told: string[] = [];
+          const logger: Logger = {
+            ...silentLogger,
+            info: (message) => told.push(`info ${message}`),
+            warn: (message) => told.push(`warn ${message}`),
+          };
+          const log = await openLog({ directory, topics, logger });
 
-          expect(log.repairs).toEqual([
-            { topic: 'torn', partition: 0, file, keptBytes: whole, droppedBytes: garbage.length },
+          expect(told).toEqual([
+            expect.stringMatching(quarantined ? /^warn .*copied to/ : /^info .*torn write/),
           ]);
+          const quarantineFile = quarantined
+            ? join(directory, topicDirectoryName('torn'), 'p0.10.quarantine')
+            : undefined;
+          expect(log.repairs).toEqual([
+            {
+              topic: 'torn',
+              partition: 0,
+              file,
+              kind: 'torn-tail',
+              keptBytes: whole,
+              droppedBytes: garbage.length,
+              lostOffsets: undefined,
+              quarantineFile,
+            },
+          ]);
+          if (quarantineFile !== undefined) expect(await readFile(quarantineFile)).toEqual(garbage);
+          const kept = (await readdir(join(directory, topicDirectoryName('torn')))).filter((name) =>
+            name.includes('quarantine'),
+          );
+          expect(kept.sort()).toEqual(quarantined ? ['p0.10.quarantine', 'p0.10.quarantine.json'] : []);
           expect((await stat(file)).size).toBe(whole);
           const records = await readAll(log, 'torn', 0);
           expect(records.map((r) => [r.offset, r.id, r.body])).toEqual(
