@@ -112,8 +112,9 @@ export interface BullMqBrokerOptions {
    * The dead-letter store holds the record of every dead letter; a failed job only lets a replay
    * `retry` the job in place (once it is gone, replay adds the message again under the same id), so
    * dropping old ones loses nothing. The cap bounds a queue that fails in bulk: each failed job is
-   * its envelope, attempt history and stack trace, about 1 to 2 KB (see docs/redis.md for the
-   * measured figure). 0 keeps none.
+   * its envelope, attempt history and stack traces, about 6 KB for a small envelope that failed five
+   * times (measured by `npm run bench:redis-memory`; see docs/redis.md), so about 60 MB per queue at
+   * the default cap. 0 keeps none.
    *
    * @defaultValue 10000
    */
