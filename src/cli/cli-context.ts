@@ -4,6 +4,7 @@ import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-le
 import { HarrierError } from '../errors/harrier-error.js';
 import { describeCluster, describeRedisUrl, redisUnavailable } from '../redis/redis-errors.js';
 import { CliExit, ExitCode, usageError, type CliIo } from './cli-io.js';
+import { checkRedisUrl, isHost, isPort } from './redis-url.js';
 
 /** What {@link parse} returns for `options` plus the global ones. */
 export type ParsedArgs<O extends NonNullable<ParseArgsConfig['options']>> = ReturnType<
@@ -103,21 +104,28 @@ export interface CommandContext {
   readonly json: boolean;
 }
 
-/** Parses `host:port,host:port`. @throws CliExit (usage) naming the entry that is not one. */
-function parseSeeds(text: string): ClusterSeed[] {
+/**
+ * Parses `host:port,host:port`.
+ * @param source - where the text came from, for the message: `--redis-cluster` or `REDIS_CLUSTER`.
+ * @throws CliExit (usage) naming the entry that is not one.
+ */
+function parseSeeds(text: string, source: string): ClusterSeed[] {
   return text.split(',').map((entry) => {
     const match = /^\s*([^\s:]+|\[[^\]]+\]):(\d{1,5})\s*$/.exec(entry);
-    const port = Number(match?.[2]);
-    if (match?.[1] === undefined || !Number.isInteger(port) || port < 1 || port > 65_535) {
+    if (match?.[1] === undefined || match[2] === undefined || !isHost(match[1]) || !isPort(match[2])) {
       throw usageError(
-        `--redis-cluster entry "${entry}" is not host:port; give some nodes as host:port,host:port, e.g. 10.0.0.1:7000,10.0.0.2:7000`,
+        `${source} entry "${entry}" is not host:port; give some nodes as host:port,host:port, e.g. 10.0.0.1:7000,10.0.0.2:7000`,
       );
     }
-    return { host: match[1].replace(/^\[|\]$/g, ''), port };
+    return { host: match[1].replace(/^\[|\]$/g, ''), port: Number(match[2]) };
   });
 }
 
-/** Resolves the global options. @throws CliExit (usage) when no Redis, or two kinds of Redis, are given. */
+/**
+ * Resolves the global options.
+ * @throws CliExit (usage) when no Redis, or two kinds of Redis, are given, or the Redis URL or
+ *   cluster nodes are malformed.
+ */
 export function contextOf(
   io: CliIo,
   values: {
@@ -138,7 +146,8 @@ export function contextOf(
   const clusterText =
     values['redis-cluster'] ?? (values['redis-url'] === undefined ? io.env.REDIS_CLUSTER : undefined);
   if (clusterText !== undefined && clusterText !== '') {
-    return { io, redisUrl: '', cluster: parseSeeds(clusterText), prefix, json };
+    const source = values['redis-cluster'] === undefined ? 'REDIS_CLUSTER' : '--redis-cluster';
+    return { io, redisUrl: '', cluster: parseSeeds(clusterText, source), prefix, json };
   }
   const redisUrl = values['redis-url'] ?? io.env.REDIS_URL;
   if (redisUrl === undefined || redisUrl === '') {
@@ -146,6 +155,7 @@ export function contextOf(
       'No Redis to connect to: set REDIS_URL or pass --redis-url redis://host:6379 (for a Redis Cluster, REDIS_CLUSTER or --redis-cluster host:port,host:port)',
     );
   }
+  checkRedisUrl(redisUrl, values['redis-url'] === undefined ? 'REDIS_URL' : '--redis-url');
   return { io, redisUrl, prefix, json };
 }
 

@@ -97,9 +97,30 @@ export interface BullMqBrokerOptions {
   readonly publishTimeoutMs?: number;
   /**
    * How long dead-lettered jobs stay in BullMQ's failed set (so replay can `retry` them), in ms.
+   *
+   * @remarks
+   * BullMQ applies it when another job of the same queue fails (it runs no timer), so a queue that
+   * stops failing keeps its last failed jobs until the next failure. Like
+   * {@link BullMqBrokerOptions.failedRetentionCount}, it is fixed on each job when it is published,
+   * so the publisher's setting counts.
+   *
    * @defaultValue 604800000 (7 days)
    */
   readonly failedRetentionMs?: number;
+  /**
+   * Most dead-lettered jobs kept in each queue's failed set; when one more fails, the oldest go.
+   *
+   * @remarks
+   * The dead-letter store holds the record of every dead letter; a failed job only lets a replay
+   * `retry` the job in place (once it is gone, replay adds the message again under the same id), so
+   * dropping old ones loses nothing. The cap bounds a queue that fails in bulk: each failed job is
+   * its envelope, attempt history and stack traces, about 6 KB for a small envelope that failed five
+   * times (measured by `npm run bench:redis-memory`; see docs/redis.md), so about 60 MB per queue at
+   * the default cap. 0 keeps none.
+   *
+   * @defaultValue 10000
+   */
+  readonly failedRetentionCount?: number;
   /** @defaultValue the system clock */
   readonly clock?: Clock;
   /** @defaultValue warnings and errors as JSON lines on stderr */
@@ -185,6 +206,7 @@ export class BullMqBroker implements MessageBroker {
   readonly #stalledIntervalMs: number;
   readonly #publishTimeoutMs: number;
   readonly #failedRetentionMs: number;
+  readonly #failedRetentionCount: number;
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #connection: string | RedisOptions | RedisClusterConnection;
@@ -206,6 +228,7 @@ export class BullMqBroker implements MessageBroker {
     this.#stalledIntervalMs = options.stalledIntervalMs ?? 30_000;
     this.#publishTimeoutMs = options.publishTimeoutMs ?? 5_000;
     this.#failedRetentionMs = options.failedRetentionMs ?? 604_800_000;
+    this.#failedRetentionCount = options.failedRetentionCount ?? 10_000;
     this.#clock = options.clock ?? systemClock;
     this.#logger = options.logger ?? consoleLogger;
     if (this.#prefix.includes(':') || this.#prefix.length === 0) {
@@ -215,6 +238,9 @@ export class BullMqBroker implements MessageBroker {
       );
     }
     partitionOf('', this.#partitions);
+    assertWhole(this.#dedupeWindowMs, 'dedupeWindowMs', 1, 'e.g. 86400000 for 24 hours');
+    assertWhole(this.#failedRetentionMs, 'failedRetentionMs', 0, 'e.g. 604800000 for 7 days');
+    assertWhole(this.#failedRetentionCount, 'failedRetentionCount', 0, 'e.g. 10000 (0 keeps none)');
     // Producer connection: commands fail fast while Redis is away instead of queueing in memory.
     this.#client = this.#newClient(
       { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true },
@@ -654,7 +680,11 @@ export class BullMqBroker implements MessageBroker {
       attempts: KEEP_ATTEMPTS,
       backoff: { type: 'harrier' },
       removeOnComplete: true,
-      removeOnFail: { age: Math.ceil(this.#failedRetentionMs / 1000) },
+      // BullMQ keeps a failed job while both hold: younger than `age` seconds and among the newest `count`.
+      removeOnFail: {
+        age: Math.ceil(this.#failedRetentionMs / 1000),
+        count: this.#failedRetentionCount,
+      },
     };
   }
 
@@ -828,6 +858,16 @@ function assertName(name: string, what: string): void {
     throw new HarrierError(
       'invalid-option',
       `The ${what} "${name}" cannot be used on Redis: it must be non-empty and contain neither '${SEPARATOR}' nor ':'`,
+    );
+  }
+}
+
+/** @throws HarrierError `invalid-option` unless `value` is a whole number of at least `min`. */
+function assertWhole(value: number, option: string, min: number, example: string): void {
+  if (!Number.isSafeInteger(value) || value < min) {
+    throw new HarrierError(
+      'invalid-option',
+      `BullMqBroker option ${option} is ${String(value)}: it must be a whole number of at least ${min}, ${example}`,
     );
   }
 }

@@ -267,6 +267,21 @@ describe.skipIf(!hasScript)('harrier CLI on a terminal (util-linux script pty)',
     });
   });
 
+  describe('when --redis-url is malformed', () => {
+    it.each([
+      ['redis://:s3cret%zz@127.0.0.1:6379', 'the password has a bad percent escape'],
+      ['http://127.0.0.1:6379', 'unknown scheme "http://"'],
+      ['redis://127.0.0.1:63x9', 'port "63x9" is not a number from 1 to 65535'],
+    ])('exits 2 with text naming --redis-url and the problem, for %s', async (url, problem) => {
+      const result = await harrierOnPty(['dlq', 'list', '--redis-url', url]);
+      expect(result.code).toBe(2);
+      const shown = lines(result.output).join('\n');
+      expect(shown).toMatch(/^harrier: --redis-url "\S+" is not a valid Redis URL: /);
+      expect(shown).toContain(problem);
+      expect(shown).not.toContain('s3cret');
+    });
+  });
+
   describe('dlq purge --reason', () => {
     async function seedMixed(): Promise<void> {
       await seed([

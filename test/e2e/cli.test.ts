@@ -384,6 +384,62 @@ describe('harrier CLI', () => {
     });
   });
 
+  describe('when the Redis URL is malformed', () => {
+    const malformed = [
+      [
+        'a bad percent escape in the password',
+        'redis://:s3cret%zz@127.0.0.1:6379',
+        'the password has a bad percent escape',
+        'write % as %25',
+      ],
+      ['an unknown scheme', 'http://127.0.0.1:6379', 'unknown scheme "http://"', 'use redis://'],
+      [
+        'a port that is not a number',
+        'redis://127.0.0.1:63x9',
+        'port "63x9" is not a number from 1 to 65535',
+        'write the port in digits',
+      ],
+    ] as const;
+
+    describe.each([
+      ['JSON output (--json)', ['--json']],
+      ['default output (stdout not a terminal)', []],
+    ] as const)('with %s', (_mode, flags) => {
+      it.each(malformed)(
+        'exits 2 naming --redis-url, the problem and the fix, for %s',
+        async (_what, url, problem, fix) => {
+          const result = await harrier(['dlq', 'list', '--redis-url', url, ...flags], env);
+          expect(result.code).toBe(2);
+          expect(result.stdout).toBe('');
+          expect(result.stderr).toContain(`harrier: --redis-url "`);
+          expect(result.stderr).toContain(problem);
+          expect(result.stderr).toContain(fix);
+          expect(result.stderr).not.toContain('s3cret');
+        },
+      );
+    });
+
+    it('names REDIS_URL when the bad URL came from the environment', async () => {
+      const result = await harrier(['topology', '--json'], {
+        REDIS_URL: 'redis://:s3cret%zz@127.0.0.1:6379',
+      });
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain(
+        'harrier: REDIS_URL "redis://***@127.0.0.1:6379" is not a valid Redis URL',
+      );
+      expect(result.stderr).not.toContain('s3cret');
+    });
+
+    it('names --redis-cluster or REDIS_CLUSTER when a node is not a host name', async () => {
+      const flag = await harrier(['topology', '--redis-cluster', '10.0.0.1:7000,bad%zz:7000'], {});
+      expect(flag.code).toBe(2);
+      expect(flag.stderr).toContain('--redis-cluster entry "bad%zz:7000" is not host:port');
+      const fromEnv = await harrier(['topology'], { REDIS_CLUSTER: 'bad%zz:7000' });
+      expect(fromEnv.code).toBe(2);
+      expect(fromEnv.stderr).toContain('REDIS_CLUSTER entry "bad%zz:7000" is not host:port');
+    });
+  });
+
   describe('on a Redis Cluster (--redis-cluster)', () => {
     let cluster: RedisCluster;
     let client: Cluster;
