@@ -144,6 +144,8 @@ export type {
   DeadLetterStatus,
   DeadLetterStore,
   InMemoryDeadLetterStoreOptions,
+  LogPosition,
+  ProjectionReplayer,
   ReplayDeadLettersOptions,
   ReplayErrorCode,
   ReplayFailure,

@@ -6,6 +6,7 @@ import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { InMemoryDeadLetterStore } from '../dead-letters/in-memory-dead-letter-store.js';
 import {
   replayDeadLetters,
+  type ProjectionReplayer,
   type ReplayDeadLettersOptions,
   type ReplayResult,
 } from '../dead-letters/replay-dead-letters.js';
@@ -222,7 +223,9 @@ export interface MessageBus {
    *
    * @remarks
    * With `signing`, a record whose stored envelope no longer verifies is refused with error
-   * `signature-invalid` and not redelivered.
+   * `signature-invalid` and not redelivered. A `projection-failed` record of a projection fed from
+   * the event log is run through that projection here, before this resolves: its result is `ok`
+   * only if the projection handled the event, and `projection-failed` (the record dead again) if not.
    */
   replayDeadLetters(
     ids: readonly string[],
@@ -244,6 +247,8 @@ class HarrierBus implements MessageBus {
   readonly #maxBytes: number;
   readonly #encode: EnvelopeEncoder;
   readonly #verifyReplay: ReplayDeadLettersOptions['verify'];
+  /** Runs replays of dead letters of projections fed from the event log (none without a log). */
+  readonly #projectionReplayer: ProjectionReplayer | undefined;
   readonly #gracePeriodMs: number;
   readonly #stopController = new AbortController();
   #state: 'created' | 'started' | 'stopped' = 'created';
@@ -321,6 +326,14 @@ class HarrierBus implements MessageBus {
             clock: this.#clock,
             logger,
           });
+    const runner = this.projections;
+    this.#projectionReplayer =
+      runner === undefined
+        ? undefined
+        : {
+            handles: (record) => runner.handlesDeadLetter(record),
+            replay: (record) => runner.replayDeadLetter(record),
+          };
     this.dispatcher = new Dispatcher({
       broker: this.broker,
       registry: this.#registry,
@@ -442,6 +455,7 @@ class HarrierBus implements MessageBus {
       ids,
       clock: this.#clock,
       ...(this.#verifyReplay !== undefined ? { verify: this.#verifyReplay } : {}),
+      ...(this.#projectionReplayer !== undefined ? { projections: this.#projectionReplayer } : {}),
       ...(options.by !== undefined ? { by: options.by } : {}),
       ...(options.dryRun !== undefined ? { dryRun: options.dryRun } : {}),
     });

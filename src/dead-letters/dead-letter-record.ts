@@ -7,7 +7,7 @@ import {
   type ErrorInfo,
 } from '../broker/message-broker.js';
 import { parseAttemptHistory } from '../broker/delivery-facts.js';
-import type { DeadLetterReason, DeadLetterRecord } from './dead-letter-store.js';
+import type { DeadLetterReason, DeadLetterRecord, LogPosition } from './dead-letter-store.js';
 
 /**
  * The id of the dead letter of one message in one subscription.
@@ -68,6 +68,8 @@ export interface DeadLetterInput {
   /** Whether the message's definition is ordered (false when unknown). */
   readonly ordered: boolean;
   readonly now: number;
+  /** Where a projection fed from an event log met the event. @defaultValue undefined */
+  readonly logPosition?: LogPosition | undefined;
 }
 
 /** Builds the record of a delivery that is dead-lettered now, its last failure included in the history. */
@@ -95,6 +97,7 @@ export function buildDeadLetterRecord(input: DeadLetterInput): DeadLetterRecord 
     envelope: input.body,
     partitionKey: facts.partitionKey,
     ordered: input.ordered,
+    ...(input.logPosition !== undefined ? { logPosition: { ...input.logPosition } } : {}),
     status: 'dead',
     replays: [],
   };

@@ -29,6 +29,13 @@ export interface ReplayRecord {
 /** Most replay records kept per dead letter. */
 export const MAX_REPLAY_HISTORY = 20;
 
+/** A record's place in an event log. */
+export interface LogPosition {
+  readonly topic: string;
+  readonly partition: number;
+  readonly offset: number;
+}
+
 /**
  * A message that will not be delivered again until someone replays it.
  *
@@ -63,6 +70,13 @@ export interface DeadLetterRecord {
   readonly partitionKey: string | undefined;
   /** Whether the message type is ordered, used when the record is replayed. */
   readonly ordered: boolean;
+  /**
+   * Where a projection fed from an event log met the event, for `projection-failed` records of
+   * such projections: no queue holds them, so a replay runs the projection in the application
+   * (see {@link replayDeadLetters}'s `projections` option) instead of redelivering through a broker.
+   * @defaultValue undefined (the message came from a broker queue)
+   */
+  readonly logPosition?: LogPosition | undefined;
   readonly status: DeadLetterStatus;
   /** Replays of this record, oldest first, at most {@link MAX_REPLAY_HISTORY}. */
   readonly replays: readonly ReplayRecord[];

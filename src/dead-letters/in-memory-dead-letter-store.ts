@@ -36,6 +36,7 @@ function copyRecord(record: DeadLetterRecord): DeadLetterRecord {
     error: { ...record.error },
     attempts: record.attempts.map((attempt) => ({ ...attempt, error: { ...attempt.error } })),
     replays: record.replays.map((replay) => ({ ...replay })),
+    ...(record.logPosition !== undefined ? { logPosition: { ...record.logPosition } } : {}),
   };
 }
 

@@ -7,6 +7,7 @@ export {
   type DeadLetterRecord,
   type DeadLetterStatus,
   type DeadLetterStore,
+  type LogPosition,
   type ReplayRecord,
 } from './dead-letter-store.js';
 export {
@@ -21,6 +22,7 @@ export {
 } from './in-memory-dead-letter-store.js';
 export {
   replayDeadLetters,
+  type ProjectionReplayer,
   type ReplayDeadLettersOptions,
   type ReplayErrorCode,
   type ReplayFailure,

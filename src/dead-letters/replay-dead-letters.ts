@@ -13,6 +13,9 @@ import type { DeadLetterRecord, DeadLetterStore, ReplayRecord } from './dead-let
  * - `redeliver-failed`: the broker threw; nothing was redelivered and the record is dead again.
  * - `mark-failed`: the record could not be marked replayed; nothing was redelivered.
  * - `verify-failed`: `verify` threw.
+ * - `projection-replay-needs-app`: the record died in a projection fed from an event log, and no
+ *   `projections` replayer was given (the CLI): replay it from the application, or rebuild.
+ * - `projection-failed`: the projection ran the event again and failed; the record is dead again.
  * - any other string: the refusal reason returned by `verify`.
  */
 export type ReplayErrorCode =
@@ -23,6 +26,8 @@ export type ReplayErrorCode =
   | 'redeliver-failed'
   | 'mark-failed'
   | 'verify-failed'
+  | 'projection-replay-needs-app'
+  | 'projection-failed'
   | (string & {});
 
 /** A dead letter that was replayed, or would be in a dry run. */
@@ -52,6 +57,20 @@ export type ReplayResult = ReplaySuccess | ReplayFailure;
 export interface ReplayRefusal {
   readonly code: string;
   readonly message: string;
+}
+
+/**
+ * Runs dead letters of projections fed from an event log through their projection again: no broker
+ * queue holds those events, so only the application that has the projection's code can replay them.
+ */
+export interface ProjectionReplayer {
+  /** Whether `record` died in a projection this replayer runs. */
+  handles(record: DeadLetterRecord): boolean;
+  /**
+   * Runs the record's event through its projection with fresh attempts. On failure the record is
+   * stored dead again (updated, its replay history kept) and a refusal says why.
+   */
+  replay(record: DeadLetterRecord): Promise<ReplayRefusal | undefined>;
 }
 
 /** Options of {@link replayDeadLetters}. */
@@ -86,6 +105,13 @@ export interface ReplayDeadLettersOptions {
   readonly verify?: (
     record: DeadLetterRecord,
   ) => string | ReplayRefusal | undefined | Promise<string | ReplayRefusal | undefined>;
+  /**
+   * Replays `projection-failed` records of projections fed from an event log by running the
+   * projection (the bus passes its runner). Without it such a record is refused with
+   * `projection-replay-needs-app`, since redelivering it through the broker would reach no one.
+   * @defaultValue none
+   */
+  readonly projections?: ProjectionReplayer;
 }
 
 const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));
@@ -176,6 +202,15 @@ async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise
     }
   }
 
+  const viaProjection = options.projections?.handles(record) === true;
+  if (!viaProjection && record.logPosition !== undefined) {
+    const { topic, partition, offset } = record.logPosition;
+    return fail(
+      'projection-replay-needs-app',
+      `Dead letter "${id}" is the event "${type}" that projection "${record.handler ?? '?'}" failed on while reading the event log (topic "${topic}", partition ${partition}, offset ${offset}); no broker queue holds it, so replaying it means running the projection's code, which only the application has: call bus.replayDeadLetters(["${id}"]) in the application, or rebuild the projection (bus.projections.rebuild("${record.handler ?? '?'}") or \`harrier projections rebuild\`) to apply every event again in order`,
+    );
+  }
+
   if (options.dryRun === true) return { id, ok: true, dryRun: true };
 
   // Marked before it goes back: a message that dies again at once must find its record marked, so
@@ -195,6 +230,20 @@ async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise
     return fail(
       'mark-failed',
       `Dead letter "${id}" could not be marked replayed, so it was not redelivered (it is still dead): ${messageOf(error)}`,
+    );
+  }
+
+  if (viaProjection) {
+    let refusal: ReplayRefusal | undefined;
+    try {
+      refusal = await options.projections.replay(record);
+    } catch (error) {
+      refusal = { code: 'projection-failed', message: messageOf(error) };
+    }
+    if (refusal === undefined) return { id, ok: true };
+    return fail(
+      refusal.code,
+      `Dead letter "${id}" was run through projection "${record.handler ?? '?'}" again and failed (it is dead again): ${refusal.message}`,
     );
   }
 

@@ -7,7 +7,8 @@ import {
 import { systemClock, type Clock } from '../clock/clock.js';
 import { sleep } from '../clock/sleep.js';
 import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
-import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import type { DeadLetterRecord, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import type { ReplayRefusal } from '../dead-letters/replay-dead-letters.js';
 import type { HandlerInvoker } from '../dispatch/dispatcher.js';
 import { HandlerContext, type HandlerContextEnv } from '../dispatch/handler-context.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy } from '../dispatch/retry-policy.js';
@@ -17,7 +18,8 @@ import type { CheckpointStore } from '../log/checkpoint-store.js';
 import type { EventLog, LogRecord } from '../log/event-log.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
-import type { RetryOptions } from '../messages/definition.js';
+import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
+import type { Envelope } from '../messages/envelope.js';
 
 /** What to do with an event a projection still cannot handle after its retries. */
 export type PoisonPolicy = 'skip' | 'halt';
@@ -468,33 +470,128 @@ export class ProjectionRunner {
     }
     const method = entry.methods.get(decoded.envelope.type);
     if (method === undefined) return 'done';
+    const outcome = await this.#attempts(entry, method, decoded, lane.abort.signal);
+    if (outcome.ok) return 'done';
+    if (outcome.aborted) return 'aborted';
+    return this.#poison(lane, record, 'projection-failed', outcome.error, outcome.attempt, outcome.history);
+  }
+
+  /**
+   * Calls a projection handler for one event with its retry policy: ok, failed for good (with the
+   * last error and the earlier attempts), or aborted by `signal` before it succeeded.
+   */
+  async #attempts(
+    entry: HandlerEntry,
+    method: string,
+    decoded: { readonly envelope: Envelope; readonly definition: MessageDefinition },
+    signal: AbortSignal,
+  ): Promise<
+    | { readonly ok: true }
+    | { readonly ok: false; readonly aborted: true }
+    | {
+        readonly ok: false;
+        readonly aborted: false;
+        readonly error: ErrorInfo;
+        readonly attempt: number;
+        readonly history: AttemptRecord[];
+      }
+  > {
     const policy = resolveRetryPolicy(entry.options.retry, decoded.definition.retry, this.#o.retry);
     const history: AttemptRecord[] = [];
-    const stopping = (): boolean => lane.abort.signal.aborted;
+    // A function, so the check is made each time rather than narrowed away after the first.
+    const stopping = (): boolean => signal.aborted;
     for (let attempt = 1; ; attempt++) {
       // A stop during the backoff ends the retries: the record is left for the next start.
-      if (stopping()) return 'aborted';
+      if (stopping()) return { ok: false, aborted: true };
       const context = new HandlerContext(
         decoded.envelope,
         attempt,
         this.#o.endpoint,
         entry.name,
-        lane.abort.signal,
+        signal,
         this.#contextEnv,
       );
       try {
         await this.#o.invoke(entry, method, decoded.envelope.payload, context);
-        return 'done';
+        return { ok: true };
       } catch (error) {
-        if (stopping()) return 'aborted';
+        if (stopping()) return { ok: false, aborted: true };
         const info = toErrorInfo(error);
         if (isPermanent(policy, error) || attempt >= policy.attempts) {
-          return this.#poison(lane, record, 'projection-failed', info, attempt, history);
+          return { ok: false, aborted: false, error: info, attempt, history };
         }
         history.push({ attempt, at: this.#clock.now(), error: info });
-        await sleep(this.#clock, backoffDelay(policy, attempt), lane.abort.signal);
+        await sleep(this.#clock, backoffDelay(policy, attempt), signal);
       }
     }
+  }
+
+  /** Whether `record` died in one of this runner's projections (a replay must run it here). */
+  handlesDeadLetter(record: DeadLetterRecord): boolean {
+    return (
+      (record.reason === 'projection-failed' || record.logPosition !== undefined) &&
+      record.handler !== undefined &&
+      this.#entries().some((e) => e.name === record.handler)
+    );
+  }
+
+  /**
+   * Runs a dead-lettered event through its projection again, with fresh attempts (a replay).
+   *
+   * @remarks
+   * The event is applied now, after the events the projection handled since it died: out of log
+   * order. A projection whose read model depends on that order should be rebuilt instead. The
+   * checkpoints do not move. On failure the dead letter is stored again (same id, replay history kept).
+   * @returns undefined when the projection handled the event, else why it did not.
+   */
+  async replayDeadLetter(record: DeadLetterRecord): Promise<ReplayRefusal | undefined> {
+    // The record was marked replayed before this runs: storing it again sets it back to dead.
+    const dead = async (code: string, message: string): Promise<ReplayRefusal> => {
+      await this.#o.deadLetters.add(record);
+      return { code, message };
+    };
+    const entry = this.#entries().find((e) => e.name === record.handler);
+    if (entry === undefined) {
+      return dead(
+        'not-replayable',
+        `no projection named "${record.handler ?? ''}" runs here: the projections are ${this.projections().join(', ') || '(none)'}`,
+      );
+    }
+    const decoded = decodeEnvelope(record.envelope, (type) => this.#o.registry.definition(type));
+    if (!decoded.ok) return dead(decoded.reason, decoded.message);
+    const method = entry.methods.get(decoded.envelope.type);
+    if (method === undefined) {
+      return dead(
+        'not-replayable',
+        `projection "${entry.name}" has no @On(${decoded.envelope.type}) method any more`,
+      );
+    }
+    const outcome = await this.#attempts(entry, method, decoded, new AbortController().signal);
+    if (outcome.ok) return undefined;
+    if (outcome.aborted) return dead('projection-failed', 'the replay was stopped');
+    const facts: DeliveryFacts = {
+      messageId: record.messageId,
+      kind: 'event',
+      type: record.type,
+      endpoint: record.endpoint,
+      handler: entry.name,
+      attempt: outcome.attempt,
+      history: outcome.history,
+      partitionKey: record.partitionKey,
+    };
+    await this.#o.deadLetters.add(
+      buildDeadLetterRecord({
+        body: record.envelope,
+        facts,
+        handler: entry.name,
+        reason: 'projection-failed',
+        error: outcome.error,
+        ordered: false,
+        now: this.#clock.now(),
+        logPosition: record.logPosition,
+      }),
+    );
+    return { code: 'projection-failed', message: `${outcome.error.name}: ${outcome.error.message}` };
   }
 
   async #poison(
@@ -523,6 +620,7 @@ export class ProjectionRunner {
       error,
       ordered: false,
       now: this.#clock.now(),
+      logPosition: { topic: lane.topic, partition: lane.partition, offset: record.offset },
     });
     try {
       await this.#o.deadLetters.add(dead);

@@ -8,6 +8,7 @@ import {
   type DeadLetterRecord,
   type DeadLetterStatus,
   type DeadLetterStore,
+  type LogPosition,
   type ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -202,6 +203,7 @@ interface StoredData {
   readonly envelope: string;
   readonly partitionKey?: string;
   readonly ordered: boolean;
+  readonly logPosition?: LogPosition;
 }
 
 /** One index entry as read back, with its record unless it vanished between writes. */
@@ -245,6 +247,15 @@ function encodeData(record: DeadLetterRecord): string {
     envelope: record.envelope,
     ...(record.partitionKey !== undefined ? { partitionKey: record.partitionKey } : {}),
     ordered: record.ordered,
+    ...(record.logPosition !== undefined
+      ? {
+          logPosition: {
+            topic: record.logPosition.topic,
+            partition: record.logPosition.partition,
+            offset: record.logPosition.offset,
+          },
+        }
+      : {}),
   };
   return JSON.stringify(data);
 }
@@ -297,6 +308,7 @@ function decodeRecord(
     envelope: parsed.envelope,
     partitionKey: parsed.partitionKey,
     ordered: parsed.ordered,
+    ...(parsed.logPosition !== undefined ? { logPosition: parsed.logPosition } : {}),
     status: status as DeadLetterStatus,
     replays: replayList,
   };

@@ -185,6 +185,19 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
           const record = deadLetter();
           expect(await store.add(record)).toEqual(record);
         });
+
+        it('keeps the log position of a projection record', async () => {
+          const record = {
+            ...deadLetter({ reason: 'projection-failed' }),
+            logPosition: { topic: 'orders', partition: 3, offset: 1234 },
+          };
+          await store.add(record);
+          expect((await store.get(record.id))?.logPosition).toEqual({
+            topic: 'orders',
+            partition: 3,
+            offset: 1234,
+          });
+        });
       });
 
       describe('when a record with the same id exists', () => {

@@ -228,6 +228,27 @@ describe('harrier CLI', () => {
       });
     });
 
+    describe('when a record died in a projection fed from the event log', () => {
+      it('refuses it with projection-replay-needs-app, leaves it dead, and exits 1', async () => {
+        const record = {
+          ...deadLetter(3),
+          reason: 'projection-failed',
+          logPosition: { topic: 'orders', partition: 2, offset: 41 },
+        };
+        await seed([record]);
+
+        const result = await harrier(['dlq', 'replay', record.id, '--json', '--prefix', prefix], env);
+
+        expect(result.code).toBe(1);
+        expect(jsonLines(result.stdout).find((l) => l.id === record.id)).toMatchObject({
+          ok: false,
+          error: 'projection-replay-needs-app',
+          message: expect.stringMatching(/offset 41.*bus\.replayDeadLetters/) as unknown,
+        });
+        expect(await store.get(record.id)).toMatchObject({ status: 'dead', replays: [] });
+      });
+    });
+
     describe('when the selector matches nothing', () => {
       it('exits 4 with a message', async () => {
         const result = await harrier(['dlq', 'replay', '--all', '--prefix', prefix], env);

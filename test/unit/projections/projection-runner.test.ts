@@ -11,6 +11,7 @@ import {
   createBus,
   defineCommand,
   defineEvent,
+  replayDeadLetters,
   silentLogger,
   type MessageBus,
   type MessageContext,
@@ -35,6 +36,8 @@ const Deposit = defineCommand('bank.Deposit', {
 class Balances {
   readonly byAccount = new Map<string, number>();
   readonly seen: string[] = [];
+  /** Once true, the poison amount no longer fails (the bug was fixed). */
+  healed = false;
   snapshot(): Record<string, number> {
     return Object.fromEntries([...this.byAccount].sort(([a], [b]) => a.localeCompare(b)));
   }
@@ -47,7 +50,7 @@ function balanceProjection(poisonAmount?: number) {
     constructor(@inject(Balances) private readonly balances: Balances) {}
     @On(Deposited)
     onDeposited(e: PayloadOf<typeof Deposited>, ctx: MessageContext) {
-      if (e.amount === poisonAmount) throw new Error('poison');
+      if (e.amount === poisonAmount && !this.balances.healed) throw new Error('poison');
       this.balances.seen.push(ctx.messageId);
       this.balances.byAccount.set(e.account, (this.balances.byAccount.get(e.account) ?? 0) + e.amount);
     }
@@ -256,6 +259,73 @@ describe('ProjectionRunner', () => {
         messageId: poisonId,
         handler: 'balances',
         attemptCount: 2,
+      });
+    });
+
+    describe('and its dead letter is replayed through the bus', () => {
+      async function poisoned() {
+        const fixture = setup({ poison: 13 });
+        await fixture.bus.start();
+        await fixture.bus.publish(Deposited, { account: 'a', amount: 1 });
+        await fixture.bus.publish(Deposited, { account: 'a', amount: 13 });
+        await fixture.bus.projections!.whenCaughtUp();
+        const [record] = (await fixture.bus.deadLetters.list()).records;
+        return { ...fixture, record: record! };
+      }
+
+      it('records where in the log the projection met the event', async () => {
+        const { record, log } = await poisoned();
+        const [entry] = (await Promise.all([0, 1, 2, 3].map((p) => log.read('bank', p, 0, 10))))
+          .flat()
+          .filter((r) => r.id === record.messageId);
+        expect(record.logPosition).toEqual({
+          topic: 'bank',
+          partition: expect.any(Number) as number,
+          offset: 1,
+        });
+        expect(entry?.offset).toBe(record.logPosition?.offset);
+      });
+
+      it('runs the projection on it again and reports ok once it is handled', async () => {
+        const { bus, balances, record } = await poisoned();
+        balances.healed = true;
+        expect(await bus.replayDeadLetters([record.id], { by: 'ops' })).toEqual([
+          { id: record.id, ok: true },
+        ]);
+        expect(balances.snapshot()).toEqual({ a: 14 });
+        expect(await bus.deadLetters.get(record.id)).toMatchObject({
+          status: 'replayed',
+          replays: [{ by: 'ops' }],
+        });
+      });
+
+      it('reports projection-failed and keeps the record dead when the projection fails again', async () => {
+        const { bus, balances, record } = await poisoned();
+        const [result] = await bus.replayDeadLetters([record.id]);
+        expect(result).toMatchObject({ id: record.id, ok: false, error: 'projection-failed' });
+        expect(balances.snapshot()).toEqual({ a: 1 });
+        expect(await bus.deadLetters.count()).toBe(1);
+        expect(await bus.deadLetters.get(record.id)).toMatchObject({
+          status: 'dead',
+          reason: 'projection-failed',
+          replays: [expect.any(Object)],
+          logPosition: record.logPosition,
+        });
+      });
+
+      it('is refused with projection-replay-needs-app where no projection runs (the CLI)', async () => {
+        const { bus, record } = await poisoned();
+        const [result] = await replayDeadLetters({
+          store: bus.deadLetters,
+          broker: bus.broker,
+          ids: [record.id],
+        });
+        expect(result).toMatchObject({
+          ok: false,
+          error: 'projection-replay-needs-app',
+          message: expect.stringContaining('bus.replayDeadLetters') as unknown,
+        });
+        expect(await bus.deadLetters.get(record.id)).toMatchObject({ status: 'dead', replays: [] });
       });
     });
 
