@@ -20,7 +20,6 @@ export type { RedisCheckpointStoreOptions } from './redis-checkpoint-store.js';
 export type { RedisDeadLetterStoreOptions } from './redis-dead-letter-store.js';
 export type { RedisEventLogOptions } from './redis-event-log.js';
 export { describeRedisUrl, redisUnavailable } from './redis-errors.js';
-export { INSTALL_REDIS_PEERS } from './load-redis-layer.js';
 
 const layer = await loadRedisLayer();
 
