@@ -43,6 +43,38 @@ export default tseslint.config(
     },
   },
   {
+    // The CLI loads the Redis layer lazily (loadRedisLayer), so that its help and its errors work
+    // without bullmq and ioredis installed: types only from them and from the modules that use them.
+    files: ['src/cli/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          paths: [
+            {
+              name: 'bullmq',
+              allowTypeImports: true,
+              message: 'Only src/redis may import bullmq; the CLI loads it with loadRedisLayer().',
+            },
+            {
+              name: 'ioredis',
+              allowTypeImports: true,
+              message: 'Only src/redis may import ioredis; the CLI loads it with loadRedisLayer().',
+            },
+          ],
+          patterns: [
+            {
+              regex: '^\\.\\./redis/(?!load-redis-layer\\.js$|redis-errors\\.js$)',
+              allowTypeImports: true,
+              message:
+                'The CLI takes Redis classes from loadRedisLayer(), so that --help works without bullmq and ioredis.',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     files: [
       'src/messages/**/*.ts',
       'src/broker/**/*.ts',

@@ -1,5 +1,5 @@
-import { getClassMetadata } from '@inversifyjs/core';
-import { Container, type Newable } from 'inversify';
+import { getClassMetadata, injectable as coreInjectable } from '@inversifyjs/core';
+import { Container, injectable, type Newable } from 'inversify';
 import type { HandlerInvoker } from '../dispatch/dispatcher.js';
 import type { HandlerContext } from '../dispatch/handler-context.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -26,6 +26,47 @@ export interface MessageScopeOptions {
    * @defaultValue 'auto'
    */
   readonly childContainer?: 'auto' | 'always';
+}
+
+/**
+ * The inversify versions Harrier is tested with: its peer dependency range, named in the error for a
+ * container from another copy of inversify.
+ */
+export const SUPPORTED_INVERSIFY = '^8.2.3';
+
+/**
+ * True when the `@inversifyjs/core` Harrier imports is the copy inversify itself uses (inversify
+ * re-exports its decorators from there), so the class metadata Harrier reads is the one `@inject`
+ * wrote. When an app ends up with two copies, Harrier reads no metadata and resolves every handler
+ * through a child container instead, which is correct whatever the handler injects.
+ */
+const sameCore = (injectable as unknown) === (coreInjectable as unknown);
+
+/**
+ * Returns `container` when it is a Container of the inversify Harrier loaded.
+ *
+ * @remarks
+ * A container from another copy of inversify (another major in the app, or a second copy of the same
+ * one) fails deep inside inversify with a TypeError about a private field as soon as Harrier makes a
+ * child container of it, so it is refused up front with the fix.
+ * @throws HarrierError `foreign-container` naming the inversify range to install.
+ */
+export function ownContainer(container: unknown, where: string): Container {
+  if (container instanceof Container) return container;
+  const constructorName: unknown =
+    typeof container === 'object' && container !== null
+      ? (container as { constructor?: { name?: unknown } }).constructor?.name
+      : undefined;
+  const what =
+    typeof constructorName === 'string' && constructorName !== ''
+      ? `a ${constructorName}`
+      : container === null
+        ? 'null'
+        : `a ${typeof container}`;
+  throw new HarrierError(
+    'foreign-container',
+    `The container passed to ${where} (${what}) is not a Container of the inversify Harrier loaded: the app most likely has a second copy of inversify (another major version, or a copy npm could not dedupe). Harrier supports inversify ${SUPPORTED_INVERSIFY}: npm install inversify@${SUPPORTED_INVERSIFY} so the app and Harrier share one copy (npm ls inversify shows them), and create the container with new Container() from 'inversify'`,
+  );
 }
 
 const perMessageTokens = new Set<unknown>([HarrierTokens.MessageContext, HarrierTokens.Envelope]);
@@ -56,13 +97,16 @@ function injectsMessageTokens(target: Newable): boolean {
  * (inversify plans every resolution again in a new container), so by default the handler is resolved
  * from a long-lived handlers container instead: still a fresh instance per message, and
  * `inRequestScope()` services still get one instance per message.
+ * @throws HarrierError `foreign-container` when `container` comes from another copy of inversify.
  */
 export function createContainerInvoker(
   container: Container,
   options: MessageScopeOptions = {},
 ): HandlerInvoker {
-  const handlers = new Container({ parent: container });
+  const root = ownContainer(container, 'createContainerInvoker');
+  const handlers = new Container({ parent: root });
   const always =
+    !sameCore ||
     options.childContainer === 'always' ||
     (options.scoped?.length ?? 0) > 0 ||
     options.configure !== undefined;
@@ -90,7 +134,7 @@ export function createContainerInvoker(
     }
     let instance: Record<string, unknown>;
     if (child) {
-      const scope = new Container({ parent: container });
+      const scope = new Container({ parent: root });
       scope.bind(HarrierTokens.MessageContext).toConstantValue(context);
       scope.bind(HarrierTokens.Envelope).toConstantValue(context.envelope);
       for (const scoped of options.scoped ?? []) scope.bind(scoped).toSelf().inSingletonScope();

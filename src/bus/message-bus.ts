@@ -39,7 +39,7 @@ import type {
   ResultOf,
   RetryOptions,
 } from '../messages/definition.js';
-import { createContainerInvoker, type MessageScopeOptions } from './container-invoker.js';
+import { createContainerInvoker, ownContainer, type MessageScopeOptions } from './container-invoker.js';
 import { HarrierTokens } from './tokens.js';
 
 /** Options of {@link createBus}. */
@@ -265,7 +265,8 @@ class HarrierBus implements MessageBus {
     this.broker =
       options.broker ?? new InMemoryBroker(options.clock !== undefined ? { clock: options.clock } : {});
     this.deadLetters = options.deadLetters ?? new InMemoryDeadLetterStore();
-    this.container = options.container ?? new Container();
+    this.container =
+      options.container === undefined ? new Container() : ownContainer(options.container, 'createBus');
     this.#clock = options.clock ?? systemClock;
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
     let verify = options.verify;
@@ -511,6 +512,7 @@ class HarrierBus implements MessageBus {
  *
  * @throws DuplicateHandlerError when two handlers claim one command.
  * @throws HarrierError `invalid-handler` / `invalid-option` on any other start-up mistake, naming the fix.
+ * @throws HarrierError `foreign-container` when `container` comes from another copy of inversify.
  * @example
  * ```ts
  * const bus = createBus({ endpoint: 'orders', handlers: [PlaceOrderHandler, OrderPlacedHandler] });

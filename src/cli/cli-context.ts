@@ -1,7 +1,8 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { Cluster, Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import { loadRedisLayer } from '../redis/load-redis-layer.js';
 import { describeCluster, describeRedisUrl, redisUnavailable } from '../redis/redis-errors.js';
 import { CliExit, ExitCode, usageError, type CliIo } from './cli-io.js';
 import { checkRedisUrl, isHost, isPort } from './redis-url.js';
@@ -168,25 +169,16 @@ export function describeTarget(ctx: CommandContext): string {
 
 /**
  * A client of the CLI's own, connected and answering PING: a `Cluster` for `--redis-cluster`.
+ * @throws HarrierError `missing-dependency` when bullmq or ioredis is not installed.
  * @throws HarrierError `redis-unavailable` when Redis cannot be reached.
  */
 export async function connect(ctx: CommandContext): Promise<Redis | Cluster> {
   const where = describeTarget(ctx);
   let lastError: Error | undefined;
-  const client =
-    ctx.cluster === undefined
-      ? new Redis(ctx.redisUrl, {
-          lazyConnect: true,
-          maxRetriesPerRequest: 1,
-          connectTimeout: 3000,
-          // A CLI reports a Redis that is down instead of waiting for it.
-          retryStrategy: (times) => (times > 2 ? null : 100),
-        })
-      : new Cluster([...ctx.cluster], {
-          lazyConnect: true,
-          clusterRetryStrategy: (times) => (times > 2 ? null : 100),
-          redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 3000 },
-        });
+  const { createToolClient } = await loadRedisLayer();
+  const client = createToolClient(
+    ctx.cluster === undefined ? { url: ctx.redisUrl } : { cluster: ctx.cluster },
+  );
   client.on('error', (error: Error) => {
     lastError = error;
   });

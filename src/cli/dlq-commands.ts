@@ -13,8 +13,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { silentLogger } from '../logging/logger.js';
 import { partitionOf } from '../messages/partition.js';
 import { createEnvelopeSigner, type EnvelopeSigner } from '../messages/signing.js';
-import { BullMqBroker } from '../redis/bullmq-broker.js';
-import { RedisDeadLetterStore } from '../redis/redis-dead-letter-store.js';
+import { loadRedisLayer } from '../redis/load-redis-layer.js';
 import {
   SELECTOR_OPTIONS,
   GLOBAL_HELP,
@@ -180,6 +179,7 @@ async function openStore(
   ctx: CommandContext,
 ): Promise<{ client: Redis | Cluster; store: DeadLetterStore; close: () => Promise<void> }> {
   const client = await connect(ctx);
+  const { RedisDeadLetterStore } = await loadRedisLayer();
   const store = new RedisDeadLetterStore({ connection: client, prefix: ctx.prefix });
   return {
     client,
@@ -479,6 +479,7 @@ async function replayCommand(argv: readonly string[], io: CliIo): Promise<number
     }
     const ids = selection.kind === 'ids' ? selection.ids : found.map((r) => r.id);
     const partitions = Number((await client.get(`${ctx.prefix}:harrier:partitions`)) ?? '8');
+    const { BullMqBroker } = await loadRedisLayer();
     const broker = new BullMqBroker({
       connection: ctx.cluster === undefined ? ctx.redisUrl : { cluster: [...ctx.cluster] },
       prefix: ctx.prefix,

@@ -1,7 +1,6 @@
-import { Cluster, type Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { Checkpoint } from '../log/checkpoint-store.js';
-import { RedisCheckpointStore } from '../redis/redis-checkpoint-store.js';
-import { RedisEventLog } from '../redis/redis-event-log.js';
+import { loadRedisLayer } from '../redis/load-redis-layer.js';
 import { GLOBAL_HELP, connect, contextOf, parse, type CommandContext } from './cli-context.js';
 import { ExitCode, formatTable, iso, nothingMatched, usageError, writeJson, type CliIo } from './cli-io.js';
 
@@ -64,7 +63,8 @@ export async function discoverPartitions(
   const head = `${prefix}:log:`;
   const pattern = `${head.replace(/[*?[\]\\]/g, (c) => `\\${c}`)}*:next`;
   const topics = new Map<string, number[]>();
-  const servers = client instanceof Cluster ? client.nodes('master') : [client];
+  const { isCluster } = await loadRedisLayer();
+  const servers = isCluster(client) ? client.nodes('master') : [client];
   for (const server of servers) {
     let cursor = '0';
     do {
@@ -108,6 +108,7 @@ async function statusCommand(argv: readonly string[], io: CliIo): Promise<number
   const name = positionals[0];
   const client = await connect(ctx);
   try {
+    const { RedisCheckpointStore } = await loadRedisLayer();
     const checkpoints = new RedisCheckpointStore({ connection: client, prefix: ctx.prefix });
     const stored = await checkpoints.list(name);
     const discovered = await discoverPartitions(client, ctx.prefix);
@@ -161,6 +162,7 @@ async function statusRows(
     for (const cp of stored) if (cp.topic === topic) set.add(cp.partition);
     return [...set].sort((a, b) => a - b);
   };
+  const { RedisEventLog } = await loadRedisLayer();
   const log = new RedisEventLog({
     connection: client,
     prefix: ctx.prefix,
@@ -216,6 +218,7 @@ async function rebuildCommand(argv: readonly string[], io: CliIo): Promise<numbe
   const ctx = contextOf(io, values);
   const client = await connect(ctx);
   try {
+    const { RedisCheckpointStore } = await loadRedisLayer();
     const checkpoints = new RedisCheckpointStore({ connection: client, prefix: ctx.prefix });
     const stored = await checkpoints.list(name);
     if (stored.length === 0) {

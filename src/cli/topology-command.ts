@@ -1,5 +1,5 @@
-import { Queue } from 'bullmq';
 import type { SubscriptionSpec } from '../broker/message-broker.js';
+import { loadRedisLayer } from '../redis/load-redis-layer.js';
 import { GLOBAL_HELP, connect, contextOf, noPositionals, parse } from './cli-context.js';
 import { ExitCode, formatTable, iso, writeJson, type CliIo } from './cli-io.js';
 
@@ -43,6 +43,7 @@ export async function topologyCommand(argv: readonly string[], io: CliIo): Promi
   noPositionals(positionals, 'harrier topology');
   const ctx = contextOf(io, values);
   const client = await connect(ctx);
+  const { queueJobCounts } = await loadRedisLayer();
   try {
     const endpoints = await client.hgetall(`${ctx.prefix}:harrier:endpoints`);
     const partitions = Number((await client.get(`${ctx.prefix}:harrier:partitions`)) ?? '8');
@@ -59,19 +60,7 @@ export async function topologyCommand(argv: readonly string[], io: CliIo): Promi
       for (const spec of registered.subscriptions) {
         const queues: (Counts & { name: string })[] = [];
         for (const name of queuesOf(endpoint, spec, partitions)) {
-          const queue = new Queue(name, { connection: client, prefix: ctx.prefix });
-          try {
-            const counts = await queue.getJobCounts(...STATES);
-            queues.push({
-              name,
-              wait: counts.wait ?? 0,
-              active: counts.active ?? 0,
-              delayed: counts.delayed ?? 0,
-              failed: counts.failed ?? 0,
-            });
-          } finally {
-            await queue.close();
-          }
+          queues.push({ name, ...(await queueJobCounts(client, ctx.prefix, name, STATES)) });
         }
         const total: Counts = { wait: 0, active: 0, delayed: 0, failed: 0 };
         for (const q of queues) for (const s of STATES) total[s] += q[s];

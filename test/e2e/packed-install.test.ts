@@ -1,0 +1,514 @@
+/**
+ * Harrier as someone else's app gets it: the package is built and packed as `npm pack` would publish
+ * it, installed from the tarball into new apps in a temp dir (offline, from the npm cache the repo
+ * was installed from), and a decorated app is type-checked against it and run, CLI included. One app
+ * has every peer dependency; the other has no bullmq and ioredis.
+ *
+ * The package is staged in the temp dir (package.json, README, LICENSE, the `files` entries, and a
+ * dist/ compiled there) instead of packing the repo, whose prepack would delete the dist/ that other
+ * test files run the CLI from.
+ */
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, normalize } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { deleteKeys } from '../helpers/redis.js';
+
+const redisUrl = inject('redisUrl');
+const root = join(import.meta.dirname, '..', '..');
+const tsc = join(root, 'node_modules', '@typescript', 'native', 'bin', 'tsc');
+
+interface Run {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+function run(
+  command: string,
+  args: readonly string[],
+  cwd: string,
+  env: Record<string, string> = {},
+): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, {
+      cwd,
+      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? tmpdir(), ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+    child.once('error', reject);
+    child.once('close', (code) => {
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** Runs and throws with the output unless it exits 0. */
+async function ok(command: string, args: readonly string[], cwd: string): Promise<Run> {
+  const result = await run(command, args, cwd);
+  if (result.code !== 0) {
+    throw new Error(
+      `${command} ${args.join(' ')} exited ${String(result.code)}\n${result.stdout}\n${result.stderr}`,
+    );
+  }
+  return result;
+}
+
+/** The version of a package the repo has installed, so that the npm cache has it. */
+function installed(name: string): string {
+  const manifest = JSON.parse(readFileSync(join(root, 'node_modules', name, 'package.json'), 'utf8')) as {
+    version: string;
+  };
+  return manifest.version;
+}
+
+const rootPackage = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+  name: string;
+  version: string;
+  files: string[];
+  peerDependencies: Record<string, string>;
+};
+
+/** The in-memory app: decorated handlers, an injected service, a command that publishes an event. */
+const MAIN_TS = `import { Container, inject, injectable } from 'inversify';
+import { z } from 'zod';
+import {
+  CommandHandler,
+  EventHandler,
+  HarrierTokens,
+  createBus,
+  defineCommand,
+  defineEvent,
+  silentLogger,
+  type HandlesCommand,
+  type HandlesEvent,
+  type MessageContext,
+  type PayloadOf,
+} from 'harrier';
+
+const PlaceOrder = defineCommand('shop.PlaceOrder', {
+  schema: z.object({ orderId: z.string(), total: z.number().positive() }),
+});
+const OrderPlaced = defineEvent('shop.OrderPlaced', {
+  schema: z.object({ orderId: z.string(), total: z.number() }),
+});
+
+@injectable()
+class Ledger {
+  readonly lines: string[] = [];
+  #recorded: () => void = () => undefined;
+  readonly recorded = new Promise<void>((resolve) => (this.#recorded = resolve));
+  record(line: string): void {
+    this.lines.push(line);
+    this.#recorded();
+  }
+}
+
+@CommandHandler(PlaceOrder)
+class PlaceOrderHandler implements HandlesCommand<typeof PlaceOrder> {
+  constructor(@inject(Ledger) private readonly ledger: Ledger) {}
+  handle(order: PayloadOf<typeof PlaceOrder>, ctx: MessageContext): void {
+    const total: number = order.total;
+    this.ledger.lines.push(\`placed \${order.orderId}\`);
+    ctx.publish(OrderPlaced, { orderId: order.orderId, total });
+  }
+}
+
+@EventHandler(OrderPlaced)
+class RecordOrder implements HandlesEvent<typeof OrderPlaced> {
+  constructor(
+    @inject(Ledger) private readonly ledger: Ledger,
+    @inject(HarrierTokens.MessageContext) private readonly ctx: MessageContext,
+  ) {}
+  handle(event: PayloadOf<typeof OrderPlaced>): void {
+    this.ledger.record(\`recorded \${event.orderId} \${event.total} from \${this.ctx.envelope.type}\`);
+  }
+}
+
+const container = new Container();
+container.bind(Ledger).toSelf().inSingletonScope();
+const bus = createBus({
+  endpoint: 'shop',
+  container,
+  handlers: [PlaceOrderHandler, RecordOrder],
+  logger: silentLogger,
+});
+await bus.start();
+await bus.send(PlaceOrder, { orderId: 'o-1', total: 42 });
+const ledger = container.get(Ledger);
+await ledger.recorded;
+await bus.stop();
+console.log(JSON.stringify(ledger.lines));
+`;
+
+/** The same kind of app on Redis through harrier/redis: one command that is dead-lettered at once. */
+const REDIS_TS = `import { z } from 'zod';
+import { CommandHandler, UnrecoverableError, createBus, defineCommand, silentLogger } from 'harrier';
+import { BullMqBroker, RedisDeadLetterStore, type BullMqBrokerOptions } from 'harrier/redis';
+
+const ChargeCard = defineCommand('shop.ChargeCard', { schema: z.object({ orderId: z.string() }) });
+
+@CommandHandler(ChargeCard)
+class ChargeCardHandler {
+  handle(): void {
+    throw new UnrecoverableError('card declined');
+  }
+}
+
+const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const prefix = process.env.HARRIER_PREFIX ?? '{harrier}';
+const options: BullMqBrokerOptions = { connection: url, prefix, logger: silentLogger };
+const broker: BullMqBroker = new BullMqBroker(options);
+const deadLetters: RedisDeadLetterStore = new RedisDeadLetterStore({ connection: url, prefix });
+const bus = createBus({ endpoint: 'shop', handlers: [ChargeCardHandler], broker, deadLetters, logger: silentLogger });
+await bus.start();
+await bus.send(ChargeCard, { orderId: 'o-2' });
+const deadline = Date.now() + 20_000;
+while ((await deadLetters.count()) === 0) {
+  if (Date.now() > deadline) throw new Error('no dead letter within 20 s');
+  await new Promise((resolve) => setTimeout(resolve, 50));
+}
+console.log(JSON.stringify({ deadLetters: await deadLetters.count() }));
+await bus.stop();
+`;
+
+/** createBus given a Container from a second copy of inversify. */
+const FOREIGN_MJS = `import { HarrierError, createBus } from 'harrier';
+const { Container } = await import(new URL('./other/node_modules/inversify/lib/index.js', import.meta.url).href);
+try {
+  createBus({ container: new Container() });
+  console.log(JSON.stringify({ created: true }));
+} catch (error) {
+  console.log(JSON.stringify({ harrier: HarrierError.is(error), name: error.name, code: error.code, message: error.message }));
+}
+`;
+
+const IMPORT_REDIS_MJS = `try {
+  await import('harrier/redis');
+  console.log(JSON.stringify({ imported: true }));
+} catch (error) {
+  console.log(JSON.stringify({ name: error.name, code: error.code, message: error.message }));
+}
+`;
+
+function tsconfig(files: readonly string[]): string {
+  return JSON.stringify({
+    compilerOptions: {
+      target: 'ES2022',
+      module: 'NodeNext',
+      moduleResolution: 'NodeNext',
+      strict: true,
+      experimentalDecorators: true,
+      skipLibCheck: false,
+      types: ['node'],
+      outDir: 'out',
+    },
+    files,
+  });
+}
+
+/** Makes an app in `dir` that depends on the tarball and on `peers`, and installs it offline. */
+async function installApp(dir: string, tarball: string, peers: readonly string[]): Promise<Run> {
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(
+    join(dir, 'package.json'),
+    JSON.stringify({
+      name: 'packed-app',
+      private: true,
+      type: 'module',
+      dependencies: {
+        harrier: `file:${tarball}`,
+        ...Object.fromEntries(peers.map((name) => [name, installed(name)])),
+      },
+      devDependencies: { '@types/node': installed('@types/node') },
+    }),
+  );
+  // From the cache the repo's own install filled (package metadata it lacks from the registry). No
+  // scripts: Harrier has
+  // none, and bullmq's optional native msgpackr build is not what this test is about.
+  return ok('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--ignore-scripts'], dir);
+}
+
+/** Relative links of a markdown text (path and #anchor), outside code blocks. */
+function relativeLinks(markdown: string): { path: string; anchor: string | undefined }[] {
+  return [...markdown.replace(/```[\s\S]*?```/g, '').matchAll(/\]\(([^)\s]+)\)/g)]
+    .map((match) => match[1] ?? '')
+    .filter((target) => !/^[a-z]+:/i.test(target))
+    .map((target) => {
+      const [path = '', anchor] = target.split('#');
+      return { path, anchor };
+    });
+}
+
+/** The anchors of a markdown page's headings, as GitHub and npm make them. */
+function anchorsOf(markdown: string): Set<string> {
+  const headings = [...markdown.replace(/```[\s\S]*?```/g, '').matchAll(/^#{1,6} (.+)$/gm)];
+  return new Set(
+    headings.map((match) =>
+      (match[1] ?? '')
+        .toLowerCase()
+        .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+        .replace(/ /g, '-'),
+    ),
+  );
+}
+
+let work: string;
+let stage: string;
+let packedFiles: string[];
+let full: string;
+let bare: string;
+let fullInstall: Run;
+
+beforeAll(async () => {
+  work = mkdtempSync(join(tmpdir(), 'harrier-packed-'));
+  stage = join(work, 'package');
+  mkdirSync(stage);
+  for (const entry of ['package.json', 'README.md', 'LICENSE', ...rootPackage.files]) {
+    if (entry !== 'dist') cpSync(join(root, entry), join(stage, entry), { recursive: true });
+  }
+  await ok('node', [tsc, '-p', join(root, 'tsconfig.build.json'), '--outDir', join(stage, 'dist')], root);
+  const packed = await ok('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], stage);
+  const [info] = JSON.parse(packed.stdout) as { filename: string; files: { path: string }[] }[];
+  if (info === undefined) throw new Error(`npm pack printed no package: ${packed.stdout}`);
+  packedFiles = info.files.map((file) => file.path);
+  const tarball = join(work, info.filename);
+
+  full = join(work, 'app-full');
+  bare = join(work, 'app-bare');
+  [fullInstall] = await Promise.all([
+    installApp(full, tarball, ['inversify', 'zod', 'reflect-metadata', 'bullmq', 'ioredis']),
+    installApp(bare, tarball, ['inversify', 'zod', 'reflect-metadata']),
+  ]);
+  for (const [dir, files] of [
+    [full, ['main.ts', 'redis.ts']],
+    [bare, ['main.ts']],
+  ] as const) {
+    writeFileSync(join(dir, 'main.ts'), MAIN_TS);
+    writeFileSync(join(dir, 'redis.ts'), REDIS_TS);
+    writeFileSync(join(dir, 'foreign.mjs'), FOREIGN_MJS);
+    writeFileSync(join(dir, 'import-redis.mjs'), IMPORT_REDIS_MJS);
+    writeFileSync(join(dir, 'tsconfig.json'), tsconfig(files));
+  }
+}, 600_000);
+
+afterAll(() => {
+  rmSync(work, { recursive: true, force: true });
+});
+
+describe('the packed package', () => {
+  it('ships LICENSE, README, docs and dist, and neither src nor declaration maps', () => {
+    expect(packedFiles).toEqual(
+      expect.arrayContaining([
+        'LICENSE',
+        'README.md',
+        'package.json',
+        'docs/redis.md',
+        'dist/index.js',
+        'dist/index.d.ts',
+        'dist/redis/index.js',
+        'dist/cli/bin.js',
+      ]),
+    );
+    expect(packedFiles.filter((path) => path.startsWith('src/') || path.endsWith('.d.ts.map'))).toEqual([]);
+    expect(readFileSync(join(stage, 'LICENSE'), 'utf8')).toMatch(
+      /^MIT License\n\nCopyright \(c\) \d{4} Harrier contributors/,
+    );
+  });
+
+  it('has source maps that carry every source they name', () => {
+    const maps = packedFiles.filter((path) => path.endsWith('.js.map'));
+    expect(maps.length).toBeGreaterThan(10);
+    for (const path of maps) {
+      const map = JSON.parse(readFileSync(join(stage, path), 'utf8')) as {
+        sources: string[];
+        sourcesContent?: (string | null)[];
+      };
+      expect({
+        path,
+        contents: map.sourcesContent?.filter((text) => typeof text === 'string').length,
+      }).toEqual({
+        path,
+        contents: map.sources.length,
+      });
+    }
+  });
+
+  it('has README and docs links that resolve to files and headings inside it', () => {
+    const broken: string[] = [];
+    for (const page of packedFiles.filter((path) => path.endsWith('.md'))) {
+      for (const { path, anchor } of relativeLinks(readFileSync(join(stage, page), 'utf8'))) {
+        const target = path === '' ? page : normalize(join(dirname(page), path)).replaceAll('\\', '/');
+        if (!packedFiles.includes(target)) broken.push(`${page} -> ${path}`);
+        else if (
+          anchor !== undefined &&
+          target.endsWith('.md') &&
+          !anchorsOf(readFileSync(join(stage, target), 'utf8')).has(anchor)
+        ) {
+          broken.push(`${page} -> ${path}#${anchor}`);
+        }
+      }
+    }
+    expect(broken).toEqual([]);
+  });
+});
+
+describe('npm install of the tarball', () => {
+  it('prints no EBADENGINE warning', () => {
+    expect(fullInstall.stderr).not.toContain('EBADENGINE');
+  });
+
+  it('installs one copy of inversify and of @inversifyjs/core, shared with the app', () => {
+    expect(existsSync(join(full, 'node_modules', '@inversifyjs', 'core'))).toBe(true);
+    expect(existsSync(join(full, 'node_modules', 'harrier', 'node_modules'))).toBe(false);
+    expect(existsSync(join(full, 'node_modules', 'inversify', 'node_modules'))).toBe(false);
+  });
+
+  it('leaves out bullmq and ioredis when the app does not ask for them', () => {
+    expect(existsSync(join(bare, 'node_modules', 'bullmq'))).toBe(false);
+    expect(existsSync(join(bare, 'node_modules', 'ioredis'))).toBe(false);
+  });
+});
+
+describe('a decorated app on the installed package', () => {
+  describe('with every peer dependency', () => {
+    it('type-checks against the installed declarations (harrier and harrier/redis)', async () => {
+      await ok('node', [tsc, '-p', 'tsconfig.json'], full);
+    }, 120_000);
+
+    it('sends a command, handles it and publishes an event, in memory', async () => {
+      const result = await ok('node', ['out/main.js'], full);
+      expect(JSON.parse(result.stdout)).toEqual(['placed o-1', 'recorded o-1 42 from shop.OrderPlaced']);
+    });
+
+    it('dead-letters a command on Redis through harrier/redis, and harrier dlq list --json shows it', async () => {
+      const prefix = `{packed-${randomUUID().slice(0, 8)}}`;
+      const admin = new Redis(redisUrl);
+      try {
+        const app = await run('node', ['out/redis.js'], full, {
+          REDIS_URL: redisUrl,
+          HARRIER_PREFIX: prefix,
+        });
+        expect(app.stderr).toBe('');
+        expect(JSON.parse(app.stdout)).toEqual({ deadLetters: 1 });
+        const cli = await run(
+          join(full, 'node_modules', '.bin', 'harrier'),
+          ['dlq', 'list', '--json', '--redis-url', redisUrl, '--prefix', prefix],
+          full,
+        );
+        expect(cli.code).toBe(0);
+        const lines = cli.stdout
+          .trim()
+          .split('\n')
+          .map((line) => JSON.parse(line) as Record<string, unknown>);
+        expect(lines).toMatchObject([
+          { type: 'shop.ChargeCard', reason: 'handler-failed', endpoint: 'shop' },
+        ]);
+      } finally {
+        await deleteKeys(admin, prefix);
+        await admin.quit();
+      }
+    }, 60_000);
+
+    it('prints the CLI help with npx harrier --help, and dlq list --help', async () => {
+      const help = await run('npx', ['--no', '--', 'harrier', '--help'], full);
+      expect(help).toMatchObject({
+        code: 0,
+        stdout: expect.stringContaining('Usage: harrier <command>') as unknown,
+      });
+      const list = await run(join(full, 'node_modules', '.bin', 'harrier'), ['dlq', 'list', '--help'], full);
+      expect(list).toMatchObject({
+        code: 0,
+        stdout: expect.stringContaining('Usage: harrier dlq list') as unknown,
+      });
+    });
+  });
+
+  describe('when the container comes from a second copy of inversify', () => {
+    it('createBus throws foreign-container naming the inversify range to install', async () => {
+      mkdirSync(join(full, 'other', 'node_modules'), { recursive: true });
+      cpSync(join(full, 'node_modules', 'inversify'), join(full, 'other', 'node_modules', 'inversify'), {
+        recursive: true,
+      });
+      cpSync(
+        join(full, 'node_modules', '@inversifyjs'),
+        join(full, 'other', 'node_modules', '@inversifyjs'),
+        {
+          recursive: true,
+        },
+      );
+      const result = await ok('node', ['foreign.mjs'], full);
+      const outcome = JSON.parse(result.stdout) as Record<string, unknown>;
+      expect(outcome).toMatchObject({ harrier: true, code: 'foreign-container' });
+      expect(outcome.message).toContain(`npm install inversify@${rootPackage.peerDependencies.inversify}`);
+    });
+  });
+
+  describe('when Harrier resolves a second copy of @inversifyjs/core', () => {
+    it('still resolves handlers that inject the message context', async () => {
+      const own = join(full, 'node_modules', 'harrier', 'node_modules', '@inversifyjs', 'core');
+      cpSync(join(full, 'node_modules', '@inversifyjs', 'core'), own, { recursive: true });
+      try {
+        const result = await ok('node', ['out/main.js'], full);
+        expect(JSON.parse(result.stdout)).toEqual(['placed o-1', 'recorded o-1 42 from shop.OrderPlaced']);
+      } finally {
+        rmSync(join(full, 'node_modules', 'harrier', 'node_modules'), { recursive: true, force: true });
+      }
+    });
+  });
+
+  describe('without bullmq and ioredis', () => {
+    it('type-checks and runs the in-memory app', async () => {
+      await ok('node', [tsc, '-p', 'tsconfig.json'], bare);
+      const result = await ok('node', ['out/main.js'], bare);
+      expect(JSON.parse(result.stdout)).toEqual(['placed o-1', 'recorded o-1 42 from shop.OrderPlaced']);
+    }, 120_000);
+
+    it('prints the help of harrier and of every command', async () => {
+      const harrier = join(bare, 'node_modules', '.bin', 'harrier');
+      for (const args of [
+        ['--help'],
+        ['dlq', '--help'],
+        ...['list', 'show', 'groups', 'replay', 'purge', 'export', 'import'].map((sub) => [
+          'dlq',
+          sub,
+          '--help',
+        ]),
+        ['projections', '--help'],
+        ['projections', 'status', '--help'],
+        ['projections', 'rebuild', '--help'],
+        ['topology', '--help'],
+      ]) {
+        const result = await run(harrier, args, bare);
+        expect({ args, code: result.code, stderr: result.stderr }).toEqual({ args, code: 0, stderr: '' });
+        expect(result.stdout).toMatch(/^Usage: harrier/);
+      }
+    }, 60_000);
+
+    it('exits non-zero from a command that needs Redis, saying npm install bullmq ioredis', async () => {
+      const harrier = join(bare, 'node_modules', '.bin', 'harrier');
+      for (const args of [['dlq', 'list', '--json'], ['projections', 'status'], ['topology']]) {
+        const result = await run(harrier, [...args, '--redis-url', redisUrl], bare);
+        expect(result.code).not.toBe(0);
+        expect(result.stderr).toContain('npm install bullmq ioredis');
+        expect(result.stderr).not.toContain('ERR_MODULE_NOT_FOUND');
+      }
+    }, 60_000);
+
+    it('rejects import("harrier/redis") with missing-dependency saying npm install bullmq ioredis', async () => {
+      const result = await ok('node', ['import-redis.mjs'], bare);
+      expect(JSON.parse(result.stdout)).toMatchObject({
+        name: 'HarrierError',
+        code: 'missing-dependency',
+        message: expect.stringContaining('npm install bullmq ioredis') as unknown,
+      });
+    });
+  });
+});
