@@ -19,6 +19,7 @@ import type { Middleware } from '../dispatch/middleware.js';
 import { prepareMessage, type EnvelopeEncoder } from '../dispatch/outgoing.js';
 import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import { withArticle } from '../errors/with-article.js';
 import type { HandlerClass } from '../handlers/handler-metadata.js';
 import { HandlerRegistry } from '../handlers/handler-registry.js';
 import type { SendOptions } from '../handlers/message-context.js';
@@ -444,7 +445,7 @@ class HarrierBus implements MessageBus {
     if (definition.kind !== expected || (verb === 'schedule' && definition.kind === 'query')) {
       throw new HarrierError(
         'wrong-kind',
-        `${verb} takes ${verb === 'schedule' ? 'a command or an event' : `a ${expected}`}, but "${definition.type}" is a ${definition.kind}: use ${definition.kind === 'event' ? 'publish' : definition.kind === 'query' ? 'execute' : 'send'}`,
+        `${verb} takes ${verb === 'schedule' ? 'a command or an event' : withArticle(expected)}, but "${definition.type}" is ${withArticle(definition.kind)}: use ${definition.kind === 'event' ? 'publish' : definition.kind === 'query' ? 'execute' : 'send'}`,
       );
     }
     if (this.#state === 'stopped')

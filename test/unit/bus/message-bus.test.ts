@@ -64,6 +64,9 @@ describe('MessageBus', () => {
           .send(OrderPlaced as never, { orderId: 'x', amount: 1 } as never)
           .catch((e: unknown) => e);
         expect(HarrierError.is(error) && error.code).toBe('wrong-kind');
+        expect((error as Error).message).toContain(
+          'send takes a command, but "test.OrderPlaced" is an event',
+        );
         expect((error as Error).message).toContain('use publish');
       });
     });
@@ -567,6 +570,18 @@ describe('MessageBus', () => {
       }
       expect(() => createBus({ handlers: [Broken] })).toThrow(
         /not a message definition: create it with defineCommand/,
+      );
+    });
+
+    it('fails fast on a definition of another kind, naming both kinds in plain English', () => {
+      @QueryHandler(OrderPlaced as never)
+      class Misplaced {
+        handle() {
+          return 1;
+        }
+      }
+      expect(() => createBus({ handlers: [Misplaced] })).toThrow(
+        '@QueryHandler on Misplaced takes "test.OrderPlaced", an event; @QueryHandler takes queries only',
       );
     });
 
