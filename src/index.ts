@@ -86,6 +86,7 @@ export {
 } from './handlers/index.js';
 export type {
   HandlerClass,
+  HandlerClassOf,
   HandlerEntry,
   HandlerKind,
   HandlerMetadata,
@@ -95,6 +96,8 @@ export type {
   HandlesEvent,
   HandlesQuery,
   MessageContext,
+  OnMethodDescriptor,
+  PayloadOfEach,
   SendOptions,
 } from './handlers/index.js';
 export {
