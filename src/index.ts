@@ -60,7 +60,7 @@ export type {
   SigningKeyInput,
   SigningOptions,
 } from './messages/index.js';
-export { InMemoryBroker, MAX_ATTEMPT_HISTORY, toErrorInfo } from './broker/index.js';
+export { InMemoryBroker, MAX_ATTEMPT_HISTORY, noRouteError, toErrorInfo } from './broker/index.js';
 export type {
   AttemptRecord,
   Delivery,

@@ -70,6 +70,18 @@ export interface BusOptions {
    */
   readonly definitions?: readonly MessageDefinition[];
   /**
+   * Refuse to send a command that no endpoint handles: `send`, `schedule` and the commands handlers
+   * record reject with HarrierError `no-route` unless some endpoint's started bus registered a
+   * `@CommandHandler` for its type in the broker (on Redis, registrations of earlier runs count).
+   *
+   * @remarks
+   * Set it to `false` in a sender that may start before the handler's endpoint has ever started (a
+   * deploy order): the command then waits in its queue for the handler. A command that this bus
+   * handles itself is always accepted, also before `start()`. See docs/messages.md.
+   * @defaultValue true
+   */
+  readonly requireCommandRoute?: boolean;
+  /**
    * Where dead letters go.
    * @defaultValue a new in-memory store
    */
@@ -234,6 +246,7 @@ class HarrierBus implements MessageBus {
   readonly #encode: EnvelopeEncoder;
   readonly #verifyReplay: ReplayDeadLettersOptions['verify'];
   readonly #gracePeriodMs: number;
+  readonly #requireCommandRoute: boolean;
   readonly #stopController = new AbortController();
   #state: 'created' | 'started' | 'stopped' = 'created';
 
@@ -280,6 +293,7 @@ class HarrierBus implements MessageBus {
       };
     }
     this.#gracePeriodMs = options.gracePeriodMs ?? 10_000;
+    this.#requireCommandRoute = options.requireCommandRoute ?? true;
     if (!this.container.isBound(HarrierTokens.MessageBus))
       this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
     this.#eventLog = options.eventLog;
@@ -459,7 +473,8 @@ class HarrierBus implements MessageBus {
     return outgoing.id;
   }
 
-  async #publish(messages: readonly OutgoingMessage[]): Promise<void> {
+  async #publish(given: readonly OutgoingMessage[]): Promise<void> {
+    const messages = given.map((message) => this.#withRouteRequirement(message));
     const log = this.#eventLog;
     if (log !== undefined) {
       // The log first, idempotent by event id: if the process dies before the fan-out, the redelivered
@@ -477,6 +492,16 @@ class HarrierBus implements MessageBus {
     }
     if (messages.length === 1 && messages[0] !== undefined) await this.broker.publish(messages[0]);
     else await this.broker.publishBatch(messages);
+  }
+
+  /**
+   * Tells the broker whether a command needs a registered route: not when this bus handles it (its
+   * route is registered by start(), and until then the command waits), else per requireCommandRoute.
+   */
+  #withRouteRequirement(message: OutgoingMessage): OutgoingMessage {
+    if (message.kind !== 'command' || message.requireRoute !== undefined) return message;
+    const handledHere = this.#registry.singleHandler(message.type)?.kind === 'command';
+    return { ...message, requireRoute: handledHere ? false : this.#requireCommandRoute };
   }
 }
 
