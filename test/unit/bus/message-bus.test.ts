@@ -222,6 +222,23 @@ describe('MessageBus', () => {
       });
     });
 
+    describe('when the handler records a command that no endpoint handles', () => {
+      it('rejects with no-route and publishes none of what it recorded', async () => {
+        @CommandHandler(PlaceOrder)
+        class Handler {
+          handle(payload: PayloadOf<typeof PlaceOrder>, ctx: MessageContext) {
+            ctx.publish(OrderPlaced, { orderId: payload.orderId, amount: payload.amount });
+            ctx.send(ReserveStock, { orderId: payload.orderId });
+            return { accepted: true };
+          }
+        }
+        bus = await createTestBus({ handlers: [Handler] });
+        const error = await bus.execute(PlaceOrder, { orderId: 'o', amount: 1 }).catch((e: unknown) => e);
+        expect(HarrierError.is(error) && error.code).toBe('no-route');
+        expect(bus.published).toHaveLength(0);
+      });
+    });
+
     describe('when no handler is registered', () => {
       it('throws HandlerNotFoundError naming the decorator', async () => {
         bus = await createTestBus();
