@@ -296,6 +296,8 @@ async function commands(n: number, prefix: string, url: string): Promise<void> {
     logger: silentLogger,
   });
   try {
+    // The route bus.start() registers: the commands are queued before the endpoint starts.
+    await b.register('orders', [{ handler: 'PlaceOrderHandler', kind: 'command', types: [PlaceOrder.type] }]);
     for (let from = 0; from < n; from += CHUNK) {
       const now = Date.now();
       const batch: OutgoingMessage[] = [];
@@ -371,6 +373,10 @@ async function deadLetters(n: number, prefix: string, url: string): Promise<void
   });
   const queueKey = `${prefix}:cmd~${ChargeCard.type}`;
   try {
+    // The route bus.start() registers: the commands are queued before the endpoint starts.
+    await b.register('billing', [
+      { handler: 'ChargeCardHandler', kind: 'command', types: [ChargeCard.type] },
+    ]);
     for (let from = 0; from < n; from += CHUNK) {
       const now = Date.now();
       const batch: OutgoingMessage[] = [];

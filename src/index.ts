@@ -60,7 +60,7 @@ export type {
   SigningKeyInput,
   SigningOptions,
 } from './messages/index.js';
-export { InMemoryBroker, MAX_ATTEMPT_HISTORY, toErrorInfo } from './broker/index.js';
+export { InMemoryBroker, MAX_ATTEMPT_HISTORY, noRouteError, toErrorInfo } from './broker/index.js';
 export type {
   AttemptRecord,
   Delivery,
@@ -86,6 +86,7 @@ export {
 } from './handlers/index.js';
 export type {
   HandlerClass,
+  HandlerClassOf,
   HandlerEntry,
   HandlerKind,
   HandlerMetadata,
@@ -95,6 +96,8 @@ export type {
   HandlesEvent,
   HandlesQuery,
   MessageContext,
+  OnMethodDescriptor,
+  PayloadOfEach,
   SendOptions,
 } from './handlers/index.js';
 export {

@@ -16,6 +16,7 @@ import {
   type RedeliveryTarget,
   type SubscriptionSpec,
 } from './message-broker.js';
+import { noRouteError } from './no-route-error.js';
 
 /** Options of {@link InMemoryBroker}. */
 export interface InMemoryBrokerOptions {
@@ -163,6 +164,7 @@ export class InMemoryBroker implements MessageBroker {
   publish(message: OutgoingMessage): Promise<void> {
     return settle(() => {
       this.#assertOpen();
+      this.#assertRouted(message);
       this.#route(message);
       this.#changed();
     });
@@ -171,6 +173,8 @@ export class InMemoryBroker implements MessageBroker {
   publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
     return settle(() => {
       this.#assertOpen();
+      // Every command is checked before any message is queued: a refused batch publishes nothing.
+      for (const message of messages) this.#assertRouted(message);
       for (const message of messages) this.#route(message);
       this.#changed();
     });
@@ -257,6 +261,13 @@ export class InMemoryBroker implements MessageBroker {
         'broker-closed',
         'The in-memory broker is closed: create a new one (or a new bus) to publish again',
       );
+  }
+
+  /** Refuses a command whose queue no endpoint registered to consume, unless it opts out. */
+  #assertRouted(message: OutgoingMessage): void {
+    if (message.kind === 'event' || message.requireRoute === false) return;
+    if (this.#queues.get(`command:${message.type}`)?.consumed !== true)
+      throw noRouteError(message.kind, message.type);
   }
 
   #queue(name: string): MemoryQueue {

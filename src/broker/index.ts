@@ -13,3 +13,4 @@ export {
   type SubscriptionSpec,
 } from './message-broker.js';
 export { InMemoryBroker, type InMemoryBrokerOptions, type InMemoryBrokerStats } from './in-memory-broker.js';
+export { noRouteError } from './no-route-error.js';

@@ -65,6 +65,14 @@ export interface OutgoingMessage {
    * @defaultValue now
    */
   readonly deliverAt?: number | undefined;
+  /**
+   * Refuse a command whose type no endpoint has registered (`register` with a `command`
+   * subscription), with HarrierError `no-route`, instead of queueing it for a handler that may never
+   * come. `false` queues it anyway, for deploy orders where the handler starts later. Events ignore
+   * it: an event nobody subscribes to is delivered nowhere.
+   * @defaultValue true
+   */
+  readonly requireRoute?: boolean | undefined;
 }
 
 /** Facts about one delivery, kept beside the envelope and never inside its signed part. */
@@ -175,13 +183,26 @@ export interface ReceiverOptions {
  * `redeliver` (dead-letter replay into one subscription). See docs/architecture.md.
  */
 export interface MessageBroker {
-  /** Registers an endpoint's subscriptions; idempotent. Must resolve before that endpoint receives. */
+  /**
+   * Registers an endpoint's subscriptions; idempotent. Must resolve before that endpoint receives.
+   * A `command` subscription is also the route of its types: from then on `publish` accepts them
+   * from any publisher, for as long as the broker's state lasts (an endpoint that stopped still has
+   * its queue, where commands wait for it).
+   */
   register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void>;
   /** Deliveries for one endpoint, until the signal aborts or the broker closes. */
   receiver(options: ReceiverOptions): AsyncIterable<Delivery>;
-  /** Publishes one message: a command to its queue, an event to one copy per subscription. */
+  /**
+   * Publishes one message: a command to its queue, an event to one copy per subscription.
+   * @throws HarrierError `no-route` (made by `noRouteError`) for a command whose type no endpoint
+   * registered, unless `requireRoute` is false.
+   */
   publish(message: OutgoingMessage): Promise<void>;
-  /** Publishes many messages; resolves only once every one is accepted. */
+  /**
+   * Publishes many messages; resolves only once every one is accepted.
+   * @throws HarrierError `no-route` when any command of the batch has no route (unless its
+   * `requireRoute` is false); then none of the batch is published.
+   */
   publishBatch(messages: readonly OutgoingMessage[]): Promise<void>;
   /** Settles a delivery as handled. @throws StaleDeliveryError when the id is not current. */
   ack(deliveryId: string): Promise<void>;

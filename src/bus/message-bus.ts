@@ -20,6 +20,7 @@ import type { Middleware } from '../dispatch/middleware.js';
 import { prepareMessage, type EnvelopeEncoder } from '../dispatch/outgoing.js';
 import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import { withArticle } from '../errors/with-article.js';
 import type { HandlerClass } from '../handlers/handler-metadata.js';
 import { HandlerRegistry } from '../handlers/handler-registry.js';
 import type { SendOptions } from '../handlers/message-context.js';
@@ -69,6 +70,18 @@ export interface BusOptions {
    * @defaultValue []
    */
   readonly definitions?: readonly MessageDefinition[];
+  /**
+   * Refuse to send a command that no endpoint handles: `send`, `schedule` and the commands handlers
+   * record reject with HarrierError `no-route` unless some endpoint's started bus registered a
+   * `@CommandHandler` for its type in the broker (on Redis, registrations of earlier runs count).
+   *
+   * @remarks
+   * Set it to `false` in a sender that may start before the handler's endpoint has ever started (a
+   * deploy order): the command then waits in its queue for the handler. A command that this bus
+   * handles itself is always accepted, also before `start()`. See docs/messages.md.
+   * @defaultValue true
+   */
+  readonly requireCommandRoute?: boolean;
   /**
    * Where dead letters go.
    * @defaultValue a new in-memory store
@@ -250,6 +263,7 @@ class HarrierBus implements MessageBus {
   /** Runs replays of dead letters of projections fed from the event log (none without a log). */
   readonly #projectionReplayer: ProjectionReplayer | undefined;
   readonly #gracePeriodMs: number;
+  readonly #requireCommandRoute: boolean;
   readonly #stopController = new AbortController();
   #state: 'created' | 'started' | 'stopped' = 'created';
 
@@ -297,6 +311,7 @@ class HarrierBus implements MessageBus {
       };
     }
     this.#gracePeriodMs = options.gracePeriodMs ?? 10_000;
+    this.#requireCommandRoute = options.requireCommandRoute ?? true;
     if (!this.container.isBound(HarrierTokens.MessageBus))
       this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
     this.#eventLog = options.eventLog;
@@ -472,7 +487,7 @@ class HarrierBus implements MessageBus {
     if (definition.kind !== expected || (verb === 'schedule' && definition.kind === 'query')) {
       throw new HarrierError(
         'wrong-kind',
-        `${verb} takes ${verb === 'schedule' ? 'a command or an event' : `a ${expected}`}, but "${definition.type}" is a ${definition.kind}: use ${definition.kind === 'event' ? 'publish' : definition.kind === 'query' ? 'execute' : 'send'}`,
+        `${verb} takes ${verb === 'schedule' ? 'a command or an event' : withArticle(expected)}, but "${definition.type}" is ${withArticle(definition.kind)}: use ${definition.kind === 'event' ? 'publish' : definition.kind === 'query' ? 'execute' : 'send'}`,
       );
     }
     if (this.#state === 'stopped')
@@ -486,7 +501,8 @@ class HarrierBus implements MessageBus {
     return outgoing.id;
   }
 
-  async #publish(messages: readonly OutgoingMessage[]): Promise<void> {
+  async #publish(given: readonly OutgoingMessage[]): Promise<void> {
+    const messages = given.map((message) => this.#withRouteRequirement(message));
     const log = this.#eventLog;
     if (log !== undefined) {
       // The log first, idempotent by event id: if the process dies before the fan-out, the redelivered
@@ -504,6 +520,16 @@ class HarrierBus implements MessageBus {
     }
     if (messages.length === 1 && messages[0] !== undefined) await this.broker.publish(messages[0]);
     else await this.broker.publishBatch(messages);
+  }
+
+  /**
+   * Tells the broker whether a command needs a registered route: not when this bus handles it (its
+   * route is registered by start(), and until then the command waits), else per requireCommandRoute.
+   */
+  #withRouteRequirement(message: OutgoingMessage): OutgoingMessage {
+    if (message.kind !== 'command' || message.requireRoute !== undefined) return message;
+    const handledHere = this.#registry.singleHandler(message.type)?.kind === 'command';
+    return { ...message, requireRoute: handledHere ? false : this.#requireCommandRoute };
   }
 }
 

@@ -1,6 +1,7 @@
 import type { SubscriptionSpec } from '../broker/message-broker.js';
 import { DuplicateHandlerError } from '../errors/duplicate-handler-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import { withArticle } from '../errors/with-article.js';
 import { isMessageDefinition, type MessageDefinition } from '../messages/definition.js';
 import {
   getHandlerMetadata,
@@ -33,6 +34,12 @@ const kindOfHandler: Record<HandlerKind, MessageDefinition['kind']> = {
   query: 'query',
   event: 'event',
   projection: 'event',
+};
+
+const pluralOf: Record<MessageDefinition['kind'], string> = {
+  command: 'commands',
+  query: 'queries',
+  event: 'events',
 };
 
 const decoratorOf: Record<HandlerKind, string> = {
@@ -163,7 +170,7 @@ export class HandlerRegistry {
       if (definition.kind !== expected) {
         throw new HarrierError(
           'invalid-handler',
-          `${where} takes "${definition.type}", a ${definition.kind}; ${decoratorOf[meta.kind]} takes ${expected}s only`,
+          `${where} takes "${definition.type}", ${withArticle(definition.kind)}; ${decoratorOf[meta.kind]} takes ${pluralOf[expected]} only`,
         );
       }
       const method = (target.prototype as Record<string, unknown>)[route.method];

@@ -4,9 +4,12 @@ export {
   On,
   Projection,
   QueryHandler,
+  type HandlerClassOf,
   type HandlesCommand,
   type HandlesEvent,
   type HandlesQuery,
+  type OnMethodDescriptor,
+  type PayloadOfEach,
 } from './decorators.js';
 export {
   getHandlerMetadata,

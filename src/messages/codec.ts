@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { withArticle } from '../errors/with-article.js';
 import type { MessageDefinition } from './definition.js';
 import { envelopeSchema, type Envelope } from './envelope.js';
 
@@ -100,7 +101,7 @@ export function decodeEnvelope(
     return {
       ok: false,
       reason: 'unknown-type',
-      message: `Message type "${envelope.type}" arrived as a ${envelope.kind} but is defined as a ${definition.kind}`,
+      message: `Message type "${envelope.type}" arrived as ${withArticle(envelope.kind)} but is defined as ${withArticle(definition.kind)}`,
       envelope,
     };
   }

@@ -33,6 +33,7 @@ import {
   type SubscriptionSpec,
 } from '../broker/message-broker.js';
 import { parseAttemptHistory, parsePendingDeadLetter } from '../broker/delivery-facts.js';
+import { noRouteError } from '../broker/no-route-error.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { sleep } from '../clock/sleep.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -214,6 +215,8 @@ export class BullMqBroker implements MessageBroker {
   readonly #queues = new Map<string, Queue>();
   readonly #pending = new Map<string, Pending>();
   readonly #registered = new Map<string, SubscriptionSpec[]>();
+  /** Command types known to have a route; a route is never removed, so a hit stays true. */
+  readonly #commandRoutes = new Set<string>();
   readonly #receivers = new Set<{ close: () => Promise<void> }>();
   #ready: Promise<void> | undefined;
   #partitionsChecked: Promise<void> | undefined;
@@ -263,6 +266,8 @@ export class BullMqBroker implements MessageBroker {
     await this.#checkPartitions();
     const client = await this.#connected();
     const multi = client.multi();
+    const commandTypes = subscriptions.flatMap((sub) => (sub.kind === 'command' ? sub.types : []));
+    if (commandTypes.length > 0) multi.sadd(this.#key('command-routes'), ...commandTypes);
     for (const sub of subscriptions) {
       if (sub.kind !== 'event') continue;
       const route: Route = { endpoint, handler: sub.handler, orderedTypes: sub.orderedTypes ?? [] };
@@ -279,6 +284,7 @@ export class BullMqBroker implements MessageBroker {
       JSON.stringify({ subscriptions, registeredAt: this.#clock.now() }),
     );
     await this.#withTimeout(multi.exec(), 'register subscriptions');
+    for (const type of commandTypes) this.#commandRoutes.add(type);
     // A partition queue is worked one job at a time across every process, not just per worker.
     const partitionQueues = subscriptions.flatMap((spec) =>
       this.#queuesFor(endpoint, spec).filter((q) => q.ordered),
@@ -317,19 +323,39 @@ export class BullMqBroker implements MessageBroker {
     await this.#checkPartitions();
     const client = await this.#connected();
     const eventTypes = [...new Set(messages.filter((m) => m.kind === 'event').map((m) => m.type))];
+    // Commands whose route this process has not seen yet: asked in the same round trip as the events.
+    const unrouted = new Map<string, MessageKind>();
+    for (const m of messages) {
+      if (m.kind !== 'event' && m.requireRoute !== false && !this.#commandRoutes.has(m.type))
+        unrouted.set(m.type, m.kind);
+    }
     const routes = new Map<string, Route[]>();
-    if (eventTypes.length > 0) {
+    if (eventTypes.length > 0 || unrouted.size > 0) {
       const pipeline = client.pipeline();
       for (const type of eventTypes) pipeline.hgetall(this.#key('routes', type));
+      for (const type of unrouted.keys()) pipeline.sismember(this.#key('command-routes'), type);
       const results = (await this.#withTimeout(pipeline.exec(), 'read subscriptions')) ?? [];
-      eventTypes.forEach((type, index) => {
+      const reply = (index: number): unknown => {
         const [error, value] = results[index] ?? [new Error('no reply'), undefined];
         if (error) throw redisUnavailable(this.#describe(), error, isClusterConnection(this.#connection));
+        return value;
+      };
+      eventTypes.forEach((type, index) => {
         routes.set(
           type,
-          Object.values(value as Record<string, string>).map((v) => JSON.parse(v) as Route),
+          Object.values(reply(index) as Record<string, string>).map((v) => JSON.parse(v) as Route),
         );
       });
+      [...unrouted.keys()].forEach((type, index) => {
+        if (reply(eventTypes.length + index) === 1) this.#commandRoutes.add(type);
+      });
+      // Every command is checked before any job is added: a refused batch publishes nothing. A miss
+      // is never cached: the handler's endpoint may register any time.
+      if ([...unrouted.keys()].some((type) => !this.#commandRoutes.has(type))) {
+        await this.#learnRoutesFromEndpoints(client);
+        for (const [type, kind] of unrouted)
+          if (!this.#commandRoutes.has(type)) throw noRouteError(kind, type);
+      }
     }
     const byQueue = new Map<string, { name: string; data: JobData; opts: Record<string, unknown> }[]>();
     const now = this.#clock.now();
@@ -627,6 +653,27 @@ export class BullMqBroker implements MessageBroker {
     this.#pending.delete(deliveryId);
     pending.settle(outcome);
     return Promise.resolve();
+  }
+
+  /**
+   * Learns the command routes of endpoints registered by a build that kept no `command-routes` set,
+   * only the `endpoints` hash: their command queues are still worked once they run. Read on a miss.
+   */
+  async #learnRoutesFromEndpoints(client: Redis | Cluster): Promise<void> {
+    const endpoints = await this.#withTimeout(client.hvals(this.#key('endpoints')), 'read endpoints');
+    for (const json of endpoints) {
+      let subscriptions: unknown;
+      try {
+        ({ subscriptions } = JSON.parse(json) as { subscriptions?: unknown });
+      } catch {
+        continue;
+      }
+      if (!Array.isArray(subscriptions)) continue;
+      for (const sub of subscriptions as Partial<SubscriptionSpec>[]) {
+        if (sub.kind !== 'command' || !Array.isArray(sub.types)) continue;
+        for (const type of sub.types) if (typeof type === 'string') this.#commandRoutes.add(type);
+      }
+    }
   }
 
   #queuesFor(

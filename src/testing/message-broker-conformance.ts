@@ -281,6 +281,58 @@ export function describeMessageBrokerConformance(
     });
 
     describe('.publish', () => {
+      describe('when no endpoint registered the command type', () => {
+        it('refuses the command with no-route naming the type, and queues nothing', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          const cancelOrder = f().type('CancelOrder');
+          await f().commands(endpoint, cancelOrder);
+          await f().events(endpoint, { onPlaceOrder: [placeOrder] });
+
+          const error: unknown = await broker.publish(f().message('command', placeOrder)).then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+
+          expect(HarrierError.is(error) && error.code).toBe('no-route');
+          expect((error as Error).message).toContain(`"${placeOrder}"`);
+          await f().commands(endpoint, placeOrder);
+          await f().inbox(endpoint).expectNothingWithin();
+        });
+      });
+
+      describe('when requireRoute is false and no endpoint registered the command type yet', () => {
+        it('accepts the command and delivers it once an endpoint registers the type', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          const message = f().message('command', placeOrder, { requireRoute: false });
+
+          await broker.publish(message);
+
+          await f().commands(endpoint, placeOrder);
+          const delivery = await f().inbox(endpoint).next();
+          expect(delivery.facts).toMatchObject({ messageId: message.id, type: placeOrder, attempt: 1 });
+          expect(delivery.body).toBe(message.body);
+        });
+      });
+
+      describe('when the endpoint that registered the command type is not receiving', () => {
+        it('accepts the command, which waits in its queue for a receiver', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const message = f().message('command', placeOrder);
+
+          await broker.publish(message);
+
+          const delivery = await f().inbox(endpoint).next();
+          expect(delivery.facts).toMatchObject({ messageId: message.id, attempt: 1 });
+        });
+      });
+
       describe('when the message is a command', () => {
         it('delivers it only to the endpoint that registered its type, body untouched', async () => {
           const { broker } = f();
@@ -526,6 +578,34 @@ export function describeMessageBrokerConformance(
             expect(delivery.body).toBe(messages.find((m) => m.id === delivery.facts.messageId)?.body);
             await broker.ack(delivery.id);
           }
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when one command of the batch has no route', () => {
+        it('refuses the whole batch with no-route and delivers none of it', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          const orderPlaced = f().type('OrderPlaced');
+          const unrouted = f().type('ShipOrder');
+          await f().commands(endpoint, placeOrder);
+          await f().events(endpoint, { onPlaced: [orderPlaced] });
+          const inbox = f().inbox(endpoint);
+
+          const error: unknown = await broker
+            .publishBatch([
+              f().message('command', placeOrder),
+              f().message('event', orderPlaced),
+              f().message('command', unrouted),
+            ])
+            .then(
+              () => undefined,
+              (e: unknown) => e,
+            );
+
+          expect(HarrierError.is(error) && error.code).toBe('no-route');
+          expect((error as Error).message).toContain(`"${unrouted}"`);
           await inbox.expectNothingWithin();
         });
       });

@@ -68,16 +68,15 @@ class CapturingBroker extends InMemoryBroker {
     super({ clock });
   }
 
-  override publish(message: OutgoingMessage): Promise<void> {
-    const result = super.publish(message);
+  // Only what the broker accepted is captured: a refused message (no-route) was never sent.
+  override async publish(message: OutgoingMessage): Promise<void> {
+    await super.publish(message);
     this.capture(message);
-    return result;
   }
 
-  override publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
-    const result = super.publishBatch(messages);
+  override async publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
+    await super.publishBatch(messages);
     for (const message of messages) this.capture(message);
-    return result;
   }
 }
 

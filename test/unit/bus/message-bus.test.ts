@@ -8,18 +8,29 @@ import {
   HarrierError,
   HarrierTokens,
   HandlerNotFoundError,
+  InMemoryBroker,
   MessageValidationError,
   QueryHandler,
   UnrecoverableError,
   createBus,
   defineCommand,
   encodeEnvelope,
+  silentLogger,
   type MessageContext,
   type Middleware,
   type PayloadOf,
 } from '../../../src/index.js';
 import { createTestBus, type TestBus } from '../../../src/testing/index.js';
 import { GetTotal, OrderPlaced, PlaceOrder, ReserveStock } from './fixtures.js';
+
+/** Resolves once `condition` holds, checking after every turn of the event loop (fails after 5 s). */
+async function waitUntil(condition: () => boolean): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition not met within 5 s');
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+}
 
 let bus: TestBus | undefined;
 afterEach(async () => {
@@ -47,6 +58,100 @@ describe('MessageBus', () => {
       });
     });
 
+    describe('when no endpoint handles the command', () => {
+      it('throws no-route naming the decorator and the option, and sends nothing', async () => {
+        bus = await createTestBus({ definitions: [ReserveStock] });
+        const error = await bus.send(ReserveStock, { orderId: 'o-1' }).catch((e: unknown) => e);
+        expect(HarrierError.is(error) && error.code).toBe('no-route');
+        expect((error as Error).message).toContain('No endpoint handles command "test.ReserveStock"');
+        expect((error as Error).message).toContain('@CommandHandler(ReserveStock)');
+        expect((error as Error).message).toContain('requireCommandRoute: false');
+        expect(bus.sent).toHaveLength(0);
+        expect(bus.broker.stats()).toEqual({ ready: 0, waiting: 0, inFlight: 0, unconsumed: 0 });
+      });
+    });
+
+    describe('when another bus on the broker handles the command', () => {
+      it('sends it to that bus', async () => {
+        const seen: string[] = [];
+        @CommandHandler(ReserveStock)
+        class Handler {
+          handle(payload: PayloadOf<typeof ReserveStock>) {
+            seen.push(payload.orderId);
+          }
+        }
+        const broker = new InMemoryBroker();
+        const handler = createBus({ endpoint: 'stock', broker, handlers: [Handler], logger: silentLogger });
+        const sender = createBus({
+          endpoint: 'web',
+          broker,
+          definitions: [ReserveStock],
+          logger: silentLogger,
+        });
+        await handler.start();
+        try {
+          await sender.send(ReserveStock, { orderId: 'o-1' });
+          await waitUntil(() => seen.length > 0);
+          expect(seen).toEqual(['o-1']);
+        } finally {
+          await sender.stop({ closeBroker: false });
+          await handler.stop();
+        }
+      });
+    });
+
+    describe('when requireCommandRoute is false and the handler starts later', () => {
+      it('accepts the command, which waits in its queue for the handler', async () => {
+        const seen: string[] = [];
+        @CommandHandler(ReserveStock)
+        class Handler {
+          handle(payload: PayloadOf<typeof ReserveStock>) {
+            seen.push(payload.orderId);
+          }
+        }
+        const broker = new InMemoryBroker();
+        const sender = createBus({
+          endpoint: 'web',
+          broker,
+          definitions: [ReserveStock],
+          requireCommandRoute: false,
+          logger: silentLogger,
+        });
+        const handler = createBus({ endpoint: 'stock', broker, handlers: [Handler], logger: silentLogger });
+        try {
+          await sender.send(ReserveStock, { orderId: 'o-1' });
+          expect(broker.stats().unconsumed).toBe(1);
+          await handler.start();
+          await waitUntil(() => seen.length > 0);
+          expect(seen).toEqual(['o-1']);
+        } finally {
+          await sender.stop({ closeBroker: false });
+          await handler.stop();
+        }
+      });
+    });
+
+    describe('when this bus handles the command but is not started yet', () => {
+      it('accepts it and handles it once started', async () => {
+        const seen: string[] = [];
+        @CommandHandler(ReserveStock)
+        class Handler {
+          handle(payload: PayloadOf<typeof ReserveStock>) {
+            seen.push(payload.orderId);
+          }
+        }
+        const own = createBus({ handlers: [Handler], logger: silentLogger });
+        try {
+          await own.send(ReserveStock, { orderId: 'o-1' });
+          await own.start();
+          await waitUntil(() => seen.length > 0);
+          expect(seen).toEqual(['o-1']);
+        } finally {
+          await own.stop();
+        }
+      });
+    });
+
     describe('when the payload does not match the schema', () => {
       it('throws MessageValidationError with the zod issues and sends nothing', async () => {
         bus = await createTestBus({ definitions: [PlaceOrder] });
@@ -64,6 +169,9 @@ describe('MessageBus', () => {
           .send(OrderPlaced as never, { orderId: 'x', amount: 1 } as never)
           .catch((e: unknown) => e);
         expect(HarrierError.is(error) && error.code).toBe('wrong-kind');
+        expect((error as Error).message).toContain(
+          'send takes a command, but "test.OrderPlaced" is an event',
+        );
         expect((error as Error).message).toContain('use publish');
       });
     });
@@ -114,6 +222,23 @@ describe('MessageBus', () => {
       });
     });
 
+    describe('when the handler records a command that no endpoint handles', () => {
+      it('rejects with no-route and publishes none of what it recorded', async () => {
+        @CommandHandler(PlaceOrder)
+        class Handler {
+          handle(payload: PayloadOf<typeof PlaceOrder>, ctx: MessageContext) {
+            ctx.publish(OrderPlaced, { orderId: payload.orderId, amount: payload.amount });
+            ctx.send(ReserveStock, { orderId: payload.orderId });
+            return { accepted: true };
+          }
+        }
+        bus = await createTestBus({ handlers: [Handler] });
+        const error = await bus.execute(PlaceOrder, { orderId: 'o', amount: 1 }).catch((e: unknown) => e);
+        expect(HarrierError.is(error) && error.code).toBe('no-route');
+        expect(bus.published).toHaveLength(0);
+      });
+    });
+
     describe('when no handler is registered', () => {
       it('throws HandlerNotFoundError naming the decorator', async () => {
         bus = await createTestBus();
@@ -135,7 +260,11 @@ describe('MessageBus', () => {
             return { accepted: true };
           }
         }
-        bus = await createTestBus({ handlers: [Handler] });
+        @CommandHandler(ReserveStock)
+        class ReserveStockHandler {
+          handle(): void {}
+        }
+        bus = await createTestBus({ handlers: [Handler, ReserveStockHandler] });
         const id = await bus.send(
           PlaceOrder,
           { orderId: 'o-1', amount: 2 },
@@ -148,6 +277,33 @@ describe('MessageBus', () => {
         expect(event?.envelope.meta.correlationId).toBe('0190a0b0-0000-7000-8000-000000000001');
         expect(event?.envelope.meta.causationId).toBe(id);
         expect(command?.envelope.meta.causationId).toBe(id);
+      });
+    });
+
+    describe('when the command handler sends a command that no endpoint handles', () => {
+      it('publishes none of its batch and dead-letters the delivery with the no-route error', async () => {
+        @CommandHandler(PlaceOrder, { retry: { attempts: 2 } })
+        class Handler {
+          handle(payload: PayloadOf<typeof PlaceOrder>, ctx: MessageContext) {
+            ctx.publish(OrderPlaced, { orderId: payload.orderId, amount: payload.amount });
+            ctx.send(ReserveStock, { orderId: payload.orderId });
+            return { accepted: true };
+          }
+        }
+        @EventHandler(OrderPlaced)
+        class Audit {
+          handle(): void {}
+        }
+        bus = await createTestBus({ handlers: [Handler, Audit] });
+        await bus.send(PlaceOrder, { orderId: 'o-1', amount: 2 });
+        await bus.whenIdle();
+        expect(bus.messagesOf(OrderPlaced)).toHaveLength(0);
+        expect(bus.messagesOf(ReserveStock)).toHaveLength(0);
+        const { records } = await bus.deadLetters.list();
+        expect(records).toHaveLength(1);
+        expect(records[0]?.reason).toBe('handler-failed');
+        expect(records[0]?.error.code).toBe('no-route');
+        expect(records[0]?.error.message).toContain('@CommandHandler(ReserveStock)');
       });
     });
 
@@ -570,6 +726,18 @@ describe('MessageBus', () => {
       );
     });
 
+    it('fails fast on a definition of another kind, naming both kinds in plain English', () => {
+      @QueryHandler(OrderPlaced as never)
+      class Misplaced {
+        handle() {
+          return 1;
+        }
+      }
+      expect(() => createBus({ handlers: [Misplaced] })).toThrow(
+        '@QueryHandler on Misplaced takes "test.OrderPlaced", an event; @QueryHandler takes queries only',
+      );
+    });
+
     it('fails fast on an undecorated class', () => {
       class Plain {
         handle() {
@@ -596,6 +764,15 @@ describe('MessageBus', () => {
       expect(at).toEqual([]);
       await bus.whenIdle();
       expect(at).toEqual([start + 5000]);
+    });
+
+    it('refuses a command that no endpoint handles with no-route', async () => {
+      bus = await createTestBus({ definitions: [ReserveStock] });
+      const error = await bus
+        .schedule(ReserveStock, { orderId: 'o' }, { delayMs: 5000 })
+        .catch((e: unknown) => e);
+      expect(HarrierError.is(error) && error.code).toBe('no-route');
+      expect(bus.sent).toHaveLength(0);
     });
   });
 
