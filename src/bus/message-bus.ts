@@ -502,9 +502,16 @@ class HarrierBus implements MessageBus {
   }
 
   async #publish(given: readonly OutgoingMessage[]): Promise<void> {
-    const messages = given.map((message) => this.#withRouteRequirement(message));
+    let messages = given.map((message) => this.#withRouteRequirement(message));
     const log = this.#eventLog;
     if (log !== undefined) {
+      // Commands go first, so a command the broker refuses (no-route) leaves no event in the log
+      // that projections would apply while the handler's work is being retried or dead-lettered.
+      const commands = messages.filter((message) => message.kind === 'command');
+      if (commands.length > 0 && commands.length < messages.length) {
+        await this.broker.publishBatch(commands);
+        messages = messages.filter((message) => message.kind !== 'command');
+      }
       // The log first, idempotent by event id: if the process dies before the fan-out, the redelivered
       // handler records the same ids, the log finds them by uid, and the fan-out runs again (the
       // broker drops what it already has).

@@ -9,6 +9,7 @@ import {
   HarrierTokens,
   HandlerNotFoundError,
   InMemoryBroker,
+  InMemoryEventLog,
   MessageValidationError,
   QueryHandler,
   UnrecoverableError,
@@ -304,6 +305,36 @@ describe('MessageBus', () => {
         expect(records[0]?.reason).toBe('handler-failed');
         expect(records[0]?.error.code).toBe('no-route');
         expect(records[0]?.error.message).toContain('@CommandHandler(ReserveStock)');
+      });
+    });
+
+    describe('when the command handler sends a command that no endpoint handles, on a bus with an event log', () => {
+      it('appends none of its events to the log', async () => {
+        @CommandHandler(PlaceOrder, { retry: { attempts: 1 } })
+        class Handler {
+          handle(payload: PayloadOf<typeof PlaceOrder>, ctx: MessageContext) {
+            ctx.publish(OrderPlaced, { orderId: payload.orderId, amount: payload.amount });
+            ctx.send(ReserveStock, { orderId: payload.orderId });
+            return { accepted: true };
+          }
+        }
+        const log = new InMemoryEventLog({ topics: [{ name: 'test', partitions: 1 }] });
+        let deadLettered = 0;
+        const logged = createBus({
+          handlers: [Handler],
+          eventLog: log,
+          logger: silentLogger,
+          hooks: {
+            onDeadLettered: () => {
+              deadLettered++;
+            },
+          },
+        });
+        await logged.start();
+        await logged.send(PlaceOrder, { orderId: 'o-1', amount: 2 });
+        await expect.poll(() => deadLettered).toBe(1);
+        expect(await log.endOffset('test', 0)).toBe(0);
+        await logged.stop();
       });
     });
 
