@@ -7,17 +7,24 @@
  * each process of the endpoint. For each set-up this script measures, on a fresh key prefix:
  *
  * - queues and connections: the BullMQ queues the endpoint works, and the Redis connections whose
- *   name starts with the prefix (`CLIENT LIST`; Harrier names them `<prefix>:harrier:<role>` and
- *   BullMQ's blocking duplicates keep that name), counted while the bus runs;
+ *   name starts with the prefix (`CLIENT LIST`: Harrier's own are `<prefix>:harrier:<role>`, BullMQ's
+ *   blocking ones `<prefix>:<queue name in base64>`), counted while the bus runs;
  * - consume msg/s: N messages (over the types in turn and {@link KEYS} partition keys) are published
  *   in chunks of {@link CHUNK} before the bus starts; timed from `bus.start()` until the `onHandled`
- *   hook has counted N (median of {@link ROUNDS} rounds);
+ *   hook has counted N (median of {@link ROUNDS} rounds); and how long `bus.start()` itself took;
  * - Redis CPU per message during the consume (`INFO cpu`, user + sys of the server), and the commands
  *   per second Redis serves while the endpoint is idle for {@link IDLE_MS} ms (`INFO stats`, first
  *   round only): what the extra Workers cost when nothing happens.
  *
  * The handler returns at once and the dispatcher's concurrency is {@link CONCURRENCY}, so the figures
  * are the broker's cost, not the application's.
+ *
+ * A second table runs the app that raised the question {@link STORY_RUNS} times on each broker:
+ * PlaceOrder then CancelOrder for three orders, both keyed by order id, their events feeding a status
+ * read model, with PlaceOrder's handler returning at once or after {@link SLOW_MS} ms, with and
+ * without `ordered` on the two commands. It counts the runs whose read model is wrong (an order left
+ * "placed") on Redis, on the in-memory broker in FIFO order, and on the in-memory broker shuffled
+ * (seeds 1 to {@link STORY_RUNS}), as `createTestBus` delivers.
  *
  * Run: `npm run bench:ordering` (it compiles src/ and bench/ with tsc into .bench/, then runs `node
  * .bench/bench/ordering.js`) against `REDIS_URL` (default redis://127.0.0.1:6379). BENCH_N changes N
@@ -32,13 +39,21 @@ import { Redis } from 'ioredis';
 import { z } from 'zod';
 import {
   CommandHandler,
+  InMemoryBroker,
+  On,
+  Projection,
   createBus,
   defineCommand,
+  defineEvent,
   prepareMessage,
   silentLogger,
   type CommandDefinition,
+  type DeliveryOrder,
   type HandlerClass,
+  type MessageBroker,
+  type MessageContext,
   type OutgoingMessage,
+  type PayloadOf,
 } from '../src/index.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
 import { Counter, fmtRate, median, table } from './support.js';
@@ -48,10 +63,12 @@ const TYPES = 20;
 const KEYS = 200;
 const CONCURRENCY = 16;
 const CHUNK = 1_000;
-const ROUNDS = 3;
+const ROUNDS = 5;
 const IDLE_MS = 10_000;
 const PARTITIONS = (process.env.BENCH_PARTITIONS ?? '8,1').split(',').map(Number);
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const STORY_RUNS = 4;
+const SLOW_MS = 5;
 /** A run that has not finished by then has lost messages: fail loudly instead of hanging. */
 const RUN_TIMEOUT_MS = 300_000;
 
@@ -75,6 +92,8 @@ interface Sample {
   readonly queues: number;
   readonly connections: number;
   readonly consume: number;
+  /** How long `bus.start()` took, in ms (registration, and a Worker for every queue). */
+  readonly startMs: number;
   /** Redis server CPU (user + sys) per consumed message, in microseconds. */
   readonly redisCpuUs: number;
   /** Commands per second Redis served while the endpoint was idle (first round only). */
@@ -178,6 +197,7 @@ async function run(setup: Setup, measureIdle: boolean): Promise<Sample> {
     const cpuBefore = await redisCpuSeconds();
     const started = performance.now();
     await bus.start();
+    const startMs = performance.now() - started;
     await handled.until(N);
     const consume = N / ((performance.now() - started) / 1000);
     const redisCpuUs = (((await redisCpuSeconds()) - cpuBefore) * 1e6) / N;
@@ -192,11 +212,106 @@ async function run(setup: Setup, measureIdle: boolean): Promise<Sample> {
       // Minus the two INFO calls of this measurement.
       idleCommands = (after - before - 2) / ((performance.now() - idleStarted) / 1000);
     }
-    return { queues, connections, consume, redisCpuUs, idleCommands };
+    return { queues, connections, consume, startMs, redisCpuUs, idleCommands };
   } finally {
     await bus.stop();
     await deleteKeys(prefix);
   }
+}
+
+/** PlaceOrder then CancelOrder per order; resolves to whether the status read model came out wrong. */
+async function placeThenCancel(
+  broker: MessageBroker,
+  ordered: boolean,
+  slow: boolean,
+  cleanup: () => Promise<void>,
+): Promise<boolean> {
+  const key = z.object({ orderId: z.string() });
+  const PlaceOrder = defineCommand('story.PlaceOrder', { schema: key, partitionKey: 'orderId', ordered });
+  const CancelOrder = defineCommand('story.CancelOrder', { schema: key, partitionKey: 'orderId', ordered });
+  const event = { schema: key, partitionKey: 'orderId', ordered: true } as const;
+  const OrderPlaced = defineEvent('story.OrderPlaced', event);
+  const OrderCancelled = defineEvent('story.OrderCancelled', event);
+  const statuses = new Map<string, string>();
+
+  @CommandHandler(PlaceOrder)
+  class PlaceOrderHandler {
+    async handle(command: PayloadOf<typeof PlaceOrder>, ctx: MessageContext): Promise<void> {
+      if (slow) await new Promise((resolve) => setTimeout(resolve, SLOW_MS));
+      ctx.publish(OrderPlaced, command);
+    }
+  }
+  @CommandHandler(CancelOrder)
+  class CancelOrderHandler {
+    handle(command: PayloadOf<typeof CancelOrder>, ctx: MessageContext): void {
+      ctx.publish(OrderCancelled, command);
+    }
+  }
+  @Projection('StoryStatus')
+  class StatusProjection {
+    @On(OrderPlaced)
+    placed(e: PayloadOf<typeof OrderPlaced>): void {
+      statuses.set(e.orderId, 'placed');
+    }
+    @On(OrderCancelled)
+    cancelled(e: PayloadOf<typeof OrderCancelled>): void {
+      statuses.set(e.orderId, 'cancelled');
+    }
+  }
+
+  const orders = ['o-1', 'o-2', 'o-3'];
+  // Two commands and two events per order.
+  const handled = new Counter(RUN_TIMEOUT_MS);
+  const bus = createBus({
+    endpoint: 'story',
+    broker,
+    handlers: [PlaceOrderHandler, CancelOrderHandler, StatusProjection],
+    logger: silentLogger,
+    hooks: {
+      onHandled: () => {
+        handled.hit();
+      },
+    },
+  });
+  try {
+    await bus.start();
+    for (const orderId of orders) {
+      await bus.send(PlaceOrder, { orderId });
+      await bus.send(CancelOrder, { orderId });
+    }
+    await handled.until(orders.length * 4);
+    return orders.some((orderId) => statuses.get(orderId) !== 'cancelled');
+  } finally {
+    await bus.stop();
+    await cleanup();
+  }
+}
+
+/** Wrong read models of the PlaceOrder-then-CancelOrder app in {@link STORY_RUNS} runs per broker. */
+async function story(): Promise<string[][]> {
+  const rows: string[][] = [];
+  for (const slow of [false, true]) {
+    for (const ordered of [false, true]) {
+      const wrong = { redis: 0, fifo: 0, shuffled: 0 };
+      for (let run = 1; run <= STORY_RUNS; run++) {
+        const prefix = newPrefix();
+        const redis = new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
+        if (await placeThenCancel(redis, ordered, slow, () => deleteKeys(prefix))) wrong.redis++;
+        for (const deliveryOrder of ['fifo', 'shuffled'] as const satisfies DeliveryOrder[]) {
+          const memory = new InMemoryBroker({ deliveryOrder, seed: run });
+          if (await placeThenCancel(memory, ordered, slow, () => Promise.resolve())) wrong[deliveryOrder]++;
+        }
+      }
+      rows.push([
+        slow ? `takes ${SLOW_MS} ms` : 'returns at once',
+        ordered ? 'ordered' : 'not ordered',
+        `${wrong.redis} of ${STORY_RUNS}`,
+        `${wrong.fifo} of ${STORY_RUNS}`,
+        `${wrong.shuffled} of ${STORY_RUNS}`,
+      ]);
+    }
+  }
+  return rows;
 }
 
 async function main(): Promise<void> {
@@ -246,6 +361,7 @@ async function main(): Promise<void> {
       String(median(list.map((s) => s.connections))),
       fmtRate(consume),
       `${(consume / base).toFixed(2)}x`,
+      fmtRate(median(list.map((s) => s.startMs))),
       median(list.map((s) => s.redisCpuUs)).toFixed(1),
       fmtRate(Math.max(0, list[0]?.idleCommands ?? Number.NaN)),
     ];
@@ -258,6 +374,7 @@ async function main(): Promise<void> {
         'Redis connections',
         'consume msg/s',
         'vs unordered',
+        'bus.start() ms',
         'Redis CPU us/msg',
         'idle Redis cmd/s',
       ],
@@ -273,6 +390,15 @@ async function main(): Promise<void> {
   );
   console.log(
     '\nConnections are per process of the endpoint; the producer connection is included (the bench publishes through the same broker).',
+  );
+  console.log(
+    `\nPlaceOrder then CancelOrder for 3 orders (one endpoint, both keyed by order id): runs of ${STORY_RUNS} with a wrong read model`,
+  );
+  console.log(
+    table(
+      ['PlaceOrder handler', 'commands', 'Redis', 'in-memory fifo', 'in-memory shuffled (createTestBus)'],
+      await story(),
+    ),
   );
   console.log(`Total ${((performance.now() - began) / 1000).toFixed(1)} s`);
   await admin.quit();
