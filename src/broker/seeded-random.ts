@@ -1,6 +1,6 @@
 import { randomInt } from 'node:crypto';
 
-/** Largest seed {@link newSeed} returns, plus one; any integer is accepted as a seed. */
+/** Largest seed {@link newSeed} returns, plus one; any safe non-negative integer is accepted as a seed. */
 const SEED_LIMIT = 2 ** 31;
 
 /**

@@ -136,8 +136,8 @@ function reportSeedOnFailure(seed: number): void {
  *
  * @remarks
  * Messages whose definition is not `ordered` may be handled in any order on Redis, so the test bus
- * handles them in a random order too (see {@link TestBusOptions.deliveryOrder}). When a test made
- * inside a vitest test fails, the seed is printed with how to replay it.
+ * handles them in a random order too (see {@link TestBusOptions.deliveryOrder}). When the vitest
+ * test that made the bus fails, the seed is printed on stderr with how to replay it.
  *
  * @example
  * ```ts
@@ -146,6 +146,7 @@ function reportSeedOnFailure(seed: number): void {
  * await bus.whenIdle();
  * expect(bus.messagesOf(OrderPlaced)).toHaveLength(1);
  * ```
+ * @throws HarrierError `invalid-option` when `seed` or `HARRIER_SEED` is not a non-negative whole number.
  */
 export async function createTestBus(options: TestBusOptions = {}): Promise<TestBus> {
   const clock = options.clock ?? new ManualClock();
