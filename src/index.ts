@@ -65,6 +65,7 @@ export type {
   AttemptRecord,
   Delivery,
   DeliveryFacts,
+  DeliveryOrder,
   ErrorInfo,
   InMemoryBrokerOptions,
   InMemoryBrokerStats,

@@ -17,6 +17,13 @@ import {
   type SubscriptionSpec,
 } from './message-broker.js';
 import { noRouteError } from './no-route-error.js';
+import { isSeed, newSeed, seededRandom } from './seeded-random.js';
+
+/**
+ * How an in-memory broker picks the next delivery among the messages that are ready: `'fifo'` in
+ * publish order, `'shuffled'` at random (per-key order of ordered definitions kept).
+ */
+export type DeliveryOrder = 'fifo' | 'shuffled';
 
 /** Options of {@link InMemoryBroker}. */
 export interface InMemoryBrokerOptions {
@@ -35,6 +42,23 @@ export interface InMemoryBrokerOptions {
    * @defaultValue 100000
    */
   readonly dedupeMaxEntries?: number;
+  /**
+   * Which ready message is delivered next. `'fifo'`: publish order, taking the endpoint's queues in
+   * turn. `'shuffled'`: any ready message at random, the way messages in separate Redis queues (and
+   * in one queue worked with concurrency) may be handled in any order; messages of an `ordered`
+   * definition still come one at a time per key in publish order. Messages published within one
+   * turn of the event loop are all candidates for the next delivery. Use `'shuffled'` in tests to
+   * catch code that relies on an order it never asked for (`createTestBus` does by default).
+   * @defaultValue 'fifo'
+   */
+  readonly deliveryOrder?: DeliveryOrder;
+  /**
+   * Seed of the random source of `deliveryOrder: 'shuffled'`: the same seed and the same sequence
+   * of publishes and settles give the same delivery order, so a failing run can be replayed.
+   * A safe non-negative integer.
+   * @defaultValue a random seed, readable as {@link InMemoryBroker.seed}
+   */
+  readonly seed?: number;
 }
 
 /** Counts of what an in-memory broker holds. */
@@ -84,13 +108,33 @@ class MemoryQueue {
 
 const keyOf = (message: OutgoingMessage): string => message.partitionKey ?? '';
 
+/** Takes the oldest unordered ready message of a queue. */
+function takeHead(queue: MemoryQueue): StoredMessage | undefined {
+  if (queue.readyHead >= queue.ready.length) return undefined;
+  const stored = queue.ready[queue.readyHead];
+  queue.ready[queue.readyHead] = undefined as never;
+  queue.readyHead++;
+  if (queue.readyHead > 1024 && queue.readyHead * 2 > queue.ready.length) {
+    queue.ready.splice(0, queue.readyHead);
+    queue.readyHead = 0;
+  }
+  return stored;
+}
+
+const nextTurn = (): Promise<void> =>
+  new Promise<void>((resolve) => {
+    setImmediate(resolve);
+  });
+
 /**
  * The embedded broker: every queue lives in this process's memory.
  *
  * @remarks
  * It has the semantics of the Redis broker (fan-out per subscription, per-key order with retries
  * inside the key, idempotent publish within a window, delays, stale delivery ids refused), so tests
- * and `npm start` exercise the same behaviour. Nothing survives the process.
+ * and `npm start` exercise the same behaviour. Nothing survives the process. By default it delivers
+ * in publish order, which Redis does not promise for messages that are not `ordered`;
+ * `deliveryOrder: 'shuffled'` delivers them in a seeded random order instead.
  */
 export class InMemoryBroker implements MessageBroker {
   readonly #clock: Clock;
@@ -104,13 +148,41 @@ export class InMemoryBroker implements MessageBroker {
   readonly #waiters = new WakeList();
   readonly #listeners = new Set<() => void>();
   readonly #timers = new Set<() => void>();
+  readonly #shuffled: boolean;
+  readonly #random: () => number;
   #rr = 0;
   #closed = false;
 
+  /**
+   * Seed of this broker's random source; pass it as `seed` to replay a shuffled delivery order.
+   */
+  readonly seed: number;
+
+  /** @throws HarrierError `invalid-option` when `deliveryOrder` or `seed` is not one of the allowed values. */
   constructor(options: InMemoryBrokerOptions = {}) {
     this.#clock = options.clock ?? systemClock;
     this.#dedupeWindowMs = options.dedupeWindowMs ?? 3_600_000;
     this.#dedupeMaxEntries = options.dedupeMaxEntries ?? 100_000;
+    // Checked at run time too: JavaScript callers and config files pass plain strings.
+    const order: string = options.deliveryOrder ?? 'fifo';
+    if (order !== 'fifo' && order !== 'shuffled')
+      throw new HarrierError(
+        'invalid-option',
+        `Unknown deliveryOrder ${JSON.stringify(order)}: use 'fifo' or 'shuffled'`,
+      );
+    if (options.seed !== undefined && !isSeed(options.seed))
+      throw new HarrierError(
+        'invalid-option',
+        `Invalid seed ${String(options.seed)}: pass a safe non-negative integer, such as the seed a failing run reported`,
+      );
+    this.#shuffled = order === 'shuffled';
+    this.seed = options.seed ?? newSeed();
+    this.#random = seededRandom(this.seed);
+  }
+
+  /** The delivery order this broker was made with. */
+  get deliveryOrder(): DeliveryOrder {
+    return this.#shuffled ? 'shuffled' : 'fifo';
   }
 
   register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void> {
@@ -153,11 +225,14 @@ export class InMemoryBroker implements MessageBroker {
         // A backlog is served from promise continuations alone; give timers and I/O a turn now and then.
         if (++sinceYield >= 64) {
           sinceYield = 0;
-          await new Promise<void>((resolve) => setImmediate(resolve));
+          await nextTurn();
         }
         continue;
       }
       await this.#waiters.wait(signal);
+      // Shuffled: let the rest of this turn publish too, so that two messages sent one after the
+      // other are both candidates, as they are for competing Redis workers.
+      if (this.#shuffled) await nextTurn();
     }
   }
 
@@ -380,6 +455,13 @@ export class InMemoryBroker implements MessageBroker {
   #take(endpoint: string): Delivery | undefined {
     const queues = this.#endpointQueues.get(endpoint);
     if (queues === undefined || queues.length === 0) return undefined;
+    if (this.#shuffled) {
+      const stored = this.#takeAtRandom(queues);
+      if (stored === undefined) return undefined;
+      const delivery = this.#deliver(endpoint, stored);
+      this.#changed();
+      return delivery;
+    }
     for (let i = 0; i < queues.length; i++) {
       const queue = queues[(this.#rr + i) % queues.length];
       if (queue === undefined) continue;
@@ -403,19 +485,37 @@ export class InMemoryBroker implements MessageBroker {
       }
       return undefined;
     };
-    const takeReady = (): StoredMessage | undefined => {
-      if (queue.readyHead >= queue.ready.length) return undefined;
-      const stored = queue.ready[queue.readyHead];
-      queue.ready[queue.readyHead] = undefined as never;
-      queue.readyHead++;
-      if (queue.readyHead > 1024 && queue.readyHead * 2 > queue.ready.length) {
-        queue.ready.splice(0, queue.readyHead);
-        queue.readyHead = 0;
-      }
-      return stored;
-    };
     queue.pickKeyedFirst = !queue.pickKeyedFirst;
-    return queue.pickKeyedFirst ? (takeKeyed() ?? takeReady()) : (takeReady() ?? takeKeyed());
+    return queue.pickKeyedFirst ? (takeKeyed() ?? takeHead(queue)) : (takeHead(queue) ?? takeKeyed());
+  }
+
+  /** Any ready message of `queues`, each as likely as the others (for an ordered key: its head). */
+  #takeAtRandom(queues: readonly MemoryQueue[]): StoredMessage | undefined {
+    let total = 0;
+    for (const queue of queues) total += queue.readyCount();
+    if (total === 0) return undefined;
+    let pick = Math.floor(this.#random() * total);
+    for (const queue of queues) {
+      const unordered = queue.ready.length - queue.readyHead;
+      if (pick < unordered) {
+        // Swap the pick to the head, then take the head as the FIFO path does.
+        const at = queue.readyHead + pick;
+        const chosen = queue.ready[at];
+        queue.ready[at] = queue.ready[queue.readyHead] as StoredMessage;
+        queue.ready[queue.readyHead] = chosen as StoredMessage;
+        return takeHead(queue);
+      }
+      pick -= unordered;
+      if (pick < queue.readyKeys.size) {
+        for (const key of queue.readyKeys) {
+          if (pick-- > 0) continue;
+          queue.readyKeys.delete(key);
+          return queue.keyed.get(key)?.[0];
+        }
+      }
+      pick -= queue.readyKeys.size;
+    }
+    return undefined;
   }
 
   #deliver(endpoint: string, stored: StoredMessage): Delivery {

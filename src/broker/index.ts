@@ -12,5 +12,10 @@ export {
   type RedeliveryTarget,
   type SubscriptionSpec,
 } from './message-broker.js';
-export { InMemoryBroker, type InMemoryBrokerOptions, type InMemoryBrokerStats } from './in-memory-broker.js';
+export {
+  InMemoryBroker,
+  type DeliveryOrder,
+  type InMemoryBrokerOptions,
+  type InMemoryBrokerStats,
+} from './in-memory-broker.js';
 export { noRouteError } from './no-route-error.js';

@@ -1,5 +1,7 @@
-import { InMemoryBroker } from '../broker/in-memory-broker.js';
+import { onTestFailed } from 'vitest';
+import { InMemoryBroker, type DeliveryOrder } from '../broker/in-memory-broker.js';
 import type { OutgoingMessage } from '../broker/message-broker.js';
+import { isSeed } from '../broker/seeded-random.js';
 import { dispatcherOf, createBus, type BusOptions, type MessageBus } from '../bus/message-bus.js';
 import type { Clock } from '../clock/clock.js';
 import { ManualClock } from '../clock/manual-clock.js';
@@ -29,6 +31,20 @@ export interface TestBusOptions extends Omit<BusOptions, 'broker' | 'clock'> {
    * @defaultValue a new {@link ManualClock} (virtual time)
    */
   readonly clock?: Clock;
+  /**
+   * Delivery order of the test bus's broker. With `'shuffled'`, messages that are not `ordered` are
+   * handled in a random order, as competing Redis workers may handle them, so a test fails when the
+   * code under test relies on an order its definitions never asked for; `ordered` definitions keep
+   * per-key publish order. `'fifo'` delivers in publish order.
+   * @defaultValue 'shuffled'
+   */
+  readonly deliveryOrder?: DeliveryOrder;
+  /**
+   * Seed of the shuffle. A failing test reports its seed; pass it here (or set `HARRIER_SEED`) to
+   * replay the same order.
+   * @defaultValue the `HARRIER_SEED` environment variable when set, else a random seed
+   */
+  readonly seed?: number;
 }
 
 /** Options of {@link TestBus.whenIdle}. */
@@ -50,6 +66,8 @@ export interface WhenIdleOptions {
 export interface TestBus extends MessageBus {
   readonly broker: InMemoryBroker;
   readonly clock: Clock;
+  /** The seed of the broker's shuffle: `createTestBus({ seed })` or `HARRIER_SEED` replays it. */
+  readonly seed: number;
   /** Every command sent, in order (also those sent by handlers). */
   readonly sent: CapturedMessage[];
   /** Every event published, in order (also those published by handlers). */
@@ -63,9 +81,11 @@ export interface TestBus extends MessageBus {
 class CapturingBroker extends InMemoryBroker {
   constructor(
     clock: Clock,
+    deliveryOrder: DeliveryOrder,
+    seed: number | undefined,
     private readonly capture: (message: OutgoingMessage) => void,
   ) {
-    super({ clock });
+    super({ clock, deliveryOrder, ...(seed !== undefined ? { seed } : {}) });
   }
 
   // Only what the broker accepted is captured: a refused message (no-route) was never sent.
@@ -80,9 +100,43 @@ class CapturingBroker extends InMemoryBroker {
   }
 }
 
+/** The seed from `HARRIER_SEED`, if set. */
+function seedFromEnvironment(): number | undefined {
+  const raw = process.env.HARRIER_SEED;
+  if (raw === undefined || raw.trim() === '') return undefined;
+  const seed = Number(raw);
+  if (!/^\d+$/.test(raw.trim()) || !isSeed(seed))
+    throw new HarrierError(
+      'invalid-option',
+      `HARRIER_SEED=${JSON.stringify(raw)} is not a seed: set it to the whole number a failing test reported, or unset it`,
+    );
+  return seed;
+}
+
+const replayHint = (seed: number): string =>
+  `createTestBus delivered in shuffled order with seed ${seed}; replay it with createTestBus({ seed: ${seed} }) or HARRIER_SEED=${seed}`;
+
+/** Prints the seed when the vitest test that made the bus fails; outside a test, does nothing. */
+function reportSeedOnFailure(seed: number): void {
+  try {
+    onTestFailed(() => {
+      console.error(
+        `${replayHint(seed)}. If the test relies on the order in which messages are handled, make their definitions ordered (ordered: true with a partitionKey) or stop relying on it.`,
+      );
+    });
+  } catch {
+    // Called outside a running test (beforeAll, a script): nobody to report to.
+  }
+}
+
 /**
- * Creates a bus for tests: in-memory broker, virtual clock, silent logger, captured messages and
- * `whenIdle()`. It is started already.
+ * Creates a bus for tests: in-memory broker delivering in a seeded random order, virtual clock,
+ * silent logger, captured messages and `whenIdle()`. It is started already.
+ *
+ * @remarks
+ * Messages whose definition is not `ordered` may be handled in any order on Redis, so the test bus
+ * handles them in a random order too (see {@link TestBusOptions.deliveryOrder}). When the vitest
+ * test that made the bus fails, the seed is printed on stderr with how to replay it.
  *
  * @example
  * ```ts
@@ -91,30 +145,38 @@ class CapturingBroker extends InMemoryBroker {
  * await bus.whenIdle();
  * expect(bus.messagesOf(OrderPlaced)).toHaveLength(1);
  * ```
+ * @throws HarrierError `invalid-option` when `seed` or `HARRIER_SEED` is not a non-negative whole number.
  */
 export async function createTestBus(options: TestBusOptions = {}): Promise<TestBus> {
   const clock = options.clock ?? new ManualClock();
+  const deliveryOrder = options.deliveryOrder ?? 'shuffled';
   const sent: CapturedMessage[] = [];
   const published: CapturedMessage[] = [];
-  const broker = new CapturingBroker(clock, (message) => {
-    let envelope: Envelope;
-    try {
-      envelope = JSON.parse(message.body) as Envelope;
-    } catch {
-      return;
-    }
-    const captured: CapturedMessage = {
-      id: message.id,
-      kind: message.kind,
-      type: message.type,
-      payload: envelope.payload,
-      envelope,
-      body: message.body,
-      deliverAt: message.deliverAt,
-    };
-    (message.kind === 'event' ? published : sent).push(captured);
-  });
-  const bus = createBus({ logger: silentLogger, ...options, broker, clock });
+  const broker = new CapturingBroker(
+    clock,
+    deliveryOrder,
+    options.seed ?? seedFromEnvironment(),
+    (message) => {
+      let envelope: Envelope;
+      try {
+        envelope = JSON.parse(message.body) as Envelope;
+      } catch {
+        return;
+      }
+      const captured: CapturedMessage = {
+        id: message.id,
+        kind: message.kind,
+        type: message.type,
+        payload: envelope.payload,
+        envelope,
+        body: message.body,
+        deliverAt: message.deliverAt,
+      };
+      (message.kind === 'event' ? published : sent).push(captured);
+    },
+  );
+  const { deliveryOrder: _order, seed: _seed, ...busOptions } = options;
+  const bus = createBus({ logger: silentLogger, ...busOptions, broker, clock });
   const dispatcher = dispatcherOf(bus);
   if (dispatcher === undefined)
     throw new HarrierError('internal', 'createTestBus needs a bus made by createBus');
@@ -141,7 +203,7 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
       if (Date.now() > deadline) {
         throw new HarrierError(
           'not-idle',
-          `whenIdle timed out: ${stats.ready} ready, ${stats.inFlight} in flight, ${stats.waiting} waiting, ${dispatcher.activeCount} handlers running; is the bus started, or is a handler stuck?`,
+          `whenIdle timed out: ${stats.ready} ready, ${stats.inFlight} in flight, ${stats.waiting} waiting, ${dispatcher.activeCount} handlers running; is the bus started, or is a handler stuck?${deliveryOrder === 'shuffled' ? ` (${replayHint(broker.seed)})` : ''}`,
         );
       }
       await new Promise<void>((resolve) => {
@@ -158,8 +220,10 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
     }
   };
 
+  if (deliveryOrder === 'shuffled') reportSeedOnFailure(broker.seed);
   const testBus = Object.assign(bus, {
     clock,
+    seed: broker.seed,
     sent,
     published,
     whenIdle,

@@ -65,7 +65,149 @@ async function setup(options: Omit<InMemoryBrokerOptions, 'clock'> = {}) {
   return { clock, broker, poll, take };
 }
 
+/**
+ * Publishes `messages` one `publish` after another (as sequential `bus.send` calls do), then takes
+ * and acks every delivery of `endpoint`; returns the bodies in delivery order.
+ */
+async function deliveryOrderOf(
+  broker: InMemoryBroker,
+  messages: readonly OutgoingMessage[],
+  endpoint = ENDPOINT,
+): Promise<string[]> {
+  const controller = new AbortController();
+  const iterator = broker.receiver({ endpoint, signal: controller.signal })[Symbol.asyncIterator]();
+  for (const message of messages) await broker.publish(message);
+  const bodies: string[] = [];
+  try {
+    while (bodies.length < messages.length) {
+      const next = await iterator.next();
+      if (next.done === true) throw new Error('receiver ended');
+      bodies.push(next.value.body);
+      await broker.ack(next.value.id);
+    }
+  } finally {
+    controller.abort();
+    await iterator.return?.();
+  }
+  return bodies;
+}
+
+/** A broker of `options` with the `orders` endpoint taking `orders.PlaceOrder` and `orders.CancelOrder`. */
+async function brokerWith(options: InMemoryBrokerOptions): Promise<InMemoryBroker> {
+  const broker = new InMemoryBroker(options);
+  await broker.register(ENDPOINT, [
+    { handler: 'placeOrder', kind: 'command', types: [TYPE], orderedTypes: [TYPE] },
+    { handler: 'cancelOrder', kind: 'command', types: ['orders.CancelOrder'] },
+  ]);
+  cleanups.push(() => broker.close());
+  return broker;
+}
+
+const numbered = (count: number, extra: (i: number) => Partial<OutgoingMessage> = () => ({})) =>
+  Array.from({ length: count }, (_, i) => command({ body: `m${i}`, ...extra(i) }));
+
 describe('InMemoryBroker', () => {
+  describe('constructor', () => {
+    describe('when deliveryOrder or seed is not an allowed value', () => {
+      it('throws HarrierError "invalid-option" naming the allowed values', () => {
+        const attempt = (options: InMemoryBrokerOptions): unknown => {
+          try {
+            return new InMemoryBroker(options);
+          } catch (error) {
+            return error;
+          }
+        };
+        for (const options of [
+          { deliveryOrder: 'random' as never },
+          { seed: -1 },
+          { seed: 1.5 },
+          { seed: Number.NaN },
+        ]) {
+          const error = attempt(options);
+          expect(HarrierError.is(error) && error.code).toBe('invalid-option');
+          expect((error as Error).message).toMatch(/'fifo' or 'shuffled'|non-negative integer/);
+        }
+      });
+    });
+  });
+
+  describe('.seed', () => {
+    describe('when no seed is given', () => {
+      it('is a random whole number, which replays the same order when passed back', async () => {
+        const first = await brokerWith({ deliveryOrder: 'shuffled' });
+        const other = await brokerWith({ deliveryOrder: 'shuffled' });
+        expect(Number.isSafeInteger(first.seed)).toBe(true);
+        expect(first.seed).not.toBe(other.seed);
+        const replay = await brokerWith({ deliveryOrder: 'shuffled', seed: first.seed });
+        expect(replay.seed).toBe(first.seed);
+        expect(await deliveryOrderOf(replay, numbered(12))).toEqual(
+          await deliveryOrderOf(first, numbered(12)),
+        );
+      });
+    });
+  });
+
+  describe('.receiver', () => {
+    describe('when deliveryOrder is fifo (the default)', () => {
+      it('delivers messages in publish order', async () => {
+        const broker = await brokerWith({});
+        expect(broker.deliveryOrder).toBe('fifo');
+        expect(await deliveryOrderOf(broker, numbered(12))).toEqual(numbered(12).map((m) => m.body));
+      });
+    });
+
+    describe('when deliveryOrder is shuffled', () => {
+      it('delivers messages that are not ordered out of publish order, the same order for the same seed', async () => {
+        const inOrder = numbered(12).map((m) => m.body);
+        const orders: string[][] = [];
+        for (const seed of [1, 1, 2]) {
+          const broker = await brokerWith({ deliveryOrder: 'shuffled', seed });
+          orders.push(await deliveryOrderOf(broker, numbered(12)));
+        }
+        const [first, again, otherSeed] = orders;
+        expect([...(first ?? [])].sort()).toEqual([...inOrder].sort());
+        expect(first).not.toEqual(inOrder);
+        expect(again).toEqual(first);
+        expect(otherSeed).not.toEqual(first);
+      });
+
+      it('may deliver a later message of another queue first, even when the first is ordered', async () => {
+        // Ordered is per queue (per command type on Redis): it says nothing across types.
+        const firsts = new Set<string>();
+        for (let seed = 1; seed <= 20; seed++) {
+          const broker = await brokerWith({ deliveryOrder: 'shuffled', seed });
+          const [first] = await deliveryOrderOf(broker, [
+            command({ body: 'place', partitionKey: 'o-1', ordered: true }),
+            command({ body: 'cancel', type: 'orders.CancelOrder', partitionKey: 'o-1' }),
+          ]);
+          firsts.add(first ?? '');
+        }
+        expect(firsts).toEqual(new Set(['place', 'cancel']));
+      });
+
+      it('keeps publish order within each key of ordered messages and interleaves the keys at random', async () => {
+        const keys = ['a', 'b', 'c'];
+        const messages = numbered(15, (i) => ({
+          body: `${keys[i % 3] ?? ''}${Math.floor(i / 3)}`,
+          partitionKey: keys[i % 3],
+          ordered: true,
+        }));
+        const interleavings = new Set<string>();
+        for (let seed = 1; seed <= 5; seed++) {
+          const broker = await brokerWith({ deliveryOrder: 'shuffled', seed });
+          const delivered = await deliveryOrderOf(broker, messages);
+          for (const key of keys) {
+            expect(delivered.filter((body) => body.startsWith(key))).toEqual(
+              [0, 1, 2, 3, 4].map((n) => `${key}${n}`),
+            );
+          }
+          interleavings.add(delivered.join(' '));
+        }
+        expect(interleavings.size).toBeGreaterThan(1);
+      });
+    });
+  });
+
   describe('.nack', () => {
     describe('when given retryAt on a manual clock', () => {
       it('redelivers exactly at retryAt and not a millisecond before, for each backoff step', async () => {
