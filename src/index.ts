@@ -72,6 +72,7 @@ export type {
   MessageBroker,
   NackOptions,
   OutgoingMessage,
+  PendingDeadLetter,
   ReceiverOptions,
   RedeliveryTarget,
   SubscriptionSpec,

@@ -8,6 +8,7 @@ export {
   type MessageBroker,
   type NackOptions,
   type OutgoingMessage,
+  type PendingDeadLetter,
   type ReceiverOptions,
   type RedeliveryTarget,
   type SubscriptionSpec,
@@ -19,3 +20,9 @@ export {
   type InMemoryBrokerStats,
 } from './in-memory-broker.js';
 export { noRouteError } from './no-route-error.js';
+export {
+  parseAttemptHistory,
+  parseErrorInfo,
+  parsePendingDeadLetter,
+  type ParsedHistory,
+} from './delivery-facts.js';

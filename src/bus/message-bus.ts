@@ -263,6 +263,7 @@ class HarrierBus implements MessageBus {
   /** Runs replays of dead letters of projections fed from the event log (none without a log). */
   readonly #projectionReplayer: ProjectionReplayer | undefined;
   readonly #gracePeriodMs: number;
+  readonly #logger: Logger;
   readonly #requireCommandRoute: boolean;
   readonly #stopController = new AbortController();
   #state: 'created' | 'started' | 'stopped' = 'created';
@@ -319,6 +320,7 @@ class HarrierBus implements MessageBus {
       options.eventLog === undefined ? undefined : (options.checkpoints ?? new InMemoryCheckpointStore());
     const invoke = createContainerInvoker(this.container, options.messageScope);
     const logger = options.logger ?? consoleLogger;
+    this.#logger = logger;
     this.projections =
       this.#eventLog === undefined || this.#checkpoints === undefined
         ? undefined
@@ -452,7 +454,24 @@ class HarrierBus implements MessageBus {
     if (wasStarted) {
       await this.dispatcher.stop({ gracePeriodMs: options.gracePeriodMs ?? this.#gracePeriodMs });
       // Stops the lanes and commits what they completed.
-      await this.projections?.stop();
+      const runner = this.projections;
+      if (runner !== undefined) {
+        // Bounded like the dispatcher: a projection handler that ignores its signal must not hold
+        // stop() for ever (its lane is left to end in the background; its event stays uncommitted).
+        let timer: NodeJS.Timeout | undefined;
+        const stopped = await Promise.race([
+          runner.stop().then(() => true),
+          new Promise<boolean>((resolve) => {
+            timer = setTimeout(() => {
+              resolve(false);
+            }, options.gracePeriodMs ?? this.#gracePeriodMs);
+          }),
+        ]);
+        clearTimeout(timer);
+        if (!stopped) {
+          this.#logger.warn('Projections did not stop within the grace period; stopped waiting for them');
+        }
+      }
     }
     this.#stopController.abort();
     if (options.closeBroker ?? true) {

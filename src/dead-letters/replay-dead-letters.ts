@@ -10,8 +10,8 @@ import type { DeadLetterRecord, DeadLetterStore, ReplayRecord } from './dead-let
  * - `not-replayable`: the record cannot go back (bad input without a message id, kind or type; an
  *   event without a subscription; a query, whose caller is gone).
  * - `store-failed`: the store threw while reading the record.
- * - `redeliver-failed`: the broker threw; nothing was redelivered and the record is dead again.
- * - `mark-failed`: the record could not be marked replayed; nothing was redelivered.
+ * - `redeliver-failed`: the broker threw; nothing was redelivered and the record is still dead.
+ * - `mark-failed`: the message was redelivered but the record could not be marked replayed.
  * - `verify-failed`: `verify` threw.
  * - `projection-replay-needs-app`: the record died in a projection fed from an event log, and no
  *   `projections` replayer was given (the CLI): replay it from the application, or rebuild.
@@ -213,26 +213,13 @@ async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise
 
   if (options.dryRun === true) return { id, ok: true, dryRun: true };
 
-  // Marked before it goes back: a message that dies again at once must find its record marked, so
-  // that its new failure sets it back to dead rather than being hidden by a later mark.
   const replay: ReplayRecord = {
     at: (options.clock ?? systemClock).now(),
     ...(options.by !== undefined ? { by: options.by } : {}),
   };
-  try {
-    if (!(await store.markReplayed(id, replay))) {
-      return fail(
-        'not-found',
-        `Dead letter "${id}" disappeared before it could be replayed (removed meanwhile?); nothing was redelivered`,
-      );
-    }
-  } catch (error) {
-    return fail(
-      'mark-failed',
-      `Dead letter "${id}" could not be marked replayed, so it was not redelivered (it is still dead): ${messageOf(error)}`,
-    );
-  }
 
+  // The message goes back first and the record is marked after: a crash in between leaves the record
+  // dead, so it can be replayed again (at worst a second delivery), never marked with nothing sent.
   if (viaProjection) {
     let refusal: ReplayRefusal | undefined;
     try {
@@ -240,10 +227,16 @@ async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise
     } catch (error) {
       refusal = { code: 'projection-failed', message: messageOf(error) };
     }
-    if (refusal === undefined) return { id, ok: true };
+    if (refusal === undefined) return markReplayed(id, record, replay, store, 'handled by its projection');
+    // Keep the try in the replay history; the record stays (or is set back to) dead.
+    await store
+      .markReplayed(id, replay)
+      .then(() => store.get(id))
+      .then((current) => (current === undefined ? undefined : store.add(current)))
+      .catch(() => undefined);
     return fail(
       refusal.code,
-      `Dead letter "${id}" was run through projection "${record.handler ?? '?'}" again and failed (it is dead again): ${refusal.message}`,
+      `Dead letter "${id}" was run through projection "${record.handler ?? '?'}" again and failed (it is still dead): ${refusal.message}`,
     );
   }
 
@@ -261,15 +254,57 @@ async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise
       },
     });
   } catch (error) {
-    // Back to dead: `add` keeps the replay history (this attempt included) and resets the status.
-    const restored = await store.add(record).then(
-      () => true,
-      () => false,
-    );
     return fail(
       'redeliver-failed',
-      `The broker refused to redeliver dead letter "${id}" (nothing was sent; ${restored ? 'it is still dead' : 'its record still says replayed: replay it again'}): ${messageOf(error)}`,
+      `The broker refused to redeliver dead letter "${id}" (nothing was sent; it is still dead): ${messageOf(error)}`,
     );
+  }
+  return markReplayed(id, record, replay, store, 'redelivered');
+}
+
+/** Whether the stored record shows a failure newer than the one `before` recorded. */
+function diedAgain(before: DeadLetterRecord, now: DeadLetterRecord): boolean {
+  return (
+    now.lastFailedAt !== before.lastFailedAt ||
+    now.attemptCount !== before.attemptCount ||
+    now.reason !== before.reason ||
+    now.error.message !== before.error.message
+  );
+}
+
+/**
+ * Marks a record replayed after its message went back; if the message already died again (a fast
+ * consumer), sets the record back to dead so the mark does not hide the new failure.
+ */
+async function markReplayed(
+  id: string,
+  record: DeadLetterRecord,
+  replay: ReplayRecord,
+  store: DeadLetterStore,
+  done: string,
+): Promise<ReplayResult> {
+  try {
+    if (!(await store.markReplayed(id, replay))) {
+      return {
+        id,
+        ok: false,
+        error: 'mark-failed',
+        message: `Dead letter "${id}" was ${done}, but its record disappeared before it could be marked replayed (removed meanwhile?)`,
+      };
+    }
+  } catch (error) {
+    return {
+      id,
+      ok: false,
+      error: 'mark-failed',
+      message: `Dead letter "${id}" was ${done}, but could not be marked replayed: ${messageOf(error)}. Do not replay it again, or the message is delivered twice`,
+    };
+  }
+  try {
+    const current = await store.get(id);
+    if (current !== undefined && diedAgain(record, current)) await store.add(current);
+  } catch {
+    // Best effort: the record says replayed though the message failed again; its next failure fixes it.
   }
   return { id, ok: true };
 }

@@ -134,6 +134,8 @@ interface InFlight {
   /** Why the delivery was aborted, once it was. */
   abortReason: unknown;
   released: boolean;
+  /** A dead-lettering decided and not yet recorded: a stop sends it back with it, never plain. */
+  decided: PendingDeadLetter | undefined;
 }
 
 /** The handler's abort signal of a delivery, made on first read. */
@@ -263,10 +265,19 @@ export class Dispatcher {
         flight.released = true;
         flight.abortReason = new HarrierError('stopping', 'The bus is stopping and the grace period ran out');
         flight.abort?.abort(flight.abortReason);
+        const { decided } = flight;
+        // A decided dead letter goes back with its decision, so the next delivery records it
+        // instead of running the handler again.
         await this.#settle(
           flight,
           'release',
-          () => this.#o.broker.nack(flight.delivery.id, { release: true }),
+          () =>
+            this.#o.broker.nack(
+              flight.delivery.id,
+              decided === undefined
+                ? { release: true }
+                : { retryAt: this.#clock.now(), pendingDeadLetter: decided },
+            ),
           RELEASE_TRIES,
         );
         this.#inFlight.delete(flight);
@@ -411,7 +422,13 @@ export class Dispatcher {
   }
 
   #begin(delivery: Delivery): void {
-    const flight: InFlight = { delivery, abort: undefined, abortReason: undefined, released: false };
+    const flight: InFlight = {
+      delivery,
+      abort: undefined,
+      abortReason: undefined,
+      released: false,
+      decided: undefined,
+    };
     this.#inFlight.add(flight);
     this.#changed();
     const end = (): void => {
@@ -600,6 +617,13 @@ export class Dispatcher {
       messageId: record.messageId,
       error: error.message,
     });
+    flight.decided = pending ?? {
+      reason,
+      attempt: facts.attempt,
+      at: record.lastFailedAt,
+      error,
+      ...(handler !== undefined ? { handler } : {}),
+    };
     const stored = await this.#settle(
       flight,
       'dead-letter store',
@@ -622,13 +646,7 @@ export class Dispatcher {
       await this.#settle(flight, 'nack', () =>
         this.#o.broker.nack(delivery.id, {
           retryAt,
-          pendingDeadLetter: pending ?? {
-            reason,
-            attempt: facts.attempt,
-            at: record.lastFailedAt,
-            error,
-            ...(handler !== undefined ? { handler } : {}),
-          },
+          pendingDeadLetter: flight.decided,
         }),
       );
       return;

@@ -545,11 +545,16 @@ export class ProjectionRunner {
    * @returns undefined when the projection handled the event, else why it did not.
    */
   async replayDeadLetter(record: DeadLetterRecord): Promise<ReplayRefusal | undefined> {
-    // The record was marked replayed before this runs: storing it again sets it back to dead.
-    const dead = async (code: string, message: string): Promise<ReplayRefusal> => {
-      await this.#o.deadLetters.add(record);
-      return { code, message };
-    };
+    const dead = (code: string, message: string): Promise<ReplayRefusal> =>
+      Promise.resolve({ code, message });
+    if ((this.#o.onPoison ?? 'skip') === 'halt') {
+      // The partition halted at this event and handles it again on restart: running it here too
+      // would apply it twice.
+      return dead(
+        'projection-halted',
+        `projections run with onPoison 'halt': the partition stopped at this event (offset ${record.logPosition?.offset ?? '?'}) and handles it again once the endpoint restarts; fix the handler and restart, or rebuild the projection`,
+      );
+    }
     const entry = this.#entries().find((e) => e.name === record.handler);
     if (entry === undefined) {
       return dead(

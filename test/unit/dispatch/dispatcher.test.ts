@@ -120,6 +120,49 @@ describe('Dispatcher', () => {
     });
   });
 
+  describe('when the bus stops while a decided dead letter is still being stored', () => {
+    it('sends the message back with the decision, so the next process records it without running the handler', async () => {
+      const calls: string[] = [];
+      @CommandHandler(ReserveStock, { retry: { attempts: 1 } })
+      class Handler {
+        handle(p: { orderId: string }) {
+          calls.push(p.orderId);
+          throw new Error('out of stock');
+        }
+      }
+      const broker = new InMemoryBroker();
+      const deadLetters = new HangingStore();
+      const options = {
+        broker,
+        deadLetters,
+        handlers: [Handler],
+        settleTimeoutMs: 5_000,
+        logger: silentLogger,
+      };
+      const bus = createBus(options);
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'bad' });
+      await waitFor(() => deadLetters.addCalls === 1);
+
+      await bus.stop({ closeBroker: false, gracePeriodMs: 10 });
+
+      deadLetters.down = false;
+      let recorded = 0;
+      const again = createBus({
+        ...options,
+        hooks: {
+          onDeadLettered: () => {
+            recorded++;
+          },
+        },
+      });
+      await again.start();
+      await waitFor(() => recorded === 1, 10_000);
+      expect(calls).toEqual(['bad']);
+      await again.stop();
+    });
+  });
+
   describe('when the broker rejects acks', () => {
     it('logs and retries the ack, and keeps handling later messages', async () => {
       const handled: string[] = [];

@@ -263,12 +263,12 @@ describe('ProjectionRunner', () => {
     });
 
     describe('and its dead letter is replayed through the bus', () => {
-      async function poisoned() {
-        const fixture = setup({ poison: 13 });
+      async function poisoned(onPoison: 'skip' | 'halt' = 'skip') {
+        const fixture = setup({ poison: 13, onPoison });
         await fixture.bus.start();
         await fixture.bus.publish(Deposited, { account: 'a', amount: 1 });
         await fixture.bus.publish(Deposited, { account: 'a', amount: 13 });
-        await fixture.bus.projections!.whenCaughtUp();
+        await expect.poll(async () => fixture.bus.deadLetters.count()).toBe(1);
         const [record] = (await fixture.bus.deadLetters.list()).records;
         return { ...fixture, record: record! };
       }
@@ -313,6 +313,15 @@ describe('ProjectionRunner', () => {
         });
       });
 
+      it('is refused with projection-halted when the partition halted there (it runs again on restart)', async () => {
+        const { bus, balances, record } = await poisoned('halt');
+        balances.healed = true;
+        const [result] = await bus.replayDeadLetters([record.id]);
+        expect(result).toMatchObject({ ok: false, error: 'projection-halted' });
+        expect(balances.snapshot()).toEqual({ a: 1 });
+        expect((await bus.deadLetters.get(record.id))?.status).toBe('dead');
+      });
+
       it('is refused with projection-replay-needs-app where no projection runs (the CLI)', async () => {
         const { bus, record } = await poisoned();
         const [result] = await replayDeadLetters({
@@ -346,6 +355,33 @@ describe('ProjectionRunner', () => {
 });
 
 describe('MessageBus with an event log', () => {
+  describe('.stop, when a projection handler ignores its abort signal and never returns', () => {
+    it('resolves after the grace period instead of waiting for it', async () => {
+      let entered = false;
+      @Projection('stuck')
+      class Stuck {
+        @On(Deposited)
+        onDeposited(): Promise<void> {
+          entered = true;
+          return new Promise(() => undefined);
+        }
+      }
+      const bus = createBus({
+        endpoint: 'reports',
+        handlers: [Stuck],
+        definitions: [Deposited],
+        eventLog: new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 1 }] }),
+        logger: silentLogger,
+      });
+      await bus.start();
+      await bus.publish(Deposited, { account: 'a', amount: 1 });
+      await expect.poll(() => entered).toBe(true);
+      const started = Date.now();
+      await bus.stop({ gracePeriodMs: 200 });
+      expect(Date.now() - started).toBeLessThan(5_000);
+    });
+  });
+
   describe('when the process fails between the log append and the fan-out', () => {
     it('recovers on redelivery without a duplicate in the log or in any subscription', async () => {
       class FailingOnce extends InMemoryBroker {
