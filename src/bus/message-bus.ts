@@ -27,6 +27,7 @@ import type { SendOptions } from '../handlers/message-context.js';
 import type { CheckpointStore } from '../log/checkpoint-store.js';
 import type { EventLog } from '../log/event-log.js';
 import { InMemoryCheckpointStore } from '../log/in-memory-checkpoint-store.js';
+import { settlesWithin } from '../clock/deadline.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { ProjectionRunner, type PoisonPolicy } from '../projections/projection-runner.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope } from '../messages/codec.js';
@@ -458,17 +459,7 @@ class HarrierBus implements MessageBus {
       if (runner !== undefined) {
         // Bounded like the dispatcher: a projection handler that ignores its signal must not hold
         // stop() for ever (its lane is left to end in the background; its event stays uncommitted).
-        let timer: NodeJS.Timeout | undefined;
-        const stopped = await Promise.race([
-          runner.stop().then(() => true),
-          new Promise<boolean>((resolve) => {
-            timer = setTimeout(() => {
-              resolve(false);
-            }, options.gracePeriodMs ?? this.#gracePeriodMs);
-          }),
-        ]);
-        clearTimeout(timer);
-        if (!stopped) {
+        if (!(await settlesWithin(runner.stop(), options.gracePeriodMs ?? this.#gracePeriodMs))) {
           this.#logger.warn('Projections did not stop within the grace period; stopped waiting for them');
         }
       }

@@ -8,6 +8,7 @@ import {
   type PendingDeadLetter,
 } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
+import { settlesWithin, withDeadline } from '../clock/deadline.js';
 import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
 import type {
   DeadLetterReason,
@@ -258,7 +259,7 @@ export class Dispatcher {
     for (const wake of this.#slotWaiters.splice(0)) wake();
     if (this.#inFlight.size > 0) {
       // Grace is wall time even under a test clock: it bounds how long a real process waits.
-      await raceTimeout(this.#whenNoneInFlight(), grace);
+      await settlesWithin(this.#whenNoneInFlight(), grace);
     }
     await Promise.all(
       [...this.#inFlight].map(async (flight) => {
@@ -286,7 +287,7 @@ export class Dispatcher {
     this.#changed();
     if (
       this.#loop !== undefined &&
-      !(await raceTimeout(
+      !(await settlesWithin(
         this.#loop.then(() => true),
         RECEIVER_CLOSE_WAIT_MS,
       ))
@@ -669,7 +670,11 @@ export class Dispatcher {
     let pause = 50;
     for (let attempt = 1; ; attempt++) {
       try {
-        await withTimeout(step(), this.#settleTimeoutMs, what);
+        await withDeadline(
+          step(),
+          this.#settleTimeoutMs,
+          () => new HarrierError('settle-timeout', `${what} took longer than ${this.#settleTimeoutMs} ms`),
+        );
         return 'done';
       } catch (error) {
         if (HarrierError.is(error) && error.code === 'stale-delivery') {
@@ -720,42 +725,5 @@ export class Dispatcher {
 
   #changed(): void {
     for (const listener of this.#listeners) listener();
-  }
-}
-
-/** Resolves true when `promise` settles within `ms` (its result ignored), false when the time ran out. */
-async function raceTimeout(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      promise.then(
-        () => true,
-        () => true,
-      ),
-      new Promise<false>((resolve) => {
-        timer = setTimeout(() => {
-          resolve(false);
-        }, ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** Rejects with `settle-timeout` when `promise` has not settled within `ms`. */
-async function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      promise,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => {
-          reject(new HarrierError('settle-timeout', `${what} took longer than ${ms} ms`));
-        }, ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
   }
 }

@@ -35,6 +35,7 @@ import {
 import { parseAttemptHistory, parsePendingDeadLetter } from '../broker/delivery-facts.js';
 import { noRouteError } from '../broker/no-route-error.js';
 import { systemClock, type Clock } from '../clock/clock.js';
+import { settlesWithin, withDeadline } from '../clock/deadline.js';
 import { sleep } from '../clock/sleep.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
@@ -467,17 +468,7 @@ export class BullMqBroker implements MessageBroker {
         // After that BullMQ only has its own loop to end. On Redis Cluster, BullMQ 6.7 can spend up to
         // 30 s re-connecting the blocking connection it is closing; nothing is held by then, so stop
         // waiting after a short while and let it finish in the background.
-        let timer: NodeJS.Timeout | undefined;
-        const gaveUp = await Promise.race([
-          closed.then(() => false),
-          new Promise<boolean>((resolve) => {
-            timer = setTimeout(() => {
-              resolve(true);
-            }, WORKER_CLOSE_GRACE_MS);
-          }),
-        ]);
-        clearTimeout(timer);
-        if (gaveUp) {
+        if (!(await settlesWithin(closed, WORKER_CLOSE_GRACE_MS))) {
           this.#logger.warn('BullMQ workers still closing; not waiting for them', {
             endpoint,
             waitedMs: WORKER_CLOSE_GRACE_MS,
@@ -847,27 +838,17 @@ export class BullMqBroker implements MessageBroker {
   }
 
   async #withTimeout<T>(promise: Promise<T>, what: string): Promise<T> {
-    let timer: NodeJS.Timeout | undefined;
     try {
-      return await Promise.race([
-        promise,
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
-            reject(
-              redisUnavailable(
-                this.#describe(),
-                new Error(`${what} timed out after ${this.#publishTimeoutMs} ms`),
-                isClusterConnection(this.#connection),
-              ),
-            );
-          }, this.#publishTimeoutMs);
-        }),
-      ]);
+      return await withDeadline(promise, this.#publishTimeoutMs, () =>
+        redisUnavailable(
+          this.#describe(),
+          new Error(`${what} timed out after ${this.#publishTimeoutMs} ms`),
+          isClusterConnection(this.#connection),
+        ),
+      );
     } catch (error) {
       if (HarrierError.is(error)) throw error;
       throw redisUnavailable(this.#describe(), error, isClusterConnection(this.#connection));
-    } finally {
-      clearTimeout(timer);
     }
   }
 
