@@ -88,12 +88,6 @@ export function parseAttemptHistory(value: unknown): ParsedHistory {
   return { history: history.slice(-MAX_ATTEMPT_HISTORY), dropped };
 }
 
-/** Reads an {@link ErrorInfo} from untrusted storage; undefined when it is not one. Never throws. */
-export function parseErrorInfo(value: unknown): ErrorInfo | undefined {
-  const parsed = errorInfoSchema.safeParse(value);
-  return parsed.success ? cleanError(parsed.data) : undefined;
-}
-
 /** Reads a {@link PendingDeadLetter} from untrusted storage; undefined when it is not one. Never throws. */
 export function parsePendingDeadLetter(value: unknown): PendingDeadLetter | undefined {
   if (value === undefined || value === null) return undefined;

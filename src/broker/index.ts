@@ -20,9 +20,4 @@ export {
   type InMemoryBrokerStats,
 } from './in-memory-broker.js';
 export { noRouteError } from './no-route-error.js';
-export {
-  parseAttemptHistory,
-  parseErrorInfo,
-  parsePendingDeadLetter,
-  type ParsedHistory,
-} from './delivery-facts.js';
+export { parseAttemptHistory, parsePendingDeadLetter, type ParsedHistory } from './delivery-facts.js';

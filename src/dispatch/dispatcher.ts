@@ -24,7 +24,13 @@ import type { Envelope } from '../messages/envelope.js';
 import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
 import type { EnvelopeEncoder } from './outgoing.js';
-import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
+import {
+  DEFAULT_RETRY,
+  backoffDelay,
+  isPermanent,
+  resolveRetryPolicy,
+  type RetryPolicy,
+} from './retry-policy.js';
 
 /** Calls a handler method on an instance made for this message (the bus resolves it from DI). */
 export type HandlerInvoker = (
@@ -169,8 +175,8 @@ const RELEASE_TRIES = 2;
  */
 export const DEAD_LETTER_STORE_TRIES = 3;
 
-/** Longest wait before a delivery whose dead letter could not be stored is tried again, in ms. */
-const STORE_RETRY_CAP_MS = 60_000;
+/** Backoff of a delivery whose dead letter could not be stored: 1 s doubling to 60 s, jitter 0.2. */
+const STORE_RETRY: RetryPolicy = { ...DEFAULT_RETRY, baseMs: 1_000 };
 
 /** How long `stop()` waits for the receiver to close once every delivery is settled, in ms. */
 export const RECEIVER_CLOSE_WAIT_MS = 5_000;
@@ -636,8 +642,7 @@ export class Dispatcher {
       // Never hold the delivery: it goes back to its queue with backoff, the decision kept beside it,
       // and a later delivery records the dead letter (the handler does not run again).
       const failures = pending === undefined ? 1 : Math.max(1, facts.attempt - pending.attempt + 1);
-      const delay = Math.min(STORE_RETRY_CAP_MS, 1_000 * 2 ** Math.min(failures - 1, 16));
-      const retryAt = this.#clock.now() + Math.round(delay * (0.8 + 0.4 * (this.#o.random ?? Math.random)()));
+      const retryAt = this.#clock.now() + backoffDelay(STORE_RETRY, failures, this.#o.random);
       this.#logger.error('The dead letter could not be stored; the message goes back to its queue', {
         deliveryId: delivery.id,
         messageId: record.messageId,

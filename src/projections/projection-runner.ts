@@ -545,35 +545,33 @@ export class ProjectionRunner {
    * @returns undefined when the projection handled the event, else why it did not.
    */
   async replayDeadLetter(record: DeadLetterRecord): Promise<ReplayRefusal | undefined> {
-    const dead = (code: string, message: string): Promise<ReplayRefusal> =>
-      Promise.resolve({ code, message });
     if ((this.#o.onPoison ?? 'skip') === 'halt') {
       // The partition halted at this event and handles it again on restart: running it here too
       // would apply it twice.
-      return dead(
-        'projection-halted',
-        `projections run with onPoison 'halt': the partition stopped at this event (offset ${record.logPosition?.offset ?? '?'}) and handles it again once the endpoint restarts; fix the handler and restart, or rebuild the projection`,
-      );
+      return {
+        code: 'projection-halted',
+        message: `projections run with onPoison 'halt': the partition stopped at this event (offset ${record.logPosition?.offset ?? '?'}) and handles it again once the endpoint restarts; fix the handler and restart, or rebuild the projection`,
+      };
     }
     const entry = this.#entries().find((e) => e.name === record.handler);
     if (entry === undefined) {
-      return dead(
-        'not-replayable',
-        `no projection named "${record.handler ?? ''}" runs here: the projections are ${this.projections().join(', ') || '(none)'}`,
-      );
+      return {
+        code: 'not-replayable',
+        message: `no projection named "${record.handler ?? ''}" runs here: the projections are ${this.projections().join(', ') || '(none)'}`,
+      };
     }
     const decoded = decodeEnvelope(record.envelope, (type) => this.#o.registry.definition(type));
-    if (!decoded.ok) return dead(decoded.reason, decoded.message);
+    if (!decoded.ok) return { code: decoded.reason, message: decoded.message };
     const method = entry.methods.get(decoded.envelope.type);
     if (method === undefined) {
-      return dead(
-        'not-replayable',
-        `projection "${entry.name}" has no @On(${decoded.envelope.type}) method any more`,
-      );
+      return {
+        code: 'not-replayable',
+        message: `projection "${entry.name}" has no @On(${decoded.envelope.type}) method any more`,
+      };
     }
     const outcome = await this.#attempts(entry, method, decoded, new AbortController().signal);
     if (outcome.ok) return undefined;
-    if (outcome.aborted) return dead('projection-failed', 'the replay was stopped');
+    if (outcome.aborted) return { code: 'projection-failed', message: 'the replay was stopped' };
     const facts: DeliveryFacts = {
       messageId: record.messageId,
       kind: 'event',

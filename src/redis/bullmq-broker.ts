@@ -268,7 +268,6 @@ export class BullMqBroker implements MessageBroker {
     const client = await this.#connected();
     const multi = client.multi();
     const commandTypes = subscriptions.flatMap((sub) => (sub.kind === 'command' ? sub.types : []));
-    if (commandTypes.length > 0) multi.sadd(this.#key('command-routes'), ...commandTypes);
     for (const sub of subscriptions) {
       if (sub.kind !== 'event') continue;
       const route: Route = { endpoint, handler: sub.handler, orderedTypes: sub.orderedTypes ?? [] };
@@ -334,7 +333,8 @@ export class BullMqBroker implements MessageBroker {
     if (eventTypes.length > 0 || unrouted.size > 0) {
       const pipeline = client.pipeline();
       for (const type of eventTypes) pipeline.hgetall(this.#key('routes', type));
-      for (const type of unrouted.keys()) pipeline.sismember(this.#key('command-routes'), type);
+      // The endpoints hash is where register() records command types: read only on a cache miss.
+      if (unrouted.size > 0) pipeline.hvals(this.#key('endpoints'));
       const results = (await this.#withTimeout(pipeline.exec(), 'read subscriptions')) ?? [];
       const reply = (index: number): unknown => {
         const [error, value] = results[index] ?? [new Error('no reply'), undefined];
@@ -347,16 +347,10 @@ export class BullMqBroker implements MessageBroker {
           Object.values(reply(index) as Record<string, string>).map((v) => JSON.parse(v) as Route),
         );
       });
-      [...unrouted.keys()].forEach((type, index) => {
-        if (reply(eventTypes.length + index) === 1) this.#commandRoutes.add(type);
-      });
+      if (unrouted.size > 0) this.#learnCommandRoutes(reply(eventTypes.length) as string[]);
       // Every command is checked before any job is added: a refused batch publishes nothing. A miss
       // is never cached: the handler's endpoint may register any time.
-      if ([...unrouted.keys()].some((type) => !this.#commandRoutes.has(type))) {
-        await this.#learnRoutesFromEndpoints(client);
-        for (const [type, kind] of unrouted)
-          if (!this.#commandRoutes.has(type)) throw noRouteError(kind, type);
-      }
+      for (const [type, kind] of unrouted) if (!this.#commandRoutes.has(type)) throw noRouteError(kind, type);
     }
     const byQueue = new Map<string, { name: string; data: JobData; opts: Record<string, unknown> }[]>();
     const now = this.#clock.now();
@@ -646,12 +640,8 @@ export class BullMqBroker implements MessageBroker {
     return Promise.resolve();
   }
 
-  /**
-   * Learns the command routes of endpoints registered by a build that kept no `command-routes` set,
-   * only the `endpoints` hash: their command queues are still worked once they run. Read on a miss.
-   */
-  async #learnRoutesFromEndpoints(client: Redis | Cluster): Promise<void> {
-    const endpoints = await this.#withTimeout(client.hvals(this.#key('endpoints')), 'read endpoints');
+  /** Adds the command types of every registered endpoint (values of the `endpoints` hash) to the cache. */
+  #learnCommandRoutes(endpoints: readonly string[]): void {
     for (const json of endpoints) {
       let subscriptions: unknown;
       try {
