@@ -341,8 +341,7 @@ export class InMemoryBroker implements MessageBroker {
   /** Refuses a command whose queue no endpoint registered to consume, unless it opts out. */
   #assertRouted(message: OutgoingMessage): void {
     if (message.kind === 'event' || message.requireRoute === false) return;
-    if (this.#queues.get(`command:${message.type}`)?.consumed !== true)
-      throw noRouteError(message.kind, message.type);
+    if (this.#queues.get(`command:${message.type}`)?.consumed !== true) throw noRouteError(message.type);
   }
 
   #queue(name: string): MemoryQueue {

@@ -8,14 +8,8 @@ import { HarrierError } from '../errors/harrier-error.js';
  * Exported so that other `MessageBroker` implementations refuse an unrouted command exactly as
  * the built-in brokers do.
  */
-export function noRouteError(kind: string, type: string): HarrierError {
+export function noRouteError(type: string): HarrierError {
   const name = type.split('.').pop() ?? type;
-  if (kind === 'query') {
-    return new HarrierError(
-      'no-route',
-      `No endpoint handles query "${type}" through the broker: queries are answered in-process, so call bus.execute(${name}, payload) on a bus that lists the @QueryHandler(${name}) class`,
-    );
-  }
   return new HarrierError(
     'no-route',
     `No endpoint handles command "${type}": decorate a class with @CommandHandler(${name}), list it in the handlers of the bus that should run it, and start that bus (start() registers the route) before sending; if that handler starts later (a deploy order), create the sending bus with requireCommandRoute: false and the command waits in its queue`,

@@ -22,7 +22,6 @@ import type {
 import {
   AppendFailure,
   appendAt,
-  copyRange,
   describeError,
   encodeFrame,
   lostRecord,
@@ -748,7 +747,7 @@ export class FileEventLog implements EventLog {
       state.uidsThrough = newBase - 1;
     }
     const tmp = `${state.file}.tmp`;
-    await copyRange(state.segment.handle, cut, state.size, tmp, this.#fsync);
+    await writeParts(state.segment.handle, [[cut, state.size]], tmp, this.#fsync);
     await writeFileAtomic(state.baseFile, `${newBase}\n`, this.#fsync);
     await rename(tmp, state.file);
     let handle: FileHandle;

@@ -47,13 +47,13 @@ export interface StoredRecord {
 }
 
 /** The `type` of a lost-offset marker. */
-export const LOST_RECORD_TYPE = 'harrier.lost';
+const LOST_RECORD_TYPE = 'harrier.lost';
 
 /**
  * The fewest bytes a frame can take: the header and the JSON of a record whose strings are empty and
  * whose numbers are one digit. Damaged bytes of length `n` held at most `n / MIN_FRAME_BYTES` records.
  */
-export const MIN_FRAME_BYTES =
+const MIN_FRAME_BYTES =
   FRAME_HEADER_BYTES + Buffer.byteLength('{"offset":0,"id":"","key":"","type":"","body":"","appendedAt":0}');
 
 /**
@@ -445,19 +445,6 @@ export async function writeFileAtomic(path: string, data: string, sync: boolean)
   }
   await rename(tmp, path);
   if (sync) await syncDirectory(dirname(path));
-}
-
-/**
- * Copies bytes `[start, end)` of `from` into a new file `to` (replacing any), flushed when `sync`.
- */
-export function copyRange(
-  from: FileHandle,
-  start: number,
-  end: number,
-  to: string,
-  sync: boolean,
-): Promise<void> {
-  return writeParts(from, [[start, end]], to, sync);
 }
 
 /**

@@ -324,10 +324,10 @@ export class BullMqBroker implements MessageBroker {
     const client = await this.#connected();
     const eventTypes = [...new Set(messages.filter((m) => m.kind === 'event').map((m) => m.type))];
     // Commands whose route this process has not seen yet: asked in the same round trip as the events.
-    const unrouted = new Map<string, MessageKind>();
+    const unrouted = new Set<string>();
     for (const m of messages) {
       if (m.kind !== 'event' && m.requireRoute !== false && !this.#commandRoutes.has(m.type))
-        unrouted.set(m.type, m.kind);
+        unrouted.add(m.type);
     }
     const routes = new Map<string, Route[]>();
     if (eventTypes.length > 0 || unrouted.size > 0) {
@@ -350,7 +350,7 @@ export class BullMqBroker implements MessageBroker {
       if (unrouted.size > 0) this.#learnCommandRoutes(reply(eventTypes.length) as string[]);
       // Every command is checked before any job is added: a refused batch publishes nothing. A miss
       // is never cached: the handler's endpoint may register any time.
-      for (const [type, kind] of unrouted) if (!this.#commandRoutes.has(type)) throw noRouteError(kind, type);
+      for (const type of unrouted) if (!this.#commandRoutes.has(type)) throw noRouteError(type);
     }
     const byQueue = new Map<string, { name: string; data: JobData; opts: Record<string, unknown> }[]>();
     const now = this.#clock.now();

@@ -5,7 +5,7 @@ import type * as RedisLayerModule from './redis-layer.js';
 export type RedisLayer = typeof RedisLayerModule;
 
 /** What to run when a peer of the Redis layer is missing. */
-export const INSTALL_REDIS_PEERS = 'npm install bullmq ioredis';
+const INSTALL_REDIS_PEERS = 'npm install bullmq ioredis';
 
 let loading: Promise<RedisLayer> | undefined;
 
