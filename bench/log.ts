@@ -23,7 +23,6 @@
  * BENCH_N to change N (default 20000). A Redis or a disk shared with other work (such as a test
  * run) skews the figures.
  */
-import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,7 +32,7 @@ import type { AppendInput, EventLog, TopicSpec } from '../src/log/event-log.js';
 import { partitionOf } from '../src/messages/partition.js';
 import { uuidv7 } from '../src/messages/uuid-v7.js';
 import { describeRedisUrl, RedisEventLog } from '../src/redis/index.js';
-import { fmtRate, median, table } from './support.js';
+import { benchPrefix, deleteKeys, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const WARM_UP = Math.min(N, 2_000);
@@ -84,7 +83,7 @@ interface System {
 }
 
 const rate = (n: number, ms: number): number => n / (ms / 1000);
-const newPrefix = (): string => `{harrier-bench-${randomBytes(4).toString('hex')}}`;
+const newPrefix = (): string => benchPrefix();
 
 /** The bench's own connection: checks Redis and deletes each run's keys. */
 const admin = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 3_000 });
@@ -92,16 +91,6 @@ let adminError: unknown;
 admin.on('error', (error: unknown) => {
   adminError = error;
 });
-
-async function deleteKeys(prefix: string): Promise<void> {
-  let cursor = '0';
-  const pattern = `${prefix.replace(/[*?[\]\\]/g, (c) => `\\${c}`)}*`;
-  do {
-    const [next, keys] = await admin.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length > 0) await admin.unlink(...keys);
-  } while (cursor !== '0');
-}
 
 /** Appends and replays through the {@link EventLog} contract. */
 async function measureLog(log: EventLog, records: readonly AppendInput[]): Promise<Sample> {
@@ -136,7 +125,7 @@ const redisLog: System = {
       return await measureLog(log, records);
     } finally {
       await log.close();
-      await deleteKeys(prefix);
+      await deleteKeys(admin, prefix);
     }
   },
 };
@@ -193,7 +182,7 @@ const rawRedis: System = {
       return { append, replay };
     } finally {
       client.disconnect();
-      await deleteKeys(prefix);
+      await deleteKeys(admin, prefix);
     }
   },
 };

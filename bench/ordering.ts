@@ -32,7 +32,6 @@
  * Redis nothing else is using: its CPU and command counters are server-wide.
  */
 import 'reflect-metadata';
-import { randomBytes } from 'node:crypto';
 import { cpus } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
@@ -56,7 +55,7 @@ import {
   type PayloadOf,
 } from '../src/index.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
-import { Counter, fmtRate, median, table } from './support.js';
+import { Counter, benchPrefix, deleteKeys, fmtRate, infoField, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 10_000);
 const TYPES = 20;
@@ -120,7 +119,7 @@ function application(ordered: boolean): {
   return { definitions, handlers };
 }
 
-const newPrefix = (): string => `{harrier-bench-${randomBytes(4).toString('hex')}}`;
+const newPrefix = (): string => benchPrefix();
 
 /** The bench's own connection: checks Redis, counts connections, reads INFO, deletes each run's keys. */
 const admin = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 3_000 });
@@ -128,15 +127,6 @@ let adminError: unknown;
 admin.on('error', (error: unknown) => {
   adminError = error;
 });
-
-async function deleteKeys(prefix: string): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await admin.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length > 0) await admin.unlink(...keys);
-  } while (cursor !== '0');
-}
 
 /** Connections whose client name starts with `prefix`. */
 async function connectionsOf(prefix: string): Promise<number> {
@@ -147,10 +137,7 @@ async function connectionsOf(prefix: string): Promise<number> {
 }
 
 /** A numeric field of an INFO section. */
-async function info(section: string, field: string): Promise<number> {
-  const text = await admin.info(section);
-  return Number(new RegExp(`^${field}:(\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
-}
+const info = (section: string, field: string): Promise<number> => infoField(admin, field, section);
 
 const redisCpuSeconds = async (): Promise<number> =>
   (await info('cpu', 'used_cpu_user')) + (await info('cpu', 'used_cpu_sys'));
@@ -162,9 +149,12 @@ async function produce(broker: BullMqBroker, definitions: readonly CommandDefini
     const messages: OutgoingMessage[] = [];
     for (let i = from; i < Math.min(N, from + CHUNK); i++) {
       const definition = definitions[i % TYPES] as CommandDefinition;
-      messages.push(
-        prepareMessage(definition, { orderId: `o-${i % KEYS}`, amount: 1 + (i % 10) }, {}, { now }).outgoing,
-      );
+      // Queued before the endpoint starts (to time a full backlog): no route is registered yet.
+      messages.push({
+        ...prepareMessage(definition, { orderId: `o-${i % KEYS}`, amount: 1 + (i % 10) }, {}, { now })
+          .outgoing,
+        requireRoute: false,
+      });
     }
     await broker.publishBatch(messages);
   }
@@ -215,7 +205,7 @@ async function run(setup: Setup, measureIdle: boolean): Promise<Sample> {
     return { queues, connections, consume, startMs, redisCpuUs, idleCommands };
   } finally {
     await bus.stop();
-    await deleteKeys(prefix);
+    await deleteKeys(admin, prefix);
   }
 }
 
@@ -296,7 +286,7 @@ async function story(): Promise<string[][]> {
       for (let run = 1; run <= STORY_RUNS; run++) {
         const prefix = newPrefix();
         const redis = new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
-        if (await placeThenCancel(redis, ordered, slow, () => deleteKeys(prefix))) wrong.redis++;
+        if (await placeThenCancel(redis, ordered, slow, () => deleteKeys(admin, prefix))) wrong.redis++;
         for (const deliveryOrder of ['fifo', 'shuffled'] as const satisfies DeliveryOrder[]) {
           const memory = new InMemoryBroker({ deliveryOrder, seed: run });
           if (await placeThenCancel(memory, ordered, slow, () => Promise.resolve())) wrong[deliveryOrder]++;

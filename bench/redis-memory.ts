@@ -33,11 +33,6 @@
  * per-key ones). Set BENCH_N to change N (default 10000).
  */
 import 'reflect-metadata';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { z } from 'zod';
@@ -56,8 +51,8 @@ import {
   type PayloadOf,
 } from '../src/index.js';
 import { BullMqBroker, describeRedisUrl, RedisDeadLetterStore, RedisEventLog } from '../src/redis/index.js';
-import { freePort, pingRedis, waitFor } from '../test/helpers/local-redis.js';
-import { Counter, fmtRate, table } from './support.js';
+import { startRedisServer, type LocalRedis } from '../test/helpers/local-redis.js';
+import { Counter, benchPrefix, deleteKeys, fmtRate, infoField, keysOf, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 10_000);
 const RATE = Number(process.env.BENCH_RATE ?? 1_700);
@@ -152,31 +147,13 @@ type Measured = Map<Structure, Usage>;
 const JOB_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 /** A prefix as long as the default `{harrier}`, so key names weigh what they do by default. */
-const newPrefix = (): string => `{hb-${randomBytes(2).toString('hex')}}`;
+const newPrefix = (): string => benchPrefix('hb', 2);
 
 let admin: Redis;
 
-/** Every key under `prefix`. */
-async function keysOf(prefix: string): Promise<string[]> {
-  const pattern = `${prefix.replace(/[*?[\]\\]/g, (c) => `\\${c}`)}*`;
-  const keys: string[] = [];
-  let cursor = '0';
-  do {
-    const [next, batch] = await admin.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-    cursor = next;
-    keys.push(...batch);
-  } while (cursor !== '0');
-  return keys;
-}
-
-async function deleteKeys(prefix: string): Promise<void> {
-  const keys = await keysOf(prefix);
-  for (let i = 0; i < keys.length; i += 1000) await admin.unlink(...keys.slice(i, i + 1000));
-}
-
 /** `MEMORY USAGE ... SAMPLES 0` of every key under `prefix`, grouped by structure. */
 async function measure(prefix: string): Promise<Measured> {
-  const keys = await keysOf(prefix);
+  const keys = await keysOf(admin, prefix);
   // Job hashes count as failed or completed jobs by the set that lists them.
   const finished = new Map<string, 'failed jobs' | 'completed jobs'>();
   for (const key of keys) {
@@ -223,10 +200,9 @@ function structureOf(prefix: string, key: string, finished: ReadonlyMap<string, 
 }
 
 async function info(field: string): Promise<number> {
-  const text = await admin.info();
-  const match = new RegExp(`^${field}:(\\d+)`, 'm').exec(text);
-  if (match?.[1] === undefined) throw new Error(`INFO has no ${field}`);
-  return Number(match[1]);
+  const value = await infoField(admin, field);
+  if (Number.isNaN(value)) throw new Error(`INFO has no ${field}`);
+  return value;
 }
 
 /** `used_memory` once every client but this script's has gone and lazy frees are done. */
@@ -265,10 +241,10 @@ async function run(
   await body(prefix, url);
   const after = await settledMemory();
   const measured = await measure(prefix);
-  const streams = (await keysOf(prefix)).filter((k) => k.endsWith(':events'));
+  const streams = (await keysOf(admin, prefix)).filter((k) => k.endsWith(':events'));
   let entries = 0;
   for (const key of streams) entries += await admin.xlen(key);
-  await deleteKeys(prefix);
+  await deleteKeys(admin, prefix);
   return {
     name,
     messages,
@@ -399,40 +375,10 @@ async function deadLetters(n: number, prefix: string, url: string): Promise<void
 }
 
 /** A redis-server of the bench's own, or REDIS_URL. */
-async function startRedis(): Promise<{ url: string; stop: () => void }> {
+async function startRedis(): Promise<LocalRedis> {
   const fromEnv = process.env.REDIS_URL;
   if (fromEnv !== undefined && fromEnv !== '') return { url: fromEnv, stop: () => undefined };
-  const port = await freePort();
-  const dir = mkdtempSync(join(tmpdir(), 'harrier-bench-redis-'));
-  const server: ChildProcess = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
-    { stdio: 'ignore' },
-  );
-  const failed = new Promise<never>((_, reject) => {
-    server.once('error', (error) => {
-      reject(
-        new Error(
-          `Could not start redis-server (${error.message}): install it (apt-get install redis-server, brew install redis) or set REDIS_URL to a running server`,
-        ),
-      );
-    });
-  });
-  const stop = (): void => {
-    server.kill('SIGTERM');
-    rmSync(dir, { recursive: true, force: true });
-  };
-  try {
-    await Promise.race([
-      failed,
-      waitFor(`redis-server on port ${port} to answer PING`, () => pingRedis(port), { timeoutMs: 10_000 }),
-    ]);
-  } catch (error) {
-    stop();
-    throw error;
-  }
-  const url = `redis://127.0.0.1:${port}`;
-  return { url, stop };
+  return startRedisServer('harrier-bench-redis-');
 }
 
 const fmtBytes = (n: number): string =>

@@ -42,7 +42,6 @@
  * the figures.
  */
 import 'reflect-metadata';
-import { randomBytes } from 'node:crypto';
 import { cpus } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Queue, Worker } from 'bullmq';
@@ -59,7 +58,7 @@ import {
   type PayloadOf,
 } from '../src/index.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
-import { Counter, fmtRate, median, table } from './support.js';
+import { Counter, benchPrefix, deleteKeys, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 /** Messages of the untimed warm-up run of each system, so round 1 is not a JIT warm-up. */
@@ -103,7 +102,7 @@ const cpuPerMessage = (since: NodeJS.CpuUsage, n: number): number => {
   const used = process.cpuUsage(since);
   return (used.user + used.system) / n;
 };
-const newPrefix = (): string => `{harrier-bench-${randomBytes(4).toString('hex')}}`;
+const newPrefix = (): string => benchPrefix();
 
 /** The bench's own connection: checks Redis, measures job sizes and deletes each run's keys. */
 const admin = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 3_000 });
@@ -111,15 +110,6 @@ let adminError: unknown;
 admin.on('error', (error: unknown) => {
   adminError = error;
 });
-
-async function deleteKeys(prefix: string): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await admin.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length > 0) await admin.unlink(...keys);
-  } while (cursor !== '0');
-}
 
 /** Bytes of the `data` field of some job under `prefix`. */
 async function jobBytes(prefix: string, queue: string): Promise<number> {
@@ -223,7 +213,7 @@ async function rawBullMq(n = N, harrierJobs = false, spinUs = 0): Promise<Sample
     await broker?.close();
     producer.disconnect();
     consumer.disconnect();
-    await deleteKeys(prefix);
+    await deleteKeys(admin, prefix);
   }
 }
 
@@ -259,7 +249,7 @@ async function harrier(n = N): Promise<Sample> {
     return { produce, consume, consumeCpuUs: cpuPerMessage(cpu, n), jobBytes: bytes };
   } finally {
     await bus.stop();
-    await deleteKeys(prefix);
+    await deleteKeys(admin, prefix);
   }
 }
 

@@ -1,4 +1,8 @@
-// Helpers shared by the bench scripts: medians, number formatting, aligned tables, a completion counter.
+// Helpers shared by the bench scripts: medians, number formatting, aligned tables, a completion counter,
+// and the Redis chores of the Redis benches (prefixes, keys, INFO).
+
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
 
 /** The median of some samples (the upper one of an even count). */
 export function median(values: readonly number[]): number {
@@ -53,4 +57,33 @@ export class Counter {
       };
     });
   }
+}
+
+/** A key prefix of its own for one run, with a hash tag as Harrier's default has. */
+export const benchPrefix = (tag = 'harrier-bench', bytes = 4): string =>
+  `{${tag}-${randomBytes(bytes).toString('hex')}}`;
+
+/** Every key under `prefix` (glob characters in it escaped). */
+export async function keysOf(client: Redis, prefix: string): Promise<string[]> {
+  const pattern = `${prefix.replace(/[*?[\]\\]/g, (c) => `\\${c}`)}*`;
+  const keys: string[] = [];
+  let cursor = '0';
+  do {
+    const [next, batch] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    cursor = next;
+    keys.push(...batch);
+  } while (cursor !== '0');
+  return keys;
+}
+
+/** Deletes every key under `prefix`. */
+export async function deleteKeys(client: Redis, prefix: string): Promise<void> {
+  const keys = await keysOf(client, prefix);
+  for (let i = 0; i < keys.length; i += 1000) await client.unlink(...keys.slice(i, i + 1000));
+}
+
+/** A numeric field of INFO (of one section when given); NaN when absent. */
+export async function infoField(client: Redis, field: string, section?: string): Promise<number> {
+  const text = section === undefined ? await client.info() : await client.info(section);
+  return Number(new RegExp(`^${field}:(\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
 }

@@ -1,21 +1,14 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
-import { freePort, pingRedis, waitFor } from './helpers/local-redis.js';
+import { startRedisServer } from './helpers/local-redis.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     redisUrl: string;
   }
-}
-
-async function waitForPong(port: number, deadlineMs: number): Promise<void> {
-  await waitFor(`redis-server on port ${port} to answer PING`, () => pingRedis(port), {
-    timeoutMs: Math.max(0, deadlineMs - Date.now()),
-  });
 }
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
@@ -42,9 +35,6 @@ function ensureBuilt(): void {
     throw new Error(`npm run build did not produce ${bin} (exit ${String(result.status)})`);
 }
 
-let server: ChildProcess | undefined;
-let dir: string | undefined;
-
 /**
  * Provides a real Redis to the tests: REDIS_URL when set, else a redis-server of our own on a free
  * loopback port in a temp dir.
@@ -62,21 +52,10 @@ export default async function setup(project: TestProject): Promise<() => Promise
       'The tests need Redis: set REDIS_URL=redis://127.0.0.1:6379, or install redis-server (apt-get install redis-server, brew install redis) so the tests can start their own',
     );
   }
-  const port = await freePort();
-  dir = mkdtempSync(join(tmpdir(), 'harrier-redis-'));
-  server = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
-    {
-      stdio: 'ignore',
-    },
-  );
-  await waitForPong(port, Date.now() + 10_000);
-  const url = `redis://127.0.0.1:${port}`;
-  process.env.REDIS_URL = url;
-  project.provide('redisUrl', url);
+  const local = await startRedisServer();
+  process.env.REDIS_URL = local.url;
+  project.provide('redisUrl', local.url);
   return async () => {
-    server?.kill('SIGTERM');
-    if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+    local.stop();
   };
 }

@@ -3,7 +3,11 @@
  * deadline-bound wait for a condition. Used by the global setup, the fault harness and the cluster
  * helper.
  */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const POLL_MS = 50;
 
@@ -65,4 +69,48 @@ export function pingRedis(port: number): Promise<boolean> {
       socket.write('PING\r\n');
     });
   });
+}
+
+/** A redis-server of our own, and how to stop it (which also deletes its temp dir). */
+export interface LocalRedis {
+  readonly url: string;
+  stop(): void;
+}
+
+/**
+ * Starts a redis-server on a free loopback port with no persistence, its dir a new temp dir, and
+ * waits until it answers PING.
+ * @throws Error naming how to install redis-server when it cannot be started.
+ */
+export async function startRedisServer(dirPrefix = 'harrier-redis-'): Promise<LocalRedis> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), dirPrefix));
+  const server = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir],
+    { stdio: 'ignore' },
+  );
+  const stop = (): void => {
+    server.kill('SIGTERM');
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const failed = new Promise<never>((_, reject) => {
+    server.once('error', (error) => {
+      reject(
+        new Error(
+          `Could not start redis-server (${error.message}): install it (apt-get install redis-server, brew install redis) or set REDIS_URL to a running server`,
+        ),
+      );
+    });
+  });
+  try {
+    await Promise.race([
+      failed,
+      waitFor(`redis-server on port ${port} to answer PING`, () => pingRedis(port), { timeoutMs: 10_000 }),
+    ]);
+  } catch (error) {
+    stop();
+    throw error;
+  }
+  return { url: `redis://127.0.0.1:${port}`, stop };
 }
