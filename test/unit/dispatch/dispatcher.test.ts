@@ -9,6 +9,7 @@ import {
   type LogFields,
   type Logger,
   type MessageBus,
+  type BusOptions,
   type DeadLetterRecord,
   type NackOptions,
 } from '../../../src/index.js';
@@ -66,28 +67,50 @@ class HangingStore extends InMemoryDeadLetterStore {
   }
 }
 
+/**
+ * A stock handler that fails order "bad", a dead-letter store that hangs, and a way to bring the
+ * store back and start a second bus on the same broker.
+ */
+function hangingStoreFixture(busOptions: Partial<BusOptions>) {
+  const calls: string[] = [];
+  @CommandHandler(ReserveStock, { retry: { attempts: 1 } })
+  class Handler {
+    handle(p: { orderId: string }) {
+      calls.push(p.orderId);
+      if (p.orderId === 'bad') throw new Error('out of stock');
+    }
+  }
+  const broker = new InMemoryBroker();
+  const deadLetters = new HangingStore();
+  const options = { broker, deadLetters, handlers: [Handler], logger: silentLogger, ...busOptions };
+  /** Resolves with the stored records once the second bus has recorded one dead letter. */
+  const recordOnceStoreIsBack = async (): Promise<readonly DeadLetterRecord[]> => {
+    deadLetters.down = false;
+    let recorded = 0;
+    const again = createBus({
+      ...options,
+      hooks: {
+        onDeadLettered: () => {
+          recorded++;
+        },
+      },
+    });
+    await again.start();
+    await waitFor(() => recorded === 1, 10_000);
+    const { records } = await deadLetters.list();
+    await again.stop();
+    return records;
+  };
+  return { calls, broker, deadLetters, bus: createBus(options), recordOnceStoreIsBack };
+}
+
 describe('Dispatcher', () => {
   describe('when the dead-letter store hangs', () => {
     it('gives up after its tries, sends the message back, keeps serving, stops in time, and records the dead letter later', async () => {
-      const calls: string[] = [];
-      @CommandHandler(ReserveStock, { retry: { attempts: 1 } })
-      class Handler {
-        handle(p: { orderId: string }) {
-          calls.push(p.orderId);
-          if (p.orderId === 'bad') throw new Error('out of stock');
-        }
-      }
-      const broker = new InMemoryBroker();
-      const deadLetters = new HangingStore();
-      const options = {
-        broker,
-        deadLetters,
-        handlers: [Handler],
+      const { calls, broker, deadLetters, bus, recordOnceStoreIsBack } = hangingStoreFixture({
         concurrency: 1,
         settleTimeoutMs: 50,
-        logger: silentLogger,
-      };
-      const bus = createBus(options);
+      });
       await bus.start();
       await bus.send(ReserveStock, { orderId: 'bad' });
       for (const id of ['a', 'b', 'c']) await bus.send(ReserveStock, { orderId: id });
@@ -100,66 +123,26 @@ describe('Dispatcher', () => {
       await bus.stop({ closeBroker: false, gracePeriodMs: 100 });
       expect(Date.now() - started).toBeLessThan(100 + 2 * 50 + RECEIVER_CLOSE_WAIT_MS);
 
-      deadLetters.down = false;
-      let recorded = 0;
-      const again = createBus({
-        ...options,
-        hooks: {
-          onDeadLettered: () => {
-            recorded++;
-          },
-        },
-      });
-      await again.start();
       // The message went back with a 1 s backoff (jittered): the next process records it.
-      await waitFor(() => recorded === 1, 10_000);
-      const [record] = (await deadLetters.list()).records;
+      const [record] = await recordOnceStoreIsBack();
       expect(record).toMatchObject({ reason: 'handler-failed', handler: 'Handler', attemptCount: 1 });
       expect(calls.filter((id) => id === 'bad')).toHaveLength(1);
-      await again.stop();
     });
   });
 
   describe('when the bus stops while a decided dead letter is still being stored', () => {
     it('sends the message back with the decision, so the next process records it without running the handler', async () => {
-      const calls: string[] = [];
-      @CommandHandler(ReserveStock, { retry: { attempts: 1 } })
-      class Handler {
-        handle(p: { orderId: string }) {
-          calls.push(p.orderId);
-          throw new Error('out of stock');
-        }
-      }
-      const broker = new InMemoryBroker();
-      const deadLetters = new HangingStore();
-      const options = {
-        broker,
-        deadLetters,
-        handlers: [Handler],
+      const { calls, deadLetters, bus, recordOnceStoreIsBack } = hangingStoreFixture({
         settleTimeoutMs: 5_000,
-        logger: silentLogger,
-      };
-      const bus = createBus(options);
+      });
       await bus.start();
       await bus.send(ReserveStock, { orderId: 'bad' });
       await waitFor(() => deadLetters.addCalls === 1);
 
       await bus.stop({ closeBroker: false, gracePeriodMs: 10 });
 
-      deadLetters.down = false;
-      let recorded = 0;
-      const again = createBus({
-        ...options,
-        hooks: {
-          onDeadLettered: () => {
-            recorded++;
-          },
-        },
-      });
-      await again.start();
-      await waitFor(() => recorded === 1, 10_000);
+      await recordOnceStoreIsBack();
       expect(calls).toEqual(['bad']);
-      await again.stop();
     });
   });
 
