@@ -12,6 +12,7 @@ import {
   type PayloadOf,
 } from '../../src/index.js';
 import { BullMqBroker } from '../../src/redis/index.js';
+import { waitFor } from '../helpers/local-redis.js';
 import { deleteKeys } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
@@ -59,14 +60,6 @@ function billing(p: string, seen: string[]): MessageBus {
 /** A sender that hosts no handler of Charge. */
 const web = (p: string): MessageBus => processBus(p, { endpoint: 'web', definitions: [Charge] });
 
-async function waitUntil(condition: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
-    await new Promise<void>((resolve) => setTimeout(resolve, 20));
-  }
-}
-
 const failure = (promise: Promise<unknown>): Promise<unknown> =>
   promise.then(
     () => undefined,
@@ -91,7 +84,7 @@ describe('BullMqBroker', () => {
 
         await web(p).send(Charge, { orderId: 'o-1' });
 
-        await waitUntil(() => seen.length > 0);
+        await waitFor('the command to be handled', () => seen.length > 0, { timeoutMs: 10_000 });
         expect(seen).toEqual(['o-1']);
       });
     });
@@ -108,7 +101,7 @@ describe('BullMqBroker', () => {
 
         const seen: string[] = [];
         await billing(p, seen).start();
-        await waitUntil(() => seen.length > 0);
+        await waitFor('the command to be handled', () => seen.length > 0, { timeoutMs: 10_000 });
         expect(seen).toEqual(['o-1']);
         expect(earlier).toEqual([]);
       });
@@ -126,7 +119,7 @@ describe('BullMqBroker', () => {
         const seen: string[] = [];
         await billing(p, seen).start();
         await sender.send(Charge, { orderId: 'o-2' });
-        await waitUntil(() => seen.length > 0);
+        await waitFor('the command to be handled', () => seen.length > 0, { timeoutMs: 10_000 });
         expect(seen).toEqual(['o-2']);
       });
     });
@@ -148,7 +141,7 @@ describe('BullMqBroker', () => {
 
         const seen: string[] = [];
         await billing(p, seen).start();
-        await waitUntil(() => seen.length > 0);
+        await waitFor('the command to be handled', () => seen.length > 0, { timeoutMs: 10_000 });
         expect(seen).toEqual(['o-1']);
       });
     });
