@@ -104,7 +104,7 @@ export class BullMqReceiver {
         let lastWarned = 0;
         worker.on('error', (error: Error) => {
           // Connection errors repeat while Redis is away: warn at most every 10 s per worker.
-          const now = Date.now();
+          const now = this.#context.clock.now();
           if (now - lastWarned < 10_000) return;
           lastWarned = now;
           logger.warn('BullMQ worker error', { queue: name, error: error.message });
@@ -237,7 +237,7 @@ export class BullMqReceiver {
           await job.updateData(next);
           data = next;
           if (!ordered) {
-            await job.moveToDelayed(Math.max(result.retryAt, Date.now()), token);
+            await job.moveToDelayed(wallClockIn(result.retryAt - clock.now()), token);
             throw new DelayedError();
           }
           // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
@@ -247,6 +247,19 @@ export class BullMqReceiver {
       }
     }
   }
+}
+
+/**
+ * The wall-clock time `delayMs` from now, for BullMQ.
+ *
+ * @remarks
+ * BullMQ schedules delayed jobs on the wall clock whatever clock the broker was given: it turns the
+ * timestamp it is handed into a delay from its own `Date.now()` and scores the delayed set with it.
+ * So a wait is measured on the broker's clock and handed over as a delay; no timestamp of the
+ * broker's clock is ever compared with BullMQ's.
+ */
+function wallClockIn(delayMs: number): number {
+  return Date.now() + Math.max(0, delayMs);
 }
 
 /** Ignores a settled promise's value or reason. */
