@@ -11,7 +11,7 @@ const redisUrl = inject('redisUrl');
 
 /** A clock that runs at wall speed but `offsetMs` away from the wall clock. */
 function offsetClock(offsetMs: number): Clock {
-  return { now: () => Date.now() + offsetMs, setTimer: systemClock.setTimer };
+  return { now: () => Date.now() + offsetMs, setTimer: (ms, callback) => systemClock.setTimer(ms, callback) };
 }
 
 const opened: { broker: BullMqBroker; prefix: string; stop: AbortController }[] = [];
