@@ -20,9 +20,10 @@ import type { Logger } from '../logging/logger.js';
 import { AsyncInbox } from './async-inbox.js';
 import type { ClientSettings } from './broker-connection.js';
 import { KEEP_ATTEMPTS, readJobData, type JobData } from './job-data.js';
-import { LenientWorker } from './lenient-worker.js';
 import type { Outcome, Pending, PendingDeliveries } from './pending-deliveries.js';
 import { baseQueueName, type QueueLayout } from './queue-layout.js';
+import { ReceiverWorker } from './receiver-worker.js';
+import { SlotBudget } from './slot-budget.js';
 
 /** How long closing a receiver waits for BullMQ's workers once none of its jobs is held any more. */
 const WORKER_CLOSE_GRACE_MS = 3_000;
@@ -55,6 +56,8 @@ export class BullMqReceiver {
   readonly #options: ReceiverOptions;
   readonly #specs: readonly SubscriptionSpec[];
   readonly #inbox: Inbox = new AsyncInbox();
+  /** Jobs this receiver holds across all its queues: never more than its prefetch. */
+  readonly #budget: SlotBudget;
   readonly #workers: Worker[] = [];
   readonly #clients: (Redis | Cluster)[] = [];
   /** This receiver's processors that have not returned yet. */
@@ -65,6 +68,7 @@ export class BullMqReceiver {
     this.#context = context;
     this.#options = options;
     this.#specs = specs;
+    this.#budget = new SlotBudget(options.prefetch ?? 16);
   }
 
   /** Starts a worker per queue and yields their jobs as deliveries until closed or aborted. */
@@ -80,7 +84,7 @@ export class BullMqReceiver {
     this.#clients.push(connection);
     for (const spec of this.#specs) {
       for (const { name, concurrency, handler, ordered } of layout.queuesFor(endpoint, spec, prefetch)) {
-        const worker = new LenientWorker<JobData>(
+        const worker = new ReceiverWorker<JobData>(
           name,
           (job, token) => {
             const processing = this.#process(job, token ?? '', name, handler, ordered);
@@ -100,6 +104,7 @@ export class BullMqReceiver {
             settings: { backoffStrategy: () => 1_000 },
             runRetryDelay: 1_000,
           },
+          this.#budget,
         );
         let lastWarned = 0;
         worker.on('error', (error: Error) => {
@@ -113,6 +118,9 @@ export class BullMqReceiver {
           pending.lose(name, jobIds);
         });
         this.#workers.push(worker);
+        worker.run().catch((error: unknown) => {
+          worker.emit('error', error instanceof Error ? error : new Error(String(error)));
+        });
       }
     }
     for (;;) {
@@ -132,6 +140,8 @@ export class BullMqReceiver {
         if (pending.delete(delivery.id)) held.settle({ kind: 'release' });
       }
       const closed = Promise.all(this.#workers.map((w) => w.close().catch(() => undefined)));
+      // After the workers are closing (in the same turn), so a worker refused a slot stops fetching.
+      this.#budget.close();
       // Each processor ends once its delivery is settled (acked, nacked or released by the
       // dispatcher, or released by broker.close()): that wait has no bound of its own.
       await Promise.all([...this.#running]);
@@ -241,7 +251,11 @@ export class BullMqReceiver {
             throw new DelayedError();
           }
           // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
+          // The wait holds the partition, which no other receiver may work meanwhile, but not a slot:
+          // the receiver's other queues go on. Refused a slot (closing), the next round releases the job.
+          this.#budget.release();
           await sleep(clock, result.retryAt - clock.now(), inbox.closedSignal);
+          await this.#budget.acquire();
           continue;
         }
       }
