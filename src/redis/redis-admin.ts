@@ -6,7 +6,7 @@ import type { TopicSpec } from '../log/event-log.js';
 import { BullMqBroker, type BullMqBrokerOptions } from './bullmq-broker.js';
 import { QueueLayout } from './queue-layout.js';
 import { RedisCheckpointStore } from './redis-checkpoint-store.js';
-import type { RedisClient, RedisConnectionOptions } from './redis-connection.js';
+import type { RedisConnectionOptions } from './redis-connection.js';
 import { RedisDeadLetterStore } from './redis-dead-letter-store.js';
 import { redisUnavailable } from './redis-errors.js';
 import { RedisEventLog, scanLogPartitions } from './redis-event-log.js';

@@ -219,7 +219,10 @@ describe('RedisAdmin', () => {
       expect([...(await opened.logPartitions()).keys()].sort()).toEqual(['orders', 'payments']);
       expect((await opened.projectionLags()).map((l) => l.lag)).toEqual([2, 0]);
       const shared = new Cluster(cluster?.nodes ?? []);
-      cleanups.push(() => Promise.resolve(shared.disconnect()));
+      cleanups.push(() => {
+        shared.disconnect();
+        return Promise.resolve();
+      });
       expect(await (await admin(shared, prefix)).partitionCount()).toBe(4);
     });
   });
