@@ -18,6 +18,7 @@ import { partitionOf } from '../messages/partition.js';
 import { addJobsChecked } from './add-jobs.js';
 import { createBrokerClient, type ClientSettings } from './broker-connection.js';
 import { BullMqReceiver } from './bullmq-receiver.js';
+import { EventRouteCache, parseRoutes, type Route } from './event-route-cache.js';
 import { jobOptions, toJobData, type JobData, type JobSettings } from './job-data.js';
 import { PendingDeliveries, type Outcome } from './pending-deliveries.js';
 import { assertQueueNamePart, QueueLayout } from './queue-layout.js';
@@ -98,12 +99,6 @@ export interface BullMqBrokerOptions {
   readonly logger?: Logger;
 }
 
-interface Route {
-  readonly endpoint: string;
-  readonly handler: string;
-  readonly orderedTypes: readonly string[];
-}
-
 /**
  * The production broker: BullMQ queues on Redis.
  *
@@ -133,6 +128,8 @@ export class BullMqBroker implements MessageBroker {
   readonly #queues = new Map<string, Queue>();
   readonly #pending = new PendingDeliveries();
   readonly #registered = new Map<string, SubscriptionSpec[]>();
+  /** Event routes read by earlier publishes, valid while the routes version stays. */
+  readonly #eventRoutes = new EventRouteCache();
   /** Command types known to have a route; a route is never removed, so a hit stays true. */
   readonly #commandRoutes = new Set<string>();
   readonly #receivers = new Set<BullMqReceiver>();
@@ -206,6 +203,8 @@ export class BullMqBroker implements MessageBroker {
       endpoint,
       JSON.stringify({ subscriptions, registeredAt: this.#clock.now() }),
     );
+    // Publishers cache the routes they read until this version moves.
+    multi.incr(this.#layout.key('routes-version'));
     await this.#withTimeout(multi.exec(), 'register subscriptions');
     for (const type of commandTypes) this.#commandRoutes.add(type);
     // A partition queue is worked one job at a time across every process, not just per worker.
@@ -252,28 +251,36 @@ export class BullMqBroker implements MessageBroker {
       if (m.kind !== 'event' && m.requireRoute !== false && !this.#commandRoutes.has(m.type))
         unrouted.add(m.type);
     }
-    const routes = new Map<string, Route[]>();
+    const routes = new Map<string, readonly Route[]>();
     if (eventTypes.length > 0 || unrouted.size > 0) {
       const pipeline = client.pipeline();
-      for (const type of eventTypes) pipeline.hgetall(this.#layout.key('routes', type));
+      // The version first: routes read after it in this pipeline are at least as new as it says.
+      pipeline.get(this.#layout.key('routes-version'));
+      const uncached = this.#eventRoutes.uncached(eventTypes);
+      for (const type of uncached) pipeline.hgetall(this.#layout.key('routes', type));
       // The endpoints hash is where register() records command types: read only on a cache miss.
       if (unrouted.size > 0) pipeline.hvals(this.#layout.key('endpoints'));
-      const results = (await this.#withTimeout(pipeline.exec(), 'read subscriptions')) ?? [];
-      const reply = (index: number): unknown => {
-        const [error, value] = results[index] ?? [new Error('no reply'), undefined];
-        if (error) throw redisUnavailable(this.#describe(), error, isClusterConnection(this.#connection));
-        return value;
-      };
-      eventTypes.forEach((type, index) => {
-        routes.set(
-          type,
-          Object.values(reply(index) as Record<string, string>).map((v) => JSON.parse(v) as Route),
-        );
+      const results = await this.#withTimeout(pipeline.exec(), 'read subscriptions');
+      const version = this.#reply(results, 0) as string | null;
+      for (const [type, list] of this.#eventRoutes.validAt(version, eventTypes)) routes.set(type, list);
+      uncached.forEach((type, index) => {
+        routes.set(type, parseRoutes(this.#reply(results, 1 + index) as Record<string, string>));
       });
-      if (unrouted.size > 0) this.#learnCommandRoutes(reply(eventTypes.length) as string[]);
+      if (unrouted.size > 0) this.#learnCommandRoutes(this.#reply(results, 1 + uncached.length) as string[]);
       // Every command is checked before any job is added: a refused batch publishes nothing. A miss
       // is never cached: the handler's endpoint may register any time.
       for (const type of unrouted) if (!this.#commandRoutes.has(type)) throw noRouteError(type);
+      // Cached at an older version: read again (after `version`, so filed under it).
+      const stale = eventTypes.filter((type) => !routes.has(type));
+      if (stale.length > 0) {
+        const reread = client.pipeline();
+        for (const type of stale) reread.hgetall(this.#layout.key('routes', type));
+        const again = await this.#withTimeout(reread.exec(), 'read subscriptions');
+        stale.forEach((type, index) => {
+          routes.set(type, parseRoutes(this.#reply(again, index) as Record<string, string>));
+        });
+      }
+      this.#eventRoutes.store(version, routes);
     }
     const byQueue = new Map<string, { name: string; data: JobData; opts: Record<string, unknown> }[]>();
     const now = this.#clock.now();
@@ -389,6 +396,13 @@ export class BullMqBroker implements MessageBroker {
 
   #settle(deliveryId: string, outcome: Outcome): Promise<void> {
     return this.#pending.settle(deliveryId, outcome);
+  }
+
+  /** The value of one reply of a pipeline. @throws HarrierError `redis-unavailable` for an error reply. */
+  #reply(results: [Error | null, unknown][] | null, index: number): unknown {
+    const [error, value] = results?.[index] ?? [new Error('no reply'), undefined];
+    if (error) throw redisUnavailable(this.#describe(), error, isClusterConnection(this.#connection));
+    return value;
   }
 
   /** Adds the command types of every registered endpoint (values of the `endpoints` hash) to the cache. */

@@ -1,0 +1,111 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import type { Delivery } from '../../src/broker/message-broker.js';
+import { silentLogger } from '../../src/index.js';
+import { BullMqBroker } from '../../src/redis/index.js';
+import { waitFor } from '../helpers/local-redis.js';
+import { deleteKeys, freshPrefix } from '../helpers/redis.js';
+
+const redisUrl = inject('redisUrl');
+const TYPE = 'routes.Happened';
+
+const cleanups: (() => Promise<void>)[] = [];
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/** A broker of its own, as another process would have; closed after the test. */
+function processBroker(prefix: string): BullMqBroker {
+  const broker = new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger });
+  cleanups.push(() => broker.close());
+  return broker;
+}
+
+/** Registers `endpoint` as a subscriber of TYPE on its own broker and returns a pull of its deliveries. */
+async function subscriber(prefix: string, endpoint: string): Promise<() => Promise<Delivery>> {
+  const broker = processBroker(prefix);
+  await broker.register(endpoint, [{ kind: 'event', handler: 'audit', types: [TYPE] }]);
+  const stop = new AbortController();
+  cleanups.push(() => {
+    stop.abort();
+    return Promise.resolve();
+  });
+  const deliveries = broker.receiver({ endpoint, signal: stop.signal })[Symbol.asyncIterator]();
+  return async () => {
+    const result = await deliveries.next();
+    if (result.done === true) throw new Error(`the receiver of ${endpoint} ended`);
+    await broker.ack(result.value.id);
+    return result.value;
+  };
+}
+
+const event = (body: string) => ({ id: randomUUID(), kind: 'event' as const, type: TYPE, body });
+
+/** Every command Redis runs for `prefix` (from MONITOR; commands run inside scripts left out). */
+async function monitorCommands(prefix: string): Promise<string[][]> {
+  const admin = new Redis(redisUrl);
+  const monitor = await admin.monitor();
+  const seen: string[][] = [];
+  monitor.on('monitor', (_time: string, args: string[], source: string) => {
+    if (source !== 'lua' && args.some((arg) => arg.startsWith(prefix))) seen.push(args);
+  });
+  cleanups.push(async () => {
+    monitor.disconnect();
+    await deleteKeys(admin, prefix);
+    admin.disconnect();
+  });
+  return seen;
+}
+
+describe('BullMqBroker', () => {
+  describe('.publish', () => {
+    describe('when another process subscribes after the publisher has cached the routes', () => {
+      it('delivers the next event to the new subscriber too', async () => {
+        const prefix = freshPrefix();
+        const admin = new Redis(redisUrl);
+        cleanups.push(async () => {
+          await deleteKeys(admin, prefix);
+          admin.disconnect();
+        });
+        const billing = await subscriber(prefix, 'billing');
+        const publisher = processBroker(prefix);
+        await publisher.publish(event('first'));
+        expect((await billing()).body).toBe('first');
+
+        const shipping = await subscriber(prefix, 'shipping');
+        await publisher.publish(event('second'));
+        expect((await billing()).body).toBe('second');
+        expect((await shipping()).body).toBe('second');
+      });
+    });
+
+    describe('when the routes have not changed since the last publish', () => {
+      it('reads only the routes version, not the routes hash', async () => {
+        const prefix = freshPrefix();
+        const seen = await monitorCommands(prefix);
+        const billing = await subscriber(prefix, 'billing');
+        const publisher = processBroker(prefix);
+        await publisher.publish(event('warm-up'));
+        await billing();
+        const routesKey = `${prefix}:harrier:routes:${TYPE}`;
+        const versionKey = `${prefix}:harrier:routes-version`;
+        const count = (command: string, key: string): number =>
+          seen.filter((args) => args[0]?.toLowerCase() === command && args[1] === key).length;
+        await waitFor('the warm-up publish in MONITOR', () => count('hgetall', routesKey) === 1, {
+          timeoutMs: 5_000,
+        });
+        const before = count('get', versionKey);
+
+        for (let i = 0; i < 10; i++) await publisher.publish(event(`steady ${i}`));
+        for (let i = 0; i < 10; i++) expect((await billing()).body).toBe(`steady ${i}`);
+        await waitFor('one routes-version read per publish', () => count('get', versionKey) >= before + 10, {
+          timeoutMs: 5_000,
+          explain: () => `saw ${count('get', versionKey) - before} reads of ${versionKey}`,
+        });
+        expect(count('hgetall', routesKey)).toBe(1);
+      });
+    });
+  });
+});
