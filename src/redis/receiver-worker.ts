@@ -35,6 +35,8 @@ export class ReceiverWorker<T> extends Worker<T> {
   readonly #reserved = new Set<string>();
   /** Tokens refused a fetch-next (no free slot). */
   readonly #refused = new Set<string>();
+  /** Jobs fetched whose `processJob` has not started: they hold slots this worker must not wait on. */
+  #unstarted = 0;
 
   /** Takes `autorun: false` in `options`: call `run()` once constructed. */
   constructor(name: string, processor: Processor<T>, options: WorkerOptions, budget: SlotBudget) {
@@ -43,7 +45,7 @@ export class ReceiverWorker<T> extends Worker<T> {
   }
 
   protected override async moveToActive(token: string, name?: string): Promise<Job<T>> {
-    if (!this.#reserved.delete(token) && !(await this.#budget.acquire())) return NO_JOB;
+    if (!this.#reserved.delete(token) && !(await this.#slot())) return NO_JOB;
     if (this.closing !== undefined) {
       this.#budget.release();
       return NO_JOB;
@@ -58,6 +60,7 @@ export class ReceiverWorker<T> extends Worker<T> {
   }
 
   override async processJob(job: Job<T>, token: string): Promise<void | Job<T>> {
+    this.#unstarted--;
     let next: void | Job<T> = undefined;
     try {
       next = await super.processJob(job, token, () => this.#mayFetchNext(token));
@@ -70,12 +73,16 @@ export class ReceiverWorker<T> extends Worker<T> {
     }
   }
 
-  protected override nextJobFromJobData(jobData?: JobJson, jobId?: string, token?: string): Promise<Job<T>> {
+  protected override async nextJobFromJobData(
+    jobData?: JobJson,
+    jobId?: string,
+    token?: string,
+  ): Promise<Job<T>> {
     // An empty answer to a fetch-next this worker refused says nothing about the queue: not drained.
-    if (jobData === undefined && token !== undefined && this.#refused.has(token)) {
-      return Promise.resolve(NO_JOB as Job<T>);
-    }
-    return super.nextJobFromJobData(jobData, jobId, token);
+    if (jobData === undefined && token !== undefined && this.#refused.has(token)) return NO_JOB as Job<T>;
+    const job = await super.nextJobFromJobData(jobData, jobId, token);
+    if ((job as Job<T> | undefined) !== undefined) this.#unstarted++;
+    return job;
   }
 
   protected override createJob(data: JobJson, jobId: string): Job<T> {
@@ -84,6 +91,16 @@ export class ReceiverWorker<T> extends Worker<T> {
     } catch {
       return super.createJob({ ...data, data: JSON.stringify(data.data) }, jobId);
     }
+  }
+
+  /**
+   * A slot for a fetch. A worker holding fetched jobs it has not started only takes a free one:
+   * BullMQ starts them only once this fetch returns, so waiting could leave every slot held by jobs
+   * nobody starts. Its empty answer is not a drained queue (BullMQ is never asked), and sends BullMQ
+   * off to start the jobs it holds.
+   */
+  #slot(): Promise<boolean> {
+    return this.#unstarted > 0 ? Promise.resolve(this.#budget.tryAcquire()) : this.#budget.acquire();
   }
 
   #mayFetchNext(token: string): boolean {

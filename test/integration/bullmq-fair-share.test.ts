@@ -14,10 +14,30 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const CHILD = fileURLToPath(new URL('./fixtures/bullmq-receiver-process.ts', import.meta.url));
 
 const TYPE = 'fair.Happened';
-const SUBSCRIPTIONS = 4;
 const PARTITIONS = 8;
 const PREFETCH = 4;
-const EVENTS = 120;
+
+/** The endpoint's subscriptions in each case, and the events published to them. */
+interface Shape {
+  readonly label: string;
+  readonly subscriptions: number;
+  readonly ordered: boolean;
+  readonly queues: number;
+  readonly events: number;
+}
+
+const SHAPES: readonly Shape[] = [
+  // Partition queues: one job at a time each (a worker of concurrency 1 per process).
+  {
+    label: '4 ordered subscriptions of 8 partitions',
+    subscriptions: 4,
+    ordered: true,
+    queues: 36,
+    events: 120,
+  },
+  // Unordered queues: each worker may run PREFETCH jobs, so workers compete for the slots.
+  { label: '12 unordered subscriptions', subscriptions: 12, ordered: false, queues: 12, events: 40 },
+];
 
 /** The lock tokens (`<worker id>:<n>`) of every active job of `queues`, read in one atomic script. */
 const ACTIVE_LOCKS = `
@@ -63,7 +83,7 @@ afterEach(async () => {
 });
 
 /** Starts a receiver of endpoint `fair` in a process of its own and waits until it runs. */
-async function startReceiver(prefix: string): Promise<ReceiverProcess> {
+async function startReceiver(prefix: string, shape: Shape): Promise<ReceiverProcess> {
   const child = spawn(process.execPath, ['--import', 'tsx', CHILD], {
     cwd: ROOT,
     env: {
@@ -71,7 +91,8 @@ async function startReceiver(prefix: string): Promise<ReceiverProcess> {
       REDIS_URL: redisUrl,
       HARRIER_PREFIX: prefix,
       TYPE,
-      SUBSCRIPTIONS: String(SUBSCRIPTIONS),
+      SUBSCRIPTIONS: String(shape.subscriptions),
+      ORDERED: shape.ordered ? '1' : '0',
       PARTITIONS: String(PARTITIONS),
       PREFETCH: String(PREFETCH),
       HANDLE_MS: '20',
@@ -110,80 +131,82 @@ const workerOf = (token: string): string => token.slice(0, token.lastIndexOf(':'
 
 describe('BullMqBroker', () => {
   describe('.receiver', () => {
-    describe('when two processes of one endpoint share many queues and a slow handler', () => {
-      it('holds no more jobs per receiver than its prefetch, and both receivers get work', async () => {
-        const prefix = freshPrefix();
-        const publisher = new BullMqBroker({
-          connection: redisUrl,
-          prefix,
-          partitions: PARTITIONS,
-          logger: silentLogger,
-        });
-        const admin = new Redis(redisUrl);
-        cleanups.push(async () => {
-          await publisher.close();
-          await deleteKeys(admin, prefix);
-          admin.disconnect();
-        });
-        // Registered here too (idempotent), only to learn the queue names.
-        await publisher.register('fair', fairShareSubscriptions(TYPE, SUBSCRIPTIONS));
-        const queues = publisher.queuesOf('fair');
-        expect(queues).toHaveLength(SUBSCRIPTIONS * (PARTITIONS + 1));
-        const one = await startReceiver(prefix);
-        const two = await startReceiver(prefix);
+    for (const shape of SHAPES) {
+      describe(`when two processes of one endpoint share ${shape.label} and a slow handler`, () => {
+        it('holds no more jobs per receiver than its prefetch, and both receivers get work', async () => {
+          const prefix = freshPrefix();
+          const publisher = new BullMqBroker({
+            connection: redisUrl,
+            prefix,
+            partitions: PARTITIONS,
+            logger: silentLogger,
+          });
+          const admin = new Redis(redisUrl);
+          cleanups.push(async () => {
+            await publisher.close();
+            await deleteKeys(admin, prefix);
+            admin.disconnect();
+          });
+          // Registered here too (idempotent), only to learn the queue names.
+          await publisher.register('fair', fairShareSubscriptions(TYPE, shape.subscriptions, shape.ordered));
+          const queues = publisher.queuesOf('fair');
+          expect(queues).toHaveLength(shape.queues);
+          const one = await startReceiver(prefix, shape);
+          const two = await startReceiver(prefix, shape);
 
-        await publisher.publishBatch(
-          Array.from({ length: EVENTS }, (_, i) => ({
-            id: randomUUID(),
-            kind: 'event' as const,
-            type: TYPE,
-            body: `event ${i}`,
-            partitionKey: `key-${i}`,
-            ordered: true,
-          })),
-        );
-        const total = EVENTS * SUBSCRIPTIONS;
-        const samples: string[][] = [];
-        const activeKeys = queues.map((queue) => `${prefix}:${queue}:active`);
-        await waitFor(
-          'every job to be acked',
-          async () => {
-            samples.push((await admin.eval(ACTIVE_LOCKS, activeKeys.length, ...activeKeys)) as string[]);
-            return one.acked.length + two.acked.length >= total;
-          },
-          {
-            timeoutMs: 60_000,
-            explain: () =>
-              `acked ${one.acked.length} + ${two.acked.length} of ${total}; stderr: ${one.output()} ${two.output()}`,
-          },
-        );
+          await publisher.publishBatch(
+            Array.from({ length: shape.events }, (_, i) => ({
+              id: randomUUID(),
+              kind: 'event' as const,
+              type: TYPE,
+              body: `event ${i}`,
+              partitionKey: `key-${i}`,
+              ordered: shape.ordered,
+            })),
+          );
+          const total = shape.events * shape.subscriptions;
+          const samples: string[][] = [];
+          const activeKeys = queues.map((queue) => `${prefix}:${queue}:active`);
+          await waitFor(
+            'every job to be acked',
+            async () => {
+              samples.push((await admin.eval(ACTIVE_LOCKS, activeKeys.length, ...activeKeys)) as string[]);
+              return one.acked.length + two.acked.length >= total;
+            },
+            {
+              timeoutMs: 60_000,
+              explain: () =>
+                `acked ${one.acked.length} + ${two.acked.length} of ${total}; stderr: ${one.output()} ${two.output()}`,
+            },
+          );
 
-        // Both processes got work: neither locked the other out of the endpoint's queues.
-        expect(one.acked.length).toBeGreaterThan(total / 10);
-        expect(two.acked.length).toBeGreaterThan(total / 10);
-        // Every copy was handled, once: no queue starved.
-        expect(one.acked.length + two.acked.length).toBe(total);
-        // Attribute every lock seen to its process by the worker ids in the delivery ids it acked.
-        const owner = new Map<string, ReceiverProcess>();
-        for (const receiver of [one, two])
-          for (const id of receiver.acked) owner.set(workerOf(id.split('|')[0] ?? ''), receiver);
-        const busiest = { one: 0, two: 0 };
-        for (const tokens of samples) {
-          const held = { one: 0, two: 0 };
-          for (const token of tokens) {
-            const receiver = owner.get(workerOf(token));
-            expect(receiver, `lock token ${token} belongs to neither process`).toBeDefined();
-            if (receiver === one) held.one++;
-            else held.two++;
+          // Both processes got work: neither locked the other out of the endpoint's queues.
+          expect(one.acked.length).toBeGreaterThan(total / 10);
+          expect(two.acked.length).toBeGreaterThan(total / 10);
+          // Every copy was handled, once: no queue starved.
+          expect(one.acked.length + two.acked.length).toBe(total);
+          // Attribute every lock seen to its process by the worker ids in the delivery ids it acked.
+          const owner = new Map<string, ReceiverProcess>();
+          for (const receiver of [one, two])
+            for (const id of receiver.acked) owner.set(workerOf(id.split('|')[0] ?? ''), receiver);
+          const busiest = { one: 0, two: 0 };
+          for (const tokens of samples) {
+            const held = { one: 0, two: 0 };
+            for (const token of tokens) {
+              const receiver = owner.get(workerOf(token));
+              expect(receiver, `lock token ${token} belongs to neither process`).toBeDefined();
+              if (receiver === one) held.one++;
+              else held.two++;
+            }
+            busiest.one = Math.max(busiest.one, held.one);
+            busiest.two = Math.max(busiest.two, held.two);
           }
-          busiest.one = Math.max(busiest.one, held.one);
-          busiest.two = Math.max(busiest.two, held.two);
-        }
-        expect(samples.length).toBeGreaterThan(10);
-        expect(busiest.one).toBeGreaterThan(0);
-        expect(busiest.one).toBeLessThanOrEqual(PREFETCH);
-        expect(busiest.two).toBeLessThanOrEqual(PREFETCH);
-      }, 90_000);
-    });
+          expect(samples.length).toBeGreaterThan(10);
+          expect(busiest.one).toBeGreaterThan(0);
+          expect(busiest.one).toBeLessThanOrEqual(PREFETCH);
+          expect(busiest.two).toBeLessThanOrEqual(PREFETCH);
+        }, 90_000);
+      });
+    }
   });
 });
