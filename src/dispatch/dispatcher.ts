@@ -4,7 +4,6 @@ import {
   type DeliveryFacts,
   type ErrorInfo,
   type MessageBroker,
-  type OutgoingMessage,
   type PendingDeadLetter,
 } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
@@ -22,8 +21,9 @@ import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, encodeEnvelope } from '../m
 import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
+import type { MessagePublisher } from './message-publisher.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
-import type { EnvelopeEncoder } from './outgoing.js';
+import type { EnvelopeEncoder } from '../messages/prepare-message.js';
 import {
   DEFAULT_RETRY,
   backoffDelay,
@@ -83,10 +83,10 @@ export interface DispatcherOptions {
   readonly deadLetters: DeadLetterStore;
   readonly invoke: HandlerInvoker;
   /**
-   * Publishes what a handler recorded, after it succeeded.
-   * @defaultValue `broker.publishBatch`
+   * Commits what a handler recorded, after it succeeded: the event log (when it has one), then the
+   * broker. Give it the same broker.
    */
-  readonly publishBatch?: (messages: readonly OutgoingMessage[]) => Promise<void>;
+  readonly publisher: MessagePublisher;
   /**
    * Most handler calls running at once.
    * @defaultValue 16
@@ -359,7 +359,7 @@ export class Dispatcher {
   async #flush(context: HandlerContext): Promise<void> {
     if (context.recorded.length === 0) return;
     const messages = context.recorded.map((p) => p.outgoing);
-    await (this.#o.publishBatch ?? ((m) => this.#o.broker.publishBatch(m)))(messages);
+    await this.#o.publisher.publish(messages);
   }
 
   async #run(): Promise<void> {

@@ -6,8 +6,8 @@ import type {
   MessageDefinition,
 } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
+import { prepareMessage, type EnvelopeEncoder, type PreparedMessage } from '../messages/prepare-message.js';
 import { deterministicUuidV7, uuidV7Time } from '../messages/uuid-v7.js';
-import { prepareMessage, type EnvelopeEncoder, type PreparedMessage } from './outgoing.js';
 
 /** What a {@link HandlerContext} needs from whoever runs handlers: the same for every message. */
 export interface HandlerContextEnv {

@@ -10,18 +10,13 @@ export {
   type StopOptions,
 } from './dispatcher.js';
 export { HandlerContext } from './handler-context.js';
+export { MessagePublisher, type MessagePublisherOptions } from './message-publisher.js';
 export {
   composeMiddleware,
   type HandlerOutcome,
   type Middleware,
   type MiddlewareContext,
 } from './middleware.js';
-export {
-  prepareMessage,
-  type CausingMessage,
-  type EnvelopeEncoder,
-  type PreparedMessage,
-} from './outgoing.js';
 export {
   backoffDelay,
   DEFAULT_RETRY,

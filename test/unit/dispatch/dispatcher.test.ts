@@ -1,10 +1,21 @@
+import { Container } from 'inversify';
 import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import {
   CommandHandler,
+  Dispatcher,
+  HandlerRegistry,
   InMemoryBroker,
   InMemoryDeadLetterStore,
+  InMemoryEventLog,
   ManualClock,
+  MessagePublisher,
   createBus,
+  createContainerInvoker,
+  defineCommand,
+  defineEvent,
+  prepareMessage,
+  type MessageContext,
   silentLogger,
   type LogFields,
   type Logger,
@@ -105,6 +116,52 @@ function hangingStoreFixture(busOptions: Partial<BusOptions>) {
 }
 
 describe('Dispatcher', () => {
+  describe('when used on its own, without the bus, with an event log', () => {
+    it('appends the events a handler published to the log before fanning them out', async () => {
+      const Credit = defineCommand('ledger.Credit', { schema: z.object({ account: z.string() }) });
+      const Credited = defineEvent('ledger.Credited', {
+        schema: z.object({ account: z.string() }),
+        topic: 'ledger',
+        partitionKey: 'account',
+      });
+      @CommandHandler(Credit)
+      class CreditHandler {
+        handle(p: { account: string }, ctx: MessageContext) {
+          ctx.publish(Credited, p);
+        }
+      }
+      const broker = new InMemoryBroker();
+      const eventLog = new InMemoryEventLog({ topics: [{ name: 'ledger', partitions: 1 }] });
+      const deadLetters = new InMemoryDeadLetterStore();
+      let handled = 0;
+      const dispatcher = new Dispatcher({
+        broker,
+        publisher: new MessagePublisher({ broker, eventLog }),
+        registry: HandlerRegistry.build([CreditHandler], [Credited]),
+        endpoint: 'ledger',
+        deadLetters,
+        invoke: createContainerInvoker(new Container()),
+        logger: silentLogger,
+        hooks: {
+          onHandled: () => {
+            handled++;
+          },
+        },
+      });
+      await dispatcher.start();
+      await new MessagePublisher({ broker }).publish([
+        prepareMessage(Credit, { account: 'a' }, {}, { now: Date.now() }).outgoing,
+      ]);
+      await waitFor(() => handled === 1);
+      await dispatcher.stop();
+
+      const [record, ...more] = await eventLog.read('ledger', 0, 0, 10);
+      expect(more).toEqual([]);
+      expect(record).toMatchObject({ type: 'ledger.Credited', key: 'a' });
+      expect(await deadLetters.count()).toBe(0);
+    });
+  });
+
   describe('when the dead-letter store hangs', () => {
     it('gives up after its tries, sends the message back, keeps serving, stops in time, and records the dead letter later', async () => {
       const { calls, broker, deadLetters, bus, recordOnceStoreIsBack } = hangingStoreFixture({
