@@ -10,12 +10,12 @@ import {
   type ReplayDeadLettersOptions,
   type ReplayResult,
 } from '../dead-letters/replay-dead-letters.js';
-import {
-  Dispatcher,
-  type DispatchHooks,
-  type EnvelopeVerifier,
-  type StopOptions,
-} from '../dispatch/dispatcher.js';
+import { Dispatcher, type StopOptions } from '../dispatch/dispatcher.js';
+import type {
+  DispatchHooks,
+  EnvelopeVerifier,
+  HandlerPipelineOptions,
+} from '../dispatch/handler-pipeline.js';
 import { MessagePublisher } from '../dispatch/message-publisher.js';
 import type { Middleware } from '../dispatch/middleware.js';
 import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
@@ -325,20 +325,31 @@ class HarrierBus implements MessageBus {
     });
     this.#checkpoints =
       options.eventLog === undefined ? undefined : (options.checkpoints ?? new InMemoryCheckpointStore());
-    const invoke = createContainerInvoker(this.container, options.messageScope);
     const logger = options.logger ?? consoleLogger;
     this.#logger = logger;
+    // One pipeline configuration for the dispatcher and the projection runner alike.
+    const pipeline: HandlerPipelineOptions = {
+      registry: this.#registry,
+      endpoint: this.endpoint,
+      invoke: createContainerInvoker(this.container, options.messageScope),
+      publisher: this.#publisher,
+      ...(options.retry !== undefined ? { retry: options.retry } : {}),
+      ...(options.middleware !== undefined ? { middleware: options.middleware } : {}),
+      ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
+      clock: this.#clock,
+      logger,
+      maxEnvelopeBytes: this.#maxBytes,
+      encode: this.#encode,
+      ...(verify !== undefined ? { verify } : {}),
+    };
     this.projections =
       this.#eventLog === undefined || this.#checkpoints === undefined
         ? undefined
         : new ProjectionRunner({
+            ...pipeline,
             log: this.#eventLog,
             checkpoints: this.#checkpoints,
-            registry: this.#registry,
-            invoke,
             deadLetters: this.deadLetters,
-            endpoint: this.endpoint,
-            ...(options.retry !== undefined ? { retry: options.retry } : {}),
             ...(options.projections?.onPoison !== undefined
               ? { onPoison: options.projections.onPoison }
               : {}),
@@ -348,8 +359,6 @@ class HarrierBus implements MessageBus {
             ...(options.projections?.commitIntervalMs !== undefined
               ? { commitIntervalMs: options.projections.commitIntervalMs }
               : {}),
-            clock: this.#clock,
-            logger,
           });
     const runner = this.projections;
     this.#projectionReplayer =
@@ -360,22 +369,12 @@ class HarrierBus implements MessageBus {
             replay: (record) => runner.replayDeadLetter(record),
           };
     this.dispatcher = new Dispatcher({
+      ...pipeline,
       broker: this.broker,
-      registry: this.#registry,
-      endpoint: this.endpoint,
       deadLetters: this.deadLetters,
-      invoke,
       publisher: this.#publisher,
       projectionsViaBroker: this.#eventLog === undefined,
       concurrency: options.concurrency ?? 16,
-      ...(options.retry !== undefined ? { retry: options.retry } : {}),
-      ...(options.middleware !== undefined ? { middleware: options.middleware } : {}),
-      ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
-      clock: this.#clock,
-      logger,
-      maxEnvelopeBytes: this.#maxBytes,
-      encode: this.#encode,
-      ...(verify !== undefined ? { verify } : {}),
       ...(options.settleTimeoutMs !== undefined ? { settleTimeoutMs: options.settleTimeoutMs } : {}),
     });
   }
