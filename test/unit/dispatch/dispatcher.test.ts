@@ -115,7 +115,60 @@ function hangingStoreFixture(busOptions: Partial<BusOptions>) {
   return { calls, broker, deadLetters, bus: createBus(options), recordOnceStoreIsBack };
 }
 
+/** A dead-letter store whose first `failures` adds reject, as a store whose Redis blips would. */
+class FlakyStore extends InMemoryDeadLetterStore {
+  addCalls = 0;
+  constructor(private failures: number) {
+    super();
+  }
+  override add(record: DeadLetterRecord): Promise<DeadLetterRecord> {
+    this.addCalls++;
+    if (this.failures-- > 0) return Promise.reject(new Error('store down'));
+    return super.add(record);
+  }
+}
+
 describe('Dispatcher', () => {
+  describe('when storing a dead letter fails, under a ManualClock', () => {
+    it('waits between the tries on the injected clock, so the test drives the backoff without real time', async () => {
+      @CommandHandler(ReserveStock, { retry: { attempts: 1 } })
+      class Handler {
+        handle() {
+          throw new Error('out of stock');
+        }
+      }
+      const clock = new ManualClock();
+      const deadLetters = new FlakyStore(2);
+      let deadLettered = 0;
+      const bus = createBus({
+        handlers: [Handler],
+        deadLetters,
+        clock,
+        logger: silentLogger,
+        hooks: {
+          onDeadLettered: () => {
+            deadLettered++;
+          },
+        },
+      });
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'a' });
+
+      // The first try failed: the next waits 50 ms of clock time, then 100 ms.
+      await waitFor(() => deadLetters.addCalls === 1 && clock.nextTimerAt() !== undefined);
+      expect(clock.nextTimerAt()).toBe(clock.now() + 50);
+      clock.advance(50);
+      await waitFor(() => deadLetters.addCalls === 2 && clock.nextTimerAt() !== undefined);
+      expect(clock.nextTimerAt()).toBe(clock.now() + 100);
+      clock.advance(100);
+
+      await waitFor(() => deadLettered === 1);
+      expect(deadLetters.addCalls).toBe(3);
+      expect((await deadLetters.list()).records).toMatchObject([{ reason: 'handler-failed' }]);
+      await bus.stop();
+    });
+  });
+
   describe('when used on its own, without the bus, with an event log', () => {
     it('appends the events a handler published to the log before fanning them out', async () => {
       const Credit = defineCommand('ledger.Credit', { schema: z.object({ account: z.string() }) });
