@@ -124,6 +124,7 @@ export type {
   HandledEvent,
   HandlerInvoker,
   HandlerOutcome,
+  HandlerPipelineOptions,
   Middleware,
   MessagePublisherOptions,
   MiddlewareContext,
