@@ -14,7 +14,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock/manual-clock.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import type { AppendInput, LogRecord, TopicSpec } from '../../src/log/event-log.js';
-import { FileEventLog, topicDirectoryName, type FileEventLogOptions } from '../../src/log/file-event-log.js';
+import { FileEventLog, type FileEventLogOptions } from '../../src/log/file-event-log.js';
+import { topicDirectoryName } from '../../src/log/open-partition.js';
 import { partitionOf } from '../../src/messages/partition.js';
 import { describeEventLogConformance } from '../../src/testing/event-log-conformance.js';
 
