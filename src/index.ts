@@ -2,6 +2,8 @@ import 'reflect-metadata';
 
 export {
   DuplicateHandlerError,
+  HARRIER_ERROR_CODES,
+  HARRIER_ERROR_CODE_ALIASES,
   HandlerNotFoundError,
   HarrierError,
   MessageValidationError,
@@ -9,6 +11,7 @@ export {
   UnknownTopicError,
   UnrecoverableError,
 } from './errors/index.js';
+export type { HarrierErrorCode, HarrierErrorCodeAlias } from './errors/index.js';
 export { ManualClock, systemClock } from './clock/index.js';
 export type { Clock } from './clock/index.js';
 export { consoleLogger, silentLogger } from './logging/index.js';

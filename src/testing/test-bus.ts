@@ -179,7 +179,7 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
   const bus = createBus({ logger: silentLogger, ...busOptions, broker, clock });
   const dispatcher = dispatcherOf(bus);
   if (dispatcher === undefined)
-    throw new HarrierError('internal', 'createTestBus needs a bus made by createBus');
+    throw new HarrierError('invalid-argument', 'createTestBus needs a bus made by createBus');
 
   const whenIdle = async (idle: WhenIdleOptions = {}): Promise<void> => {
     const deadline = Date.now() + (idle.timeoutMs ?? 10_000);
