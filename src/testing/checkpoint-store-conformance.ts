@@ -32,7 +32,7 @@ const unique = (label: string): string => `conformance.${label}.${randomUUID()}`
  *
  * @example
  * ```ts
- * import { describeCheckpointStoreConformance } from 'harrier/testing';
+ * import { describeCheckpointStoreConformance } from 'harrier/testing/conformance';
  *
  * describeCheckpointStoreConformance('MyCheckpointStore', async () => {
  *   const store = new MyCheckpointStore({ prefix: `test:${randomUUID()}` });

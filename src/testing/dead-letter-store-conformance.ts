@@ -121,7 +121,7 @@ const FIELD_CASES: readonly FieldCase[] = [
  *
  * @example
  * ```ts
- * import { describeDeadLetterStoreConformance } from 'harrier/testing';
+ * import { describeDeadLetterStoreConformance } from 'harrier/testing/conformance';
  *
  * describeDeadLetterStoreConformance('MyDeadLetterStore', async () => {
  *   const store = new MyDeadLetterStore({ prefix: `test:${randomUUID()}` });

@@ -170,7 +170,7 @@ class Follower {
  *
  * @example
  * ```ts
- * import { describeEventLogConformance } from 'harrier/testing';
+ * import { describeEventLogConformance } from 'harrier/testing/conformance';
  *
  * describeEventLogConformance('MyEventLog', async (topics) => {
  *   const dir = await mkdtemp(join(tmpdir(), 'log-'));

@@ -230,7 +230,7 @@ class Fixture {
  * @param factory - makes a fresh broker (and optional cleanup) for one test.
  * @example
  * ```ts
- * import { describeMessageBrokerConformance } from 'harrier/testing';
+ * import { describeMessageBrokerConformance } from 'harrier/testing/conformance';
  *
  * describeMessageBrokerConformance('MyBroker', async () => {
  *   const broker = await MyBroker.connect(process.env.BROKER_URL);

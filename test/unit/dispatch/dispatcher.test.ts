@@ -11,8 +11,8 @@ import {
   type MessageBus,
   type BusOptions,
   type DeadLetterRecord,
-  type NackOptions,
 } from '../../../src/index.js';
+import { type NackOptions } from '../../../src/extend.js';
 import { DEAD_LETTER_STORE_TRIES, RECEIVER_CLOSE_WAIT_MS } from '../../../src/dispatch/dispatcher.js';
 import { ReserveStock } from '../bus/fixtures.js';
 

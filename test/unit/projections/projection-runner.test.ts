@@ -11,13 +11,12 @@ import {
   createBus,
   defineCommand,
   defineEvent,
-  replayDeadLetters,
   silentLogger,
   type MessageBus,
   type MessageContext,
-  type OutgoingMessage,
   type PayloadOf,
 } from '../../../src/index.js';
+import { replayDeadLetters, type OutgoingMessage } from '../../../src/extend.js';
 import { InMemoryCheckpointStore, InMemoryEventLog } from '../../../src/log/index.js';
 
 const Deposited = defineEvent('bank.Deposited', {
