@@ -7,6 +7,7 @@
  * lists every code), so codes stay one spelling per meaning.
  */
 export const HARRIER_ERROR_CODES = [
+  'admin-closed',
   'append-failed',
   'broker-closed',
   'bus-stopped',
