@@ -93,12 +93,12 @@ export class InMemoryDeadLetterStore implements DeadLetterStore {
   #seq = 0;
   #closed = false;
 
-  /** @throws HarrierError `invalid-options` when `maxRecords` is not a positive integer. */
+  /** @throws HarrierError `invalid-option` when `maxRecords` is not a positive integer. */
   constructor(options: InMemoryDeadLetterStoreOptions = {}) {
     const maxRecords = options.maxRecords ?? 100_000;
     if (!Number.isInteger(maxRecords) || maxRecords < 1) {
       throw new HarrierError(
-        'invalid-options',
+        'invalid-option',
         `InMemoryDeadLetterStore maxRecords must be a positive integer, got ${maxRecords}: pass a whole number such as 100000, or leave it out for the default`,
       );
     }

@@ -288,7 +288,7 @@ function decodeRecord(
     replayList = decodeReplays(replays);
   } catch (error) {
     throw new HarrierError(
-      'corrupt-dead-letter',
+      'dead-letter-corrupt',
       `Dead letter "${key}" in Redis is not valid JSON: something other than Harrier wrote to this key prefix; remove that record, and give the store a prefix of its own`,
       { cause: error },
     );
@@ -398,13 +398,13 @@ export class RedisDeadLetterStore implements DeadLetterStore {
   readonly #scriptRecordPrefix: string;
   #closed = false;
 
-  /** @throws HarrierError `invalid-options` when `prefix` is empty or `maxRecords` is not a positive integer. */
+  /** @throws HarrierError `invalid-option` when `prefix` is empty or `maxRecords` is not a positive integer. */
   constructor(options: RedisDeadLetterStoreOptions) {
     const prefix = keyPrefixOf(options.prefix, 'RedisDeadLetterStore');
     const maxRecords = options.maxRecords ?? DEFAULT_MAX_RECORDS;
     if (!Number.isInteger(maxRecords) || maxRecords < 1) {
       throw new HarrierError(
-        'invalid-options',
+        'invalid-option',
         `RedisDeadLetterStore maxRecords must be a positive integer, got ${maxRecords}: pass a whole number such as 100000, or leave it out for the default`,
       );
     }

@@ -1,4 +1,3 @@
-import { onTestFailed } from 'vitest';
 import { InMemoryBroker, type DeliveryOrder } from '../broker/in-memory-broker.js';
 import type { OutgoingMessage } from '../broker/message-broker.js';
 import { isSeed } from '../broker/seeded-random.js';
@@ -116,10 +115,24 @@ function seedFromEnvironment(): number | undefined {
 const replayHint = (seed: number): string =>
   `createTestBus delivered in shuffled order with seed ${seed}; replay it with createTestBus({ seed: ${seed} }) or HARRIER_SEED=${seed}`;
 
-/** Prints the seed when the vitest test that made the bus fails; outside a test, does nothing. */
-function reportSeedOnFailure(seed: number): void {
+/** vitest, when this process runs under it (it sets `VITEST`); undefined under any other runner. */
+let vitest: Promise<typeof import('vitest') | undefined> | undefined;
+
+/**
+ * Prints the seed when the vitest test that made the bus fails; under another runner, or outside a
+ * test, does nothing.
+ *
+ * @remarks
+ * vitest is an optional peer dependency: it is imported only when running under it, so
+ * `harrier/testing` loads under Jest or `node:test` without vitest installed.
+ */
+async function reportSeedOnFailure(seed: number): Promise<void> {
+  if (process.env.VITEST === undefined) return;
+  vitest ??= import('vitest').catch(() => undefined);
+  const runner = await vitest;
+  if (runner === undefined) return;
   try {
-    onTestFailed(() => {
+    runner.onTestFailed(() => {
       console.error(
         `${replayHint(seed)}. If the test relies on the order in which messages are handled, make their definitions ordered (ordered: true with a partitionKey) or stop relying on it.`,
       );
@@ -179,7 +192,7 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
   const bus = createBus({ logger: silentLogger, ...busOptions, broker, clock });
   const dispatcher = dispatcherOf(bus);
   if (dispatcher === undefined)
-    throw new HarrierError('internal', 'createTestBus needs a bus made by createBus');
+    throw new HarrierError('invalid-argument', 'createTestBus needs a bus made by createBus');
 
   const whenIdle = async (idle: WhenIdleOptions = {}): Promise<void> => {
     const deadline = Date.now() + (idle.timeoutMs ?? 10_000);
@@ -220,7 +233,7 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
     }
   };
 
-  if (deliveryOrder === 'shuffled') reportSeedOnFailure(broker.seed);
+  if (deliveryOrder === 'shuffled') await reportSeedOnFailure(broker.seed);
   const testBus = Object.assign(bus, {
     clock,
     seed: broker.seed,

@@ -3,18 +3,13 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
   CommandHandler,
-  Dispatcher,
-  HandlerRegistry,
   InMemoryBroker,
   InMemoryDeadLetterStore,
   InMemoryEventLog,
   ManualClock,
-  MessagePublisher,
   createBus,
-  createContainerInvoker,
   defineCommand,
   defineEvent,
-  prepareMessage,
   type MessageContext,
   silentLogger,
   type LogFields,
@@ -22,8 +17,15 @@ import {
   type MessageBus,
   type BusOptions,
   type DeadLetterRecord,
-  type NackOptions,
 } from '../../../src/index.js';
+import {
+  Dispatcher,
+  HandlerRegistry,
+  MessagePublisher,
+  createContainerInvoker,
+  prepareMessage,
+  type NackOptions,
+} from '../../../src/extend.js';
 import { DEAD_LETTER_STORE_TRIES, RECEIVER_CLOSE_WAIT_MS } from '../../../src/dispatch/dispatcher.js';
 import { ReserveStock } from '../bus/fixtures.js';
 

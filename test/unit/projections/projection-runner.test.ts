@@ -11,17 +11,15 @@ import {
   createBus,
   defineCommand,
   defineEvent,
-  prepareMessage,
-  replayDeadLetters,
   silentLogger,
   type MessageBus,
   type BusOptions,
   type DeadLetterRecord,
   type MessageContext,
   type Middleware,
-  type OutgoingMessage,
   type PayloadOf,
 } from '../../../src/index.js';
+import { prepareMessage, replayDeadLetters, type OutgoingMessage } from '../../../src/extend.js';
 import { InMemoryCheckpointStore, InMemoryEventLog } from '../../../src/log/index.js';
 
 const Deposited = defineEvent('bank.Deposited', {
@@ -427,10 +425,12 @@ describe('ProjectionRunner on the handler pipeline', () => {
 
   describe('when a projection handler calls ctx.publish', () => {
     it('refuses it with an error that names the fix, instead of dropping the message', async () => {
-      @Projection('publishing', { retry: { attempts: 1 } })
+      let calls = 0;
+      @Projection('publishing', { retry: { attempts: 5, backoff: { baseMs: 1 } } })
       class Publishing {
         @On(Deposited)
         onDeposited(e: PayloadOf<typeof Deposited>, ctx: MessageContext) {
+          calls += 1;
           ctx.publish(Withdrawn, e);
         }
       }
@@ -453,6 +453,8 @@ describe('ProjectionRunner on the handler pipeline', () => {
         handler: 'publishing',
         error: { code: 'projection-publish' },
       });
+      // A programming error fails alike every time: dead-lettered on the first attempt.
+      expect(calls).toBe(1);
       expect(record?.error.message).toMatch(/rebuilt from offset 0/);
       expect(record?.error.message).toMatch(/from an @EventHandler\(Deposited\) instead/);
       expect((await log.read('bank', 0, 0, 10)).map((r) => r.type)).toEqual([Deposited.type]);
