@@ -138,6 +138,7 @@ export {
   deadLetterId,
   fingerprintOf,
   replayDeadLetters,
+  summarizeReplay,
 } from './dead-letters/index.js';
 export type {
   DeadLetterFilter,
@@ -157,7 +158,9 @@ export type {
   ReplayRecord,
   ReplayRefusal,
   ReplayResult,
+  ReplayRunOptions,
   ReplaySuccess,
+  ReplaySummary,
 } from './dead-letters/index.js';
 export {
   FileEventLog,

@@ -23,11 +23,14 @@ export {
 } from './in-memory-dead-letter-store.js';
 export {
   replayDeadLetters,
+  summarizeReplay,
   type ProjectionReplayer,
   type ReplayDeadLettersOptions,
   type ReplayErrorCode,
   type ReplayFailure,
   type ReplayRefusal,
   type ReplayResult,
+  type ReplayRunOptions,
   type ReplaySuccess,
+  type ReplaySummary,
 } from './replay-dead-letters.js';
