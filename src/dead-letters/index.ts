@@ -16,6 +16,7 @@ export {
   fingerprintOf,
   type DeadLetterInput,
 } from './dead-letter-record.js';
+export { parseDeadLetterRecord, type ParsedDeadLetterRecord } from './parse-dead-letter-record.js';
 export { matchesDeadLetterFilter, selectsEveryDeadLetter } from './matches-dead-letter-filter.js';
 export {
   InMemoryDeadLetterStore,

@@ -350,6 +350,25 @@ describe('harrier CLI', () => {
       }
     });
 
+    it('keeps the event-log position of a projection record through export and import', async () => {
+      const record = {
+        ...deadLetter(4),
+        reason: 'projection-failed',
+        logPosition: { topic: 'orders', partition: 1, offset: 7 },
+      };
+      await seed([record]);
+      const dir = mkdtempSync(join(tmpdir(), 'harrier-cli-'));
+      const file = join(dir, 'dlq.jsonl');
+      try {
+        expect((await harrier(['dlq', 'export', '--out', file, '--prefix', prefix], env)).code).toBe(0);
+        await store.remove([record.id]);
+        expect((await harrier(['dlq', 'import', '--in', file, '--prefix', prefix], env)).code).toBe(0);
+        expect(await store.get(record.id)).toEqual(record);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
     it('reports invalid import lines with their numbers and exits 1', async () => {
       const dir = mkdtempSync(join(tmpdir(), 'harrier-cli-'));
       const file = join(dir, 'bad.jsonl');
