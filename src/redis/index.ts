@@ -15,7 +15,8 @@ import type { RedisCheckpointStore as RedisCheckpointStoreClass } from './redis-
 import type { RedisDeadLetterStore as RedisDeadLetterStoreClass } from './redis-dead-letter-store.js';
 import type { RedisEventLog as RedisEventLogClass } from './redis-event-log.js';
 
-export type { BullMqBrokerOptions, RedisOptions } from './bullmq-broker.js';
+export type { RedisOptions } from './broker-connection.js';
+export type { BullMqBrokerOptions } from './bullmq-broker.js';
 export type { RedisCheckpointStoreOptions } from './redis-checkpoint-store.js';
 export type { RedisDeadLetterStoreOptions } from './redis-dead-letter-store.js';
 export type { RedisEventLogOptions } from './redis-event-log.js';

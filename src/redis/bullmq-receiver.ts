@@ -1,0 +1,255 @@
+import {
+  DelayedError,
+  Job,
+  UnrecoverableError as BullUnrecoverableError,
+  WaitingError,
+  Worker,
+} from 'bullmq';
+import type { Cluster, Redis } from 'ioredis';
+import {
+  MAX_ATTEMPT_HISTORY,
+  type Delivery,
+  type ReceiverOptions,
+  type SubscriptionSpec,
+} from '../broker/message-broker.js';
+import type { Clock } from '../clock/clock.js';
+import { settlesWithin } from '../clock/deadline.js';
+import { sleep } from '../clock/sleep.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type { Logger } from '../logging/logger.js';
+import { AsyncInbox } from './async-inbox.js';
+import type { ClientSettings } from './broker-connection.js';
+import { KEEP_ATTEMPTS, readJobData, type JobData } from './job-data.js';
+import { LenientWorker } from './lenient-worker.js';
+import type { Outcome, Pending, PendingDeliveries } from './pending-deliveries.js';
+import { baseQueueName, type QueueLayout } from './queue-layout.js';
+
+/** How long closing a receiver waits for BullMQ's workers once none of its jobs is held any more. */
+const WORKER_CLOSE_GRACE_MS = 3_000;
+
+/** What a receiver shares with the broker that made it. */
+export interface BullMqReceiverContext {
+  readonly prefix: string;
+  readonly layout: QueueLayout;
+  readonly lockDurationMs: number;
+  readonly stalledIntervalMs: number;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  /** The broker's unsettled deliveries, which its ack and nack settle. */
+  readonly pending: PendingDeliveries;
+  readonly newClient: (settings: ClientSettings, role: string) => Redis | Cluster;
+}
+
+type Inbox = AsyncInbox<{ delivery: Delivery; pending: Pending }>;
+
+/**
+ * One receiver of a {@link BullMqBroker}: the bridge from BullMQ's push (a worker per queue calling
+ * a processor) to the broker's pull (`receiver()` yields deliveries).
+ *
+ * @remarks
+ * Each processor puts its job into the receiver's inbox as a delivery and waits for the dispatcher's
+ * ack or nack, so BullMQ's lock renewal and stalled-job recovery cover every delivery.
+ */
+export class BullMqReceiver {
+  readonly #context: BullMqReceiverContext;
+  readonly #options: ReceiverOptions;
+  readonly #specs: readonly SubscriptionSpec[];
+  readonly #inbox: Inbox = new AsyncInbox();
+  readonly #workers: Worker[] = [];
+  readonly #clients: (Redis | Cluster)[] = [];
+  /** This receiver's processors that have not returned yet. */
+  readonly #running = new Set<Promise<void>>();
+  #closing: Promise<void> | undefined;
+
+  constructor(context: BullMqReceiverContext, options: ReceiverOptions, specs: readonly SubscriptionSpec[]) {
+    this.#context = context;
+    this.#options = options;
+    this.#specs = specs;
+  }
+
+  /** Starts a worker per queue and yields their jobs as deliveries until closed or aborted. */
+  async *deliveries(): AsyncGenerator<Delivery> {
+    const { endpoint, signal } = this.#options;
+    const prefetch = this.#options.prefetch ?? 16;
+    const { prefix, layout, logger, pending } = this.#context;
+    const inbox = this.#inbox;
+    // One command connection for every worker of this receiver (BullMQ gives each worker its own
+    // blocking duplicate): queues + 1 connections instead of 2 per queue.
+    const connection = this.#context.newClient({ maxRetriesPerRequest: null }, `workers:${endpoint}`);
+    connection.on('error', () => undefined);
+    this.#clients.push(connection);
+    for (const spec of this.#specs) {
+      for (const { name, concurrency, handler, ordered } of layout.queuesFor(endpoint, spec, prefetch)) {
+        const worker = new LenientWorker<JobData>(
+          name,
+          (job, token) => {
+            const processing = this.#process(job, token ?? '', name, handler, ordered);
+            const done: Promise<void> = processing.then(forget, forget).then(() => {
+              this.#running.delete(done);
+            });
+            this.#running.add(done);
+            return processing;
+          },
+          {
+            connection,
+            prefix,
+            concurrency,
+            lockDuration: this.#context.lockDurationMs,
+            stalledInterval: this.#context.stalledIntervalMs,
+            maxStalledCount: KEEP_ATTEMPTS,
+            settings: { backoffStrategy: () => 1_000 },
+            runRetryDelay: 1_000,
+          },
+        );
+        let lastWarned = 0;
+        worker.on('error', (error: Error) => {
+          // Connection errors repeat while Redis is away: warn at most every 10 s per worker.
+          const now = Date.now();
+          if (now - lastWarned < 10_000) return;
+          lastWarned = now;
+          logger.warn('BullMQ worker error', { queue: name, error: error.message });
+        });
+        worker.on('lockRenewalFailed', (jobIds: string[]) => {
+          pending.lose(name, jobIds);
+        });
+        this.#workers.push(worker);
+      }
+    }
+    for (;;) {
+      const next = await inbox.next(signal);
+      if (next === undefined) break;
+      yield next.delivery;
+    }
+  }
+
+  /** Stops taking jobs, gives back the ones never taken, and waits for every held one to settle. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      const { logger, pending } = this.#context;
+      this.#inbox.close();
+      // Deliveries handed to the receiver but never taken go straight back to their queue.
+      for (const { delivery, pending: held } of this.#inbox.drain()) {
+        if (pending.delete(delivery.id)) held.settle({ kind: 'release' });
+      }
+      const closed = Promise.all(this.#workers.map((w) => w.close().catch(() => undefined)));
+      // Each processor ends once its delivery is settled (acked, nacked or released by the
+      // dispatcher, or released by broker.close()): that wait has no bound of its own.
+      await Promise.all([...this.#running]);
+      // After that BullMQ only has its own loop to end. On Redis Cluster, BullMQ 6.7 can spend up to
+      // 30 s re-connecting the blocking connection it is closing; nothing is held by then, so stop
+      // waiting after a short while and let it finish in the background.
+      if (!(await settlesWithin(closed, WORKER_CLOSE_GRACE_MS))) {
+        logger.warn('BullMQ workers still closing; not waiting for them', {
+          endpoint: this.#options.endpoint,
+          waitedMs: WORKER_CLOSE_GRACE_MS,
+        });
+      }
+      for (const client of this.#clients) client.disconnect();
+    })();
+    return this.#closing;
+  }
+
+  async #process(
+    job: Job<JobData>,
+    token: string,
+    queueName: string,
+    handler: string | undefined,
+    ordered: boolean,
+  ): Promise<void> {
+    const { endpoint } = this.#options;
+    const { clock, logger, pending: deliveries } = this.#context;
+    const inbox = this.#inbox;
+    const jobId = job.id ?? '';
+    let data = job.data as unknown;
+    for (let round = 0; ; round++) {
+      const parsed = readJobData(data, jobId, queueName);
+      if (round === 0 && parsed.dropped.length > 0) {
+        logger.warn('Malformed delivery facts in a job were dropped', {
+          queue: queueName,
+          jobId,
+          fields: parsed.dropped,
+        });
+      }
+      const attempt = (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
+      // The delivery id starts with the job's lock token (BullMQ's `<worker id>:<n>`). BullMQ hands the
+      // same token on to the next job a worker slot fetches, even the same job again after a release, so
+      // the job id and its start count follow: a settle from an earlier delivery never matches. An ordered
+      // retry keeps the lock and runs again in place: each round after the first gets its own suffix.
+      const held = `${token}|${jobId}|${job.attemptsStarted}`;
+      const deliveryId = round === 0 ? held : `${held}#${round}`;
+      let settle!: (outcome: Outcome) => void;
+      const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
+      const pending: Pending = { queue: queueName, jobId, settle };
+      if (inbox.closed) {
+        await job.moveToWait(token);
+        throw new WaitingError();
+      }
+      deliveries.add(deliveryId, pending);
+      inbox.push({
+        pending,
+        delivery: {
+          id: deliveryId,
+          body: parsed.body,
+          facts: {
+            messageId: parsed.messageId,
+            kind: parsed.kind,
+            type: parsed.kind === undefined ? undefined : job.name,
+            endpoint,
+            handler,
+            attempt,
+            history: parsed.history,
+            partitionKey: parsed.partitionKey,
+            queue: baseQueueName(queueName),
+            ...(parsed.pendingDeadLetter !== undefined
+              ? { pendingDeadLetter: parsed.pendingDeadLetter }
+              : {}),
+          },
+        },
+      });
+      const result = await outcome;
+      switch (result.kind) {
+        case 'ack':
+          return;
+        case 'dead':
+          throw new BullUnrecoverableError(`dead-lettered: ${result.reason}`);
+        case 'lost':
+          // Another worker owns the job now; nothing this one does can settle it.
+          throw new HarrierError('lock-lost', `Lost the lock of job ${jobId}`);
+        case 'release':
+          await job.moveToWait(token);
+          throw new WaitingError();
+        case 'retry': {
+          const failed = (parsed.attemptsMade ?? 0) + 1;
+          const history =
+            result.record === undefined
+              ? parsed.history
+              : [...parsed.history, { ...result.record, attempt: attempt }].slice(-MAX_ATTEMPT_HISTORY);
+          // Rebuilt from the parsed facts, so a malformed field read from Redis is not written back.
+          const next: JobData = {
+            b: parsed.body,
+            ...(parsed.messageId !== undefined && parsed.messageId !== jobId ? { i: parsed.messageId } : {}),
+            ...(parsed.partitionKey !== undefined ? { p: parsed.partitionKey } : {}),
+            ...(parsed.ordered ? { o: true } : {}),
+            a: failed,
+            h: history,
+            ...(result.pendingDeadLetter !== undefined ? { d: result.pendingDeadLetter } : {}),
+          };
+          await job.updateData(next);
+          data = next;
+          if (!ordered) {
+            await job.moveToDelayed(Math.max(result.retryAt, Date.now()), token);
+            throw new DelayedError();
+          }
+          // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
+          await sleep(clock, result.retryAt - clock.now(), inbox.closedSignal);
+          continue;
+        }
+      }
+    }
+  }
+}
+
+/** Ignores a settled promise's value or reason. */
+function forget(): void {
+  // Nothing to do: the caller only needs to know that the promise settled.
+}

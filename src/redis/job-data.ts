@@ -1,0 +1,138 @@
+import type { AttemptRecord, OutgoingMessage, PendingDeadLetter } from '../broker/message-broker.js';
+import { parseAttemptHistory, parsePendingDeadLetter } from '../broker/delivery-facts.js';
+import type { MessageKind } from '../messages/definition.js';
+import { kindOfQueue } from './queue-layout.js';
+
+/**
+ * What a job carries: the envelope untouched, plus delivery facts kept beside it. The message id is
+ * the job id and the kind follows from the queue (`cmd~` or `evt~`), so neither is repeated here;
+ * `i` and `k` are still read when present (jobs queued by earlier builds).
+ */
+export interface JobData {
+  /** Encoded envelope. */
+  readonly b: string;
+  /** Message id (earlier builds only: now the job id). */
+  readonly i?: string;
+  /** Kind (earlier builds only: now from the queue name). */
+  readonly k?: MessageKind;
+  /** Partition key. */
+  readonly p?: string | undefined;
+  /** Ordered. */
+  readonly o?: boolean | undefined;
+  /** Failed attempts so far. */
+  readonly a?: number;
+  /** Attempt history, newest last. */
+  readonly h?: readonly AttemptRecord[];
+  /** A dead-lettering decided by an earlier delivery that could not be recorded. */
+  readonly d?: PendingDeadLetter;
+}
+
+/** BullMQ's attempts and stalled counts for a job: never reached, our dispatcher decides retries. */
+export const KEEP_ATTEMPTS = 1_000_000;
+
+/** The broker options that end up in every job's BullMQ options. */
+export interface JobSettings {
+  readonly dedupeWindowMs: number;
+  readonly failedRetentionMs: number;
+  readonly failedRetentionCount: number;
+}
+
+/** The data of a new job for `message`: no attempts yet. */
+export function toJobData(message: OutgoingMessage): JobData {
+  return {
+    b: message.body,
+    ...(message.partitionKey !== undefined ? { p: message.partitionKey } : {}),
+    ...(message.ordered === true ? { o: true } : {}),
+  };
+}
+
+/** BullMQ job options for `message`: its id as job id and deduplication id, its delay, retention. */
+export function jobOptions(
+  message: OutgoingMessage,
+  now: number,
+  settings: JobSettings,
+): Record<string, unknown> {
+  const delay = message.deliverAt === undefined ? 0 : Math.max(0, message.deliverAt - now);
+  return {
+    jobId: message.id,
+    deduplication: { id: message.id, ttl: settings.dedupeWindowMs },
+    ...(delay > 0 ? { delay } : {}),
+    // Our dispatcher decides retries; BullMQ's own retry only catches a processor that crashed mid-settle.
+    attempts: KEEP_ATTEMPTS,
+    backoff: { type: 'harrier' },
+    removeOnComplete: true,
+    // BullMQ keeps a failed job while both hold: younger than `age` seconds and among the newest `count`.
+    removeOnFail: {
+      age: Math.ceil(settings.failedRetentionMs / 1000),
+      count: settings.failedRetentionCount,
+    },
+  };
+}
+
+/** Job data as the broker reads it: every field checked, since anything could have written it. */
+export interface ParsedJobData {
+  body: string;
+  messageId: string | undefined;
+  kind: MessageKind | undefined;
+  partitionKey: string | undefined;
+  ordered: boolean;
+  attemptsMade: number | undefined;
+  history: readonly AttemptRecord[];
+  pendingDeadLetter: PendingDeadLetter | undefined;
+  /** Fields that were present but unusable and were dropped, for a log line. */
+  dropped: string[];
+}
+
+/**
+ * Reads job data leniently and never throws: anything pushed into a queue by something else still
+ * becomes a delivery, and a malformed fact beside the envelope is dropped (and named in `dropped`).
+ */
+export function readJobData(data: unknown, jobId: string, queueName: string): ParsedJobData {
+  if (typeof data === 'object' && data !== null && typeof (data as JobData).b === 'string') {
+    const d = data as Partial<Record<keyof JobData, unknown>> & { b: string };
+    const dropped: string[] = [];
+    const optional = <T>(field: keyof JobData, ok: (value: unknown) => value is T): T | undefined => {
+      const value = d[field];
+      if (value === undefined) return undefined;
+      if (ok(value)) return value;
+      dropped.push(field);
+      return undefined;
+    };
+    const history = d.h === undefined ? undefined : parseAttemptHistory(d.h);
+    if (history !== undefined && history.dropped > 0) dropped.push(`h (${history.dropped} entries)`);
+    const pendingDeadLetter = d.d === undefined ? undefined : parsePendingDeadLetter(d.d);
+    if (d.d !== undefined && pendingDeadLetter === undefined) dropped.push('d');
+    const kind = optional('k', isKind);
+    return {
+      body: d.b,
+      messageId: optional('i', isString) ?? jobId,
+      kind: kind ?? kindOfQueue(queueName),
+      partitionKey: optional('p', isString),
+      ordered: optional('o', isBoolean) ?? false,
+      attemptsMade: optional('a', isAttemptCount),
+      history: history?.history ?? [],
+      pendingDeadLetter,
+      dropped,
+    };
+  }
+  const body = typeof data === 'string' ? data : ((JSON.stringify(data) as string | undefined) ?? '');
+  return {
+    body,
+    // The job id still tells this job from another with the same bytes, so their dead letters stay apart.
+    messageId: jobId === '' ? undefined : jobId,
+    kind: undefined,
+    partitionKey: undefined,
+    ordered: false,
+    attemptsMade: undefined,
+    history: [],
+    pendingDeadLetter: undefined,
+    dropped: [],
+  };
+}
+
+const isString = (value: unknown): value is string => typeof value === 'string';
+const isBoolean = (value: unknown): value is boolean => typeof value === 'boolean';
+const isKind = (value: unknown): value is MessageKind =>
+  value === 'command' || value === 'event' || value === 'query';
+const isAttemptCount = (value: unknown): value is number =>
+  typeof value === 'number' && Number.isInteger(value) && value >= 0;
