@@ -1,9 +1,9 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import type { Cluster, Redis } from 'ioredis';
 import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { loadRedisLayer } from '../redis/load-redis-layer.js';
-import { describeCluster, describeRedisUrl, redisUnavailable } from '../redis/redis-errors.js';
+import type { RedisAdmin } from '../redis/redis-admin.js';
+import type { RedisClient, RedisConnectionOptions } from '../redis/redis-connection.js';
 import { CliExit, ExitCode, usageError, type CliIo } from './cli-io.js';
 import { checkRedisUrl, isHost, isPort } from './redis-url.js';
 
@@ -96,6 +96,8 @@ export interface ClusterSeed {
 /** What every command needs: where Redis is, the prefix, and the output mode. */
 export interface CommandContext {
   readonly io: CliIo;
+  /** Where Redis is: the URL, or `{ cluster: seeds }`, as the Redis layer takes it. */
+  readonly connection: RedisConnectionOptions;
   /** The server's URL, or '' when {@link CommandContext.cluster} is set. */
   readonly redisUrl: string;
   /** Seed nodes of a Redis Cluster, when the CLI talks to one. */
@@ -148,7 +150,8 @@ export function contextOf(
     values['redis-cluster'] ?? (values['redis-url'] === undefined ? io.env.REDIS_CLUSTER : undefined);
   if (clusterText !== undefined && clusterText !== '') {
     const source = values['redis-cluster'] === undefined ? 'REDIS_CLUSTER' : '--redis-cluster';
-    return { io, redisUrl: '', cluster: parseSeeds(clusterText, source), prefix, json };
+    const cluster = parseSeeds(clusterText, source);
+    return { io, connection: { cluster }, redisUrl: '', cluster, prefix, json };
   }
   const redisUrl = values['redis-url'] ?? io.env.REDIS_URL;
   if (redisUrl === undefined || redisUrl === '') {
@@ -157,39 +160,29 @@ export function contextOf(
     );
   }
   checkRedisUrl(redisUrl, values['redis-url'] === undefined ? 'REDIS_URL' : '--redis-url');
-  return { io, redisUrl, prefix, json };
+  return { io, connection: redisUrl, redisUrl, prefix, json };
 }
 
-/** Where the CLI connects, for messages (never a password). */
-export function describeTarget(ctx: CommandContext): string {
-  return ctx.cluster === undefined
-    ? describeRedisUrl(ctx.redisUrl)
-    : describeCluster(ctx.cluster.map((n) => `${n.host}:${n.port}`));
+/**
+ * The Redis layer's view of the system the command names: connected, and Redis answering PING.
+ * Close it when done.
+ * @throws HarrierError `missing-dependency` when bullmq or ioredis is not installed.
+ * @throws HarrierError `redis-unavailable` when Redis cannot be reached.
+ */
+export async function openAdmin(ctx: CommandContext): Promise<RedisAdmin> {
+  const { openRedisAdmin } = await loadRedisLayer();
+  return openRedisAdmin(ctx.connection, { prefix: ctx.prefix });
 }
 
 /**
  * A client of the CLI's own, connected and answering PING: a `Cluster` for `--redis-cluster`.
+ * @remarks For the dlq commands until they move onto {@link openAdmin}.
  * @throws HarrierError `missing-dependency` when bullmq or ioredis is not installed.
  * @throws HarrierError `redis-unavailable` when Redis cannot be reached.
  */
-export async function connect(ctx: CommandContext): Promise<Redis | Cluster> {
-  const where = describeTarget(ctx);
-  let lastError: Error | undefined;
-  const { createToolClient } = await loadRedisLayer();
-  const client = createToolClient(
-    ctx.cluster === undefined ? { url: ctx.redisUrl } : { cluster: ctx.cluster },
-  );
-  client.on('error', (error: Error) => {
-    lastError = error;
-  });
-  try {
-    await client.connect();
-    await client.ping();
-  } catch (error) {
-    client.disconnect();
-    throw redisUnavailable(where, lastError ?? error, ctx.cluster !== undefined);
-  }
-  return client;
+export async function connect(ctx: CommandContext): Promise<RedisClient> {
+  const { connectToolClient } = await loadRedisLayer();
+  return (await connectToolClient(ctx.connection)).client;
 }
 
 const RELATIVE = /^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$/;

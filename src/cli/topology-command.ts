@@ -1,37 +1,14 @@
-import type { SubscriptionSpec } from '../broker/message-broker.js';
-import { loadRedisLayer } from '../redis/load-redis-layer.js';
-import { GLOBAL_HELP, connect, contextOf, noPositionals, parse } from './cli-context.js';
+import { GLOBAL_HELP, contextOf, noPositionals, openAdmin, parse } from './cli-context.js';
 import { ExitCode, formatTable, iso, writeJson, type CliIo } from './cli-io.js';
 
 export const TOPOLOGY_HELP = `Usage: harrier topology [--json]
 
-Lists every endpoint registered under the prefix (<prefix>:harrier:endpoints), its subscriptions,
+Lists every endpoint registered under the prefix (by its processes' brokers), its subscriptions,
 and the depth of each subscription's BullMQ queues (waiting, active, delayed, failed), partition
 queues of ordered types included.
 
 ${GLOBAL_HELP}
 `;
-
-const STATES = ['wait', 'active', 'delayed', 'failed'] as const;
-
-type Counts = Record<(typeof STATES)[number], number>;
-
-interface RegisteredEndpoint {
-  readonly subscriptions: readonly SubscriptionSpec[];
-  readonly registeredAt?: number;
-}
-
-/** The queue names of one subscription, as BullMqBroker lays them out. */
-function queuesOf(endpoint: string, spec: SubscriptionSpec, partitions: number): string[] {
-  const ordered = new Set(spec.orderedTypes ?? []);
-  const withPartitions = (base: string, hasOrdered: boolean): string[] => [
-    base,
-    ...(hasOrdered ? Array.from({ length: partitions }, (_, p) => `${base}~p${p}`) : []),
-  ];
-  if (spec.kind === 'command')
-    return spec.types.flatMap((type) => withPartitions(`cmd~${type}`, ordered.has(type)));
-  return withPartitions(`evt~${endpoint}~${spec.handler}`, ordered.size > 0);
-}
 
 /** Runs `harrier topology`. */
 export async function topologyCommand(argv: readonly string[], io: CliIo): Promise<number> {
@@ -42,31 +19,19 @@ export async function topologyCommand(argv: readonly string[], io: CliIo): Promi
   }
   noPositionals(positionals, 'harrier topology');
   const ctx = contextOf(io, values);
-  const client = await connect(ctx);
-  const { queueJobCounts } = await loadRedisLayer();
+  const admin = await openAdmin(ctx);
   try {
-    const endpoints = await client.hgetall(`${ctx.prefix}:harrier:endpoints`);
-    const partitions = Number((await client.get(`${ctx.prefix}:harrier:partitions`)) ?? '8');
+    const topology = await admin.topology();
+    for (const endpoint of topology.unreadable) {
+      io.stderr.write(`endpoint "${endpoint}": its registration is not JSON; skipped\n`);
+    }
     const lines: Record<string, unknown>[] = [];
     const rows: string[][] = [];
-    for (const endpoint of Object.keys(endpoints).sort()) {
-      let registered: RegisteredEndpoint;
-      try {
-        registered = JSON.parse(endpoints[endpoint] ?? '') as RegisteredEndpoint;
-      } catch {
-        io.stderr.write(`endpoint "${endpoint}": its registration is not JSON; skipped\n`);
-        continue;
-      }
-      for (const spec of registered.subscriptions) {
-        const queues: (Counts & { name: string })[] = [];
-        for (const name of queuesOf(endpoint, spec, partitions)) {
-          queues.push({ name, ...(await queueJobCounts(client, ctx.prefix, name, STATES)) });
-        }
-        const total: Counts = { wait: 0, active: 0, delayed: 0, failed: 0 };
-        for (const q of queues) for (const s of STATES) total[s] += q[s];
+    for (const { endpoint, registeredAt, subscriptions } of topology.endpoints) {
+      for (const { subscription: spec, queues, total } of subscriptions) {
         lines.push({
           endpoint,
-          registeredAt: registered.registeredAt === undefined ? null : iso(registered.registeredAt),
+          registeredAt: registeredAt === undefined ? null : iso(registeredAt),
           handler: spec.handler,
           kind: spec.kind,
           types: spec.types,
@@ -101,6 +66,6 @@ export async function topologyCommand(argv: readonly string[], io: CliIo): Promi
     }
     return ExitCode.ok;
   } finally {
-    client.disconnect();
+    await admin.close();
   }
 }

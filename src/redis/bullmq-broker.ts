@@ -16,26 +16,24 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { partitionOf } from '../messages/partition.js';
 import { addJobsChecked } from './add-jobs.js';
-import {
-  createBrokerClient,
-  describeBrokerConnection,
-  isClusterConnection,
-  type BrokerConnection,
-  type ClientSettings,
-} from './broker-connection.js';
+import { createBrokerClient, type ClientSettings } from './broker-connection.js';
 import { BullMqReceiver } from './bullmq-receiver.js';
 import { jobOptions, toJobData, type JobData, type JobSettings } from './job-data.js';
 import { PendingDeliveries, type Outcome } from './pending-deliveries.js';
 import { assertQueueNamePart, QueueLayout } from './queue-layout.js';
+import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
 
 /** Options of {@link BullMqBroker}. */
 export interface BullMqBrokerOptions {
   /**
-   * A `redis://` URL, ioredis options, or `{ cluster: [...nodes], options? }` for Redis Cluster (every
-   * key carries the prefix's hash tag, so each multi-key script stays in one slot).
+   * Where Redis is (see {@link RedisConnectionOptions}): a `redis://` URL, an ioredis client (the
+   * broker opens `duplicate()`s of it and leaves it open), `{ cluster: [...nodes], options? }` for
+   * Redis Cluster, or ioredis options. Every key carries the prefix's hash tag, so each multi-key
+   * script stays in one slot.
+   * @defaultValue none; required
    */
-  readonly connection: BrokerConnection;
+  readonly connection: RedisConnectionOptions;
   /**
    * Prefix of every key. The braces make it a Redis Cluster hash tag, so all of Harrier's keys land
    * in one slot and its multi-key scripts work on a cluster.
@@ -128,7 +126,7 @@ export class BullMqBroker implements MessageBroker {
   readonly #failedRetentionCount: number;
   readonly #clock: Clock;
   readonly #logger: Logger;
-  readonly #connection: BrokerConnection;
+  readonly #connection: RedisConnectionOptions;
   readonly #layout: QueueLayout;
   readonly #jobSettings: JobSettings;
   readonly #client: Redis | Cluster;
@@ -442,7 +440,7 @@ export class BullMqBroker implements MessageBroker {
   }
 
   #describe(): string {
-    return describeBrokerConnection(this.#connection);
+    return describeConnection(this.#connection);
   }
 
   #connected(): Promise<Redis | Cluster> {

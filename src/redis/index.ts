@@ -11,16 +11,32 @@
  */
 import type { BullMqBroker as BullMqBrokerClass } from './bullmq-broker.js';
 import { loadRedisLayer } from './load-redis-layer.js';
+import type { RedisAdmin as RedisAdminClass } from './redis-admin.js';
 import type { RedisCheckpointStore as RedisCheckpointStoreClass } from './redis-checkpoint-store.js';
 import type { RedisDeadLetterStore as RedisDeadLetterStoreClass } from './redis-dead-letter-store.js';
 import type { RedisEventLog as RedisEventLogClass } from './redis-event-log.js';
 
-export type { RedisOptions } from './broker-connection.js';
 export type { BullMqBrokerOptions } from './bullmq-broker.js';
+export type {
+  EndpointTopology,
+  JobCounts,
+  ProjectionLag,
+  QueueDepth,
+  RedisAdminOptions,
+  SubscriptionTopology,
+  Topology,
+} from './redis-admin.js';
+export type {
+  RedisClient,
+  RedisClusterConnection,
+  RedisConnectionOptions,
+  RedisOptions,
+} from './redis-connection.js';
 export type { RedisCheckpointStoreOptions } from './redis-checkpoint-store.js';
 export type { RedisDeadLetterStoreOptions } from './redis-dead-letter-store.js';
 export type { RedisEventLogOptions } from './redis-event-log.js';
-export { describeRedisUrl, redisUnavailable } from './redis-errors.js';
+export { describeConnection, describeRedisUrl } from './redis-connection.js';
+export { redisUnavailable } from './redis-errors.js';
 
 const layer = await loadRedisLayer();
 
@@ -43,3 +59,8 @@ export type RedisEventLog = RedisEventLogClass;
 export const RedisCheckpointStore = layer.RedisCheckpointStore;
 /** A CheckpointStore on Redis (see redis-checkpoint-store.ts). */
 export type RedisCheckpointStore = RedisCheckpointStoreClass;
+
+/** Opens the queries and parts a tool needs on a Harrier system (see redis-admin.ts). */
+export const openRedisAdmin = layer.openRedisAdmin;
+/** The queries and parts a tool needs on a Harrier system (see redis-admin.ts). */
+export type RedisAdmin = RedisAdminClass;

@@ -10,22 +10,24 @@ import {
   type RedisConnection,
   type RedisErrorContext,
 } from './redis-support.js';
+import type { RedisConnectionOptions } from './redis-connection.js';
 
 /** Options of {@link RedisCheckpointStore}. */
 export interface RedisCheckpointStoreOptions {
   /**
-   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share (a `Redis`, or
-   * a `Cluster` for Redis Cluster; every key carries the prefix's hash tag, so all share one slot).
+   * Where Redis is (see {@link RedisConnectionOptions}): a `redis://` (or `rediss://`) URL, an
+   * ioredis client to share (a `Redis`, or a `Cluster` for Redis Cluster), `{ cluster: nodes }`, or
+   * ioredis options. Every key carries the prefix's hash tag, so on a cluster all share one slot.
    *
    * @remarks
-   * The store creates, and on {@link RedisCheckpointStore.close} quits, a client for a URL; a
+   * The store creates, and on {@link RedisCheckpointStore.close} quits, a client for a URL (or seed nodes, or options); a
    * command on it waits through one reconnect attempt (connect timeout 3 s) before it fails with
    * `redis-unavailable`. A client passed in stays the caller's: the store never quits it and never
    * adds listeners to it.
    *
    * @defaultValue none; required
    */
-  readonly connection: string | Redis | Cluster;
+  readonly connection: RedisConnectionOptions;
   /**
    * Prefix of every key the store writes; its keys are `<prefix>:ckpt:...`.
    *

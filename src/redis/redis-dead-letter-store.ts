@@ -27,21 +27,23 @@ import {
   type RedisErrorContext,
   type RedisScript,
 } from './redis-support.js';
+import type { RedisConnectionOptions } from './redis-connection.js';
 
 /** Options of {@link RedisDeadLetterStore}. */
 export interface RedisDeadLetterStoreOptions {
   /**
-   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share (a `Redis`, or
-   * a `Cluster` for Redis Cluster; every key carries the prefix's hash tag, so all share one slot).
+   * Where Redis is (see {@link RedisConnectionOptions}): a `redis://` (or `rediss://`) URL, an
+   * ioredis client to share (a `Redis`, or a `Cluster` for Redis Cluster), `{ cluster: nodes }`, or
+   * ioredis options. Every key carries the prefix's hash tag, so on a cluster all share one slot.
    *
    * @remarks
-   * The store creates, and on {@link RedisDeadLetterStore.close} quits, a client for a URL. A client
+   * The store creates, and on {@link RedisDeadLetterStore.close} quits, a client for a URL (or seed nodes, or options). A client
    * passed in stays the caller's: the store never quits it, never adds listeners to it, and its own
    * retry settings apply instead of `maxRetriesPerRequest` and `connectTimeoutMs` below.
    *
    * @defaultValue none; required
    */
-  readonly connection: string | Redis | Cluster;
+  readonly connection: RedisConnectionOptions;
   /**
    * Prefix of every key the store writes; its keys are `<prefix>:dlq:...`.
    *

@@ -1,21 +1,5 @@
 import { HarrierError } from '../errors/harrier-error.js';
 
-/** A redis:// URL with its password hidden, for messages. */
-export function describeRedisUrl(url: string): string {
-  try {
-    const parsed = new URL(url);
-    if (parsed.password !== '') parsed.password = '***';
-    return parsed.toString();
-  } catch {
-    return 'an unparsable Redis URL';
-  }
-}
-
-/** A Redis Cluster by some of its nodes (`host:port`), for messages. */
-export function describeCluster(nodes: readonly string[]): string {
-  return nodes.length === 0 ? 'a Redis Cluster' : `the Redis Cluster at ${nodes.join(', ')}`;
-}
-
 /**
  * The error for a Redis that cannot be reached, naming the fix.
  * @param cluster - true when `where` is a Redis Cluster, so the fix names REDIS_CLUSTER.

@@ -32,15 +32,17 @@ import {
   type RedisErrorContext,
   type RedisScript,
 } from './redis-support.js';
+import type { RedisClient, RedisConnectionOptions } from './redis-connection.js';
 
 /** Options of {@link RedisEventLog}. */
 export interface RedisEventLogOptions {
   /**
-   * Where Redis is: a `redis://` (or `rediss://`) URL, or an ioredis client to share (a `Redis`, or
-   * a `Cluster` for Redis Cluster; every key carries the prefix's hash tag, so all share one slot).
+   * Where Redis is (see {@link RedisConnectionOptions}): a `redis://` (or `rediss://`) URL, an
+   * ioredis client to share (a `Redis`, or a `Cluster` for Redis Cluster), `{ cluster: nodes }`, or
+   * ioredis options. Every key carries the prefix's hash tag, so on a cluster all share one slot.
    *
    * @remarks
-   * The log creates, and on {@link RedisEventLog.close} quits, a client for a URL; a command on it
+   * The log creates, and on {@link RedisEventLog.close} quits, a client for a URL (or seed nodes, or options); a command on it
    * waits through one reconnect attempt (connect timeout 3 s) before it fails with
    * `redis-unavailable`, so an append to a Redis that is down fails fast and its caller retries. A
    * client passed in stays the caller's: the log never quits it and never adds listeners to it.
@@ -53,7 +55,7 @@ export interface RedisEventLogOptions {
    *
    * @defaultValue none; required
    */
-  readonly connection: string | Redis | Cluster;
+  readonly connection: RedisConnectionOptions;
   /**
    * The topics manifest: every topic the log accepts, with its fixed partition count.
    *
@@ -282,7 +284,7 @@ export class RedisEventLog implements EventLog {
     }
     this.#pollIntervalMs = pollIntervalMs;
     this.#clock = options.clock ?? systemClock;
-    this.#keyspace = `${prefix}:log:`;
+    this.#keyspace = logKeyspace(prefix);
     this.#uidsKey = `${this.#keyspace}uids`;
     this.#idsKey = `${this.#keyspace}ids`;
 
@@ -674,4 +676,40 @@ export class RedisEventLog implements EventLog {
     this.#checkOpen();
     return runCommand(body, this.#errors);
   }
+}
+
+/** The start of every key of the log under `prefix`: streams are `<keyspace><topic>:<partition>`. */
+function logKeyspace(prefix: string): string {
+  return `${prefix}:log:`;
+}
+
+/**
+ * Every (topic, partition) the log under `prefix` has appended to, found by SCAN over the
+ * partitions' `:next` counters, partitions in ascending order. A partition that never had an append
+ * does not show. On a cluster every primary is scanned (the prefix's hash tag puts all on one).
+ */
+export async function scanLogPartitions(client: RedisClient, prefix: string): Promise<Map<string, number[]>> {
+  const head = logKeyspace(prefix);
+  const pattern = `${head.replace(/[*?[\]\\]/g, (c) => `\\${c}`)}*:next`;
+  const topics = new Map<string, number[]>();
+  const servers = client instanceof Cluster ? client.nodes('master') : [client];
+  for (const server of servers) {
+    let cursor = '0';
+    do {
+      const [next, keys] = await server.scan(cursor, 'MATCH', pattern, 'COUNT', 500);
+      cursor = next;
+      for (const key of keys) {
+        const middle = key.slice(head.length, -':next'.length);
+        const at = middle.lastIndexOf(':');
+        const partition = middle.slice(at + 1);
+        if (at <= 0 || !/^\d+$/.test(partition)) continue;
+        const topic = middle.slice(0, at);
+        const list = topics.get(topic) ?? [];
+        list.push(Number(partition));
+        topics.set(topic, list);
+      }
+    } while (cursor !== '0');
+  }
+  for (const list of topics.values()) list.sort((a, b) => a - b);
+  return topics;
 }

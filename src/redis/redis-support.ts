@@ -1,7 +1,15 @@
 import { createHash } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
-import { describeCluster, describeRedisUrl, redisUnavailable } from './redis-errors.js';
+import {
+  describeConnection,
+  isClusterConnection,
+  isRedisClient,
+  type RedisClient,
+  type RedisConnectionOptions,
+  type RedisOptions,
+} from './redis-connection.js';
+import { redisUnavailable } from './redis-errors.js';
 
 /** A Lua script with its SHA1, for EVALSHA. */
 export interface RedisScript {
@@ -20,7 +28,7 @@ export function isReplyError(error: unknown): error is Error {
 
 /** Runs a script by its SHA, loading it on the first NOSCRIPT (a new or flushed server). */
 export async function evalScript(
-  client: Redis | Cluster,
+  client: RedisClient,
   script: RedisScript,
   keys: readonly string[],
   args: readonly string[],
@@ -33,30 +41,24 @@ export async function evalScript(
   }
 }
 
-/** Where a client connects, for messages (never its password). */
-export function describeClient(client: Redis | Cluster): string {
-  if (client instanceof Cluster) {
-    // Empty until the client has connected: then 'a Redis Cluster'.
-    return describeCluster(
-      client.nodes().map((node) => `${node.options.host ?? 'localhost'}:${node.options.port ?? 6379}`),
-    );
-  }
-  const { host, port, path, tls } = client.options;
-  return typeof path === 'string'
-    ? path
-    : `${tls === undefined ? 'redis' : 'rediss'}://${host ?? 'localhost'}:${port ?? 6379}`;
-}
-
-/** Settings of a client created from a URL; a client passed in keeps its own. */
+/** Settings of a client a part creates for itself; a client passed in keeps its own. */
 export interface OwnedClientOptions {
   /** @defaultValue 1 */
   readonly maxRetriesPerRequest?: number | null;
   /** @defaultValue 3000 */
   readonly connectTimeoutMs?: number;
+  /**
+   * Reconnect attempts after a connection is lost or refused, before the client gives up for good;
+   * a tool sets a few so that a Redis that is down is reported instead of waited for.
+   * @defaultValue unbounded (the client keeps reconnecting in the background)
+   */
+  readonly reconnectAttempts?: number;
+  /** @defaultValue false */
+  readonly lazyConnect?: boolean;
 }
 
 /** The client a store talks to, and whether the store created it. */
-export interface RedisConnection<C extends Redis | Cluster = Redis | Cluster> {
+export interface RedisConnection<C extends RedisClient = RedisClient> {
   readonly client: C;
   /** True when the client was created from a URL, so the store quits it on close. */
   readonly owned: boolean;
@@ -71,31 +73,61 @@ export interface RedisConnection<C extends Redis | Cluster = Redis | Cluster> {
 }
 
 /**
- * The connection of a store: for a URL, a client of its own whose connection errors are kept for
- * the next command's message; for a client passed in, that client untouched (no listeners added).
+ * A new ioredis client for `connection` (a URL, cluster seed nodes or ioredis options), with
+ * `settings` under the options the caller gave: those win.
  */
-export function connectionFor<C extends Redis | Cluster = Redis>(
-  connection: string | C,
+export function createClient(
+  connection: Exclude<RedisConnectionOptions, RedisClient>,
+  settings: OwnedClientOptions = {},
+): RedisClient {
+  const retryStrategy =
+    settings.reconnectAttempts === undefined
+      ? undefined
+      : (times: number): number | null => (times > (settings.reconnectAttempts ?? 0) ? null : 100);
+  const node: RedisOptions = {
+    maxRetriesPerRequest: settings.maxRetriesPerRequest === undefined ? 1 : settings.maxRetriesPerRequest,
+    connectTimeout: settings.connectTimeoutMs ?? 3000,
+  };
+  const lazy = settings.lazyConnect === true ? { lazyConnect: true } : {};
+  if (typeof connection === 'string') {
+    return new Redis(connection, { ...node, ...lazy, ...(retryStrategy ? { retryStrategy } : {}) });
+  }
+  if ('cluster' in connection) {
+    const options = connection.options ?? {};
+    return new Cluster([...connection.cluster], {
+      ...lazy,
+      ...(retryStrategy ? { clusterRetryStrategy: retryStrategy } : {}),
+      ...options,
+      redisOptions: { ...node, ...options.redisOptions } as RedisOptions,
+    });
+  }
+  return new Redis({ ...node, ...lazy, ...(retryStrategy ? { retryStrategy } : {}), ...connection });
+}
+
+/**
+ * The connection of a store: for a URL, seed nodes or options, a client of its own whose connection
+ * errors are kept for the next command's message; for a client passed in, that client untouched (no
+ * listeners added).
+ */
+export function connectionFor(
+  connection: RedisConnectionOptions,
   options: OwnedClientOptions = {},
-): RedisConnection<C | Redis> {
-  if (typeof connection !== 'string') {
+): RedisConnection {
+  if (isRedisClient(connection)) {
     return {
       client: connection,
       owned: false,
       // Read when a message needs it: a Cluster client learns its nodes as it connects.
       get where() {
-        return describeClient(connection);
+        return describeConnection(connection);
       },
-      cluster: connection instanceof Cluster,
+      cluster: connection.isCluster,
       lastError: () => undefined,
       close: () => Promise.resolve(),
     };
   }
   let lastError: Error | undefined;
-  const client = new Redis(connection, {
-    maxRetriesPerRequest: options.maxRetriesPerRequest === undefined ? 1 : options.maxRetriesPerRequest,
-    connectTimeout: options.connectTimeoutMs ?? 3000,
-  });
+  const client = createClient(connection, options);
   // Without a listener ioredis prints every failed reconnect; the cause is reported on the next
   // command instead.
   client.on('error', (error: Error) => {
@@ -107,14 +139,15 @@ export function connectionFor<C extends Redis | Cluster = Redis>(
   return {
     client,
     owned: true,
-    where: describeRedisUrl(connection),
-    cluster: false,
+    where: describeConnection(connection),
+    cluster: isClusterConnection(connection),
     lastError: () => lastError,
     close: () => quitClient(client),
   };
 }
 
-async function quitClient(client: Redis | Cluster): Promise<void> {
+/** Quits `client`, or drops it when it is not connected; never throws. */
+export async function quitClient(client: RedisClient): Promise<void> {
   if (client.status !== 'ready') {
     // QUIT would wait in the offline queue for a connection that may never come.
     client.disconnect();

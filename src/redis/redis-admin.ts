@@ -1,0 +1,347 @@
+import { Queue } from 'bullmq';
+import type { SubscriptionSpec } from '../broker/message-broker.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type { Checkpoint } from '../log/checkpoint-store.js';
+import type { TopicSpec } from '../log/event-log.js';
+import { BullMqBroker, type BullMqBrokerOptions } from './bullmq-broker.js';
+import { QueueLayout } from './queue-layout.js';
+import { RedisCheckpointStore } from './redis-checkpoint-store.js';
+import type { RedisConnectionOptions } from './redis-connection.js';
+import { RedisDeadLetterStore } from './redis-dead-letter-store.js';
+import { redisUnavailable } from './redis-errors.js';
+import { RedisEventLog, scanLogPartitions } from './redis-event-log.js';
+import { connectionFor, keyPrefixOf, runCommand, type RedisConnection } from './redis-support.js';
+
+/** Options of {@link openRedisAdmin}. */
+export interface RedisAdminOptions {
+  /**
+   * Key prefix of the Harrier system to look at: the `prefix` its broker and stores were given.
+   * @defaultValue '\{harrier\}'
+   */
+  readonly prefix?: string;
+}
+
+/** The BullMQ job states a {@link QueueDepth} counts. */
+export const QUEUE_STATES = ['wait', 'active', 'delayed', 'failed'] as const;
+
+/** Jobs in each state of {@link QUEUE_STATES}. */
+export type JobCounts = Record<(typeof QUEUE_STATES)[number], number>;
+
+/** One BullMQ queue of a subscription and how many jobs it holds per state. */
+export interface QueueDepth extends JobCounts {
+  /** The queue's name, as the broker names it (`cmd~<type>`, `evt~<endpoint>~<handler>`, `…~p<n>`). */
+  readonly name: string;
+}
+
+/** One subscription of a registered endpoint, with its queues (partition queues included). */
+export interface SubscriptionTopology {
+  readonly subscription: SubscriptionSpec;
+  /** The subscription's own queue first, then its partition queues when it has ordered types. */
+  readonly queues: readonly QueueDepth[];
+  /** The sums over {@link SubscriptionTopology.queues}. */
+  readonly total: JobCounts;
+}
+
+/** An endpoint as registered in Redis by its processes' brokers. */
+export interface EndpointTopology {
+  readonly endpoint: string;
+  /** When a process of the endpoint last registered, ms since the epoch; undefined when not recorded. */
+  readonly registeredAt: number | undefined;
+  readonly subscriptions: readonly SubscriptionTopology[];
+}
+
+/** What {@link RedisAdmin.topology} found. */
+export interface Topology {
+  /** Registered endpoints, by name. */
+  readonly endpoints: readonly EndpointTopology[];
+  /** Endpoints whose registration is not JSON (something else wrote it), skipped. */
+  readonly unreadable: readonly string[];
+}
+
+/** One (projection, topic, partition): its checkpoint, the log's end, and the lag between them. */
+export interface ProjectionLag {
+  readonly projection: string;
+  readonly topic: string;
+  readonly partition: number;
+  /** The last offset completed; undefined when the projection has no checkpoint on this partition. */
+  readonly checkpoint: number | undefined;
+  /** The partition's length in the log: the offset of its next record. */
+  readonly endOffset: number;
+  /** Records appended and not yet completed by the projection. */
+  readonly lag: number;
+  /** When the checkpoint was last raised, ms since the epoch; undefined when unknown. */
+  readonly updatedAt: number | undefined;
+}
+
+/**
+ * Connects for a tool and checks with PING that Redis answers: a client that gives up after a few
+ * quick retries, so a Redis that is down is reported instead of waited for. A client passed in is
+ * only pinged.
+ *
+ * @throws HarrierError `redis-unavailable` naming where Redis was looked for and the fix.
+ */
+export async function connectToolClient(connection: RedisConnectionOptions): Promise<RedisConnection> {
+  const opened = connectionFor(connection, { lazyConnect: true, reconnectAttempts: 2 });
+  try {
+    if (opened.owned) await opened.client.connect();
+    await opened.client.ping();
+  } catch (error) {
+    if (opened.owned) opened.client.disconnect();
+    throw redisUnavailable(opened.where, opened.lastError() ?? error, opened.cluster);
+  }
+  return opened;
+}
+
+/**
+ * The queries and parts a tool needs to operate a Harrier system on Redis (the `harrier` CLI, a
+ * dashboard): topology, partition count, projection lag, and the stores, log and broker of the system,
+ * all on one connection. Open one with {@link openRedisAdmin}; {@link RedisAdmin.close} closes
+ * everything opened through it.
+ *
+ * @remarks
+ * It reads Redis only through the layouts of the parts that write it (the broker's queue names, the
+ * log's keys), so a tool never repeats a key layout.
+ */
+export class RedisAdmin {
+  readonly #connection: RedisConnection;
+  readonly #options: RedisConnectionOptions;
+  readonly #prefix: string;
+  readonly #opened: { close(): Promise<void> }[] = [];
+  #closed = false;
+
+  private constructor(connection: RedisConnection, options: RedisConnectionOptions, prefix: string) {
+    this.#connection = connection;
+    this.#options = options;
+    this.#prefix = prefix;
+  }
+
+  /** @see {@link openRedisAdmin} */
+  static async open(
+    connection: RedisConnectionOptions,
+    options: RedisAdminOptions = {},
+  ): Promise<RedisAdmin> {
+    const prefix = keyPrefixOf(options.prefix, 'RedisAdmin');
+    return new RedisAdmin(await connectToolClient(connection), connection, prefix);
+  }
+
+  /** The key prefix of the system. */
+  get prefix(): string {
+    return this.#prefix;
+  }
+
+  /** Where Redis is, for messages (never a password). */
+  get where(): string {
+    return this.#connection.where;
+  }
+
+  /**
+   * The partition count the system's brokers agreed on (stored by the first to start under the
+   * prefix); undefined when no broker has started under it.
+   */
+  async partitionCount(): Promise<number | undefined> {
+    const stored = await this.#run(() =>
+      this.#connection.client.get(new QueueLayout(this.#prefix, 0).key('partitions')),
+    );
+    return stored === null ? undefined : Number(stored);
+  }
+
+  /**
+   * Every endpoint registered under the prefix, its subscriptions, and how many jobs each of their
+   * queues holds (waiting, active, delayed, failed), partition queues of ordered types included.
+   */
+  async topology(): Promise<Topology> {
+    const layout = new QueueLayout(this.#prefix, (await this.partitionCount()) ?? 0);
+    const registrations = await this.#run(() => this.#connection.client.hgetall(layout.key('endpoints')));
+    const endpoints: EndpointTopology[] = [];
+    const unreadable: string[] = [];
+    for (const endpoint of Object.keys(registrations).sort()) {
+      let registered: { subscriptions?: SubscriptionSpec[]; registeredAt?: number };
+      try {
+        registered = JSON.parse(registrations[endpoint] ?? '') as typeof registered;
+      } catch {
+        unreadable.push(endpoint);
+        continue;
+      }
+      const subscriptions: SubscriptionTopology[] = [];
+      for (const subscription of registered.subscriptions ?? []) {
+        const queues: QueueDepth[] = [];
+        for (const { name } of layout.queuesFor(endpoint, subscription)) {
+          queues.push({ name, ...(await this.#jobCounts(name)) });
+        }
+        const total: JobCounts = { wait: 0, active: 0, delayed: 0, failed: 0 };
+        for (const queue of queues) for (const state of QUEUE_STATES) total[state] += queue[state];
+        subscriptions.push({ subscription, queues, total });
+      }
+      endpoints.push({ endpoint, registeredAt: registered.registeredAt, subscriptions });
+    }
+    return { endpoints, unreadable };
+  }
+
+  /**
+   * Every (topic, partition) the event log under the prefix has appended to, partitions ascending.
+   * A partition that never had an append does not show.
+   */
+  logPartitions(): Promise<Map<string, number[]>> {
+    return this.#run(() => scanLogPartitions(this.#connection.client, this.#prefix));
+  }
+
+  /**
+   * Checkpoint, log end and lag of each projection with checkpoints (or of `projection` alone), on
+   * every partition of the topics it reads: the partitions the log has appended to and those with a
+   * checkpoint. Sorted by projection, topic and partition; empty when nothing matches.
+   */
+  async projectionLags(projection?: string): Promise<ProjectionLag[]> {
+    const stored = await this.checkpointStore().list(projection);
+    const discovered = await this.logPartitions();
+    const partitionsOf = (topic: string): number[] => {
+      const set = new Set(discovered.get(topic) ?? []);
+      for (const cp of stored) if (cp.topic === topic) set.add(cp.partition);
+      return [...set].sort((a, b) => a - b);
+    };
+    const topics = [...new Set(stored.map((cp) => cp.topic))].sort();
+    const log = this.eventLog(
+      topics.map((name) => ({ name, partitions: Math.max(...partitionsOf(name), 0) + 1 })),
+    );
+    const ends = new Map<string, number>();
+    for (const topic of topics) {
+      for (const partition of partitionsOf(topic)) {
+        ends.set(`${topic}\u0000${partition}`, await log.endOffset(topic, partition));
+      }
+    }
+    const byProjection = new Map<string, Checkpoint[]>();
+    for (const cp of stored)
+      byProjection.set(cp.projection, [...(byProjection.get(cp.projection) ?? []), cp]);
+    const rows: ProjectionLag[] = [];
+    for (const name of [...byProjection.keys()].sort()) {
+      const own = byProjection.get(name) ?? [];
+      for (const topic of [...new Set(own.map((cp) => cp.topic))].sort()) {
+        for (const partition of partitionsOf(topic)) {
+          const cp = own.find((c) => c.topic === topic && c.partition === partition);
+          const endOffset = ends.get(`${topic}\u0000${partition}`) ?? 0;
+          // A checkpoint is the last offset completed, so the next one to read is checkpoint + 1.
+          const nextToRead = cp === undefined ? 0 : cp.offset + 1;
+          rows.push({
+            projection: name,
+            topic,
+            partition,
+            checkpoint: cp?.offset,
+            endOffset,
+            lag: Math.max(0, endOffset - nextToRead),
+            updatedAt: cp === undefined || cp.updatedAt === 0 ? undefined : cp.updatedAt,
+          });
+        }
+      }
+    }
+    return rows;
+  }
+
+  /** The system's checkpoint store, on this admin's connection. */
+  checkpointStore(): RedisCheckpointStore {
+    return this.#track(
+      new RedisCheckpointStore({ connection: this.#connection.client, prefix: this.#prefix }),
+    );
+  }
+
+  /** The system's dead-letter store, on this admin's connection. */
+  deadLetterStore(): RedisDeadLetterStore {
+    return this.#track(
+      new RedisDeadLetterStore({ connection: this.#connection.client, prefix: this.#prefix }),
+    );
+  }
+
+  /**
+   * The system's event log with the manifest `topics`, on this admin's connection.
+   * @throws HarrierError `invalid-topic` when the manifest breaks a naming or partition rule.
+   */
+  eventLog(topics: readonly TopicSpec[]): RedisEventLog {
+    return this.#track(
+      new RedisEventLog({ connection: this.#connection.client, prefix: this.#prefix, topics }),
+    );
+  }
+
+  /**
+   * A broker of the system, with the partition count its brokers agreed on (the broker's default
+   * when none has started yet). It opens connections of its own, to the Redis this admin was opened on.
+   */
+  async broker(
+    options: Omit<BullMqBrokerOptions, 'connection' | 'prefix' | 'partitions'> = {},
+  ): Promise<BullMqBroker> {
+    const partitions = await this.partitionCount();
+    return this.#track(
+      new BullMqBroker({
+        ...options,
+        connection: this.#options,
+        prefix: this.#prefix,
+        ...(partitions === undefined ? {} : { partitions }),
+      }),
+    );
+  }
+
+  /** Closes everything opened through this admin, then its connection (a client passed in stays open). */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    const opened = this.#opened.splice(0).reverse();
+    await Promise.allSettled(opened.map((part) => part.close()));
+    if (this.#connection.owned) this.#connection.client.disconnect();
+  }
+
+  async #jobCounts(name: string): Promise<JobCounts> {
+    const queue = new Queue(name, { connection: this.#connection.client, prefix: this.#prefix });
+    try {
+      const counts = await this.#run(() => queue.getJobCounts(...QUEUE_STATES));
+      return {
+        wait: counts.wait ?? 0,
+        active: counts.active ?? 0,
+        delayed: counts.delayed ?? 0,
+        failed: counts.failed ?? 0,
+      };
+    } finally {
+      await queue.close();
+    }
+  }
+
+  #track<T extends { close(): Promise<void> }>(part: T): T {
+    this.#checkOpen();
+    this.#opened.push(part);
+    return part;
+  }
+
+  #checkOpen(): void {
+    if (this.#closed) {
+      throw new HarrierError('admin-closed', 'The RedisAdmin is closed: open a new one with openRedisAdmin');
+    }
+  }
+
+  #run<T>(body: () => Promise<T>): Promise<T> {
+    this.#checkOpen();
+    return runCommand(body, {
+      connection: this.#connection,
+      command: 'a query of the Harrier system',
+      keyspace: this.#prefix,
+    });
+  }
+}
+
+/**
+ * Opens a {@link RedisAdmin} on the Harrier system under `options.prefix`: connects, and checks with
+ * PING that Redis answers.
+ *
+ * @example
+ * ```ts
+ * const admin = await openRedisAdmin('redis://127.0.0.1:6379', { prefix: '{billing-prod}' });
+ * try {
+ *   for (const { endpoint, subscriptions } of (await admin.topology()).endpoints) console.log(endpoint, subscriptions.length);
+ * } finally {
+ *   await admin.close();
+ * }
+ * ```
+ * @throws HarrierError `redis-unavailable` when Redis cannot be reached, `invalid-options` for an
+ * empty prefix.
+ */
+export function openRedisAdmin(
+  connection: RedisConnectionOptions,
+  options: RedisAdminOptions = {},
+): Promise<RedisAdmin> {
+  return RedisAdmin.open(connection, options);
+}
