@@ -12,7 +12,7 @@ import {
 } from '../cli-io.js';
 import { help, positiveInteger } from './dlq-args.js';
 import { GROUPS_HELP, LIST_HELP, SHOW_HELP } from './dlq-help.js';
-import { withDlqBackend } from './dlq-redis.js';
+import { withDlqBackend } from './dlq-backend.js';
 import { allMatching } from './dlq-selection.js';
 
 /** What a list line shows of a record: everything but the envelope and the histories. */

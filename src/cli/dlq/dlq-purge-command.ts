@@ -3,7 +3,7 @@ import { SELECTOR_OPTIONS, contextOf, parse } from '../cli-context.js';
 import { ExitCode, nothingMatched, usageError, writeJson, type CliIo } from '../cli-io.js';
 import { help } from './dlq-args.js';
 import { PURGE_HELP } from './dlq-help.js';
-import { withDlqBackend } from './dlq-redis.js';
+import { withDlqBackend } from './dlq-backend.js';
 import { describeSelection, selectionOf } from './dlq-selection.js';
 
 /** `harrier dlq purge`: deletes the selected dead letters, after asking. */

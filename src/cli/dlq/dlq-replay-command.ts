@@ -11,7 +11,7 @@ import { ExitCode, nothingMatched, usageError, writeJson, type CliIo } from '../
 import { ProgressBar } from '../progress.js';
 import { help, positiveInteger, positiveNumber } from './dlq-args.js';
 import { REPLAY_HELP } from './dlq-help.js';
-import { withDlqBackend } from './dlq-redis.js';
+import { withDlqBackend } from './dlq-backend.js';
 import { describeSelection, selectRecords, selectionOf } from './dlq-selection.js';
 
 /**

@@ -7,7 +7,7 @@ import { SELECTOR_OPTIONS, contextOf, noPositionals, parse } from '../cli-contex
 import { ExitCode, nothingMatched, writeJson, type CliIo } from '../cli-io.js';
 import { help } from './dlq-args.js';
 import { EXPORT_HELP, IMPORT_HELP } from './dlq-help.js';
-import { withDlqBackend } from './dlq-redis.js';
+import { withDlqBackend } from './dlq-backend.js';
 import { allMatching, describeSelection, selectRecords, selectionOf } from './dlq-selection.js';
 
 /** `harrier dlq export`: the selected dead letters as JSON lines. */
