@@ -94,9 +94,17 @@ export {
   buildDeadLetterRecord,
   deadLetterId,
   fingerprintOf,
+  matchesDeadLetterFilter,
+  parseDeadLetterRecord,
   replayDeadLetters,
+  selectsEveryDeadLetter,
 } from './dead-letters/index.js';
-export type { DeadLetterInput, ProjectionReplayer, ReplayDeadLettersOptions } from './dead-letters/index.js';
+export type {
+  DeadLetterInput,
+  ParsedDeadLetterRecord,
+  ProjectionReplayer,
+  ReplayDeadLettersOptions,
+} from './dead-letters/index.js';
 export { checkPartition, checkSchema, indexTopics, partitionFor, topicInfo, topicOf } from './log/index.js';
 export type {
   AppendAck,

@@ -90,7 +90,7 @@ export type {
 } from './dispatch/index.js';
 export { HarrierTokens, createBus } from './bus/index.js';
 export type { BusOptions, MessageBus, MessageScopeOptions, ScheduleOptions } from './bus/index.js';
-export { InMemoryDeadLetterStore } from './dead-letters/index.js';
+export { InMemoryDeadLetterStore, summarizeReplay } from './dead-letters/index.js';
 export type {
   DeadLetterFilter,
   DeadLetterPage,
@@ -106,7 +106,9 @@ export type {
   ReplayRecord,
   ReplayRefusal,
   ReplayResult,
+  ReplayRunOptions,
   ReplaySuccess,
+  ReplaySummary,
 } from './dead-letters/index.js';
 export { FileEventLog, InMemoryCheckpointStore, InMemoryEventLog } from './log/index.js';
 export type {

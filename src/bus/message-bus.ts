@@ -9,6 +9,7 @@ import {
   type ProjectionReplayer,
   type ReplayDeadLettersOptions,
   type ReplayResult,
+  type ReplayRunOptions,
 } from '../dead-letters/replay-dead-letters.js';
 import { Dispatcher, type StopOptions } from '../dispatch/dispatcher.js';
 import type {
@@ -241,11 +242,11 @@ export interface MessageBus {
    * `signature-invalid` and not redelivered. A `projection-failed` record of a projection fed from
    * the event log is run through that projection here, before this resolves: its result is `ok`
    * only if the projection handled the event, and `projection-failed` (the record dead again) if not.
+   * Runs {@link replayDeadLetters} (the same replay as `harrier dlq replay`): records of an ordered
+   * type with the same partition key go back one at a time in the order of `ids`; `concurrency`,
+   * `rate` and `onResult` are passed through, paced by this bus's clock.
    */
-  replayDeadLetters(
-    ids: readonly string[],
-    options?: { readonly by?: string; readonly dryRun?: boolean },
-  ): Promise<ReplayResult[]>;
+  replayDeadLetters(ids: readonly string[], options?: ReplayRunOptions): Promise<ReplayResult[]>;
 }
 
 class HarrierBus implements MessageBus {
@@ -476,19 +477,15 @@ class HarrierBus implements MessageBus {
     }
   }
 
-  replayDeadLetters(
-    ids: readonly string[],
-    options: { readonly by?: string; readonly dryRun?: boolean } = {},
-  ): Promise<ReplayResult[]> {
+  replayDeadLetters(ids: readonly string[], options: ReplayRunOptions = {}): Promise<ReplayResult[]> {
     return replayDeadLetters({
+      ...options,
       store: this.deadLetters,
       broker: this.broker,
       ids,
       clock: this.#clock,
       ...(this.#verifyReplay !== undefined ? { verify: this.#verifyReplay } : {}),
       ...(this.#projectionReplayer !== undefined ? { projections: this.#projectionReplayer } : {}),
-      ...(options.by !== undefined ? { by: options.by } : {}),
-      ...(options.dryRun !== undefined ? { dryRun: options.dryRun } : {}),
     });
   }
 
