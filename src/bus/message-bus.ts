@@ -262,7 +262,8 @@ class HarrierBus implements MessageBus {
   readonly #clock: Clock;
   readonly #maxBytes: number;
   readonly #encode: EnvelopeEncoder;
-  readonly #verifyReplay: ReplayDeadLettersOptions['verify'];
+  /** Checks a dead letter's envelope before replay (with `signing` only). */
+  readonly #verifyReplay: ReplayDeadLettersOptions['verifySignature'];
   /** Runs replays of dead letters of projections fed from the event log (none without a log). */
   readonly #projectionReplayer: ProjectionReplayer | undefined;
   readonly #gracePeriodMs: number;
@@ -304,15 +305,7 @@ class HarrierBus implements MessageBus {
       const signer = createEnvelopeSigner(options.signing);
       this.#encode = (envelope) => signer.encode(envelope);
       verify = (body) => signer.verify(body);
-      this.#verifyReplay = (record) => {
-        const refusal = signer.verify(record.envelope);
-        return refusal === undefined
-          ? undefined
-          : {
-              code: 'signature-invalid',
-              message: `its envelope does not verify with signing.keys (${refusal}): if it was signed with a retired key, add that key back after the first one and replay again; otherwise the record was changed and should be removed`,
-            };
-      };
+      this.#verifyReplay = (body) => signer.verify(body);
     }
     this.#gracePeriodMs = options.gracePeriodMs ?? 10_000;
     if (!this.container.isBound(HarrierTokens.MessageBus))
@@ -484,7 +477,7 @@ class HarrierBus implements MessageBus {
       broker: this.broker,
       ids,
       clock: this.#clock,
-      ...(this.#verifyReplay !== undefined ? { verify: this.#verifyReplay } : {}),
+      ...(this.#verifyReplay !== undefined ? { verifySignature: this.#verifyReplay } : {}),
       ...(this.#projectionReplayer !== undefined ? { projections: this.#projectionReplayer } : {}),
     });
   }
