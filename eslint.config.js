@@ -2,6 +2,48 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
+/**
+ * The layers of DESIGN.md, lowest first: a folder of src/ may import from its own layer and the layers
+ * below it, never from a layer above (types included). Folders of one layer may import each other.
+ */
+const LAYERS = [
+  ['errors', 'clock', 'logging'],
+  ['messages'],
+  ['broker', 'log'],
+  ['handlers'],
+  ['dispatch', 'projections', 'dead-letters'],
+  ['bus'],
+  ['testing', 'redis'],
+  ['cli'],
+];
+
+/** The CLI's own restriction: Redis classes only through loadRedisLayer(). */
+const CLI_LAZY_REDIS = {
+  regex: '^\\.\\./redis/(?!load-redis-layer\\.js$|redis-errors\\.js$)',
+  allowTypeImports: true,
+  message:
+    'The CLI takes Redis classes from loadRedisLayer(), so that --help works without bullmq and ioredis.',
+};
+
+/** One config block per layer: its files may not import a folder of a higher layer. */
+const layerOrder = LAYERS.map((layer, index) => {
+  const above = LAYERS.slice(index + 1).flat();
+  const patterns =
+    above.length === 0
+      ? []
+      : [
+          {
+            regex: `^(\\.\\./)+(${above.join('|')})/`,
+            message: `src/${layer.join(', src/')} may import only from its own layer and those below it (DESIGN.md layers; docs/architecture.md).`,
+          },
+        ];
+  if (layer.includes('cli')) patterns.push(CLI_LAZY_REDIS);
+  return {
+    files: layer.map((folder) => `src/${folder}/**/*.ts`),
+    rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns }] },
+  };
+});
+
 export default tseslint.config(
   { ignores: ['dist/**', '.bench/**', 'node_modules/**', 'coverage/**'] },
   js.configs.recommended,
@@ -29,7 +71,7 @@ export default tseslint.config(
   },
   {
     files: ['src/**/*.ts'],
-    ignores: ['src/redis/**', 'src/cli/**'],
+    ignores: ['src/redis/**'],
     rules: {
       'no-restricted-imports': [
         'error',
@@ -42,38 +84,7 @@ export default tseslint.config(
       ],
     },
   },
-  {
-    // The CLI loads the Redis layer lazily (loadRedisLayer), so that its help and its errors work
-    // without bullmq and ioredis installed: types only from them and from the modules that use them.
-    files: ['src/cli/**/*.ts'],
-    rules: {
-      '@typescript-eslint/no-restricted-imports': [
-        'error',
-        {
-          paths: [
-            {
-              name: 'bullmq',
-              allowTypeImports: true,
-              message: 'Only src/redis may import bullmq; the CLI loads it with loadRedisLayer().',
-            },
-            {
-              name: 'ioredis',
-              allowTypeImports: true,
-              message: 'Only src/redis may import ioredis; the CLI loads it with loadRedisLayer().',
-            },
-          ],
-          patterns: [
-            {
-              regex: '^\\.\\./redis/(?!load-redis-layer\\.js$|redis-errors\\.js$)',
-              allowTypeImports: true,
-              message:
-                'The CLI takes Redis classes from loadRedisLayer(), so that --help works without bullmq and ioredis.',
-            },
-          ],
-        },
-      ],
-    },
-  },
+  ...layerOrder,
   {
     files: [
       'src/messages/**/*.ts',

@@ -44,16 +44,15 @@ import {
   createBus,
   defineCommand,
   defineEvent,
-  prepareMessage,
   silentLogger,
   type CommandDefinition,
   type DeliveryOrder,
   type HandlerClass,
   type MessageBroker,
   type MessageContext,
-  type OutgoingMessage,
   type PayloadOf,
 } from '../src/index.js';
+import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
 import { Counter, benchPrefix, deleteKeys, fmtRate, infoField, median, table } from './support.js';
 

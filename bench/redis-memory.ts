@@ -42,14 +42,13 @@ import {
   defineCommand,
   defineEvent,
   EventHandler,
-  prepareMessage,
   silentLogger,
   type HandlesCommand,
   type HandlesEvent,
   type MessageBus,
-  type OutgoingMessage,
   type PayloadOf,
 } from '../src/index.js';
+import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
 import { BullMqBroker, describeRedisUrl, RedisDeadLetterStore, RedisEventLog } from '../src/redis/index.js';
 import { startRedisServer, type LocalRedis } from '../test/helpers/local-redis.js';
 import { Counter, benchPrefix, deleteKeys, fmtRate, infoField, keysOf, table } from './support.js';

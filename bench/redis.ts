@@ -51,12 +51,11 @@ import {
   CommandHandler,
   createBus,
   defineCommand,
-  prepareMessage,
   silentLogger,
   type HandlesCommand,
-  type OutgoingMessage,
   type PayloadOf,
 } from '../src/index.js';
+import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
 import { Counter, benchPrefix, deleteKeys, fmtRate, median, table } from './support.js';
 

@@ -1,7 +1,19 @@
+/**
+ * `harrier`: what an application imports to define messages, write handlers and run a bus.
+ *
+ * @remarks
+ * Implementers of brokers, event logs and stores import `harrier/extend` as well (the contract
+ * helpers, delivery facts, codec and pipeline internals); tests import `harrier/testing`, and
+ * conformance suites for a new implementation `harrier/testing/conformance`. Each name has one home.
+ *
+ * @packageDocumentation
+ */
 import 'reflect-metadata';
 
 export {
   DuplicateHandlerError,
+  HARRIER_ERROR_CODES,
+  HARRIER_ERROR_CODE_ALIASES,
   HandlerNotFoundError,
   HarrierError,
   MessageValidationError,
@@ -9,43 +21,25 @@ export {
   UnknownTopicError,
   UnrecoverableError,
 } from './errors/index.js';
+export type { HarrierErrorCode, HarrierErrorCodeAlias } from './errors/index.js';
 export { ManualClock, systemClock } from './clock/index.js';
 export type { Clock } from './clock/index.js';
 export { consoleLogger, silentLogger } from './logging/index.js';
 export type { LogFields, Logger } from './logging/index.js';
 export {
   DEFAULT_MAX_ENVELOPE_BYTES,
-  ENVELOPE_VERSION,
-  createEnvelopeSigner,
-  decodeEnvelope,
   defineCommand,
   defineEvent,
   defineQuery,
-  deterministicUuidV7,
-  encodeEnvelope,
-  encodedSize,
-  envelopeMetaSchema,
-  envelopeSchema,
-  fnv1a64,
-  isMessageDefinition,
-  partitionOf,
-  isUuidV7,
-  uuidV7Time,
   uuidv7,
 } from './messages/index.js';
 export type {
   BackoffOptions,
   CommandDefinition,
   CommandOptions,
-  DecodeFailure,
-  DecodeFailureReason,
-  DecodeOptions,
-  DecodeResult,
-  DecodeSuccess,
   DefinitionOptions,
   Envelope,
   EnvelopeMeta,
-  EnvelopeSigner,
   EventDefinition,
   EventOptions,
   InputOf,
@@ -60,88 +54,45 @@ export type {
   SigningKeyInput,
   SigningOptions,
 } from './messages/index.js';
-export { InMemoryBroker, MAX_ATTEMPT_HISTORY, noRouteError, toErrorInfo } from './broker/index.js';
+export { InMemoryBroker } from './broker/index.js';
 export type {
   AttemptRecord,
-  Delivery,
-  DeliveryFacts,
   DeliveryOrder,
   ErrorInfo,
   InMemoryBrokerOptions,
   InMemoryBrokerStats,
   MessageBroker,
-  NackOptions,
-  OutgoingMessage,
-  PendingDeadLetter,
-  ReceiverOptions,
-  RedeliveryTarget,
-  SubscriptionSpec,
 } from './broker/index.js';
-export {
-  CommandHandler,
-  EventHandler,
-  HandlerRegistry,
-  On,
-  Projection,
-  QueryHandler,
-  getHandlerMetadata,
-} from './handlers/index.js';
+export { CommandHandler, EventHandler, On, Projection, QueryHandler } from './handlers/index.js';
 export type {
   HandlerClass,
   HandlerClassOf,
-  HandlerEntry,
-  HandlerKind,
-  HandlerMetadata,
   HandlerOptions,
-  HandlerRoute,
   HandlesCommand,
   HandlesEvent,
   HandlesQuery,
   MessageContext,
-  OnMethodDescriptor,
   PayloadOfEach,
   SendOptions,
 } from './handlers/index.js';
-export {
-  DEFAULT_RETRY,
-  Dispatcher,
-  HandlerContext,
-  backoffDelay,
-  composeMiddleware,
-  isPermanent,
-  prepareMessage,
-  resolveRetryPolicy,
-} from './dispatch/index.js';
+export type { EnvelopeEncoder } from './messages/index.js';
+export { DEFAULT_RETRY } from './dispatch/index.js';
 export type {
-  CausingMessage,
   DeadLetteredEvent,
   DispatchHooks,
-  DispatcherOptions,
-  EnvelopeEncoder,
   EnvelopeVerifier,
   HandledEvent,
-  HandlerInvoker,
   HandlerOutcome,
   Middleware,
   MiddlewareContext,
-  PreparedMessage,
-  RetryPolicy,
   RetryingEvent,
   StopOptions,
 } from './dispatch/index.js';
-export { HarrierTokens, createBus, createContainerInvoker } from './bus/index.js';
+export { HarrierTokens, createBus } from './bus/index.js';
 export type { BusOptions, MessageBus, MessageScopeOptions, ScheduleOptions } from './bus/index.js';
-export {
-  InMemoryDeadLetterStore,
-  MAX_REPLAY_HISTORY,
-  buildDeadLetterRecord,
-  deadLetterId,
-  fingerprintOf,
-  replayDeadLetters,
-} from './dead-letters/index.js';
+export { InMemoryDeadLetterStore, summarizeReplay } from './dead-letters/index.js';
 export type {
   DeadLetterFilter,
-  DeadLetterInput,
   DeadLetterPage,
   DeadLetterPageOptions,
   DeadLetterReason,
@@ -150,40 +101,23 @@ export type {
   DeadLetterStore,
   InMemoryDeadLetterStoreOptions,
   LogPosition,
-  ProjectionReplayer,
-  ReplayDeadLettersOptions,
   ReplayErrorCode,
   ReplayFailure,
   ReplayRecord,
   ReplayRefusal,
   ReplayResult,
+  ReplayRunOptions,
   ReplaySuccess,
+  ReplaySummary,
 } from './dead-letters/index.js';
-export {
-  FileEventLog,
-  InMemoryCheckpointStore,
-  InMemoryEventLog,
-  checkPartition,
-  checkSchema,
-  indexTopics,
-  partitionFor,
-  topicInfo,
-  topicOf,
-} from './log/index.js';
+export { FileEventLog, InMemoryCheckpointStore, InMemoryEventLog } from './log/index.js';
 export type {
-  AppendAck,
-  AppendInput,
-  Checkpoint,
   CheckpointStore,
   EventLog,
   FileEventLogLostOffsets,
   FileEventLogOptions,
   FileEventLogRepair,
   InMemoryEventLogOptions,
-  LogCapabilities,
-  LogRecord,
-  MaintenanceOptions,
-  SubscribeOptions,
   TopicInfo,
   TopicSpec,
 } from './log/index.js';
@@ -191,7 +125,6 @@ export { ProjectionRunner } from './projections/index.js';
 export type {
   PartitionStatus,
   PoisonPolicy,
-  ProjectionRunnerOptions,
   ProjectionStatus,
   ResettableProjection,
 } from './projections/index.js';

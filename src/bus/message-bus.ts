@@ -1,6 +1,6 @@
 import { Container } from 'inversify';
 import { InMemoryBroker } from '../broker/in-memory-broker.js';
-import type { MessageBroker, OutgoingMessage } from '../broker/message-broker.js';
+import type { MessageBroker } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { InMemoryDeadLetterStore } from '../dead-letters/in-memory-dead-letter-store.js';
@@ -9,15 +9,16 @@ import {
   type ProjectionReplayer,
   type ReplayDeadLettersOptions,
   type ReplayResult,
+  type ReplayRunOptions,
 } from '../dead-letters/replay-dead-letters.js';
-import {
-  Dispatcher,
-  type DispatchHooks,
-  type EnvelopeVerifier,
-  type StopOptions,
-} from '../dispatch/dispatcher.js';
+import { Dispatcher, type StopOptions } from '../dispatch/dispatcher.js';
+import type {
+  DispatchHooks,
+  EnvelopeVerifier,
+  HandlerPipelineOptions,
+} from '../dispatch/handler-pipeline.js';
+import { MessagePublisher } from '../dispatch/message-publisher.js';
 import type { Middleware } from '../dispatch/middleware.js';
-import { prepareMessage, type EnvelopeEncoder } from '../dispatch/outgoing.js';
 import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { withArticle } from '../errors/with-article.js';
@@ -31,6 +32,7 @@ import { settlesWithin } from '../clock/deadline.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { ProjectionRunner, type PoisonPolicy } from '../projections/projection-runner.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope } from '../messages/codec.js';
+import { prepareMessage, type EnvelopeEncoder } from '../messages/prepare-message.js';
 import { createEnvelopeSigner, type SigningOptions } from '../messages/signing.js';
 import type {
   CommandDefinition,
@@ -240,11 +242,11 @@ export interface MessageBus {
    * `signature-invalid` and not redelivered. A `projection-failed` record of a projection fed from
    * the event log is run through that projection here, before this resolves: its result is `ok`
    * only if the projection handled the event, and `projection-failed` (the record dead again) if not.
+   * Runs {@link replayDeadLetters} (the same replay as `harrier dlq replay`): records of an ordered
+   * type with the same partition key go back one at a time in the order of `ids`; `concurrency`,
+   * `rate` and `onResult` are passed through, paced by this bus's clock.
    */
-  replayDeadLetters(
-    ids: readonly string[],
-    options?: { readonly by?: string; readonly dryRun?: boolean },
-  ): Promise<ReplayResult[]>;
+  replayDeadLetters(ids: readonly string[], options?: ReplayRunOptions): Promise<ReplayResult[]>;
 }
 
 class HarrierBus implements MessageBus {
@@ -260,12 +262,13 @@ class HarrierBus implements MessageBus {
   readonly #clock: Clock;
   readonly #maxBytes: number;
   readonly #encode: EnvelopeEncoder;
-  readonly #verifyReplay: ReplayDeadLettersOptions['verify'];
+  /** Checks a dead letter's envelope before replay (with `signing` only). */
+  readonly #verifyReplay: ReplayDeadLettersOptions['verifySignature'];
   /** Runs replays of dead letters of projections fed from the event log (none without a log). */
   readonly #projectionReplayer: ProjectionReplayer | undefined;
   readonly #gracePeriodMs: number;
   readonly #logger: Logger;
-  readonly #requireCommandRoute: boolean;
+  readonly #publisher: MessagePublisher;
   readonly #stopController = new AbortController();
   #state: 'created' | 'started' | 'stopped' = 'created';
 
@@ -302,37 +305,45 @@ class HarrierBus implements MessageBus {
       const signer = createEnvelopeSigner(options.signing);
       this.#encode = (envelope) => signer.encode(envelope);
       verify = (body) => signer.verify(body);
-      this.#verifyReplay = (record) => {
-        const refusal = signer.verify(record.envelope);
-        return refusal === undefined
-          ? undefined
-          : {
-              code: 'signature-invalid',
-              message: `its envelope does not verify with signing.keys (${refusal}): if it was signed with a retired key, add that key back after the first one and replay again; otherwise the record was changed and should be removed`,
-            };
-      };
+      this.#verifyReplay = (body) => signer.verify(body);
     }
     this.#gracePeriodMs = options.gracePeriodMs ?? 10_000;
-    this.#requireCommandRoute = options.requireCommandRoute ?? true;
     if (!this.container.isBound(HarrierTokens.MessageBus))
       this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
     this.#eventLog = options.eventLog;
+    this.#publisher = new MessagePublisher({
+      broker: this.broker,
+      registry: this.#registry,
+      requireCommandRoute: options.requireCommandRoute ?? true,
+      ...(options.eventLog !== undefined ? { eventLog: options.eventLog } : {}),
+    });
     this.#checkpoints =
       options.eventLog === undefined ? undefined : (options.checkpoints ?? new InMemoryCheckpointStore());
-    const invoke = createContainerInvoker(this.container, options.messageScope);
     const logger = options.logger ?? consoleLogger;
     this.#logger = logger;
+    // One pipeline configuration for the dispatcher and the projection runner alike.
+    const pipeline: HandlerPipelineOptions = {
+      registry: this.#registry,
+      endpoint: this.endpoint,
+      invoke: createContainerInvoker(this.container, options.messageScope),
+      publisher: this.#publisher,
+      ...(options.retry !== undefined ? { retry: options.retry } : {}),
+      ...(options.middleware !== undefined ? { middleware: options.middleware } : {}),
+      ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
+      clock: this.#clock,
+      logger,
+      maxEnvelopeBytes: this.#maxBytes,
+      encode: this.#encode,
+      ...(verify !== undefined ? { verify } : {}),
+    };
     this.projections =
       this.#eventLog === undefined || this.#checkpoints === undefined
         ? undefined
         : new ProjectionRunner({
+            ...pipeline,
             log: this.#eventLog,
             checkpoints: this.#checkpoints,
-            registry: this.#registry,
-            invoke,
             deadLetters: this.deadLetters,
-            endpoint: this.endpoint,
-            ...(options.retry !== undefined ? { retry: options.retry } : {}),
             ...(options.projections?.onPoison !== undefined
               ? { onPoison: options.projections.onPoison }
               : {}),
@@ -342,8 +353,6 @@ class HarrierBus implements MessageBus {
             ...(options.projections?.commitIntervalMs !== undefined
               ? { commitIntervalMs: options.projections.commitIntervalMs }
               : {}),
-            clock: this.#clock,
-            logger,
           });
     const runner = this.projections;
     this.#projectionReplayer =
@@ -354,22 +363,12 @@ class HarrierBus implements MessageBus {
             replay: (record) => runner.replayDeadLetter(record),
           };
     this.dispatcher = new Dispatcher({
+      ...pipeline,
       broker: this.broker,
-      registry: this.#registry,
-      endpoint: this.endpoint,
       deadLetters: this.deadLetters,
-      invoke,
-      publishBatch: (messages) => this.#publish(messages),
+      publisher: this.#publisher,
       projectionsViaBroker: this.#eventLog === undefined,
       concurrency: options.concurrency ?? 16,
-      ...(options.retry !== undefined ? { retry: options.retry } : {}),
-      ...(options.middleware !== undefined ? { middleware: options.middleware } : {}),
-      ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
-      clock: this.#clock,
-      logger,
-      maxEnvelopeBytes: this.#maxBytes,
-      encode: this.#encode,
-      ...(verify !== undefined ? { verify } : {}),
       ...(options.settleTimeoutMs !== undefined ? { settleTimeoutMs: options.settleTimeoutMs } : {}),
     });
   }
@@ -471,19 +470,15 @@ class HarrierBus implements MessageBus {
     }
   }
 
-  replayDeadLetters(
-    ids: readonly string[],
-    options: { readonly by?: string; readonly dryRun?: boolean } = {},
-  ): Promise<ReplayResult[]> {
+  replayDeadLetters(ids: readonly string[], options: ReplayRunOptions = {}): Promise<ReplayResult[]> {
     return replayDeadLetters({
+      ...options,
       store: this.deadLetters,
       broker: this.broker,
       ids,
       clock: this.#clock,
-      ...(this.#verifyReplay !== undefined ? { verify: this.#verifyReplay } : {}),
+      ...(this.#verifyReplay !== undefined ? { verifySignature: this.#verifyReplay } : {}),
       ...(this.#projectionReplayer !== undefined ? { projections: this.#projectionReplayer } : {}),
-      ...(options.by !== undefined ? { by: options.by } : {}),
-      ...(options.dryRun !== undefined ? { dryRun: options.dryRun } : {}),
     });
   }
 
@@ -507,46 +502,8 @@ class HarrierBus implements MessageBus {
       maxBytes: this.#maxBytes,
       encode: this.#encode,
     });
-    await this.#publish([outgoing]);
+    await this.#publisher.publish([outgoing]);
     return outgoing.id;
-  }
-
-  async #publish(given: readonly OutgoingMessage[]): Promise<void> {
-    let messages = given.map((message) => this.#withRouteRequirement(message));
-    const log = this.#eventLog;
-    if (log !== undefined) {
-      // Commands go first, so a command the broker refuses (no-route) leaves no event in the log
-      // that projections would apply while the handler's work is being retried or dead-lettered.
-      const commands = messages.filter((message) => message.kind === 'command');
-      if (commands.length > 0 && commands.length < messages.length) {
-        await this.broker.publishBatch(commands);
-        messages = messages.filter((message) => message.kind !== 'command');
-      }
-      // The log first, idempotent by event id: if the process dies before the fan-out, the redelivered
-      // handler records the same ids, the log finds them by uid, and the fan-out runs again (the
-      // broker drops what it already has).
-      for (const message of messages) {
-        if (message.kind !== 'event' || message.topic === undefined) continue;
-        await log.appendIdempotent(message.topic, message.id, {
-          id: message.id,
-          key: message.partitionKey ?? message.id,
-          type: message.type,
-          body: message.body,
-        });
-      }
-    }
-    if (messages.length === 1 && messages[0] !== undefined) await this.broker.publish(messages[0]);
-    else await this.broker.publishBatch(messages);
-  }
-
-  /**
-   * Tells the broker whether a command needs a registered route: not when this bus handles it (its
-   * route is registered by start(), and until then the command waits), else per requireCommandRoute.
-   */
-  #withRouteRequirement(message: OutgoingMessage): OutgoingMessage {
-    if (message.kind !== 'command' || message.requireRoute !== undefined) return message;
-    const handledHere = this.#registry.singleHandler(message.type)?.kind === 'command';
-    return { ...message, requireRoute: handledHere ? false : this.#requireCommandRoute };
   }
 }
 

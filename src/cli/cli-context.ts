@@ -3,7 +3,7 @@ import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-le
 import { HarrierError } from '../errors/harrier-error.js';
 import { loadRedisLayer } from '../redis/load-redis-layer.js';
 import type { RedisAdmin } from '../redis/redis-admin.js';
-import type { RedisClient, RedisConnectionOptions } from '../redis/redis-connection.js';
+import type { RedisConnectionOptions } from '../redis/redis-connection.js';
 import { CliExit, ExitCode, usageError, type CliIo } from './cli-io.js';
 import { checkRedisUrl, isHost, isPort } from './redis-url.js';
 
@@ -98,10 +98,6 @@ export interface CommandContext {
   readonly io: CliIo;
   /** Where Redis is: the URL, or `{ cluster: seeds }`, as the Redis layer takes it. */
   readonly connection: RedisConnectionOptions;
-  /** The server's URL, or '' when {@link CommandContext.cluster} is set. */
-  readonly redisUrl: string;
-  /** Seed nodes of a Redis Cluster, when the CLI talks to one. */
-  readonly cluster?: readonly ClusterSeed[];
   readonly prefix: string;
   /** JSON lines instead of text. */
   readonly json: boolean;
@@ -151,7 +147,7 @@ export function contextOf(
   if (clusterText !== undefined && clusterText !== '') {
     const source = values['redis-cluster'] === undefined ? 'REDIS_CLUSTER' : '--redis-cluster';
     const cluster = parseSeeds(clusterText, source);
-    return { io, connection: { cluster }, redisUrl: '', cluster, prefix, json };
+    return { io, connection: { cluster }, prefix, json };
   }
   const redisUrl = values['redis-url'] ?? io.env.REDIS_URL;
   if (redisUrl === undefined || redisUrl === '') {
@@ -160,7 +156,7 @@ export function contextOf(
     );
   }
   checkRedisUrl(redisUrl, values['redis-url'] === undefined ? 'REDIS_URL' : '--redis-url');
-  return { io, connection: redisUrl, redisUrl, prefix, json };
+  return { io, connection: redisUrl, prefix, json };
 }
 
 /**
@@ -172,17 +168,6 @@ export function contextOf(
 export async function openAdmin(ctx: CommandContext): Promise<RedisAdmin> {
   const { openRedisAdmin } = await loadRedisLayer();
   return openRedisAdmin(ctx.connection, { prefix: ctx.prefix });
-}
-
-/**
- * A client of the CLI's own, connected and answering PING: a `Cluster` for `--redis-cluster`.
- * @remarks For the dlq commands until they move onto {@link openAdmin}.
- * @throws HarrierError `missing-dependency` when bullmq or ioredis is not installed.
- * @throws HarrierError `redis-unavailable` when Redis cannot be reached.
- */
-export async function connect(ctx: CommandContext): Promise<RedisClient> {
-  const { connectToolClient } = await loadRedisLayer();
-  return (await connectToolClient(ctx.connection)).client;
 }
 
 const RELATIVE = /^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$/;

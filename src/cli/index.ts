@@ -1,6 +1,6 @@
 import { GLOBAL_HELP, exitOf } from './cli-context.js';
 import { ExitCode, type CliIo } from './cli-io.js';
-import { dlqCommand } from './dlq-commands.js';
+import { dlqCommand } from './dlq/dlq-command.js';
 import { projectionsCommand } from './projections-commands.js';
 import { topologyCommand } from './topology-command.js';
 

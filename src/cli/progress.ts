@@ -1,46 +1,5 @@
 import type { CliOutput } from './cli-io.js';
 
-/**
- * Paces work to `rate` items per second with a token bucket that holds at most one second's worth
- * (and at least one token, so a rate below 1 still gives one every 1 / rate seconds), so a pause
- * never turns into a burst larger than `rate`.
- */
-export class TokenBucket {
-  readonly #rate: number;
-  readonly #capacity: number;
-  #tokens: number;
-  #last: number;
-  #queue: Promise<void> = Promise.resolve();
-
-  constructor(rate: number) {
-    this.#rate = rate;
-    this.#capacity = Math.max(rate, 1);
-    this.#tokens = Math.min(rate, 1);
-    this.#last = Date.now();
-  }
-
-  /** Resolves once one token is taken; callers are served in call order. */
-  take(): Promise<void> {
-    const turn = this.#queue.then(() => this.#takeOne());
-    this.#queue = turn;
-    return turn;
-  }
-
-  async #takeOne(): Promise<void> {
-    for (;;) {
-      const now = Date.now();
-      this.#tokens = Math.min(this.#capacity, this.#tokens + ((now - this.#last) / 1000) * this.#rate);
-      this.#last = now;
-      if (this.#tokens >= 1) {
-        this.#tokens -= 1;
-        return;
-      }
-      const waitMs = Math.ceil(((1 - this.#tokens) / this.#rate) * 1000);
-      await new Promise((resolve) => setTimeout(resolve, waitMs));
-    }
-  }
-}
-
 const formatSeconds = (s: number): string =>
   !Number.isFinite(s) ? '?' : s < 60 ? `${Math.ceil(s)}s` : `${Math.floor(s / 60)}m${Math.ceil(s % 60)}s`;
 

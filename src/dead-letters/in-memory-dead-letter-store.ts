@@ -9,6 +9,7 @@ import {
   type DeadLetterStore,
   type ReplayRecord,
 } from './dead-letter-store.js';
+import { matchesDeadLetterFilter } from './matches-dead-letter-filter.js';
 
 /** Options of {@link InMemoryDeadLetterStore}. */
 export interface InMemoryDeadLetterStoreOptions {
@@ -38,20 +39,6 @@ function copyRecord(record: DeadLetterRecord): DeadLetterRecord {
     replays: record.replays.map((replay) => ({ ...replay })),
     ...(record.logPosition !== undefined ? { logPosition: { ...record.logPosition } } : {}),
   };
-}
-
-function matches(record: DeadLetterRecord, filter: DeadLetterFilter): boolean {
-  const status = filter.status ?? 'dead';
-  return (
-    (status === 'any' || record.status === status) &&
-    (filter.endpoint === undefined || record.endpoint === filter.endpoint) &&
-    (filter.type === undefined || record.type === filter.type) &&
-    (filter.handler === undefined || record.handler === filter.handler) &&
-    (filter.reason === undefined || record.reason === filter.reason) &&
-    (filter.fingerprint === undefined || record.fingerprint === filter.fingerprint) &&
-    (filter.since === undefined || record.lastFailedAt >= filter.since) &&
-    (filter.until === undefined || record.lastFailedAt < filter.until)
-  );
 }
 
 function encodeCursor(seq: number): string {
@@ -93,12 +80,12 @@ export class InMemoryDeadLetterStore implements DeadLetterStore {
   #seq = 0;
   #closed = false;
 
-  /** @throws HarrierError `invalid-options` when `maxRecords` is not a positive integer. */
+  /** @throws HarrierError `invalid-option` when `maxRecords` is not a positive integer. */
   constructor(options: InMemoryDeadLetterStoreOptions = {}) {
     const maxRecords = options.maxRecords ?? 100_000;
     if (!Number.isInteger(maxRecords) || maxRecords < 1) {
       throw new HarrierError(
-        'invalid-options',
+        'invalid-option',
         `InMemoryDeadLetterStore maxRecords must be a positive integer, got ${maxRecords}: pass a whole number such as 100000, or leave it out for the default`,
       );
     }
@@ -152,7 +139,7 @@ export class InMemoryDeadLetterStore implements DeadLetterStore {
       let more = false;
       for (let i = this.#firstIndexAfter(after); i < this.#order.length; i++) {
         const entry = this.#order[i];
-        if (entry === undefined || !entry.live || !matches(entry.record, filter)) continue;
+        if (entry === undefined || !entry.live || !matchesDeadLetterFilter(entry.record, filter)) continue;
         if (records.length === limit) {
           more = true;
           break;
@@ -167,7 +154,7 @@ export class InMemoryDeadLetterStore implements DeadLetterStore {
   count(filter: DeadLetterFilter = {}): Promise<number> {
     return this.#run(() => {
       let n = 0;
-      for (const entry of this.#byId.values()) if (matches(entry.record, filter)) n++;
+      for (const entry of this.#byId.values()) if (matchesDeadLetterFilter(entry.record, filter)) n++;
       return n;
     });
   }
@@ -195,7 +182,9 @@ export class InMemoryDeadLetterStore implements DeadLetterStore {
 
   purge(filter: DeadLetterFilter = {}): Promise<number> {
     return this.#run(() => {
-      const doomed = [...this.#byId.values()].filter((entry) => matches(entry.record, filter));
+      const doomed = [...this.#byId.values()].filter((entry) =>
+        matchesDeadLetterFilter(entry.record, filter),
+      );
       for (const entry of doomed) this.#delete(entry.record.id);
       return doomed.length;
     });

@@ -16,17 +16,22 @@ export {
   fingerprintOf,
   type DeadLetterInput,
 } from './dead-letter-record.js';
+export { parseDeadLetterRecord, type ParsedDeadLetterRecord } from './parse-dead-letter-record.js';
+export { matchesDeadLetterFilter, selectsEveryDeadLetter } from './matches-dead-letter-filter.js';
 export {
   InMemoryDeadLetterStore,
   type InMemoryDeadLetterStoreOptions,
 } from './in-memory-dead-letter-store.js';
 export {
   replayDeadLetters,
+  summarizeReplay,
   type ProjectionReplayer,
   type ReplayDeadLettersOptions,
   type ReplayErrorCode,
   type ReplayFailure,
   type ReplayRefusal,
   type ReplayResult,
+  type ReplayRunOptions,
   type ReplaySuccess,
+  type ReplaySummary,
 } from './replay-dead-letters.js';

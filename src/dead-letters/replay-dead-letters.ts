@@ -1,6 +1,9 @@
 import type { MessageBroker } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
+import { HarrierError } from '../errors/harrier-error.js';
 import type { DeadLetterRecord, DeadLetterStore, ReplayRecord } from './dead-letter-store.js';
+import { runInLanes } from './run-in-lanes.js';
+import { TokenBucket } from './token-bucket.js';
 
 /**
  * Why a dead letter was not replayed.
@@ -73,8 +76,42 @@ export interface ProjectionReplayer {
   replay(record: DeadLetterRecord): Promise<ReplayRefusal | undefined>;
 }
 
+/** How one replay runs, chosen per call: what the bus and the CLI pass through from their callers. */
+export interface ReplayRunOptions {
+  /**
+   * Who or what replays, recorded in each record's replay history (`cli`, a user name).
+   * @defaultValue not recorded
+   */
+  readonly by?: string;
+  /**
+   * Check every record and report what would happen, without redelivering or marking anything.
+   * @defaultValue false
+   */
+  readonly dryRun?: boolean;
+  /**
+   * Records replayed at once. Records of an ordered type with the same partition key always go back
+   * one at a time, in the order of `ids`, whatever this is; other records run in parallel up to it.
+   * @defaultValue 1 (one record after the other, in the order of `ids`)
+   */
+  readonly concurrency?: number;
+  /**
+   * Most records sent back per second (a token bucket holding one second's worth, paced by `clock`);
+   * records refused before sending and dry runs take no token.
+   * @defaultValue unlimited
+   */
+  readonly rate?: number;
+  /**
+   * Called once per id as soon as its outcome is known (in completion order, before the returned
+   * promise resolves), with the record as read for the replay (undefined when it could not be
+   * read): drives a progress bar or a page that shows each record's outcome. A throw stops the replay:
+   * no further record starts and the returned promise rejects with it.
+   * @defaultValue none
+   */
+  readonly onResult?: (result: ReplayResult, record: DeadLetterRecord | undefined) => void;
+}
+
 /** Options of {@link replayDeadLetters}. */
-export interface ReplayDeadLettersOptions {
+export interface ReplayDeadLettersOptions extends ReplayRunOptions {
   /** Where the dead letters are kept. */
   readonly store: DeadLetterStore;
   /** The broker that re-dispatches the messages. */
@@ -82,24 +119,21 @@ export interface ReplayDeadLettersOptions {
   /** The dead letters to replay, in the order to redeliver them. */
   readonly ids: readonly string[];
   /**
-   * Who or what replays, recorded in each record's replay history (`cli`, a user name).
-   * @defaultValue not recorded
-   */
-  readonly by?: string;
-  /**
-   * Time source of the replay records.
+   * Time source of the replay records and of the `rate` pacing.
    * @defaultValue the system clock
    */
   readonly clock?: Clock;
   /**
-   * Check every record and report what would happen, without redelivering or marking anything.
-   * @defaultValue false
+   * Checks a record's stored envelope against the signing keys (such as `EnvelopeSigner.verify`):
+   * returns why it does not verify, or undefined when it does. A record that does not verify is
+   * refused with `signature-invalid`, the reason in its message, and not sent back.
+   * @defaultValue signatures are not checked
    */
-  readonly dryRun?: boolean;
+  readonly verifySignature?: (envelope: string) => string | undefined;
   /**
-   * Last check before a record goes back (such as its envelope signature): return a short refusal
-   * code such as `signature-invalid` (or a {@link ReplayRefusal} with a code and an explanation) to
-   * refuse it, or undefined to let it through. A throw refuses it with code `verify-failed`.
+   * Last check before a record goes back (after `verifySignature`): return a short refusal code (or
+   * a {@link ReplayRefusal} with a code and an explanation) to refuse it, or undefined to let it
+   * through. A throw refuses it with code `verify-failed`.
    * @defaultValue every record passes
    */
   readonly verify?: (
@@ -114,53 +148,160 @@ export interface ReplayDeadLettersOptions {
   readonly projections?: ProjectionReplayer;
 }
 
+/** Counts of a replay's results, for a final line or a page's totals. */
+export interface ReplaySummary {
+  /** Ids asked for. */
+  readonly total: number;
+  /** Records sent back (or, in a dry run, that would be). */
+  readonly replayed: number;
+  /** Records not sent back, except those already replayed. */
+  readonly failed: number;
+  /** Records skipped because they were already replayed and have not died again. */
+  readonly skipped: number;
+}
+
+/** Counts `results` as replayed, failed, or skipped (`already-replayed`). */
+export function summarizeReplay(results: Iterable<ReplayResult>): ReplaySummary {
+  let total = 0;
+  let replayed = 0;
+  let skipped = 0;
+  for (const result of results) {
+    total++;
+    if (result.ok) replayed++;
+    else if (result.error === 'already-replayed') skipped++;
+  }
+  return { total, replayed, failed: total - replayed - skipped, skipped };
+}
+
 const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));
+
+/** Records whose lane is read ahead at once. */
+const PLAN_CHUNK = 100;
 
 /**
  * Sends dead letters back to the subscriptions they died in, with the same message id and fresh
- * attempts, and marks them replayed.
+ * attempts, and marks them replayed: the one replay behind `bus.replayDeadLetters` and
+ * `harrier dlq replay`.
  *
  * @remarks
- * Each id is handled on its own and in the given order: one that fails never stops the others, and
- * this function never rejects for a single record. The message goes back through
- * {@link MessageBroker.redeliver}, so it is handled by a dispatcher of its endpoint like any other
- * delivery and dead-letters again (updating the same record) if it fails again.
+ * Each id is handled on its own: one that fails never stops the others, and this function never
+ * rejects for a single record. Records of an ordered type with the same partition key form a lane
+ * and go back one at a time in the order of `ids`; other records run in parallel up to
+ * `concurrency`, at most `rate` a second. Each record is read again just before it goes back, so a
+ * record replayed meanwhile (or listed twice) is reported `already-replayed`. The message goes back
+ * through {@link MessageBroker.redeliver}, so it is handled by a dispatcher of its endpoint like any
+ * other delivery and dead-letters again (updating the same record) if it fails again.
  *
- * @returns one result per id, in the order of `ids`.
+ * @returns one result per id, in the order of `ids`; `onResult` sees each one as it is known.
+ * @throws HarrierError `invalid-option` for a `concurrency` or `rate` that is not a positive number.
  *
  * @example
  * ```ts
- * const results = await replayDeadLetters({ store, broker, ids: [id], by: 'cli' });
- * for (const r of results) if (!r.ok) console.error(`${r.id}: ${r.error}: ${r.message}`);
+ * const results = await replayDeadLetters({
+ *   store, broker, ids, by: 'ops', concurrency: 16, rate: 100,
+ *   onResult: (r) => { if (!r.ok) console.error(`${r.id}: ${r.error}: ${r.message}`); },
+ * });
+ * console.log(summarizeReplay(results));
  * ```
  */
 export async function replayDeadLetters(options: ReplayDeadLettersOptions): Promise<ReplayResult[]> {
+  const concurrency = options.concurrency ?? 1;
+  if (!Number.isSafeInteger(concurrency) || concurrency < 1) {
+    throw new HarrierError(
+      'invalid-option',
+      `replay concurrency ${String(concurrency)} is not a whole number from 1: pass how many records may be replayed at once, e.g. 16`,
+    );
+  }
+  if (options.rate !== undefined && !(Number.isFinite(options.rate) && options.rate > 0)) {
+    throw new HarrierError(
+      'invalid-option',
+      `replay rate ${String(options.rate)} is not a number above 0: pass the most records to send back per second, or leave it out for no limit`,
+    );
+  }
+  const clock = options.clock ?? systemClock;
+  const bucket = options.rate === undefined ? undefined : new TokenBucket(options.rate, clock);
+  const pace = bucket === undefined ? undefined : () => bucket.take();
+  const lanes = await lanesOf(options.store, options.ids);
   const results: ReplayResult[] = [];
-  for (const id of options.ids) results.push(await replayOne(id, options));
+  await runInLanes(lanes, concurrency, async (index) => {
+    const id = options.ids[index] ?? '';
+    const { result, record } = await replayOne(id, options, clock, pace);
+    results[index] = result;
+    options.onResult?.(result, record);
+  });
   return results;
 }
 
-async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise<ReplayResult> {
-  const { store, broker } = options;
-  const fail = (error: ReplayErrorCode, message: string): ReplayFailure => ({
-    id,
-    ok: false,
-    error,
-    message,
-  });
+/**
+ * The lane of each id: its partition key for a record of an ordered type, else its own id (so an id
+ * listed twice never runs twice at once). A record that cannot be read here gets its own lane; its
+ * replay reads it again and reports why.
+ */
+async function lanesOf(store: DeadLetterStore, ids: readonly string[]): Promise<string[]> {
+  const lanes: string[] = [];
+  for (let start = 0; start < ids.length; start += PLAN_CHUNK) {
+    const chunk = ids.slice(start, start + PLAN_CHUNK);
+    const records = await Promise.all(chunk.map((id) => store.get(id).catch(() => undefined)));
+    chunk.forEach((id, i) => {
+      const record = records[i];
+      lanes.push(record?.ordered === true ? `key:${record.partitionKey ?? ''}` : `id:${id}`);
+    });
+  }
+  return lanes;
+}
 
+/** A result and the record it was about (undefined when it could not be read). */
+interface Outcome {
+  readonly result: ReplayResult;
+  readonly record: DeadLetterRecord | undefined;
+}
+
+const failure = (id: string, error: ReplayErrorCode, message: string): ReplayFailure => ({
+  id,
+  ok: false,
+  error,
+  message,
+});
+
+/** Reads one record again and replays it; `pace` waits for the rate limit just before it goes back. */
+async function replayOne(
+  id: string,
+  options: ReplayDeadLettersOptions,
+  clock: Clock,
+  pace: (() => Promise<void>) | undefined,
+): Promise<Outcome> {
   let record: DeadLetterRecord | undefined;
   try {
-    record = await store.get(id);
+    record = await options.store.get(id);
   } catch (error) {
-    return fail('store-failed', `Could not read dead letter "${id}": ${messageOf(error)}`);
+    return {
+      result: failure(id, 'store-failed', `Could not read dead letter "${id}": ${messageOf(error)}`),
+      record: undefined,
+    };
   }
   if (record === undefined) {
-    return fail(
-      'not-found',
-      `No dead letter "${id}": check the id; the record may have been removed or purged`,
-    );
+    return {
+      result: failure(
+        id,
+        'not-found',
+        `No dead letter "${id}": check the id; the record may have been removed or purged`,
+      ),
+      record: undefined,
+    };
   }
+  return { result: await replayRecord(record, options, clock, pace), record };
+}
+
+async function replayRecord(
+  record: DeadLetterRecord,
+  options: ReplayDeadLettersOptions,
+  clock: Clock,
+  pace: (() => Promise<void>) | undefined,
+): Promise<ReplayResult> {
+  const { store, broker } = options;
+  const id = record.id;
+  const fail = (error: ReplayErrorCode, message: string): ReplayFailure => failure(id, error, message);
+
   if (record.status === 'replayed') {
     return fail(
       'already-replayed',
@@ -184,6 +325,14 @@ async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise
     return fail(
       'not-replayable',
       `Dead letter "${id}" is the event "${type}" on endpoint "${record.endpoint}" without a subscription to return to: publish the event again if its subscribers should see it, and remove the record`,
+    );
+  }
+
+  const unverified = options.verifySignature?.(record.envelope);
+  if (unverified !== undefined) {
+    return fail(
+      'signature-invalid',
+      `Dead letter "${id}" was refused before replay: its envelope does not verify with the signing keys (${unverified}): if it was signed with a retired key, add that key back after the first one and replay again; otherwise the record was changed and should be removed`,
     );
   }
 
@@ -213,8 +362,9 @@ async function replayOne(id: string, options: ReplayDeadLettersOptions): Promise
 
   if (options.dryRun === true) return { id, ok: true, dryRun: true };
 
+  if (pace !== undefined) await pace();
   const replay: ReplayRecord = {
-    at: (options.clock ?? systemClock).now(),
+    at: clock.now(),
     ...(options.by !== undefined ? { by: options.by } : {}),
   };
 

@@ -1,121 +1,38 @@
 import {
   toErrorInfo,
   type Delivery,
-  type DeliveryFacts,
   type ErrorInfo,
   type MessageBroker,
-  type OutgoingMessage,
   type PendingDeadLetter,
 } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { settlesWithin, withDeadline } from '../clock/deadline.js';
+import { sleep } from '../clock/sleep.js';
 import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
-import type {
-  DeadLetterReason,
-  DeadLetterRecord,
-  DeadLetterStore,
-} from '../dead-letters/dead-letter-store.js';
+import type { DeadLetterReason, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
+import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
-import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
-import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
+import type { MessageDefinition } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
-import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
-import { composeMiddleware, type Middleware } from './middleware.js';
-import type { EnvelopeEncoder } from './outgoing.js';
-import {
-  DEFAULT_RETRY,
-  backoffDelay,
-  isPermanent,
-  resolveRetryPolicy,
-  type RetryPolicy,
-} from './retry-policy.js';
-
-/** Calls a handler method on an instance made for this message (the bus resolves it from DI). */
-export type HandlerInvoker = (
-  entry: HandlerEntry,
-  method: string,
-  payload: unknown,
-  context: HandlerContext,
-) => Promise<unknown>;
-
-/** Checks a received envelope's signature; returns a refusal reason, or undefined when it verifies. */
-export type EnvelopeVerifier = (body: string, envelope: Envelope) => string | undefined;
-
-/** A message was handled and acknowledged. */
-export interface HandledEvent {
-  readonly envelope: Envelope;
-  readonly handler: string;
-  readonly attempt: number;
-  readonly durationMs: number;
-}
-
-/** A handler failed and its message will be tried again. */
-export interface RetryingEvent {
-  readonly envelope: Envelope;
-  readonly handler: string;
-  readonly attempt: number;
-  readonly error: unknown;
-  readonly retryAt: number;
-}
-
-/** A message was dead-lettered. */
-export interface DeadLetteredEvent {
-  readonly record: DeadLetterRecord;
-  /** The error thrown, or a description of the bad input. */
-  readonly error: unknown;
-}
-
-/** Lifecycle hooks of the dispatcher; an error thrown by a hook is logged and ignored. */
-export interface DispatchHooks {
-  onHandled?(event: HandledEvent): void;
-  onRetrying?(event: RetryingEvent): void;
-  onDeadLettered?(event: DeadLetteredEvent): void;
-}
+import { HandlerPipeline, type HandlerPipelineOptions } from './handler-pipeline.js';
+import type { MessagePublisher } from './message-publisher.js';
+import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';
 
 /** Options of {@link Dispatcher}. */
-export interface DispatcherOptions {
+export interface DispatcherOptions extends HandlerPipelineOptions {
   readonly broker: MessageBroker;
-  readonly registry: HandlerRegistry;
-  /** The endpoint this dispatcher receives for. */
-  readonly endpoint: string;
   readonly deadLetters: DeadLetterStore;
-  readonly invoke: HandlerInvoker;
   /**
-   * Publishes what a handler recorded, after it succeeded.
-   * @defaultValue `broker.publishBatch`
+   * Commits what a handler recorded, after it succeeded: the event log (when it has one), then the
+   * broker. Give it the same broker.
    */
-  readonly publishBatch?: (messages: readonly OutgoingMessage[]) => Promise<void>;
+  readonly publisher: MessagePublisher;
   /**
    * Most handler calls running at once.
    * @defaultValue 16
    */
   readonly concurrency?: number;
-  /**
-   * Retry policy where neither the handler nor the definition sets one.
-   * @defaultValue 5 attempts, backoff 200 ms base, 60 s cap, 0.2 jitter
-   */
-  readonly retry?: RetryOptions;
-  /** @defaultValue [] */
-  readonly middleware?: readonly Middleware[];
-  /** @defaultValue {} */
-  readonly hooks?: DispatchHooks;
-  /** @defaultValue the system clock */
-  readonly clock?: Clock;
-  /**
-   * Largest encoded envelope accepted, in bytes; larger ones are dead-lettered as `too-large`.
-   * @defaultValue 1048576 (1 MiB)
-   */
-  readonly maxEnvelopeBytes?: number;
-  /** @defaultValue JSON lines on stderr for warnings and errors */
-  readonly logger?: Logger;
-  /** Random source of backoff jitter. @defaultValue Math.random */
-  readonly random?: () => number;
-  /** Encodes envelopes of recorded messages. @defaultValue JSON */
-  readonly encode?: EnvelopeEncoder;
-  /** Verifies received envelopes. @defaultValue none (no signing) */
-  readonly verify?: EnvelopeVerifier;
   /**
    * How long one step of settling a delivery (storing its dead letter, acking, nacking) may take
    * before it counts as failed, in ms.
@@ -192,19 +109,15 @@ export const RECEIVER_CLOSE_WAIT_MS = 5_000;
  */
 export class Dispatcher {
   readonly #o: DispatcherOptions;
+  readonly #pipeline: HandlerPipeline;
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #concurrency: number;
-  readonly #maxBytes: number;
   readonly #settleTimeoutMs: number;
-  readonly #encode: EnvelopeEncoder;
   readonly #inFlight = new Set<InFlight>();
   readonly #listeners = new Set<() => void>();
   readonly #slotWaiters: (() => void)[] = [];
-  readonly #policies = new WeakMap<HandlerEntry, Map<string, RetryPolicy>>();
   #receiverAbort: AbortController | undefined;
-  /** What every HandlerContext needs from the dispatcher. */
-  readonly #contextEnv: HandlerContextEnv;
   #loop: Promise<void> | undefined;
   #stopping = false;
 
@@ -213,7 +126,6 @@ export class Dispatcher {
     this.#clock = options.clock ?? systemClock;
     this.#logger = options.logger ?? consoleLogger;
     this.#concurrency = options.concurrency ?? 16;
-    this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
     this.#settleTimeoutMs = options.settleTimeoutMs ?? 5_000;
     if (!Number.isFinite(this.#settleTimeoutMs) || this.#settleTimeoutMs <= 0) {
       throw new HarrierError(
@@ -221,15 +133,13 @@ export class Dispatcher {
         `settleTimeoutMs is ${this.#settleTimeoutMs}: use a number of milliseconds above 0`,
       );
     }
-    this.#encode = options.encode ?? encodeEnvelope;
-    this.#contextEnv = { now: () => this.#clock.now(), maxBytes: this.#maxBytes, encode: this.#encode };
     if (!Number.isInteger(this.#concurrency) || this.#concurrency < 1) {
       throw new HarrierError(
         'invalid-option',
         `concurrency is ${this.#concurrency}: use a whole number of at least 1`,
       );
     }
-    resolveRetryPolicy(options.retry);
+    this.#pipeline = new HandlerPipeline(options);
   }
 
   /** Handler calls running now. */
@@ -316,50 +226,7 @@ export class Dispatcher {
     envelope: Envelope,
     signal: AbortSignal,
   ): Promise<unknown> {
-    const context = this.#context(envelope, 1, entry, signal);
-    const result = await this.#call(entry, definition, envelope, context, true);
-    await this.#flush(context);
-    return result;
-  }
-
-  #context(
-    envelope: Envelope,
-    attempt: number,
-    entry: HandlerEntry,
-    signal: AbortSignal | (() => AbortSignal),
-  ): HandlerContext {
-    return new HandlerContext(envelope, attempt, this.#o.endpoint, entry.name, signal, this.#contextEnv);
-  }
-
-  async #call(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    context: HandlerContext,
-    inProcess: boolean,
-  ): Promise<unknown> {
-    const method = entry.methods.get(envelope.type) ?? 'handle';
-    const call = (): Promise<unknown> => this.#o.invoke(entry, method, envelope.payload, context);
-    const middleware = this.#o.middleware ?? [];
-    // `return await`, not `return`: one tick instead of two when the result is a promise.
-    if (middleware.length === 0) return await call();
-    return composeMiddleware(
-      middleware,
-      { definition, handler: entry.name, handlerKind: entry.kind, message: context, inProcess },
-      call,
-      (m, error) => {
-        this.#logger.error('Middleware after() threw; ignored', {
-          middleware: m.name ?? 'middleware',
-          error: toErrorInfo(error),
-        });
-      },
-    );
-  }
-
-  async #flush(context: HandlerContext): Promise<void> {
-    if (context.recorded.length === 0) return;
-    const messages = context.recorded.map((p) => p.outgoing);
-    await (this.#o.publishBatch ?? ((m) => this.#o.broker.publishBatch(m)))(messages);
+    return this.#pipeline.runLocal(entry, definition, envelope, signal);
   }
 
   async #run(): Promise<void> {
@@ -393,7 +260,7 @@ export class Dispatcher {
           error: toErrorInfo(error),
           pauseMs: pause,
         });
-        await new Promise<void>((resolve) => setTimeout(resolve, pause).unref());
+        await sleep(this.#clock, pause, abort.signal);
         pause = Math.min(pause * 2, 5_000);
         continue;
       } finally {
@@ -402,21 +269,6 @@ export class Dispatcher {
       // A receiver that ends on its own means the broker closed: nothing more will come.
       if (ended) break;
     }
-  }
-
-  /** The retry policy of a handler for a definition, resolved once. */
-  #policy(entry: HandlerEntry, definition: MessageDefinition): RetryPolicy {
-    let byType = this.#policies.get(entry);
-    if (byType === undefined) {
-      byType = new Map();
-      this.#policies.set(entry, byType);
-    }
-    let policy = byType.get(definition.type);
-    if (policy === undefined) {
-      policy = resolveRetryPolicy(entry.options.retry, definition.retry, this.#o.retry);
-      byType.set(definition.type, policy);
-    }
-    return policy;
   }
 
   #isStopping(): boolean {
@@ -470,130 +322,35 @@ export class Dispatcher {
       );
       return;
     }
-    const decoded = decodeEnvelope(delivery.body, (type) => this.#o.registry.definition(type), {
-      maxBytes: this.#maxBytes,
+    const outcome = await this.#pipeline.run({
+      body: delivery.body,
+      facts,
+      signal: () => flightSignal(flight),
+      abandoned: () => flight.released,
     });
-    if (!decoded.ok) {
-      const handler =
-        facts.handler ??
-        (decoded.envelope ? this.#o.registry.singleHandler(decoded.envelope.type)?.name : undefined);
-      const ordered = decoded.envelope
-        ? (this.#o.registry.definition(decoded.envelope.type)?.ordered ?? false)
-        : false;
-      await this.#deadLetter(
-        flight,
-        handler,
-        decoded.reason,
-        { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason },
-        ordered,
-      );
-      return;
-    }
-    const { envelope, definition } = decoded;
-    const refusal = this.#o.verify?.(delivery.body, envelope);
-    if (refusal !== undefined) {
-      await this.#deadLetter(
-        flight,
-        facts.handler ?? this.#o.registry.singleHandler(envelope.type)?.name,
-        'signature-invalid',
-        { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
-        definition.ordered,
-      );
-      return;
-    }
-    const entry = this.#route(envelope, facts);
-    if (entry === undefined) {
-      await this.#deadLetter(
-        flight,
-        facts.handler,
-        'no-handler',
-        {
-          name: 'HandlerNotFoundError',
-          message: `No handler for ${envelope.kind} "${envelope.type}"${facts.handler !== undefined ? ` in subscription "${facts.handler}"` : ''} on endpoint "${this.#o.endpoint}"`,
-          code: 'no-handler',
-        },
-        definition.ordered,
-      );
-      return;
-    }
-    const policy = this.#policy(entry, definition);
-    if (facts.attempt > policy.attempts) {
-      // Only a worker that died mid-handler gets here (its crash counted as an attempt): stop the loop.
-      const last = facts.history[facts.history.length - 1]?.error;
-      await this.#deadLetter(
-        flight,
-        entry.name,
-        entry.kind === 'projection' ? 'projection-failed' : 'handler-failed',
-        last ?? {
-          name: 'WorkerCrashedError',
-          message: `Attempt ${facts.attempt} of at most ${policy.attempts}: the workers handling this message stopped before settling it`,
-          code: 'worker-crashed',
-        },
-        definition.ordered,
-      );
-      return;
-    }
-    const started = this.#clock.now();
-    const context = this.#context(envelope, facts.attempt, entry, () => flightSignal(flight));
-    try {
-      await this.#call(entry, definition, envelope, context, false);
-      if (flight.released) return;
-      await this.#flush(context);
-    } catch (error) {
-      if (flight.released) return;
-      const errorInfo = toErrorInfo(error);
-      if (!isPermanent(policy, error) && facts.attempt < policy.attempts) {
-        const retryAt = this.#clock.now() + backoffDelay(policy, facts.attempt, this.#o.random);
-        this.#logger.warn('Handler failed; will retry', {
-          handler: entry.name,
-          type: envelope.type,
-          messageId: envelope.id,
-          attempt: facts.attempt,
-          retryAt,
-          error: errorInfo.message,
-        });
-        await this.#settle(flight, 'nack', () =>
-          this.#o.broker.nack(delivery.id, { retryAt, error: errorInfo }),
-        );
-        this.#hook('onRetrying', () =>
-          this.#o.hooks?.onRetrying?.({
-            envelope,
-            handler: entry.name,
-            attempt: facts.attempt,
-            error,
-            retryAt,
-          }),
-        );
+    switch (outcome.kind) {
+      case 'abandoned':
         return;
-      }
-      await this.#deadLetter(
-        flight,
-        entry.name,
-        entry.kind === 'projection' ? 'projection-failed' : 'handler-failed',
-        errorInfo,
-        definition.ordered,
-        error,
-      );
-      return;
+      case 'handled':
+        await this.#settle(flight, 'ack', () => this.#o.broker.ack(delivery.id));
+        this.#pipeline.handled(outcome);
+        return;
+      case 'retry':
+        await this.#settle(flight, 'nack', () =>
+          this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
+        );
+        this.#pipeline.retrying(outcome);
+        return;
+      case 'dead-letter':
+        await this.#deadLetter(
+          flight,
+          outcome.handler,
+          outcome.reason,
+          outcome.error,
+          outcome.ordered,
+          outcome.thrown,
+        );
     }
-    await this.#settle(flight, 'ack', () => this.#o.broker.ack(delivery.id));
-    const durationMs = this.#clock.now() - started;
-    this.#hook('onHandled', () =>
-      this.#o.hooks?.onHandled?.({ envelope, handler: entry.name, attempt: facts.attempt, durationMs }),
-    );
-  }
-
-  #route(envelope: Envelope, facts: DeliveryFacts): HandlerEntry | undefined {
-    if (envelope.kind === 'event') {
-      if (facts.handler === undefined) return undefined;
-      const entry = this.#o.registry.subscription(facts.handler);
-      return entry?.methods.has(envelope.type) === true ? entry : undefined;
-    }
-    if (envelope.kind === 'command') {
-      const entry = this.#o.registry.singleHandler(envelope.type);
-      return entry?.kind === 'command' ? entry : undefined;
-    }
-    return undefined;
   }
 
   async #deadLetter(
@@ -658,7 +415,7 @@ export class Dispatcher {
       return;
     }
     await this.#settle(flight, 'nack', () => this.#o.broker.nack(delivery.id, { deadLetter: reason, error }));
-    this.#hook('onDeadLettered', () => this.#o.hooks?.onDeadLettered?.({ record, error: thrown }));
+    this.#pipeline.deadLettered(record, thrown);
   }
 
   /**
@@ -700,18 +457,11 @@ export class Dispatcher {
           attempt,
           error: toErrorInfo(error),
         });
-        await new Promise<void>((resolve) => setTimeout(resolve, pause).unref());
+        // A stop cuts the pause short, except for the release itself (the flight is released then).
+        await sleep(this.#clock, pause, what === 'release' ? undefined : flightSignal(flight));
         pause = Math.min(pause * 2, 5_000);
         if (flight.released && what !== 'release') return 'failed';
       }
-    }
-  }
-
-  #hook(name: string, call: () => void): void {
-    try {
-      call();
-    } catch (error) {
-      this.#logger.error(`Hook ${name} threw; ignored`, { error: toErrorInfo(error) });
     }
   }
 

@@ -6,14 +6,24 @@ import type {
   MessageDefinition,
 } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
+import { prepareMessage, type EnvelopeEncoder, type PreparedMessage } from '../messages/prepare-message.js';
 import { deterministicUuidV7, uuidV7Time } from '../messages/uuid-v7.js';
-import { prepareMessage, type EnvelopeEncoder, type PreparedMessage } from './outgoing.js';
 
 /** What a {@link HandlerContext} needs from whoever runs handlers: the same for every message. */
 export interface HandlerContextEnv {
   readonly now: () => number;
   readonly maxBytes: number;
   readonly encode: EnvelopeEncoder;
+  /**
+   * When set, `send` and `publish` throw what it returns instead of recording (a projection's
+   * context: see docs/projections.md).
+   * @defaultValue none (both record into the unit of work)
+   */
+  readonly refuse?: (
+    verb: 'send' | 'publish',
+    definition: MessageDefinition,
+    context: HandlerContext,
+  ) => Error;
 }
 
 /**
@@ -53,10 +63,12 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
   }
 
   send<D extends CommandDefinition>(definition: D, payload: InputOf<D>, options: SendOptions = {}): string {
+    if (this.env.refuse !== undefined) throw this.env.refuse('send', definition, this);
     return this.#record(definition, payload, options);
   }
 
   publish<D extends EventDefinition>(definition: D, payload: InputOf<D>, options: SendOptions = {}): string {
+    if (this.env.refuse !== undefined) throw this.env.refuse('publish', definition, this);
     return this.#record(definition, payload, options);
   }
 

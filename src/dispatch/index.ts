@@ -1,27 +1,28 @@
+export { Dispatcher, type DispatcherOptions, type StopOptions } from './dispatcher.js';
 export {
-  Dispatcher,
+  HandlerPipeline,
+  type AbandonedOutcome,
   type DeadLetteredEvent,
-  type DispatcherOptions,
+  type DeadLetterOutcome,
   type DispatchHooks,
   type EnvelopeVerifier,
   type HandledEvent,
+  type HandledOutcome,
   type HandlerInvoker,
+  type HandlerPipelineOptions,
+  type PipelineInput,
+  type PipelineOutcome,
   type RetryingEvent,
-  type StopOptions,
-} from './dispatcher.js';
+  type RetryOutcome,
+} from './handler-pipeline.js';
 export { HandlerContext } from './handler-context.js';
+export { MessagePublisher, type MessagePublisherOptions } from './message-publisher.js';
 export {
   composeMiddleware,
   type HandlerOutcome,
   type Middleware,
   type MiddlewareContext,
 } from './middleware.js';
-export {
-  prepareMessage,
-  type CausingMessage,
-  type EnvelopeEncoder,
-  type PreparedMessage,
-} from './outgoing.js';
 export {
   backoffDelay,
   DEFAULT_RETRY,

@@ -71,9 +71,16 @@ export function backoffDelay(
   return Math.max(0, Math.round(Math.min(policy.maxMs, exponential + spread)));
 }
 
-/** True when retrying cannot help: an `UnrecoverableError` or what the policy calls permanent. */
+/**
+ * True when retrying cannot help: an `UnrecoverableError`, a `projection-publish` refusal (a
+ * programming error that fails the same way every time), or what the policy calls permanent.
+ */
 export function isPermanent(policy: RetryPolicy, error: unknown): boolean {
-  if (error instanceof UnrecoverableError || (HarrierError.is(error) && error.code === 'unrecoverable'))
+  if (
+    error instanceof UnrecoverableError ||
+    HarrierError.is(error, 'unrecoverable') ||
+    HarrierError.is(error, 'projection-publish')
+  )
     return true;
   try {
     return policy.permanent(error);

@@ -13,9 +13,6 @@ export type { Checkpoint, CheckpointStore } from './checkpoint-store.js';
 export { checkPartition, checkSchema, indexTopics, partitionFor, topicInfo, topicOf } from './topics.js';
 export { InMemoryEventLog, type InMemoryEventLogOptions } from './in-memory-event-log.js';
 export { InMemoryCheckpointStore } from './in-memory-checkpoint-store.js';
-export {
-  FileEventLog,
-  type FileEventLogLostOffsets,
-  type FileEventLogOptions,
-  type FileEventLogRepair,
-} from './file-event-log.js';
+export { FileEventLog, type FileEventLogOptions } from './file-event-log.js';
+export type { FileEventLogRepair } from './open-partition.js';
+export type { FileEventLogLostOffsets } from './partition-state.js';

@@ -425,6 +425,17 @@ export async function appendAt(
   }
 }
 
+/** Writes a file that must not exist yet (EEXIST otherwise), flushed when `sync`. */
+export async function writeNewFile(path: string, content: string, sync = false): Promise<void> {
+  const handle = await open(path, 'wx', 0o644);
+  try {
+    await handle.writeFile(content, 'utf8');
+    if (sync) await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
 /** Opens a file for positional reads and writes, creating it when missing. */
 export function openReadWrite(path: string): Promise<FileHandle> {
   return open(path, fsConstants.O_RDWR | fsConstants.O_CREAT, 0o644);

@@ -45,3 +45,9 @@ export {
   type SigningKeyInput,
   type SigningOptions,
 } from './signing.js';
+export {
+  prepareMessage,
+  type CausingMessage,
+  type EnvelopeEncoder,
+  type PreparedMessage,
+} from './prepare-message.js';

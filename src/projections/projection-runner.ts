@@ -1,43 +1,34 @@
-import {
-  toErrorInfo,
-  type AttemptRecord,
-  type DeliveryFacts,
-  type ErrorInfo,
-} from '../broker/message-broker.js';
+import { toErrorInfo, type AttemptRecord, type DeliveryFacts } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
+import { withDeadline } from '../clock/deadline.js';
 import { sleep } from '../clock/sleep.js';
+import { WakeList } from '../clock/wake-list.js';
 import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
 import type { DeadLetterRecord, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import type { ReplayRefusal } from '../dead-letters/replay-dead-letters.js';
-import type { HandlerInvoker } from '../dispatch/dispatcher.js';
-import { HandlerContext, type HandlerContextEnv } from '../dispatch/handler-context.js';
-import { backoffDelay, isPermanent, resolveRetryPolicy } from '../dispatch/retry-policy.js';
+import {
+  HandlerPipeline,
+  type DeadLetterOutcome,
+  type HandlerPipelineOptions,
+  type PipelineOutcome,
+} from '../dispatch/handler-pipeline.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
+import type { HandlerEntry } from '../handlers/handler-registry.js';
 import type { CheckpointStore } from '../log/checkpoint-store.js';
 import type { EventLog, LogRecord } from '../log/event-log.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
-import { decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
-import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
-import type { Envelope } from '../messages/envelope.js';
 
 /** What to do with an event a projection still cannot handle after its retries. */
 export type PoisonPolicy = 'skip' | 'halt';
 
-/** Options of {@link ProjectionRunner}. */
-export interface ProjectionRunnerOptions {
+/**
+ * Options of {@link ProjectionRunner}: the handler pipeline's (middleware, hooks, verification,
+ * retry policy, ...) and the lanes'. Projections never publish, so there is no publisher.
+ */
+export interface ProjectionRunnerOptions extends Omit<HandlerPipelineOptions, 'publisher' | 'encode'> {
   readonly log: EventLog;
   readonly checkpoints: CheckpointStore;
-  readonly registry: HandlerRegistry;
-  readonly invoke: HandlerInvoker;
   readonly deadLetters: DeadLetterStore;
-  /** The endpoint named in dead letters. */
-  readonly endpoint: string;
-  /**
-   * Retry policy of projection handlers unless the projection sets one.
-   * @defaultValue 5 attempts, backoff 200 ms base, 60 s cap, 0.2 jitter
-   */
-  readonly retry?: RetryOptions;
   /**
    * A poison event (still failing after its retries) is dead-lettered as `projection-failed` and
    * skipped (`skip`), or the partition stops there until `rebuild` or a restart (`halt`).
@@ -61,10 +52,6 @@ export interface ProjectionRunnerOptions {
    * @defaultValue 5000
    */
   readonly rebuildCheckIntervalMs?: number;
-  /** @defaultValue the system clock */
-  readonly clock?: Clock;
-  /** @defaultValue warnings and errors as JSON lines on stderr */
-  readonly logger?: Logger;
 }
 
 /** Where one projection stands in one partition. */
@@ -102,8 +89,18 @@ interface Lane {
   state: 'running' | 'halted' | 'stopped';
   haltedAt: number | undefined;
   loop: Promise<void>;
-  listeners: Set<() => void>;
+  /** Woken whenever the lane completes an event or stops running. */
+  readonly changes: WakeList;
 }
+
+/** How handling one event through the pipeline ended, with the facts of its last attempt. */
+interface Attempts {
+  readonly outcome: PipelineOutcome;
+  readonly facts: DeliveryFacts;
+}
+
+/** Dead-letter reasons that mean "not for this projection": the event is skipped, not dead. */
+const NOT_FOR_THIS_PROJECTION = new Set(['unknown-type', 'no-handler']);
 
 /** Makes a projection's read model empty again; `rebuild` calls it before replaying from offset 0. */
 export interface ResettableProjection {
@@ -122,9 +119,8 @@ export interface ResettableProjection {
  */
 export class ProjectionRunner {
   readonly #o: ProjectionRunnerOptions;
+  readonly #pipeline: HandlerPipeline;
   readonly #clock: Clock;
-  /** What every projection handler's context needs: the same for every event. */
-  readonly #contextEnv: HandlerContextEnv;
   readonly #logger: Logger;
   readonly #lanes = new Map<string, Lane[]>();
   readonly #rebuilding = new Set<string>();
@@ -134,11 +130,7 @@ export class ProjectionRunner {
   constructor(options: ProjectionRunnerOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
-    this.#contextEnv = {
-      now: () => this.#clock.now(),
-      maxBytes: Number.MAX_SAFE_INTEGER,
-      encode: encodeEnvelope,
-    };
+    this.#pipeline = new HandlerPipeline(options);
     this.#logger = options.logger ?? consoleLogger;
   }
 
@@ -211,7 +203,7 @@ export class ProjectionRunner {
   async #rebuild(entry: HandlerEntry, name: string): Promise<void> {
     await this.#stopProjection(name);
     await this.#o.checkpoints.reset(name);
-    const context = new HandlerContext(
+    const context = this.#pipeline.context(
       {
         v: 1,
         id: '00000000-0000-7000-8000-000000000000',
@@ -225,39 +217,47 @@ export class ProjectionRunner {
         },
       },
       1,
-      this.#o.endpoint,
-      name,
+      entry,
       new AbortController().signal,
-      this.#contextEnv,
     );
     const prototype = entry.target.prototype as Partial<ResettableProjection>;
     if (typeof prototype.reset === 'function') await this.#o.invoke(entry, 'reset', undefined, context);
     if (this.#started) await this.#startProjection(entry);
   }
 
-  /** Resolves once every lane of a projection (or of all) has completed everything the log holds now. */
+  /**
+   * Resolves once every lane of a projection (or of all) has completed everything the log holds now.
+   *
+   * @remarks
+   * `timeoutMs` is wall time even under a test clock: it bounds how long the caller waits.
+   * @throws HarrierError `not-caught-up` naming the lane still behind after `timeoutMs`.
+   */
   async whenCaughtUp(name?: string, timeoutMs = 30_000): Promise<void> {
     const lanes = name === undefined ? [...this.#lanes.values()].flat() : (this.#lanes.get(name) ?? []);
-    const deadline = Date.now() + timeoutMs;
-    for (const lane of lanes) {
-      const end = await this.#o.log.endOffset(lane.topic, lane.partition);
-      while (lane.completed < end - 1 && lane.state === 'running') {
-        if (Date.now() > deadline) {
-          throw new HarrierError(
-            'not-caught-up',
-            `Projection ${lane.entry.name} is at ${lane.completed} of ${end - 1} in ${lane.topic}/${lane.partition} after ${timeoutMs} ms`,
-          );
+    const gaveUp = new AbortController();
+    let behind: { readonly lane: Lane; readonly end: number } | undefined;
+    const catchUp = async (): Promise<void> => {
+      for (const lane of lanes) {
+        const end = await this.#o.log.endOffset(lane.topic, lane.partition);
+        behind = { lane, end };
+        while (lane.completed < end - 1 && lane.state === 'running' && !gaveUp.signal.aborted) {
+          await lane.changes.wait(gaveUp.signal);
         }
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(done, 50);
-          lane.listeners.add(done);
-          function done(): void {
-            clearTimeout(timer);
-            lane.listeners.delete(done);
-            resolve();
-          }
-        });
       }
+    };
+    try {
+      await withDeadline(catchUp(), timeoutMs, () => {
+        const where =
+          behind === undefined
+            ? 'reading the log end offsets'
+            : `at ${behind.lane.completed} of ${behind.end - 1} in ${behind.lane.topic}/${behind.lane.partition}`;
+        return new HarrierError(
+          'not-caught-up',
+          `Projection ${behind?.lane.entry.name ?? name ?? '(all)'} is ${where} after ${timeoutMs} ms`,
+        );
+      });
+    } finally {
+      gaveUp.abort();
     }
   }
 
@@ -359,7 +359,7 @@ export class ProjectionRunner {
         state: 'running',
         haltedAt: undefined,
         loop: Promise.resolve(),
-        listeners: new Set(),
+        changes: new WakeList(),
       };
       lane.loop = this.#run(lane);
       lanes.push(lane);
@@ -374,6 +374,7 @@ export class ProjectionRunner {
     for (const lane of lanes) {
       lane.cancelCommitTimer?.();
       if (lane.state === 'running') lane.state = 'stopped';
+      lane.changes.wakeAll();
       await this.#commit(lane);
     }
     this.#lanes.delete(name);
@@ -398,7 +399,7 @@ export class ProjectionRunner {
         }
         lane.completed = record.offset;
         lane.sinceCommit++;
-        for (const listener of [...lane.listeners]) listener();
+        lane.changes.wakeAll();
         if (lane.sinceCommit >= (this.#o.commitEvery ?? 100)) await this.#commit(lane);
         else
           lane.cancelCommitTimer ??= this.#clock.setTimer(
@@ -417,7 +418,7 @@ export class ProjectionRunner {
         lane.state = 'halted';
       }
     }
-    for (const listener of [...lane.listeners]) listener();
+    lane.changes.wakeAll();
   }
 
   async #commit(lane: Lane): Promise<void> {
@@ -455,74 +456,61 @@ export class ProjectionRunner {
    */
   async #handle(lane: Lane, record: LogRecord): Promise<'done' | 'halt' | 'aborted'> {
     const { entry } = lane;
-    const decoded = decodeEnvelope(record.body, (type) => this.#o.registry.definition(type));
-    if (!decoded.ok) {
-      // Another endpoint's event type shares the topic: not for this projection.
-      if (decoded.reason === 'unknown-type') return 'done';
-      return this.#poison(
-        lane,
-        record,
-        decoded.reason,
-        { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason },
-        1,
-        [],
-      );
+    // Another handler's event type shares the topic: not for this projection.
+    if (!entry.methods.has(record.type)) return 'done';
+    const { outcome, facts } = await this.#attempts(
+      entry,
+      record.body,
+      { messageId: record.id, type: record.type, endpoint: this.#o.endpoint, partitionKey: record.key },
+      lane.abort.signal,
+    );
+    switch (outcome.kind) {
+      case 'abandoned':
+        return 'aborted';
+      case 'handled':
+        this.#pipeline.handled(outcome);
+        return 'done';
+      case 'retry':
+        // #attempts only returns final outcomes.
+        throw new HarrierError('internal', 'A projection attempt ended in a retry outcome');
+      case 'dead-letter':
+        if (NOT_FOR_THIS_PROJECTION.has(outcome.reason)) return 'done';
+        return this.#poison(lane, record, outcome, facts);
     }
-    const method = entry.methods.get(decoded.envelope.type);
-    if (method === undefined) return 'done';
-    const outcome = await this.#attempts(entry, method, decoded, lane.abort.signal);
-    if (outcome.ok) return 'done';
-    if (outcome.aborted) return 'aborted';
-    return this.#poison(lane, record, 'projection-failed', outcome.error, outcome.attempt, outcome.history);
   }
 
   /**
-   * Calls a projection handler for one event with its retry policy: ok, failed for good (with the
-   * last error and the earlier attempts), or aborted by `signal` before it succeeded.
+   * Runs a projection handler on one event through the pipeline, retrying in place with its retry
+   * policy (the backoff on the clock) until it is handled, dead for good, or `signal` aborts.
    */
   async #attempts(
     entry: HandlerEntry,
-    method: string,
-    decoded: { readonly envelope: Envelope; readonly definition: MessageDefinition },
+    body: string,
+    about: Pick<DeliveryFacts, 'messageId' | 'type' | 'endpoint' | 'partitionKey'>,
     signal: AbortSignal,
-  ): Promise<
-    | { readonly ok: true }
-    | { readonly ok: false; readonly aborted: true }
-    | {
-        readonly ok: false;
-        readonly aborted: false;
-        readonly error: ErrorInfo;
-        readonly attempt: number;
-        readonly history: AttemptRecord[];
-      }
-  > {
-    const policy = resolveRetryPolicy(entry.options.retry, decoded.definition.retry, this.#o.retry);
+  ): Promise<Attempts> {
     const history: AttemptRecord[] = [];
-    // A function, so the check is made each time rather than narrowed away after the first.
-    const stopping = (): boolean => signal.aborted;
     for (let attempt = 1; ; attempt++) {
-      // A stop during the backoff ends the retries: the record is left for the next start.
-      if (stopping()) return { ok: false, aborted: true };
-      const context = new HandlerContext(
-        decoded.envelope,
+      const facts: DeliveryFacts = {
+        ...about,
+        kind: 'event',
+        handler: entry.name,
         attempt,
-        this.#o.endpoint,
-        entry.name,
+        history: [...history],
+      };
+      // A stop during the backoff ends the retries: the record is left for the next start.
+      if (signal.aborted) return { outcome: { kind: 'abandoned' }, facts };
+      const outcome = await this.#pipeline.run({
+        body,
+        facts,
+        handler: entry,
         signal,
-        this.#contextEnv,
-      );
-      try {
-        await this.#o.invoke(entry, method, decoded.envelope.payload, context);
-        return { ok: true };
-      } catch (error) {
-        if (stopping()) return { ok: false, aborted: true };
-        const info = toErrorInfo(error);
-        if (isPermanent(policy, error) || attempt >= policy.attempts) {
-          return { ok: false, aborted: false, error: info, attempt, history };
-        }
-        history.push({ attempt, at: this.#clock.now(), error: info });
-        await sleep(this.#clock, backoffDelay(policy, attempt), signal);
-      }
+        abandoned: () => signal.aborted,
+      });
+      if (outcome.kind !== 'retry') return { outcome, facts };
+      this.#pipeline.retrying(outcome);
+      history.push({ attempt, at: this.#clock.now(), error: outcome.errorInfo });
+      await sleep(this.#clock, outcome.retryAt - this.#clock.now(), signal);
     }
   }
 
@@ -560,67 +548,62 @@ export class ProjectionRunner {
         message: `no projection named "${record.handler ?? ''}" runs here: the projections are ${this.projections().join(', ') || '(none)'}`,
       };
     }
-    const decoded = decodeEnvelope(record.envelope, (type) => this.#o.registry.definition(type));
-    if (!decoded.ok) return { code: decoded.reason, message: decoded.message };
-    const method = entry.methods.get(decoded.envelope.type);
-    if (method === undefined) {
+    const { outcome, facts } = await this.#attempts(
+      entry,
+      record.envelope,
+      {
+        messageId: record.messageId,
+        type: record.type,
+        endpoint: record.endpoint,
+        partitionKey: record.partitionKey,
+      },
+      new AbortController().signal,
+    );
+    switch (outcome.kind) {
+      case 'handled':
+        this.#pipeline.handled(outcome);
+        return undefined;
+      case 'abandoned':
+      case 'retry':
+        return { code: 'projection-failed', message: 'the replay was stopped' };
+      case 'dead-letter':
+        break;
+    }
+    if (outcome.reason === 'no-handler') {
       return {
         code: 'not-replayable',
-        message: `projection "${entry.name}" has no @On(${decoded.envelope.type}) method any more`,
+        message: `projection "${entry.name}" has no @On(${outcome.envelope?.type ?? record.type ?? '?'}) method any more`,
       };
     }
-    const outcome = await this.#attempts(entry, method, decoded, new AbortController().signal);
-    if (outcome.ok) return undefined;
-    if (outcome.aborted) return { code: 'projection-failed', message: 'the replay was stopped' };
-    const facts: DeliveryFacts = {
-      messageId: record.messageId,
-      kind: 'event',
-      type: record.type,
-      endpoint: record.endpoint,
+    if (outcome.reason !== 'projection-failed')
+      return { code: outcome.reason, message: outcome.error.message };
+    const dead = buildDeadLetterRecord({
+      body: record.envelope,
+      facts,
       handler: entry.name,
-      attempt: outcome.attempt,
-      history: outcome.history,
-      partitionKey: record.partitionKey,
-    };
-    await this.#o.deadLetters.add(
-      buildDeadLetterRecord({
-        body: record.envelope,
-        facts,
-        handler: entry.name,
-        reason: 'projection-failed',
-        error: outcome.error,
-        ordered: false,
-        now: this.#clock.now(),
-        logPosition: record.logPosition,
-      }),
-    );
+      reason: outcome.reason,
+      error: outcome.error,
+      ordered: false,
+      now: this.#clock.now(),
+      logPosition: record.logPosition,
+    });
+    await this.#o.deadLetters.add(dead);
+    this.#pipeline.deadLettered(dead, outcome.thrown);
     return { code: 'projection-failed', message: `${outcome.error.name}: ${outcome.error.message}` };
   }
 
   async #poison(
     lane: Lane,
     record: LogRecord,
-    reason: string,
-    error: ErrorInfo,
-    attempt: number,
-    history: AttemptRecord[],
+    outcome: DeadLetterOutcome,
+    facts: DeliveryFacts,
   ): Promise<'done' | 'halt'> {
-    const facts: DeliveryFacts = {
-      messageId: record.id,
-      kind: 'event',
-      type: record.type,
-      endpoint: this.#o.endpoint,
-      handler: lane.entry.name,
-      attempt,
-      history,
-      partitionKey: record.key,
-    };
     const dead = buildDeadLetterRecord({
       body: record.body,
       facts,
       handler: lane.entry.name,
-      reason,
-      error,
+      reason: outcome.reason,
+      error: outcome.error,
       ordered: false,
       now: this.#clock.now(),
       logPosition: { topic: lane.topic, partition: lane.partition, offset: record.offset },
@@ -639,8 +622,9 @@ export class ProjectionRunner {
       topic: lane.topic,
       partition: lane.partition,
       offset: record.offset,
-      reason,
+      reason: outcome.reason,
     });
+    this.#pipeline.deadLettered(dead, outcome.thrown);
     return (this.#o.onPoison ?? 'skip') === 'skip' ? 'done' : 'halt';
   }
 }

@@ -336,7 +336,7 @@ export class RedisAdmin {
  *   await admin.close();
  * }
  * ```
- * @throws HarrierError `redis-unavailable` when Redis cannot be reached, `invalid-options` for an
+ * @throws HarrierError `redis-unavailable` when Redis cannot be reached, `invalid-option` for an
  * empty prefix.
  */
 export function openRedisAdmin(

@@ -112,7 +112,7 @@ export class RedisCheckpointStore implements CheckpointStore {
   readonly #errors: RedisErrorContext;
   #closed = false;
 
-  /** @throws HarrierError `invalid-options` when `prefix` is empty. */
+  /** @throws HarrierError `invalid-option` when `prefix` is empty. */
   constructor(options: RedisCheckpointStoreOptions) {
     const prefix = keyPrefixOf(options.prefix, 'RedisCheckpointStore');
     this.#keyspace = `${prefix}:ckpt:`;

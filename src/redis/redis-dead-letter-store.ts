@@ -11,6 +11,10 @@ import {
   type LogPosition,
   type ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
+import {
+  matchesDeadLetterFilter,
+  selectsEveryDeadLetter,
+} from '../dead-letters/matches-dead-letter-filter.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { MessageKind } from '../messages/definition.js';
 import {
@@ -288,7 +292,7 @@ function decodeRecord(
     replayList = decodeReplays(replays);
   } catch (error) {
     throw new HarrierError(
-      'corrupt-dead-letter',
+      'dead-letter-corrupt',
       `Dead letter "${key}" in Redis is not valid JSON: something other than Harrier wrote to this key prefix; remove that record, and give the store a prefix of its own`,
       { cause: error },
     );
@@ -314,34 +318,6 @@ function decodeRecord(
     status: status as DeadLetterStatus,
     replays: replayList,
   };
-}
-
-function matches(record: DeadLetterRecord, filter: DeadLetterFilter): boolean {
-  const status = filter.status ?? 'dead';
-  return (
-    (status === 'any' || record.status === status) &&
-    (filter.endpoint === undefined || record.endpoint === filter.endpoint) &&
-    (filter.type === undefined || record.type === filter.type) &&
-    (filter.handler === undefined || record.handler === filter.handler) &&
-    (filter.reason === undefined || record.reason === filter.reason) &&
-    (filter.fingerprint === undefined || record.fingerprint === filter.fingerprint) &&
-    (filter.since === undefined || record.lastFailedAt >= filter.since) &&
-    (filter.until === undefined || record.lastFailedAt < filter.until)
-  );
-}
-
-/** True when `filter` selects every record whatever its fields, so a count is the index's size. */
-function selectsAll(filter: DeadLetterFilter): boolean {
-  return (
-    filter.status === 'any' &&
-    filter.endpoint === undefined &&
-    filter.type === undefined &&
-    filter.handler === undefined &&
-    filter.reason === undefined &&
-    filter.fingerprint === undefined &&
-    filter.since === undefined &&
-    filter.until === undefined
-  );
 }
 
 function encodeCursor(seq: number): string {
@@ -398,13 +374,13 @@ export class RedisDeadLetterStore implements DeadLetterStore {
   readonly #scriptRecordPrefix: string;
   #closed = false;
 
-  /** @throws HarrierError `invalid-options` when `prefix` is empty or `maxRecords` is not a positive integer. */
+  /** @throws HarrierError `invalid-option` when `prefix` is empty or `maxRecords` is not a positive integer. */
   constructor(options: RedisDeadLetterStoreOptions) {
     const prefix = keyPrefixOf(options.prefix, 'RedisDeadLetterStore');
     const maxRecords = options.maxRecords ?? DEFAULT_MAX_RECORDS;
     if (!Number.isInteger(maxRecords) || maxRecords < 1) {
       throw new HarrierError(
-        'invalid-options',
+        'invalid-option',
         `RedisDeadLetterStore maxRecords must be a positive integer, got ${maxRecords}: pass a whole number such as 100000, or leave it out for the default`,
       );
     }
@@ -476,7 +452,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       const records: DeadLetterRecord[] = [];
       let lastSeq = 0;
       for await (const entry of this.#scan(after)) {
-        if (entry.record === undefined || !matches(entry.record, filter)) continue;
+        if (entry.record === undefined || !matchesDeadLetterFilter(entry.record, filter)) continue;
         // One match past the page says whether there is a next page, so a page that ends exactly at
         // the last match reports none.
         if (records.length === limit) return { records, next: encodeCursor(lastSeq) };
@@ -489,10 +465,10 @@ export class RedisDeadLetterStore implements DeadLetterStore {
 
   count(filter: DeadLetterFilter = {}): Promise<number> {
     return this.#run(async () => {
-      if (selectsAll(filter)) return await this.#client.zcard(this.#indexKey);
+      if (selectsEveryDeadLetter(filter)) return await this.#client.zcard(this.#indexKey);
       let n = 0;
       for await (const entry of this.#scan(undefined)) {
-        if (entry.record !== undefined && matches(entry.record, filter)) n++;
+        if (entry.record !== undefined && matchesDeadLetterFilter(entry.record, filter)) n++;
       }
       return n;
     });
@@ -538,7 +514,9 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         const chunk = await this.#readChunk(after);
         const doomed = chunk.filter(
           (entry): entry is ChunkEntry & { record: DeadLetterRecord; version: string } =>
-            entry.record !== undefined && entry.version !== undefined && matches(entry.record, filter),
+            entry.record !== undefined &&
+            entry.version !== undefined &&
+            matchesDeadLetterFilter(entry.record, filter),
         );
         if (doomed.length > 0) {
           const keys = [this.#indexKey, ...doomed.map((entry) => this.#recordKey(entry.id))];

@@ -270,7 +270,7 @@ export class RedisEventLog implements EventLog {
 
   /**
    * @throws HarrierError `invalid-topic` when the manifest breaks a naming or partition rule,
-   * `invalid-options` for an empty prefix or a poll interval that is not a positive whole number.
+   * `invalid-option` for an empty prefix or a poll interval that is not a positive whole number.
    */
   constructor(options: RedisEventLogOptions) {
     this.#topics = indexTopics(options.topics);
@@ -278,7 +278,7 @@ export class RedisEventLog implements EventLog {
     const pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_INTERVAL_MS;
     if (!Number.isInteger(pollIntervalMs) || pollIntervalMs < 1) {
       throw new HarrierError(
-        'invalid-options',
+        'invalid-option',
         `RedisEventLog pollIntervalMs must be a positive whole number of ms, got ${pollIntervalMs}: pass a value such as 1000, or leave it out for the default`,
       );
     }
@@ -492,7 +492,7 @@ export class RedisEventLog implements EventLog {
       parsed = JSON.parse(json) as Omit<AppendAck, 'duplicate'>;
     } catch (error) {
       throw new HarrierError(
-        'corrupt-log',
+        'log-corrupt',
         `An ack in "${this.#uidsKey}" is not valid JSON: something other than Harrier wrote to this key prefix; give the log a prefix of its own`,
         { cause: error },
       );

@@ -11,4 +11,4 @@ export { BullMqBroker } from './bullmq-broker.js';
 export { RedisCheckpointStore } from './redis-checkpoint-store.js';
 export { RedisDeadLetterStore } from './redis-dead-letter-store.js';
 export { RedisEventLog } from './redis-event-log.js';
-export { connectToolClient, openRedisAdmin } from './redis-admin.js';
+export { openRedisAdmin } from './redis-admin.js';

@@ -202,13 +202,13 @@ export async function runCommand<T>(body: () => Promise<T>, context: RedisErrorC
 
 /**
  * The key prefix a store was given, or the default hash tag.
- * @throws HarrierError `invalid-options` when it is empty.
+ * @throws HarrierError `invalid-option` when it is empty.
  */
 export function keyPrefixOf(prefix: string | undefined, owner: string): string {
   const chosen = prefix ?? '{harrier}';
   if (chosen === '') {
     throw new HarrierError(
-      'invalid-options',
+      'invalid-option',
       `${owner} prefix must not be empty: pass a hash tag such as '{harrier}', or leave it out for the default`,
     );
   }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { HarrierError } from '../errors/harrier-error.js';
 import type { CheckpointStore } from '../log/checkpoint-store.js';
+import { expectCode, failureOf } from './expect-code.js';
 
 /** A store made fresh for one conformance test, and how to tidy up after it. */
 export interface CheckpointStoreFixture {
@@ -19,16 +19,6 @@ const T0 = Date.UTC(2026, 0, 1);
 /** A name of its own, so tests never collide on a shared server. */
 const unique = (label: string): string => `conformance.${label}.${randomUUID()}`;
 
-/** The error `action` rejects (or throws) with; fails the test when it succeeds. */
-async function failureOf(action: () => Promise<unknown>): Promise<unknown> {
-  try {
-    await action();
-  } catch (error) {
-    return error;
-  }
-  return expect.fail('expected a rejection, but the call succeeded');
-}
-
 /**
  * Registers the vitest suite that every {@link CheckpointStore} must pass.
  *
@@ -42,7 +32,7 @@ async function failureOf(action: () => Promise<unknown>): Promise<unknown> {
  *
  * @example
  * ```ts
- * import { describeCheckpointStoreConformance } from 'harrier/testing';
+ * import { describeCheckpointStoreConformance } from 'harrier/testing/conformance';
  *
  * describeCheckpointStoreConformance('MyCheckpointStore', async () => {
  *   const store = new MyCheckpointStore({ prefix: `test:${randomUUID()}` });
@@ -133,8 +123,7 @@ export function describeCheckpointStoreConformance(name: string, factory: Checkp
         for (const offset of [-1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
           it(`rejects ${offset} with HarrierError invalid-argument and stores nothing`, async () => {
             const error = await failureOf(() => store.commit(projection, topic, 0, offset, T0));
-            expect(HarrierError.is(error), `expected a HarrierError, got ${String(error)}`).toBe(true);
-            expect(error).toHaveProperty('code', 'invalid-argument');
+            expectCode(error, 'invalid-argument');
             expect(await store.get(projection, topic, 0)).toBeUndefined();
           });
         }

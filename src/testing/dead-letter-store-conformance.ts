@@ -11,6 +11,7 @@ import {
   type ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
 import { uuidv7 } from '../messages/uuid-v7.js';
+import { expectCode, failureOf } from './expect-code.js';
 
 /** A store under test and how to clean up after it. */
 export interface DeadLetterStoreFixture {
@@ -120,7 +121,7 @@ const FIELD_CASES: readonly FieldCase[] = [
  *
  * @example
  * ```ts
- * import { describeDeadLetterStoreConformance } from 'harrier/testing';
+ * import { describeDeadLetterStoreConformance } from 'harrier/testing/conformance';
  *
  * describeDeadLetterStoreConformance('MyDeadLetterStore', async () => {
  *   const store = new MyDeadLetterStore({ prefix: `test:${randomUUID()}` });
@@ -505,6 +506,19 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
         });
       });
 
+      describe('when the cursor was not issued by the store', () => {
+        it('rejects with HarrierError invalid-cursor', async () => {
+          await addAll(deadLetter(), deadLetter());
+          expectCode(await failureOf(() => store.list({}, { cursor: 'not-a-cursor' })), 'invalid-cursor');
+        });
+      });
+
+      describe('when the limit is not a positive whole number', () => {
+        it.each([0, -1, 1.5])('rejects %s with HarrierError invalid-argument', async (limit) => {
+          expectCode(await failureOf(() => store.list({}, { limit })), 'invalid-argument');
+        });
+      });
+
       describe('when the caller changes a listed record', () => {
         it('does not change the stored record', async () => {
           const record = deadLetter();
@@ -702,6 +716,16 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
     });
 
     describe('.close', () => {
+      describe('when the store is used afterwards', () => {
+        it('rejects with HarrierError store-closed', async () => {
+          const fixture = await factory();
+          await fixture.cleanup?.();
+          await fixture.store.close();
+          expectCode(await failureOf(() => fixture.store.get('dl-missing')), 'store-closed');
+          expectCode(await failureOf(() => fixture.store.add(deadLetter())), 'store-closed');
+        });
+      });
+
       describe('when the store is open', () => {
         it('resolves', async () => {
           const fixture = await factory();

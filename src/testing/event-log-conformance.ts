@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { HarrierError } from '../errors/harrier-error.js';
 import type { AppendInput, EventLog, LogRecord, TopicSpec } from '../log/event-log.js';
 import { partitionOf } from '../messages/partition.js';
 import { uuidv7 } from '../messages/uuid-v7.js';
+import { expectCode, failureOf } from './expect-code.js';
 
 /** A log made fresh for one conformance test, and how to tidy up after it. */
 export interface EventLogFixture {
@@ -65,22 +65,6 @@ function keyIn(partition: number, partitions: number): string {
     const key = `key-${i}`;
     if (partitionOf(key, partitions) === partition) return key;
   }
-}
-
-/** The error `action` rejects (or throws) with; fails the test when it succeeds. */
-async function failureOf(action: () => Promise<unknown>): Promise<unknown> {
-  try {
-    await action();
-  } catch (error) {
-    return error;
-  }
-  return expect.fail('expected a rejection, but the call succeeded');
-}
-
-/** Asserts `error` is a HarrierError (of any installed copy) with `code`. */
-function expectCode(error: unknown, code: string): void {
-  expect(HarrierError.is(error), `expected a HarrierError, got ${String(error)}`).toBe(true);
-  expect(error).toHaveProperty('code', code);
 }
 
 /** Asserts `error` is an UnknownTopicError for `topic`. */
@@ -186,7 +170,7 @@ class Follower {
  *
  * @example
  * ```ts
- * import { describeEventLogConformance } from 'harrier/testing';
+ * import { describeEventLogConformance } from 'harrier/testing/conformance';
  *
  * describeEventLogConformance('MyEventLog', async (topics) => {
  *   const dir = await mkdtemp(join(tmpdir(), 'log-'));
@@ -801,6 +785,24 @@ export function describeEventLogConformance(name: string, factory: EventLogFacto
           const { log } = await openTopic();
           const missing = topicName('missing');
           expectUnknownTopic(await failureOf(() => log.partitions(missing)), missing);
+        });
+      });
+    });
+
+    describe('.close', () => {
+      describe('when the log is used afterwards', () => {
+        it('rejects append with HarrierError log-closed', async () => {
+          const { log, topic } = await openTopic();
+          await log.close();
+          expectCode(await failureOf(() => log.append(topic, input('k'))), 'log-closed');
+        });
+      });
+
+      describe('when called twice', () => {
+        it('resolves', async () => {
+          const { log } = await openTopic();
+          await log.close();
+          await expect(log.close()).resolves.toBeUndefined();
         });
       });
     });

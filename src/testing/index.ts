@@ -1,3 +1,13 @@
+/**
+ * `harrier/testing`: {@link createTestBus} for testing an application's handlers.
+ *
+ * @remarks
+ * Loads without vitest, so it works under Jest, `node:test` or any other runner; under vitest, a
+ * failing test also prints the seed of a shuffled test bus. The vitest conformance suites for a new
+ * broker, log or store are in `harrier/testing/conformance`.
+ *
+ * @packageDocumentation
+ */
 export {
   createTestBus,
   type CapturedMessage,
@@ -5,15 +15,3 @@ export {
   type TestBusOptions,
   type WhenIdleOptions,
 } from './test-bus.js';
-export { describeMessageBrokerConformance } from './message-broker-conformance.js';
-export { describeDeadLetterStoreConformance } from './dead-letter-store-conformance.js';
-export {
-  describeEventLogConformance,
-  type EventLogFactory,
-  type EventLogFixture,
-} from './event-log-conformance.js';
-export {
-  describeCheckpointStoreConformance,
-  type CheckpointStoreFactory,
-  type CheckpointStoreFixture,
-} from './checkpoint-store-conformance.js';

@@ -11,6 +11,7 @@ import type {
 import { HarrierError } from '../errors/harrier-error.js';
 import type { MessageKind } from '../messages/definition.js';
 import { uuidv7 } from '../messages/uuid-v7.js';
+import { expectCode, failureOf } from './expect-code.js';
 
 /** A broker made fresh for one conformance test, and how to tidy up after it. */
 export interface MessageBrokerUnderTest {
@@ -44,7 +45,9 @@ function pick(deliveries: readonly Delivery[], predicate: (delivery: Delivery) =
   return found;
 }
 
-const isStale = (error: unknown): boolean => HarrierError.is(error) && error.code === 'stale-delivery';
+/** True for a stale-delivery HarrierError (of any installed copy), with exactly that code. */
+const isStale = (error: unknown): boolean =>
+  HarrierError.is(error, 'stale-delivery') && error.code === 'stale-delivery';
 
 /**
  * One long-lived receiver of an endpoint that tests pull deliveries from, one at a time, with a
@@ -227,7 +230,7 @@ class Fixture {
  * @param factory - makes a fresh broker (and optional cleanup) for one test.
  * @example
  * ```ts
- * import { describeMessageBrokerConformance } from 'harrier/testing';
+ * import { describeMessageBrokerConformance } from 'harrier/testing/conformance';
  *
  * describeMessageBrokerConformance('MyBroker', async () => {
  *   const broker = await MyBroker.connect(process.env.BROKER_URL);
@@ -909,6 +912,22 @@ export function describeMessageBrokerConformance(
     });
 
     describe('.close', () => {
+      describe('when a message is published afterwards', () => {
+        it('rejects with HarrierError broker-closed', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+
+          await f().close();
+
+          expectCode(
+            await failureOf(() => broker.publish(f().message('command', placeOrder))),
+            'broker-closed',
+          );
+        });
+      });
+
       describe('when receivers are waiting', () => {
         it('ends them', async () => {
           const orders = f().endpoint('orders');

@@ -1,4 +1,3 @@
-import { onTestFailed } from 'vitest';
 import { InMemoryBroker, type DeliveryOrder } from '../broker/in-memory-broker.js';
 import type { OutgoingMessage } from '../broker/message-broker.js';
 import { isSeed } from '../broker/seeded-random.js';
@@ -27,7 +26,9 @@ export interface CapturedMessage<P = unknown> {
 export interface TestBusOptions extends Omit<BusOptions, 'broker' | 'clock'> {
   /**
    * The clock. With the default virtual clock, `whenIdle()` jumps time forward to the next retry or
-   * scheduled message when nothing else is runnable, so backoff never makes a test wait.
+   * scheduled message when nothing else is runnable (or when work in flight has made no progress
+   * for 50 ms of real time, such as a dead-letter write waiting for its retry), so backoff never
+   * makes a test wait.
    * @defaultValue a new {@link ManualClock} (virtual time)
    */
   readonly clock?: Clock;
@@ -116,10 +117,24 @@ function seedFromEnvironment(): number | undefined {
 const replayHint = (seed: number): string =>
   `createTestBus delivered in shuffled order with seed ${seed}; replay it with createTestBus({ seed: ${seed} }) or HARRIER_SEED=${seed}`;
 
-/** Prints the seed when the vitest test that made the bus fails; outside a test, does nothing. */
-function reportSeedOnFailure(seed: number): void {
+/** vitest, when this process runs under it (it sets `VITEST`); undefined under any other runner. */
+let vitest: Promise<typeof import('vitest') | undefined> | undefined;
+
+/**
+ * Prints the seed when the vitest test that made the bus fails; under another runner, or outside a
+ * test, does nothing.
+ *
+ * @remarks
+ * vitest is an optional peer dependency: it is imported only when running under it, so
+ * `harrier/testing` loads under Jest or `node:test` without vitest installed.
+ */
+async function reportSeedOnFailure(seed: number): Promise<void> {
+  if (process.env.VITEST === undefined) return;
+  vitest ??= import('vitest').catch(() => undefined);
+  const runner = await vitest;
+  if (runner === undefined) return;
   try {
-    onTestFailed(() => {
+    runner.onTestFailed(() => {
       console.error(
         `${replayHint(seed)}. If the test relies on the order in which messages are handled, make their definitions ordered (ordered: true with a partitionKey) or stop relying on it.`,
       );
@@ -179,7 +194,7 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
   const bus = createBus({ logger: silentLogger, ...busOptions, broker, clock });
   const dispatcher = dispatcherOf(bus);
   if (dispatcher === undefined)
-    throw new HarrierError('internal', 'createTestBus needs a bus made by createBus');
+    throw new HarrierError('invalid-argument', 'createTestBus needs a bus made by createBus');
 
   const whenIdle = async (idle: WhenIdleOptions = {}): Promise<void> => {
     const deadline = Date.now() + (idle.timeoutMs ?? 10_000);
@@ -206,21 +221,33 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
           `whenIdle timed out: ${stats.ready} ready, ${stats.inFlight} in flight, ${stats.waiting} waiting, ${dispatcher.activeCount} handlers running; is the bus started, or is a handler stuck?${deliveryOrder === 'shuffled' ? ` (${replayHint(broker.seed)})` : ''}`,
         );
       }
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(finish, 50);
-        const offBroker = broker.onChange(finish);
-        const offDispatcher = dispatcher.onChange(finish);
-        function finish(): void {
+      const changed = await new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => {
+          finish(false);
+        }, 50);
+        const offBroker = broker.onChange(() => {
+          finish(true);
+        });
+        const offDispatcher = dispatcher.onChange(() => {
+          finish(true);
+        });
+        function finish(change: boolean): void {
           clearTimeout(timer);
           offBroker();
           offDispatcher();
-          resolve();
+          resolve(change);
         }
       });
+      // Work in flight that made no progress for a while may be waiting on the virtual clock (a
+      // settle retry after a failed ack or dead-letter write): time moves on, as it would for real.
+      if (!changed && busy && includeDelayed && clock instanceof ManualClock) {
+        const next = clock.nextTimerAt();
+        if (next !== undefined) clock.advanceTo(next);
+      }
     }
   };
 
-  if (deliveryOrder === 'shuffled') reportSeedOnFailure(broker.seed);
+  if (deliveryOrder === 'shuffled') await reportSeedOnFailure(broker.seed);
   const testBus = Object.assign(bus, {
     clock,
     seed: broker.seed,

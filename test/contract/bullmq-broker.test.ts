@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { inject } from 'vitest';
 import { BullMqBroker } from '../../src/redis/index.js';
-import { describeMessageBrokerConformance } from '../../src/testing/index.js';
+import { describeMessageBrokerConformance } from '../../src/testing/conformance.js';
 import { deleteKeys } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');

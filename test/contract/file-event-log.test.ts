@@ -12,11 +12,12 @@ import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/clock/manual-clock.js';
-import { HarrierError } from '../../src/errors/harrier-error.js';
 import type { AppendInput, LogRecord, TopicSpec } from '../../src/log/event-log.js';
-import { FileEventLog, topicDirectoryName, type FileEventLogOptions } from '../../src/log/file-event-log.js';
+import { FileEventLog, type FileEventLogOptions } from '../../src/log/file-event-log.js';
+import { topicDirectoryName } from '../../src/log/open-partition.js';
 import { partitionOf } from '../../src/messages/partition.js';
 import { describeEventLogConformance } from '../../src/testing/event-log-conformance.js';
+import { expectCode, failureOf } from '../../src/testing/expect-code.js';
 
 describeEventLogConformance('FileEventLog', async (topics) => {
   const directory = await mkdtemp(join(tmpdir(), 'harrier-file-log-'));
@@ -44,20 +45,6 @@ function record(key = 'k'): AppendInput {
 /** The first key (`key-0`, `key-1`, …) that falls in `partition`. */
 function keyIn(partition: number, partitions: number): string {
   for (let i = 0; ; i++) if (partitionOf(`key-${i}`, partitions) === partition) return `key-${i}`;
-}
-
-async function failureOf(action: () => Promise<unknown>): Promise<unknown> {
-  try {
-    await action();
-  } catch (error) {
-    return error;
-  }
-  return expect.fail('expected a rejection, but the call succeeded');
-}
-
-function expectCode(error: unknown, code: string): void {
-  expect(HarrierError.is(error), String(error)).toBe(true);
-  expect(error).toHaveProperty('code', code);
 }
 
 const offsets = (records: readonly LogRecord[]): number[] => records.map((r) => r.offset);
@@ -151,6 +138,26 @@ describe('FileEventLog', () => {
         for (const name of names) expect(await again.endOffset(name, 0)).toBe(1);
         expect(new Set(names.map(topicDirectoryName)).size).toBe(names.length);
         for (const name of names) expect(topicDirectoryName(name).length).toBeLessThanOrEqual(200);
+      });
+    });
+
+    describe('when a file of the log is not what the log wrote', () => {
+      it.each([
+        ['topic.json is not JSON', 'topic.json', '{"name":'],
+        ['p0.base holds no offset', 'p0.base', 'three\n'],
+      ])('rejects with HarrierError log-corrupt when %s', async (_, file, content) => {
+        const directory = await tempDirectory();
+        const topics = [{ name: TOPIC, partitions: 1 }];
+        const log = await open({ directory, topics });
+        await log.append(TOPIC, record());
+        await log.close();
+        logs.splice(logs.indexOf(log), 1);
+        await writeFile(join(directory, topicDirectoryName(TOPIC), file), content);
+
+        const error = await failureOf(() => open({ directory, topics }));
+
+        expectCode(error, 'log-corrupt');
+        expect((error as Error).message).toContain(file);
       });
     });
 

@@ -18,7 +18,7 @@ import {
   describeDeadLetterStoreConformance,
   describeEventLogConformance,
   describeMessageBrokerConformance,
-} from '../../src/testing/index.js';
+} from '../../src/testing/conformance.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 
 let cluster: RedisCluster | undefined;

@@ -68,17 +68,17 @@ describe(RedisEventLog, () => {
 
   describe('constructor', () => {
     describe('when the prefix is empty', () => {
-      it('throws HarrierError invalid-options', () => {
+      it('throws HarrierError invalid-option', () => {
         expect(() => new RedisEventLog({ connection: redis.client, topics: [], prefix: '' })).toThrow(
-          expect.objectContaining({ code: 'invalid-options' }) as Error,
+          expect.objectContaining({ code: 'invalid-option' }) as Error,
         );
       });
     });
 
     describe('when pollIntervalMs is not a positive whole number', () => {
-      it('throws HarrierError invalid-options', () => {
+      it('throws HarrierError invalid-option', () => {
         expect(() => new RedisEventLog({ connection: redis.client, topics: [], pollIntervalMs: 0 })).toThrow(
-          expect.objectContaining({ code: 'invalid-options' }) as Error,
+          expect.objectContaining({ code: 'invalid-option' }) as Error,
         );
       });
     });
@@ -122,6 +122,17 @@ describe(RedisEventLog, () => {
         const error = await failureOf(() => log.append('orders', input('k')));
         expect(HarrierError.is(error)).toBe(true);
         expect(error).toHaveProperty('code', 'redis-unavailable');
+      });
+    });
+
+    describe('when a stored ack is not JSON', () => {
+      it('rejects with HarrierError log-corrupt, as FileEventLog does for its damaged files', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        const uid = `uid-${randomUUID()}`;
+        await redis.client.hset(`${prefix}:log:uids`, uid, 'not json');
+        const error = await failureOf(() => log.appendIdempotent('orders', uid, input('k')));
+        expect(HarrierError.is(error, 'log-corrupt')).toBe(true);
+        expect(error).toHaveProperty('code', 'log-corrupt');
       });
     });
 

@@ -105,6 +105,15 @@ function deadLetter(n: number, encode: (envelope: object) => string = JSON.strin
   });
 }
 
+/** Dead letter `n` as a projection fed from the event log leaves it: at `offset` of orders/2. */
+function projectionDeadLetter(n: number, offset: number): DeadLetterRecord {
+  return {
+    ...deadLetter(n),
+    reason: 'projection-failed',
+    logPosition: { topic: 'orders', partition: 2, offset },
+  };
+}
+
 function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   return new Promise((resolve, reject) => {
@@ -230,11 +239,7 @@ describe('harrier CLI', () => {
 
     describe('when a record died in a projection fed from the event log', () => {
       it('refuses it with projection-replay-needs-app, leaves it dead, and exits 1', async () => {
-        const record = {
-          ...deadLetter(3),
-          reason: 'projection-failed',
-          logPosition: { topic: 'orders', partition: 2, offset: 41 },
-        };
+        const record = projectionDeadLetter(3, 41);
         await seed([record]);
 
         const result = await harrier(['dlq', 'replay', record.id, '--json', '--prefix', prefix], env);
@@ -345,6 +350,21 @@ describe('harrier CLI', () => {
         expect(imported.code).toBe(0);
         expect(jsonLines(imported.stdout)).toEqual([{ summary: { imported: 3, invalid: 0 } }]);
         for (const record of records) expect(await store.get(record.id)).toEqual(record);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it('keeps the event-log position of a projection record through export and import', async () => {
+      const record = projectionDeadLetter(4, 7);
+      await seed([record]);
+      const dir = mkdtempSync(join(tmpdir(), 'harrier-cli-'));
+      const file = join(dir, 'dlq.jsonl');
+      try {
+        expect((await harrier(['dlq', 'export', '--out', file, '--prefix', prefix], env)).code).toBe(0);
+        await store.remove([record.id]);
+        expect((await harrier(['dlq', 'import', '--in', file, '--prefix', prefix], env)).code).toBe(0);
+        expect(await store.get(record.id)).toEqual(record);
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }

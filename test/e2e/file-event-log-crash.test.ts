@@ -14,7 +14,8 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { LogRecord } from '../../src/log/event-log.js';
 import { silentLogger, type Logger } from '../../src/logging/logger.js';
-import { FileEventLog, topicDirectoryName } from '../../src/log/file-event-log.js';
+import { FileEventLog } from '../../src/log/file-event-log.js';
+import { topicDirectoryName } from '../../src/log/open-partition.js';
 import { encodeFrame, FRAME_HEADER_BYTES } from '../../src/log/segment-file.js';
 import { partitionOf } from '../../src/messages/partition.js';
 import {

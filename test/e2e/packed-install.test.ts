@@ -2,7 +2,9 @@
  * Harrier as someone else's app gets it: the package is built and packed as `npm pack` would publish
  * it, installed from the tarball into new apps in a temp dir (offline, from the npm cache the repo
  * was installed from), and a decorated app is type-checked against it and run, CLI included. One app
- * has every peer dependency; the other has no bullmq and ioredis.
+ * has every peer dependency and vitest, and runs the conformance suites from
+ * harrier/testing/conformance; the other has no bullmq, ioredis nor vitest, and tests with
+ * createTestBus from harrier/testing under node:test.
  *
  * The package is staged in the temp dir (package.json, README, LICENSE, the `files` entries, and a
  * dist/ compiled there) instead of packing the repo, whose prepack would delete the dist/ that other
@@ -198,6 +200,57 @@ const IMPORT_REDIS_MJS = `try {
 }
 `;
 
+/** A node:test file on harrier/testing, in plain JavaScript (decorators applied as functions). */
+const TEST_BUS_TEST_MJS = `import assert from 'node:assert/strict';
+import test from 'node:test';
+import { z } from 'zod';
+import { CommandHandler, defineCommand, defineEvent } from 'harrier';
+import { createTestBus } from 'harrier/testing';
+
+const PlaceOrder = defineCommand('shop.PlaceOrder', { schema: z.object({ orderId: z.string() }) });
+const OrderPlaced = defineEvent('shop.OrderPlaced', { schema: z.object({ orderId: z.string() }) });
+
+class PlaceOrderHandler {
+  handle(order, ctx) {
+    ctx.publish(OrderPlaced, { orderId: order.orderId });
+  }
+}
+CommandHandler(PlaceOrder)(PlaceOrderHandler);
+
+test('vitest cannot be resolved from this app', async () => {
+  await assert.rejects(import('vitest'), { code: 'ERR_MODULE_NOT_FOUND' });
+});
+
+test('createTestBus handles a command and captures the event it publishes', async () => {
+  const bus = await createTestBus({ handlers: [PlaceOrderHandler], definitions: [OrderPlaced] });
+  await bus.send(PlaceOrder, { orderId: 'o-1' });
+  await bus.whenIdle();
+  assert.deepEqual(bus.messagesOf(OrderPlaced).map((m) => m.payload), [{ orderId: 'o-1' }]);
+  await bus.stop();
+});
+`;
+
+/** The conformance suites from harrier/testing/conformance, run by vitest on the in-memory stores. */
+const CONFORMANCE_TEST_MJS = `import { InMemoryCheckpointStore, InMemoryDeadLetterStore } from 'harrier';
+import {
+  describeCheckpointStoreConformance,
+  describeDeadLetterStoreConformance,
+} from 'harrier/testing/conformance';
+
+describeCheckpointStoreConformance('InMemoryCheckpointStore', async () => ({ store: new InMemoryCheckpointStore() }));
+describeDeadLetterStoreConformance('InMemoryDeadLetterStore', async () => ({ store: new InMemoryDeadLetterStore() }));
+`;
+
+/** What an implementer type-checks against: the contract from harrier, its helpers from harrier/extend. */
+const EXTEND_TS = `import type { MessageBroker } from 'harrier';
+import { decodeEnvelope, parseAttemptHistory, type Delivery } from 'harrier/extend';
+import { describeMessageBrokerConformance } from 'harrier/testing/conformance';
+
+export type Receiver = MessageBroker['receiver'];
+export const first: Delivery['facts']['attempt'] = 1;
+export const helpers = [decodeEnvelope, parseAttemptHistory, describeMessageBrokerConformance].map((fn) => typeof fn);
+`;
+
 function tsconfig(files: readonly string[]): string {
   return JSON.stringify({
     compilerOptions: {
@@ -284,17 +337,20 @@ beforeAll(async () => {
   full = join(work, 'app-full');
   bare = join(work, 'app-bare');
   [fullInstall] = await Promise.all([
-    installApp(full, tarball, ['inversify', 'zod', 'reflect-metadata', 'bullmq', 'ioredis']),
+    installApp(full, tarball, ['inversify', 'zod', 'reflect-metadata', 'bullmq', 'ioredis', 'vitest']),
     installApp(bare, tarball, ['inversify', 'zod', 'reflect-metadata']),
   ]);
   for (const [dir, files] of [
-    [full, ['main.ts', 'redis.ts']],
+    [full, ['main.ts', 'redis.ts', 'extend.ts']],
     [bare, ['main.ts']],
   ] as const) {
     writeFileSync(join(dir, 'main.ts'), MAIN_TS);
     writeFileSync(join(dir, 'redis.ts'), REDIS_TS);
     writeFileSync(join(dir, 'foreign.mjs'), FOREIGN_MJS);
     writeFileSync(join(dir, 'import-redis.mjs'), IMPORT_REDIS_MJS);
+    writeFileSync(join(dir, 'extend.ts'), EXTEND_TS);
+    writeFileSync(join(dir, 'test-bus.test.mjs'), TEST_BUS_TEST_MJS);
+    writeFileSync(join(dir, 'conformance.test.mjs'), CONFORMANCE_TEST_MJS);
     writeFileSync(join(dir, 'tsconfig.json'), tsconfig(files));
   }
 }, 600_000);
@@ -314,6 +370,10 @@ describe('the packed package', () => {
         'dist/index.js',
         'dist/index.d.ts',
         'dist/redis/index.js',
+        'dist/extend.js',
+        'dist/extend.d.ts',
+        'dist/testing/index.js',
+        'dist/testing/conformance.js',
         'dist/cli/bin.js',
       ]),
     );
@@ -371,15 +431,16 @@ describe('npm install of the tarball', () => {
     expect(existsSync(join(full, 'node_modules', 'inversify', 'node_modules'))).toBe(false);
   });
 
-  it('leaves out bullmq and ioredis when the app does not ask for them', () => {
+  it('leaves out bullmq, ioredis and vitest when the app does not ask for them', () => {
     expect(existsSync(join(bare, 'node_modules', 'bullmq'))).toBe(false);
     expect(existsSync(join(bare, 'node_modules', 'ioredis'))).toBe(false);
+    expect(existsSync(join(bare, 'node_modules', 'vitest'))).toBe(false);
   });
 });
 
 describe('a decorated app on the installed package', () => {
   describe('with every peer dependency', () => {
-    it('type-checks against the installed declarations (harrier and harrier/redis)', async () => {
+    it('type-checks against the installed declarations (harrier, harrier/redis, harrier/extend, harrier/testing/conformance)', async () => {
       await ok('node', [tsc, '-p', 'tsconfig.json'], full);
     }, 120_000);
 
@@ -429,6 +490,20 @@ describe('a decorated app on the installed package', () => {
         stdout: expect.stringContaining('Usage: harrier dlq list') as unknown,
       });
     });
+  });
+
+  describe('with vitest', () => {
+    it('runs the conformance suites of harrier/testing/conformance', async () => {
+      const result = await run(
+        join(full, 'node_modules', '.bin', 'vitest'),
+        ['run', 'conformance.test.mjs'],
+        full,
+        { NO_COLOR: '1' },
+      );
+      expect({ code: result.code, output: result.stdout + result.stderr }).toMatchObject({ code: 0 });
+      expect(result.stdout).toMatch(/Test Files +1 passed \(1\)/);
+      expect(result.stdout).toMatch(/Tests +\d+ passed/);
+    }, 120_000);
   });
 
   describe('when the container comes from a second copy of inversify', () => {
@@ -500,6 +575,13 @@ describe('a decorated app on the installed package', () => {
         expect(result.stderr).toContain('npm install bullmq ioredis');
         expect(result.stderr).not.toContain('ERR_MODULE_NOT_FOUND');
       }
+    }, 60_000);
+
+    it('runs a node:test file that uses createTestBus from harrier/testing, without vitest installed', async () => {
+      const result = await run('node', ['--test', 'test-bus.test.mjs'], bare);
+      expect({ code: result.code, output: result.stdout + result.stderr }).toMatchObject({ code: 0 });
+      expect(result.stdout).toMatch(/# pass 2/);
+      expect(result.stdout).toMatch(/# fail 0/);
     }, 60_000);
 
     it('rejects import("harrier/redis") with missing-dependency saying npm install bullmq ioredis', async () => {

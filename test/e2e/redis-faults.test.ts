@@ -14,15 +14,13 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import {
   HarrierError,
   createBus,
-  encodeEnvelope,
-  prepareMessage,
   silentLogger,
   uuidv7,
   type DeadLetterRecord,
   type Envelope,
   type MessageBus,
-  type OutgoingMessage,
 } from '../../src/index.js';
+import { encodeEnvelope, prepareMessage, type OutgoingMessage } from '../../src/extend.js';
 import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
 import {
   RedisServer,

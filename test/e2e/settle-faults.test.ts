@@ -14,12 +14,11 @@ import {
   UnrecoverableError,
   createBus,
   defineCommand,
-  encodeEnvelope,
-  prepareMessage,
   silentLogger,
   type MessageBus,
   type PayloadOf,
 } from '../../src/index.js';
+import { encodeEnvelope, prepareMessage } from '../../src/extend.js';
 import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
 import { deleteKeys } from '../helpers/redis.js';
 import { RedisServer, waitFor } from './fixtures/fault-harness.js';

@@ -11,11 +11,11 @@ import {
   CommandHandler,
   createBus,
   defineCommand,
-  replayDeadLetters,
   silentLogger,
   type BusOptions,
   type MessageBus,
 } from '../../src/index.js';
+import { replayDeadLetters } from '../../src/extend.js';
 import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
 import { deleteKeys } from '../helpers/redis.js';
 import { waitFor } from '../helpers/local-redis.js';

@@ -9,14 +9,13 @@ import {
   createBus,
   defineCommand,
   defineEvent,
-  partitionOf,
-  prepareMessage,
   silentLogger,
   type BusOptions,
   type MessageBus,
   type MessageContext,
   type PayloadOf,
 } from '../../src/index.js';
+import { partitionOf, prepareMessage } from '../../src/extend.js';
 import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
 import { deleteKeys } from '../helpers/redis.js';
 

@@ -99,19 +99,19 @@ describe('RedisDeadLetterStore', () => {
 
   describe('constructor', () => {
     describe('when maxRecords is not a positive integer', () => {
-      it('throws invalid-options', () => {
+      it('throws invalid-option', () => {
         for (const maxRecords of [0, -1, 1.5, Number.NaN]) {
           expect(() => new RedisDeadLetterStore({ connection: admin, prefix, maxRecords })).toThrow(
-            expect.objectContaining({ code: 'invalid-options' }) as unknown,
+            expect.objectContaining({ code: 'invalid-option' }) as unknown,
           );
         }
       });
     });
 
     describe('when the prefix is empty', () => {
-      it('throws invalid-options', () => {
+      it('throws invalid-option', () => {
         expect(() => new RedisDeadLetterStore({ connection: admin, prefix: '' })).toThrow(
-          expect.objectContaining({ code: 'invalid-options' }) as unknown,
+          expect.objectContaining({ code: 'invalid-option' }) as unknown,
         );
       });
     });

@@ -3,7 +3,8 @@ import { Container } from 'inversify';
 import { describe, expect, it } from 'vitest';
 import packageJson from '../../../package.json' with { type: 'json' };
 const SUPPORTED_INVERSIFY = '^8.2.3';
-import { HarrierError, createBus, createContainerInvoker } from '../../../src/index.js';
+import { HarrierError, createBus } from '../../../src/index.js';
+import { createContainerInvoker } from '../../../src/extend.js';
 
 /**
  * Stands in for a Container of another inversify copy: it has the methods, but not the private

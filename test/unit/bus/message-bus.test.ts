@@ -15,12 +15,12 @@ import {
   UnrecoverableError,
   createBus,
   defineCommand,
-  encodeEnvelope,
   silentLogger,
   type MessageContext,
   type Middleware,
   type PayloadOf,
 } from '../../../src/index.js';
+import { encodeEnvelope } from '../../../src/extend.js';
 import { createTestBus, type TestBus } from '../../../src/testing/index.js';
 import { GetTotal, OrderPlaced, PlaceOrder, ReserveStock } from './fixtures.js';
 

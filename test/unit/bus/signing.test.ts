@@ -6,12 +6,11 @@ import {
   HarrierError,
   UnrecoverableError,
   createBus,
-  createEnvelopeSigner,
-  encodeEnvelope,
   type Envelope,
   type MessageContext,
   type PayloadOf,
 } from '../../../src/index.js';
+import { createEnvelopeSigner, encodeEnvelope } from '../../../src/extend.js';
 import { createTestBus, type TestBus, type TestBusOptions } from '../../../src/testing/index.js';
 import { OrderPlaced, PlaceOrder, ReserveStock } from './fixtures.js';
 

@@ -31,10 +31,10 @@ function record(id: string): DeadLetterRecord {
 describe('InMemoryDeadLetterStore', () => {
   describe('constructor', () => {
     describe('when maxRecords is not a positive integer', () => {
-      it('throws invalid-options', () => {
+      it('throws invalid-option', () => {
         for (const maxRecords of [0, -1, 1.5, Number.NaN]) {
           expect(() => new InMemoryDeadLetterStore({ maxRecords })).toThrow(
-            expect.objectContaining({ code: 'invalid-options' }) as unknown,
+            expect.objectContaining({ code: 'invalid-option' }) as unknown,
           );
         }
       });

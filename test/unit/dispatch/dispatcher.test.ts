@@ -1,18 +1,31 @@
+import { Container } from 'inversify';
 import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import {
   CommandHandler,
   InMemoryBroker,
   InMemoryDeadLetterStore,
+  InMemoryEventLog,
   ManualClock,
   createBus,
+  defineCommand,
+  defineEvent,
+  type MessageContext,
   silentLogger,
   type LogFields,
   type Logger,
   type MessageBus,
   type BusOptions,
   type DeadLetterRecord,
-  type NackOptions,
 } from '../../../src/index.js';
+import {
+  Dispatcher,
+  HandlerRegistry,
+  MessagePublisher,
+  createContainerInvoker,
+  prepareMessage,
+  type NackOptions,
+} from '../../../src/extend.js';
 import { DEAD_LETTER_STORE_TRIES, RECEIVER_CLOSE_WAIT_MS } from '../../../src/dispatch/dispatcher.js';
 import { ReserveStock } from '../bus/fixtures.js';
 
@@ -104,7 +117,106 @@ function hangingStoreFixture(busOptions: Partial<BusOptions>) {
   return { calls, broker, deadLetters, bus: createBus(options), recordOnceStoreIsBack };
 }
 
+/** A dead-letter store whose first `failures` adds reject, as a store whose Redis blips would. */
+class FlakyStore extends InMemoryDeadLetterStore {
+  addCalls = 0;
+  constructor(private failures: number) {
+    super();
+  }
+  override add(record: DeadLetterRecord): Promise<DeadLetterRecord> {
+    this.addCalls++;
+    if (this.failures-- > 0) return Promise.reject(new Error('store down'));
+    return super.add(record);
+  }
+}
+
 describe('Dispatcher', () => {
+  describe('when storing a dead letter fails, under a ManualClock', () => {
+    it('waits between the tries on the injected clock, so the test drives the backoff without real time', async () => {
+      @CommandHandler(ReserveStock, { retry: { attempts: 1 } })
+      class Handler {
+        handle() {
+          throw new Error('out of stock');
+        }
+      }
+      const clock = new ManualClock();
+      const deadLetters = new FlakyStore(2);
+      let deadLettered = 0;
+      const bus = createBus({
+        handlers: [Handler],
+        deadLetters,
+        clock,
+        logger: silentLogger,
+        hooks: {
+          onDeadLettered: () => {
+            deadLettered++;
+          },
+        },
+      });
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'a' });
+
+      // The first try failed: the next waits 50 ms of clock time, then 100 ms.
+      await waitFor(() => deadLetters.addCalls === 1 && clock.nextTimerAt() !== undefined);
+      expect(clock.nextTimerAt()).toBe(clock.now() + 50);
+      clock.advance(50);
+      await waitFor(() => deadLetters.addCalls === 2 && clock.nextTimerAt() !== undefined);
+      expect(clock.nextTimerAt()).toBe(clock.now() + 100);
+      clock.advance(100);
+
+      await waitFor(() => deadLettered === 1);
+      expect(deadLetters.addCalls).toBe(3);
+      expect((await deadLetters.list()).records).toMatchObject([{ reason: 'handler-failed' }]);
+      await bus.stop();
+    });
+  });
+
+  describe('when used on its own, without the bus, with an event log', () => {
+    it('appends the events a handler published to the log before fanning them out', async () => {
+      const Credit = defineCommand('ledger.Credit', { schema: z.object({ account: z.string() }) });
+      const Credited = defineEvent('ledger.Credited', {
+        schema: z.object({ account: z.string() }),
+        topic: 'ledger',
+        partitionKey: 'account',
+      });
+      @CommandHandler(Credit)
+      class CreditHandler {
+        handle(p: { account: string }, ctx: MessageContext) {
+          ctx.publish(Credited, p);
+        }
+      }
+      const broker = new InMemoryBroker();
+      const eventLog = new InMemoryEventLog({ topics: [{ name: 'ledger', partitions: 1 }] });
+      const deadLetters = new InMemoryDeadLetterStore();
+      let handled = 0;
+      const dispatcher = new Dispatcher({
+        broker,
+        publisher: new MessagePublisher({ broker, eventLog }),
+        registry: HandlerRegistry.build([CreditHandler], [Credited]),
+        endpoint: 'ledger',
+        deadLetters,
+        invoke: createContainerInvoker(new Container()),
+        logger: silentLogger,
+        hooks: {
+          onHandled: () => {
+            handled++;
+          },
+        },
+      });
+      await dispatcher.start();
+      await new MessagePublisher({ broker }).publish([
+        prepareMessage(Credit, { account: 'a' }, {}, { now: Date.now() }).outgoing,
+      ]);
+      await waitFor(() => handled === 1);
+      await dispatcher.stop();
+
+      const [record, ...more] = await eventLog.read('ledger', 0, 0, 10);
+      expect(more).toEqual([]);
+      expect(record).toMatchObject({ type: 'ledger.Credited', key: 'a' });
+      expect(await deadLetters.count()).toBe(0);
+    });
+  });
+
   describe('when the dead-letter store hangs', () => {
     it('gives up after its tries, sends the message back, keeps serving, stops in time, and records the dead letter later', async () => {
       const { calls, broker, deadLetters, bus, recordOnceStoreIsBack } = hangingStoreFixture({

@@ -10,10 +10,10 @@ import {
   defineCommand,
   defineEvent,
   defineQuery,
-  getHandlerMetadata,
   type MessageContext,
   type PayloadOf,
 } from '../../../src/index.js';
+import { getHandlerMetadata } from '../../../src/extend.js';
 
 const PlaceOrder = defineCommand('decorators.PlaceOrder', { schema: z.object({ orderId: z.string() }) });
 const ChargeCard = defineCommand('decorators.ChargeCard', { schema: z.object({ cardId: z.string() }) });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { HarrierError, fnv1a64, partitionOf } from '../../../src/index.js';
+import { HarrierError } from '../../../src/index.js';
+import { fnv1a64, partitionOf } from '../../../src/extend.js';
 
 describe('fnv1a64', () => {
   it.each([

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { HarrierError, createEnvelopeSigner, type Envelope } from '../../../src/index.js';
+import { HarrierError, type Envelope } from '../../../src/index.js';
+import { createEnvelopeSigner } from '../../../src/extend.js';
 
 const KEY_A = 'a3f1c2d4e5b60718293a4b5c6d7e8f90112233445566778899aabbccddeeff00';
 const KEY_B = Buffer.from('0f1e2d3c4b5a69788796a5b4c3d2e1f00123456789abcdeffedcba9876543210', 'hex');

@@ -11,13 +11,15 @@ import {
   createBus,
   defineCommand,
   defineEvent,
-  replayDeadLetters,
   silentLogger,
   type MessageBus,
+  type BusOptions,
+  type DeadLetterRecord,
   type MessageContext,
-  type OutgoingMessage,
+  type Middleware,
   type PayloadOf,
 } from '../../../src/index.js';
+import { prepareMessage, replayDeadLetters, type OutgoingMessage } from '../../../src/extend.js';
 import { InMemoryCheckpointStore, InMemoryEventLog } from '../../../src/log/index.js';
 
 const Deposited = defineEvent('bank.Deposited', {
@@ -77,7 +79,7 @@ function setup(
     onPoison?: 'skip' | 'halt';
     log?: InMemoryEventLog;
     checkpoints?: InMemoryCheckpointStore;
-  } = {},
+  } & Pick<BusOptions, 'middleware' | 'hooks' | 'signing' | 'handlers'> = {},
 ) {
   const log = options.log ?? new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 4 }] });
   const checkpoints = options.checkpoints ?? new InMemoryCheckpointStore();
@@ -86,12 +88,15 @@ function setup(
   const bus = createBus({
     endpoint: 'reports',
     container,
-    handlers: [balanceProjection(options.poison)],
+    handlers: [balanceProjection(options.poison), ...(options.handlers ?? [])],
     definitions: [Deposited, Withdrawn],
     eventLog: log,
     checkpoints,
     logger: silentLogger,
     projections: { commitEvery: 3, ...(options.onPoison ? { onPoison: options.onPoison } : {}) },
+    ...(options.middleware ? { middleware: options.middleware } : {}),
+    ...(options.hooks ? { hooks: options.hooks } : {}),
+    ...(options.signing ? { signing: options.signing } : {}),
   });
   buses.push(bus);
   return { bus, log, checkpoints, balances: container.get(Balances) };
@@ -350,6 +355,109 @@ describe('ProjectionRunner', () => {
       expect(balances.snapshot()).toEqual({ a: 1 });
       const halted = (await bus.projections!.status())[0]!.partitions.find((p) => p.state === 'halted')!;
       expect(halted.lag).toBe(2);
+    });
+  });
+});
+
+describe('ProjectionRunner on the handler pipeline', () => {
+  describe('when the bus has middleware and lifecycle hooks', () => {
+    it('runs them around projection handlers too', async () => {
+      const seen: string[] = [];
+      const middleware: Middleware = {
+        name: 'audit',
+        before: (c) => void seen.push(`before ${c.handlerKind} ${c.handler} ${c.definition.type}`),
+        after: (c, outcome) => void seen.push(`after ${c.handler} ${outcome.ok ? 'ok' : 'failed'}`),
+      };
+      const handled: string[] = [];
+      const { bus, balances } = setup({
+        middleware: [middleware],
+        hooks: { onHandled: (e) => void handled.push(`${e.handler} ${e.envelope.type}`) },
+      });
+      await bus.start();
+      await bus.publish(Deposited, { account: 'a', amount: 10 });
+      await bus.projections!.whenCaughtUp();
+
+      expect(balances.snapshot()).toEqual({ a: 10 });
+      expect(seen).toEqual(['before projection balances bank.Deposited', 'after balances ok']);
+      expect(handled).toEqual(['balances bank.Deposited']);
+    });
+  });
+
+  describe('when an event in the log does not verify (signing)', () => {
+    it('refuses it as signature-invalid, as the dispatcher refuses the same bytes from the broker', async () => {
+      const KEY = 'a3f1c2d4e5b60718293a4b5c6d7e8f90112233445566778899aabbccddeeff00';
+      const audited: string[] = [];
+      @EventHandler(Deposited)
+      class Audit {
+        handle(_: unknown, ctx: MessageContext) {
+          audited.push(ctx.messageId);
+        }
+      }
+      const { bus, log, balances } = setup({ handlers: [Audit], signing: { keys: [KEY] } });
+      await bus.start();
+      // Unsigned bytes, as a writer without the key would produce them.
+      const forged = prepareMessage(Deposited, { account: 'a', amount: 1_000 }, {}, { now: Date.now() });
+      await log.append('bank', {
+        id: forged.outgoing.id,
+        key: 'a',
+        type: Deposited.type,
+        body: forged.outgoing.body,
+      });
+      await bus.broker.publish(forged.outgoing);
+      await expect.poll(() => bus.deadLetters.count()).toBe(2);
+      await bus.projections!.whenCaughtUp();
+
+      const records = (await bus.deadLetters.list()).records;
+      const byHandler = (handler: string): DeadLetterRecord | undefined =>
+        records.find((r) => r.handler === handler);
+      expect(byHandler('Audit')).toMatchObject({
+        reason: 'signature-invalid',
+        messageId: forged.envelope.id,
+      });
+      expect(byHandler('balances')).toMatchObject({
+        reason: 'signature-invalid',
+        messageId: forged.envelope.id,
+      });
+      expect(balances.snapshot()).toEqual({});
+      expect(audited).toEqual([]);
+    });
+  });
+
+  describe('when a projection handler calls ctx.publish', () => {
+    it('refuses it with an error that names the fix, instead of dropping the message', async () => {
+      let calls = 0;
+      @Projection('publishing', { retry: { attempts: 5, backoff: { baseMs: 1 } } })
+      class Publishing {
+        @On(Deposited)
+        onDeposited(e: PayloadOf<typeof Deposited>, ctx: MessageContext) {
+          calls += 1;
+          ctx.publish(Withdrawn, e);
+        }
+      }
+      const log = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 1 }] });
+      const bus = createBus({
+        endpoint: 'reports',
+        handlers: [Publishing],
+        definitions: [Deposited, Withdrawn],
+        eventLog: log,
+        logger: silentLogger,
+      });
+      buses.push(bus);
+      await bus.start();
+      await bus.publish(Deposited, { account: 'a', amount: 1 });
+      await bus.projections!.whenCaughtUp();
+
+      const [record] = (await bus.deadLetters.list()).records;
+      expect(record).toMatchObject({
+        reason: 'projection-failed',
+        handler: 'publishing',
+        error: { code: 'projection-publish' },
+      });
+      // A programming error fails alike every time: dead-lettered on the first attempt.
+      expect(calls).toBe(1);
+      expect(record?.error.message).toMatch(/rebuilt from offset 0/);
+      expect(record?.error.message).toMatch(/from an @EventHandler\(Deposited\) instead/);
+      expect((await log.read('bank', 0, 0, 10)).map((r) => r.type)).toEqual([Deposited.type]);
     });
   });
 });

@@ -4,10 +4,12 @@ import { z } from 'zod';
 import {
   CommandHandler,
   HarrierError,
+  InMemoryDeadLetterStore,
   On,
   Projection,
   defineCommand,
   defineEvent,
+  UnrecoverableError,
   type MessageContext,
   type PayloadOf,
 } from '../../../src/index.js';
@@ -185,6 +187,30 @@ describe('createTestBus', () => {
   });
 
   describe('.whenIdle', () => {
+    describe('when a dead letter waits for a store retry on the virtual clock', () => {
+      it('moves the clock to that retry instead of timing out', async () => {
+        const Refused = defineCommand('shop.Refused', { schema: z.object({}) });
+        @CommandHandler(Refused)
+        class RefusedHandler {
+          handle(): void {
+            throw new UnrecoverableError('refused for good');
+          }
+        }
+        const store = new InMemoryDeadLetterStore();
+        let failures = 1;
+        const add = store.add.bind(store);
+        store.add = (record) => {
+          if (failures-- > 0) return Promise.reject(new Error('store briefly down'));
+          return add(record);
+        };
+        const bus = await createTestBus({ handlers: [RefusedHandler], deadLetters: store });
+        buses.push(bus);
+        await bus.send(Refused, {});
+        await bus.whenIdle({ timeoutMs: 2000 });
+        expect((await store.list()).records.map((r) => r.type)).toEqual([Refused.type]);
+      });
+    });
+
     describe('when it times out on a shuffled bus', () => {
       it('names the seed and how to replay it', async () => {
         const Stuck = defineCommand('shop.Stuck', { schema: z.object({}) });

@@ -1,11 +1,12 @@
-import type { OutgoingMessage } from '../broker/message-broker.js';
+// Types only: the broker's message shape and the send options are what this builds, not code it runs.
 import { HarrierError } from '../errors/harrier-error.js';
 import { MessageValidationError } from '../errors/message-validation-error.js';
-import type { SendOptions } from '../handlers/message-context.js';
-import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope, encodedSize } from '../messages/codec.js';
-import { isMessageDefinition, type MessageDefinition } from '../messages/definition.js';
-import { ENVELOPE_VERSION, type Envelope } from '../messages/envelope.js';
-import { isUuidV7, uuidv7 } from '../messages/uuid-v7.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope, encodedSize } from './codec.js';
+import { isMessageDefinition, type MessageDefinition } from './definition.js';
+import { ENVELOPE_VERSION, type Envelope } from './envelope.js';
+import type { OutgoingMessage } from './outgoing-message.js';
+import type { SendOptions } from './send-options.js';
+import { isUuidV7, uuidv7 } from './uuid-v7.js';
 
 /** The message a new one is caused by: its correlation and causation flow on. */
 export interface CausingMessage {

@@ -1,0 +1,488 @@
+import {
+  toErrorInfo,
+  type DeliveryFacts,
+  type ErrorInfo,
+  type OutgoingMessage,
+} from '../broker/message-broker.js';
+import { systemClock, type Clock } from '../clock/clock.js';
+import type { DeadLetterReason, DeadLetterRecord } from '../dead-letters/dead-letter-store.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type { HandlerKind } from '../handlers/handler-metadata.js';
+import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
+import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
+import type { Envelope } from '../messages/envelope.js';
+import type { EnvelopeEncoder } from '../messages/prepare-message.js';
+import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
+import type { MessagePublisher } from './message-publisher.js';
+import { composeMiddleware, type Middleware } from './middleware.js';
+import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
+
+/** Calls a handler method on an instance made for this message (the bus resolves it from DI). */
+export type HandlerInvoker = (
+  entry: HandlerEntry,
+  method: string,
+  payload: unknown,
+  context: HandlerContext,
+) => Promise<unknown>;
+
+/** Checks a received envelope's signature; returns a refusal reason, or undefined when it verifies. */
+export type EnvelopeVerifier = (body: string, envelope: Envelope) => string | undefined;
+
+/** A message was handled (and, from the broker, acknowledged). */
+export interface HandledEvent {
+  readonly envelope: Envelope;
+  readonly handler: string;
+  readonly attempt: number;
+  readonly durationMs: number;
+}
+
+/** A handler failed and its message will be tried again. */
+export interface RetryingEvent {
+  readonly envelope: Envelope;
+  readonly handler: string;
+  readonly attempt: number;
+  readonly error: unknown;
+  readonly retryAt: number;
+}
+
+/** A message was dead-lettered. */
+export interface DeadLetteredEvent {
+  readonly record: DeadLetterRecord;
+  /** The error thrown, or a description of the bad input. */
+  readonly error: unknown;
+}
+
+/**
+ * Lifecycle hooks of every handler run (command and event handlers, projections); an error thrown
+ * by a hook is logged and ignored.
+ */
+export interface DispatchHooks {
+  onHandled?(event: HandledEvent): void;
+  onRetrying?(event: RetryingEvent): void;
+  onDeadLettered?(event: DeadLetteredEvent): void;
+}
+
+/** Options of {@link HandlerPipeline}: what every handler run needs, whoever settles it. */
+export interface HandlerPipelineOptions {
+  readonly registry: HandlerRegistry;
+  /** The endpoint handlers run for (named in contexts and dead letters). */
+  readonly endpoint: string;
+  readonly invoke: HandlerInvoker;
+  /**
+   * Commits what a handler recorded, after it succeeded.
+   * @defaultValue none: a handler that sends or publishes fails with HarrierError `internal`
+   */
+  readonly publisher?: MessagePublisher;
+  /**
+   * Retry policy where neither the handler nor the definition sets one.
+   * @defaultValue 5 attempts, backoff 200 ms base, 60 s cap, 0.2 jitter
+   */
+  readonly retry?: RetryOptions;
+  /** @defaultValue [] */
+  readonly middleware?: readonly Middleware[];
+  /** @defaultValue {} */
+  readonly hooks?: DispatchHooks;
+  /** @defaultValue the system clock */
+  readonly clock?: Clock;
+  /**
+   * Largest encoded envelope accepted, in bytes; larger ones are dead-lettered as `too-large`.
+   * @defaultValue 1048576 (1 MiB)
+   */
+  readonly maxEnvelopeBytes?: number;
+  /** @defaultValue JSON lines on stderr for warnings and errors */
+  readonly logger?: Logger;
+  /** Random source of backoff jitter. @defaultValue Math.random */
+  readonly random?: () => number;
+  /** Encodes envelopes of recorded messages. @defaultValue JSON */
+  readonly encode?: EnvelopeEncoder;
+  /** Verifies received envelopes. @defaultValue none (no signing) */
+  readonly verify?: EnvelopeVerifier;
+}
+
+/** One received message to run through the pipeline. */
+export interface PipelineInput {
+  /** The envelope as received (bytes as text): decoded, size-checked and verified here. */
+  readonly body: string;
+  /** The delivery facts: attempt, earlier failures, subscription (`handler`). */
+  readonly facts: DeliveryFacts;
+  /**
+   * The handler to run.
+   * @defaultValue routed from the envelope: a command to its one handler, an event to the
+   *   subscription named in `facts.handler`
+   */
+  readonly handler?: HandlerEntry;
+  /** The handler's abort signal, or a function that makes it on first read. */
+  readonly signal: AbortSignal | (() => AbortSignal);
+  /**
+   * True once the run's result no longer matters (the delivery was released by a stop): checked
+   * after the handler, before anything is committed.
+   * @defaultValue never
+   */
+  readonly abandoned?: () => boolean;
+}
+
+/** The handler succeeded and what it recorded was committed. */
+export interface HandledOutcome {
+  readonly kind: 'handled';
+  readonly envelope: Envelope;
+  readonly handler: string;
+  readonly attempt: number;
+  /** When the handler call started (clock time), for `durationMs`. */
+  readonly startedAt: number;
+  /** The messages the handler recorded, committed through the publisher. */
+  readonly outgoing: readonly OutgoingMessage[];
+}
+
+/** The handler failed and may succeed later. */
+export interface RetryOutcome {
+  readonly kind: 'retry';
+  readonly envelope: Envelope;
+  readonly handler: string;
+  readonly attempt: number;
+  /** When to try again (clock time). */
+  readonly retryAt: number;
+  readonly error: unknown;
+  readonly errorInfo: ErrorInfo;
+}
+
+/** The message is refused for good: bad input, no handler, or a handler out of attempts. */
+export interface DeadLetterOutcome {
+  readonly kind: 'dead-letter';
+  readonly reason: DeadLetterReason;
+  /** The handler the message died in, when one was found. */
+  readonly handler: string | undefined;
+  readonly error: ErrorInfo;
+  /** The error thrown, or the description of the bad input. */
+  readonly thrown: unknown;
+  /** Whether the message's definition asks for per-key order. */
+  readonly ordered: boolean;
+  /** The decoded envelope, when decoding got that far. */
+  readonly envelope: Envelope | undefined;
+}
+
+/** The run was abandoned (see {@link PipelineInput.abandoned}): nothing to settle. */
+export interface AbandonedOutcome {
+  readonly kind: 'abandoned';
+}
+
+/** How a run through the {@link HandlerPipeline} ended; the caller settles it. */
+export type PipelineOutcome = HandledOutcome | RetryOutcome | DeadLetterOutcome | AbandonedOutcome;
+
+const ABANDONED: AbandonedOutcome = { kind: 'abandoned' };
+
+/** The dead-letter reason of a handler that failed for good, by handler kind. */
+function failureReason(kind: HandlerKind): DeadLetterReason {
+  return kind === 'projection' ? 'projection-failed' : 'handler-failed';
+}
+
+/**
+ * Why a projection may not send or publish: the fix is an event handler of the same event.
+ *
+ * @remarks
+ * Projections are rebuilt by replaying the event log from offset 0, so a message sent from one would
+ * be sent again on every rebuild (and on every replay of an uncommitted tail).
+ */
+function refuseFromProjection(
+  verb: 'send' | 'publish',
+  definition: MessageDefinition,
+  context: HandlerContext,
+): HarrierError {
+  const event = context.envelope.type;
+  return new HarrierError(
+    'projection-publish',
+    `Projection "${context.handler}" called ctx.${verb}("${definition.type}") while handling "${event}": projections are rebuilt from offset 0 of the event log, so the message would be ${verb === 'send' ? 'sent' : 'published'} again on every rebuild. ${verb === 'send' ? 'Send' : 'Publish'} it from an @EventHandler(${event.split('.').pop() ?? event}) instead (it handles each event once)`,
+  );
+}
+
+/** Handler kinds whose context refuses `send` and `publish`, with the error it throws. */
+const REFUSES_OUTGOING: Partial<Record<HandlerKind, HandlerContextEnv['refuse']>> = {
+  projection: refuseFromProjection,
+};
+
+/**
+ * The one way a received message reaches a handler: decode, verify, route, retry policy, context,
+ * middleware, invoke, commit of what the handler recorded; the outcome says how to settle it.
+ *
+ * @remarks
+ * The {@link Dispatcher} settles an outcome on the broker (ack, nack with a retry time, dead letter),
+ * the `ProjectionRunner` in its lane (retry in place, checkpoint, poison policy); both report the
+ * settled outcome back ({@link HandlerPipeline.handled} and friends) so the lifecycle hooks fire
+ * once it is final. Nothing here knows who delivered the message.
+ */
+export class HandlerPipeline {
+  readonly #o: HandlerPipelineOptions;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #maxBytes: number;
+  readonly #envs = new Map<HandlerKind, HandlerContextEnv>();
+  readonly #policies = new WeakMap<HandlerEntry, Map<string, RetryPolicy>>();
+
+  /** @throws HarrierError `invalid-option` for a bad `retry`. */
+  constructor(options: HandlerPipelineOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = options.logger ?? consoleLogger;
+    this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
+    resolveRetryPolicy(options.retry);
+  }
+
+  /** Runs one received message; never throws for anything the message or its handler does. */
+  async run(input: PipelineInput): Promise<PipelineOutcome> {
+    const { facts } = input;
+    const registry = this.#o.registry;
+    const decoded = decodeEnvelope(input.body, (type) => registry.definition(type), {
+      maxBytes: this.#maxBytes,
+    });
+    if (!decoded.ok) {
+      const type = decoded.envelope?.type;
+      return refused(
+        input.handler?.name ??
+          facts.handler ??
+          (type === undefined ? undefined : registry.singleHandler(type)?.name),
+        decoded.reason,
+        { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason },
+        type === undefined ? false : (registry.definition(type)?.ordered ?? false),
+        decoded.envelope,
+      );
+    }
+    const { envelope, definition } = decoded;
+    const refusal = this.#o.verify?.(input.body, envelope);
+    if (refusal !== undefined) {
+      return refused(
+        input.handler?.name ?? facts.handler ?? registry.singleHandler(envelope.type)?.name,
+        'signature-invalid',
+        { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
+        definition.ordered,
+        envelope,
+      );
+    }
+    const entry = this.#route(envelope, facts, input.handler);
+    if (entry === undefined) {
+      const subscription = input.handler?.name ?? facts.handler;
+      return refused(
+        subscription,
+        'no-handler',
+        {
+          name: 'HandlerNotFoundError',
+          message: `No handler for ${envelope.kind} "${envelope.type}"${subscription !== undefined ? ` in subscription "${subscription}"` : ''} on endpoint "${this.#o.endpoint}"`,
+          code: 'no-handler',
+        },
+        definition.ordered,
+        envelope,
+      );
+    }
+    const policy = this.#policy(entry, definition);
+    if (facts.attempt > policy.attempts) {
+      // Only a worker that died mid-handler gets here (its crash counted as an attempt): stop the loop.
+      const last = facts.history[facts.history.length - 1]?.error;
+      return refused(
+        entry.name,
+        failureReason(entry.kind),
+        last ?? {
+          name: 'WorkerCrashedError',
+          message: `Attempt ${facts.attempt} of at most ${policy.attempts}: the workers handling this message stopped before settling it`,
+          code: 'worker-crashed',
+        },
+        definition.ordered,
+        envelope,
+      );
+    }
+    const startedAt = this.#clock.now();
+    const context = this.context(envelope, facts.attempt, entry, input.signal);
+    let outgoing: readonly OutgoingMessage[];
+    try {
+      await this.#call(entry, definition, context, false);
+      if (input.abandoned?.() === true) return ABANDONED;
+      outgoing = await this.#commit(context);
+    } catch (error) {
+      if (input.abandoned?.() === true) return ABANDONED;
+      const errorInfo = toErrorInfo(error);
+      if (!isPermanent(policy, error) && facts.attempt < policy.attempts) {
+        const retryAt = this.#clock.now() + backoffDelay(policy, facts.attempt, this.#o.random);
+        this.#logger.warn('Handler failed; will retry', {
+          handler: entry.name,
+          type: envelope.type,
+          messageId: envelope.id,
+          attempt: facts.attempt,
+          retryAt,
+          error: errorInfo.message,
+        });
+        return {
+          kind: 'retry',
+          envelope,
+          handler: entry.name,
+          attempt: facts.attempt,
+          retryAt,
+          error,
+          errorInfo,
+        };
+      }
+      return refused(entry.name, failureReason(entry.kind), errorInfo, definition.ordered, envelope, error);
+    }
+    return { kind: 'handled', envelope, handler: entry.name, attempt: facts.attempt, startedAt, outgoing };
+  }
+
+  /**
+   * Runs a handler for an envelope made in this process (`execute`): context, middleware, invoke,
+   * commit; no decoding, verification or retries, and errors reach the caller.
+   */
+  async runLocal(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    signal: AbortSignal,
+  ): Promise<unknown> {
+    const context = this.context(envelope, 1, entry, signal);
+    const result = await this.#call(entry, definition, context, true);
+    await this.#commit(context);
+    return result;
+  }
+
+  /** The context of one handler call; a projection's refuses `send` and `publish`. */
+  context(
+    envelope: Envelope,
+    attempt: number,
+    entry: HandlerEntry,
+    signal: AbortSignal | (() => AbortSignal),
+  ): HandlerContext {
+    return new HandlerContext(envelope, attempt, this.#o.endpoint, entry.name, signal, this.#env(entry.kind));
+  }
+
+  /** Reports a handled outcome once it is settled (acked, or completed in its lane). */
+  handled(outcome: HandledOutcome): void {
+    this.#hook('onHandled', () =>
+      this.#o.hooks?.onHandled?.({
+        envelope: outcome.envelope,
+        handler: outcome.handler,
+        attempt: outcome.attempt,
+        durationMs: this.#clock.now() - outcome.startedAt,
+      }),
+    );
+  }
+
+  /** Reports a retry once it is settled (nacked with its time, or waiting in its lane). */
+  retrying(outcome: RetryOutcome): void {
+    this.#hook('onRetrying', () =>
+      this.#o.hooks?.onRetrying?.({
+        envelope: outcome.envelope,
+        handler: outcome.handler,
+        attempt: outcome.attempt,
+        error: outcome.error,
+        retryAt: outcome.retryAt,
+      }),
+    );
+  }
+
+  /** Reports a dead letter once it is stored. */
+  deadLettered(record: DeadLetterRecord, error: unknown): void {
+    this.#hook('onDeadLettered', () => this.#o.hooks?.onDeadLettered?.({ record, error }));
+  }
+
+  #env(kind: HandlerKind): HandlerContextEnv {
+    let env = this.#envs.get(kind);
+    if (env === undefined) {
+      const refuse = REFUSES_OUTGOING[kind];
+      env = {
+        now: () => this.#clock.now(),
+        maxBytes: this.#maxBytes,
+        encode: this.#o.encode ?? encodeEnvelope,
+        ...(refuse !== undefined ? { refuse } : {}),
+      };
+      this.#envs.set(kind, env);
+    }
+    return env;
+  }
+
+  #route(
+    envelope: Envelope,
+    facts: DeliveryFacts,
+    given: HandlerEntry | undefined,
+  ): HandlerEntry | undefined {
+    if (given !== undefined) return given.methods.has(envelope.type) ? given : undefined;
+    if (envelope.kind === 'event') {
+      if (facts.handler === undefined) return undefined;
+      const entry = this.#o.registry.subscription(facts.handler);
+      return entry?.methods.has(envelope.type) === true ? entry : undefined;
+    }
+    if (envelope.kind === 'command') {
+      const entry = this.#o.registry.singleHandler(envelope.type);
+      return entry?.kind === 'command' ? entry : undefined;
+    }
+    return undefined;
+  }
+
+  /** The retry policy of a handler for a definition, resolved once. */
+  #policy(entry: HandlerEntry, definition: MessageDefinition): RetryPolicy {
+    let byType = this.#policies.get(entry);
+    if (byType === undefined) {
+      byType = new Map();
+      this.#policies.set(entry, byType);
+    }
+    let policy = byType.get(definition.type);
+    if (policy === undefined) {
+      policy = resolveRetryPolicy(entry.options.retry, definition.retry, this.#o.retry);
+      byType.set(definition.type, policy);
+    }
+    return policy;
+  }
+
+  async #call(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    context: HandlerContext,
+    inProcess: boolean,
+  ): Promise<unknown> {
+    const { envelope } = context;
+    const method = entry.methods.get(envelope.type) ?? 'handle';
+    const call = (): Promise<unknown> => this.#o.invoke(entry, method, envelope.payload, context);
+    const middleware = this.#o.middleware ?? [];
+    // `return await`, not `return`: one tick instead of two when the result is a promise.
+    if (middleware.length === 0) return await call();
+    return composeMiddleware(
+      middleware,
+      { definition, handler: entry.name, handlerKind: entry.kind, message: context, inProcess },
+      call,
+      (m, error) => {
+        this.#logger.error('Middleware after() threw; ignored', {
+          middleware: m.name ?? 'middleware',
+          error: toErrorInfo(error),
+        });
+      },
+    );
+  }
+
+  async #commit(context: HandlerContext): Promise<readonly OutgoingMessage[]> {
+    if (context.recorded.length === 0) return [];
+    const messages = context.recorded.map((p) => p.outgoing);
+    const publisher = this.#o.publisher;
+    if (publisher === undefined) {
+      throw new HarrierError(
+        'internal',
+        `Handler "${context.handler}" recorded ${messages.length} message(s) but this pipeline has no publisher: give it one (HandlerPipelineOptions.publisher)`,
+      );
+    }
+    await publisher.publish(messages);
+    return messages;
+  }
+
+  #hook(name: string, call: () => void): void {
+    try {
+      call();
+    } catch (error) {
+      this.#logger.error(`Hook ${name} threw; ignored`, { error: toErrorInfo(error) });
+    }
+  }
+}
+
+function refused(
+  handler: string | undefined,
+  reason: DeadLetterReason,
+  error: ErrorInfo,
+  ordered: boolean,
+  envelope: Envelope | undefined,
+  thrown: unknown = error,
+): DeadLetterOutcome {
+  return { kind: 'dead-letter', reason, handler, error, thrown, ordered, envelope };
+}

@@ -1,0 +1,98 @@
+import type { MessageBroker, OutgoingMessage } from '../broker/message-broker.js';
+import type { HandlerRegistry } from '../handlers/handler-registry.js';
+import type { EventLog } from '../log/event-log.js';
+
+/** Options of {@link MessagePublisher}. */
+export interface MessagePublisherOptions {
+  /** Where messages fan out to their queues and subscriptions. */
+  readonly broker: MessageBroker;
+  /**
+   * The event log every event with a topic is appended to (idempotent by event id) before it fans
+   * out.
+   * @defaultValue none (events only go through the broker)
+   */
+  readonly eventLog?: EventLog;
+  /**
+   * The handlers of this endpoint: a command one of them handles never needs a registered route
+   * (start() registers it, and until then the command waits in its queue).
+   * @defaultValue none (every command follows `requireCommandRoute`)
+   */
+  readonly registry?: HandlerRegistry;
+  /**
+   * Refuse a command no endpoint has registered a route for (HarrierError `no-route`), unless the
+   * message sets `requireRoute` itself or this endpoint handles it.
+   * @defaultValue the broker's default (true)
+   */
+  readonly requireCommandRoute?: boolean;
+}
+
+/**
+ * Commits outgoing messages: appends each event to the event log (idempotent by id), then fans
+ * everything out through the broker.
+ *
+ * @remarks
+ * The one commit path of Harrier: `bus.send` / `bus.publish` and what handlers record (after they
+ * succeed) all go through it, so a {@link Dispatcher} used without the bus still writes the log.
+ * Appending first, by id, makes a retry safe: if the process dies between the append and the fan-out,
+ * the redelivered handler records the same ids, the log finds them, and the broker drops the copies
+ * it already has.
+ *
+ * @example
+ * ```ts
+ * const publisher = new MessagePublisher({ broker, eventLog });
+ * const dispatcher = new Dispatcher({ broker, publisher, registry, endpoint: 'orders', deadLetters, invoke });
+ * ```
+ */
+export class MessagePublisher {
+  readonly #o: MessagePublisherOptions;
+
+  constructor(options: MessagePublisherOptions) {
+    this.#o = options;
+  }
+
+  /** The broker messages fan out through. */
+  get broker(): MessageBroker {
+    return this.#o.broker;
+  }
+
+  /**
+   * Appends the events to the log, then publishes every message through the broker.
+   * @throws what the log or the broker throws (e.g. HarrierError `no-route`); nothing of a batch the
+   *   broker refused is delivered, and a retry with the same ids is safe.
+   */
+  async publish(given: readonly OutgoingMessage[]): Promise<void> {
+    if (given.length === 0) return;
+    let messages = given.map((message) => this.#withRouteRequirement(message));
+    const log = this.#o.eventLog;
+    if (log !== undefined) {
+      // Commands go first, so a command the broker refuses (no-route) leaves no event in the log
+      // that projections would apply while the handler's work is being retried or dead-lettered.
+      const commands = messages.filter((message) => message.kind === 'command');
+      if (commands.length > 0 && commands.length < messages.length) {
+        await this.#o.broker.publishBatch(commands);
+        messages = messages.filter((message) => message.kind !== 'command');
+      }
+      for (const message of messages) {
+        if (message.kind !== 'event' || message.topic === undefined) continue;
+        await log.appendIdempotent(message.topic, message.id, {
+          id: message.id,
+          key: message.partitionKey ?? message.id,
+          type: message.type,
+          body: message.body,
+        });
+      }
+    }
+    if (messages.length === 1 && messages[0] !== undefined) await this.#o.broker.publish(messages[0]);
+    else await this.#o.broker.publishBatch(messages);
+  }
+
+  /** Whether a command needs a registered route: not when this endpoint handles it, else per option. */
+  #withRouteRequirement(message: OutgoingMessage): OutgoingMessage {
+    if (message.kind !== 'command' || message.requireRoute !== undefined) return message;
+    if (this.#o.registry?.singleHandler(message.type)?.kind === 'command') {
+      return { ...message, requireRoute: false };
+    }
+    const required = this.#o.requireCommandRoute;
+    return required === undefined ? message : { ...message, requireRoute: required };
+  }
+}

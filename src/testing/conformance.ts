@@ -1,0 +1,28 @@
+/**
+ * `harrier/testing/conformance`: the vitest suites every `MessageBroker`, `EventLog`,
+ * `CheckpointStore` and `DeadLetterStore` must pass, for implementers of new ones.
+ *
+ * @remarks
+ * These import vitest (an optional peer dependency of Harrier): install it to use this entry point.
+ *
+ * @packageDocumentation
+ */
+export {
+  describeMessageBrokerConformance,
+  type MessageBrokerUnderTest,
+} from './message-broker-conformance.js';
+export {
+  describeDeadLetterStoreConformance,
+  type DeadLetterStoreFactory,
+  type DeadLetterStoreFixture,
+} from './dead-letter-store-conformance.js';
+export {
+  describeEventLogConformance,
+  type EventLogFactory,
+  type EventLogFixture,
+} from './event-log-conformance.js';
+export {
+  describeCheckpointStoreConformance,
+  type CheckpointStoreFactory,
+  type CheckpointStoreFixture,
+} from './checkpoint-store-conformance.js';
