@@ -500,13 +500,10 @@ export class ProjectionRunner {
       };
       // A stop during the backoff ends the retries: the record is left for the next start.
       if (signal.aborted) return { outcome: { kind: 'abandoned' }, facts };
-      const outcome = await this.#pipeline.run({
-        body,
-        facts,
-        handler: entry,
-        signal,
-        abandoned: () => signal.aborted,
-      });
+      const outcome = await this.#pipeline.run({ body, facts, handler: entry, signal });
+      // A handler that returned has applied its event, stop or not: it counts, and its checkpoint
+      // moves. A stop only cancels what failed (the record is left for the next start).
+      if (outcome.kind !== 'handled' && signal.aborted) return { outcome: { kind: 'abandoned' }, facts };
       if (outcome.kind !== 'retry') return { outcome, facts };
       this.#pipeline.retrying(outcome);
       history.push({ attempt, at: this.#clock.now(), error: outcome.errorInfo });

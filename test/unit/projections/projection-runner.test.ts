@@ -490,6 +490,51 @@ describe('MessageBus with an event log', () => {
     });
   });
 
+  describe('.stop, when a projection handler completes its write after the stop aborted it', () => {
+    it('counts the event as handled, so the next start does not apply it again', async () => {
+      let applied = 0;
+      let entered = false;
+      @Projection('once')
+      class Once {
+        @On(Deposited)
+        async onDeposited(_: PayloadOf<typeof Deposited>, ctx: MessageContext): Promise<void> {
+          entered = true;
+          if (applied === 0) {
+            await new Promise<void>((resolve) => {
+              ctx.signal.addEventListener('abort', () => {
+                resolve();
+              });
+            });
+          }
+          applied += 1; // a write that was already under way when the stop came
+        }
+      }
+      const log = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 1 }] });
+      const checkpoints = new InMemoryCheckpointStore();
+      const make = () =>
+        createBus({
+          endpoint: 'reports',
+          handlers: [Once],
+          definitions: [Deposited],
+          eventLog: log,
+          checkpoints,
+          logger: silentLogger,
+        });
+      const first = make();
+      await first.start();
+      await first.publish(Deposited, { account: 'a', amount: 1 });
+      await expect.poll(() => entered).toBe(true);
+      await first.stop();
+      expect(applied).toBe(1);
+
+      const second = make();
+      buses.push(second);
+      await second.start();
+      await second.projections!.whenCaughtUp();
+      expect(applied).toBe(1);
+    });
+  });
+
   describe('when the process fails between the log append and the fan-out', () => {
     it('recovers on redelivery without a duplicate in the log or in any subscription', async () => {
       class FailingOnce extends InMemoryBroker {
