@@ -116,6 +116,7 @@ export class Dispatcher {
   readonly #settleTimeoutMs: number;
   readonly #inFlight = new Set<InFlight>();
   readonly #listeners = new Set<() => void>();
+  #settleWaits = 0;
   readonly #slotWaiters: (() => void)[] = [];
   #receiverAbort: AbortController | undefined;
   #loop: Promise<void> | undefined;
@@ -145,6 +146,15 @@ export class Dispatcher {
   /** Handler calls running now. */
   get activeCount(): number {
     return this.#inFlight.size;
+  }
+
+  /**
+   * Deliveries whose settle step (ack, nack, dead-letter write) failed and now waits on the clock
+   * for its next try: work that only the passing of time can move on (a test bus on a virtual clock
+   * moves it forward for them).
+   */
+  get settleWaitCount(): number {
+    return this.#settleWaits;
   }
 
   /** Calls `listener` whenever a delivery starts or settles; returns an unsubscribe function. */
@@ -458,7 +468,13 @@ export class Dispatcher {
           error: toErrorInfo(error),
         });
         // A stop cuts the pause short, except for the release itself (the flight is released then).
-        await sleep(this.#clock, pause, what === 'release' ? undefined : flightSignal(flight));
+        this.#settleWaits += 1;
+        this.#changed();
+        try {
+          await sleep(this.#clock, pause, what === 'release' ? undefined : flightSignal(flight));
+        } finally {
+          this.#settleWaits -= 1;
+        }
         pause = Math.min(pause * 2, 5_000);
         if (flight.released && what !== 'release') return 'failed';
       }

@@ -26,9 +26,8 @@ export interface CapturedMessage<P = unknown> {
 export interface TestBusOptions extends Omit<BusOptions, 'broker' | 'clock'> {
   /**
    * The clock. With the default virtual clock, `whenIdle()` jumps time forward to the next retry or
-   * scheduled message when nothing else is runnable (or when work in flight has made no progress
-   * for 50 ms of real time, such as a dead-letter write waiting for its retry), so backoff never
-   * makes a test wait.
+   * scheduled message when nothing else is runnable (or when all that runs is waiting for a settle
+   * retry, such as a dead-letter write after the store failed), so backoff never makes a test wait.
    * @defaultValue a new {@link ManualClock} (virtual time)
    */
   readonly clock?: Clock;
@@ -221,29 +220,28 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
           `whenIdle timed out: ${stats.ready} ready, ${stats.inFlight} in flight, ${stats.waiting} waiting, ${dispatcher.activeCount} handlers running; is the bus started, or is a handler stuck?${deliveryOrder === 'shuffled' ? ` (${replayHint(broker.seed)})` : ''}`,
         );
       }
-      const changed = await new Promise<boolean>((resolve) => {
-        const timer = setTimeout(() => {
-          finish(false);
-        }, 50);
-        const offBroker = broker.onChange(() => {
-          finish(true);
-        });
-        const offDispatcher = dispatcher.onChange(() => {
-          finish(true);
-        });
-        function finish(change: boolean): void {
+      // Deliveries whose settle step waits for a retry (a dead-letter write after the store failed)
+      // are moved on only by time: when they are all that runs, time moves on for them.
+      const onlySettleWaits =
+        dispatcher.activeCount > 0 && dispatcher.settleWaitCount === dispatcher.activeCount;
+      if (onlySettleWaits && clock instanceof ManualClock) {
+        const next = clock.nextTimerAt();
+        if (next !== undefined) {
+          clock.advanceTo(next);
+          continue;
+        }
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(finish, 50);
+        const offBroker = broker.onChange(finish);
+        const offDispatcher = dispatcher.onChange(finish);
+        function finish(): void {
           clearTimeout(timer);
           offBroker();
           offDispatcher();
-          resolve(change);
+          resolve();
         }
       });
-      // Work in flight that made no progress for a while may be waiting on the virtual clock (a
-      // settle retry after a failed ack or dead-letter write): time moves on, as it would for real.
-      if (!changed && busy && includeDelayed && clock instanceof ManualClock) {
-        const next = clock.nextTimerAt();
-        if (next !== undefined) clock.advanceTo(next);
-      }
     }
   };
 

@@ -211,6 +211,35 @@ describe('createTestBus', () => {
       });
     });
 
+    describe('when a handler takes a while and a delayed message waits', () => {
+      it('does not move the virtual clock while the handler runs', async () => {
+        const Slow = defineCommand('shop.Slow', { schema: z.object({}) });
+        const Later = defineCommand('shop.Later', { schema: z.object({}) });
+        const order: string[] = [];
+        @CommandHandler(Slow)
+        class SlowHandler {
+          async handle(): Promise<void> {
+            order.push('slow:start');
+            // Real I/O taking longer than whenIdle's 50 ms look-again interval.
+            await new Promise((resolve) => setTimeout(resolve, 300));
+            order.push('slow:end');
+          }
+        }
+        @CommandHandler(Later)
+        class LaterHandler {
+          handle(): void {
+            order.push('later');
+          }
+        }
+        const bus = await createTestBus({ handlers: [SlowHandler, LaterHandler] });
+        buses.push(bus);
+        await bus.send(Slow, {});
+        await bus.send(Later, {}, { delayMs: 3_600_000 });
+        await bus.whenIdle();
+        expect(order).toEqual(['slow:start', 'slow:end', 'later']);
+      });
+    });
+
     describe('when it times out on a shuffled bus', () => {
       it('names the seed and how to replay it', async () => {
         const Stuck = defineCommand('shop.Stuck', { schema: z.object({}) });
