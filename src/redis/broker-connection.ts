@@ -1,5 +1,6 @@
 import { Cluster, Redis, type ClusterOptions } from 'ioredis';
 import {
+  isClusterClient,
   isRedisClient,
   type RedisClient,
   type RedisConnectionOptions,
@@ -41,8 +42,7 @@ export function createBrokerClient(
     if (!isRedisClient(connection)) {
       return new Cluster([...connection.cluster], withSettings(connection.options ?? {}));
     }
-    if (connection instanceof Cluster)
-      return connection.duplicate(undefined, withSettings(connection.options));
+    if (isClusterClient(connection)) return connection.duplicate(undefined, withSettings(connection.options));
     return connection.duplicate({
       connectionName: connection.options.connectionName ?? connectionName,
       ...extra,

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { Job, Queue } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import type {
@@ -18,7 +19,7 @@ import { partitionOf } from '../messages/partition.js';
 import { addJobsChecked } from './add-jobs.js';
 import { createBrokerClient, type ClientSettings } from './broker-connection.js';
 import { BullMqReceiver } from './bullmq-receiver.js';
-import { EventRouteCache, parseRoutes, type Route } from './event-route-cache.js';
+import { EventRouteCache, parseRoutes, routesVersion, type Route } from './event-route-cache.js';
 import { jobOptions, toJobData, type JobData, type JobSettings } from './job-data.js';
 import { PendingDeliveries, type Outcome } from './pending-deliveries.js';
 import { assertQueueNamePart, QueueLayout } from './queue-layout.js';
@@ -203,8 +204,11 @@ export class BullMqBroker implements MessageBroker {
       endpoint,
       JSON.stringify({ subscriptions, registeredAt: this.#clock.now() }),
     );
-    // Publishers cache the routes they read until this version moves.
+    // Publishers cache the routes they read until this version moves: a counter (what older builds
+    // read) and a stamp no registration repeats, so a version never comes back after Redis lost
+    // its data and registrations count from 1 again.
     multi.incr(this.#layout.key('routes-version'));
+    multi.set(this.#layout.key('routes-stamp'), randomUUID());
     await this.#withTimeout(multi.exec(), 'register subscriptions');
     for (const type of commandTypes) this.#commandRoutes.add(type);
     // A partition queue is worked one job at a time across every process, not just per worker.
@@ -255,18 +259,22 @@ export class BullMqBroker implements MessageBroker {
     if (eventTypes.length > 0 || unrouted.size > 0) {
       const pipeline = client.pipeline();
       // The version first: routes read after it in this pipeline are at least as new as it says.
+      pipeline.get(this.#layout.key('routes-stamp'));
       pipeline.get(this.#layout.key('routes-version'));
       const uncached = this.#eventRoutes.uncached(eventTypes);
       for (const type of uncached) pipeline.hgetall(this.#layout.key('routes', type));
       // The endpoints hash is where register() records command types: read only on a cache miss.
       if (unrouted.size > 0) pipeline.hvals(this.#layout.key('endpoints'));
       const results = await this.#withTimeout(pipeline.exec(), 'read subscriptions');
-      const version = this.#reply(results, 0) as string | null;
+      const version = routesVersion(
+        this.#reply(results, 0) as string | null,
+        this.#reply(results, 1) as string | null,
+      );
       for (const [type, list] of this.#eventRoutes.validAt(version, eventTypes)) routes.set(type, list);
       uncached.forEach((type, index) => {
-        routes.set(type, parseRoutes(this.#reply(results, 1 + index) as Record<string, string>));
+        routes.set(type, parseRoutes(this.#reply(results, 2 + index) as Record<string, string>));
       });
-      if (unrouted.size > 0) this.#learnCommandRoutes(this.#reply(results, 1 + uncached.length) as string[]);
+      if (unrouted.size > 0) this.#learnCommandRoutes(this.#reply(results, 2 + uncached.length) as string[]);
       // Every command is checked before any job is added: a refused batch publishes nothing. A miss
       // is never cached: the handler's endpoint may register any time.
       for (const type of unrouted) if (!this.#commandRoutes.has(type)) throw noRouteError(type);

@@ -10,8 +10,7 @@ export interface Route {
  * still the current one.
  *
  * @remarks
- * `register()` bumps the version (`<prefix>:harrier:routes-version`) in the transaction that writes
- * the routes. A publish reads the version first and then, in the same pipeline, only the routes it
+ * `register()` moves the version ({@link routesVersion}) in the transaction that writes the routes. A publish reads the version first and then, in the same pipeline, only the routes it
  * has not cached; a version that moved drops every cached route. Routes are always read after the
  * version they are filed under, so a cached route is never older than its version says: a
  * subscriber whose `register()` resolved before a publish began is reached by that publish.
@@ -45,6 +44,22 @@ export class EventRouteCache {
     }
     for (const [type, list] of routes) this.#routes.set(type, list);
   }
+}
+
+/**
+ * The routes version a publisher caches under: the stamp `register()` writes
+ * (`<prefix>:harrier:routes-stamp`, a fresh UUID each time) and the registration counter
+ * (`<prefix>:harrier:routes-version`); null while neither exists.
+ *
+ * @remarks
+ * The counter alone repeats after Redis loses its data (a restart without persistence, FLUSHALL, a
+ * failover to a replica behind): registrations count from 1 again, and a publisher whose cached
+ * counter equals the new count would keep the routes read before the loss. The stamp never
+ * repeats. The counter stays in the version so a registration by a build that only bumps the
+ * counter still moves it.
+ */
+export function routesVersion(stamp: string | null, counter: string | null): string | null {
+  return stamp === null && counter === null ? null : `${stamp ?? ''}:${counter ?? ''}`;
 }
 
 /** The routes of a `routes:<type>` hash as HGETALL returns it. */

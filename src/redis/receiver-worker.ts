@@ -13,17 +13,20 @@ const NO_JOB = undefined as unknown as Job;
  *
  * @remarks
  * BullMQ's concurrency is per worker, and a worker serves one queue, so a receiver of Q queues could
- * otherwise lock Q times its prefetch. BullMQ fetches a job in two places, and both take a slot:
+ * otherwise lock Q times its prefetch. BullMQ fetches a job in two places, and both hold a slot:
  *
  * - `moveToActive` (its run loop's fetch): waits for a slot first, gives it back if nothing came.
- * - fetch-next, the next job fetched by the script that settles the previous one: allowed only when
- *   a slot is free at once and no other worker waits for one, so a busy queue cannot keep the budget
- *   from queues waiting their turn. Refused, the worker asks again through `moveToActive`; BullMQ
- *   would mark the worker drained for the empty answer and block up to `drainDelay` on a queue that
- *   still holds jobs, so that answer is not passed on.
+ * - fetch-next, the next job fetched by the script that settles the previous one (no extra round
+ *   trip): the settled job passes its own slot on to the job fetched next, allowed only while no
+ *   other worker waits for a slot ({@link SlotBudget.mayPassOn}), so a busy queue cannot keep the
+ *   budget from queues waiting their turn. Refused, the slot goes back to the longest waiter and the
+ *   worker asks again through `moveToActive`; BullMQ would mark the worker drained for the empty
+ *   answer and block up to `drainDelay` on a queue that still holds jobs, so that answer is not
+ *   passed on.
  *
  * A job's slot is given back when `processJob` is done with it (completed, failed, delayed or back to
- * wait). BullMQ keeps its own loop, blocking waits, lock renewal and stalled-job checks.
+ * wait) unless a job fetched next took it over. BullMQ keeps its own loop, blocking waits, lock
+ * renewal and stalled-job checks.
  *
  * Job data that is not JSON (written into Redis by something other than BullMQ) reaches the
  * processor as a string and is dead-lettered as malformed, instead of failing inside BullMQ before
@@ -31,12 +34,14 @@ const NO_JOB = undefined as unknown as Job;
  */
 export class ReceiverWorker<T> extends Worker<T> {
   readonly #budget: SlotBudget;
-  /** Tokens whose fetch-next holds a slot already. */
-  readonly #reserved = new Set<string>();
-  /** Tokens refused a fetch-next (no free slot). */
+  /** Tokens whose settled job passes its slot on to the job fetched next. */
+  readonly #passedOn = new Set<string>();
+  /** Tokens refused a fetch-next (others wait for a slot). */
   readonly #refused = new Set<string>();
   /** Jobs fetched whose `processJob` has not started: they hold slots this worker must not wait on. */
   #unstarted = 0;
+  /** Ends this worker's wait for a slot once it holds a fetched job it has not started. */
+  #slotWait: AbortController | undefined;
 
   /** Takes `autorun: false` in `options`: call `run()` once constructed. */
   constructor(name: string, processor: Processor<T>, options: WorkerOptions, budget: SlotBudget) {
@@ -45,7 +50,7 @@ export class ReceiverWorker<T> extends Worker<T> {
   }
 
   protected override async moveToActive(token: string, name?: string): Promise<Job<T>> {
-    if (!this.#reserved.delete(token) && !(await this.#slot())) return NO_JOB;
+    if (!this.#passedOn.delete(token) && !(await this.#slot())) return NO_JOB;
     if (this.closing !== undefined) {
       this.#budget.release();
       return NO_JOB;
@@ -59,17 +64,25 @@ export class ReceiverWorker<T> extends Worker<T> {
     return job;
   }
 
-  override async processJob(job: Job<T>, token: string): Promise<void | Job<T>> {
+  override async processJob(
+    job: Job<T>,
+    token: string,
+    fetchNextCallback: () => boolean = () => true,
+  ): Promise<void | Job<T>> {
     this.#unstarted--;
+    let offered = false;
     let next: void | Job<T> = undefined;
     try {
-      next = await super.processJob(job, token, () => this.#mayFetchNext(token));
+      next = await super.processJob(job, token, () => {
+        offered = fetchNextCallback() && this.#mayFetchNext(token);
+        return offered;
+      });
       return next;
     } finally {
       this.#refused.delete(token);
-      // A reserved slot not taken by a fetched job goes back; a fetched job keeps it.
-      if (this.#reserved.delete(token) && next === undefined) this.#budget.release();
-      this.#budget.release();
+      // The slot goes back unless the job fetched next took it over. Passed on to `moveToActive`
+      // (BullMQ's fetch after a delayed or released job), it is that call's to give back.
+      if (this.#passedOn.delete(token) ? next === undefined : !offered) this.#budget.release();
     }
   }
 
@@ -81,7 +94,10 @@ export class ReceiverWorker<T> extends Worker<T> {
     // An empty answer to a fetch-next this worker refused says nothing about the queue: not drained.
     if (jobData === undefined && token !== undefined && this.#refused.has(token)) return NO_JOB as Job<T>;
     const job = await super.nextJobFromJobData(jobData, jobId, token);
-    if ((job as Job<T> | undefined) !== undefined) this.#unstarted++;
+    if ((job as Job<T> | undefined) !== undefined) {
+      this.#unstarted++;
+      this.#slotWait?.abort();
+    }
     return job;
   }
 
@@ -94,20 +110,27 @@ export class ReceiverWorker<T> extends Worker<T> {
   }
 
   /**
-   * A slot for a fetch. A worker holding fetched jobs it has not started only takes a free one:
-   * BullMQ starts them only once this fetch returns, so waiting could leave every slot held by jobs
-   * nobody starts. Its empty answer is not a drained queue (BullMQ is never asked), and sends BullMQ
-   * off to start the jobs it holds.
+   * A slot for a fetch. A worker holding fetched jobs it has not started only takes a free one, and
+   * stops waiting once it gets one: BullMQ starts them only once this fetch returns, so waiting could
+   * leave every slot held by jobs nobody starts. Its empty answer is not a drained queue (BullMQ is
+   * never asked), and sends BullMQ off to start the jobs it holds.
    */
-  #slot(): Promise<boolean> {
-    return this.#unstarted > 0 ? Promise.resolve(this.#budget.tryAcquire()) : this.#budget.acquire();
+  async #slot(): Promise<boolean> {
+    if (this.#unstarted > 0) return this.#budget.tryAcquire();
+    const wait = new AbortController();
+    this.#slotWait = wait;
+    try {
+      return await this.#budget.acquire(wait.signal);
+    } finally {
+      if (this.#slotWait === wait) this.#slotWait = undefined;
+    }
   }
 
   #mayFetchNext(token: string): boolean {
-    if (this.#reserved.has(token)) return true;
+    if (this.#passedOn.has(token)) return true;
     if (this.#refused.has(token)) return false;
-    if (this.closing === undefined && this.#budget.tryAcquire()) {
-      this.#reserved.add(token);
+    if (this.closing === undefined && this.#budget.mayPassOn()) {
+      this.#passedOn.add(token);
       return true;
     }
     this.#refused.add(token);

@@ -45,6 +45,17 @@ export function isRedisClient(connection: RedisConnectionOptions): connection is
   );
 }
 
+/**
+ * True when `client` is an ioredis `Cluster`.
+ *
+ * @remarks
+ * Read from `isCluster`, not `instanceof Cluster`: a client made by another copy of ioredis (the
+ * application's, next to the one bullmq depends on) is no instance of this copy's class.
+ */
+export function isClusterClient(client: RedisClient): client is Cluster {
+  return client.isCluster;
+}
+
 /** True when `connection` is a Redis Cluster: seed nodes or a `Cluster` client. */
 export function isClusterConnection(
   connection: RedisConnectionOptions,

@@ -1,4 +1,4 @@
-import { Cluster, type Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type {
@@ -32,7 +32,7 @@ import {
   type RedisErrorContext,
   type RedisScript,
 } from './redis-support.js';
-import type { RedisClient, RedisConnectionOptions } from './redis-connection.js';
+import { isClusterClient, type RedisClient, type RedisConnectionOptions } from './redis-connection.js';
 
 /** Options of {@link RedisEventLog}. */
 export interface RedisEventLogOptions {
@@ -577,13 +577,12 @@ export class RedisEventLog implements EventLog {
       maxRetriesPerRequest: null,
       enableOfflineQueue: true,
     };
-    const connection =
-      this.#client instanceof Cluster
-        ? this.#client.duplicate(undefined, {
-            enableOfflineQueue: true,
-            redisOptions: { ...this.#client.options.redisOptions, ...subscriber },
-          } as Parameters<Cluster['duplicate']>[1])
-        : this.#client.duplicate(subscriber);
+    const connection = isClusterClient(this.#client)
+      ? this.#client.duplicate(undefined, {
+          enableOfflineQueue: true,
+          redisOptions: { ...this.#client.options.redisOptions, ...subscriber },
+        } as Parameters<Cluster['duplicate']>[1])
+      : this.#client.duplicate(subscriber);
     connection.on('error', () => {
       // Reconnects are retried without end; only an abort or a close ends the subscription.
     });
@@ -692,7 +691,7 @@ export async function scanLogPartitions(client: RedisClient, prefix: string): Pr
   const head = logKeyspace(prefix);
   const pattern = `${head.replace(/[*?[\]\\]/g, (c) => `\\${c}`)}*:next`;
   const topics = new Map<string, number[]>();
-  const servers = client instanceof Cluster ? client.nodes('master') : [client];
+  const servers = isClusterClient(client) ? client.nodes('master') : [client];
   for (const server of servers) {
     let cursor = '0';
     do {

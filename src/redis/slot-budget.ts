@@ -4,9 +4,11 @@
  *
  * @remarks
  * Each of the receiver's workers takes a slot before it fetches a job and gives it back once the job
- * has left its hands. Slots are granted in the order they were asked for, and a worker asks again only
- * after its previous fetch, so the queues with work take turns and none starves. Closing the budget
- * answers every wait with "no slot"; once closed it grants nothing and counts nothing.
+ * has left its hands, or passes it on to the job it fetches next while nobody waits for a slot
+ * ({@link SlotBudget.mayPassOn}). Slots are granted in the order they were asked for, and a worker
+ * asks again only after its previous fetch, so the queues with work take turns and none starves.
+ * Closing the budget answers every wait with "no slot"; once closed it grants nothing and counts
+ * nothing.
  */
 export class SlotBudget {
   readonly #size: number;
@@ -24,15 +26,29 @@ export class SlotBudget {
     return this.#held;
   }
 
-  /** Resolves true once a slot is taken, or false when the budget is (or gets) closed. */
-  acquire(): Promise<boolean> {
-    if (this.#closed) return Promise.resolve(false);
+  /**
+   * Resolves true once a slot is taken, or false when the budget is (or gets) closed or `signal`
+   * aborts the wait first.
+   */
+  acquire(signal?: AbortSignal): Promise<boolean> {
+    if (this.#closed || signal?.aborted === true) return Promise.resolve(false);
     if (this.#held < this.#size && this.#waiting.length === 0) {
       this.#held++;
       return Promise.resolve(true);
     }
     return new Promise<boolean>((resolve) => {
-      this.#waiting.push(resolve);
+      const waiter = (granted: boolean): void => {
+        signal?.removeEventListener('abort', abort);
+        resolve(granted);
+      };
+      const abort = (): void => {
+        const at = this.#waiting.indexOf(waiter);
+        if (at < 0) return;
+        this.#waiting.splice(at, 1);
+        resolve(false);
+      };
+      signal?.addEventListener('abort', abort, { once: true });
+      this.#waiting.push(waiter);
     });
   }
 
@@ -41,6 +57,15 @@ export class SlotBudget {
     if (this.#closed || this.#held >= this.#size || this.#waiting.length > 0) return false;
     this.#held++;
     return true;
+  }
+
+  /**
+   * Whether a holder may keep its slot for the job it fetches next instead of giving it back: only
+   * while the budget is open and nobody waits for a slot, so a busy queue never keeps the budget
+   * from the queues waiting their turn.
+   */
+  mayPassOn(): boolean {
+    return !this.#closed && this.#waiting.length === 0;
   }
 
   /** Gives a slot back; the longest waiter gets it. */

@@ -59,6 +59,21 @@ async function monitorCommands(prefix: string): Promise<string[][]> {
   return seen;
 }
 
+/** `promise`, or a rejection naming `what` once `ms` passed without it settling. */
+async function within<T>(ms: number, promise: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      reject(new Error(`No ${what} within ${String(ms)} ms`));
+    }, ms);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 describe('BullMqBroker', () => {
   describe('.publish', () => {
     describe('when another process subscribes after the publisher has cached the routes', () => {
@@ -78,6 +93,29 @@ describe('BullMqBroker', () => {
         await publisher.publish(event('second'));
         expect((await billing()).body).toBe('second');
         expect((await shipping()).body).toBe('second');
+      });
+    });
+
+    describe('when Redis lost its data after the publisher cached the routes', () => {
+      it('delivers to a subscriber registered after the loss, though registrations counted from 1 again', async () => {
+        const prefix = freshPrefix();
+        const admin = new Redis(redisUrl);
+        cleanups.push(async () => {
+          await deleteKeys(admin, prefix);
+          admin.disconnect();
+        });
+        // Registered once before the loss, as once after it: the registration counter reads 1 both times.
+        await processBroker(prefix).register('billing', [{ kind: 'event', handler: 'audit', types: [TYPE] }]);
+        const publisher = processBroker(prefix);
+        await publisher.publish(event('before'));
+
+        // The loss: a restart without persistence, FLUSHALL, a failover to a replica behind.
+        await deleteKeys(admin, prefix);
+        const shipping = await subscriber(prefix, 'shipping');
+        await publisher.publish(event('after'));
+        expect(
+          (await within(5_000, shipping(), 'event at the subscriber registered after the loss')).body,
+        ).toBe('after');
       });
     });
 

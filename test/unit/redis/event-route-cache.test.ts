@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { EventRouteCache, type Route } from '../../../src/redis/event-route-cache.js';
+import { EventRouteCache, routesVersion, type Route } from '../../../src/redis/event-route-cache.js';
 
 const route = (endpoint: string): Route => ({ endpoint, handler: 'audit', orderedTypes: [] });
 
@@ -23,6 +23,14 @@ describe('EventRouteCache', () => {
         expect(cache.uncached(['a.Happened', 'b.Happened'])).toEqual(['a.Happened']);
         expect(cache.validAt('1', ['b.Happened'])).toEqual(new Map([['b.Happened', []]]));
       });
+    });
+  });
+
+  describe('routesVersion', () => {
+    it('differs for the same registration count under another stamp, and is null while neither exists', () => {
+      expect(routesVersion('a', '1')).not.toBe(routesVersion('b', '1'));
+      expect(routesVersion(null, '1')).not.toBe(routesVersion('a', '1'));
+      expect(routesVersion(null, null)).toBeNull();
     });
   });
 });

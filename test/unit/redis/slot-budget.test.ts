@@ -31,6 +31,36 @@ describe('SlotBudget', () => {
         expect(budget.tryAcquire()).toBe(false);
       });
     });
+
+    describe('when the signal aborts the wait', () => {
+      it('answers false and leaves the slot to the next waiter', async () => {
+        const budget = new SlotBudget(1);
+        expect(await budget.acquire()).toBe(true);
+        const wait = new AbortController();
+        const aborted = budget.acquire(wait.signal);
+        const next = budget.acquire();
+        wait.abort();
+        expect(await aborted).toBe(false);
+        budget.release();
+        expect(await next).toBe(true);
+        expect(budget.held).toBe(1);
+      });
+    });
+  });
+
+  describe('.mayPassOn', () => {
+    it('lets a holder keep its slot only while nobody waits and the budget is open', async () => {
+      const budget = new SlotBudget(1);
+      expect(await budget.acquire()).toBe(true);
+      expect(budget.mayPassOn()).toBe(true);
+      const waiting = budget.acquire();
+      expect(budget.mayPassOn()).toBe(false);
+      budget.release();
+      expect(await waiting).toBe(true);
+      expect(budget.mayPassOn()).toBe(true);
+      budget.close();
+      expect(budget.mayPassOn()).toBe(false);
+    });
   });
 
   describe('.tryAcquire', () => {
