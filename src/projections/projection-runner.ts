@@ -107,6 +107,11 @@ export interface ResettableProjection {
   reset(): void | Promise<void>;
 }
 
+/** Reads `signal.aborted` through a call: TypeScript keeps its narrowing across an await. */
+function isAborted(signal: AbortSignal): boolean {
+  return signal.aborted;
+}
+
 /**
  * Feeds each `@Projection` from the event log, partition by partition in offset order, with
  * durable checkpoints.
@@ -503,7 +508,7 @@ export class ProjectionRunner {
       const outcome = await this.#pipeline.run({ body, facts, handler: entry, signal });
       // A handler that returned has applied its event, stop or not: it counts, and its checkpoint
       // moves. A stop only cancels what failed (the record is left for the next start).
-      if (outcome.kind !== 'handled' && signal.aborted) return { outcome: { kind: 'abandoned' }, facts };
+      if (outcome.kind !== 'handled' && isAborted(signal)) return { outcome: { kind: 'abandoned' }, facts };
       if (outcome.kind !== 'retry') return { outcome, facts };
       this.#pipeline.retrying(outcome);
       history.push({ attempt, at: this.#clock.now(), error: outcome.errorInfo });
