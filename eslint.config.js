@@ -11,7 +11,7 @@ const LAYERS = [
   ['messages'],
   ['broker', 'log'],
   ['handlers'],
-  ['dispatch', 'projections', 'dead-letters'],
+  ['dispatch', 'projections', 'dead-letters', 'sagas'],
   ['bus'],
   ['testing', 'redis'],
   ['cli'],
@@ -94,6 +94,7 @@ export default tseslint.config(
       'src/dispatch/**/*.ts',
       'src/projections/**/*.ts',
       'src/dead-letters/**/*.ts',
+      'src/sagas/**/*.ts',
     ],
     rules: {
       'no-restricted-imports': [
