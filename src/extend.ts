@@ -116,3 +116,12 @@ export type {
   SubscribeOptions,
 } from './log/index.js';
 export type { ProjectionRunnerOptions } from './projections/index.js';
+export {
+  DEFAULT_SAGA_PAGE_LIMIT,
+  compareSagaPositions,
+  decodeSagaCursor,
+  encodeSagaCursor,
+  sagaPageLimit,
+  serializeSagaWrite,
+} from './sagas/index.js';
+export type { SagaCursorPosition } from './sagas/index.js';

@@ -17,6 +17,7 @@ export {
   HandlerNotFoundError,
   HarrierError,
   MessageValidationError,
+  SagaConflictError,
   StaleDeliveryError,
   UnknownTopicError,
   UnrecoverableError,
@@ -128,3 +129,15 @@ export type {
   ProjectionStatus,
   ResettableProjection,
 } from './projections/index.js';
+export { DEFAULT_COMPLETED_RETENTION_MS, InMemorySagaStore } from './sagas/index.js';
+export type {
+  InMemorySagaStoreOptions,
+  SagaInstance,
+  SagaListFilter,
+  SagaPage,
+  SagaPageOptions,
+  SagaStatus,
+  SagaStore,
+  SagaTimeoutRecord,
+  SagaWrite,
+} from './sagas/index.js';

@@ -40,6 +40,7 @@ export const HARRIER_ERROR_CODES = [
   'redis-command-failed',
   'redis-unavailable',
   'resolution-failed',
+  'saga-conflict',
   'settle-timeout',
   'stale-delivery',
   'stopping',

@@ -1,0 +1,257 @@
+import { HarrierError } from '../errors/harrier-error.js';
+
+/** Whether a saga instance still takes messages (`active`) or has finished (`completed`). */
+export type SagaStatus = 'active' | 'completed';
+
+/** A timeout a saga step requested and that has not fired yet. */
+export interface SagaTimeoutRecord {
+  /** Identifies the timeout within its instance (stable across redeliveries of the requesting step). */
+  readonly id: string;
+  /** The message type of the timeout definition, e.g. `orders.PaymentTimedOut`. */
+  readonly type: string;
+  /** When it is due, in ms since the epoch. */
+  readonly dueAt: number;
+}
+
+/** One stored saga instance: its state, version and bookkeeping. */
+export interface SagaInstance<S = unknown> {
+  /** The saga name. */
+  readonly saga: string;
+  /** The saga id: the correlation value that maps messages to this instance. */
+  readonly id: string;
+  /** The saga's state, as JSON would return it (a store keeps it JSON-serialised). */
+  readonly state: S;
+  /** 1 after the first save, plus 1 per later save; the compare-and-set token of {@link SagaStore.save}. */
+  readonly version: number;
+  /** `completed` once a step completed the saga; the store removes it after its retention. */
+  readonly status: SagaStatus;
+  /** The `now` of the save that created the instance. */
+  readonly startedAt: number;
+  /** The `now` of the latest save. */
+  readonly updatedAt: number;
+  /** The `now` of the save that completed the instance; absent while it is active. */
+  readonly completedAt?: number;
+  /** Timeouts requested and not fired yet. */
+  readonly timeouts: readonly SagaTimeoutRecord[];
+}
+
+/** What {@link SagaStore.save} writes: the whole new state of one instance. */
+export interface SagaWrite<S = unknown> {
+  /** The saga name. */
+  readonly saga: string;
+  /** The saga id. */
+  readonly id: string;
+  /** The new state; must survive `JSON.stringify` (stores keep JSON, so `Date`s come back as strings). */
+  readonly state: S;
+  /** The new status; `completed` starts the retention after which the store removes the instance. */
+  readonly status: SagaStatus;
+  /** Every pending timeout after this save (replaces the stored list). */
+  readonly timeouts: readonly SagaTimeoutRecord[];
+  /** The time of the save in ms since the epoch: `startedAt` on create, `updatedAt` always. */
+  readonly now: number;
+}
+
+/** Which instances {@link SagaStore.list} returns; every field given must match. */
+export interface SagaListFilter {
+  /** Only instances of this saga. */
+  readonly saga?: string;
+  /** Only instances with this status. */
+  readonly status?: SagaStatus;
+}
+
+/** Paging of {@link SagaStore.list}. */
+export interface SagaPageOptions {
+  /**
+   * Most instances returned.
+   * @defaultValue 100
+   */
+  readonly limit?: number;
+  /** The `next` of the previous page; absent for the first page. */
+  readonly cursor?: string;
+}
+
+/** One page of {@link SagaStore.list}. */
+export interface SagaPage {
+  /** Instances ordered by saga name, then id (UTF-8 byte order). */
+  instances: SagaInstance[];
+  /** Cursor of the next page; absent when this page is the last. */
+  next?: string;
+}
+
+/**
+ * Where saga instances live between steps: one record per (saga, id), written by compare-and-set.
+ *
+ * @remarks
+ * `save` is the only write a saga step makes: it succeeds only when the caller read the version it
+ * expects, so two concurrent steps of one instance never both win and no update is lost; the loser
+ * gets a {@link SagaConflictError} and re-runs on fresh state. Completed instances are removed after
+ * a retention (each store's `completedRetentionMs`, default 7 days, counted from the latest save of
+ * the completed instance), so late messages can still find them completed for a while. Every call
+ * on a closed store rejects with `store-closed`. `runSagaStoreConformance` from
+ * `harrier/testing/conformance` checks an implementation.
+ */
+export interface SagaStore {
+  /** The instance, or undefined when it never existed, was removed or its retention ran out. */
+  get(saga: string, id: string): Promise<SagaInstance | undefined>;
+  /**
+   * Compare-and-set: `expectedVersion` 0 creates (fails if it exists); otherwise the stored version
+   * must equal it. Returns the stored instance (version + 1).
+   *
+   * @throws SagaConflictError (`saga-conflict`) when the stored version is not `expectedVersion`.
+   * @throws HarrierError `invalid-argument` when the state is not JSON-serialisable or
+   * `expectedVersion` is not a whole number from 0.
+   */
+  save(write: SagaWrite, expectedVersion: number): Promise<SagaInstance>;
+  /**
+   * One page of instances matching `filter`, ordered by saga name then id.
+   *
+   * @throws HarrierError `invalid-cursor` for a cursor this store did not issue, `invalid-argument`
+   * for a limit that is not a positive integer.
+   */
+  list(filter?: SagaListFilter, page?: SagaPageOptions): Promise<SagaPage>;
+  /** Deletes the instance; true when it existed. */
+  remove(saga: string, id: string): Promise<boolean>;
+  /** Releases the store's resources; later calls reject with `store-closed`. Closing twice is harmless. */
+  close(): Promise<void>;
+}
+
+/** Default of `completedRetentionMs` in every Harrier saga store: 7 days. */
+export const DEFAULT_COMPLETED_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
+
+/** Default page size of {@link SagaStore.list}. */
+export const DEFAULT_SAGA_PAGE_LIMIT = 100;
+
+const CURSOR_PREFIX = 'sg1:';
+
+/** Where a {@link SagaPage} ended: the saga name and id of its last instance. */
+export interface SagaCursorPosition {
+  /** Saga name of the last instance returned. */
+  readonly saga: string;
+  /** Saga id of the last instance returned. */
+  readonly id: string;
+}
+
+/**
+ * Checks a {@link SagaWrite} and its expected version, and returns the state as JSON.
+ *
+ * @remarks
+ * For implementers of a {@link SagaStore}: every store refuses the same inputs with the same codes.
+ *
+ * @throws HarrierError `invalid-argument` for an empty saga name or id, an `expectedVersion` that is
+ * not a whole number from 0, a status other than `active`/`completed`, or a state `JSON.stringify`
+ * cannot write.
+ */
+export function serializeSagaWrite(write: SagaWrite, expectedVersion: number): string {
+  const what = `saga "${write.saga}" instance "${write.id}"`;
+  if (
+    typeof write.saga !== 'string' ||
+    write.saga === '' ||
+    typeof write.id !== 'string' ||
+    write.id === ''
+  ) {
+    throw new HarrierError(
+      'invalid-argument',
+      `Cannot save ${what}: the saga name and id must be non-empty strings`,
+    );
+  }
+  if (!Number.isSafeInteger(expectedVersion) || expectedVersion < 0) {
+    throw new HarrierError(
+      'invalid-argument',
+      `Cannot save ${what} with expected version ${expectedVersion}: pass 0 to create it, or the version you loaded`,
+    );
+  }
+  // Callers in plain JavaScript can pass anything.
+  const status: string = write.status;
+  if (status !== 'active' && status !== 'completed') {
+    throw new HarrierError(
+      'invalid-argument',
+      `Cannot save ${what} with status "${status}": use "active" or "completed"`,
+    );
+  }
+  let json: string | undefined;
+  try {
+    json = jsonOf(write.state);
+  } catch (error) {
+    throw new HarrierError(
+      'invalid-argument',
+      `Cannot save ${what}: its state is not JSON-serialisable (${error instanceof Error ? error.message : String(error)}); keep plain data in saga state`,
+      { cause: error },
+    );
+  }
+  if (json === undefined) {
+    throw new HarrierError(
+      'invalid-argument',
+      `Cannot save ${what}: its state is ${typeof write.state}, which JSON cannot hold; use an object`,
+    );
+  }
+  return json;
+}
+
+/** `JSON.stringify`, typed as it behaves: undefined for undefined, functions and symbols. */
+function jsonOf(value: unknown): string | undefined {
+  return JSON.stringify(value);
+}
+
+/**
+ * Checks a {@link SagaPageOptions.limit} and returns it, or the default.
+ *
+ * @throws HarrierError `invalid-argument` when the limit is not a positive integer.
+ */
+export function sagaPageLimit(limit: number | undefined): number {
+  const value = limit ?? DEFAULT_SAGA_PAGE_LIMIT;
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new HarrierError(
+      'invalid-argument',
+      `Saga page limit must be a positive integer, got ${value}: pass a whole number such as 100, or leave it out for the default`,
+    );
+  }
+  return value;
+}
+
+/** The opaque cursor that resumes a listing after `position`. */
+export function encodeSagaCursor(position: SagaCursorPosition): string {
+  return Buffer.from(`${CURSOR_PREFIX}${JSON.stringify([position.saga, position.id])}`, 'utf8').toString(
+    'base64url',
+  );
+}
+
+/**
+ * The position a cursor from {@link encodeSagaCursor} stands for.
+ *
+ * @throws HarrierError `invalid-cursor` for a cursor {@link encodeSagaCursor} did not issue.
+ */
+export function decodeSagaCursor(cursor: string): SagaCursorPosition {
+  const text = Buffer.from(cursor, 'base64url').toString('utf8');
+  let parsed: unknown;
+  try {
+    parsed = text.startsWith(CURSOR_PREFIX) ? JSON.parse(text.slice(CURSOR_PREFIX.length)) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  if (
+    !Array.isArray(parsed) ||
+    parsed.length !== 2 ||
+    typeof parsed[0] !== 'string' ||
+    typeof parsed[1] !== 'string'
+  ) {
+    throw new HarrierError(
+      'invalid-cursor',
+      `Saga cursor "${cursor}" was not issued by a saga store: pass the \`next\` of the previous page, or no cursor to start from the first page`,
+    );
+  }
+  return { saga: parsed[0], id: parsed[1] };
+}
+
+/**
+ * Orders instances by saga name, then id, comparing UTF-8 bytes (negative: `a` first).
+ *
+ * @remarks
+ * Byte order is what Redis sorted sets use, so every store pages in the same order.
+ */
+export function compareSagaPositions(a: SagaCursorPosition, b: SagaCursorPosition): number {
+  return compareUtf8(a.saga, b.saga) || compareUtf8(a.id, b.id);
+}
+
+function compareUtf8(a: string, b: string): number {
+  return a === b ? 0 : Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
+}
