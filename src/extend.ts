@@ -85,8 +85,11 @@ export type {
   MessagePublisherOptions,
   PipelineInput,
   PipelineOutcome,
+  PipelineStep,
   RetryOutcome,
   RetryPolicy,
+  StepResult,
+  StepRunner,
 } from './dispatch/index.js';
 export { createContainerInvoker } from './bus/index.js';
 export {

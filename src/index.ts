@@ -129,10 +129,22 @@ export type {
   ProjectionStatus,
   ResettableProjection,
 } from './projections/index.js';
-export { DEFAULT_COMPLETED_RETENTION_MS, InMemorySagaStore } from './sagas/index.js';
+export {
+  DEFAULT_COMPLETED_RETENTION_MS,
+  Handles,
+  InMemorySagaStore,
+  Saga,
+  StartedBy,
+} from './sagas/index.js';
 export type {
+  HandlesOptions,
   InMemorySagaStoreOptions,
+  SagaContext,
+  SagaCorrelation,
   SagaInstance,
+  SagaMissingRule,
+  SagaOptions,
+  SagaStepDescriptor,
   SagaListFilter,
   SagaPage,
   SagaPageOptions,
@@ -140,4 +152,5 @@ export type {
   SagaStore,
   SagaTimeoutRecord,
   SagaWrite,
+  StartedByOptions,
 } from './sagas/index.js';

@@ -22,7 +22,7 @@ import type { Middleware } from '../dispatch/middleware.js';
 import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { withArticle } from '../errors/with-article.js';
-import type { HandlerClass } from '../handlers/handler-metadata.js';
+import { getHandlerMetadata, type HandlerClass } from '../handlers/handler-metadata.js';
 import { HandlerRegistry } from '../handlers/handler-registry.js';
 import type { SendOptions } from '../handlers/message-context.js';
 import type { CheckpointStore } from '../log/checkpoint-store.js';
@@ -43,6 +43,9 @@ import type {
   ResultOf,
   RetryOptions,
 } from '../messages/definition.js';
+import { InMemorySagaStore } from '../sagas/in-memory-saga-store.js';
+import { createSagaStepRunner } from '../sagas/saga-step-runner.js';
+import type { SagaStore } from '../sagas/saga-store.js';
 import { createContainerInvoker, ownContainer, type MessageScopeOptions } from './container-invoker.js';
 import { HarrierTokens } from './tokens.js';
 
@@ -68,6 +71,17 @@ export interface BusOptions {
    * @defaultValue []
    */
   readonly handlers?: readonly HandlerClass[];
+  /**
+   * `@Saga` classes of this endpoint: each is one subscription to the events its steps take,
+   * resolved from the container like a handler. See docs/sagas.md.
+   * @defaultValue []
+   */
+  readonly sagas?: readonly HandlerClass[];
+  /**
+   * Where saga instances are stored (with `sagas`).
+   * @defaultValue a new {@link InMemorySagaStore} on the bus's clock
+   */
+  readonly sagaStore?: SagaStore;
   /**
    * Definitions this endpoint sends or publishes without handling, checked at start-up.
    * @defaultValue []
@@ -270,6 +284,7 @@ class HarrierBus implements MessageBus {
   readonly #logger: Logger;
   readonly #publisher: MessagePublisher;
   readonly #stopController = new AbortController();
+  readonly #sagaStore: SagaStore | undefined;
   #state: 'created' | 'started' | 'stopped' = 'created';
 
   constructor(options: BusOptions) {
@@ -280,7 +295,24 @@ class HarrierBus implements MessageBus {
         `endpoint ${JSON.stringify(this.endpoint)} is not a valid name: use letters, digits, '.', '_' and '-' (at most 100), e.g. "orders"`,
       );
     }
-    this.#registry = HandlerRegistry.build(options.handlers ?? [], options.definitions ?? []);
+    const sagas = options.sagas ?? [];
+    this.#sagaStore =
+      sagas.length === 0 && options.sagaStore === undefined
+        ? undefined
+        : (options.sagaStore ??
+          new InMemorySagaStore(options.clock !== undefined ? { clock: options.clock } : {}));
+    for (const target of options.handlers ?? []) {
+      if (getHandlerMetadata(target)?.kind === 'saga') {
+        throw new HarrierError(
+          'invalid-handler',
+          `${target.name} is a @Saga listed in handlers: list it in sagas instead (createBus({ sagas: [${target.name}] }))`,
+        );
+      }
+    }
+    this.#registry = HandlerRegistry.build(
+      [...(options.handlers ?? []), ...sagas],
+      options.definitions ?? [],
+    );
     this.broker =
       options.broker ?? new InMemoryBroker(options.clock !== undefined ? { clock: options.clock } : {});
     this.deadLetters = options.deadLetters ?? new InMemoryDeadLetterStore();
@@ -335,6 +367,18 @@ class HarrierBus implements MessageBus {
       maxEnvelopeBytes: this.#maxBytes,
       encode: this.#encode,
       ...(verify !== undefined ? { verify } : {}),
+      ...(sagas.length > 0
+        ? {
+            steps: {
+              saga: createSagaStepRunner({
+                sagas,
+                store: this.#sagaStore ?? new InMemorySagaStore(),
+                clock: this.#clock,
+                logger,
+              }),
+            },
+          }
+        : {}),
     };
     this.projections =
       this.#eventLog === undefined || this.#checkpoints === undefined
@@ -467,6 +511,7 @@ class HarrierBus implements MessageBus {
     if (options.closeBroker ?? true) {
       await this.broker.close();
       await this.deadLetters.close();
+      await this.#sagaStore?.close();
     }
   }
 

@@ -13,6 +13,8 @@ export type DeadLetterReason =
   | 'too-large'
   | 'signature-invalid'
   | 'projection-failed'
+  | 'saga-not-found'
+  | 'saga-completed'
   | (string & {});
 
 /** Where a dead letter stands: still dead, or sent back for another try. */

@@ -72,14 +72,24 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
     return this.#record(definition, payload, options);
   }
 
+  /**
+   * What the id of every message this context records is derived from, beside its position: the
+   * handled message and the handler (a saga step adds its saga id).
+   */
+  protected idSeed(): string {
+    return `${this.messageId}\u0000${this.handler}`;
+  }
+
+  /** Records a message into the unit of work; returns its id. */
+  protected record(definition: MessageDefinition, payload: unknown, options: SendOptions): string {
+    return this.#record(definition, payload, options);
+  }
+
   #record(definition: MessageDefinition, payload: unknown, options: SendOptions): string {
     // Same handled message, handler and position: same id, so a redelivery records no duplicates.
     const id =
       options.id ??
-      deterministicUuidV7(
-        `${this.messageId}\u0000${this.handler}\u0000${this.recorded.length}`,
-        uuidV7Time(this.messageId),
-      );
+      deterministicUuidV7(`${this.idSeed()}\u0000${this.recorded.length}`, uuidV7Time(this.messageId));
     const prepared = prepareMessage(
       definition,
       payload,

@@ -99,7 +99,41 @@ export interface HandlerPipelineOptions {
   readonly encode?: EnvelopeEncoder;
   /** Verifies received envelopes. @defaultValue none (no signing) */
   readonly verify?: EnvelopeVerifier;
+  /**
+   * How handlers of a kind are run and committed, where it differs from a plain call then commit
+   * (a saga step loads and saves its instance around the call).
+   * @defaultValue none (every kind: call, then commit)
+   */
+  readonly steps?: Partial<Record<HandlerKind, StepRunner>>;
 }
+
+/** One handler call handed to a {@link StepRunner}: what it may run and commit, in its own way. */
+export interface PipelineStep {
+  readonly entry: HandlerEntry;
+  readonly definition: MessageDefinition;
+  readonly envelope: Envelope;
+  readonly attempt: number;
+  readonly endpoint: string;
+  /** The handler's abort signal, or a function that makes it on first read. */
+  readonly signal: AbortSignal | (() => AbortSignal);
+  /** What a {@link HandlerContext} of this handler's kind needs (to construct one, or a subclass). */
+  readonly env: HandlerContextEnv;
+  /** Runs middleware and the handler with `context`. */
+  invoke(context: HandlerContext): Promise<unknown>;
+  /** Publishes messages a handler recorded (the unit of work's commit), idempotent by id. */
+  publish(messages: readonly OutgoingMessage[]): Promise<void>;
+}
+
+/** How a {@link StepRunner} ended a step that threw nothing. */
+export type StepResult =
+  | { readonly kind: 'handled'; readonly outgoing: readonly OutgoingMessage[] }
+  | { readonly kind: 'dead-letter'; readonly reason: DeadLetterReason; readonly error: ErrorInfo };
+
+/**
+ * Runs one handler call of a kind in its own way: an error it throws is retried or dead-lettered
+ * like a handler's.
+ */
+export type StepRunner = (step: PipelineStep) => Promise<StepResult>;
 
 /** One received message to run through the pipeline. */
 export interface PipelineInput {
@@ -290,12 +324,21 @@ export class HandlerPipeline {
       );
     }
     const startedAt = this.#clock.now();
-    const context = this.context(envelope, facts.attempt, entry, input.signal);
+    const runner = this.#o.steps?.[entry.kind];
     let outgoing: readonly OutgoingMessage[];
     try {
-      await this.#call(entry, definition, context, false);
-      if (input.abandoned?.() === true) return ABANDONED;
-      outgoing = await this.#commit(context);
+      if (runner === undefined) {
+        const context = this.context(envelope, facts.attempt, entry, input.signal);
+        await this.#call(entry, definition, context, false);
+        if (input.abandoned?.() === true) return ABANDONED;
+        outgoing = await this.#commit(context);
+      } else {
+        const result = await runner(this.#step(entry, definition, envelope, facts.attempt, input));
+        if (result.kind === 'dead-letter') {
+          return refused(entry.name, result.reason, result.error, definition.ordered, envelope);
+        }
+        outgoing = result.outgoing;
+      }
     } catch (error) {
       if (input.abandoned?.() === true) return ABANDONED;
       const errorInfo = toErrorInfo(error);
@@ -380,6 +423,30 @@ export class HandlerPipeline {
     this.#hook('onDeadLettered', () => this.#o.hooks?.onDeadLettered?.({ record, error }));
   }
 
+  #step(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    attempt: number,
+    input: PipelineInput,
+  ): PipelineStep {
+    return {
+      entry,
+      definition,
+      envelope,
+      attempt,
+      endpoint: this.#o.endpoint,
+      signal: input.signal,
+      env: this.#env(entry.kind),
+      invoke: (context) => this.#call(entry, definition, context, false),
+      publish: async (messages) => {
+        // A stop released the delivery meanwhile: publish nothing (the redelivery will).
+        if (input.abandoned?.() === true) throw new HarrierError('stopping', 'The delivery was released');
+        await this.#publish(entry.name, messages);
+      },
+    };
+  }
+
   #env(kind: HandlerKind): HandlerContextEnv {
     let env = this.#envs.get(kind);
     if (env === undefined) {
@@ -456,15 +523,20 @@ export class HandlerPipeline {
   async #commit(context: HandlerContext): Promise<readonly OutgoingMessage[]> {
     if (context.recorded.length === 0) return [];
     const messages = context.recorded.map((p) => p.outgoing);
+    await this.#publish(context.handler, messages);
+    return messages;
+  }
+
+  async #publish(handler: string, messages: readonly OutgoingMessage[]): Promise<void> {
+    if (messages.length === 0) return;
     const publisher = this.#o.publisher;
     if (publisher === undefined) {
       throw new HarrierError(
         'internal',
-        `Handler "${context.handler}" recorded ${messages.length} message(s) but this pipeline has no publisher: give it one (HandlerPipelineOptions.publisher)`,
+        `Handler "${handler}" recorded ${messages.length} message(s) but this pipeline has no publisher: give it one (HandlerPipelineOptions.publisher)`,
       );
     }
     await publisher.publish(messages);
-    return messages;
   }
 
   #hook(name: string, call: () => void): void {

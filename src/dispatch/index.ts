@@ -12,8 +12,11 @@ export {
   type HandlerPipelineOptions,
   type PipelineInput,
   type PipelineOutcome,
+  type PipelineStep,
   type RetryingEvent,
   type RetryOutcome,
+  type StepResult,
+  type StepRunner,
 } from './handler-pipeline.js';
 export { HandlerContext } from './handler-context.js';
 export { MessagePublisher, type MessagePublisherOptions } from './message-publisher.js';

@@ -60,7 +60,7 @@ export type PayloadOfEach<D extends EventDefinition | readonly EventDefinition[]
  * Refuses a decorator called the TC39 way (`(value, context)`): Harrier's decorators record metadata
  * when TypeScript's `experimentalDecorators` calls them, and the standard ones would record nothing.
  */
-function assertLegacyDecorator(decorator: string, context: unknown): void {
+export function assertLegacyDecorator(decorator: string, context: unknown): void {
   if (typeof context !== 'object' || context === null) return;
   const { kind, name } = context as { kind?: unknown; name?: unknown };
   if (typeof kind !== 'string') return;

@@ -1,7 +1,7 @@
 import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
 
 /** What kind of handler a class is. */
-export type HandlerKind = 'command' | 'event' | 'query' | 'projection';
+export type HandlerKind = 'command' | 'event' | 'query' | 'projection' | 'saga';
 
 /** Options of `@CommandHandler`, `@EventHandler`, `@QueryHandler` and `@Projection`. */
 export interface HandlerOptions {

@@ -34,6 +34,7 @@ const kindOfHandler: Record<HandlerKind, MessageDefinition['kind']> = {
   query: 'query',
   event: 'event',
   projection: 'event',
+  saga: 'event',
 };
 
 const pluralOf: Record<MessageDefinition['kind'], string> = {
@@ -47,6 +48,7 @@ const decoratorOf: Record<HandlerKind, string> = {
   query: '@QueryHandler',
   event: '@EventHandler',
   projection: '@On',
+  saga: '@StartedBy / @Handles',
 };
 
 /**
@@ -159,7 +161,9 @@ export class HandlerRegistry {
     if (meta.routes.length === 0) {
       throw new HarrierError(
         'invalid-handler',
-        `Projection ${meta.name} has no @On(Event) methods: add at least one`,
+        meta.kind === 'saga'
+          ? `Saga ${meta.name} has no @StartedBy(Event) method: add at least one`
+          : `Projection ${meta.name} has no @On(Event) methods: add at least one`,
       );
     }
     const methods = new Map<string, string>();
@@ -183,7 +187,7 @@ export class HandlerRegistry {
       if (methods.has(definition.type)) {
         throw new HarrierError(
           'invalid-handler',
-          `${meta.name} handles "${definition.type}" twice: keep one @On for it`,
+          `${meta.name} handles "${definition.type}" twice: keep one ${meta.kind === 'saga' ? '@StartedBy or @Handles' : '@On'} for it`,
         );
       }
       methods.set(definition.type, route.method);

@@ -20,3 +20,9 @@ export type {
 } from './saga-store.js';
 export { InMemorySagaStore } from './in-memory-saga-store.js';
 export type { InMemorySagaStoreOptions } from './in-memory-saga-store.js';
+export { Handles, Saga, StartedBy } from './saga-decorators.js';
+export type { HandlesOptions, SagaStepDescriptor, StartedByOptions } from './saga-decorators.js';
+export type { SagaCorrelation, SagaMissingRule, SagaOptions } from './saga-metadata.js';
+export type { SagaContext } from './saga-context.js';
+export { createSagaStepRunner } from './saga-step-runner.js';
+export type { SagaStepRunnerOptions } from './saga-step-runner.js';

@@ -1,0 +1,286 @@
+import type { OutgoingMessage } from '../broker/message-broker.js';
+import { systemClock, type Clock } from '../clock/clock.js';
+import { HandlerContext } from '../dispatch/handler-context.js';
+import type { PipelineStep, StepResult, StepRunner } from '../dispatch/handler-pipeline.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import { UnrecoverableError } from '../errors/unrecoverable-error.js';
+import type { HandlerClass } from '../handlers/handler-metadata.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import { KeyedLock } from './keyed-lock.js';
+import { SAGA_ID_HEADER, SAGA_NAME_HEADER, SagaStepContext } from './saga-context.js';
+import { getSagaMetadata, type SagaMetadata, type SagaStepMetadata } from './saga-metadata.js';
+import type { SagaInstance, SagaStore, SagaTimeoutRecord } from './saga-store.js';
+
+/** Options of {@link createSagaStepRunner}. */
+export interface SagaStepRunnerOptions {
+  /** The `@Saga` classes of the endpoint. */
+  readonly sagas: readonly HandlerClass[];
+  /** Where instances are loaded from and saved to. */
+  readonly store: SagaStore;
+  /** @defaultValue the system clock */
+  readonly clock?: Clock;
+  /** @defaultValue warnings and errors as JSON lines on stderr */
+  readonly logger?: Logger;
+  /**
+   * Tries of a step that keeps losing the compare-and-set to concurrent steps of its instance (each
+   * on fresh state) before its delivery is retried as a failure.
+   * @defaultValue 10
+   */
+  readonly conflictTries?: number;
+}
+
+/** How many handled message ids (with what their steps published) an instance remembers. */
+export const SAGA_APPLIED_KEPT = 32;
+
+/** A step already saved: the message it handled and the messages it recorded. */
+interface AppliedStep {
+  readonly message: string;
+  readonly outgoing: readonly OutgoingMessage[];
+}
+
+/**
+ * What a saga store holds as an instance's state: the saga's own state and the steps it applied.
+ *
+ * @remarks
+ * The applied steps make a redelivery of a message whose step was saved but whose messages were not
+ * all published (a crash, a broker failure) publish the same messages again instead of running the
+ * step twice on the state it already changed.
+ */
+interface StoredSagaState {
+  readonly data: unknown;
+  readonly applied: readonly AppliedStep[];
+}
+
+function readStored(instance: SagaInstance): StoredSagaState {
+  const stored = instance.state as Partial<StoredSagaState> | null;
+  return { data: stored?.data, applied: Array.isArray(stored?.applied) ? stored.applied : [] };
+}
+
+/** A `@Saga` class checked and indexed once. */
+interface CompiledSaga {
+  readonly meta: SagaMetadata;
+  readonly steps: ReadonlyMap<string, SagaStepMetadata>;
+}
+
+function compile(target: HandlerClass): CompiledSaga {
+  const meta = getSagaMetadata(target);
+  if (meta === undefined) {
+    throw new HarrierError(
+      'invalid-handler',
+      `${target.name || 'An anonymous class'} is listed in sagas but has no @Saga decorator: add @Saga('name', { state })`,
+    );
+  }
+  const steps = new Map<string, SagaStepMetadata>();
+  for (const step of meta.steps) {
+    const type = (step.definition as { type?: unknown } | undefined)?.type;
+    if (typeof type === 'string') steps.set(type, step);
+  }
+  if (!meta.steps.some((step) => step.starts)) {
+    throw new HarrierError(
+      'invalid-handler',
+      `Saga ${meta.name} has no @StartedBy(Event) method: add one, or no instance is ever created`,
+    );
+  }
+  return { meta, steps };
+}
+
+/**
+ * The saga step on the one handler pipeline: correlate, load the instance, run the step, save the
+ * state by compare-and-set, then publish what the step recorded.
+ *
+ * @remarks
+ * Steps of one instance run one at a time in this process (a lock per saga id); across processes
+ * the store's compare-and-set decides: a step that lost re-runs on the fresh state, so no update is
+ * lost. The state is saved before the step's messages are published, and their ids derive from the
+ * saga, the saga id, the handled message and their position, so a redelivered message republishes
+ * the same ids (which the idempotent publish drops) and never changes the state twice. See
+ * docs/sagas.md.
+ * @throws HarrierError `invalid-handler` for a class without `@Saga` or without `@StartedBy`.
+ */
+export function createSagaStepRunner(options: SagaStepRunnerOptions): StepRunner {
+  const clock = options.clock ?? systemClock;
+  const logger = options.logger ?? consoleLogger;
+  const tries = options.conflictTries ?? 10;
+  if (!Number.isInteger(tries) || tries < 1) {
+    throw new HarrierError('invalid-option', `conflictTries is ${tries}: use a whole number of at least 1`);
+  }
+  const sagas = new Map<string, CompiledSaga>();
+  for (const target of options.sagas) {
+    const compiled = compile(target);
+    sagas.set(compiled.meta.name, compiled);
+  }
+  const lock = new KeyedLock();
+
+  return async (step) => {
+    const saga = sagas.get(step.entry.name);
+    const route = saga?.steps.get(step.envelope.type);
+    if (saga === undefined || route === undefined) {
+      throw new HarrierError(
+        'internal',
+        `No saga step for "${step.envelope.type}" in "${step.entry.name}": list the saga class in sagas`,
+      );
+    }
+    const sagaId = correlate(saga, route, step);
+    return lock.run(`${saga.meta.name}\u0000${sagaId}`, () =>
+      runStep({ saga, route, step, sagaId, store: options.store, clock, logger, tries }),
+    );
+  };
+}
+
+/** The saga id a message is for: a timeout's header, else the step's correlation. */
+function correlate(saga: CompiledSaga, route: SagaStepMetadata, step: PipelineStep): string {
+  const { envelope } = step;
+  const headers = envelope.meta.headers;
+  const name = saga.meta.name;
+  if (headers[SAGA_NAME_HEADER] === name && headers[SAGA_ID_HEADER] !== undefined) {
+    return headers[SAGA_ID_HEADER];
+  }
+  const { correlate: how } = route;
+  if (how === undefined) {
+    throw new UnrecoverableError(
+      `Saga "${name}" cannot tell which instance "${envelope.type}" is for: it carries no saga id (only a timeout requested with ctx.requestTimeout does) and its @Handles has no correlate: add { correlate: 'field' } or a function`,
+    );
+  }
+  let value: unknown;
+  if (typeof how === 'function') {
+    const context = new HandlerContext(envelope, step.attempt, step.endpoint, name, step.signal, step.env);
+    value = how(envelope.payload as never, context as never);
+  } else {
+    value = (envelope.payload as Record<string, unknown> | null)?.[how];
+  }
+  if (typeof value === 'number' && Number.isFinite(value)) value = String(value);
+  if (typeof value !== 'string' || value === '') {
+    const what = typeof how === 'function' ? 'its correlate function returned' : `its field "${how}" is`;
+    throw new UnrecoverableError(
+      `Saga "${name}" cannot correlate "${envelope.type}" (message ${envelope.id}): ${what} ${value === undefined ? 'undefined' : JSON.stringify(value)}, not a saga id: return a non-empty string`,
+    );
+  }
+  return value;
+}
+
+interface StepRun {
+  readonly saga: CompiledSaga;
+  readonly route: SagaStepMetadata;
+  readonly step: PipelineStep;
+  readonly sagaId: string;
+  readonly store: SagaStore;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly tries: number;
+}
+
+async function runStep(run: StepRun): Promise<StepResult> {
+  const { saga, route, step, sagaId, store } = run;
+  const { envelope } = step;
+  const name = saga.meta.name;
+  const isTimeout =
+    envelope.meta.headers[SAGA_NAME_HEADER] === name && envelope.meta.headers[SAGA_ID_HEADER] === sagaId;
+  for (let attempt = 1; ; attempt++) {
+    const instance = await store.get(name, sagaId);
+    const stored = instance === undefined ? undefined : readStored(instance);
+    const applied = stored?.applied.find((a) => a.message === envelope.id);
+    if (applied !== undefined) {
+      // Saved by an earlier delivery of this message: publish its messages again (same ids).
+      await step.publish(applied.outgoing);
+      return { kind: 'handled', outgoing: applied.outgoing };
+    }
+    let timeouts: readonly SagaTimeoutRecord[] = instance?.timeouts ?? [];
+    if (isTimeout) {
+      // Fired already, or the instance completed (which drops its timeouts) or is gone: never again.
+      if (instance?.status !== 'active' || !timeouts.some((t) => t.id === envelope.id)) {
+        run.logger.info('Saga timeout no longer pending; dropped', {
+          saga: name,
+          sagaId,
+          type: envelope.type,
+          messageId: envelope.id,
+        });
+        return { kind: 'handled', outgoing: [] };
+      }
+      timeouts = timeouts.filter((t) => t.id !== envelope.id);
+    }
+    if (instance === undefined && !route.starts) {
+      return rule(run, 'onMissing', 'saga-not-found', `no instance "${sagaId}" exists`);
+    }
+    if (instance?.status === 'completed') {
+      return rule(run, 'onCompleted', 'saga-completed', `instance "${sagaId}" has completed`);
+    }
+    const before =
+      stored === undefined
+        ? parseState(saga, saga.meta.options.initial?.() ?? {}, 'initial state')
+        : structuredClone(stored.data);
+    const context = new SagaStepContext(
+      envelope,
+      step.attempt,
+      step.endpoint,
+      name,
+      step.signal,
+      step.env,
+      sagaId,
+      instance === undefined,
+      before,
+      timeouts,
+    );
+    await step.invoke(context);
+    const state = parseState(saga, context.state, `state after "${envelope.type}"`);
+    const outgoing = context.recorded.map((p) => p.outgoing);
+    const kept = (stored?.applied ?? []).slice(-(SAGA_APPLIED_KEPT - 1));
+    try {
+      await store.save(
+        {
+          saga: name,
+          id: sagaId,
+          state: { data: state, applied: [...kept, { message: envelope.id, outgoing }] },
+          status: context.completed ? 'completed' : 'active',
+          timeouts: context.completed ? [] : context.timeouts,
+          now: run.clock.now(),
+        },
+        instance?.version ?? 0,
+      );
+    } catch (error) {
+      if (HarrierError.is(error, 'saga-conflict') && attempt < run.tries) continue;
+      throw error;
+    }
+    await step.publish(outgoing);
+    return { kind: 'handled', outgoing };
+  }
+}
+
+function parseState(saga: CompiledSaga, value: unknown, what: string): unknown {
+  const parsed = saga.meta.options.state.safeParse(value);
+  if (!parsed.success) {
+    throw new UnrecoverableError(
+      `Saga "${saga.meta.name}" ${what} does not match its state schema: ${parsed.error.message}`,
+      { cause: parsed.error },
+    );
+  }
+  return parsed.data;
+}
+
+/** Applies the saga's rule for a message its instance cannot take. */
+function rule(
+  run: StepRun,
+  option: 'onMissing' | 'onCompleted',
+  reason: 'saga-not-found' | 'saga-completed',
+  why: string,
+): StepResult {
+  const { envelope } = run.step;
+  const name = run.saga.meta.name;
+  const setting = run.saga.meta.options[option] ?? 'ignore';
+  const message = `Saga "${name}" got "${envelope.type}" (message ${envelope.id}) but ${why}`;
+  if (setting === 'dead-letter') {
+    return {
+      kind: 'dead-letter',
+      reason,
+      error: {
+        name: reason === 'saga-not-found' ? 'SagaNotFoundError' : 'SagaCompletedError',
+        message: `${message}; ${option} is 'dead-letter'`,
+        code: reason,
+      },
+    };
+  }
+  const fields = { saga: name, sagaId: run.sagaId, type: envelope.type, messageId: envelope.id };
+  // A message for a missing instance is more often a mistake than one after completion.
+  if (option === 'onMissing') run.logger.warn(`${message}; ignored (onMissing: 'ignore')`, fields);
+  else run.logger.info(`${message}; ignored (onCompleted: 'ignore')`, fields);
+  return { kind: 'handled', outgoing: [] };
+}
