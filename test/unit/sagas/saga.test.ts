@@ -1,0 +1,483 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { z } from 'zod';
+import {
+  EventHandler,
+  Handles,
+  HarrierError,
+  InMemorySagaStore,
+  ManualClock,
+  Saga,
+  StartedBy,
+  createBus,
+  defineEvent,
+  silentLogger,
+  uuidv7,
+  type MessageBus,
+  type PayloadOf,
+  type SagaContext,
+  type SagaMissingRule,
+  type SagaWrite,
+} from '../../../src/index.js';
+import { createTestBus, type TestBus } from '../../../src/testing/index.js';
+
+const OrderPlaced = defineEvent('sagas.OrderPlaced', { schema: z.object({ orderId: z.string() }) });
+const PaymentCaptured = defineEvent('sagas.PaymentCaptured', {
+  schema: z.object({ reference: z.string() }),
+});
+const OrderReady = defineEvent('sagas.OrderReady', { schema: z.object({ orderId: z.string() }) });
+const OrderCancelled = defineEvent('sagas.OrderCancelled', { schema: z.object({ orderId: z.string() }) });
+const PaymentDue = defineEvent('sagas.PaymentDue', { schema: z.object({ orderId: z.string() }) });
+const Counted = defineEvent('sagas.Counted', { schema: z.object({ counter: z.string() }) });
+const StockRequested = defineEvent('sagas.StockRequested', { schema: z.object({ orderId: z.string() }) });
+
+const FulfilmentState = z.object({
+  orderId: z.string().optional(),
+  placed: z.boolean().default(false),
+  paid: z.boolean().default(false),
+  reminders: z.number().default(0),
+});
+type Fulfilment = z.output<typeof FulfilmentState>;
+
+/** Payment references look like `pay:<orderId>`: the correlation function takes the order id out. */
+const byReference = (payload: PayloadOf<typeof PaymentCaptured>): string =>
+  payload.reference.slice('pay:'.length);
+
+function readyWhenBoth(ctx: SagaContext<Fulfilment>): void {
+  if (ctx.state.placed && ctx.state.paid) {
+    ctx.publish(OrderReady, { orderId: ctx.sagaId });
+    ctx.complete();
+  }
+}
+
+/** A fulfilment saga started by either event, completed once both arrived. */
+function fulfilmentSaga(rules: { onMissing?: SagaMissingRule; onCompleted?: SagaMissingRule } = {}) {
+  @Saga('sagas.Fulfilment', { state: FulfilmentState, ...rules })
+  class FulfilmentSaga {
+    @StartedBy(OrderPlaced, { correlate: 'orderId' })
+    placed(payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<Fulfilment>): void {
+      ctx.state.orderId = payload.orderId;
+      ctx.state.placed = true;
+      ctx.requestTimeout(PaymentDue, 60_000, { orderId: payload.orderId });
+      readyWhenBoth(ctx);
+    }
+
+    @StartedBy(PaymentCaptured, { correlate: byReference })
+    paid(_payload: PayloadOf<typeof PaymentCaptured>, ctx: SagaContext<Fulfilment>): void {
+      ctx.state.paid = true;
+      readyWhenBoth(ctx);
+    }
+
+    @Handles(PaymentDue)
+    due(payload: PayloadOf<typeof PaymentDue>, ctx: SagaContext<Fulfilment>): void {
+      ctx.publish(OrderCancelled, { orderId: payload.orderId });
+      ctx.complete();
+    }
+  }
+  return FulfilmentSaga;
+}
+
+/** Only payments for orders it knows: started by OrderPlaced alone. */
+function paymentOnlySaga(rules: { onMissing?: SagaMissingRule; onCompleted?: SagaMissingRule }) {
+  @Saga('sagas.PaymentOnly', { state: FulfilmentState, ...rules })
+  class PaymentOnly {
+    @StartedBy(OrderPlaced, { correlate: 'orderId' })
+    placed(_payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<Fulfilment>): void {
+      ctx.state.placed = true;
+    }
+
+    @Handles(PaymentCaptured, { correlate: byReference })
+    paid(_payload: PayloadOf<typeof PaymentCaptured>, ctx: SagaContext<Fulfilment>): void {
+      ctx.state.paid = true;
+      ctx.complete();
+    }
+  }
+  return PaymentOnly;
+}
+
+const CounterState = z.object({ count: z.number().default(0) });
+
+@Saga('sagas.Counter', { state: CounterState })
+class CounterSaga {
+  @StartedBy(Counted, { correlate: 'counter' })
+  async count(_payload: PayloadOf<typeof Counted>, ctx: SagaContext<{ count: number }>): Promise<void> {
+    const seen = ctx.state.count;
+    // Another step of the instance may run meanwhile (in another process): the CAS must notice.
+    await new Promise((resolve) => setImmediate(resolve));
+    ctx.setState({ count: seen + 1 });
+  }
+}
+
+/** Counts conflicts: saves refused because another step saved first. */
+class CountingStore extends InMemorySagaStore {
+  conflicts = 0;
+  override async save(write: SagaWrite, expectedVersion: number) {
+    try {
+      return await super.save(write, expectedVersion);
+    } catch (error) {
+      if (HarrierError.is(error, 'saga-conflict')) this.conflicts += 1;
+      throw error;
+    }
+  }
+}
+
+/** One virtual clock per test for the bus and its store (a completed instance expires on the store's clock). */
+let clock: ManualClock;
+beforeEach(() => {
+  clock = new ManualClock();
+});
+
+describe('Saga', () => {
+  let bus: TestBus | undefined;
+  let other: MessageBus | undefined;
+  afterEach(async () => {
+    await other?.stop({ closeBroker: false });
+    await bus?.stop();
+    bus = undefined;
+    other = undefined;
+  });
+
+  describe('when started by one event and completed by another', () => {
+    it.each([
+      ['OrderPlaced first', true],
+      ['PaymentCaptured first', false],
+    ])('completes once both arrived (%s), correlated by field and by function', async (_name, orderFirst) => {
+      const store = new InMemorySagaStore({ clock });
+      bus = await createTestBus({
+        clock,
+        sagas: [fulfilmentSaga()],
+        sagaStore: store,
+        deliveryOrder: 'fifo',
+      });
+      const first = orderFirst
+        ? () => bus!.publish(OrderPlaced, { orderId: 'o-1' })
+        : () => bus!.publish(PaymentCaptured, { reference: 'pay:o-1' });
+      const second = orderFirst
+        ? () => bus!.publish(PaymentCaptured, { reference: 'pay:o-1' })
+        : () => bus!.publish(OrderPlaced, { orderId: 'o-1' });
+      await first();
+      await bus.whenIdle({ includeDelayed: false });
+      expect((await store.get('sagas.Fulfilment', 'o-1'))?.status).toBe('active');
+      await second();
+      await bus.whenIdle();
+      const instance = await store.get('sagas.Fulfilment', 'o-1');
+      expect(instance).toMatchObject({ status: 'completed', version: 2, timeouts: [] });
+      expect((instance?.state as { data: Fulfilment }).data).toMatchObject({ placed: true, paid: true });
+      expect(bus.messagesOf(OrderReady).map((m) => m.payload)).toEqual([{ orderId: 'o-1' }]);
+      // The timeout the first step requested was dropped by the completion.
+      expect(bus.messagesOf(OrderCancelled)).toEqual([]);
+    });
+
+    it('completes every instance when both events of 20 orders arrive at once, in shuffled order', async () => {
+      const store = new InMemorySagaStore({ clock });
+      bus = await createTestBus({ clock, sagas: [fulfilmentSaga()], sagaStore: store });
+      await Promise.all(
+        Array.from({ length: 20 }, (_, i) => [
+          bus!.publish(OrderPlaced, { orderId: `o-${i}` }),
+          bus!.publish(PaymentCaptured, { reference: `pay:o-${i}` }),
+        ]).flat(),
+      );
+      await bus.whenIdle();
+      expect(bus.messagesOf(OrderReady)).toHaveLength(20);
+      for (let i = 0; i < 20; i++) {
+        expect((await store.get('sagas.Fulfilment', `o-${i}`))?.status).toBe('completed');
+      }
+    });
+  });
+
+  describe('consistency', () => {
+    it('saves the state before it publishes, and a redelivery publishes the same ids once downstream', async () => {
+      const store = new InMemorySagaStore({ clock });
+      const handled: string[] = [];
+      @EventHandler(StockRequested)
+      class Warehouse {
+        handle(payload: PayloadOf<typeof StockRequested>): void {
+          handled.push(payload.orderId);
+        }
+      }
+      @Saga('sagas.Stock', { state: CounterState })
+      class StockSaga {
+        @StartedBy(OrderPlaced, { correlate: 'orderId' })
+        placed(payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<{ count: number }>): void {
+          ctx.state.count += 1;
+          ctx.publish(StockRequested, { orderId: payload.orderId });
+        }
+      }
+      const savedAtFailure: (number | undefined)[] = [];
+      bus = await createTestBus({
+        clock,
+        handlers: [Warehouse],
+        sagas: [StockSaga],
+        sagaStore: store,
+        retry: { attempts: 5 },
+      });
+      const broker = bus.broker;
+      const publish = broker.publish.bind(broker);
+      let failures = 0;
+      vi.spyOn(broker, 'publish').mockImplementation(async (message) => {
+        // The first time, the broker takes the message and then the process "dies" before the ack:
+        // the step fails after its messages went out.
+        if (message.type === StockRequested.type && failures < 1) {
+          failures += 1;
+          savedAtFailure.push((await store.get('sagas.Stock', 'o-1'))?.version);
+          await publish(message);
+          throw new Error('connection lost after publish');
+        }
+        await publish(message);
+      });
+      await bus.publish(OrderPlaced, { orderId: 'o-1' });
+      await bus.whenIdle();
+      expect(savedAtFailure).toEqual([1]);
+      const instance = await store.get('sagas.Stock', 'o-1');
+      expect(instance?.version).toBe(1);
+      expect((instance?.state as { data: { count: number } }).data.count).toBe(1);
+      const ids = bus.messagesOf(StockRequested).map((m) => m.id);
+      expect(ids).toHaveLength(2);
+      expect(new Set(ids).size).toBe(1);
+      expect(handled).toEqual(['o-1']);
+    });
+
+    it('keeps the state saved when the publish fails before anything went out, then publishes once', async () => {
+      const store = new InMemorySagaStore({ clock });
+      @Saga('sagas.Stock2', { state: CounterState })
+      class StockSaga {
+        @StartedBy(OrderPlaced, { correlate: 'orderId' })
+        placed(payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<{ count: number }>): void {
+          ctx.state.count += 1;
+          ctx.publish(StockRequested, { orderId: payload.orderId });
+        }
+      }
+      bus = await createTestBus({
+        clock,
+        sagas: [StockSaga],
+        sagaStore: store,
+        definitions: [StockRequested],
+      });
+      const broker = bus.broker;
+      const publish = broker.publish.bind(broker);
+      let failures = 0;
+      vi.spyOn(broker, 'publish').mockImplementation(async (message) => {
+        if (message.type === StockRequested.type && failures < 2) {
+          failures += 1;
+          throw new Error('broker down');
+        }
+        await publish(message);
+      });
+      await bus.publish(OrderPlaced, { orderId: 'o-1' });
+      await bus.whenIdle();
+      expect(failures).toBe(2);
+      const instance = await store.get('sagas.Stock2', 'o-1');
+      expect(instance?.version).toBe(1);
+      expect((instance?.state as { data: { count: number } }).data.count).toBe(1);
+      expect(bus.messagesOf(StockRequested)).toHaveLength(1);
+    });
+
+    it('derives outgoing ids from the saga, the saga id, the message and the position', async () => {
+      const store = new InMemorySagaStore({ clock });
+      bus = await createTestBus({
+        clock,
+        sagas: [fulfilmentSaga()],
+        sagaStore: store,
+        deliveryOrder: 'fifo',
+      });
+      const placedId = await bus.publish(OrderPlaced, { orderId: 'o-1' });
+      await bus.whenIdle({ includeDelayed: false });
+      // Replaying the step's message to a fresh store gives the same timeout id.
+      const first = (await store.get('sagas.Fulfilment', 'o-1'))?.timeouts[0]?.id;
+      const again = new InMemorySagaStore({ clock });
+      const second = await createTestBus({ clock, sagas: [fulfilmentSaga()], sagaStore: again });
+      try {
+        await second.publish(OrderPlaced, { orderId: 'o-1' }, { id: placedId });
+        await second.whenIdle({ includeDelayed: false });
+        expect((await again.get('sagas.Fulfilment', 'o-1'))?.timeouts[0]?.id).toBe(first);
+      } finally {
+        await second.stop();
+      }
+    });
+
+    it('serialises the steps of one instance in a process: 200 concurrent increments make 200, no conflict', async () => {
+      const store = new CountingStore({ clock });
+      bus = await createTestBus({ clock, sagas: [CounterSaga], sagaStore: store, concurrency: 16 });
+      await Promise.all(Array.from({ length: 200 }, () => bus!.publish(Counted, { counter: 'c-1' })));
+      await bus.whenIdle();
+      const instance = await store.get('sagas.Counter', 'c-1');
+      expect((instance?.state as { data: { count: number } }).data.count).toBe(200);
+      expect(instance?.version).toBe(200);
+      expect(store.conflicts).toBe(0);
+    });
+
+    it('retries a step that lost the compare-and-set on fresh state: two processes, 200 increments make 200', async () => {
+      const store = new CountingStore({ clock });
+      bus = await createTestBus({ clock, sagas: [CounterSaga], sagaStore: store, concurrency: 16 });
+      // A second process of the same endpoint: same broker and store, its own lock.
+      other = createBus({
+        broker: bus.broker,
+        clock: bus.clock,
+        sagas: [CounterSaga],
+        sagaStore: store,
+        concurrency: 16,
+        logger: silentLogger,
+      });
+      await other.start();
+      await Promise.all(Array.from({ length: 200 }, () => bus!.publish(Counted, { counter: 'c-1' })));
+      await bus.whenIdle();
+      const instance = await store.get('sagas.Counter', 'c-1');
+      expect((instance?.state as { data: { count: number } }).data.count).toBe(200);
+      expect(instance?.version).toBe(200);
+      expect(store.conflicts).toBeGreaterThan(0);
+    });
+  });
+
+  describe('timeouts', () => {
+    it('fires a timeout once, and drops another delivery of it', async () => {
+      const store = new InMemorySagaStore({ clock });
+      @Saga('sagas.Reminder', { state: FulfilmentState })
+      class Reminder {
+        @StartedBy(OrderPlaced, { correlate: 'orderId' })
+        placed(payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<Fulfilment>): void {
+          ctx.requestTimeout(PaymentDue, 60_000, { orderId: payload.orderId });
+        }
+
+        @Handles(PaymentDue)
+        due(_payload: PayloadOf<typeof PaymentDue>, ctx: SagaContext<Fulfilment>): void {
+          ctx.state.reminders += 1;
+        }
+      }
+      bus = await createTestBus({ clock, sagas: [Reminder], sagaStore: store });
+      await bus.publish(OrderPlaced, { orderId: 'o-1' });
+      await bus.whenIdle({ includeDelayed: false });
+      const pending = (await store.get('sagas.Reminder', 'o-1'))?.timeouts;
+      expect(pending).toHaveLength(1);
+      expect(pending?.[0]).toMatchObject({ type: PaymentDue.type, dueAt: bus.clock.now() + 60_000 });
+      await bus.whenIdle();
+      const fired = await store.get('sagas.Reminder', 'o-1');
+      expect(fired?.timeouts).toEqual([]);
+      expect((fired?.state as { data: Fulfilment }).data.reminders).toBe(1);
+      // The same timeout delivered again (another copy under a new message id) is dropped.
+      const [timeout] = bus.messagesOf(PaymentDue);
+      const copy = { ...JSON.parse(timeout!.body), id: uuidv7() } as { id: string };
+      await bus.broker.publish({
+        id: copy.id,
+        kind: 'event',
+        type: PaymentDue.type,
+        body: JSON.stringify(copy),
+      });
+      await bus.whenIdle();
+      const after = await store.get('sagas.Reminder', 'o-1');
+      expect((after?.state as { data: Fulfilment }).data.reminders).toBe(1);
+      expect(after?.version).toBe(2);
+    });
+
+    it('cancels the order when the timeout comes first', async () => {
+      const store = new InMemorySagaStore({ clock });
+      bus = await createTestBus({ clock, sagas: [fulfilmentSaga()], sagaStore: store });
+      await bus.publish(OrderPlaced, { orderId: 'o-1' });
+      await bus.whenIdle();
+      expect(bus.messagesOf(OrderCancelled).map((m) => m.payload)).toEqual([{ orderId: 'o-1' }]);
+      expect((await store.get('sagas.Fulfilment', 'o-1'))?.status).toBe('completed');
+    });
+
+    it.each<SagaMissingRule>(['ignore', 'dead-letter'])(
+      'drops a timeout that arrives after completion (onCompleted: %s)',
+      async (onCompleted) => {
+        const store = new InMemorySagaStore({ clock });
+        bus = await createTestBus({ clock, sagas: [fulfilmentSaga({ onCompleted })], sagaStore: store });
+        await bus.publish(OrderPlaced, { orderId: 'o-1' });
+        await bus.whenIdle({ includeDelayed: false });
+        await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
+        await bus.whenIdle();
+        expect(bus.messagesOf(PaymentDue)).toHaveLength(1);
+        expect(bus.messagesOf(OrderCancelled)).toEqual([]);
+        expect(await bus.deadLetters.count()).toBe(0);
+        expect((await store.get('sagas.Fulfilment', 'o-1'))?.version).toBe(2);
+      },
+    );
+  });
+
+  describe('rules for messages an instance cannot take', () => {
+    it('ignores a late event after completion by default', async () => {
+      const store = new InMemorySagaStore({ clock });
+      bus = await createTestBus({
+        clock,
+        sagas: [paymentOnlySaga({})],
+        sagaStore: store,
+        deliveryOrder: 'fifo',
+      });
+      await bus.publish(OrderPlaced, { orderId: 'o-1' });
+      await bus.whenIdle();
+      await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
+      await bus.whenIdle();
+      await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
+      await bus.whenIdle();
+      expect(await store.get('sagas.PaymentOnly', 'o-1')).toMatchObject({ status: 'completed', version: 2 });
+      expect(await bus.deadLetters.count()).toBe(0);
+    });
+
+    it("dead-letters a late event after completion as saga-completed with onCompleted: 'dead-letter'", async () => {
+      const store = new InMemorySagaStore({ clock });
+      bus = await createTestBus({
+        clock,
+        sagas: [paymentOnlySaga({ onCompleted: 'dead-letter' })],
+        sagaStore: store,
+      });
+      await bus.publish(OrderPlaced, { orderId: 'o-1' });
+      await bus.whenIdle();
+      await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
+      await bus.whenIdle();
+      await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
+      await bus.whenIdle();
+      const { records } = await bus.deadLetters.list();
+      expect(records.map((r) => [r.reason, r.handler, r.error.code])).toEqual([
+        ['saga-completed', 'sagas.PaymentOnly', 'saga-completed'],
+      ]);
+      expect((await store.get('sagas.PaymentOnly', 'o-1'))?.version).toBe(2);
+    });
+
+    it('ignores a message for a missing instance by default, creating nothing', async () => {
+      const store = new InMemorySagaStore({ clock });
+      bus = await createTestBus({ clock, sagas: [paymentOnlySaga({})], sagaStore: store });
+      await bus.publish(PaymentCaptured, { reference: 'pay:o-9' });
+      await bus.whenIdle();
+      expect(await store.get('sagas.PaymentOnly', 'o-9')).toBeUndefined();
+      expect(await bus.deadLetters.count()).toBe(0);
+    });
+
+    it("dead-letters a message for a missing instance as saga-not-found with onMissing: 'dead-letter'", async () => {
+      const store = new InMemorySagaStore({ clock });
+      bus = await createTestBus({
+        clock,
+        sagas: [paymentOnlySaga({ onMissing: 'dead-letter' })],
+        sagaStore: store,
+      });
+      await bus.publish(PaymentCaptured, { reference: 'pay:o-9' });
+      await bus.whenIdle();
+      const { records } = await bus.deadLetters.list();
+      expect(records.map((r) => r.reason)).toEqual(['saga-not-found']);
+      expect(records[0]?.attemptCount).toBe(1);
+      expect(await store.get('sagas.PaymentOnly', 'o-9')).toBeUndefined();
+    });
+  });
+
+  describe('declaring', () => {
+    it('refuses a saga listed in handlers, naming the fix', () => {
+      expect(() => createBus({ handlers: [CounterSaga] })).toThrow(/list it in sagas instead/);
+    });
+
+    it('refuses a saga without @StartedBy', () => {
+      @Saga('sagas.NoStart', { state: CounterState })
+      class NoStart {
+        @Handles(Counted, { correlate: 'counter' })
+        count(): void {}
+      }
+      expect(() => createBus({ sagas: [NoStart] })).toThrow(/has no @StartedBy/);
+    });
+
+    it('dead-letters a message whose correlation gives no id', async () => {
+      bus = await createTestBus({ clock, sagas: [CounterSaga] });
+      await bus.publish(Counted, { counter: '' });
+      await bus.whenIdle();
+      const { records } = await bus.deadLetters.list();
+      expect(records[0]?.error.message).toContain('cannot correlate "sagas.Counted"');
+      expect(records[0]?.attemptCount).toBe(1);
+    });
+  });
+});
