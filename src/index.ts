@@ -133,8 +133,10 @@ export {
   DEFAULT_COMPLETED_RETENTION_MS,
   Handles,
   InMemorySagaStore,
+  SAGA_APPLIED_KEPT,
   Saga,
   StartedBy,
+  sagaStateOf,
 } from './sagas/index.js';
 export type {
   HandlesOptions,

@@ -26,3 +26,4 @@ export type { SagaCorrelation, SagaMissingRule, SagaOptions } from './saga-metad
 export type { SagaContext } from './saga-context.js';
 export { createSagaStepRunner } from './saga-step-runner.js';
 export type { SagaStepRunnerOptions } from './saga-step-runner.js';
+export { SAGA_APPLIED_KEPT, sagaStateOf } from './saga-state-of.js';

@@ -1,4 +1,3 @@
-import type { OutgoingMessage } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { HandlerContext } from '../dispatch/handler-context.js';
 import type { PipelineStep, StepResult, StepRunner } from '../dispatch/handler-pipeline.js';
@@ -8,8 +7,9 @@ import type { HandlerClass } from '../handlers/handler-metadata.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { KeyedLock } from './keyed-lock.js';
 import { SAGA_ID_HEADER, SAGA_NAME_HEADER, SagaStepContext } from './saga-context.js';
+import { SAGA_APPLIED_KEPT, readStoredSagaState } from './saga-state-of.js';
 import { getSagaMetadata, type SagaMetadata, type SagaStepMetadata } from './saga-metadata.js';
-import type { SagaInstance, SagaStore, SagaTimeoutRecord } from './saga-store.js';
+import type { SagaStore, SagaTimeoutRecord } from './saga-store.js';
 
 /** Options of {@link createSagaStepRunner}. */
 export interface SagaStepRunnerOptions {
@@ -27,33 +27,6 @@ export interface SagaStepRunnerOptions {
    * @defaultValue 10
    */
   readonly conflictTries?: number;
-}
-
-/** How many handled message ids (with what their steps published) an instance remembers. */
-export const SAGA_APPLIED_KEPT = 32;
-
-/** A step already saved: the message it handled and the messages it recorded. */
-interface AppliedStep {
-  readonly message: string;
-  readonly outgoing: readonly OutgoingMessage[];
-}
-
-/**
- * What a saga store holds as an instance's state: the saga's own state and the steps it applied.
- *
- * @remarks
- * The applied steps make a redelivery of a message whose step was saved but whose messages were not
- * all published (a crash, a broker failure) publish the same messages again instead of running the
- * step twice on the state it already changed.
- */
-interface StoredSagaState {
-  readonly data: unknown;
-  readonly applied: readonly AppliedStep[];
-}
-
-function readStored(instance: SagaInstance): StoredSagaState {
-  const stored = instance.state as Partial<StoredSagaState> | null;
-  return { data: stored?.data, applied: Array.isArray(stored?.applied) ? stored.applied : [] };
 }
 
 /** A `@Saga` class checked and indexed once. */
@@ -177,7 +150,7 @@ async function runStep(run: StepRun): Promise<StepResult> {
     envelope.meta.headers[SAGA_NAME_HEADER] === name && envelope.meta.headers[SAGA_ID_HEADER] === sagaId;
   for (let attempt = 1; ; attempt++) {
     const instance = await store.get(name, sagaId);
-    const stored = instance === undefined ? undefined : readStored(instance);
+    const stored = instance === undefined ? undefined : readStoredSagaState(instance);
     const applied = stored?.applied.find((a) => a.message === envelope.id);
     if (applied !== undefined) {
       // Saved by an earlier delivery of this message: publish its messages again (same ids).

@@ -9,6 +9,7 @@ import {
   Saga,
   StartedBy,
   createBus,
+  sagaStateOf,
   defineEvent,
   silentLogger,
   uuidv7,
@@ -161,7 +162,7 @@ describe('Saga', () => {
       await bus.whenIdle();
       const instance = await store.get('sagas.Fulfilment', 'o-1');
       expect(instance).toMatchObject({ status: 'completed', version: 2, timeouts: [] });
-      expect((instance?.state as { data: Fulfilment }).data).toMatchObject({ placed: true, paid: true });
+      expect(sagaStateOf<Fulfilment>(instance!)).toMatchObject({ placed: true, paid: true });
       expect(bus.messagesOf(OrderReady).map((m) => m.payload)).toEqual([{ orderId: 'o-1' }]);
       // The timeout the first step requested was dropped by the completion.
       expect(bus.messagesOf(OrderCancelled)).toEqual([]);
@@ -229,7 +230,7 @@ describe('Saga', () => {
       expect(savedAtFailure).toEqual([1]);
       const instance = await store.get('sagas.Stock', 'o-1');
       expect(instance?.version).toBe(1);
-      expect((instance?.state as { data: { count: number } }).data.count).toBe(1);
+      expect(sagaStateOf<{ count: number }>(instance!).count).toBe(1);
       const ids = bus.messagesOf(StockRequested).map((m) => m.id);
       expect(ids).toHaveLength(2);
       expect(new Set(ids).size).toBe(1);
@@ -267,7 +268,7 @@ describe('Saga', () => {
       expect(failures).toBe(2);
       const instance = await store.get('sagas.Stock2', 'o-1');
       expect(instance?.version).toBe(1);
-      expect((instance?.state as { data: { count: number } }).data.count).toBe(1);
+      expect(sagaStateOf<{ count: number }>(instance!).count).toBe(1);
       expect(bus.messagesOf(StockRequested)).toHaveLength(1);
     });
 
@@ -300,7 +301,7 @@ describe('Saga', () => {
       await Promise.all(Array.from({ length: 200 }, () => bus!.publish(Counted, { counter: 'c-1' })));
       await bus.whenIdle();
       const instance = await store.get('sagas.Counter', 'c-1');
-      expect((instance?.state as { data: { count: number } }).data.count).toBe(200);
+      expect(sagaStateOf<{ count: number }>(instance!).count).toBe(200);
       expect(instance?.version).toBe(200);
       expect(store.conflicts).toBe(0);
     });
@@ -321,7 +322,7 @@ describe('Saga', () => {
       await Promise.all(Array.from({ length: 200 }, () => bus!.publish(Counted, { counter: 'c-1' })));
       await bus.whenIdle();
       const instance = await store.get('sagas.Counter', 'c-1');
-      expect((instance?.state as { data: { count: number } }).data.count).toBe(200);
+      expect(sagaStateOf<{ count: number }>(instance!).count).toBe(200);
       expect(instance?.version).toBe(200);
       expect(store.conflicts).toBeGreaterThan(0);
     });
@@ -351,7 +352,7 @@ describe('Saga', () => {
       await bus.whenIdle();
       const fired = await store.get('sagas.Reminder', 'o-1');
       expect(fired?.timeouts).toEqual([]);
-      expect((fired?.state as { data: Fulfilment }).data.reminders).toBe(1);
+      expect(sagaStateOf<Fulfilment>(fired!).reminders).toBe(1);
       // The same timeout delivered again (another copy under a new message id) is dropped.
       const [timeout] = bus.messagesOf(PaymentDue);
       const copy = { ...JSON.parse(timeout!.body), id: uuidv7() } as { id: string };
@@ -363,7 +364,7 @@ describe('Saga', () => {
       });
       await bus.whenIdle();
       const after = await store.get('sagas.Reminder', 'o-1');
-      expect((after?.state as { data: Fulfilment }).data.reminders).toBe(1);
+      expect(sagaStateOf<Fulfilment>(after!).reminders).toBe(1);
       expect(after?.version).toBe(2);
     });
 
