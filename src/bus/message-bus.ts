@@ -469,6 +469,12 @@ class HarrierBus implements MessageBus {
         `decorate a class with @${definition.kind === 'query' ? 'QueryHandler' : 'CommandHandler'}(${definition.type.split('.').pop() ?? definition.type}) and list it in handlers of this bus (execute runs in-process)`,
       );
     }
+    if (entry.kind === 'saga') {
+      throw new HarrierError(
+        'wrong-kind',
+        `"${definition.type}" is handled by the saga "${entry.name}", which runs only from a delivery: send it instead of executing it`,
+      );
+    }
     const { envelope } = prepareMessage(definition, payload, options, {
       now: this.#clock.now(),
       maxBytes: this.#maxBytes,

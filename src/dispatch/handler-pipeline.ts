@@ -475,7 +475,7 @@ export class HandlerPipeline {
     }
     if (envelope.kind === 'command') {
       const entry = this.#o.registry.singleHandler(envelope.type);
-      return entry?.kind === 'command' ? entry : undefined;
+      return entry?.kind === 'command' || entry?.kind === 'saga' ? entry : undefined;
     }
     return undefined;
   }

@@ -89,7 +89,8 @@ export class MessagePublisher {
   /** Whether a command needs a registered route: not when this endpoint handles it, else per option. */
   #withRouteRequirement(message: OutgoingMessage): OutgoingMessage {
     if (message.kind !== 'command' || message.requireRoute !== undefined) return message;
-    if (this.#o.registry?.singleHandler(message.type)?.kind === 'command') {
+    const kind = this.#o.registry?.singleHandler(message.type)?.kind;
+    if (kind === 'command' || kind === 'saga') {
       return { ...message, requireRoute: false };
     }
     const required = this.#o.requireCommandRoute;

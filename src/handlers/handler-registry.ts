@@ -121,14 +121,33 @@ export class HandlerRegistry {
    */
   subscriptionSpecs(options: { readonly projections?: boolean } = {}): SubscriptionSpec[] {
     const projections = options.projections ?? true;
+    const spec = (
+      entry: HandlerEntry,
+      kind: SubscriptionSpec['kind'],
+      definitions: readonly MessageDefinition[],
+    ): SubscriptionSpec => ({
+      handler: entry.name,
+      kind,
+      types: definitions.map((d) => d.type),
+      orderedTypes: definitions.filter((d) => d.ordered).map((d) => d.type),
+    });
     return this.#entries
       .filter((entry) => entry.kind !== 'query' && (projections || entry.kind !== 'projection'))
-      .map((entry) => ({
-        handler: entry.name,
-        kind: entry.kind === 'command' ? 'command' : 'event',
-        types: entry.definitions.map((d) => d.type),
-        orderedTypes: entry.definitions.filter((d) => d.ordered).map((d) => d.type),
-      }));
+      .flatMap((entry) => {
+        if (entry.kind !== 'saga') {
+          return [spec(entry, entry.kind === 'command' ? 'command' : 'event', entry.definitions)];
+        }
+        // A saga is one subscription to its events, and the one handler of its commands.
+        return (['event', 'command'] as const)
+          .map((kind) =>
+            spec(
+              entry,
+              kind,
+              entry.definitions.filter((d) => d.kind === kind),
+            ),
+          )
+          .filter((s) => s.types.length > 0);
+      });
   }
 
   #addDefinition(definition: unknown, where: string): MessageDefinition {
@@ -171,10 +190,11 @@ export class HandlerRegistry {
     for (const route of meta.routes) {
       const definition = this.#addDefinition(route.definition, where);
       const expected = kindOfHandler[meta.kind];
-      if (definition.kind !== expected) {
+      // A saga takes events and commands alike (a command's one handler may be a saga step).
+      if (definition.kind !== expected && !(meta.kind === 'saga' && definition.kind === 'command')) {
         throw new HarrierError(
           'invalid-handler',
-          `${where} takes "${definition.type}", ${withArticle(definition.kind)}; ${decoratorOf[meta.kind]} takes ${pluralOf[expected]} only`,
+          `${where} takes "${definition.type}", ${withArticle(definition.kind)}; ${decoratorOf[meta.kind]} takes ${meta.kind === 'saga' ? 'events and commands' : pluralOf[expected]} only`,
         );
       }
       const method = (target.prototype as Record<string, unknown>)[route.method];
@@ -202,11 +222,11 @@ export class HandlerRegistry {
       definitions,
     };
     if (meta.kind === 'command' || meta.kind === 'query') {
-      const type = definitions[0]?.type ?? '';
-      const existing = this.#single.get(type);
-      if (existing !== undefined) throw new DuplicateHandlerError(type, existing.name, meta.name);
-      this.#single.set(type, entry);
+      this.#addSingle(definitions[0]?.type ?? '', entry);
     } else {
+      if (meta.kind === 'saga') {
+        for (const d of definitions) if (d.kind === 'command') this.#addSingle(d.type, entry);
+      }
       const existing = this.#subscriptions.get(meta.name);
       if (existing !== undefined) {
         throw new HarrierError(
@@ -217,5 +237,11 @@ export class HandlerRegistry {
       this.#subscriptions.set(meta.name, entry);
     }
     this.#entries.push(entry);
+  }
+
+  #addSingle(type: string, entry: HandlerEntry): void {
+    const existing = this.#single.get(type);
+    if (existing !== undefined) throw new DuplicateHandlerError(type, existing.name, entry.name);
+    this.#single.set(type, entry);
   }
 }

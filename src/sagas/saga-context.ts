@@ -1,7 +1,7 @@
 import type { HandlerContextEnv } from '../dispatch/handler-context.js';
 import { HandlerContext } from '../dispatch/handler-context.js';
 import type { MessageContext } from '../handlers/message-context.js';
-import type { EventDefinition, InputOf } from '../messages/definition.js';
+import type { CommandDefinition, EventDefinition, InputOf } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import type { SagaTimeoutRecord } from './saga-store.js';
 
@@ -41,7 +41,11 @@ export interface SagaContext<S = unknown, P = unknown> extends MessageContext<P>
    * The saga must handle `definition` with `@Handles(definition)`. The pending timeout is saved with
    * the state and removed when it runs, so it runs once; a completed instance drops it.
    */
-  requestTimeout<D extends EventDefinition>(definition: D, delayMs: number, payload: InputOf<D>): string;
+  requestTimeout<D extends EventDefinition | CommandDefinition>(
+    definition: D,
+    delayMs: number,
+    payload: InputOf<D>,
+  ): string;
   /** Completes the instance when the step returns: it handles no further messages. */
   complete(): void;
 }
@@ -79,7 +83,11 @@ export class SagaStepContext<S = unknown, P = unknown>
     this.state = next;
   }
 
-  requestTimeout<D extends EventDefinition>(definition: D, delayMs: number, payload: InputOf<D>): string {
+  requestTimeout<D extends EventDefinition | CommandDefinition>(
+    definition: D,
+    delayMs: number,
+    payload: InputOf<D>,
+  ): string {
     const id = this.record(definition, payload, {
       delayMs,
       headers: { [SAGA_NAME_HEADER]: this.saga, [SAGA_ID_HEADER]: this.sagaId },

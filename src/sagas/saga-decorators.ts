@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import { assertLegacyDecorator } from '../handlers/decorators.js';
 import { setHandlerMetadata, type HandlerClass } from '../handlers/handler-metadata.js';
-import type { EventDefinition, PayloadOf } from '../messages/definition.js';
+import type { CommandDefinition, EventDefinition, PayloadOf } from '../messages/definition.js';
 import {
   addPendingSagaStep,
   setSagaMetadata,
@@ -75,7 +75,7 @@ export function Saga<S extends z.ZodType>(
  *
  * @throws HarrierError `unsupported-decorators` when compiled without `experimentalDecorators`.
  */
-export function StartedBy<D extends EventDefinition>(
+export function StartedBy<D extends EventDefinition | CommandDefinition>(
   definition: D,
   options: StartedByOptions<PayloadOf<D>>,
 ): (target: object, method: string | symbol, descriptor: SagaStepDescriptor<PayloadOf<D>>) => void {
@@ -99,7 +99,7 @@ export function StartedBy<D extends EventDefinition>(
  * completed instance its `onCompleted` rule.
  * @throws HarrierError `unsupported-decorators` when compiled without `experimentalDecorators`.
  */
-export function Handles<D extends EventDefinition>(
+export function Handles<D extends EventDefinition | CommandDefinition>(
   definition: D,
   options: HandlesOptions<PayloadOf<D>> = {},
 ): (target: object, method: string | symbol, descriptor: SagaStepDescriptor<PayloadOf<D>>) => void {

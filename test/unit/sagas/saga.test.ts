@@ -9,6 +9,7 @@ import {
   Saga,
   StartedBy,
   createBus,
+  defineCommand,
   sagaStateOf,
   defineEvent,
   silentLogger,
@@ -455,6 +456,43 @@ describe('Saga', () => {
       expect(records.map((r) => r.reason)).toEqual(['saga-not-found']);
       expect(records[0]?.attemptCount).toBe(1);
       expect(await store.get('sagas.PaymentOnly', 'o-9')).toBeUndefined();
+    });
+  });
+
+  describe('with commands', () => {
+    const StartCheckout = defineCommand('sagas.StartCheckout', {
+      schema: z.object({ cartId: z.string() }),
+    });
+    const ExpireCart = defineCommand('sagas.ExpireCart', { schema: z.object({ cartId: z.string() }) });
+    const CartExpired = defineEvent('sagas.CartExpired', { schema: z.object({ cartId: z.string() }) });
+
+    @Saga('sagas.Checkout', { state: CounterState })
+    class Checkout {
+      @StartedBy(StartCheckout, { correlate: 'cartId' })
+      start(payload: PayloadOf<typeof StartCheckout>, ctx: SagaContext<{ count: number }>): void {
+        ctx.state.count += 1;
+        ctx.requestTimeout(ExpireCart, 1_000, { cartId: payload.cartId });
+      }
+
+      @Handles(ExpireCart)
+      expire(payload: PayloadOf<typeof ExpireCart>, ctx: SagaContext<{ count: number }>): void {
+        ctx.publish(CartExpired, { cartId: payload.cartId });
+        ctx.complete();
+      }
+    }
+
+    it('is started by a command and takes a command timeout as the one handler of its type', async () => {
+      const store = new InMemorySagaStore({ clock });
+      bus = await createTestBus({ clock, sagas: [Checkout], sagaStore: store });
+      await bus.send(StartCheckout, { cartId: 'c-1' });
+      await bus.whenIdle();
+      expect(bus.messagesOf(CartExpired).map((m) => m.payload)).toEqual([{ cartId: 'c-1' }]);
+      expect(await store.get('sagas.Checkout', 'c-1')).toMatchObject({ status: 'completed', version: 2 });
+    });
+
+    it('refuses to execute a saga command in process', async () => {
+      bus = await createTestBus({ clock, sagas: [Checkout] });
+      await expect(bus.execute(StartCheckout, { cartId: 'c-1' })).rejects.toThrow(/send it instead/);
     });
   });
 
