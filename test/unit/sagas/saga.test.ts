@@ -109,6 +109,39 @@ class CounterSaga {
   }
 }
 
+/** Counts the orders it saw and requests stock for each. */
+@Saga('sagas.Stock', { state: CounterState })
+class StockSaga {
+  @StartedBy(OrderPlaced, { correlate: 'orderId' })
+  placed(payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<{ count: number }>): void {
+    ctx.state.count += 1;
+    ctx.publish(StockRequested, { orderId: payload.orderId });
+  }
+}
+
+/**
+ * Makes the test bus's broker fail the first `times` publishes of StockRequested: each runs
+ * `before(publish)` (which may publish it for real), then throws. Returns how many failed.
+ */
+function failStockPublish(
+  bus: TestBus,
+  times: number,
+  before: (publish: () => Promise<void>) => Promise<void>,
+): () => number {
+  const broker = bus.broker;
+  const publish = broker.publish.bind(broker);
+  let failures = 0;
+  vi.spyOn(broker, 'publish').mockImplementation(async (message) => {
+    if (message.type === StockRequested.type && failures < times) {
+      failures += 1;
+      await before(() => publish(message));
+      throw new Error('broker connection lost');
+    }
+    await publish(message);
+  });
+  return () => failures;
+}
+
 /** Counts conflicts: saves refused because another step saved first. */
 class CountingStore extends InMemorySagaStore {
   conflicts = 0;
@@ -196,14 +229,6 @@ describe('Saga', () => {
           handled.push(payload.orderId);
         }
       }
-      @Saga('sagas.Stock', { state: CounterState })
-      class StockSaga {
-        @StartedBy(OrderPlaced, { correlate: 'orderId' })
-        placed(payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<{ count: number }>): void {
-          ctx.state.count += 1;
-          ctx.publish(StockRequested, { orderId: payload.orderId });
-        }
-      }
       const savedAtFailure: (number | undefined)[] = [];
       bus = await createTestBus({
         clock,
@@ -212,19 +237,11 @@ describe('Saga', () => {
         sagaStore: store,
         retry: { attempts: 5 },
       });
-      const broker = bus.broker;
-      const publish = broker.publish.bind(broker);
-      let failures = 0;
-      vi.spyOn(broker, 'publish').mockImplementation(async (message) => {
-        // The first time, the broker takes the message and then the process "dies" before the ack:
-        // the step fails after its messages went out.
-        if (message.type === StockRequested.type && failures < 1) {
-          failures += 1;
-          savedAtFailure.push((await store.get('sagas.Stock', 'o-1'))?.version);
-          await publish(message);
-          throw new Error('connection lost after publish');
-        }
-        await publish(message);
+      // The broker takes the message, then the connection drops before the step settles: the step
+      // fails after its message went out.
+      failStockPublish(bus, 1, async (publish) => {
+        savedAtFailure.push((await store.get('sagas.Stock', 'o-1'))?.version);
+        await publish();
       });
       await bus.publish(OrderPlaced, { orderId: 'o-1' });
       await bus.whenIdle();
@@ -240,34 +257,17 @@ describe('Saga', () => {
 
     it('keeps the state saved when the publish fails before anything went out, then publishes once', async () => {
       const store = new InMemorySagaStore({ clock });
-      @Saga('sagas.Stock2', { state: CounterState })
-      class StockSaga {
-        @StartedBy(OrderPlaced, { correlate: 'orderId' })
-        placed(payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<{ count: number }>): void {
-          ctx.state.count += 1;
-          ctx.publish(StockRequested, { orderId: payload.orderId });
-        }
-      }
       bus = await createTestBus({
         clock,
         sagas: [StockSaga],
         sagaStore: store,
         definitions: [StockRequested],
       });
-      const broker = bus.broker;
-      const publish = broker.publish.bind(broker);
-      let failures = 0;
-      vi.spyOn(broker, 'publish').mockImplementation(async (message) => {
-        if (message.type === StockRequested.type && failures < 2) {
-          failures += 1;
-          throw new Error('broker down');
-        }
-        await publish(message);
-      });
+      const failures = failStockPublish(bus, 2, () => Promise.resolve());
       await bus.publish(OrderPlaced, { orderId: 'o-1' });
       await bus.whenIdle();
-      expect(failures).toBe(2);
-      const instance = await store.get('sagas.Stock2', 'o-1');
+      expect(failures()).toBe(2);
+      const instance = await store.get('sagas.Stock', 'o-1');
       expect(instance?.version).toBe(1);
       expect(sagaStateOf<{ count: number }>(instance!).count).toBe(1);
       expect(bus.messagesOf(StockRequested)).toHaveLength(1);
@@ -396,38 +396,41 @@ describe('Saga', () => {
   });
 
   describe('rules for messages an instance cannot take', () => {
-    it('ignores a late event after completion by default', async () => {
+    /** Completes instance o-1, then publishes one more PaymentCaptured for it. */
+    async function lateEventAfterCompletion(onCompleted?: SagaMissingRule) {
       const store = new InMemorySagaStore({ clock });
-      bus = await createTestBus({
-        clock,
-        sagas: [paymentOnlySaga({})],
-        sagaStore: store,
-        deliveryOrder: 'fifo',
-      });
-      await bus.publish(OrderPlaced, { orderId: 'o-1' });
+      const rules = onCompleted === undefined ? {} : { onCompleted };
+      bus = await createTestBus({ clock, sagas: [paymentOnlySaga(rules)], sagaStore: store });
+      for (const publish of [
+        () => bus!.publish(OrderPlaced, { orderId: 'o-1' }),
+        () => bus!.publish(PaymentCaptured, { reference: 'pay:o-1' }),
+        () => bus!.publish(PaymentCaptured, { reference: 'pay:o-1' }),
+      ]) {
+        await publish();
+        await bus.whenIdle();
+      }
+      return { store, bus, records: (await bus.deadLetters.list()).records };
+    }
+
+    /** Publishes a PaymentCaptured for an order no instance exists for. */
+    async function eventForMissingInstance(onMissing?: SagaMissingRule) {
+      const store = new InMemorySagaStore({ clock });
+      const rules = onMissing === undefined ? {} : { onMissing };
+      bus = await createTestBus({ clock, sagas: [paymentOnlySaga(rules)], sagaStore: store });
+      await bus.publish(PaymentCaptured, { reference: 'pay:o-9' });
       await bus.whenIdle();
-      await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
-      await bus.whenIdle();
-      await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
-      await bus.whenIdle();
+      expect(await store.get('sagas.PaymentOnly', 'o-9')).toBeUndefined();
+      return (await bus.deadLetters.list()).records;
+    }
+
+    it('ignores a late event after completion by default', async () => {
+      const { store, records } = await lateEventAfterCompletion();
       expect(await store.get('sagas.PaymentOnly', 'o-1')).toMatchObject({ status: 'completed', version: 2 });
-      expect(await bus.deadLetters.count()).toBe(0);
+      expect(records).toEqual([]);
     });
 
     it("dead-letters a late event after completion as saga-completed with onCompleted: 'dead-letter'", async () => {
-      const store = new InMemorySagaStore({ clock });
-      bus = await createTestBus({
-        clock,
-        sagas: [paymentOnlySaga({ onCompleted: 'dead-letter' })],
-        sagaStore: store,
-      });
-      await bus.publish(OrderPlaced, { orderId: 'o-1' });
-      await bus.whenIdle();
-      await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
-      await bus.whenIdle();
-      await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
-      await bus.whenIdle();
-      const { records } = await bus.deadLetters.list();
+      const { store, records } = await lateEventAfterCompletion('dead-letter');
       expect(records.map((r) => [r.reason, r.handler, r.error.code])).toEqual([
         ['saga-completed', 'sagas.PaymentOnly', 'saga-completed'],
       ]);
@@ -435,27 +438,13 @@ describe('Saga', () => {
     });
 
     it('ignores a message for a missing instance by default, creating nothing', async () => {
-      const store = new InMemorySagaStore({ clock });
-      bus = await createTestBus({ clock, sagas: [paymentOnlySaga({})], sagaStore: store });
-      await bus.publish(PaymentCaptured, { reference: 'pay:o-9' });
-      await bus.whenIdle();
-      expect(await store.get('sagas.PaymentOnly', 'o-9')).toBeUndefined();
-      expect(await bus.deadLetters.count()).toBe(0);
+      expect(await eventForMissingInstance()).toEqual([]);
     });
 
     it("dead-letters a message for a missing instance as saga-not-found with onMissing: 'dead-letter'", async () => {
-      const store = new InMemorySagaStore({ clock });
-      bus = await createTestBus({
-        clock,
-        sagas: [paymentOnlySaga({ onMissing: 'dead-letter' })],
-        sagaStore: store,
-      });
-      await bus.publish(PaymentCaptured, { reference: 'pay:o-9' });
-      await bus.whenIdle();
-      const { records } = await bus.deadLetters.list();
+      const records = await eventForMissingInstance('dead-letter');
       expect(records.map((r) => r.reason)).toEqual(['saga-not-found']);
       expect(records[0]?.attemptCount).toBe(1);
-      expect(await store.get('sagas.PaymentOnly', 'o-9')).toBeUndefined();
     });
   });
 
