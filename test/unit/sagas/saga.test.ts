@@ -486,6 +486,19 @@ describe('Saga', () => {
   });
 
   describe('declaring', () => {
+    it('checks correlation fields and step payloads at compile time', () => {
+      class Typed {
+        // @ts-expect-error 'nope' is not a field of the OrderPlaced payload
+        @StartedBy(OrderPlaced, { correlate: 'nope' })
+        placed(_payload: PayloadOf<typeof OrderPlaced>): void {}
+
+        // @ts-expect-error the method takes another definition's payload
+        @Handles(PaymentCaptured, { correlate: byReference })
+        paid(_payload: PayloadOf<typeof OrderPlaced>): void {}
+      }
+      expect(Typed).toBeTypeOf('function');
+    });
+
     it('refuses a saga listed in handlers, naming the fix', () => {
       expect(() => createBus({ handlers: [CounterSaga] })).toThrow(/list it in sagas instead/);
     });
