@@ -41,6 +41,7 @@ export const HARRIER_ERROR_CODES = [
   'redis-unavailable',
   'resolution-failed',
   'saga-conflict',
+  'saga-corrupt',
   'settle-timeout',
   'stale-delivery',
   'stopping',
