@@ -2,8 +2,8 @@ import type { Cluster, Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
 import { SagaConflictError } from '../errors/saga-conflict-error.js';
 import {
-  DEFAULT_COMPLETED_RETENTION_MS,
   compareSagaPositions,
+  completedRetentionOf,
   decodeSagaCursor,
   encodeSagaCursor,
   sagaPageLimit,
@@ -181,14 +181,7 @@ export class RedisSagaStore implements SagaStore {
    */
   constructor(options: RedisSagaStoreOptions) {
     const prefix = keyPrefixOf(options.prefix, 'RedisSagaStore');
-    const retention = options.completedRetentionMs ?? DEFAULT_COMPLETED_RETENTION_MS;
-    if (!Number.isSafeInteger(retention) || retention < 1) {
-      throw new HarrierError(
-        'invalid-option',
-        `RedisSagaStore completedRetentionMs must be a positive whole number of ms, got ${retention}: pass e.g. 86400000 for a day, or leave it out for 7 days`,
-      );
-    }
-    this.#retentionMs = retention;
+    this.#retentionMs = completedRetentionOf(options.completedRetentionMs, 'RedisSagaStore');
     this.#keyspace = `${prefix}:saga:`;
     this.#namesKey = `${this.#keyspace}names`;
     this.#connection = connectionFor(options.connection);
@@ -308,7 +301,13 @@ export class RedisSagaStore implements SagaStore {
         this.#client,
         SCRIPTS.readChunk,
         [this.#indexKey(saga), this.#namesKey],
-        [saga, min, String(SCAN_CHUNK), this.#instancePrefix(saga)],
+        // Keys built in a script do not get the client's ioredis `keyPrefix`: spell it out.
+        [
+          saga,
+          min,
+          String(SCAN_CHUNK),
+          `${this.#client.options.keyPrefix ?? ''}${this.#instancePrefix(saga)}`,
+        ],
       )) as (string | number)[];
       const more = reply.pop() === 1;
       const width = FIELDS.length + 1;

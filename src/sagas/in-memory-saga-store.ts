@@ -3,8 +3,8 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { SagaConflictError } from '../errors/saga-conflict-error.js';
 import { settle } from '../errors/settle.js';
 import {
-  DEFAULT_COMPLETED_RETENTION_MS,
   compareSagaPositions,
+  completedRetentionOf,
   decodeSagaCursor,
   encodeSagaCursor,
   sagaPageLimit,
@@ -70,14 +70,7 @@ export class InMemorySagaStore implements SagaStore {
 
   /** @throws HarrierError `invalid-option` when `completedRetentionMs` is not a positive whole number. */
   constructor(options: InMemorySagaStoreOptions = {}) {
-    const retention = options.completedRetentionMs ?? DEFAULT_COMPLETED_RETENTION_MS;
-    if (!Number.isSafeInteger(retention) || retention < 1) {
-      throw new HarrierError(
-        'invalid-option',
-        `InMemorySagaStore completedRetentionMs must be a positive whole number of ms, got ${retention}: pass e.g. 86400000 for a day, or leave it out for 7 days`,
-      );
-    }
-    this.#retentionMs = retention;
+    this.#retentionMs = completedRetentionOf(options.completedRetentionMs, 'InMemorySagaStore');
     this.#clock = options.clock ?? systemClock;
   }
 

@@ -1,3 +1,4 @@
+import { Redis } from 'ioredis';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { RedisSagaStore } from '../../src/redis/redis-saga-store.js';
 import type { SagaWrite } from '../../src/sagas/saga-store.js';
@@ -93,6 +94,23 @@ describe(RedisSagaStore, () => {
         expect(await redis.client.zrange(`${prefix}:saga:index:fulfilment`, '0', '-1')).toEqual(['live']);
         expect(await redis.client.smembers(`${prefix}:saga:names`)).toEqual(['fulfilment']);
       });
+    });
+  });
+
+  describe('when the given client has a keyPrefix', () => {
+    it('lists the instances it saved under that keyPrefix', async () => {
+      const client = new Redis(redisUrl, { keyPrefix: `${prefix}:kp:` });
+      try {
+        const store = new RedisSagaStore({ connection: client });
+        await store.save(write('o-1'), 0);
+        await store.save(write('o-2', { status: 'completed' }), 0);
+        const { instances } = await store.list({ saga: 'fulfilment' });
+        expect(instances.map((i) => i.id)).toEqual(['o-1', 'o-2']);
+        expect(await redis.client.pttl(`${prefix}:kp:{harrier}:saga:i:10:fulfilment:o-2`)).toBeGreaterThan(0);
+        await store.close();
+      } finally {
+        await client.quit();
+      }
     });
   });
 
