@@ -12,6 +12,7 @@ import {
 } from './cli-io.js';
 import { help, positiveInteger } from './dlq/dlq-args.js';
 
+/** Help of `harrier sagas`. */
 export const SAGAS_HELP = `Usage: harrier sagas <command> [options]
 
 Commands:
