@@ -122,6 +122,7 @@ export type { ProjectionRunnerOptions } from './projections/index.js';
 export {
   DEFAULT_SAGA_PAGE_LIMIT,
   compareSagaPositions,
+  completedRetentionOf,
   decodeSagaCursor,
   encodeSagaCursor,
   sagaPageLimit,

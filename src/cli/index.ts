@@ -2,6 +2,7 @@ import { GLOBAL_HELP, exitOf } from './cli-context.js';
 import { ExitCode, type CliIo } from './cli-io.js';
 import { dlqCommand } from './dlq/dlq-command.js';
 import { projectionsCommand } from './projections-commands.js';
+import { sagasCommand } from './sagas-commands.js';
 import { topologyCommand } from './topology-command.js';
 
 export { ExitCode } from './cli-io.js';
@@ -9,11 +10,12 @@ export type { CliIo, CliOutput } from './cli-io.js';
 
 const HELP = `Usage: harrier <command> [options]
 
-Operate a Harrier system on Redis: dead letters, projections, topology.
+Operate a Harrier system on Redis: dead letters, projections, sagas, topology.
 
 Commands:
   dlq list | show | groups | replay | purge | export | import
   projections status | rebuild
+  sagas list | show
   topology
 
 Run \`harrier <command> --help\` for a command's options.
@@ -49,6 +51,8 @@ export async function run(argv: readonly string[], io: CliIo = defaultIo()): Pro
         return await dlqCommand(rest, io);
       case 'projections':
         return await projectionsCommand(rest, io);
+      case 'sagas':
+        return await sagasCommand(rest, io);
       case 'topology':
         return await topologyCommand(rest, io);
       case undefined:

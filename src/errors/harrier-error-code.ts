@@ -42,6 +42,7 @@ export const HARRIER_ERROR_CODES = [
   'resolution-failed',
   'saga-completed',
   'saga-conflict',
+  'saga-corrupt',
   'saga-not-found',
   'settle-timeout',
   'stale-delivery',

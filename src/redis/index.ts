@@ -15,6 +15,7 @@ import type { RedisAdmin as RedisAdminClass } from './redis-admin.js';
 import type { RedisCheckpointStore as RedisCheckpointStoreClass } from './redis-checkpoint-store.js';
 import type { RedisDeadLetterStore as RedisDeadLetterStoreClass } from './redis-dead-letter-store.js';
 import type { RedisEventLog as RedisEventLogClass } from './redis-event-log.js';
+import type { RedisSagaStore as RedisSagaStoreClass } from './redis-saga-store.js';
 
 export type { BullMqBrokerOptions } from './bullmq-broker.js';
 export type {
@@ -35,6 +36,7 @@ export type {
 export type { RedisCheckpointStoreOptions } from './redis-checkpoint-store.js';
 export type { RedisDeadLetterStoreOptions } from './redis-dead-letter-store.js';
 export type { RedisEventLogOptions } from './redis-event-log.js';
+export type { RedisSagaStoreOptions } from './redis-saga-store.js';
 export { describeConnection, describeRedisUrl } from './redis-connection.js';
 export { redisUnavailable } from './redis-errors.js';
 
@@ -59,6 +61,11 @@ export type RedisEventLog = RedisEventLogClass;
 export const RedisCheckpointStore = layer.RedisCheckpointStore;
 /** A CheckpointStore on Redis (see redis-checkpoint-store.ts). */
 export type RedisCheckpointStore = RedisCheckpointStoreClass;
+
+/** A SagaStore on Redis (see redis-saga-store.ts). */
+export const RedisSagaStore = layer.RedisSagaStore;
+/** A SagaStore on Redis (see redis-saga-store.ts). */
+export type RedisSagaStore = RedisSagaStoreClass;
 
 /** Opens the queries and parts a tool needs on a Harrier system (see redis-admin.ts). */
 export const openRedisAdmin = layer.openRedisAdmin;

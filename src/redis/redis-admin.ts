@@ -10,6 +10,7 @@ import type { RedisConnectionOptions } from './redis-connection.js';
 import { RedisDeadLetterStore } from './redis-dead-letter-store.js';
 import { redisUnavailable } from './redis-errors.js';
 import { RedisEventLog, scanLogPartitions } from './redis-event-log.js';
+import { RedisSagaStore } from './redis-saga-store.js';
 import { connectionFor, keyPrefixOf, runCommand, type RedisConnection } from './redis-support.js';
 
 /** Options of {@link openRedisAdmin}. */
@@ -246,6 +247,18 @@ export class RedisAdmin {
   deadLetterStore(): RedisDeadLetterStore {
     return this.#track(
       new RedisDeadLetterStore({ connection: this.#connection.client, prefix: this.#prefix }),
+    );
+  }
+
+  /**
+   * The system's saga store, on this admin's connection.
+   *
+   * @remarks
+   * Reading needs no retention; pass the application's `completedRetentionMs` only to save through it.
+   */
+  sagaStore(options: { readonly completedRetentionMs?: number } = {}): RedisSagaStore {
+    return this.#track(
+      new RedisSagaStore({ connection: this.#connection.client, prefix: this.#prefix, ...options }),
     );
   }
 

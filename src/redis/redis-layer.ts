@@ -11,4 +11,5 @@ export { BullMqBroker } from './bullmq-broker.js';
 export { RedisCheckpointStore } from './redis-checkpoint-store.js';
 export { RedisDeadLetterStore } from './redis-dead-letter-store.js';
 export { RedisEventLog } from './redis-event-log.js';
+export { RedisSagaStore } from './redis-saga-store.js';
 export { openRedisAdmin } from './redis-admin.js';

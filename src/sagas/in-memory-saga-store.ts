@@ -3,8 +3,8 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { SagaConflictError } from '../errors/saga-conflict-error.js';
 import { settle } from '../errors/settle.js';
 import {
-  DEFAULT_COMPLETED_RETENTION_MS,
   compareSagaPositions,
+  completedRetentionOf,
   decodeSagaCursor,
   encodeSagaCursor,
   sagaPageLimit,
@@ -20,7 +20,7 @@ import {
 /** Options of {@link InMemorySagaStore}. */
 export interface InMemorySagaStoreOptions {
   /**
-   * How long a completed instance is kept after its latest save, in ms; 0 removes it at once.
+   * How long a completed instance is kept after its latest save, in ms (measured with `clock`).
    * @defaultValue 604800000 (7 days)
    */
   readonly completedRetentionMs?: number;
@@ -42,6 +42,8 @@ interface Entry {
   readonly startedAt: number;
   readonly updatedAt: number;
   readonly completedAt?: number;
+  /** When a completed instance's retention runs out, by the store's clock. */
+  readonly expiresAt?: number;
 }
 
 /**
@@ -51,7 +53,7 @@ interface Entry {
  * State is kept as JSON, as in every other store, so what `get` returns equals what a Redis store
  * would return (a `Date` comes back as a string) and never shares objects with the caller. Completed
  * instances disappear `completedRetentionMs` after their latest save, measured with the injected
- * clock when the store is read. Nothing survives the process.
+ * clock (not the write's `now`) when the store is read, as Redis measures a key's TTL. Nothing survives the process.
  *
  * @example
  * ```ts
@@ -66,16 +68,9 @@ export class InMemorySagaStore implements SagaStore {
   readonly #entries = new Map<string, Entry>();
   #closed = false;
 
-  /** @throws HarrierError `invalid-option` when `completedRetentionMs` is not a whole number from 0. */
+  /** @throws HarrierError `invalid-option` when `completedRetentionMs` is not a positive whole number. */
   constructor(options: InMemorySagaStoreOptions = {}) {
-    const retention = options.completedRetentionMs ?? DEFAULT_COMPLETED_RETENTION_MS;
-    if (!Number.isSafeInteger(retention) || retention < 0) {
-      throw new HarrierError(
-        'invalid-option',
-        `InMemorySagaStore completedRetentionMs must be a whole number of ms from 0, got ${retention}: pass e.g. 86400000 for a day, or leave it out for 7 days`,
-      );
-    }
-    this.#retentionMs = retention;
+    this.#retentionMs = completedRetentionOf(options.completedRetentionMs, 'InMemorySagaStore');
     this.#clock = options.clock ?? systemClock;
   }
 
@@ -110,7 +105,9 @@ export class InMemorySagaStore implements SagaStore {
         status: write.status,
         startedAt: stored?.startedAt ?? write.now,
         updatedAt: write.now,
-        ...(completedAt === undefined ? {} : { completedAt }),
+        ...(completedAt === undefined
+          ? {}
+          : { completedAt, expiresAt: this.#clock.now() + this.#retentionMs }),
       };
       this.#entries.set(key, entry);
       return toInstance(entry);
@@ -158,7 +155,7 @@ export class InMemorySagaStore implements SagaStore {
   /** The entry under `key`, unless its retention ran out (then it is deleted). */
   #live(key: string): Entry | undefined {
     const entry = this.#entries.get(key);
-    if (entry?.status === 'completed' && entry.updatedAt + this.#retentionMs <= this.#clock.now()) {
+    if (entry?.expiresAt !== undefined && entry.expiresAt <= this.#clock.now()) {
       this.#entries.delete(key);
       return undefined;
     }

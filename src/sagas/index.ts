@@ -2,6 +2,7 @@ export {
   DEFAULT_COMPLETED_RETENTION_MS,
   DEFAULT_SAGA_PAGE_LIMIT,
   compareSagaPositions,
+  completedRetentionOf,
   decodeSagaCursor,
   encodeSagaCursor,
   sagaPageLimit,

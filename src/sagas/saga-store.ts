@@ -123,6 +123,23 @@ export const DEFAULT_SAGA_PAGE_LIMIT = 100;
 
 const CURSOR_PREFIX = 'sg1:';
 
+/**
+ * A store's `completedRetentionMs` option, or the default of 7 days.
+ *
+ * @param owner - the store's class name, for the message.
+ * @throws HarrierError `invalid-option` when it is not a positive whole number of ms.
+ */
+export function completedRetentionOf(value: number | undefined, owner: string): number {
+  const retention = value ?? DEFAULT_COMPLETED_RETENTION_MS;
+  if (!Number.isSafeInteger(retention) || retention < 1) {
+    throw new HarrierError(
+      'invalid-option',
+      `${owner} completedRetentionMs must be a positive whole number of ms, got ${retention}: pass e.g. 86400000 for a day, or leave it out for 7 days`,
+    );
+  }
+  return retention;
+}
+
 /** Where a {@link SagaPage} ended: the saga name and id of its last instance. */
 export interface SagaCursorPosition {
   /** Saga name of the last instance returned. */

@@ -1,5 +1,5 @@
 /**
- * `harrier/testing/conformance`: the vitest suites every `MessageBroker`, `EventLog`,
+ * `harrier/testing/conformance`: the vitest suites every `MessageBroker`, `EventLog`, `SagaStore`,
  * `CheckpointStore` and `DeadLetterStore` must pass, for implementers of new ones.
  *
  * @remarks
@@ -26,3 +26,9 @@ export {
   type CheckpointStoreFactory,
   type CheckpointStoreFixture,
 } from './checkpoint-store-conformance.js';
+export {
+  describeSagaStoreConformance,
+  type SagaStoreFactory,
+  type SagaStoreFactoryOptions,
+  type SagaStoreFixture,
+} from './saga-store-conformance.js';

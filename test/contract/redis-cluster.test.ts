@@ -1,5 +1,5 @@
 /**
- * The MessageBroker, DeadLetterStore, EventLog and CheckpointStore conformance suites against a real
+ * The MessageBroker, DeadLetterStore, EventLog, CheckpointStore and SagaStore conformance suites against a real
  * Redis Cluster of three nodes started for this file. Every key of Harrier's Redis classes carries
  * the prefix's hash tag, so their multi-key scripts and pipelines stay in one slot. Each test takes a
  * fresh prefix, so the tests' keys land on different nodes (and clients follow MOVED replies).
@@ -12,12 +12,14 @@ import {
   RedisCheckpointStore,
   RedisDeadLetterStore,
   RedisEventLog,
+  RedisSagaStore,
 } from '../../src/redis/index.js';
 import {
   describeCheckpointStoreConformance,
   describeDeadLetterStoreConformance,
   describeEventLogConformance,
   describeMessageBrokerConformance,
+  describeSagaStoreConformance,
 } from '../../src/testing/conformance.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 
@@ -70,4 +72,16 @@ describeCheckpointStoreConformance('RedisCheckpointStore on Redis Cluster (given
   Promise.resolve({
     store: new RedisCheckpointStore({ connection: started().shared, prefix: freshPrefix() }),
   }),
+);
+
+describeSagaStoreConformance(
+  'RedisSagaStore on Redis Cluster (given a Cluster client)',
+  ({ completedRetentionMs }) =>
+    Promise.resolve({
+      store: new RedisSagaStore({
+        connection: started().shared,
+        prefix: freshPrefix(),
+        ...(completedRetentionMs === undefined ? {} : { completedRetentionMs }),
+      }),
+    }),
 );

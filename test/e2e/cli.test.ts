@@ -25,6 +25,7 @@ import {
   RedisCheckpointStore,
   RedisDeadLetterStore,
   RedisEventLog,
+  RedisSagaStore,
 } from '../../src/redis/index.js';
 import { deleteKeys } from '../helpers/redis.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
@@ -319,6 +320,88 @@ describe('harrier CLI', () => {
 
       const missing = await harrier(['dlq', 'show', 'no-such-id', ...p], env);
       expect(missing.code).toBe(4);
+    }, 60_000);
+  });
+
+  describe('sagas list and show', () => {
+    it('lists instances with their pending timeouts, pages, filters, shows one in full, and exits 4 for none', async () => {
+      const sagas = new RedisSagaStore({ connection: redisUrl, prefix });
+      const at = Date.UTC(2026, 0, 1);
+      const timeout = { id: 't-1', type: 'orders.PaymentTimedOut', dueAt: at + 60_000 };
+      try {
+        await sagas.save(
+          {
+            saga: 'fulfilment',
+            id: 'o-1',
+            state: { paid: false },
+            status: 'active',
+            timeouts: [timeout],
+            now: at,
+          },
+          0,
+        );
+        await sagas.save(
+          { saga: 'fulfilment', id: 'o-2', state: { paid: true }, status: 'active', timeouts: [], now: at },
+          0,
+        );
+        await sagas.save(
+          {
+            saga: 'fulfilment',
+            id: 'o-2',
+            state: { paid: true },
+            status: 'completed',
+            timeouts: [],
+            now: at + 5,
+          },
+          1,
+        );
+        await sagas.save(
+          { saga: 'returns', id: 'r-1', state: {}, status: 'active', timeouts: [], now: at },
+          0,
+        );
+      } finally {
+        await sagas.close();
+      }
+      const p = ['--prefix', prefix, '--json'];
+
+      const first = await harrier(['sagas', 'list', '--limit', '2', ...p], env);
+      expect(first.code).toBe(0);
+      const lines = jsonLines(first.stdout);
+      expect(lines.slice(0, 2)).toEqual([
+        {
+          saga: 'fulfilment',
+          id: 'o-1',
+          status: 'active',
+          version: 1,
+          startedAt: new Date(at).toISOString(),
+          updatedAt: new Date(at).toISOString(),
+          completedAt: null,
+          timeouts: [
+            { id: 't-1', type: 'orders.PaymentTimedOut', dueAt: new Date(at + 60_000).toISOString() },
+          ],
+        },
+        expect.objectContaining({ saga: 'fulfilment', id: 'o-2', status: 'completed', version: 2 }),
+      ]);
+      const next = String(lines[2]?.next);
+      const second = jsonLines(
+        (await harrier(['sagas', 'list', '--limit', '2', '--cursor', next, ...p], env)).stdout,
+      );
+      expect(second.map((l) => `${String(l.saga)}/${String(l.id)}`)).toEqual(['returns/r-1']);
+
+      const active = jsonLines(
+        (await harrier(['sagas', 'list', 'fulfilment', '--status', 'active', ...p], env)).stdout,
+      );
+      expect(active.map((l) => l.id)).toEqual(['o-1']);
+
+      const show = await harrier(['sagas', 'show', 'fulfilment', 'o-1', ...p], env);
+      expect(show.code).toBe(0);
+      expect(jsonLines(show.stdout)).toEqual([
+        expect.objectContaining({ version: 1, state: { paid: false } }),
+      ]);
+
+      expect((await harrier(['sagas', 'show', 'fulfilment', 'nope', ...p], env)).code).toBe(4);
+      expect((await harrier(['sagas', 'list', '--status', 'done', ...p], env)).code).toBe(2);
+      expect((await harrier(['sagas', 'list', '--cursor', 'bogus', ...p], env)).code).toBe(2);
     }, 60_000);
   });
 

@@ -7,6 +7,7 @@ import {
   BullMqBroker,
   RedisCheckpointStore,
   RedisEventLog,
+  RedisSagaStore,
   openRedisAdmin,
   type RedisAdmin,
   type RedisConnectionOptions,
@@ -172,6 +173,20 @@ describe('RedisAdmin', () => {
       expect(lags[0]?.updatedAt).toBe(1_700_000_000_000);
       expect((await opened.projectionLags('Revenue')).map((l) => l.projection)).toEqual(['Revenue']);
       expect(await opened.projectionLags('Nope')).toEqual([]);
+    });
+  });
+
+  describe('.sagaStore', () => {
+    it('reads the instances an application saved under the prefix', async () => {
+      const prefix = freshPrefix();
+      const app = new RedisSagaStore({ connection: redisUrl, prefix });
+      cleanups.push(() => app.close());
+      await app.save(
+        { saga: 'fulfilment', id: 'o-1', state: { paid: true }, status: 'active', timeouts: [], now: 1 },
+        0,
+      );
+      const store = (await admin(redisUrl, prefix)).sagaStore();
+      expect(await store.get('fulfilment', 'o-1')).toMatchObject({ state: { paid: true }, version: 1 });
     });
   });
 

@@ -1,0 +1,191 @@
+import type { SagaInstance, SagaListFilter, SagaTimeoutRecord } from '../sagas/saga-store.js';
+import { GLOBAL_HELP, contextOf, openAdmin, parse } from './cli-context.js';
+import {
+  ExitCode,
+  clip,
+  formatTable,
+  iso,
+  nothingMatched,
+  usageError,
+  writeJson,
+  type CliIo,
+} from './cli-io.js';
+import { help, positiveInteger } from './dlq/dlq-args.js';
+
+/** Help of `harrier sagas`. */
+export const SAGAS_HELP = `Usage: harrier sagas <command> [options]
+
+Commands:
+  list [saga]        saga instances: status, version, pending timeouts
+  show <saga> <id>   one instance in full: state, version, pending timeouts
+
+${GLOBAL_HELP}
+`;
+
+const LIST_HELP = `Usage: harrier sagas list [saga] [--status active|completed|any] [--limit N] [--cursor C] [--json]
+
+Saga instances in Redis (RedisSagaStore), ordered by saga name then id, one page at a time; with a
+saga name, only its instances. Completed instances are listed until their retention runs out.
+In JSON mode each line is an instance without its state, and a last line {"next":"<cursor>"}
+follows when there is another page.
+
+  --status <status>   active, completed or any (default any)
+  --limit <n>         instances per page (default 50)
+  --cursor <cursor>   continue after the page that printed this cursor
+
+${GLOBAL_HELP}
+`;
+
+const SHOW_HELP = `Usage: harrier sagas show <saga> <id> [--json]
+
+One saga instance: status, version, start, last update and completion times, pending timeouts and
+its state. Exits 4 when there is no such instance (never saved, removed, or past its retention).
+
+${GLOBAL_HELP}
+`;
+
+/** Runs `harrier sagas ...`. */
+export async function sagasCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  const [sub, ...rest] = argv;
+  switch (sub) {
+    case 'list':
+      return listCommand(rest, io);
+    case 'show':
+      return showCommand(rest, io);
+    case undefined:
+    case '--help':
+    case '-h':
+    case 'help':
+      io.stdout.write(SAGAS_HELP);
+      return sub === undefined ? ExitCode.usage : ExitCode.ok;
+    default:
+      throw usageError(`Unknown command "sagas ${sub}": run \`harrier sagas --help\``);
+  }
+}
+
+const timeoutJson = (t: SagaTimeoutRecord): Record<string, unknown> => ({
+  id: t.id,
+  type: t.type,
+  dueAt: iso(t.dueAt),
+});
+
+/** An instance as JSON, times as ISO 8601; the state only when asked for. */
+function instanceJson(instance: SagaInstance, withState: boolean): Record<string, unknown> {
+  return {
+    saga: instance.saga,
+    id: instance.id,
+    status: instance.status,
+    version: instance.version,
+    startedAt: iso(instance.startedAt),
+    updatedAt: iso(instance.updatedAt),
+    completedAt: instance.completedAt === undefined ? null : iso(instance.completedAt),
+    timeouts: instance.timeouts.map(timeoutJson),
+    ...(withState ? { state: instance.state } : {}),
+  };
+}
+
+/** The earliest pending timeout, for a table cell. */
+function nextTimeout(timeouts: readonly SagaTimeoutRecord[]): string {
+  const first = [...timeouts].sort((a, b) => a.dueAt - b.dueAt)[0];
+  if (first === undefined) return '-';
+  const more = timeouts.length > 1 ? ` (+${timeouts.length - 1})` : '';
+  return `${first.type} at ${iso(first.dueAt).replace(/\.\d{3}Z$/, 'Z')}${more}`;
+}
+
+async function listCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    status: { type: 'string' },
+    limit: { type: 'string' },
+    cursor: { type: 'string' },
+  });
+  if (values.help === true) return help(io, LIST_HELP);
+  if (positionals.length > 1) throw usageError('`harrier sagas list` takes at most one saga name');
+  const status = values.status ?? 'any';
+  if (status !== 'active' && status !== 'completed' && status !== 'any') {
+    throw usageError(`--status "${status}" is not one of active, completed, any`);
+  }
+  const limit = positiveInteger('limit', values.limit ?? '50');
+  const saga = positionals[0];
+  const filter: SagaListFilter = {
+    ...(saga !== undefined ? { saga } : {}),
+    ...(status !== 'any' ? { status } : {}),
+  };
+  const ctx = contextOf(io, values);
+  const admin = await openAdmin(ctx);
+  let page;
+  try {
+    page = await admin
+      .sagaStore()
+      .list(filter, { limit, ...(values.cursor !== undefined ? { cursor: values.cursor } : {}) });
+  } finally {
+    await admin.close();
+  }
+  if (ctx.json) {
+    for (const instance of page.instances) writeJson(io.stdout, instanceJson(instance, false));
+    if (page.next !== undefined) writeJson(io.stdout, { next: page.next });
+    return ExitCode.ok;
+  }
+  if (page.instances.length === 0) {
+    io.stdout.write(`No saga instances match under prefix ${ctx.prefix}.\n`);
+    return ExitCode.ok;
+  }
+  io.stdout.write(
+    formatTable(
+      ['SAGA', 'ID', 'STATUS', 'VERSION', 'UPDATED', 'NEXT TIMEOUT'],
+      page.instances.map((i) => [
+        i.saga,
+        clip(i.id, 40),
+        i.status,
+        String(i.version),
+        iso(i.updatedAt).replace(/\.\d{3}Z$/, 'Z'),
+        nextTimeout(i.timeouts),
+      ]),
+    ),
+  );
+  if (page.next !== undefined) io.stdout.write(`\nMore: add --cursor ${page.next}\n`);
+  return ExitCode.ok;
+}
+
+async function showCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parse(argv, {});
+  if (values.help === true) return help(io, SHOW_HELP);
+  if (positionals.length !== 2) {
+    throw usageError('`harrier sagas show` takes a saga name and an instance id; see --help');
+  }
+  const [saga = '', id = ''] = positionals;
+  const ctx = contextOf(io, values);
+  const admin = await openAdmin(ctx);
+  let instance;
+  try {
+    instance = await admin.sagaStore().get(saga, id);
+  } finally {
+    await admin.close();
+  }
+  if (instance === undefined) {
+    throw nothingMatched(
+      `No instance "${id}" of saga "${saga}" under prefix ${ctx.prefix}: list them with \`harrier sagas list ${saga}\``,
+    );
+  }
+  if (ctx.json) {
+    writeJson(io.stdout, instanceJson(instance, true));
+    return ExitCode.ok;
+  }
+  const timeouts = [...instance.timeouts].sort((a, b) => a.dueAt - b.dueAt);
+  const lines = [
+    `Saga ${instance.saga} instance ${instance.id} (${instance.status})`,
+    `  version    ${instance.version}`,
+    `  started    ${iso(instance.startedAt)}`,
+    `  updated    ${iso(instance.updatedAt)}`,
+    `  completed  ${instance.completedAt === undefined ? '-' : iso(instance.completedAt)}`,
+    '',
+    `Pending timeouts (${timeouts.length}):`,
+    ...(timeouts.length === 0 ? ['  none'] : timeouts.map((t) => `  ${iso(t.dueAt)}  ${t.type}  (${t.id})`)),
+    '',
+    'State:',
+    ...JSON.stringify(instance.state, null, 2)
+      .split('\n')
+      .map((line) => `  ${line}`),
+  ];
+  io.stdout.write(`${lines.join('\n')}\n`);
+  return ExitCode.ok;
+}

@@ -1,0 +1,76 @@
+import { PassThrough } from 'node:stream';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import { run } from '../../src/cli/index.js';
+import type { CliIo } from '../../src/cli/cli-io.js';
+import { RedisSagaStore } from '../../src/redis/redis-saga-store.js';
+import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
+
+const redisUrl = inject('redisUrl');
+const redis = useSharedRedis(redisUrl);
+const T0 = Date.UTC(2026, 0, 1);
+
+/** The CLI in this process, on a terminal (so tables, not JSON lines). */
+async function harrier(args: readonly string[]): Promise<{ code: number; stdout: string }> {
+  let stdout = '';
+  const io: CliIo = {
+    stdout: { write: (text: string) => (stdout += text), isTTY: true },
+    stderr: { write: () => true },
+    stdin: new PassThrough(),
+    env: { REDIS_URL: redisUrl },
+  };
+  const code = await run(args, io);
+  return { code, stdout };
+}
+
+describe('harrier sagas (on a terminal)', () => {
+  let prefix = freshPrefix();
+
+  afterEach(async () => {
+    await deleteKeys(redis.client, prefix);
+    prefix = freshPrefix();
+  });
+
+  async function seed(): Promise<void> {
+    const store = new RedisSagaStore({ connection: redis.client, prefix });
+    const timeouts = [
+      { id: 't-2', type: 'orders.ShipmentLate', dueAt: T0 + 120_000 },
+      { id: 't-1', type: 'orders.PaymentTimedOut', dueAt: T0 + 60_000 },
+    ];
+    await store.save(
+      { saga: 'fulfilment', id: 'o-1', state: { paid: false }, status: 'active', timeouts, now: T0 },
+      0,
+    );
+  }
+
+  describe('list', () => {
+    it('prints a table with the next pending timeout of each instance', async () => {
+      await seed();
+      const { code, stdout } = await harrier(['sagas', 'list', '--prefix', prefix]);
+      expect(code).toBe(0);
+      expect(stdout.split('\n')[0]).toMatch(/^SAGA\s+ID\s+STATUS\s+VERSION\s+UPDATED\s+NEXT TIMEOUT$/);
+      expect(stdout).toContain('orders.PaymentTimedOut at 2026-01-01T00:01:00Z (+1)');
+    });
+
+    it('says when nothing matches', async () => {
+      const { code, stdout } = await harrier(['sagas', 'list', '--prefix', prefix]);
+      expect(code).toBe(0);
+      expect(stdout).toContain('No saga instances match');
+    });
+  });
+
+  describe('show', () => {
+    it('prints the version, the pending timeouts in due order and the state', async () => {
+      await seed();
+      const { code, stdout } = await harrier(['sagas', 'show', 'fulfilment', 'o-1', '--prefix', prefix]);
+      expect(code).toBe(0);
+      expect(stdout).toContain('Saga fulfilment instance o-1 (active)');
+      expect(stdout).toContain('Pending timeouts (2):');
+      expect(stdout.indexOf('orders.PaymentTimedOut')).toBeLessThan(stdout.indexOf('orders.ShipmentLate'));
+      expect(stdout).toContain('"paid": false');
+    });
+
+    it('exits 2 without a saga name and an id', async () => {
+      expect((await harrier(['sagas', 'show', 'fulfilment', '--prefix', prefix])).code).toBe(2);
+    });
+  });
+});
