@@ -142,6 +142,11 @@ function failStockPublish(
   return () => failures;
 }
 
+/** A test bus (FIFO delivery) running the fulfilment saga on `store`. */
+function fulfilmentBus(store: InMemorySagaStore): Promise<TestBus> {
+  return createTestBus({ clock, sagas: [fulfilmentSaga()], sagaStore: store, deliveryOrder: 'fifo' });
+}
+
 /** Counts conflicts: saves refused because another step saved first. */
 class CountingStore extends InMemorySagaStore {
   conflicts = 0;
@@ -177,12 +182,7 @@ describe('Saga', () => {
       ['PaymentCaptured first', false],
     ])('completes once both arrived (%s), correlated by field and by function', async (_name, orderFirst) => {
       const store = new InMemorySagaStore({ clock });
-      bus = await createTestBus({
-        clock,
-        sagas: [fulfilmentSaga()],
-        sagaStore: store,
-        deliveryOrder: 'fifo',
-      });
+      bus = await fulfilmentBus(store);
       const first = orderFirst
         ? () => bus!.publish(OrderPlaced, { orderId: 'o-1' })
         : () => bus!.publish(PaymentCaptured, { reference: 'pay:o-1' });
@@ -275,12 +275,7 @@ describe('Saga', () => {
 
     it('derives outgoing ids from the saga, the saga id, the message and the position', async () => {
       const store = new InMemorySagaStore({ clock });
-      bus = await createTestBus({
-        clock,
-        sagas: [fulfilmentSaga()],
-        sagaStore: store,
-        deliveryOrder: 'fifo',
-      });
+      bus = await fulfilmentBus(store);
       const placedId = await bus.publish(OrderPlaced, { orderId: 'o-1' });
       await bus.whenIdle({ includeDelayed: false });
       // Replaying the step's message to a fresh store gives the same timeout id.
