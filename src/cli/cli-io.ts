@@ -44,6 +44,35 @@ export function usageError(message: string): CliExit {
   return new CliExit(ExitCode.usage, message);
 }
 
+/** One subcommand of a command group (`list` of `harrier dlq list`): its arguments and the I/O. */
+export type Subcommand = (argv: readonly string[], io: CliIo) => Promise<number>;
+
+const HELP_WORDS = new Set(['--help', '-h', 'help']);
+
+/**
+ * Runs `harrier <group> <subcommand> ...`: the subcommand named first in `argv`, or the group's
+ * help (exit 2 when no subcommand was given, 0 when help was asked for).
+ * @throws CliExit (usage) for a subcommand the group does not have.
+ */
+export async function runSubcommand(
+  group: string,
+  help: string,
+  subcommands: Readonly<Record<string, Subcommand>>,
+  argv: readonly string[],
+  io: CliIo,
+): Promise<number> {
+  const [sub, ...rest] = argv;
+  if (sub === undefined || HELP_WORDS.has(sub)) {
+    io.stdout.write(help);
+    return sub === undefined ? ExitCode.usage : ExitCode.ok;
+  }
+  const run = Object.hasOwn(subcommands, sub) ? subcommands[sub] : undefined;
+  if (run === undefined) {
+    throw usageError(`Unknown command "${group} ${sub}": run \`harrier ${group} --help\` for the list`);
+  }
+  return run(rest, io);
+}
+
 /** A selector that matched nothing: exit code 4. */
 export function nothingMatched(message: string): CliExit {
   return new CliExit(ExitCode.nothingMatched, message);

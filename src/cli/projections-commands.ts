@@ -1,5 +1,14 @@
 import { GLOBAL_HELP, contextOf, openAdmin, parse } from './cli-context.js';
-import { ExitCode, formatTable, iso, nothingMatched, usageError, writeJson, type CliIo } from './cli-io.js';
+import {
+  ExitCode,
+  formatTable,
+  iso,
+  nothingMatched,
+  runSubcommand,
+  usageError,
+  writeJson,
+  type CliIo,
+} from './cli-io.js';
 
 export const PROJECTIONS_HELP = `Usage: harrier projections <command> [options]
 
@@ -31,22 +40,14 @@ ${GLOBAL_HELP}
 `;
 
 /** Runs `harrier projections ...`. */
-export async function projectionsCommand(argv: readonly string[], io: CliIo): Promise<number> {
-  const [sub, ...rest] = argv;
-  switch (sub) {
-    case 'status':
-      return statusCommand(rest, io);
-    case 'rebuild':
-      return rebuildCommand(rest, io);
-    case undefined:
-    case '--help':
-    case '-h':
-    case 'help':
-      io.stdout.write(PROJECTIONS_HELP);
-      return sub === undefined ? ExitCode.usage : ExitCode.ok;
-    default:
-      throw usageError(`Unknown command "projections ${sub}": run \`harrier projections --help\``);
-  }
+export function projectionsCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  return runSubcommand(
+    'projections',
+    PROJECTIONS_HELP,
+    { status: statusCommand, rebuild: rebuildCommand },
+    argv,
+    io,
+  );
 }
 
 async function statusCommand(argv: readonly string[], io: CliIo): Promise<number> {

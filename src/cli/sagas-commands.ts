@@ -6,6 +6,7 @@ import {
   formatTable,
   iso,
   nothingMatched,
+  runSubcommand,
   usageError,
   writeJson,
   type CliIo,
@@ -45,22 +46,8 @@ ${GLOBAL_HELP}
 `;
 
 /** Runs `harrier sagas ...`. */
-export async function sagasCommand(argv: readonly string[], io: CliIo): Promise<number> {
-  const [sub, ...rest] = argv;
-  switch (sub) {
-    case 'list':
-      return listCommand(rest, io);
-    case 'show':
-      return showCommand(rest, io);
-    case undefined:
-    case '--help':
-    case '-h':
-    case 'help':
-      io.stdout.write(SAGAS_HELP);
-      return sub === undefined ? ExitCode.usage : ExitCode.ok;
-    default:
-      throw usageError(`Unknown command "sagas ${sub}": run \`harrier sagas --help\``);
-  }
+export function sagasCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  return runSubcommand('sagas', SAGAS_HELP, { list: listCommand, show: showCommand }, argv, io);
 }
 
 const timeoutJson = (t: SagaTimeoutRecord): Record<string, unknown> => ({
