@@ -1,4 +1,3 @@
-import { UnrecoverableError } from '../errors/unrecoverable-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { RetryOptions } from '../messages/definition.js';
 
@@ -76,12 +75,8 @@ export function backoffDelay(
  * programming error that fails the same way every time), or what the policy calls permanent.
  */
 export function isPermanent(policy: RetryPolicy, error: unknown): boolean {
-  if (
-    error instanceof UnrecoverableError ||
-    HarrierError.is(error, 'unrecoverable') ||
-    HarrierError.is(error, 'projection-publish')
-  )
-    return true;
+  // An UnrecoverableError carries 'unrecoverable' (HarrierError.is also matches one from another copy).
+  if (HarrierError.is(error, 'unrecoverable') || HarrierError.is(error, 'projection-publish')) return true;
   try {
     return policy.permanent(error);
   } catch {
