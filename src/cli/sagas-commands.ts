@@ -11,7 +11,7 @@ import {
   writeJson,
   type CliIo,
 } from './cli-io.js';
-import { help, positiveInteger } from './dlq/dlq-args.js';
+import { help, positiveInteger } from './cli-args.js';
 
 /** Help of `harrier sagas`. */
 export const SAGAS_HELP = `Usage: harrier sagas <command> [options]

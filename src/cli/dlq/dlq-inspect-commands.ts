@@ -10,7 +10,7 @@ import {
   writeJson,
   type CliIo,
 } from '../cli-io.js';
-import { help, positiveInteger } from './dlq-args.js';
+import { help, positiveInteger } from '../cli-args.js';
 import { GROUPS_HELP, LIST_HELP, SHOW_HELP } from './dlq-help.js';
 import { withDlqBackend } from './dlq-backend.js';
 import { allMatching } from './dlq-selection.js';

@@ -1,7 +1,7 @@
 import { createInterface } from 'node:readline';
 import { SELECTOR_OPTIONS, contextOf, parse } from '../cli-context.js';
 import { ExitCode, nothingMatched, usageError, writeJson, type CliIo } from '../cli-io.js';
-import { help } from './dlq-args.js';
+import { help } from '../cli-args.js';
 import { PURGE_HELP } from './dlq-help.js';
 import { withDlqBackend } from './dlq-backend.js';
 import { describeSelection, selectionOf } from './dlq-selection.js';

@@ -9,7 +9,7 @@ import { createEnvelopeSigner, type EnvelopeSigner } from '../../messages/signin
 import { SELECTOR_OPTIONS, contextOf, parse } from '../cli-context.js';
 import { ExitCode, nothingMatched, usageError, writeJson, type CliIo } from '../cli-io.js';
 import { ProgressBar } from '../progress.js';
-import { help, positiveInteger, positiveNumber } from './dlq-args.js';
+import { help, positiveInteger, positiveNumber } from '../cli-args.js';
 import { REPLAY_HELP } from './dlq-help.js';
 import { withDlqBackend } from './dlq-backend.js';
 import { describeSelection, selectRecords, selectionOf } from './dlq-selection.js';

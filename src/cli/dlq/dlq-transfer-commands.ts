@@ -5,7 +5,7 @@ import type { DeadLetterRecord } from '../../dead-letters/dead-letter-store.js';
 import { parseDeadLetterRecord } from '../../dead-letters/parse-dead-letter-record.js';
 import { SELECTOR_OPTIONS, contextOf, noPositionals, parse } from '../cli-context.js';
 import { ExitCode, nothingMatched, writeJson, type CliIo } from '../cli-io.js';
-import { help } from './dlq-args.js';
+import { help } from '../cli-args.js';
 import { EXPORT_HELP, IMPORT_HELP } from './dlq-help.js';
 import { withDlqBackend } from './dlq-backend.js';
 import { allMatching, describeSelection, selectRecords, selectionOf } from './dlq-selection.js';

@@ -1,4 +1,4 @@
-import { ExitCode, usageError, type CliIo } from '../cli-io.js';
+import { ExitCode, usageError, type CliIo } from './cli-io.js';
 
 /** Prints a command's help; the exit code of `--help`. */
 export function help(io: CliIo, text: string): number {
