@@ -81,8 +81,9 @@ const HMGET_FIELDS = FIELDS.map((f) => `'${f}'`).join(', ');
 
 /**
  * KEYS: instance, index, names. ARGV: expected version, state, status, timeouts, now, retention ms,
- * saga, id, applied. Compare-and-set: returns {0, stored version} on a mismatch, else writes the instance,
- * sets or clears its expiry, indexes it, and returns {1, version, startedAt, completedAt or ''}.
+ * saga, id, applied. Compare-and-set: returns {0, stored version} on a mismatch, else writes the
+ * instance, sets or clears its expiry, indexes it, and returns {1, version, startedAt, completedAt
+ * or ''}.
  */
 const SAVE_SCRIPT = `
 local stored = redis.call('HMGET', KEYS[1], 'version', 'status', 'startedAt', 'completedAt')

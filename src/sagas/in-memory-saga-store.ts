@@ -51,10 +51,11 @@ interface Entry {
  * Keeps saga instances in this process's memory, for tests and single-process applications.
  *
  * @remarks
- * State and applied steps are kept as JSON, as in every other store, so what `get` returns equals what a Redis store
- * would return (a `Date` comes back as a string) and never shares objects with the caller. Completed
- * instances disappear `completedRetentionMs` after their latest save, measured with the injected
- * clock (not the write's `now`) when the store is read, as Redis measures a key's TTL. Nothing survives the process.
+ * State and applied steps are kept as JSON, as in every other store, so what `get` returns equals
+ * what a Redis store would return (a `Date` comes back as a string) and never shares objects with
+ * the caller. Completed instances disappear `completedRetentionMs` after their latest save,
+ * measured with the injected clock (not the write's `now`) when the store is read, as Redis
+ * measures a key's TTL. Nothing survives the process.
  *
  * @example
  * ```ts
