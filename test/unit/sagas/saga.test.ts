@@ -7,6 +7,7 @@ import {
   InMemorySagaStore,
   ManualClock,
   Saga,
+  SagaConflictError,
   StartedBy,
   createBus,
   defineCommand,
@@ -396,6 +397,48 @@ describe('Saga', () => {
         expect(after?.applied).toHaveLength(remembered);
         // Outgoing ids derive from the message, so even the re-run step's message goes out once.
         expect(bus.messagesOf(StockRequested)).toHaveLength(3);
+      },
+    );
+  });
+
+  describe('conflictTries', () => {
+    /** Every save loses, as if another process always saved first. */
+    class AlwaysConflicting extends InMemorySagaStore {
+      saves = 0;
+      override save(write: SagaWrite, expectedVersion: number) {
+        this.saves += 1;
+        return Promise.reject(
+          new SagaConflictError(write.saga, write.id, expectedVersion, expectedVersion + 1),
+        );
+      }
+    }
+
+    it.each([
+      ['conflictTries: 3', 3, 3],
+      ['the default of 10', undefined, 10],
+    ])(
+      'runs a step that keeps losing that many times, then fails its delivery (%s)',
+      async (_name, tries, saves) => {
+        const store = new AlwaysConflicting({ clock });
+        let runs = 0;
+        @Saga('sagas.Contended', {
+          state: CounterState,
+          retry: { attempts: 1 },
+          ...(tries !== undefined ? { conflictTries: tries } : {}),
+        })
+        class Contended {
+          @StartedBy(Counted, { correlate: 'counter' })
+          count(): void {
+            runs += 1;
+          }
+        }
+        bus = await createTestBus({ clock, sagas: [Contended], sagaStore: store });
+        await bus.publish(Counted, { counter: 'c-1' });
+        await bus.whenIdle();
+        expect(store.saves).toBe(saves);
+        expect(runs).toBe(saves);
+        const { records } = await bus.deadLetters.list();
+        expect(records[0]?.error.code).toBe('saga-conflict');
       },
     );
   });
