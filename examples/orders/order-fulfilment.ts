@@ -46,7 +46,9 @@ export type FulfilmentState = z.output<typeof FulfilmentState>;
  * @remarks
  * Each of the three events may start the instance: with competing workers, a `PaymentCharged` can
  * reach the saga before the `OrderPlaced` it followed from. Completing drops the pending
- * `PaymentDue`, so a shipped order is never cancelled.
+ * `PaymentDue`, so a shipped order is never cancelled. A `StockReserved` that comes after the
+ * cancellation meets a completed instance and is ignored (`onCompleted`), so the example's
+ * warehouse would keep that reservation; a real one would also refuse to reserve a cancelled order.
  */
 @injectable()
 @Saga(FULFILMENT_SAGA, { state: FulfilmentState })
