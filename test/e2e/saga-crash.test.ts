@@ -1,7 +1,9 @@
 /**
  * A saga worker killed with SIGKILL mid-step (DESIGN.md guarantee 9), in both windows of the step
  * (correlate, load, run, compare-and-set save, publish): inside the step before its state is saved,
- * and after the save with only the first of its two events published. A second worker takes the
+ * after the save before either of its two events is published, and after the save with only the
+ * first published. The step completes its instance, so a redelivery after the save meets a
+ * completed instance. A second worker takes the
  * message over once BullMQ sees the first one's lock expire; the state must change once and each
  * event reach the test's subscription once.
  */
@@ -95,13 +97,23 @@ describe('Saga step killed with SIGKILL', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  async function paymentOf(id: string): Promise<{ state: PaymentState; version: number } | undefined> {
+  async function paymentOf(
+    id: string,
+  ): Promise<{ state: PaymentState; version: number; status: string } | undefined> {
     const instance = await store.get('sf.Payment', id);
-    return instance && { state: sagaStateOf<PaymentState>(instance), version: instance.version };
+    return (
+      instance && {
+        state: sagaStateOf<PaymentState>(instance),
+        version: instance.version,
+        status: instance.status,
+      }
+    );
   }
+  const paid = { state: { paid: 250, receipts: 1 }, version: 2, status: 'completed' };
 
   describe.each([
     { window: 'step', when: 'inside the step, before its state is saved' },
+    { window: 'saved', when: 'after the state is saved, before it publishes' },
     { window: 'publish', when: 'after the state is saved, between its two publishes' },
   ] as const)('when killed $when', ({ window }) => {
     it('applies the step once and delivers each of its events once', async () => {
@@ -124,15 +136,16 @@ describe('Saga step killed with SIGKILL', () => {
         expect(await paymentOf('p-1'), 'nothing saved before the kill').toEqual({
           state: { paid: 0, receipts: 0 },
           version: 1,
+          status: 'active',
         });
       } else {
-        expect(await paymentOf('p-1'), 'the step was saved before the kill').toEqual({
-          state: { paid: 250, receipts: 1 },
-          version: 2,
-        });
-        await waitFor('the event published before the kill', () => ofType(PaymentBooked.type).length > 0, {
-          timeoutMs: 10_000,
-        });
+        // The step completed the instance: its redelivery must republish, not meet onCompleted.
+        expect(await paymentOf('p-1'), 'the step was saved before the kill').toEqual(paid);
+        if (window === 'publish') {
+          await waitFor('the event published before the kill', () => ofType(PaymentBooked.type).length > 0, {
+            timeoutMs: 10_000,
+          });
+        }
         expect(ofType(ReceiptIssued.type), 'the second event was not published before the kill').toEqual([]);
       }
       await workerA.kill('SIGKILL');
@@ -156,7 +169,7 @@ describe('Saga step killed with SIGKILL', () => {
       expect(stepsOf(outA), 'worker A began the step').toBe(1);
       // Killed before the save: the step runs again. Killed after it: its saved messages are republished instead.
       expect(stepsOf(outB), 'worker B ran the step again').toBe(window === 'step' ? 1 : 0);
-      expect(await paymentOf('p-1')).toEqual({ state: { paid: 250, receipts: 1 }, version: 2 });
+      expect(await paymentOf('p-1')).toEqual(paid);
       expect(
         [...received.values()].sort((a, b) => a.type.localeCompare(b.type)),
         'each event delivered once',
