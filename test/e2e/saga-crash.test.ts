@@ -7,25 +7,17 @@
  * message over once BullMQ sees the first one's lock expire; the state must change once and each
  * event reach the test's subscription once.
  */
-import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
-import {
-  EventHandler,
-  createBus,
-  sagaStateOf,
-  silentLogger,
-  type MessageBus,
-  type MessageContext,
-  type PayloadOf,
-} from '../../src/index.js';
-import { BullMqBroker, RedisSagaStore, openRedisAdmin, type RedisAdmin } from '../../src/redis/index.js';
+import { sagaStateOf } from '../../src/index.js';
 import { waitFor } from '../helpers/local-redis.js';
-import { deleteKeys } from '../helpers/redis.js';
-import { jobsLeft, readSagaLines, startSagaWorker, stopSagaWorkers } from './fixtures/saga-harness.js';
+import {
+  jobsLeft,
+  openSagaSystem,
+  readSagaLines,
+  startSagaWorker,
+  type SagaSystem,
+} from './fixtures/saga-harness.js';
 import {
   PaymentBooked,
   PaymentOpened,
@@ -36,71 +28,21 @@ import {
 
 const redisUrl = inject('redisUrl');
 
-/** How many times the test's subscriptions received each message id, and what. */
-const received = new Map<string, { type: string; payload: unknown; times: number }>();
-
-function record(payload: unknown, context: MessageContext): void {
-  const seen = received.get(context.messageId);
-  received.set(context.messageId, { type: context.envelope.type, payload, times: (seen?.times ?? 0) + 1 });
-}
-
-@EventHandler(PaymentBooked, { name: 'AuditPaymentBooked' })
-class AuditPaymentBooked {
-  handle(payload: PayloadOf<typeof PaymentBooked>, context: MessageContext): void {
-    record(payload, context);
-  }
-}
-
-@EventHandler(ReceiptIssued, { name: 'AuditReceiptIssued' })
-class AuditReceiptIssued {
-  handle(payload: PayloadOf<typeof ReceiptIssued>, context: MessageContext): void {
-    record(payload, context);
-  }
-}
-
-function ofType(type: string): { type: string; payload: unknown; times: number }[] {
-  return [...received.values()].filter((r) => r.type === type);
-}
-
 describe('Saga step killed with SIGKILL', () => {
-  let dir: string;
-  let prefix: string;
-  let audit: MessageBus;
-  let store: RedisSagaStore;
-  let admin: RedisAdmin;
+  let system: SagaSystem;
 
   beforeEach(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'harrier-saga-crash-'));
-    prefix = `{saga-crash-${randomUUID().slice(0, 8)}}`;
-    received.clear();
-    // The test's own subscriptions to what the saga publishes; it also publishes the saga's input.
-    audit = createBus({
-      endpoint: 'sf-audit',
-      broker: new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger }),
-      handlers: [AuditPaymentBooked, AuditReceiptIssued],
-      definitions: [PaymentOpened, PaymentReceived],
-      logger: silentLogger,
-    });
-    await audit.start();
-    store = new RedisSagaStore({ connection: redisUrl, prefix });
-    admin = await openRedisAdmin(redisUrl, { prefix });
+    system = await openSagaSystem(redisUrl, [PaymentBooked, ReceiptIssued], [PaymentOpened, PaymentReceived]);
   });
 
   afterEach(async () => {
-    await stopSagaWorkers();
-    await audit.stop({ gracePeriodMs: 500 });
-    await store.close();
-    await admin.close();
-    const client = new Redis(redisUrl);
-    await deleteKeys(client, prefix);
-    client.disconnect();
-    rmSync(dir, { recursive: true, force: true });
+    await system.close();
   });
 
   async function paymentOf(
     id: string,
   ): Promise<{ state: PaymentState; version: number; status: string } | undefined> {
-    const instance = await store.get('sf.Payment', id);
+    const instance = await system.store.get('sf.Payment', id);
     return (
       instance && {
         state: sagaStateOf<PaymentState>(instance),
@@ -117,6 +59,8 @@ describe('Saga step killed with SIGKILL', () => {
     { window: 'publish', when: 'after the state is saved, between its two publishes' },
   ] as const)('when killed $when', ({ window }) => {
     it('applies the step once and delivers each of its events once', async () => {
+      const { audit, admin, dir, prefix } = system;
+      const ofType = (type: string) => system.received(type);
       const outA = join(dir, 'worker-a.jsonl');
       const outB = join(dir, 'worker-b.jsonl');
       const settings = { redisUrl, prefix, saga: 'payment' } as const;
@@ -160,7 +104,7 @@ describe('Saga step killed with SIGKILL', () => {
         {
           timeoutMs: 20_000,
           explain: async () =>
-            `received ${JSON.stringify([...received.values()])}, ${await jobsLeft(admin)} jobs left; B says:\n${workerB.output()}`,
+            `received ${JSON.stringify(system.received())}, ${await jobsLeft(admin)} jobs left; B says:\n${workerB.output()}`,
         },
       );
 
@@ -171,7 +115,10 @@ describe('Saga step killed with SIGKILL', () => {
       expect(stepsOf(outB), 'worker B ran the step again').toBe(window === 'step' ? 1 : 0);
       expect(await paymentOf('p-1')).toEqual(paid);
       expect(
-        [...received.values()].sort((a, b) => a.type.localeCompare(b.type)),
+        system
+          .received()
+          .map(({ type, payload, times }) => ({ type, payload, times }))
+          .sort((a, b) => a.type.localeCompare(b.type)),
         'each event delivered once',
       ).toEqual([
         { type: PaymentBooked.type, payload: { paymentId: 'p-1', amount: 250 }, times: 1 },

@@ -5,27 +5,18 @@
  * delivery of the same message). Every instance must end with each part applied once, and each
  * message the saga published must reach each subscription once.
  */
-import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
-import {
-  EventHandler,
-  createBus,
-  sagaStateOf,
-  silentLogger,
-  type MessageBus,
-  type MessageContext,
-  type PayloadOf,
-  type SagaInstance,
-} from '../../src/index.js';
+import { sagaStateOf, type SagaInstance } from '../../src/index.js';
 import { prepareMessage, type OutgoingMessage } from '../../src/extend.js';
-import { BullMqBroker, RedisSagaStore, openRedisAdmin, type RedisAdmin } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
-import { deleteKeys } from '../helpers/redis.js';
-import { jobsLeft, readSagaLines, startSagaWorker, stopSagaWorkers } from './fixtures/saga-harness.js';
+import {
+  jobsLeft,
+  openSagaSystem,
+  readSagaLines,
+  startSagaWorker,
+  type SagaSystem,
+} from './fixtures/saga-harness.js';
 import {
   PART_AMOUNTS,
   PARTS,
@@ -40,34 +31,6 @@ const redisUrl = inject('redisUrl');
 const INSTANCES = 1_000;
 const RESENT = 300;
 const FULL_TOTAL = Object.values(PART_AMOUNTS).reduce((sum, amount) => sum + amount, 0);
-
-/** What the test's subscriptions received: per message id, its payload and how many times. */
-const received = new Map<string, { type: string; payload: unknown; times: number }>();
-
-function record(payload: unknown, context: MessageContext): void {
-  const seen = received.get(context.messageId);
-  received.set(context.messageId, { type: context.envelope.type, payload, times: (seen?.times ?? 0) + 1 });
-}
-
-@EventHandler(PartAcknowledged, { name: 'AuditPartAcknowledged' })
-class AuditPartAcknowledged {
-  handle(payload: PayloadOf<typeof PartAcknowledged>, context: MessageContext): void {
-    record(payload, context);
-  }
-}
-
-@EventHandler(TallyCompleted, { name: 'AuditTallyCompleted' })
-class AuditTallyCompleted {
-  handle(payload: PayloadOf<typeof TallyCompleted>, context: MessageContext): void {
-    record(payload, context);
-  }
-}
-
-function receivedOf<P>(type: string): { id: string; payload: P; times: number }[] {
-  return [...received.entries()]
-    .filter(([, r]) => r.type === type)
-    .map(([id, r]) => ({ id, payload: r.payload as P, times: r.times }));
-}
 
 function shuffled<T>(values: readonly T[]): T[] {
   const out = [...values];
@@ -92,48 +55,21 @@ function countBy<T>(values: readonly T[], key: (value: T) => string): Map<string
 }
 
 describe('Saga with 1,000 instances on two worker processes', () => {
-  let dir: string;
-  let prefix: string;
-  let producer: BullMqBroker;
-  let audit: MessageBus;
-  let store: RedisSagaStore;
-  let admin: RedisAdmin;
+  let system: SagaSystem;
 
   beforeEach(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'harrier-saga-many-'));
-    prefix = `{saga-many-${randomUUID().slice(0, 8)}}`;
-    received.clear();
-    producer = new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger });
-    // The test's own subscriptions to what the saga publishes, registered before anything is published.
-    audit = createBus({
-      endpoint: 'sf-audit',
-      broker: producer,
-      handlers: [AuditPartAcknowledged, AuditTallyCompleted],
-      definitions: [PartArrived],
-      concurrency: 32,
-      logger: silentLogger,
-    });
-    await audit.start();
-    store = new RedisSagaStore({ connection: redisUrl, prefix });
-    admin = await openRedisAdmin(redisUrl, { prefix });
+    system = await openSagaSystem(redisUrl, [PartAcknowledged, TallyCompleted], [PartArrived]);
   });
 
   afterEach(async () => {
-    await stopSagaWorkers();
-    await audit.stop({ gracePeriodMs: 500 });
-    await store.close();
-    await admin.close();
-    const client = new Redis(redisUrl);
-    await deleteKeys(client, prefix);
-    client.disconnect();
-    rmSync(dir, { recursive: true, force: true });
+    await system.close();
   });
 
   async function allInstances(): Promise<SagaInstance[]> {
     const instances: SagaInstance[] = [];
     let cursor: string | undefined;
     do {
-      const page = await store.list(
+      const page = await system.store.list(
         { saga: 'sf.Tally' },
         cursor === undefined ? { limit: 500 } : { limit: 500, cursor },
       );
@@ -144,6 +80,7 @@ describe('Saga with 1,000 instances on two worker processes', () => {
   }
 
   it('ends every instance with each part applied once and delivers each published message once per subscription', async () => {
+    const { producer, admin, dir, prefix } = system;
     const outA = join(dir, 'worker-a.jsonl');
     const outB = join(dir, 'worker-b.jsonl');
     const settings = { redisUrl, prefix, saga: 'tally' } as const;
@@ -167,7 +104,7 @@ describe('Saga with 1,000 instances on two worker processes', () => {
         (part === held ? secondRound : firstRound).push(outgoing);
       }
     }
-    const acknowledged = () => receivedOf(PartAcknowledged.type).length;
+    const acknowledged = () => system.received(PartAcknowledged.type).length;
 
     // Round 1: three parts of every instance, in random order, each id published twice.
     await inBatches(shuffled([...firstRound, ...firstRound]), (batch) => producer.publishBatch(batch));
@@ -195,13 +132,13 @@ describe('Saga with 1,000 instances on two worker processes', () => {
       'every part acknowledged, every completion at both subscriptions and every queue drained',
       async () =>
         acknowledged() >= INSTANCES * PARTS.length &&
-        receivedOf(TallyCompleted.type).length >= INSTANCES &&
+        system.received(TallyCompleted.type).length >= INSTANCES &&
         completedAtWorkers() >= INSTANCES &&
         (await jobsLeft(admin)) === 0,
       {
         timeoutMs: 45_000,
         explain: async () =>
-          `${acknowledged()} acknowledged, ${receivedOf(TallyCompleted.type).length} completions here, ${completedAtWorkers()} at the workers, ${await jobsLeft(admin)} jobs left; ${says()}`,
+          `${acknowledged()} acknowledged, ${system.received(TallyCompleted.type).length} completions here, ${completedAtWorkers()} at the workers, ${await jobsLeft(admin)} jobs left; ${says()}`,
       },
     );
 
@@ -220,8 +157,10 @@ describe('Saga with 1,000 instances on two worker processes', () => {
     ).toEqual([]);
 
     // Each message the saga published reached the test's subscriptions once, one per applied part.
-    const acks = receivedOf<{ tallyId: string; part: Part }>(PartAcknowledged.type);
-    const completions = receivedOf<{ tallyId: string; count: number; total: number }>(TallyCompleted.type);
+    const acks = system.received<{ tallyId: string; part: Part }>(PartAcknowledged.type);
+    const completions = system.received<{ tallyId: string; count: number; total: number }>(
+      TallyCompleted.type,
+    );
     expect(
       acks.filter((a) => a.times !== 1),
       'acknowledgements received more than once',
