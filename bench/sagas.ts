@@ -407,8 +407,9 @@ async function main(): Promise<void> {
       await run(ONLY, WARM_UP, 10);
       for (const shape of SHAPES) {
         for (let round = 0; round < ROUNDS; round++) {
+          const sample = await run(ONLY, N, shape.eventsPerInstance);
           console.log(
-            `${ONLY}, ${shape.label}: ${fmtRate((await run(ONLY, N, shape.eventsPerInstance)).rate)} msg/s`,
+            `${ONLY}, ${shape.label}: ${fmtRate(sample.rate)} msg/s, CPU us/msg node ${fmtRate(sample.cpuUs)}, Redis ${fmtRate(sample.redisCpuUs)}`,
           );
         }
       }
