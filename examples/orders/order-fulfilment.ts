@@ -11,7 +11,7 @@ import {
   sagaStateOf,
   type PayloadOf,
   type SagaContext,
-  type SagaInstance,
+  type SagaSummary,
   type SagaStore,
 } from '../../src/index.js';
 import {
@@ -108,7 +108,7 @@ export async function fulfilmentLines(store: SagaStore, paymentDueMs: number): P
   return instances.map((instance) => describeFulfilment(instance, paymentDueMs));
 }
 
-function describeFulfilment(instance: SagaInstance, paymentDueMs: number): string {
+function describeFulfilment(instance: SagaSummary, paymentDueMs: number): string {
   const state = sagaStateOf<FulfilmentState>(instance);
   const steps: string[] = [...state.arrived];
   let outcome: string;

@@ -1,6 +1,7 @@
 import type {
   SagaAppliedStep,
   SagaInstance,
+  SagaSummary,
   SagaListFilter,
   SagaTimeoutRecord,
 } from '../sagas/saga-store.js';
@@ -72,8 +73,8 @@ const appliedJson = (step: SagaAppliedStep): Record<string, unknown> => ({
   outgoing: step.outgoing.map((m) => ({ id: m.id, kind: m.kind, type: m.type })),
 });
 
-/** An instance as JSON, times as ISO 8601; the state and applied steps only when asked for. */
-function instanceJson(instance: SagaInstance, withState: boolean): Record<string, unknown> {
+/** An instance as JSON, times as ISO 8601; the state and applied steps of `whole` when given. */
+function instanceJson(instance: SagaSummary, whole?: SagaInstance): Record<string, unknown> {
   return {
     saga: instance.saga,
     id: instance.id,
@@ -83,7 +84,7 @@ function instanceJson(instance: SagaInstance, withState: boolean): Record<string
     updatedAt: iso(instance.updatedAt),
     completedAt: instance.completedAt === undefined ? null : iso(instance.completedAt),
     timeouts: instance.timeouts.map(timeoutJson),
-    ...(withState ? { state: instance.state, applied: instance.applied.map(appliedJson) } : {}),
+    ...(whole !== undefined ? { state: whole.state, applied: whole.applied.map(appliedJson) } : {}),
   };
 }
 
@@ -145,7 +146,7 @@ async function listCommand(argv: readonly string[], io: CliIo): Promise<number> 
     await admin.close();
   }
   if (ctx.json) {
-    for (const instance of page.instances) writeJson(io.stdout, instanceJson(instance, false));
+    for (const instance of page.instances) writeJson(io.stdout, instanceJson(instance));
     if (page.next !== undefined) writeJson(io.stdout, { next: page.next });
     return ExitCode.ok;
   }
@@ -191,7 +192,7 @@ async function showCommand(argv: readonly string[], io: CliIo): Promise<number> 
     );
   }
   if (ctx.json) {
-    writeJson(io.stdout, instanceJson(instance, true));
+    writeJson(io.stdout, instanceJson(instance, instance));
     return ExitCode.ok;
   }
   const timeouts = [...instance.timeouts].sort((a, b) => a.dueAt - b.dueAt);

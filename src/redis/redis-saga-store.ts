@@ -13,6 +13,7 @@ import {
   type SagaListFilter,
   type SagaPage,
   type SagaPageOptions,
+  type SagaSummary,
   type SagaStatus,
   type SagaStore,
   type SagaTimeoutRecord,
@@ -77,7 +78,9 @@ const FIELDS = [
   'timeouts',
   'applied',
 ] as const;
-const HMGET_FIELDS = FIELDS.map((f) => `'${f}'`).join(', ');
+/** The fields `list` reads: all but `applied`, which can be large and only `get` returns. */
+const SUMMARY_FIELDS = FIELDS.filter((f) => f !== 'applied');
+const HMGET_SUMMARY_FIELDS = SUMMARY_FIELDS.map((f) => `'${f}'`).join(', ');
 
 /**
  * KEYS: instance, index, names. ARGV: expected version, state, status, timeouts, now, retention ms,
@@ -109,19 +112,23 @@ return {1, version, startedAt, completedAt}
 
 /**
  * KEYS: index, names. ARGV: saga, ZRANGEBYLEX min, count, instance key prefix of the saga. Returns,
- * per live entry: id, then the fields of {@link FIELDS}, and as its last element whether the index
- * may hold more. Entries whose instance expired or vanished are removed from the index (and an
+ * per live entry: id, then the fields of {@link SUMMARY_FIELDS}, and as its last element whether the
+ * index may hold more. Entries whose instance expired or vanished are removed from the index (and an
  * emptied index from the names), in this script, so a concurrent create is never unindexed.
+ *
+ * The instance keys are built in the script from ARGV[4], an exception to declaring every key in
+ * KEYS (the ids are only known once the index is read): valid on Redis Cluster because every key of
+ * the store carries the prefix's hash tag, so all are in the slot of KEYS[1].
  */
 const READ_CHUNK_SCRIPT = `
 local count = tonumber(ARGV[3])
 local ids = redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, count)
 local out = {}
 for _, id in ipairs(ids) do
-  local fields = redis.call('HMGET', ARGV[4] .. id, ${HMGET_FIELDS})
+  local fields = redis.call('HMGET', ARGV[4] .. id, ${HMGET_SUMMARY_FIELDS})
   if fields[3] then
     out[#out + 1] = id
-    for j = 1, ${FIELDS.length} do out[#out + 1] = fields[j] or '' end
+    for j = 1, ${SUMMARY_FIELDS.length} do out[#out + 1] = fields[j] or '' end
   else
     redis.call('ZREM', KEYS[1], id)
   end
@@ -261,7 +268,7 @@ export class RedisSagaStore implements SagaStore {
         filter.saga === undefined
           ? (await this.#client.smembers(this.#namesKey)).sort(compareNames)
           : [filter.saga];
-      const found: SagaInstance[] = [];
+      const found: SagaSummary[] = [];
       for (const saga of names) {
         if (after !== undefined && compareNames(saga, after.saga) < 0) continue;
         const start = after !== undefined && after.saga === saga ? after.id : undefined;
@@ -304,7 +311,7 @@ export class RedisSagaStore implements SagaStore {
     afterId: string | undefined,
     status: SagaStatus | undefined,
     wanted: number,
-    found: SagaInstance[],
+    found: SagaSummary[],
   ): Promise<void> {
     let min = afterId === undefined ? '-' : `(${afterId}`;
     let taken = 0;
@@ -317,16 +324,17 @@ export class RedisSagaStore implements SagaStore {
         [
           saga,
           min,
-          String(SCAN_CHUNK),
+          // A chunk no larger than the page needs: a status filter may skip some, then it reads on.
+          String(Math.min(SCAN_CHUNK, wanted - taken)),
           `${this.#client.options.keyPrefix ?? ''}${this.#instancePrefix(saga)}`,
         ],
       )) as (string | number)[];
       const more = reply.pop() === 1;
-      const width = FIELDS.length + 1;
+      const width = SUMMARY_FIELDS.length + 1;
       for (let at = 0; at + width <= reply.length; at += width) {
         const id = String(reply[at]);
         min = `(${id}`;
-        const instance = this.#decode(saga, id, reply.slice(at + 1, at + width).map(String));
+        const instance = this.#decodeSummary(saga, id, reply.slice(at + 1, at + width).map(String));
         if (status !== undefined && instance.status !== status) continue;
         found.push(instance);
         if (++taken === wanted) return;
@@ -337,21 +345,35 @@ export class RedisSagaStore implements SagaStore {
   }
 
   #decode(saga: string, id: string, fields: readonly string[]): SagaInstance {
-    const [state, status, version, startedAt, updatedAt, completedAt, timeouts, applied] = fields;
+    const applied = fields[SUMMARY_FIELDS.length];
+    const summary = this.#decodeSummary(saga, id, fields);
+    return this.#parsing(saga, id, () => ({
+      ...summary,
+      // An instance saved before the field existed has none.
+      applied: applied === undefined || applied === '' ? [] : (JSON.parse(applied) as SagaAppliedStep[]),
+    }));
+  }
+
+  /** An instance from the fields of {@link SUMMARY_FIELDS}, in that order. */
+  #decodeSummary(saga: string, id: string, fields: readonly string[]): SagaSummary {
+    const [state, status, version, startedAt, updatedAt, completedAt, timeouts] = fields;
+    return this.#parsing(saga, id, () => ({
+      saga,
+      id,
+      state: JSON.parse(state ?? '') as unknown,
+      version: Number(version),
+      status: status as SagaStatus,
+      startedAt: Number(startedAt),
+      updatedAt: Number(updatedAt),
+      ...(completedAt === undefined || completedAt === '' ? {} : { completedAt: Number(completedAt) }),
+      timeouts: JSON.parse(timeouts ?? '') as SagaTimeoutRecord[],
+    }));
+  }
+
+  /** `parse()`, turning invalid JSON into `saga-corrupt`. */
+  #parsing<T>(saga: string, id: string, parse: () => T): T {
     try {
-      return {
-        saga,
-        id,
-        state: JSON.parse(state ?? '') as unknown,
-        version: Number(version),
-        status: status as SagaStatus,
-        startedAt: Number(startedAt),
-        updatedAt: Number(updatedAt),
-        ...(completedAt === undefined || completedAt === '' ? {} : { completedAt: Number(completedAt) }),
-        timeouts: JSON.parse(timeouts ?? '') as SagaTimeoutRecord[],
-        // An instance saved before the field existed has none.
-        applied: applied === undefined || applied === '' ? [] : (JSON.parse(applied) as SagaAppliedStep[]),
-      };
+      return parse();
     } catch (error) {
       throw new HarrierError(
         'saga-corrupt',

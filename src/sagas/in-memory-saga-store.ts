@@ -10,6 +10,7 @@ import {
   sagaPageLimit,
   serializeSagaWrite,
   type SagaInstance,
+  type SagaSummary,
   type SagaListFilter,
   type SagaPage,
   type SagaPageOptions,
@@ -131,7 +132,7 @@ export class InMemorySagaStore implements SagaStore {
         matching.push(entry);
       }
       matching.sort(compareSagaPositions);
-      const instances = matching.slice(0, limit).map(toInstance);
+      const instances = matching.slice(0, limit).map(toSummary);
       const last = instances.at(-1);
       return matching.length > limit && last !== undefined
         ? { instances, next: encodeSagaCursor(last) }
@@ -182,6 +183,11 @@ export class InMemorySagaStore implements SagaStore {
 const keyOf = (saga: string, id: string): string => `${saga.length}:${saga}:${id}`;
 
 function toInstance(entry: Entry): SagaInstance {
+  return { ...toSummary(entry), applied: JSON.parse(entry.appliedJson) as SagaInstance['applied'] };
+}
+
+/** The instance without its applied steps, as `list` returns it. */
+function toSummary(entry: Entry): SagaSummary {
   return {
     saga: entry.saga,
     id: entry.id,
@@ -192,6 +198,5 @@ function toInstance(entry: Entry): SagaInstance {
     updatedAt: entry.updatedAt,
     ...(entry.completedAt === undefined ? {} : { completedAt: entry.completedAt }),
     timeouts: JSON.parse(entry.timeoutsJson) as SagaInstance['timeouts'],
-    applied: JSON.parse(entry.appliedJson) as SagaInstance['applied'],
   };
 }

@@ -14,6 +14,7 @@ export type {
   SagaInstance,
   SagaListFilter,
   SagaPage,
+  SagaSummary,
   SagaPageOptions,
   SagaStatus,
   SagaStore,
@@ -25,7 +26,12 @@ export { InMemorySagaStore } from './in-memory-saga-store.js';
 export type { InMemorySagaStoreOptions } from './in-memory-saga-store.js';
 export { Handles, Saga, StartedBy } from './saga-decorators.js';
 export type { HandlesOptions, SagaStepDescriptor, StartedByOptions } from './saga-decorators.js';
-export { SAGA_APPLIED_KEPT, SAGA_CONFLICT_TRIES } from './saga-metadata.js';
+export {
+  SAGA_APPLIED_KEPT,
+  SAGA_APPLIED_MAX_BYTES,
+  SAGA_APPLIED_RETENTION_MS,
+  SAGA_CONFLICT_TRIES,
+} from './saga-metadata.js';
 export type { SagaCorrelation, SagaMissingRule, SagaOptions } from './saga-metadata.js';
 export type { SagaContext } from './saga-context.js';
 export { createSagaStepRunner } from './saga-step-runner.js';

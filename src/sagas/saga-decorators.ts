@@ -43,7 +43,7 @@ export interface SagaStepDescriptor<P> {
  * List the class in `createBus({ sagas: [...] })`; it is resolved from the bus's container like a
  * handler, one instance per step. See docs/sagas.md.
  * @throws HarrierError `unsupported-decorators` when compiled without `experimentalDecorators`.
- * @throws HarrierError `invalid-option` when `keepApplied` or `conflictTries` is not a whole number
+ * @throws HarrierError `invalid-option` when `keepApplied`, `keepAppliedMs` or `conflictTries` is not a whole number
  * of at least 1.
  * @example
  * ```ts

@@ -45,12 +45,26 @@ export interface SagaOptions<S extends z.ZodType = z.ZodType> {
    * same messages again instead of running the step twice.
    *
    * @remarks
-   * A message redelivered after this many later steps of its instance runs again. Raise it for a
-   * saga whose instances take bursts of messages; lower it for one whose steps record large
-   * messages (every save writes them all).
+   * A step stays remembered while it is among the latest `keepApplied` steps of its instance OR
+   * was saved less than `keepAppliedMs` ago, within a budget of {@link SAGA_APPLIED_MAX_BYTES} of
+   * JSON per instance (beyond it the oldest steps go, even young ones, with a warning). A message
+   * redelivered after it was forgotten runs again (a timeout, or a message for a completed
+   * instance, is dropped). Raise it for a saga whose instances take bursts of messages; lower it
+   * for one whose steps record large messages (every save writes them all).
    * @defaultValue 64 ({@link SAGA_APPLIED_KEPT})
    */
   readonly keepApplied?: number;
+  /**
+   * How long, in ms after its save, a step stays remembered whatever `keepApplied` says: cover the
+   * longest time a delivery can be retried or redelivered after its step saved.
+   *
+   * @remarks
+   * The default of an hour covers Harrier's default retry policy (5 attempts, backoff capped at
+   * 60 s) and a stalled delivery's redelivery many times over; raise it for a saga whose retry
+   * policy spans longer.
+   * @defaultValue 3600000, an hour ({@link SAGA_APPLIED_RETENTION_MS})
+   */
+  readonly keepAppliedMs?: number;
   /**
    * Tries of a step that keeps losing the compare-and-set to concurrent steps of its instance in
    * other processes (each try on fresh state) before its delivery is retried as a failure.
@@ -62,30 +76,43 @@ export interface SagaOptions<S extends z.ZodType = z.ZodType> {
 /** Default of {@link SagaOptions.keepApplied}: the steps an instance remembers. */
 export const SAGA_APPLIED_KEPT = 64;
 
+/** Default of {@link SagaOptions.keepAppliedMs}: an hour. */
+export const SAGA_APPLIED_RETENTION_MS = 60 * 60 * 1000;
+
+/**
+ * Most bytes of applied-step JSON an instance keeps (1 MiB): beyond it the oldest steps are
+ * forgotten even when `keepApplied` or `keepAppliedMs` would keep them, so a busy instance's saves
+ * stay bounded.
+ */
+export const SAGA_APPLIED_MAX_BYTES = 1024 * 1024;
+
 /** Default of {@link SagaOptions.conflictTries}. */
 export const SAGA_CONFLICT_TRIES = 10;
 
-/** The checked `keepApplied` and `conflictTries` of a saga. */
+/** The checked `keepApplied`, `keepAppliedMs` and `conflictTries` of a saga. */
 export interface SagaLimits {
   readonly keepApplied: number;
+  readonly keepAppliedMs: number;
   readonly conflictTries: number;
 }
 
 /**
- * A saga's `keepApplied` and `conflictTries`, or their defaults.
+ * A saga's `keepApplied`, `keepAppliedMs` and `conflictTries`, or their defaults.
  *
- * @throws HarrierError `invalid-option` when either is not a whole number of at least 1.
+ * @throws HarrierError `invalid-option` when one is not a whole number of at least 1.
  */
 export function sagaLimitsOf(name: string, options: SagaOptions): SagaLimits {
   const limits = {
     keepApplied: options.keepApplied ?? SAGA_APPLIED_KEPT,
+    keepAppliedMs: options.keepAppliedMs ?? SAGA_APPLIED_RETENTION_MS,
     conflictTries: options.conflictTries ?? SAGA_CONFLICT_TRIES,
   };
   const fixes = {
     keepApplied: `pass e.g. ${SAGA_APPLIED_KEPT} (the default) to remember that many steps for redeliveries`,
+    keepAppliedMs: `pass e.g. ${SAGA_APPLIED_RETENTION_MS} (the default, an hour) to remember steps that long for redeliveries`,
     conflictTries: `pass e.g. ${SAGA_CONFLICT_TRIES} (the default), or 1 to retry the delivery at the first conflict`,
   };
-  for (const option of ['keepApplied', 'conflictTries'] as const) {
+  for (const option of ['keepApplied', 'keepAppliedMs', 'conflictTries'] as const) {
     const value: unknown = limits[option];
     if (!Number.isSafeInteger(value) || (value as number) < 1) {
       throw new HarrierError(

@@ -1,7 +1,7 @@
-import type { SagaInstance } from './saga-store.js';
+import type { SagaSummary } from './saga-store.js';
 
 /**
- * The saga's state of a stored instance, typed: `instance.state` as `S`.
+ * The saga's state of a stored instance (from `get` or `list`), typed: `instance.state` as `S`.
  *
  * @remarks
  * The state is `instance.state` itself (the runtime keeps its redelivery bookkeeping in
@@ -13,6 +13,6 @@ import type { SagaInstance } from './saga-store.js';
  * const state = instance && sagaStateOf<FulfilmentState>(instance);
  * ```
  */
-export function sagaStateOf<S = unknown>(instance: SagaInstance): S {
+export function sagaStateOf<S = unknown>(instance: SagaSummary): S {
   return instance.state as S;
 }

@@ -9,12 +9,13 @@ import { KeyedLock } from './keyed-lock.js';
 import { SAGA_ID_HEADER, SAGA_NAME_HEADER, SagaStepContext } from './saga-context.js';
 import {
   getSagaMetadata,
+  SAGA_APPLIED_MAX_BYTES,
   sagaLimitsOf,
   type SagaLimits,
   type SagaMetadata,
   type SagaStepMetadata,
 } from './saga-metadata.js';
-import type { SagaStore, SagaTimeoutRecord } from './saga-store.js';
+import type { SagaAppliedStep, SagaStore, SagaTimeoutRecord } from './saga-store.js';
 
 /** Options of {@link createSagaStepRunner}. */
 export interface SagaStepRunnerOptions {
@@ -145,7 +146,9 @@ async function runStep(run: StepRun): Promise<StepResult> {
     envelope.meta.headers[SAGA_NAME_HEADER] === name && envelope.meta.headers[SAGA_ID_HEADER] === sagaId;
   for (let attempt = 1; ; attempt++) {
     const instance = await store.get(name, sagaId);
-    const applied = instance?.applied.find((a) => a.message === envelope.id);
+    // A third-party store may leave `applied` out.
+    const earlier = instance?.applied ?? [];
+    const applied = earlier.find((a) => a.message === envelope.id);
     if (applied !== undefined) {
       // Saved by an earlier delivery of this message: publish its messages again (same ids).
       await step.publish(applied.outgoing);
@@ -174,7 +177,7 @@ async function runStep(run: StepRun): Promise<StepResult> {
     const before =
       instance === undefined
         ? parseState(saga, saga.meta.options.initial?.() ?? {}, 'initial state')
-        : structuredClone(instance.state);
+        : parseStored(saga, instance.state);
     const context = new SagaStepContext(
       envelope,
       step.attempt,
@@ -190,29 +193,62 @@ async function runStep(run: StepRun): Promise<StepResult> {
     await step.invoke(context);
     const state = parseState(saga, context.state, `state after "${envelope.type}"`);
     const outgoing = context.recorded.map((p) => p.outgoing);
-    const { keepApplied, conflictTries } = saga.limits;
-    const earlier = instance?.applied ?? [];
-    const kept = earlier.slice(Math.max(0, earlier.length - keepApplied + 1));
+    const now = run.clock.now();
     try {
       await store.save(
         {
           saga: name,
           id: sagaId,
           state,
-          applied: [...kept, { message: envelope.id, outgoing }],
+          applied: keptApplied(run, [...earlier, { message: envelope.id, outgoing, at: now }], now),
           status: context.completed ? 'completed' : 'active',
           timeouts: context.completed ? [] : context.timeouts,
-          now: run.clock.now(),
+          now,
         },
         instance?.version ?? 0,
       );
     } catch (error) {
-      if (HarrierError.is(error, 'saga-conflict') && attempt < conflictTries) continue;
+      if (HarrierError.is(error, 'saga-conflict') && attempt < saga.limits.conflictTries) continue;
       throw error;
     }
     await step.publish(outgoing);
     return { kind: 'handled', outgoing };
   }
+}
+
+/**
+ * The applied steps to save, oldest first: each of the newest `keepApplied` and every one saved less
+ * than `keepAppliedMs` ago, then the oldest dropped (with a warning) while their JSON exceeds
+ * {@link SAGA_APPLIED_MAX_BYTES}; the newest step (the one being saved) always stays.
+ */
+function keptApplied(run: StepRun, steps: readonly SagaAppliedStep[], now: number): SagaAppliedStep[] {
+  const { keepApplied, keepAppliedMs } = run.saga.limits;
+  const kept = steps.filter(
+    (step, index) => index >= steps.length - keepApplied || now - (step.at ?? 0) < keepAppliedMs,
+  );
+  const sizes = kept.map((step) => Buffer.byteLength(JSON.stringify(step), 'utf8'));
+  let bytes = sizes.reduce((sum, size) => sum + size, 0);
+  let drop = 0;
+  while (bytes > SAGA_APPLIED_MAX_BYTES && drop < kept.length - 1) bytes -= sizes[drop++] ?? 0;
+  if (drop > 0) {
+    run.logger.warn(
+      `Saga "${run.saga.meta.name}" instance "${run.sagaId}" forgot its ${drop} oldest applied steps before keepApplied or keepAppliedMs would: their messages exceed ${SAGA_APPLIED_MAX_BYTES} bytes of JSON; a redelivery of one of them runs its step again. Keep step messages small, or lower keepApplied`,
+      { saga: run.saga.meta.name, sagaId: run.sagaId, forgotten: drop, bytes },
+    );
+  }
+  return kept.slice(drop);
+}
+
+/** A stored state parsed by the saga's schema (defaults of fields added since, transforms). */
+function parseStored(saga: CompiledSaga, stored: unknown): unknown {
+  const parsed = saga.meta.options.state.safeParse(structuredClone(stored));
+  if (!parsed.success) {
+    throw new UnrecoverableError(
+      `Saga "${saga.meta.name}" stored state does not match its state schema: ${parsed.error.message}; migrate the stored state or relax the schema (e.g. .optional() or .default() for a new field)`,
+      { cause: parsed.error },
+    );
+  }
+  return parsed.data;
 }
 
 function parseState(saga: CompiledSaga, value: unknown, what: string): unknown {

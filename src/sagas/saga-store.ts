@@ -26,6 +26,11 @@ export interface SagaAppliedStep {
   readonly message: string;
   /** The messages the step recorded, bodies included, in the order it recorded them. */
   readonly outgoing: readonly OutgoingMessage[];
+  /**
+   * When the step was saved, in ms since the epoch: the runtime keeps young steps for redeliveries
+   * (`keepAppliedMs`). Absent in steps saved before the field existed.
+   */
+  readonly at?: number;
 }
 
 /** One stored saga instance: its state, version and bookkeeping. */
@@ -96,10 +101,16 @@ export interface SagaPageOptions {
   readonly cursor?: string;
 }
 
+/**
+ * A saga instance as {@link SagaStore.list} returns it: everything but its applied steps, which only
+ * {@link SagaStore.get} reads (they can be large).
+ */
+export type SagaSummary<S = unknown> = Omit<SagaInstance<S>, 'applied'>;
+
 /** One page of {@link SagaStore.list}. */
 export interface SagaPage {
-  /** Instances ordered by saga name, then id (UTF-8 byte order). */
-  instances: SagaInstance[];
+  /** Instances, without their applied steps, ordered by saga name, then id (UTF-8 byte order). */
+  instances: SagaSummary[];
   /** Cursor of the next page; absent when this page is the last. */
   next?: string;
 }
@@ -129,7 +140,8 @@ export interface SagaStore {
    */
   save(write: SagaWrite, expectedVersion: number): Promise<SagaInstance>;
   /**
-   * One page of instances matching `filter`, ordered by saga name then id.
+   * One page of instances matching `filter`, ordered by saga name then id, without their applied
+   * steps (a store should not read them: {@link SagaStore.get} returns them).
    *
    * @throws HarrierError `invalid-cursor` for a cursor this store did not issue, `invalid-argument`
    * for a limit that is not a positive integer.
@@ -192,7 +204,7 @@ export interface SerializedSagaWrite {
  *
  * @throws HarrierError `invalid-argument` for an empty saga name or id, an `expectedVersion` that is
  * not a whole number from 0, a status other than `active`/`completed`, a state `JSON.stringify`
- * cannot write, or applied steps that are not a JSON array of `{ message, outgoing }` entries.
+ * cannot write, or applied steps that are not a JSON array of `{ message, outgoing, at? }` entries.
  */
 export function serializeSagaWrite(write: SagaWrite, expectedVersion: number): SerializedSagaWrite {
   const what = `saga "${write.saga}" instance "${write.id}"`;
@@ -233,12 +245,14 @@ export function serializeSagaWrite(write: SagaWrite, expectedVersion: number): S
     !Array.isArray(applied) ||
     !applied.every(
       (step: Partial<SagaAppliedStep> | null) =>
-        typeof step?.message === 'string' && Array.isArray(step.outgoing),
+        typeof step?.message === 'string' &&
+        Array.isArray(step.outgoing) &&
+        (step.at === undefined || Number.isFinite(step.at)),
     )
   ) {
     throw new HarrierError(
       'invalid-argument',
-      `Cannot save ${what}: its applied steps must be an array of { message: string, outgoing: [] }; leave applied out to store none`,
+      `Cannot save ${what}: its applied steps must be an array of { message: string, outgoing: [], at?: number }; leave applied out to store none`,
     );
   }
   const timeouts = write.timeouts.map(({ id, type, dueAt }) => ({ id, type, dueAt }));

@@ -5,6 +5,7 @@ import { SagaConflictError } from '../errors/saga-conflict-error.js';
 import type {
   SagaAppliedStep,
   SagaInstance,
+  SagaSummary,
   SagaListFilter,
   SagaStatus,
   SagaStore,
@@ -44,7 +45,7 @@ function write(saga: string, id: string, fields: Partial<SagaWrite> = {}): SagaW
   return { saga, id, state: { step: 1 }, status: 'active', timeouts: [], now: T0, ...fields };
 }
 
-const positions = (instances: readonly SagaInstance[]): string[] => instances.map((i) => `${i.saga}/${i.id}`);
+const positions = (instances: readonly SagaSummary[]): string[] => instances.map((i) => `${i.saga}/${i.id}`);
 
 /**
  * Registers the vitest suite that every {@link SagaStore} must pass.
@@ -102,8 +103,8 @@ export function describeSagaStoreConformance(name: string, factory: SagaStoreFac
       return instance;
     }
 
-    async function allPages(filter: SagaListFilter, limit: number): Promise<SagaInstance[][]> {
-      const pages: SagaInstance[][] = [];
+    async function allPages(filter: SagaListFilter, limit: number): Promise<SagaSummary[][]> {
+      const pages: SagaSummary[][] = [];
       let cursor: string | undefined;
       do {
         const page = await store.list(filter, cursor === undefined ? { limit } : { limit, cursor });
@@ -299,7 +300,15 @@ export function describeSagaStoreConformance(name: string, factory: SagaStoreFac
         const loaded = await mustGet(saga, 'o-1');
         expect(loaded.state).toEqual({ paid: true });
         expect(loaded.applied).toEqual(applied);
-        expect((await store.list({ saga })).instances).toEqual([loaded]);
+      });
+
+      it('leaves them out of list, which returns everything else of the instance', async () => {
+        const saga = sagaName('applied-list');
+        await store.save(write(saga, 'o-1', { state: { paid: true }, applied: [step('m-1', 2)] }), 0);
+        const { applied: _applied, ...summary } = await mustGet(saga, 'o-1');
+        const { instances } = await store.list({ saga });
+        expect(instances).toEqual([summary]);
+        expect(instances[0]).not.toHaveProperty('applied');
       });
 
       it('replaces them with each save, and stores [] when a write leaves them out', async () => {

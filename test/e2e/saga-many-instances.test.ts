@@ -7,7 +7,7 @@
  */
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
-import { sagaStateOf, type SagaInstance } from '../../src/index.js';
+import { sagaStateOf, type SagaSummary } from '../../src/index.js';
 import { prepareMessage, type OutgoingMessage } from '../../src/extend.js';
 import { waitFor } from '../helpers/local-redis.js';
 import {
@@ -65,8 +65,8 @@ describe('Saga with 1,000 instances on two worker processes', () => {
     await system.close();
   });
 
-  async function allInstances(): Promise<SagaInstance[]> {
-    const instances: SagaInstance[] = [];
+  async function allInstances(): Promise<SagaSummary[]> {
+    const instances: SagaSummary[] = [];
     let cursor: string | undefined;
     do {
       const page = await system.store.list(

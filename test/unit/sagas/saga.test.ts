@@ -7,6 +7,7 @@ import {
   InMemorySagaStore,
   ManualClock,
   Saga,
+  SAGA_APPLIED_MAX_BYTES,
   SagaConflictError,
   StartedBy,
   createBus,
@@ -327,11 +328,12 @@ describe('Saga', () => {
 
   describe('applied steps (redelivery bookkeeping)', () => {
     /** Counts its runs per saga instance and requests stock each time; remembers `keepApplied` steps. */
-    function countingStockSaga(keepApplied?: number) {
+    function countingStockSaga(keepApplied?: number, keepAppliedMs?: number) {
       const runs: string[] = [];
       @Saga('sagas.CountingStock', {
         state: CounterState,
         ...(keepApplied !== undefined ? { keepApplied } : {}),
+        ...(keepAppliedMs !== undefined ? { keepAppliedMs } : {}),
       })
       class CountingStock {
         @StartedBy(OrderPlaced, { correlate: 'orderId' })
@@ -350,6 +352,7 @@ describe('Saga', () => {
       bus = await createTestBus({ clock, sagas: [saga], sagaStore: store, definitions: [StockRequested] });
       // The message goes out, then the step fails: its delivery is retried.
       failStockPublish(bus, 1, (publish) => publish());
+      const savedAt = clock.now();
       const placed = await bus.publish(OrderPlaced, { orderId: 'o-1' });
       await bus.whenIdle();
 
@@ -360,18 +363,23 @@ describe('Saga', () => {
       const instance = await store.get('sagas.CountingStock', 'o-1');
       expect(instance?.state).toEqual({ count: 1 });
       expect(instance?.applied).toEqual([
-        { message: placed, outgoing: [expect.objectContaining({ id: sent[0], type: StockRequested.type })] },
+        {
+          message: placed,
+          outgoing: [expect.objectContaining({ id: sent[0], type: StockRequested.type })],
+          at: savedAt,
+        },
       ]);
     });
 
     it.each([
-      ['keepApplied: 2', 2, 2, 4],
-      ['the default of 64', undefined, 3, 3],
+      ['keepApplied: 2, keepAppliedMs: 1', 2, 1, 2, 4],
+      ['keepApplied: 2, the default keepAppliedMs of an hour', 2, undefined, 3, 3],
+      ['the default of 64', undefined, 1, 3, 3],
     ])(
       'runs a message redelivered after 2 later steps again only when it was forgotten (%s)',
-      async (_name, keepApplied, remembered, count) => {
+      async (_name, keepApplied, keepAppliedMs, remembered, count) => {
         const store = new InMemorySagaStore({ clock });
-        const { saga, runs } = countingStockSaga(keepApplied);
+        const { saga, runs } = countingStockSaga(keepApplied, keepAppliedMs);
         bus = await createTestBus({
           clock,
           sagas: [saga],
@@ -383,6 +391,8 @@ describe('Saga', () => {
         failStockPublish(bus, 1, () => Promise.resolve());
         const first = await bus.publish(OrderPlaced, { orderId: 'o-1' });
         await bus.whenIdle({ includeDelayed: false });
+        // Older than a 1 ms keepAppliedMs, well before the retry is due.
+        clock.advance(2);
         await bus.publish(OrderPlaced, { orderId: 'o-1' });
         await bus.publish(OrderPlaced, { orderId: 'o-1' });
         await bus.whenIdle({ includeDelayed: false });
@@ -399,6 +409,194 @@ describe('Saga', () => {
         expect(bus.messagesOf(StockRequested)).toHaveLength(3);
       },
     );
+    it('forgets the oldest steps, even young ones, beyond 1 MiB of applied JSON, with a warning', async () => {
+      const store = new InMemorySagaStore({ clock });
+      const warnings: string[] = [];
+      @Saga('sagas.BigStock', { state: CounterState })
+      class BigStock {
+        @StartedBy(Counted, { correlate: 'counter' })
+        count(_payload: PayloadOf<typeof Counted>, ctx: SagaContext<{ count: number }>): void {
+          ctx.state.count += 1;
+          // About 300 KB per step: three fit in 1 MiB, not four.
+          ctx.publish(StockRequested, { orderId: 'x'.repeat(300_000) });
+        }
+      }
+      bus = await createTestBus({
+        clock,
+        sagas: [BigStock],
+        sagaStore: store,
+        definitions: [StockRequested],
+        deliveryOrder: 'fifo',
+        logger: { ...silentLogger, warn: (message) => warnings.push(message) },
+      });
+      const ids: string[] = [];
+      for (let i = 0; i < 6; i++) ids.push(await bus.publish(Counted, { counter: 'c-1' }));
+      await bus.whenIdle();
+      const instance = await store.get('sagas.BigStock', 'c-1');
+      expect(instance?.state).toEqual({ count: 6 });
+      expect(instance?.applied.map((a) => a.message)).toEqual(ids.slice(-3));
+      expect(Buffer.byteLength(JSON.stringify(instance?.applied))).toBeLessThanOrEqual(
+        SAGA_APPLIED_MAX_BYTES,
+      );
+      expect(warnings.some((w) => /forgot its 1 oldest applied steps/.test(w))).toBe(true);
+    });
+
+    describe('a step whose publish failed, redelivered after keepApplied later steps', () => {
+      const StockState = z.object({ paid: z.boolean().default(false) });
+
+      it('publishes the messages of a fired timeout that later steps pushed out of keepApplied', async () => {
+        const store = new InMemorySagaStore({ clock });
+        @Saga('sagas.DueStock', { state: StockState, keepApplied: 1 })
+        class DueStock {
+          @StartedBy(OrderPlaced, { correlate: 'orderId' })
+          placed(payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<{ paid: boolean }>): void {
+            ctx.requestTimeout(PaymentDue, 0, { orderId: payload.orderId });
+          }
+
+          @Handles(PaymentDue)
+          due(payload: PayloadOf<typeof PaymentDue>, ctx: SagaContext<{ paid: boolean }>): void {
+            ctx.publish(StockRequested, { orderId: payload.orderId });
+          }
+
+          @Handles(PaymentCaptured, { correlate: byReference })
+          paid(_payload: PayloadOf<typeof PaymentCaptured>, ctx: SagaContext<{ paid: boolean }>): void {
+            ctx.state.paid = true;
+          }
+        }
+        bus = await createTestBus({
+          clock,
+          sagas: [DueStock],
+          sagaStore: store,
+          definitions: [StockRequested],
+          deliveryOrder: 'fifo',
+        });
+        // The timeout's step saves (the timeout leaves the pending list), then its publish fails.
+        const failures = failStockPublish(bus, 1, () => Promise.resolve());
+        await bus.publish(OrderPlaced, { orderId: 'o-1' });
+        await bus.whenIdle({ includeDelayed: false });
+        expect(failures()).toBe(1);
+        await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
+        await bus.whenIdle();
+        expect(bus.messagesOf(StockRequested).map((m) => m.payload)).toEqual([{ orderId: 'o-1' }]);
+        const instance = await store.get('sagas.DueStock', 'o-1');
+        expect(instance).toMatchObject({ state: { paid: true }, timeouts: [] });
+      });
+
+      it('publishes the messages of a step whose instance later steps completed', async () => {
+        const store = new InMemorySagaStore({ clock });
+        @Saga('sagas.CompletedStock', { state: StockState, keepApplied: 1, onCompleted: 'dead-letter' })
+        class CompletedStock {
+          @StartedBy(OrderPlaced, { correlate: 'orderId' })
+          placed(payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<{ paid: boolean }>): void {
+            ctx.publish(StockRequested, { orderId: payload.orderId });
+          }
+
+          @Handles(PaymentCaptured, { correlate: byReference })
+          paid(_payload: PayloadOf<typeof PaymentCaptured>, ctx: SagaContext<{ paid: boolean }>): void {
+            ctx.state.paid = true;
+          }
+
+          @Handles(OrderReady, { correlate: 'orderId' })
+          ready(_payload: PayloadOf<typeof OrderReady>, ctx: SagaContext<{ paid: boolean }>): void {
+            ctx.complete();
+          }
+        }
+        bus = await createTestBus({
+          clock,
+          sagas: [CompletedStock],
+          sagaStore: store,
+          definitions: [StockRequested],
+          deliveryOrder: 'fifo',
+        });
+        failStockPublish(bus, 1, () => Promise.resolve());
+        await bus.publish(OrderPlaced, { orderId: 'o-1' });
+        await bus.whenIdle({ includeDelayed: false });
+        await bus.publish(PaymentCaptured, { reference: 'pay:o-1' });
+        await bus.publish(OrderReady, { orderId: 'o-1' });
+        await bus.whenIdle({ includeDelayed: false });
+        expect((await store.get('sagas.CompletedStock', 'o-1'))?.status).toBe('completed');
+        await bus.whenIdle();
+        expect(bus.messagesOf(StockRequested)).toHaveLength(1);
+        expect(await bus.deadLetters.count()).toBe(0);
+      });
+    });
+  });
+
+  describe('loading a stored instance', () => {
+    const SeenState = z.object({ count: z.number().default(0), seen: z.array(z.string()).default([]) });
+
+    @Saga('sagas.Seen', { state: SeenState })
+    class SeenSaga {
+      @StartedBy(Counted, { correlate: 'counter' })
+      count(_payload: PayloadOf<typeof Counted>, ctx: SagaContext<z.output<typeof SeenState>>): void {
+        ctx.state.count += 1;
+        ctx.state.seen.push(ctx.messageId);
+      }
+    }
+
+    it('parses the stored state with the schema: a field added later gets its default', async () => {
+      const store = new InMemorySagaStore({ clock });
+      // Saved before the saga's schema had `seen`.
+      await store.save(
+        {
+          saga: 'sagas.Seen',
+          id: 'c-1',
+          state: { count: 1 },
+          status: 'active',
+          timeouts: [],
+          now: clock.now(),
+        },
+        0,
+      );
+      bus = await createTestBus({ clock, sagas: [SeenSaga], sagaStore: store });
+      const id = await bus.publish(Counted, { counter: 'c-1' });
+      await bus.whenIdle();
+      expect(await bus.deadLetters.count()).toBe(0);
+      expect((await store.get('sagas.Seen', 'c-1'))?.state).toEqual({ count: 2, seen: [id] });
+    });
+
+    it('dead-letters a message whose instance has a stored state the schema refuses, naming the fix', async () => {
+      const store = new InMemorySagaStore({ clock });
+      await store.save(
+        {
+          saga: 'sagas.Seen',
+          id: 'c-1',
+          state: { count: 'one' },
+          status: 'active',
+          timeouts: [],
+          now: clock.now(),
+        },
+        0,
+      );
+      bus = await createTestBus({ clock, sagas: [SeenSaga], sagaStore: store });
+      await bus.publish(Counted, { counter: 'c-1' });
+      await bus.whenIdle();
+      const { records } = await bus.deadLetters.list();
+      expect(records).toHaveLength(1);
+      expect(records[0]?.error.message).toMatch(
+        /stored state .*migrate the stored state or relax the schema/s,
+      );
+      expect((await store.get('sagas.Seen', 'c-1'))?.version).toBe(1);
+    });
+
+    it('runs a step on an instance from a store that leaves applied out', async () => {
+      /** A third-party store that keeps no redelivery bookkeeping. */
+      class NoAppliedStore extends InMemorySagaStore {
+        override async get(saga: string, id: string) {
+          const instance = await super.get(saga, id);
+          if (instance === undefined) return undefined;
+          const { applied: _applied, ...rest } = instance;
+          return rest as typeof instance;
+        }
+      }
+      const store = new NoAppliedStore({ clock });
+      bus = await createTestBus({ clock, sagas: [SeenSaga], sagaStore: store });
+      await bus.publish(Counted, { counter: 'c-1' });
+      await bus.publish(Counted, { counter: 'c-1' });
+      await bus.whenIdle();
+      expect(await bus.deadLetters.count()).toBe(0);
+      expect((await store.get('sagas.Seen', 'c-1'))?.state).toMatchObject({ count: 2 });
+    });
   });
 
   describe('conflictTries', () => {
