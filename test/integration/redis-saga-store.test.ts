@@ -95,6 +95,36 @@ describe(RedisSagaStore, () => {
         expect(await redis.client.smembers(`${prefix}:saga:names`)).toEqual(['fulfilment']);
       });
     });
+    describe('when the instances hold many large applied steps', () => {
+      it('reads neither their applied steps nor more instances than the page needs', async () => {
+        const store = open();
+        // 64 steps of 4 KB each: 256 KB per instance, 52 MB over 200 instances.
+        const body = 'x'.repeat(4096);
+        const applied = Array.from({ length: 64 }, (_, n) => ({
+          message: `m-${n}`,
+          outgoing: [{ id: `out-${n}`, kind: 'event' as const, type: 'a.B', body }],
+          at: T0,
+        }));
+        for (let batch = 0; batch < 200; batch += 20) {
+          await Promise.all(
+            Array.from({ length: 20 }, (_, i) =>
+              store.save(write(`o-${String(batch + i).padStart(3, '0')}`, { applied }), 0),
+            ),
+          );
+        }
+        const sent = async (): Promise<number> =>
+          Number(/total_net_output_bytes:(\d+)/.exec(await redis.client.info('stats'))?.[1]);
+
+        const before = await sent();
+        const page = await store.list({ saga: 'fulfilment' }, { limit: 1 });
+        const after = await sent();
+        expect(page.instances.map((i) => i.id)).toEqual(['o-000']);
+        expect(page.instances[0]).not.toHaveProperty('applied');
+        expect(page.next).toBeDefined();
+        expect(after - before).toBeLessThan(2 * 1024 * 1024);
+        expect((await store.get('fulfilment', 'o-000'))?.applied).toHaveLength(64);
+      });
+    });
   });
 
   describe('when the given client has a keyPrefix', () => {
