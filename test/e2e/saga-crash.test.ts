@@ -95,6 +95,10 @@ describe('Saga step killed with SIGKILL', () => {
                 timeoutMs: 10_000,
               },
             );
+          } else {
+            expect(ofType(PaymentBooked.type), 'the first event was not published before the kill').toEqual(
+              [],
+            );
           }
           expect(ofType(ReceiptIssued.type), 'the second event was not published before the kill').toEqual(
             [],
