@@ -818,6 +818,8 @@ describe('Saga', () => {
     it.each([
       ['keepApplied', 0],
       ['keepApplied', 1.5],
+      ['keepAppliedMs', 0],
+      ['keepAppliedMs', 60.5],
       ['conflictTries', 0],
       ['conflictTries', -1],
       ['conflictTries', Number.NaN],
@@ -831,9 +833,9 @@ describe('Saga', () => {
       );
     });
 
-    it('takes keepApplied and conflictTries of at least 1', () => {
+    it('takes keepApplied, keepAppliedMs and conflictTries of at least 1', () => {
       expect(() =>
-        Saga('sagas.Valid', { state: CounterState, keepApplied: 1, conflictTries: 1 }),
+        Saga('sagas.Valid', { state: CounterState, keepApplied: 1, keepAppliedMs: 1, conflictTries: 1 }),
       ).not.toThrow();
     });
 
