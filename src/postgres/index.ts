@@ -1,0 +1,22 @@
+/**
+ * The `harrier/postgres` entry point: the outbox and its relay, the inbox, and the checkpoint and
+ * saga stores on PostgreSQL, in the application's own database.
+ *
+ * @remarks
+ * pg is an optional peer dependency. Values that need it come through `layer` below (loaded with
+ * `import()` after checking pg is installed), so an app without it gets HarrierError
+ * `missing-dependency` naming `npm install pg`; never `export { … } from` a module that imports pg.
+ * Because of the top-level await, `require('harrier/postgres')` is not supported; use `import`.
+ */
+import { loadPostgresLayer } from './load-postgres-layer.js';
+
+export type { PostgresConnectionOptions } from './postgres-connection.js';
+export { describePostgres, describePostgresUrl } from './postgres-connection.js';
+export type { MigratePostgresOptions, MigrationReport } from './migrate-postgres.js';
+export { DEFAULT_POSTGRES_SCHEMA } from './postgres-schema.js';
+export { SCHEMA_VERSION } from './migrations.js';
+
+const layer = await loadPostgresLayer();
+
+/** Creates or upgrades Harrier's tables in a schema (see migrate-postgres.ts). */
+export const migratePostgres = layer.migratePostgres;

@@ -1,0 +1,6 @@
+/**
+ * Everything of the PostgreSQL layer that needs pg at run time, in one module that
+ * `loadPostgresLayer` imports with `import()` once it has checked that pg is installed. Import it
+ * only that way (a type-only import is fine).
+ */
+export { migratePostgres } from './migrate-postgres.js';
