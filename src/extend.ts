@@ -132,4 +132,4 @@ export {
   sagaPageLimit,
   serializeSagaWrite,
 } from './sagas/index.js';
-export type { SagaCursorPosition } from './sagas/index.js';
+export type { SagaCursorPosition, SerializedSagaWrite } from './sagas/index.js';

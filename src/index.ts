@@ -134,6 +134,7 @@ export {
   Handles,
   InMemorySagaStore,
   SAGA_APPLIED_KEPT,
+  SAGA_CONFLICT_TRIES,
   Saga,
   StartedBy,
   sagaStateOf,
@@ -141,6 +142,7 @@ export {
 export type {
   HandlesOptions,
   InMemorySagaStoreOptions,
+  SagaAppliedStep,
   SagaContext,
   SagaCorrelation,
   SagaInstance,

@@ -12,14 +12,18 @@ import {
   type MessageBroker,
   type MessageBus,
   type RetryOptions,
+  type SagaStore,
 } from '../../src/index.js';
 import {
   ChargePayment,
   NotifyLegacyCrm,
   PlaceOrderHandler,
+  ReleaseStockHandler,
   ReserveStockHandler,
   ReserveStockOnOrderPlaced,
+  ShipOrderHandler,
 } from './handlers.js';
+import { OrderFulfilment } from './order-fulfilment.js';
 import { ListOrderSummariesHandler, OrderSummaryProjection, OrderSummaryStore } from './projection.js';
 import {
   Inventory,
@@ -37,9 +41,17 @@ export const ORDERS_HANDLERS = [
   ReserveStockHandler,
   ChargePayment,
   NotifyLegacyCrm,
+  ShipOrderHandler,
+  ReleaseStockHandler,
   OrderSummaryProjection,
   ListOrderSummariesHandler,
 ];
+
+/** Every saga of the orders endpoint. */
+export const ORDERS_SAGAS = [OrderFulfilment];
+
+/** How long an order may wait for its payment in production: 15 minutes. */
+export const DEFAULT_PAYMENT_DUE_MS = 15 * 60_000;
 
 /** Options of {@link createOrdersBus}. */
 export interface OrdersBusOptions {
@@ -78,6 +90,21 @@ export interface OrdersBusOptions {
    * @defaultValue a simulated CRM that is available
    */
   readonly legacyCrm?: LegacyCrm;
+  /**
+   * The warehouse.
+   * @defaultValue an inventory that is never busy
+   */
+  readonly inventory?: Inventory;
+  /**
+   * Where the fulfilment saga's instances are stored.
+   * @defaultValue a new in-memory store
+   */
+  readonly sagaStore?: SagaStore;
+  /**
+   * How long after an order is placed the fulfilment saga cancels it when it is still unpaid.
+   * @defaultValue {@link DEFAULT_PAYMENT_DUE_MS} (15 minutes)
+   */
+  readonly paymentDueMs?: number;
 }
 
 /**
@@ -87,7 +114,10 @@ export interface OrdersBusOptions {
 export function createOrdersBus(options: OrdersBusOptions = {}): MessageBus {
   const container = new Container();
   container.bind(OrderSummaryStore).toSelf().inSingletonScope();
-  container.bind(Inventory).toSelf().inSingletonScope();
+  container.bind(Inventory).toConstantValue(options.inventory ?? new Inventory());
+  container
+    .bind<number>(OrdersTokens.PaymentDueMs)
+    .toConstantValue(options.paymentDueMs ?? DEFAULT_PAYMENT_DUE_MS);
   container
     .bind<PaymentGateway>(OrdersTokens.PaymentGateway)
     .toConstantValue(options.paymentGateway ?? new SimulatedPaymentGateway());
@@ -99,10 +129,12 @@ export function createOrdersBus(options: OrdersBusOptions = {}): MessageBus {
     endpoint: 'orders',
     container,
     handlers: ORDERS_HANDLERS,
+    sagas: ORDERS_SAGAS,
     retry: options.retry ?? { backoff: { baseMs: 100, maxMs: 2_000 } },
     logger: options.logger ?? silentLogger,
     ...(options.broker !== undefined ? { broker: options.broker } : {}),
     ...(options.deadLetters !== undefined ? { deadLetters: options.deadLetters } : {}),
     ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
+    ...(options.sagaStore !== undefined ? { sagaStore: options.sagaStore } : {}),
   });
 }

@@ -11,7 +11,15 @@ import {
   type MessageContext,
   type PayloadOf,
 } from '../../src/index.js';
-import { OrderPlaced, PaymentCharged, PlaceOrder, ReserveStock, StockReserved } from './messages.js';
+import {
+  OrderPlaced,
+  PaymentCharged,
+  PlaceOrder,
+  ReleaseStock,
+  ReserveStock,
+  ShipOrder,
+  StockReserved,
+} from './messages.js';
 import { Inventory, OrdersTokens, type LegacyCrm, type PaymentGateway } from './services.js';
 
 /** Accepts an order and records `OrderPlaced`, published only once this handler succeeds. */
@@ -24,6 +32,7 @@ export class PlaceOrderHandler implements HandlesCommand<typeof PlaceOrder> {
       customer: order.customer,
       lines: order.lines,
       totalCents,
+      payment: order.payment,
     });
   }
 }
@@ -49,8 +58,9 @@ export class ReserveStockHandler implements HandlesCommand<typeof ReserveStock> 
 }
 
 /**
- * Charges the customer when an order is placed. The gateway may time out: the error is retried
- * with backoff under the bus's retry policy (5 attempts).
+ * Charges the customer's card when an order is placed. The gateway may time out: the error is
+ * retried with backoff under the bus's retry policy (5 attempts). An order paid by bank transfer is
+ * not charged: it waits for the customer's transfer (which, in the example, never comes).
  */
 @injectable()
 @EventHandler(OrderPlaced, { name: 'ChargePayment' })
@@ -58,6 +68,7 @@ export class ChargePayment implements HandlesEvent<typeof OrderPlaced> {
   constructor(@inject(OrdersTokens.PaymentGateway) private readonly payments: PaymentGateway) {}
 
   async handle(event: PayloadOf<typeof OrderPlaced>, ctx: MessageContext): Promise<void> {
+    if (event.payment !== 'card') return;
     const paymentId = await this.payments.charge(event.orderId, event.totalCents);
     ctx.publish(PaymentCharged, { orderId: event.orderId, paymentId, amountCents: event.totalCents });
   }
@@ -75,5 +86,27 @@ export class NotifyLegacyCrm implements HandlesEvent<typeof OrderPlaced> {
 
   async handle(event: PayloadOf<typeof OrderPlaced>): Promise<void> {
     await this.crm.notifyOrderPlaced(event.orderId, event.customer);
+  }
+}
+
+/** Ships an order the fulfilment saga found paid and reserved: its stock leaves the warehouse. */
+@injectable()
+@CommandHandler(ShipOrder)
+export class ShipOrderHandler implements HandlesCommand<typeof ShipOrder> {
+  constructor(@inject(Inventory) private readonly inventory: Inventory) {}
+
+  handle(command: PayloadOf<typeof ShipOrder>): void {
+    this.inventory.release(command.orderId);
+  }
+}
+
+/** Gives back the stock of an order the fulfilment saga cancelled. */
+@injectable()
+@CommandHandler(ReleaseStock)
+export class ReleaseStockHandler implements HandlesCommand<typeof ReleaseStock> {
+  constructor(@inject(Inventory) private readonly inventory: Inventory) {}
+
+  handle(command: PayloadOf<typeof ReleaseStock>): void {
+    this.inventory.release(command.orderId);
   }
 }

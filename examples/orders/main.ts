@@ -3,20 +3,32 @@
  *
  * Run it with `npm start`. The story:
  * - PlaceOrder is handled and records OrderPlaced, published once the handler succeeds;
- * - OrderPlaced fans out to four subscriptions: ReserveStockOnOrderPlaced (sends ReserveStock),
- *   ChargePayment, NotifyLegacyCrm and the OrderSummary projection;
- * - the payment gateway times out twice for order o-1002, so ChargePayment retries with backoff;
+ * - OrderPlaced fans out to five subscriptions: ReserveStockOnOrderPlaced (sends ReserveStock),
+ *   ChargePayment, NotifyLegacyCrm, the OrderSummary projection and the orders.Fulfilment saga;
+ * - the payment gateway times out twice for order o-1002, so ChargePayment retries with backoff,
+ *   and the warehouse is busy twice for o-1001, so ReserveStock does;
  * - the legacy CRM is down, so NotifyLegacyCrm dead-letters each order after 3 attempts, while the
  *   other subscriptions of the same events carry on;
- * - a query reads the order-summary read model; the dead letters are listed, then replayed once the
- *   CRM is back.
+ * - the fulfilment saga (order-fulfilment.ts) ships o-1001 (paid before its stock is reserved) and
+ *   o-1002 (paid after), and cancels o-1003 (by bank transfer, never paid) when its payment is due,
+ *   after 2 s here instead of 15 minutes;
+ * - a query reads the order-summary read model, the saga store tells how each order ended; the dead
+ *   letters are listed, then replayed once the CRM is back.
  */
-import { MessageValidationError } from '../../src/index.js';
+import { InMemorySagaStore, MessageValidationError } from '../../src/index.js';
 import { BusActivity } from './activity.js';
 import { createOrdersBus } from './app.js';
 import { ListOrderSummaries, PlaceOrder } from './messages.js';
-import { ORDERS, PER_ORDER, dollars } from './sample-orders.js';
-import { SimulatedLegacyCrm, SimulatedPaymentGateway } from './services.js';
+import { fulfilmentLines } from './order-fulfilment.js';
+import {
+  EXAMPLE_PAYMENT_DUE_MS,
+  GATEWAY_TIMEOUTS,
+  ORDERS,
+  WAREHOUSE_BUSY,
+  dollars,
+  expectedDeliveries,
+} from './sample-orders.js';
+import { Inventory, SimulatedLegacyCrm, SimulatedPaymentGateway } from './services.js';
 
 const TIMEOUT_MS = 8_000;
 
@@ -24,14 +36,21 @@ const print = (line = ''): void => void process.stdout.write(`${line}\n`);
 
 const crm = new SimulatedLegacyCrm({ available: false });
 const activity = new BusActivity(print);
+const sagaStore = new InMemorySagaStore();
 const bus = createOrdersBus({
   hooks: activity.hooks,
-  paymentGateway: new SimulatedPaymentGateway({ timeouts: { 'o-1002': 2 } }),
+  paymentGateway: new SimulatedPaymentGateway({ timeouts: GATEWAY_TIMEOUTS }),
+  inventory: new Inventory({ busy: WAREHOUSE_BUSY }),
   legacyCrm: crm,
+  sagaStore,
+  paymentDueMs: EXAMPLE_PAYMENT_DUE_MS,
 });
 
 print(`Harrier orders example: endpoint "${bus.endpoint}" on the in-memory broker`);
 print('The payment gateway will time out twice for o-1002; the legacy CRM is down.');
+print(
+  `The warehouse is busy twice for o-1001; o-1003 is paid by bank transfer, which never comes (payment due after ${EXAMPLE_PAYMENT_DUE_MS / 1000} s).`,
+);
 print();
 
 try {
@@ -61,10 +80,7 @@ try {
     );
   }
 
-  await activity.waitFor(
-    { handled: ORDERS.length * PER_ORDER.handled, deadLettered: ORDERS.length * PER_ORDER.deadLettered },
-    TIMEOUT_MS,
-  );
+  await activity.waitFor(expectedDeliveries(ORDERS), TIMEOUT_MS);
 
   const summaries = await bus.execute(ListOrderSummaries, {});
   print();
@@ -77,6 +93,10 @@ try {
       `  ${s.orderId.padEnd(8)}${s.customer.padEnd(10)}${String(s.items).padEnd(7)}${dollars(s.totalCents).padEnd(10)}${(s.reservationId ?? '-').padEnd(10)}${s.paymentId ?? '-'}`,
     );
   }
+
+  print();
+  print('Order fulfilment (the orders.Fulfilment saga instances in the saga store):');
+  for (const line of await fulfilmentLines(sagaStore, EXAMPLE_PAYMENT_DUE_MS)) print(`  ${line}`);
 
   const { records } = await bus.deadLetters.list();
   print();

@@ -7,9 +7,11 @@
  * - two workers (examples/orders/redis-worker.ts) start the same `createOrdersBus` on a
  *   `BullMqBroker` and a `RedisDeadLetterStore`, under a key prefix made for this run;
  * - this process sends three PlaceOrder commands and waits until the workers report every handled
- *   delivery over IPC and the three NotifyLegacyCrm dead letters are in Redis;
+ *   delivery over IPC (the saga's payment timeouts included, 2 s after the orders) and the three
+ *   NotifyLegacyCrm dead letters are in Redis;
  * - it prints which worker handled what, the order summaries (each worker's read model holds the
- *   events it happened to project, so they are merged here) and the dead letters read from Redis;
+ *   events it happened to project, so they are merged here), how the fulfilment saga ended each
+ *   order (its instances read from Redis with a RedisSagaStore) and the dead letters read from Redis;
  * - the CRM comes back in both workers, this process replays the dead letters from Redis, and
  *   whichever worker takes them notifies the CRM;
  * - it stops the workers with SIGTERM (each runs `bus.stop()`), deletes the run's keys and exits 0.
@@ -22,9 +24,15 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { createBus, MessageValidationError, silentLogger } from '../../src/index.js';
-import { BullMqBroker, RedisDeadLetterStore, describeRedisUrl } from '../../src/redis/index.js';
+import {
+  BullMqBroker,
+  RedisDeadLetterStore,
+  RedisSagaStore,
+  describeRedisUrl,
+} from '../../src/redis/index.js';
 import { PlaceOrder, type OrderSummary } from './messages.js';
-import { ORDERS, PER_ORDER, dollars } from './sample-orders.js';
+import { fulfilmentLines } from './order-fulfilment.js';
+import { EXAMPLE_PAYMENT_DUE_MS, ORDERS, dollars, expectedDeliveries } from './sample-orders.js';
 import { WORKER_ENV, type ActivityReport, type ProducerMessage, type WorkerMessage } from './redis-ipc.js';
 
 const WORKERS = 2;
@@ -248,6 +256,8 @@ const producer = createBus({
   definitions: [PlaceOrder],
   logger: silentLogger,
 });
+/** The workers' saga store, read here to tell how each order ended. */
+const sagaStore = new RedisSagaStore({ connection: url, prefix });
 const workers: WorkerProcess[] = [];
 
 let cleaning: Promise<void> | undefined;
@@ -260,6 +270,7 @@ function cleanUp(): Promise<void> {
       if (codes[i] !== 0) process.exitCode = 1;
     });
     await producer.stop();
+    await sagaStore.close();
     const deleted = await deleteRunKeys().catch((error: unknown) => {
       print(`Could not delete the keys under ${prefix}: ${messageOf(error)}`);
       process.exitCode = 1;
@@ -284,6 +295,9 @@ for (const [signal, code] of [
 
 print(`Harrier orders example on Redis at ${where}, key prefix ${prefix}`);
 print('The payment gateway times out twice for o-1002 in each worker; the legacy CRM is down.');
+print(
+  `The warehouse is busy twice for o-1001; o-1003 is paid by bank transfer, which never comes (payment due after ${EXAMPLE_PAYMENT_DUE_MS / 1000} s).`,
+);
 print();
 
 try {
@@ -316,10 +330,7 @@ try {
     );
   }
 
-  const expected = {
-    handled: ORDERS.length * PER_ORDER.handled,
-    deadLettered: ORDERS.length * PER_ORDER.deadLettered,
-  };
+  const expected = expectedDeliveries(ORDERS);
   const handled = (): number => workers.reduce((sum, w) => sum + w.handled, 0);
   await waitUntil(
     async () =>
@@ -361,6 +372,10 @@ try {
       `  ${s.orderId.padEnd(8)}${s.customer.padEnd(10)}${String(s.items).padEnd(7)}${dollars(s.totalCents).padEnd(10)}${(s.reservationId ?? '-').padEnd(10)}${s.paymentId ?? '-'}`,
     );
   }
+
+  print();
+  print('Order fulfilment (the orders.Fulfilment saga instances, read from Redis):');
+  for (const line of await fulfilmentLines(sagaStore, EXAMPLE_PAYMENT_DUE_MS)) print(`  ${line}`);
 
   const { records } = await producer.deadLetters.list();
   print();

@@ -1,15 +1,16 @@
 /**
  * One worker process of the Redis orders example: the orders endpoint on a BullMqBroker, with dead
- * letters in Redis. Every worker on the same prefix competes for the same queues.
+ * letters and saga instances in Redis. Every worker on the same prefix competes for the same queues.
  *
  * Started by redis-main.ts through `child_process.fork`; it reports what its bus does over IPC and
  * stops gracefully on SIGTERM (`bus.stop()` drains in-flight handlers, then closes every connection).
  */
-import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
+import { BullMqBroker, RedisDeadLetterStore, RedisSagaStore } from '../../src/redis/index.js';
 import { createOrdersBus } from './app.js';
 import { ListOrderSummaries } from './messages.js';
 import { WORKER_ENV, type ActivityReport, type ProducerMessage, type WorkerMessage } from './redis-ipc.js';
-import { SimulatedLegacyCrm, SimulatedPaymentGateway } from './services.js';
+import { EXAMPLE_PAYMENT_DUE_MS, GATEWAY_TIMEOUTS, WAREHOUSE_BUSY } from './sample-orders.js';
+import { Inventory, SimulatedLegacyCrm, SimulatedPaymentGateway } from './services.js';
 
 const url = process.env[WORKER_ENV.url];
 const prefix = process.env[WORKER_ENV.prefix];
@@ -39,9 +40,15 @@ const crm = new SimulatedLegacyCrm({ available: false });
 const bus = createOrdersBus({
   broker: new BullMqBroker({ connection: url, prefix }),
   deadLetters: new RedisDeadLetterStore({ connection: url, prefix }),
+  // Both workers run the saga's steps; the store's compare-and-set keeps their updates of one
+  // order from overwriting each other.
+  sagaStore: new RedisSagaStore({ connection: url, prefix }),
+  paymentDueMs: EXAMPLE_PAYMENT_DUE_MS,
   // The same story as `npm start`, in every worker: whichever worker takes o-1002's ChargePayment
-  // sees its two timeouts (an ordered message is retried by the worker that holds it).
-  paymentGateway: new SimulatedPaymentGateway({ timeouts: { 'o-1002': 2 } }),
+  // (or o-1001's ReserveStock) sees its two failures (an ordered message is retried by the worker
+  // that holds it).
+  paymentGateway: new SimulatedPaymentGateway({ timeouts: GATEWAY_TIMEOUTS }),
+  inventory: new Inventory({ busy: WAREHOUSE_BUSY }),
   legacyCrm: crm,
   hooks: {
     onHandled: ({ envelope, handler, attempt }) => {

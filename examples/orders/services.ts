@@ -2,7 +2,6 @@
  * The services the handlers depend on, with simulated implementations so the example runs
  * anywhere. Handlers receive them through inversify with explicit tokens.
  */
-import { injectable } from 'inversify';
 import type { PayloadOf } from '../../src/index.js';
 import type { ReserveStock } from './messages.js';
 
@@ -10,6 +9,8 @@ import type { ReserveStock } from './messages.js';
 export const OrdersTokens = {
   PaymentGateway: Symbol.for('orders/PaymentGateway'),
   LegacyCrm: Symbol.for('orders/LegacyCrm'),
+  /** The fulfilment saga's payment delay in milliseconds (a number). */
+  PaymentDueMs: Symbol.for('orders/PaymentDueMs'),
 } as const;
 
 /** Charges customers. */
@@ -67,19 +68,46 @@ export class SimulatedLegacyCrm implements LegacyCrm {
   }
 }
 
+/** Options of {@link Inventory}. */
+export interface InventoryOptions {
+  /**
+   * How many times the warehouse system is busy for each order id before its reservation goes
+   * through.
+   * @defaultValue `{}` (never busy)
+   */
+  readonly busy?: Readonly<Record<string, number>>;
+}
+
 /** Stock levels, reserved per order. A singleton: one warehouse per process. */
-@injectable()
 export class Inventory {
   #next = 1;
   readonly #reservations = new Map<string, string>();
+  readonly #busyLeft: Map<string, number>;
+
+  constructor(options: InventoryOptions = {}) {
+    this.#busyLeft = new Map(Object.entries(options.busy ?? {}));
+  }
 
   /** Reserves an order's lines; reserving the same order twice returns the first reservation. */
   reserve(orderId: string, _lines: PayloadOf<typeof ReserveStock>['lines']): string {
+    const busy = this.#busyLeft.get(orderId) ?? 0;
+    if (busy > 0) {
+      this.#busyLeft.set(orderId, busy - 1);
+      throw new Error('Warehouse system busy');
+    }
     // At-least-once delivery means the same command may arrive twice: reserve idempotently.
     const existing = this.#reservations.get(orderId);
     if (existing !== undefined) return existing;
     const reservationId = `res-${String(this.#next++).padStart(4, '0')}`;
     this.#reservations.set(orderId, reservationId);
     return reservationId;
+  }
+
+  /**
+   * Lets go of an order's reservation, because it shipped or was cancelled; true when this process
+   * held it (each process of the Redis example has a warehouse of its own). Idempotent.
+   */
+  release(orderId: string): boolean {
+    return this.#reservations.delete(orderId);
   }
 }

@@ -1,4 +1,9 @@
-import type { SagaInstance, SagaListFilter, SagaTimeoutRecord } from '../sagas/saga-store.js';
+import type {
+  SagaAppliedStep,
+  SagaInstance,
+  SagaListFilter,
+  SagaTimeoutRecord,
+} from '../sagas/saga-store.js';
 import { GLOBAL_HELP, contextOf, openAdmin, parse } from './cli-context.js';
 import {
   ExitCode,
@@ -13,12 +18,15 @@ import {
 } from './cli-io.js';
 import { help, positiveInteger } from './cli-args.js';
 
+/** Applied steps `sagas show` prints on a terminal; `--json` gives them all. */
+const SHOWN_APPLIED = 10;
+
 /** Help of `harrier sagas`. */
 export const SAGAS_HELP = `Usage: harrier sagas <command> [options]
 
 Commands:
   list [saga]        saga instances: status, version, pending timeouts
-  show <saga> <id>   one instance in full: state, version, pending timeouts
+  show <saga> <id>   one instance in full: state, version, pending timeouts, applied steps
 
 ${GLOBAL_HELP}
 `;
@@ -39,8 +47,10 @@ ${GLOBAL_HELP}
 
 const SHOW_HELP = `Usage: harrier sagas show <saga> <id> [--json]
 
-One saga instance: status, version, start, last update and completion times, pending timeouts and
-its state. Exits 4 when there is no such instance (never saved, removed, or past its retention).
+One saga instance: status, version, start, last update and completion times, pending timeouts, its
+state, and the steps it remembers for redeliveries (newest first: the message each handled and the
+types of the messages it recorded, never their bodies; the latest ${SHOWN_APPLIED} on a terminal, all with
+--json). Exits 4 when there is no such instance (never saved, removed, or past its retention).
 
 ${GLOBAL_HELP}
 `;
@@ -56,7 +66,13 @@ const timeoutJson = (t: SagaTimeoutRecord): Record<string, unknown> => ({
   dueAt: iso(t.dueAt),
 });
 
-/** An instance as JSON, times as ISO 8601; the state only when asked for. */
+/** An applied step as JSON: the ids and types of what it recorded, without bodies. */
+const appliedJson = (step: SagaAppliedStep): Record<string, unknown> => ({
+  message: step.message,
+  outgoing: step.outgoing.map((m) => ({ id: m.id, kind: m.kind, type: m.type })),
+});
+
+/** An instance as JSON, times as ISO 8601; the state and applied steps only when asked for. */
 function instanceJson(instance: SagaInstance, withState: boolean): Record<string, unknown> {
   return {
     saga: instance.saga,
@@ -67,8 +83,29 @@ function instanceJson(instance: SagaInstance, withState: boolean): Record<string
     updatedAt: iso(instance.updatedAt),
     completedAt: instance.completedAt === undefined ? null : iso(instance.completedAt),
     timeouts: instance.timeouts.map(timeoutJson),
-    ...(withState ? { state: instance.state } : {}),
+    ...(withState ? { state: instance.state, applied: instance.applied.map(appliedJson) } : {}),
   };
+}
+
+/** What an applied step recorded, for a line: `3 messages: orders.Shipped x2, orders.Billed`. */
+function recordedSummary(step: SagaAppliedStep): string {
+  const count = step.outgoing.length;
+  if (count === 0) return 'no messages';
+  const byType = new Map<string, number>();
+  for (const m of step.outgoing) byType.set(m.type, (byType.get(m.type) ?? 0) + 1);
+  const types = [...byType].map(([type, n]) => (n > 1 ? `${type} x${n}` : type)).join(', ');
+  return `${count} message${count === 1 ? '' : 's'}: ${types}`;
+}
+
+/** The latest applied steps, newest first, as indented lines. */
+function appliedLines(applied: readonly SagaAppliedStep[]): string[] {
+  if (applied.length === 0) return ['  none'];
+  const shown = applied.slice(-SHOWN_APPLIED).reverse();
+  const older = applied.length - shown.length;
+  return [
+    ...shown.map((step) => `  ${step.message}  ${recordedSummary(step)}`),
+    ...(older > 0 ? [`  ... ${older} older (--json lists them all)`] : []),
+  ];
 }
 
 /** The earliest pending timeout, for a table cell. */
@@ -172,6 +209,9 @@ async function showCommand(argv: readonly string[], io: CliIo): Promise<number> 
     ...JSON.stringify(instance.state, null, 2)
       .split('\n')
       .map((line) => `  ${line}`),
+    '',
+    `Applied steps, newest first (${instance.applied.length} remembered for redeliveries):`,
+    ...appliedLines(instance.applied),
   ];
   io.stdout.write(`${lines.join('\n')}\n`);
   return ExitCode.ok;

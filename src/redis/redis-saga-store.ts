@@ -8,6 +8,7 @@ import {
   encodeSagaCursor,
   sagaPageLimit,
   serializeSagaWrite,
+  type SagaAppliedStep,
   type SagaInstance,
   type SagaListFilter,
   type SagaPage,
@@ -66,13 +67,23 @@ export interface RedisSagaStoreOptions {
 const SCAN_CHUNK = 200;
 
 /** The fields of an instance's hash, in the order the scripts return them. */
-const FIELDS = ['state', 'status', 'version', 'startedAt', 'updatedAt', 'completedAt', 'timeouts'] as const;
+const FIELDS = [
+  'state',
+  'status',
+  'version',
+  'startedAt',
+  'updatedAt',
+  'completedAt',
+  'timeouts',
+  'applied',
+] as const;
 const HMGET_FIELDS = FIELDS.map((f) => `'${f}'`).join(', ');
 
 /**
  * KEYS: instance, index, names. ARGV: expected version, state, status, timeouts, now, retention ms,
- * saga, id. Compare-and-set: returns {0, stored version} on a mismatch, else writes the instance,
- * sets or clears its expiry, indexes it, and returns {1, version, startedAt, completedAt or ''}.
+ * saga, id, applied. Compare-and-set: returns {0, stored version} on a mismatch, else writes the
+ * instance, sets or clears its expiry, indexes it, and returns {1, version, startedAt, completedAt
+ * or ''}.
  */
 const SAVE_SCRIPT = `
 local stored = redis.call('HMGET', KEYS[1], 'version', 'status', 'startedAt', 'completedAt')
@@ -81,7 +92,7 @@ if actual ~= tonumber(ARGV[1]) then return {0, actual} end
 local version = actual + 1
 local startedAt = stored[3] or ARGV[5]
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'status', ARGV[3], 'timeouts', ARGV[4], 'version', version,
-  'startedAt', startedAt, 'updatedAt', ARGV[5])
+  'startedAt', startedAt, 'updatedAt', ARGV[5], 'applied', ARGV[9])
 local completedAt = ''
 if ARGV[3] == 'completed' then
   completedAt = (stored[2] == 'completed' and stored[4]) or ARGV[5]
@@ -144,8 +155,8 @@ function compareNames(a: string, b: string): number {
  *
  * @remarks
  * Keys, all under the prefix's hash tag (one cluster slot):
- * - `<prefix>:saga:i:<saga length>:<saga>:<id>`: a hash per instance with fields `state` and
- *   `timeouts` (JSON), `status`, `version`, `startedAt`, `updatedAt`, `completedAt`.
+ * - `<prefix>:saga:i:<saga length>:<saga>:<id>`: a hash per instance with fields `state`,
+ *   `applied` and `timeouts` (JSON), `status`, `version`, `startedAt`, `updatedAt`, `completedAt`.
  * - `<prefix>:saga:index:<saga>`: a sorted set of the saga's ids (score 0, so ordered by bytes), for
  *   `list`.
  * - `<prefix>:saga:names`: a set of the saga names with an index.
@@ -208,21 +219,21 @@ export class RedisSagaStore implements SagaStore {
 
   save(write: SagaWrite, expectedVersion: number): Promise<SagaInstance> {
     return this.#run(async () => {
-      const state = serializeSagaWrite(write, expectedVersion);
-      const timeouts = write.timeouts.map(({ id, type, dueAt }) => ({ id, type, dueAt }));
+      const json = serializeSagaWrite(write, expectedVersion);
       const reply = (await evalScript(
         this.#client,
         SCRIPTS.save,
         [this.#instanceKey(write.saga, write.id), this.#indexKey(write.saga), this.#namesKey],
         [
           String(expectedVersion),
-          state,
+          json.state,
           write.status,
-          JSON.stringify(timeouts),
+          json.timeouts,
           String(write.now),
           String(this.#retentionMs),
           write.saga,
           write.id,
+          json.applied,
         ],
       )) as [number, number, string?, string?];
       const [ok, version, startedAt, completedAt] = reply;
@@ -230,13 +241,14 @@ export class RedisSagaStore implements SagaStore {
       return {
         saga: write.saga,
         id: write.id,
-        state: JSON.parse(state) as unknown,
+        state: JSON.parse(json.state) as unknown,
         version,
         status: write.status,
         startedAt: Number(startedAt),
         updatedAt: write.now,
         ...(completedAt === undefined || completedAt === '' ? {} : { completedAt: Number(completedAt) }),
-        timeouts,
+        timeouts: JSON.parse(json.timeouts) as SagaTimeoutRecord[],
+        applied: JSON.parse(json.applied) as SagaAppliedStep[],
       };
     });
   }
@@ -325,7 +337,7 @@ export class RedisSagaStore implements SagaStore {
   }
 
   #decode(saga: string, id: string, fields: readonly string[]): SagaInstance {
-    const [state, status, version, startedAt, updatedAt, completedAt, timeouts] = fields;
+    const [state, status, version, startedAt, updatedAt, completedAt, timeouts, applied] = fields;
     try {
       return {
         saga,
@@ -337,6 +349,8 @@ export class RedisSagaStore implements SagaStore {
         updatedAt: Number(updatedAt),
         ...(completedAt === undefined || completedAt === '' ? {} : { completedAt: Number(completedAt) }),
         timeouts: JSON.parse(timeouts ?? '') as SagaTimeoutRecord[],
+        // An instance saved before the field existed has none.
+        applied: applied === undefined || applied === '' ? [] : (JSON.parse(applied) as SagaAppliedStep[]),
       };
     } catch (error) {
       throw new HarrierError(

@@ -36,6 +36,7 @@ interface Entry {
   readonly saga: string;
   readonly id: string;
   readonly stateJson: string;
+  readonly appliedJson: string;
   readonly timeoutsJson: string;
   readonly version: number;
   readonly status: SagaInstance['status'];
@@ -50,10 +51,11 @@ interface Entry {
  * Keeps saga instances in this process's memory, for tests and single-process applications.
  *
  * @remarks
- * State is kept as JSON, as in every other store, so what `get` returns equals what a Redis store
- * would return (a `Date` comes back as a string) and never shares objects with the caller. Completed
- * instances disappear `completedRetentionMs` after their latest save, measured with the injected
- * clock (not the write's `now`) when the store is read, as Redis measures a key's TTL. Nothing survives the process.
+ * State and applied steps are kept as JSON, as in every other store, so what `get` returns equals
+ * what a Redis store would return (a `Date` comes back as a string) and never shares objects with
+ * the caller. Completed instances disappear `completedRetentionMs` after their latest save,
+ * measured with the injected clock (not the write's `now`) when the store is read, as Redis
+ * measures a key's TTL. Nothing survives the process.
  *
  * @example
  * ```ts
@@ -83,7 +85,7 @@ export class InMemorySagaStore implements SagaStore {
 
   save(write: SagaWrite, expectedVersion: number): Promise<SagaInstance> {
     return this.#run(() => {
-      const stateJson = serializeSagaWrite(write, expectedVersion);
+      const json = serializeSagaWrite(write, expectedVersion);
       const key = keyOf(write.saga, write.id);
       const stored = this.#live(key);
       const actual = stored?.version ?? 0;
@@ -99,8 +101,9 @@ export class InMemorySagaStore implements SagaStore {
       const entry: Entry = {
         saga: write.saga,
         id: write.id,
-        stateJson,
-        timeoutsJson: JSON.stringify(write.timeouts.map(({ id, type, dueAt }) => ({ id, type, dueAt }))),
+        stateJson: json.state,
+        appliedJson: json.applied,
+        timeoutsJson: json.timeouts,
         version: actual + 1,
         status: write.status,
         startedAt: stored?.startedAt ?? write.now,
@@ -189,5 +192,6 @@ function toInstance(entry: Entry): SagaInstance {
     updatedAt: entry.updatedAt,
     ...(entry.completedAt === undefined ? {} : { completedAt: entry.completedAt }),
     timeouts: JSON.parse(entry.timeoutsJson) as SagaInstance['timeouts'],
+    applied: JSON.parse(entry.appliedJson) as SagaInstance['applied'],
   };
 }

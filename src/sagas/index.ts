@@ -9,6 +9,7 @@ export {
   serializeSagaWrite,
 } from './saga-store.js';
 export type {
+  SagaAppliedStep,
   SagaCursorPosition,
   SagaInstance,
   SagaListFilter,
@@ -18,13 +19,15 @@ export type {
   SagaStore,
   SagaTimeoutRecord,
   SagaWrite,
+  SerializedSagaWrite,
 } from './saga-store.js';
 export { InMemorySagaStore } from './in-memory-saga-store.js';
 export type { InMemorySagaStoreOptions } from './in-memory-saga-store.js';
 export { Handles, Saga, StartedBy } from './saga-decorators.js';
 export type { HandlesOptions, SagaStepDescriptor, StartedByOptions } from './saga-decorators.js';
+export { SAGA_APPLIED_KEPT, SAGA_CONFLICT_TRIES } from './saga-metadata.js';
 export type { SagaCorrelation, SagaMissingRule, SagaOptions } from './saga-metadata.js';
 export type { SagaContext } from './saga-context.js';
 export { createSagaStepRunner } from './saga-step-runner.js';
 export type { SagaStepRunnerOptions } from './saga-step-runner.js';
-export { SAGA_APPLIED_KEPT, sagaStateOf } from './saga-state-of.js';
+export { sagaStateOf } from './saga-state-of.js';

@@ -4,6 +4,7 @@ import { setHandlerMetadata, type HandlerClass } from '../handlers/handler-metad
 import type { CommandDefinition, EventDefinition, PayloadOf } from '../messages/definition.js';
 import {
   addPendingSagaStep,
+  sagaLimitsOf,
   setSagaMetadata,
   takePendingSagaSteps,
   type SagaCorrelation,
@@ -42,6 +43,8 @@ export interface SagaStepDescriptor<P> {
  * List the class in `createBus({ sagas: [...] })`; it is resolved from the bus's container like a
  * handler, one instance per step. See docs/sagas.md.
  * @throws HarrierError `unsupported-decorators` when compiled without `experimentalDecorators`.
+ * @throws HarrierError `invalid-option` when `keepApplied` or `conflictTries` is not a whole number
+ * of at least 1.
  * @example
  * ```ts
  * @Saga('orders.Fulfilment', { state: z.object({ paid: z.boolean().default(false) }) })
@@ -55,6 +58,7 @@ export function Saga<S extends z.ZodType>(
   name: string,
   options: SagaOptions<S>,
 ): (target: HandlerClass) => void {
+  sagaLimitsOf(name, options);
   return (target: HandlerClass, ...rest: unknown[]): void => {
     assertLegacyDecorator('@Saga', rest[0]);
     const steps = takePendingSagaSteps(target.prototype as object);

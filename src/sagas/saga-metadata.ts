@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerClass } from '../handlers/handler-metadata.js';
 import type { MessageContext } from '../handlers/message-context.js';
 import type { RetryOptions } from '../messages/definition.js';
@@ -38,6 +39,62 @@ export interface SagaOptions<S extends z.ZodType = z.ZodType> {
    * @defaultValue the definition's, else the bus's
    */
   readonly retry?: RetryOptions;
+  /**
+   * How many of its latest steps an instance remembers (the handled message id and the messages the
+   * step recorded, bodies included), so that a redelivery of one of those messages publishes the
+   * same messages again instead of running the step twice.
+   *
+   * @remarks
+   * A message redelivered after this many later steps of its instance runs again. Raise it for a
+   * saga whose instances take bursts of messages; lower it for one whose steps record large
+   * messages (every save writes them all).
+   * @defaultValue 64 ({@link SAGA_APPLIED_KEPT})
+   */
+  readonly keepApplied?: number;
+  /**
+   * Tries of a step that keeps losing the compare-and-set to concurrent steps of its instance in
+   * other processes (each try on fresh state) before its delivery is retried as a failure.
+   * @defaultValue 10 ({@link SAGA_CONFLICT_TRIES})
+   */
+  readonly conflictTries?: number;
+}
+
+/** Default of {@link SagaOptions.keepApplied}: the steps an instance remembers. */
+export const SAGA_APPLIED_KEPT = 64;
+
+/** Default of {@link SagaOptions.conflictTries}. */
+export const SAGA_CONFLICT_TRIES = 10;
+
+/** The checked `keepApplied` and `conflictTries` of a saga. */
+export interface SagaLimits {
+  readonly keepApplied: number;
+  readonly conflictTries: number;
+}
+
+/**
+ * A saga's `keepApplied` and `conflictTries`, or their defaults.
+ *
+ * @throws HarrierError `invalid-option` when either is not a whole number of at least 1.
+ */
+export function sagaLimitsOf(name: string, options: SagaOptions): SagaLimits {
+  const limits = {
+    keepApplied: options.keepApplied ?? SAGA_APPLIED_KEPT,
+    conflictTries: options.conflictTries ?? SAGA_CONFLICT_TRIES,
+  };
+  const fixes = {
+    keepApplied: `pass e.g. ${SAGA_APPLIED_KEPT} (the default) to remember that many steps for redeliveries`,
+    conflictTries: `pass e.g. ${SAGA_CONFLICT_TRIES} (the default), or 1 to retry the delivery at the first conflict`,
+  };
+  for (const option of ['keepApplied', 'conflictTries'] as const) {
+    const value: unknown = limits[option];
+    if (!Number.isSafeInteger(value) || (value as number) < 1) {
+      throw new HarrierError(
+        'invalid-option',
+        `@Saga('${name}') ${option} must be a whole number of at least 1, got ${String(value)}: ${fixes[option]}, or leave it out`,
+      );
+    }
+  }
+  return limits;
 }
 
 /** One `@StartedBy` or `@Handles` method of a saga class. */

@@ -1,38 +1,11 @@
-import type { OutgoingMessage } from '../broker/message-broker.js';
 import type { SagaInstance } from './saga-store.js';
 
-/** How many handled message ids (with what their steps published) an instance remembers. */
-export const SAGA_APPLIED_KEPT = 64;
-
-/** A step already saved: the message it handled and the messages it recorded. */
-export interface AppliedSagaStep {
-  readonly message: string;
-  readonly outgoing: readonly OutgoingMessage[];
-}
-
 /**
- * What the saga runtime keeps as a stored instance's `state`: the saga's own state (`data`) and the
- * last steps it applied.
+ * The saga's state of a stored instance, typed: `instance.state` as `S`.
  *
  * @remarks
- * The applied steps let a redelivery of a message whose step was saved but whose messages were not
- * all published (a crash, a broker failure) publish the same messages again instead of running the
- * step twice on the state it already changed. Only the last {@link SAGA_APPLIED_KEPT} are kept.
- */
-export interface StoredSagaState {
-  readonly data: unknown;
-  readonly applied: readonly AppliedSagaStep[];
-}
-
-/** The runtime's view of a stored instance's state (tolerates any shape). */
-export function readStoredSagaState(instance: SagaInstance): StoredSagaState {
-  const stored = instance.state as Partial<StoredSagaState> | null;
-  return { data: stored?.data, applied: Array.isArray(stored?.applied) ? stored.applied : [] };
-}
-
-/**
- * The saga's own state of a stored instance, as its steps see it: what `SagaStore.get` returns
- * holds it beside the runtime's bookkeeping.
+ * The state is `instance.state` itself (the runtime keeps its redelivery bookkeeping in
+ * `instance.applied`); this only saves a cast. It does not parse: use the saga's schema for that.
  *
  * @example
  * ```ts
@@ -41,5 +14,5 @@ export function readStoredSagaState(instance: SagaInstance): StoredSagaState {
  * ```
  */
 export function sagaStateOf<S = unknown>(instance: SagaInstance): S {
-  return readStoredSagaState(instance).data as S;
+  return instance.state as S;
 }

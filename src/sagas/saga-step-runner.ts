@@ -7,8 +7,13 @@ import type { HandlerClass } from '../handlers/handler-metadata.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { KeyedLock } from './keyed-lock.js';
 import { SAGA_ID_HEADER, SAGA_NAME_HEADER, SagaStepContext } from './saga-context.js';
-import { SAGA_APPLIED_KEPT, readStoredSagaState } from './saga-state-of.js';
-import { getSagaMetadata, type SagaMetadata, type SagaStepMetadata } from './saga-metadata.js';
+import {
+  getSagaMetadata,
+  sagaLimitsOf,
+  type SagaLimits,
+  type SagaMetadata,
+  type SagaStepMetadata,
+} from './saga-metadata.js';
 import type { SagaStore, SagaTimeoutRecord } from './saga-store.js';
 
 /** Options of {@link createSagaStepRunner}. */
@@ -21,18 +26,13 @@ export interface SagaStepRunnerOptions {
   readonly clock?: Clock;
   /** @defaultValue warnings and errors as JSON lines on stderr */
   readonly logger?: Logger;
-  /**
-   * Tries of a step that keeps losing the compare-and-set to concurrent steps of its instance (each
-   * on fresh state) before its delivery is retried as a failure.
-   * @defaultValue 10
-   */
-  readonly conflictTries?: number;
 }
 
 /** A `@Saga` class checked and indexed once. */
 interface CompiledSaga {
   readonly meta: SagaMetadata;
   readonly steps: ReadonlyMap<string, SagaStepMetadata>;
+  readonly limits: SagaLimits;
 }
 
 function compile(target: HandlerClass): CompiledSaga {
@@ -54,7 +54,7 @@ function compile(target: HandlerClass): CompiledSaga {
       `Saga ${meta.name} has no @StartedBy(Event) method: add one, or no instance is ever created`,
     );
   }
-  return { meta, steps };
+  return { meta, steps, limits: sagaLimitsOf(meta.name, meta.options) };
 }
 
 /**
@@ -73,10 +73,6 @@ function compile(target: HandlerClass): CompiledSaga {
 export function createSagaStepRunner(options: SagaStepRunnerOptions): StepRunner {
   const clock = options.clock ?? systemClock;
   const logger = options.logger ?? consoleLogger;
-  const tries = options.conflictTries ?? 10;
-  if (!Number.isInteger(tries) || tries < 1) {
-    throw new HarrierError('invalid-option', `conflictTries is ${tries}: use a whole number of at least 1`);
-  }
   const sagas = new Map<string, CompiledSaga>();
   for (const target of options.sagas) {
     const compiled = compile(target);
@@ -95,7 +91,7 @@ export function createSagaStepRunner(options: SagaStepRunnerOptions): StepRunner
     }
     const sagaId = correlate(saga, route, step);
     return lock.run(`${saga.meta.name}\u0000${sagaId}`, () =>
-      runStep({ saga, route, step, sagaId, store: options.store, clock, logger, tries }),
+      runStep({ saga, route, step, sagaId, store: options.store, clock, logger }),
     );
   };
 }
@@ -139,7 +135,6 @@ interface StepRun {
   readonly store: SagaStore;
   readonly clock: Clock;
   readonly logger: Logger;
-  readonly tries: number;
 }
 
 async function runStep(run: StepRun): Promise<StepResult> {
@@ -150,8 +145,7 @@ async function runStep(run: StepRun): Promise<StepResult> {
     envelope.meta.headers[SAGA_NAME_HEADER] === name && envelope.meta.headers[SAGA_ID_HEADER] === sagaId;
   for (let attempt = 1; ; attempt++) {
     const instance = await store.get(name, sagaId);
-    const stored = instance === undefined ? undefined : readStoredSagaState(instance);
-    const applied = stored?.applied.find((a) => a.message === envelope.id);
+    const applied = instance?.applied.find((a) => a.message === envelope.id);
     if (applied !== undefined) {
       // Saved by an earlier delivery of this message: publish its messages again (same ids).
       await step.publish(applied.outgoing);
@@ -178,9 +172,9 @@ async function runStep(run: StepRun): Promise<StepResult> {
       return rule(run, 'onCompleted', 'saga-completed', `instance "${sagaId}" has completed`);
     }
     const before =
-      stored === undefined
+      instance === undefined
         ? parseState(saga, saga.meta.options.initial?.() ?? {}, 'initial state')
-        : structuredClone(stored.data);
+        : structuredClone(instance.state);
     const context = new SagaStepContext(
       envelope,
       step.attempt,
@@ -196,13 +190,16 @@ async function runStep(run: StepRun): Promise<StepResult> {
     await step.invoke(context);
     const state = parseState(saga, context.state, `state after "${envelope.type}"`);
     const outgoing = context.recorded.map((p) => p.outgoing);
-    const kept = (stored?.applied ?? []).slice(-(SAGA_APPLIED_KEPT - 1));
+    const { keepApplied, conflictTries } = saga.limits;
+    const earlier = instance?.applied ?? [];
+    const kept = earlier.slice(Math.max(0, earlier.length - keepApplied + 1));
     try {
       await store.save(
         {
           saga: name,
           id: sagaId,
-          state: { data: state, applied: [...kept, { message: envelope.id, outgoing }] },
+          state,
+          applied: [...kept, { message: envelope.id, outgoing }],
           status: context.completed ? 'completed' : 'active',
           timeouts: context.completed ? [] : context.timeouts,
           now: run.clock.now(),
@@ -210,7 +207,7 @@ async function runStep(run: StepRun): Promise<StepResult> {
         instance?.version ?? 0,
       );
     } catch (error) {
-      if (HarrierError.is(error, 'saga-conflict') && attempt < run.tries) continue;
+      if (HarrierError.is(error, 'saga-conflict') && attempt < conflictTries) continue;
       throw error;
     }
     await step.publish(outgoing);

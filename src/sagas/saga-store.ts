@@ -1,4 +1,5 @@
 import { HarrierError } from '../errors/harrier-error.js';
+import type { OutgoingMessage } from '../messages/outgoing-message.js';
 
 /** Whether a saga instance still takes messages (`active`) or has finished (`completed`). */
 export type SagaStatus = 'active' | 'completed';
@@ -11,6 +12,20 @@ export interface SagaTimeoutRecord {
   readonly type: string;
   /** When it is due, in ms since the epoch. */
   readonly dueAt: number;
+}
+
+/**
+ * A step the saga runtime saved: the message it handled and the messages it recorded.
+ *
+ * @remarks
+ * A redelivery of that message finds it here and publishes the same messages again (same ids)
+ * instead of running the step twice on the state it already changed.
+ */
+export interface SagaAppliedStep {
+  /** The id of the message the step handled. */
+  readonly message: string;
+  /** The messages the step recorded, bodies included, in the order it recorded them. */
+  readonly outgoing: readonly OutgoingMessage[];
 }
 
 /** One stored saga instance: its state, version and bookkeeping. */
@@ -33,6 +48,11 @@ export interface SagaInstance<S = unknown> {
   readonly completedAt?: number;
   /** Timeouts requested and not fired yet. */
   readonly timeouts: readonly SagaTimeoutRecord[];
+  /**
+   * The runtime's redelivery bookkeeping: the latest steps saved, oldest first (as JSON would
+   * return them; `[]` when the write that stored the instance gave none).
+   */
+  readonly applied: readonly SagaAppliedStep[];
 }
 
 /** What {@link SagaStore.save} writes: the whole new state of one instance. */
@@ -47,6 +67,12 @@ export interface SagaWrite<S = unknown> {
   readonly status: SagaStatus;
   /** Every pending timeout after this save (replaces the stored list). */
   readonly timeouts: readonly SagaTimeoutRecord[];
+  /**
+   * The steps to remember after this save, oldest first (replaces the stored list); must survive
+   * `JSON.stringify`.
+   * @defaultValue [] (nothing remembered)
+   */
+  readonly applied?: readonly SagaAppliedStep[];
   /** The time of the save in ms since the epoch: `startedAt` on create, `updatedAt` always. */
   readonly now: number;
 }
@@ -148,17 +174,27 @@ export interface SagaCursorPosition {
   readonly id: string;
 }
 
+/** The JSON a store keeps of a {@link SagaWrite}, from {@link serializeSagaWrite}. */
+export interface SerializedSagaWrite {
+  /** `JSON.stringify` of the state. */
+  readonly state: string;
+  /** `JSON.stringify` of the applied steps (`[]` when the write gave none). */
+  readonly applied: string;
+  /** `JSON.stringify` of the timeouts, each reduced to `id`, `type` and `dueAt`. */
+  readonly timeouts: string;
+}
+
 /**
- * Checks a {@link SagaWrite} and its expected version, and returns the state as JSON.
+ * Checks a {@link SagaWrite} and its expected version, and returns its fields as JSON.
  *
  * @remarks
  * For implementers of a {@link SagaStore}: every store refuses the same inputs with the same codes.
  *
  * @throws HarrierError `invalid-argument` for an empty saga name or id, an `expectedVersion` that is
- * not a whole number from 0, a status other than `active`/`completed`, or a state `JSON.stringify`
- * cannot write.
+ * not a whole number from 0, a status other than `active`/`completed`, a state `JSON.stringify`
+ * cannot write, or applied steps that are not a JSON array of `{ message, outgoing }` entries.
  */
-export function serializeSagaWrite(write: SagaWrite, expectedVersion: number): string {
+export function serializeSagaWrite(write: SagaWrite, expectedVersion: number): SerializedSagaWrite {
   const what = `saga "${write.saga}" instance "${write.id}"`;
   if (
     typeof write.saga !== 'string' ||
@@ -185,23 +221,46 @@ export function serializeSagaWrite(write: SagaWrite, expectedVersion: number): s
       `Cannot save ${what} with status "${status}": use "active" or "completed"`,
     );
   }
-  let json: string | undefined;
-  try {
-    json = jsonOf(write.state);
-  } catch (error) {
-    throw new HarrierError(
-      'invalid-argument',
-      `Cannot save ${what}: its state is not JSON-serialisable (${error instanceof Error ? error.message : String(error)}); keep plain data in saga state`,
-      { cause: error },
-    );
-  }
-  if (json === undefined) {
+  const state = jsonOrRefuse(write.state, `${what}: its state is`, 'keep plain data in saga state');
+  if (state === undefined) {
     throw new HarrierError(
       'invalid-argument',
       `Cannot save ${what}: its state is ${typeof write.state}, which JSON cannot hold; use an object`,
     );
   }
-  return json;
+  const applied: unknown = write.applied ?? [];
+  if (
+    !Array.isArray(applied) ||
+    !applied.every(
+      (step: Partial<SagaAppliedStep> | null) =>
+        typeof step?.message === 'string' && Array.isArray(step.outgoing),
+    )
+  ) {
+    throw new HarrierError(
+      'invalid-argument',
+      `Cannot save ${what}: its applied steps must be an array of { message: string, outgoing: [] }; leave applied out to store none`,
+    );
+  }
+  const timeouts = write.timeouts.map(({ id, type, dueAt }) => ({ id, type, dueAt }));
+  return {
+    state,
+    applied:
+      jsonOrRefuse(applied, `${what}: its applied steps are`, 'record plain outgoing messages') ?? '[]',
+    timeouts: JSON.stringify(timeouts),
+  };
+}
+
+/** `JSON.stringify(value)`, refusing what it cannot write with `invalid-argument`. */
+function jsonOrRefuse(value: unknown, what: string, fix: string): string | undefined {
+  try {
+    return jsonOf(value);
+  } catch (error) {
+    throw new HarrierError(
+      'invalid-argument',
+      `Cannot save ${what} not JSON-serialisable (${error instanceof Error ? error.message : String(error)}); ${fix}`,
+      { cause: error },
+    );
+  }
 }
 
 /** `JSON.stringify`, typed as it behaves: undefined for undefined, functions and symbols. */

@@ -3,6 +3,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ManualClock } from '../clock/manual-clock.js';
 import { SagaConflictError } from '../errors/saga-conflict-error.js';
 import type {
+  SagaAppliedStep,
   SagaInstance,
   SagaListFilter,
   SagaStatus,
@@ -130,6 +131,7 @@ export function describeSagaStoreConformance(name: string, factory: SagaStoreFac
             startedAt: T0,
             updatedAt: T0,
             timeouts,
+            applied: [],
           };
           expect(created).toEqual(expected);
           expect(await store.get(saga, 'o-1')).toEqual(expected);
@@ -272,6 +274,81 @@ export function describeSagaStoreConformance(name: string, factory: SagaStoreFac
           expect(reopened).not.toHaveProperty('completedAt');
           expect(await store.get(saga, 'o-1')).toEqual(reopened);
         });
+      });
+    });
+
+    describe('applied steps', () => {
+      /** A step that recorded `count` messages, bodies with text JSON must escape. */
+      const step = (message: string, count = 1): SagaAppliedStep => ({
+        message,
+        outgoing: Array.from({ length: count }, (_, n) => ({
+          id: `${message}-out-${n}`,
+          kind: 'event' as const,
+          type: 'orders.OrderReady',
+          body: JSON.stringify({ orderId: 'o-1', note: 'Zoë 🚚 "quoted"', n }),
+          partitionKey: 'o-1',
+        })),
+      });
+
+      it('round-trips them beside the state, which holds only what the write gave as state', async () => {
+        const saga = sagaName('applied');
+        const applied = [step('m-1'), step('m-2', 3)];
+        const created = await store.save(write(saga, 'o-1', { state: { paid: true }, applied }), 0);
+        expect(created.state).toEqual({ paid: true });
+        expect(created.applied).toEqual(applied);
+        const loaded = await mustGet(saga, 'o-1');
+        expect(loaded.state).toEqual({ paid: true });
+        expect(loaded.applied).toEqual(applied);
+        expect((await store.list({ saga })).instances).toEqual([loaded]);
+      });
+
+      it('replaces them with each save, and stores [] when a write leaves them out', async () => {
+        const saga = sagaName('applied-replace');
+        await store.save(write(saga, 'o-1', { applied: [step('m-1')] }), 0);
+        const second = await store.save(write(saga, 'o-1', { applied: [step('m-2'), step('m-3')] }), 1);
+        expect(second.applied.map((a) => a.message)).toEqual(['m-2', 'm-3']);
+        expect((await mustGet(saga, 'o-1')).applied).toEqual(second.applied);
+        const third = await store.save(write(saga, 'o-1', { state: { step: 3 } }), 2);
+        expect(third.applied).toEqual([]);
+        expect(await mustGet(saga, 'o-1')).toMatchObject({ applied: [], state: { step: 3 } });
+      });
+
+      it('keeps them as JSON: a copy sharing nothing, undefined fields dropped', async () => {
+        const saga = sagaName('applied-json');
+        const applied = [step('m-1')];
+        const withUndefined = {
+          message: 'm-2',
+          outgoing: [{ id: 'x', kind: 'event' as const, type: 'x.Y', body: '{}', topic: undefined }],
+        };
+        await store.save(write(saga, 'o-1', { applied: [...applied, withUndefined] }), 0);
+        const loaded = await mustGet(saga, 'o-1');
+        expect(loaded.applied).toEqual([
+          ...applied,
+          { message: 'm-2', outgoing: [{ id: 'x', kind: 'event', type: 'x.Y', body: '{}' }] },
+        ]);
+        expect(loaded.applied[1]?.outgoing[0]).not.toHaveProperty('topic');
+        (applied[0]?.outgoing as unknown[]).length = 0;
+        expect((await mustGet(saga, 'o-1')).applied[0]?.outgoing).toHaveLength(1);
+      });
+
+      it('refuses applied steps JSON cannot hold, or of another shape, with invalid-argument', async () => {
+        const saga = sagaName('applied-invalid');
+        const cyclic: Record<string, unknown> = { message: 'm-1' };
+        cyclic['outgoing'] = [cyclic];
+        const bad = [
+          [cyclic],
+          [{ message: 'm-1' }],
+          [{ message: 1, outgoing: [] }],
+          [null],
+          { message: 'm-1', outgoing: [] },
+        ] as unknown as SagaAppliedStep[][];
+        for (const applied of bad) {
+          expectCode(
+            await failureOf(() => store.save(write(saga, 'o-1', { applied }), 0)),
+            'invalid-argument',
+          );
+        }
+        expect(await store.get(saga, 'o-1')).toBeUndefined();
       });
     });
 

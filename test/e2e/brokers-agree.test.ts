@@ -72,6 +72,8 @@ function runExample(
 interface OrdersOutcome {
   /** Rows of the order-summary read model; generated ids are reduced to their shape. */
   readonly summaries: string[];
+  /** How the order-fulfilment saga ended each order, as printed from its store. */
+  readonly fulfilment: string[];
   /** Handler / type / key / reason / attempts / fingerprint of each dead letter, sorted. */
   readonly deadLetters: string[];
   readonly lastErrors: string[];
@@ -100,6 +102,7 @@ function ordersOutcome(stdout: string): OrdersOutcome {
           .split(/\s+/)
           .join(' '),
       ),
+    fulfilment: lines.filter((line) => /^\s+order o-\d+: /.test(line)).map((line) => line.trim()),
     deadLetters: lines
       .filter((line) => /^\s+\S+ \/ \S+ \/ \S+: reason /.test(line))
       .map((line) => line.trim())
@@ -204,6 +207,15 @@ describe('the same app on both brokers', () => {
       it('builds the same order-summary read model', () => {
         expect(memory.summaries).toHaveLength(3);
         expect(redis.summaries).toEqual(memory.summaries);
+      });
+
+      it('ends each order the same way through the fulfilment saga: o-1001 paid before its stock was reserved and o-1002 after, both shipped; o-1003 cancelled by its timeout', () => {
+        expect(memory.fulfilment).toEqual([
+          'order o-1001: paid, stock reserved -> ready to ship',
+          'order o-1002: stock reserved, paid -> ready to ship',
+          'order o-1003: stock reserved, not paid in 2 s -> cancelled, stock released',
+        ]);
+        expect(redis.fulfilment).toEqual(memory.fulfilment);
       });
 
       it('dead-letters the same messages for the same reason, and replays them all', () => {

@@ -37,10 +37,35 @@ describe('harrier sagas (on a terminal)', () => {
       { id: 't-1', type: 'orders.PaymentTimedOut', dueAt: T0 + 60_000 },
     ];
     await store.save(
-      { saga: 'fulfilment', id: 'o-1', state: { paid: false }, status: 'active', timeouts, now: T0 },
+      { saga: 'fulfilment', id: 'o-1', state: { paid: false }, status: 'active', timeouts, now: T0, applied },
       0,
     );
   }
+
+  /** What a message recorded: its body must never be printed. */
+  const outgoing = (id: string, type: string) => ({
+    id,
+    kind: 'event' as const,
+    type,
+    body: JSON.stringify({ secret: `body of ${id}` }),
+  });
+  /** 12 steps, oldest first: m-01 recorded nothing, m-12 three messages of two types. */
+  const applied = Array.from({ length: 12 }, (_, i) => {
+    const n = String(i + 1).padStart(2, '0');
+    return {
+      message: `m-${n}`,
+      outgoing:
+        i === 0
+          ? []
+          : i === 11
+            ? [
+                outgoing('x-1', 'orders.StockRequested'),
+                outgoing('x-2', 'orders.StockRequested'),
+                outgoing('x-3', 'orders.PaymentRequested'),
+              ]
+            : [outgoing(`y-${n}`, 'orders.StockRequested')],
+    };
+  });
 
   describe('list', () => {
     it('prints a table with the next pending timeout of each instance', async () => {
@@ -67,6 +92,53 @@ describe('harrier sagas (on a terminal)', () => {
       expect(stdout).toContain('Pending timeouts (2):');
       expect(stdout.indexOf('orders.PaymentTimedOut')).toBeLessThan(stdout.indexOf('orders.ShipmentLate'));
       expect(stdout).toContain('"paid": false');
+    });
+
+    it('prints the state alone as state, then the latest 10 applied steps newest first, without bodies', async () => {
+      await seed();
+      const { code, stdout } = await harrier(['sagas', 'show', 'fulfilment', 'o-1', '--prefix', prefix]);
+      expect(code).toBe(0);
+      const [, shown = ''] = stdout.split('\nState:\n');
+      const [state = '', appliedPart = ''] = shown.split(
+        '\nApplied steps, newest first (12 remembered for redeliveries):\n',
+      );
+      expect(JSON.parse(state)).toEqual({ paid: false });
+      const lines = appliedPart.trimEnd().split('\n');
+      expect(lines.map((line) => line.trim())).toEqual([
+        'm-12  3 messages: orders.StockRequested x2, orders.PaymentRequested',
+        ...['11', '10', '09', '08', '07', '06', '05', '04', '03'].map(
+          (n) => `m-${n}  1 message: orders.StockRequested`,
+        ),
+        '... 2 older (--json lists them all)',
+      ]);
+      expect(stdout).not.toContain('body of');
+    });
+
+    it('gives the state and every applied step as separate JSON fields, without bodies', async () => {
+      await seed();
+      const { code, stdout } = await harrier([
+        'sagas',
+        'show',
+        'fulfilment',
+        'o-1',
+        '--prefix',
+        prefix,
+        '--json',
+      ]);
+      expect(code).toBe(0);
+      const shown = JSON.parse(stdout) as {
+        state: unknown;
+        applied: { message: string; outgoing: unknown[] }[];
+      };
+      expect(shown.state).toEqual({ paid: false });
+      expect(shown.applied.map((a) => a.message)).toEqual(applied.map((a) => a.message));
+      expect(shown.applied[0]).toEqual({ message: 'm-01', outgoing: [] });
+      expect(shown.applied[11]?.outgoing[2]).toEqual({
+        id: 'x-3',
+        kind: 'event',
+        type: 'orders.PaymentRequested',
+      });
+      expect(stdout).not.toContain('body of');
     });
 
     it('exits 2 without a saga name and an id', async () => {

@@ -114,6 +114,27 @@ describe(RedisSagaStore, () => {
     });
   });
 
+  describe('the instance hash', () => {
+    it('keeps the applied steps in a field of their own, beside a state field holding only the state', async () => {
+      const store = open();
+      const applied = [
+        { message: 'm-1', outgoing: [{ id: 'x', kind: 'event' as const, type: 'a.B', body: '{}' }] },
+      ];
+      await store.save(write('o-1', { state: { paid: true }, applied }), 0);
+      const key = instanceKey('fulfilment', 'o-1');
+      expect(JSON.parse((await redis.client.hget(key, 'state')) ?? '')).toEqual({ paid: true });
+      expect(JSON.parse((await redis.client.hget(key, 'applied')) ?? '')).toEqual(applied);
+    });
+
+    it('reads a hash without the applied field as no applied steps', async () => {
+      const store = open();
+      await store.save(write('o-1', { applied: [{ message: 'm-1', outgoing: [] }] }), 0);
+      await redis.client.hdel(instanceKey('fulfilment', 'o-1'), 'applied');
+      expect((await store.get('fulfilment', 'o-1'))?.applied).toEqual([]);
+      expect((await store.list({ saga: 'fulfilment' })).instances[0]?.applied).toEqual([]);
+    });
+  });
+
   describe("when the stored JSON is not Harrier's", () => {
     it('rejects with saga-corrupt naming the key', async () => {
       const store = open();

@@ -7,6 +7,7 @@ import {
   InMemorySagaStore,
   ManualClock,
   Saga,
+  SagaConflictError,
   StartedBy,
   createBus,
   defineCommand,
@@ -324,6 +325,124 @@ describe('Saga', () => {
     });
   });
 
+  describe('applied steps (redelivery bookkeeping)', () => {
+    /** Counts its runs per saga instance and requests stock each time; remembers `keepApplied` steps. */
+    function countingStockSaga(keepApplied?: number) {
+      const runs: string[] = [];
+      @Saga('sagas.CountingStock', {
+        state: CounterState,
+        ...(keepApplied !== undefined ? { keepApplied } : {}),
+      })
+      class CountingStock {
+        @StartedBy(OrderPlaced, { correlate: 'orderId' })
+        placed(payload: PayloadOf<typeof OrderPlaced>, ctx: SagaContext<{ count: number }>): void {
+          runs.push(ctx.messageId);
+          ctx.state.count += 1;
+          ctx.publish(StockRequested, { orderId: payload.orderId });
+        }
+      }
+      return { saga: CountingStock, runs };
+    }
+
+    it('keeps them beside the state: a redelivery of a saved step republishes its ids and does not run it again', async () => {
+      const store = new InMemorySagaStore({ clock });
+      const { saga, runs } = countingStockSaga();
+      bus = await createTestBus({ clock, sagas: [saga], sagaStore: store, definitions: [StockRequested] });
+      // The message goes out, then the step fails: its delivery is retried.
+      failStockPublish(bus, 1, (publish) => publish());
+      const placed = await bus.publish(OrderPlaced, { orderId: 'o-1' });
+      await bus.whenIdle();
+
+      const sent = bus.messagesOf(StockRequested).map((m) => m.id);
+      expect(sent).toHaveLength(2);
+      expect(new Set(sent).size).toBe(1);
+      expect(runs).toEqual([placed]);
+      const instance = await store.get('sagas.CountingStock', 'o-1');
+      expect(instance?.state).toEqual({ count: 1 });
+      expect(instance?.applied).toEqual([
+        { message: placed, outgoing: [expect.objectContaining({ id: sent[0], type: StockRequested.type })] },
+      ]);
+    });
+
+    it.each([
+      ['keepApplied: 2', 2, 2, 4],
+      ['the default of 64', undefined, 3, 3],
+    ])(
+      'runs a message redelivered after 2 later steps again only when it was forgotten (%s)',
+      async (_name, keepApplied, remembered, count) => {
+        const store = new InMemorySagaStore({ clock });
+        const { saga, runs } = countingStockSaga(keepApplied);
+        bus = await createTestBus({
+          clock,
+          sagas: [saga],
+          sagaStore: store,
+          definitions: [StockRequested],
+          deliveryOrder: 'fifo',
+        });
+        // The first step's publish fails before anything went out: its retry waits for the backoff.
+        failStockPublish(bus, 1, () => Promise.resolve());
+        const first = await bus.publish(OrderPlaced, { orderId: 'o-1' });
+        await bus.whenIdle({ includeDelayed: false });
+        await bus.publish(OrderPlaced, { orderId: 'o-1' });
+        await bus.publish(OrderPlaced, { orderId: 'o-1' });
+        await bus.whenIdle({ includeDelayed: false });
+        const before = await store.get('sagas.CountingStock', 'o-1');
+        expect(before?.applied).toHaveLength(remembered);
+        expect(before?.applied.some((a) => a.message === first)).toBe(remembered === 3);
+
+        await bus.whenIdle();
+        expect(runs.filter((id) => id === first)).toHaveLength(count - 2);
+        const after = await store.get('sagas.CountingStock', 'o-1');
+        expect(after?.state).toEqual({ count });
+        expect(after?.applied).toHaveLength(remembered);
+        // Outgoing ids derive from the message, so even the re-run step's message goes out once.
+        expect(bus.messagesOf(StockRequested)).toHaveLength(3);
+      },
+    );
+  });
+
+  describe('conflictTries', () => {
+    /** Every save loses, as if another process always saved first. */
+    class AlwaysConflicting extends InMemorySagaStore {
+      saves = 0;
+      override save(write: SagaWrite, expectedVersion: number) {
+        this.saves += 1;
+        return Promise.reject(
+          new SagaConflictError(write.saga, write.id, expectedVersion, expectedVersion + 1),
+        );
+      }
+    }
+
+    it.each([
+      ['conflictTries: 3', 3, 3],
+      ['the default of 10', undefined, 10],
+    ])(
+      'runs a step that keeps losing that many times, then fails its delivery (%s)',
+      async (_name, tries, saves) => {
+        const store = new AlwaysConflicting({ clock });
+        let runs = 0;
+        @Saga('sagas.Contended', {
+          state: CounterState,
+          retry: { attempts: 1 },
+          ...(tries !== undefined ? { conflictTries: tries } : {}),
+        })
+        class Contended {
+          @StartedBy(Counted, { correlate: 'counter' })
+          count(): void {
+            runs += 1;
+          }
+        }
+        bus = await createTestBus({ clock, sagas: [Contended], sagaStore: store });
+        await bus.publish(Counted, { counter: 'c-1' });
+        await bus.whenIdle();
+        expect(store.saves).toBe(saves);
+        expect(runs).toBe(saves);
+        const { records } = await bus.deadLetters.list();
+        expect(records[0]?.error.code).toBe('saga-conflict');
+      },
+    );
+  });
+
   describe('timeouts', () => {
     it('fires a timeout once, and drops another delivery of it', async () => {
       const store = new InMemorySagaStore({ clock });
@@ -496,6 +615,28 @@ describe('Saga', () => {
 
     it('refuses a saga listed in handlers, naming the fix', () => {
       expect(() => createBus({ handlers: [CounterSaga] })).toThrow(/list it in sagas instead/);
+    });
+
+    it.each([
+      ['keepApplied', 0],
+      ['keepApplied', 1.5],
+      ['conflictTries', 0],
+      ['conflictTries', -1],
+      ['conflictTries', Number.NaN],
+    ])('refuses %s %s with invalid-option, naming the fix', (option, value) => {
+      const declare = () => Saga('sagas.Invalid', { state: CounterState, [option]: value });
+      expect(declare).toThrow(expect.objectContaining({ code: 'invalid-option' }));
+      expect(declare).toThrow(
+        new RegExp(
+          `@Saga\\('sagas.Invalid'\\) ${option} must be a whole number of at least 1.*pass e\\.g\\.`,
+        ),
+      );
+    });
+
+    it('takes keepApplied and conflictTries of at least 1', () => {
+      expect(() =>
+        Saga('sagas.Valid', { state: CounterState, keepApplied: 1, conflictTries: 1 }),
+      ).not.toThrow();
     });
 
     it('refuses a saga without @StartedBy', () => {
