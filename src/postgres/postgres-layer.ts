@@ -4,3 +4,10 @@
  * only that way (a type-only import is fine).
  */
 export { migratePostgres } from './migrate-postgres.js';
+export {
+  DEFAULT_INBOX_PRUNE_INTERVAL_MS,
+  DEFAULT_INBOX_RETENTION_MS,
+  postgresUnitOfWork,
+} from './postgres-unit-of-work.js';
+export { postgresSession } from './postgres-session.js';
+export { PostgresCheckpointStore } from './postgres-checkpoint-store.js';
