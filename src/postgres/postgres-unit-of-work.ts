@@ -237,7 +237,7 @@ class PostgresUnit implements PostgresUnitOfWork {
       const at = { projection: call.handler, topic: position.topic, partition: position.partition };
       // Serialises the lane across processes even before its checkpoint row exists.
       await client.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [
-        `harrier-checkpoint:${this.schema}:${at.projection}\u0000${at.topic}\u0000${at.partition}`,
+        `harrier-checkpoint:${JSON.stringify([this.schema, at.projection, at.topic, at.partition])}`,
       ]);
       const stored = await client.query<{ offset: string }>(
         `SELECT "offset" FROM ${this.#tables.checkpoints} WHERE projection = $1 AND topic = $2 AND partition = $3 FOR UPDATE`,
