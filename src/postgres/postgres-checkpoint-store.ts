@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { HarrierError } from '../errors/harrier-error.js';
-import type { Checkpoint, CheckpointStore } from '../log/checkpoint-store.js';
+import { checkCheckpointOffset, type Checkpoint, type CheckpointStore } from '../log/checkpoint-store.js';
 import { requireSchema } from './migrate-postgres.js';
 import type { PostgresConnectionOptions } from './postgres-connection.js';
 import { openPool, postgresError, type PoolHandle } from './postgres-pool.js';
@@ -116,12 +116,7 @@ export class PostgresCheckpointStore implements CheckpointStore {
     offset: number,
     nowMs: number,
   ): Promise<number> {
-    if (!Number.isSafeInteger(offset) || offset < 0) {
-      throw new HarrierError(
-        'invalid-argument',
-        `Checkpoint offset for projection "${projection}" on "${topic}"/${partition} is ${offset}: commit a whole number from 0 (the last offset completed)`,
-      );
-    }
+    checkCheckpointOffset(projection, topic, partition, offset);
     return this.#use('committing a checkpoint', (pool) =>
       raiseCheckpoint(pool, this.#tables, { projection, topic, partition }, offset, nowMs),
     );
