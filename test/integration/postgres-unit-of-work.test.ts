@@ -270,6 +270,40 @@ describe('postgresUnitOfWork', () => {
     });
   });
 
+  describe('when a stop releases the delivery while the handler runs', () => {
+    it('rolls back what the handler wrote instead of committing it', async () => {
+      const bus = await bankBus(unit());
+      let finish!: () => void;
+      const finished = new Promise<void>((resolve) => (finish = resolve));
+      let inside!: () => void;
+      const handlerInside = new Promise<void>((resolve) => (inside = resolve));
+      beforeReturn = async () => {
+        inside();
+        await finished;
+      };
+      await bus.send(Deposit, { account: 'k', amount: 9 });
+      await handlerInside;
+      // The grace period runs out while the handler still works: the delivery is released.
+      await bus.stop({ gracePeriodMs: 20 });
+      finish();
+      await waitFor(
+        'the released call to end',
+        async () => {
+          const open = await rows(
+            `SELECT 1 FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE $1`,
+            [`%"${schema}"%`],
+          );
+          return open.length === 0 && attempts.length === 1;
+        },
+        { timeoutMs: 10_000 },
+      );
+      expect(attempts).toEqual([1]);
+      expect(await balance('k')).toBeUndefined();
+      expect(await rows(`SELECT count(*)::int AS n FROM "${schema}".inbox`)).toEqual([{ n: 0 }]);
+      expect(await rows(`SELECT count(*)::int AS n FROM "${schema}".outbox`)).toEqual([{ n: 0 }]);
+    });
+  });
+
   describe('outbox', () => {
     it("writes what the handler recorded into the outbox in the handler's transaction, and publishes nothing itself", async () => {
       const bus = await bankBus(unit());
