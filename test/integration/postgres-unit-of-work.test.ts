@@ -79,6 +79,18 @@ class DepositHandler {
   }
 }
 
+const Swallow = defineCommand('uowpg.Swallow', { schema: z.object({ account: z.string() }) });
+
+/** Writes, then catches the error of a failing statement and returns as if nothing happened. */
+@CommandHandler(Swallow)
+class SwallowingHandler {
+  async handle(payload: PayloadOf<typeof Swallow>, ctx: MessageContext): Promise<void> {
+    const db = postgresSession(ctx);
+    await db.query(`INSERT INTO "${schema}".balances (account, total) VALUES ($1, 1)`, [payload.account]);
+    await db.query('SELECT * FROM no_such_table').catch(() => undefined);
+  }
+}
+
 /** Projection events applied, by message id (to count doubles). */
 let applied: string[] = [];
 /** When set, the projection throws after its write for this amount. */
@@ -123,7 +135,7 @@ async function bankBus(unitOfWork: PostgresUnitOfWork | undefined): Promise<Test
   const bus = await createTestBus({
     clock,
     endpoint: 'bank',
-    handlers: [DepositHandler, DepositedCounter],
+    handlers: [DepositHandler, DepositedCounter, SwallowingHandler],
     ...(unitOfWork !== undefined ? { unitOfWork } : {}),
   });
   clocks.set(bus, clock);
@@ -339,6 +351,15 @@ describe('postgresUnitOfWork', () => {
       expect(await rows(`SELECT count(*)::int AS n FROM "${schema}".outbox`)).toEqual([{ n: 1 }]);
       expect(await rows(`SELECT count(*)::int AS n FROM "${schema}".inbox`)).toEqual([{ n: 0 }]);
       expect(bus.messagesOf(Deposited)).toEqual([]);
+    });
+  });
+
+  describe('when the handler swallows the error of a failed statement', () => {
+    it('fails the call with transaction-aborted instead of acking a transaction that rolled back', async () => {
+      const bus = await bankBus(unit());
+      const error = await bus.execute(Swallow, { account: 'l' }).catch((e: unknown) => e);
+      expect(HarrierError.is(error, 'transaction-aborted')).toBe(true);
+      expect(await balance('l')).toBeUndefined();
     });
   });
 
