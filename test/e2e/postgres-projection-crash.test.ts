@@ -136,6 +136,8 @@ describe('a PostgreSQL projection killed with SIGKILL mid-stream', () => {
       DATABASE_URL: databaseUrl,
       SCHEMA: schema,
       UNIT: unit,
+      // Slow enough that a kill lands mid-stream on a fast machine too (at most 200 events/s per partition).
+      HANDLE_MS: '5',
     };
     const countedAtKill: number[] = [];
     for (const target of killAt) {
