@@ -13,7 +13,7 @@ const LAYERS = [
   ['handlers'],
   ['dispatch', 'projections', 'dead-letters', 'sagas'],
   ['bus'],
-  ['testing', 'redis'],
+  ['testing', 'redis', 'postgres'],
   ['cli'],
 ];
 
@@ -23,6 +23,13 @@ const CLI_LAZY_REDIS = {
   allowTypeImports: true,
   message:
     'The CLI takes Redis classes from loadRedisLayer(), so that --help works without bullmq and ioredis.',
+};
+
+/** The CLI's own restriction: PostgreSQL functions only through loadPostgresLayer(). */
+const CLI_LAZY_POSTGRES = {
+  regex: '^\\.\\./postgres/(?!load-postgres-layer\\.js$|postgres-connection\\.js$)',
+  allowTypeImports: true,
+  message: 'The CLI takes PostgreSQL functions from loadPostgresLayer(), so that --help works without pg.',
 };
 
 /** One config block per layer: its files may not import a folder of a higher layer. */
@@ -37,7 +44,7 @@ const layerOrder = LAYERS.map((layer, index) => {
             message: `src/${layer.join(', src/')} may import only from its own layer and those below it (DESIGN.md layers; docs/architecture.md).`,
           },
         ];
-  if (layer.includes('cli')) patterns.push(CLI_LAZY_REDIS);
+  if (layer.includes('cli')) patterns.push(CLI_LAZY_REDIS, CLI_LAZY_POSTGRES);
   return {
     files: layer.map((folder) => `src/${folder}/**/*.ts`),
     rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns }] },
@@ -79,8 +86,32 @@ export default tseslint.config(
           paths: [
             { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' },
             { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' },
+            { name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' },
           ],
         },
+      ],
+    },
+  },
+  {
+    files: ['src/postgres/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: [
+            { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' },
+            { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ['src/redis/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { paths: [{ name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' }] },
       ],
     },
   },
@@ -104,6 +135,7 @@ export default tseslint.config(
             { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' },
             { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' },
             { name: 'inversify', message: 'Nothing below src/bus knows inversify (DESIGN.md layers).' },
+            { name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' },
           ],
         },
       ],

@@ -90,6 +90,10 @@ export type {
   RetryPolicy,
   StepResult,
   StepRunner,
+  LogPosition,
+  TransactionalUnitOfWork,
+  UnitOfWorkCall,
+  UnitOfWorkResult,
 } from './dispatch/index.js';
 export { createContainerInvoker } from './bus/index.js';
 export {

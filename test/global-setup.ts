@@ -3,11 +3,13 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
+import { startPostgresServer } from './helpers/local-postgres.js';
 import { startRedisServer } from './helpers/local-redis.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     redisUrl: string;
+    databaseUrl: string;
   }
 }
 
@@ -35,16 +37,12 @@ function ensureBuilt(): void {
     throw new Error(`npm run build did not produce ${bin} (exit ${String(result.status)})`);
 }
 
-/**
- * Provides a real Redis to the tests: REDIS_URL when set, else a redis-server of our own on a free
- * loopback port in a temp dir.
- */
-export default async function setup(project: TestProject): Promise<() => Promise<void>> {
-  ensureBuilt();
+/** A real Redis: REDIS_URL when set, else a redis-server of our own; returns how to stop it. */
+async function provideRedis(project: TestProject): Promise<() => void> {
   const fromEnv = process.env.REDIS_URL;
   if (fromEnv !== undefined && fromEnv !== '') {
     project.provide('redisUrl', fromEnv);
-    return async () => {};
+    return () => {};
   }
   const which = spawnSync('redis-server', ['--version']);
   if (which.error !== undefined || which.status !== 0) {
@@ -55,7 +53,42 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const local = await startRedisServer();
   process.env.REDIS_URL = local.url;
   project.provide('redisUrl', local.url);
-  return async () => {
+  return () => {
     local.stop();
+  };
+}
+
+/** A real PostgreSQL: DATABASE_URL when set, else initdb + pg_ctl of our own; returns how to stop it. */
+async function providePostgres(project: TestProject): Promise<() => void> {
+  const fromEnv = process.env.DATABASE_URL;
+  if (fromEnv !== undefined && fromEnv !== '') {
+    project.provide('databaseUrl', fromEnv);
+    return () => {};
+  }
+  const local = await startPostgresServer();
+  process.env.DATABASE_URL = local.url;
+  project.provide('databaseUrl', local.url);
+  return () => {
+    local.stop();
+  };
+}
+
+/**
+ * Provides a real Redis and a real PostgreSQL to the tests: REDIS_URL / DATABASE_URL when set, else
+ * servers of our own on free loopback ports in temp dirs.
+ */
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  ensureBuilt();
+  const stopRedis = await provideRedis(project);
+  let stopPostgres: () => void;
+  try {
+    stopPostgres = await providePostgres(project);
+  } catch (error) {
+    stopRedis();
+    throw error;
+  }
+  return async () => {
+    stopPostgres();
+    stopRedis();
   };
 }

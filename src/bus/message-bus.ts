@@ -19,6 +19,7 @@ import type {
 } from '../dispatch/handler-pipeline.js';
 import { MessagePublisher } from '../dispatch/message-publisher.js';
 import type { Middleware } from '../dispatch/middleware.js';
+import type { TransactionalUnitOfWork } from '../dispatch/transactional-unit-of-work.js';
 import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { withArticle } from '../errors/with-article.js';
@@ -118,6 +119,13 @@ export interface BusOptions {
   readonly middleware?: readonly Middleware[];
   /** @defaultValue {} */
   readonly hooks?: DispatchHooks;
+  /**
+   * The transaction handlers and projections run in, so their writes, the messages they record and
+   * the proof that they ran commit together, e.g. `postgresUnitOfWork(...)` from harrier/postgres
+   * (outbox and inbox in the application's database). Saga steps do not run in it.
+   * @defaultValue none: a handler runs, then what it recorded is published
+   */
+  readonly unitOfWork?: TransactionalUnitOfWork;
   /**
    * How each message's child container is set up.
    * @defaultValue `{}`
@@ -362,6 +370,7 @@ class HarrierBus implements MessageBus {
       ...(options.retry !== undefined ? { retry: options.retry } : {}),
       ...(options.middleware !== undefined ? { middleware: options.middleware } : {}),
       ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
+      ...(options.unitOfWork !== undefined ? { unitOfWork: options.unitOfWork } : {}),
       clock: this.#clock,
       logger,
       maxEnvelopeBytes: this.#maxBytes,

@@ -223,10 +223,16 @@ export function narrows(filter: DeadLetterFilter): boolean {
 /** The exit for an error a command threw. */
 export function exitOf(error: unknown): CliExit {
   if (error instanceof CliExit) return error;
-  if (HarrierError.is(error) && error.code === 'redis-unavailable') {
+  if (
+    HarrierError.is(error) &&
+    (error.code === 'redis-unavailable' || error.code === 'postgres-unavailable')
+  ) {
     return new CliExit(ExitCode.redisUnavailable, error.message);
   }
-  if (HarrierError.is(error) && (error.code === 'invalid-cursor' || error.code === 'invalid-argument')) {
+  if (
+    HarrierError.is(error) &&
+    (error.code === 'invalid-cursor' || error.code === 'invalid-argument' || error.code === 'invalid-option')
+  ) {
     return new CliExit(ExitCode.usage, error.message);
   }
   const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);

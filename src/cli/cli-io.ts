@@ -24,6 +24,7 @@ export const ExitCode = {
   ok: 0,
   someFailed: 1,
   usage: 2,
+  /** Redis or PostgreSQL could not be reached. */
   redisUnavailable: 3,
   nothingMatched: 4,
 } as const;

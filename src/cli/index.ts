@@ -1,6 +1,7 @@
 import { GLOBAL_HELP, exitOf } from './cli-context.js';
 import { ExitCode, type CliIo } from './cli-io.js';
 import { dlqCommand } from './dlq/dlq-command.js';
+import { postgresCommand } from './postgres-commands.js';
 import { projectionsCommand } from './projections-commands.js';
 import { sagasCommand } from './sagas-commands.js';
 import { topologyCommand } from './topology-command.js';
@@ -10,19 +11,21 @@ export type { CliIo, CliOutput } from './cli-io.js';
 
 const HELP = `Usage: harrier <command> [options]
 
-Operate a Harrier system on Redis: dead letters, projections, sagas, topology.
+Operate a Harrier system on Redis: dead letters, projections, sagas, topology; and Harrier's tables
+in PostgreSQL.
 
 Commands:
   dlq list | show | groups | replay | purge | export | import
   projections status | rebuild
   sagas list | show
   topology
+  postgres migrate
 
 Run \`harrier <command> --help\` for a command's options.
 
 ${GLOBAL_HELP}
 
-Exit codes: 0 ok, 1 some items failed, 2 usage error, 3 Redis unreachable, 4 nothing matched.
+Exit codes: 0 ok, 1 some items failed, 2 usage error, 3 Redis or PostgreSQL unreachable, 4 nothing matched.
 `;
 
 function defaultIo(): CliIo {
@@ -53,6 +56,8 @@ export async function run(argv: readonly string[], io: CliIo = defaultIo()): Pro
         return await projectionsCommand(rest, io);
       case 'sagas':
         return await sagasCommand(rest, io);
+      case 'postgres':
+        return await postgresCommand(rest, io);
       case 'topology':
         return await topologyCommand(rest, io);
       case undefined:

@@ -17,6 +17,7 @@ import type { EnvelopeEncoder } from '../messages/prepare-message.js';
 import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
+import type { LogPosition, TransactionalUnitOfWork } from './transactional-unit-of-work.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
 
 /** Calls a handler method on an instance made for this message (the bus resolves it from DI). */
@@ -105,6 +106,12 @@ export interface HandlerPipelineOptions {
    * @defaultValue none (every kind: call, then commit)
    */
   readonly steps?: Partial<Record<HandlerKind, StepRunner>>;
+  /**
+   * The transaction command handlers, event handlers and projections run in, with what they record
+   * and the proof they ran (an outbox and inbox in the application's database).
+   * @defaultValue none: the handler runs, then the publisher commits what it recorded
+   */
+  readonly unitOfWork?: TransactionalUnitOfWork;
 }
 
 /** One handler call handed to a {@link StepRunner}: what it may run and commit, in its own way. */
@@ -155,6 +162,11 @@ export interface PipelineInput {
    * @defaultValue never
    */
   readonly abandoned?: () => boolean;
+  /**
+   * The event's place in the log, for a projection fed by it (given to the unit of work).
+   * @defaultValue none
+   */
+  readonly position?: LogPosition;
 }
 
 /** The handler succeeded and what it recorded was committed. */
@@ -329,9 +341,24 @@ export class HandlerPipeline {
     try {
       if (runner === undefined) {
         const context = this.context(envelope, facts.attempt, entry, input.signal);
-        await this.#call(entry, definition, context, false);
-        if (input.abandoned?.() === true) return ABANDONED;
-        outgoing = await this.#commit(context);
+        const unit = this.#o.unitOfWork;
+        const result =
+          unit === undefined
+            ? await this.#call(entry, definition, context, false).then(() => 'ran' as const)
+            : await unit.run({
+                context,
+                handler: entry.name,
+                handlerKind: entry.kind,
+                endpoint: this.#o.endpoint,
+                inProcess: false,
+                ...(input.position !== undefined ? { position: input.position } : {}),
+                run: () => this.#call(entry, definition, context, false),
+                abandoned: () => input.abandoned?.() === true,
+              });
+        if (input.abandoned?.() === true && result === 'ran') return ABANDONED;
+        if (result === 'ran') outgoing = await this.#commit(context);
+        else if (result === 'stored') outgoing = context.recorded.map((p) => p.outgoing);
+        else outgoing = [];
       } else {
         const result = await runner(this.#step(entry, definition, envelope, facts.attempt, input));
         if (result.kind === 'dead-letter') {
@@ -378,8 +405,23 @@ export class HandlerPipeline {
     signal: AbortSignal,
   ): Promise<unknown> {
     const context = this.context(envelope, 1, entry, signal);
-    const result = await this.#call(entry, definition, context, true);
-    await this.#commit(context);
+    const unit = this.#o.unitOfWork;
+    if (unit === undefined) {
+      const result = await this.#call(entry, definition, context, true);
+      await this.#commit(context);
+      return result;
+    }
+    let result: unknown;
+    const ended = await unit.run({
+      context,
+      handler: entry.name,
+      handlerKind: entry.kind,
+      endpoint: this.#o.endpoint,
+      inProcess: true,
+      run: async () => (result = await this.#call(entry, definition, context, true)),
+      abandoned: () => false,
+    });
+    if (ended === 'ran') await this.#commit(context);
     return result;
   }
 

@@ -26,6 +26,12 @@ export {
   type Middleware,
   type MiddlewareContext,
 } from './middleware.js';
+export type {
+  LogPosition,
+  TransactionalUnitOfWork,
+  UnitOfWorkCall,
+  UnitOfWorkResult,
+} from './transactional-unit-of-work.js';
 export {
   backoffDelay,
   DEFAULT_RETRY,

@@ -15,6 +15,7 @@ import {
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
 import type { CheckpointStore } from '../log/checkpoint-store.js';
+import type { LogPosition } from '../dispatch/transactional-unit-of-work.js';
 import type { EventLog, LogRecord } from '../log/event-log.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 
@@ -468,6 +469,7 @@ export class ProjectionRunner {
       record.body,
       { messageId: record.id, type: record.type, endpoint: this.#o.endpoint, partitionKey: record.key },
       lane.abort.signal,
+      { topic: lane.topic, partition: lane.partition, offset: record.offset },
     );
     switch (outcome.kind) {
       case 'abandoned':
@@ -493,6 +495,7 @@ export class ProjectionRunner {
     body: string,
     about: Pick<DeliveryFacts, 'messageId' | 'type' | 'endpoint' | 'partitionKey'>,
     signal: AbortSignal,
+    position?: LogPosition,
   ): Promise<Attempts> {
     const history: AttemptRecord[] = [];
     for (let attempt = 1; ; attempt++) {
@@ -505,7 +508,13 @@ export class ProjectionRunner {
       };
       // A stop during the backoff ends the retries: the record is left for the next start.
       if (signal.aborted) return { outcome: { kind: 'abandoned' }, facts };
-      const outcome = await this.#pipeline.run({ body, facts, handler: entry, signal });
+      const outcome = await this.#pipeline.run({
+        body,
+        facts,
+        handler: entry,
+        signal,
+        ...(position !== undefined ? { position } : {}),
+      });
       // A handler that returned has applied its event, stop or not: it counts, and its checkpoint
       // moves. A stop only cancels what failed (the record is left for the next start).
       if (outcome.kind !== 'handled' && isAborted(signal)) return { outcome: { kind: 'abandoned' }, facts };

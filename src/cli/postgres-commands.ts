@@ -1,0 +1,84 @@
+import { parseArgs } from 'node:util';
+import { loadPostgresLayer } from '../postgres/load-postgres-layer.js';
+import { describePostgresUrl } from '../postgres/postgres-connection.js';
+import { help } from './cli-args.js';
+import { ExitCode, runSubcommand, usageError, writeJson, type CliIo } from './cli-io.js';
+
+const CONNECTION_HELP = `Connection and output:
+  --database-url <url>  PostgreSQL to use (default: $DATABASE_URL), e.g. postgres://user:pass@host:5432/app
+  --schema <name>       schema of Harrier's tables (default: harrier)
+  --json                one JSON line on stdout (the default when stdout is not a terminal)
+  -h, --help            show this help`;
+
+/** Help of `harrier postgres`. */
+export const POSTGRES_HELP = `Usage: harrier postgres <command> [options]
+
+Commands:
+  migrate            create or upgrade Harrier's tables (outbox, inbox, checkpoints, sagas)
+
+${CONNECTION_HELP}
+`;
+
+const MIGRATE_HELP = `Usage: harrier postgres migrate [--database-url URL] [--schema NAME] [--json]
+
+Creates the schema and Harrier's tables in it, or applies the steps a newer Harrier added, in one
+transaction (concurrent runs wait for each other). Harrier never migrates at start-up: run this in a
+deploy step. Prints the version before and after and each step applied; running it again applies
+nothing. Exit codes: 0 ok, 2 usage error, 3 PostgreSQL unreachable.
+
+${CONNECTION_HELP}
+`;
+
+const OPTIONS = {
+  'database-url': { type: 'string' },
+  schema: { type: 'string' },
+  json: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+/** Runs `harrier postgres ...`. */
+export function postgresCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  return runSubcommand('postgres', POSTGRES_HELP, { migrate: migrateCommand }, argv, io);
+}
+
+async function migrateCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  let values: { 'database-url'?: string; schema?: string; json?: boolean; help?: boolean };
+  let positionals: string[];
+  try {
+    ({ values, positionals } = parseArgs({
+      args: [...argv],
+      options: OPTIONS,
+      allowPositionals: true,
+      strict: true,
+    }));
+  } catch (error) {
+    throw usageError(`${error instanceof Error ? error.message : String(error)}; see --help`);
+  }
+  if (values.help === true) return help(io, MIGRATE_HELP);
+  if (positionals.length > 0) {
+    throw usageError(`\`postgres migrate\` takes no arguments, got "${positionals.join(' ')}"; see --help`);
+  }
+  const url = values['database-url'] ?? io.env.DATABASE_URL;
+  if (url === undefined || url === '') {
+    throw usageError(
+      'No PostgreSQL to connect to: set DATABASE_URL or pass --database-url postgres://user@host:5432/database',
+    );
+  }
+  if (!/^postgres(ql)?:\/\//.test(url)) {
+    throw usageError(
+      `${values['database-url'] === undefined ? 'DATABASE_URL' : '--database-url'} "${describePostgresUrl(url)}" is not a postgres:// URL, e.g. postgres://user@host:5432/database`,
+    );
+  }
+  const json = values.json ?? io.stdout.isTTY !== true;
+  const { migratePostgres } = await loadPostgresLayer();
+  const report = await migratePostgres(url, values.schema === undefined ? {} : { schema: values.schema });
+  if (json) {
+    writeJson(io.stdout, report);
+  } else if (report.applied.length === 0) {
+    io.stdout.write(`Schema "${report.schema}" is up to date (version ${report.to}).\n`);
+  } else {
+    for (const step of report.applied) io.stdout.write(`applied ${step.version}: ${step.name}\n`);
+    io.stdout.write(`Schema "${report.schema}" migrated from version ${report.from} to ${report.to}.\n`);
+  }
+  return ExitCode.ok;
+}

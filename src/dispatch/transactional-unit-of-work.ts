@@ -1,0 +1,61 @@
+import type { HandlerKind } from '../handlers/handler-metadata.js';
+import type { HandlerContext } from './handler-context.js';
+
+/** Where in the event log a projection call applies its event: its checkpoint once it succeeds. */
+export interface LogPosition {
+  readonly topic: string;
+  readonly partition: number;
+  readonly offset: number;
+}
+
+/** One handler call handed to a {@link TransactionalUnitOfWork}. */
+export interface UnitOfWorkCall {
+  /** The call's context: what the handler records lands in `context.recorded`. */
+  readonly context: HandlerContext;
+  /** The handler (subscription) name: the inbox key beside the message id. */
+  readonly handler: string;
+  readonly handlerKind: HandlerKind;
+  readonly endpoint: string;
+  /**
+   * For a projection fed by the event log: the position of the event, so the unit can commit the
+   * checkpoint with the handler's writes (and skip an event whose checkpoint is already past it).
+   * Absent for broker deliveries, `execute`, and replays of dead letters.
+   */
+  readonly position?: LogPosition;
+  /** True for `execute` (in-process), false for a delivery. */
+  readonly inProcess: boolean;
+  /** Runs middleware and the handler; rejects with the handler's error. */
+  run(): Promise<unknown>;
+  /**
+   * True once the call's result no longer matters (a stop released the delivery): a unit checks it
+   * just before it commits, and rolls back instead.
+   */
+  abandoned(): boolean;
+}
+
+/**
+ * How a {@link TransactionalUnitOfWork} ended a call that threw nothing:
+ * - `ran`: the handler ran and its transaction committed; the pipeline publishes what it recorded, as without a unit;
+ * - `stored`: the handler ran, and what it recorded was stored in the same transaction (an outbox),
+ *   to be published by a relay: the pipeline publishes nothing;
+ * - `skipped`: the call was applied before (an inbox or a checkpoint says so) and the handler did not
+ *   run: the delivery is acked.
+ */
+export type UnitOfWorkResult = 'ran' | 'stored' | 'skipped';
+
+/**
+ * A transaction a handler call runs in, so the handler's own writes, what it records and the proof
+ * that it ran commit together: the application's database transaction (harrier/postgres's
+ * `postgresUnitOfWork`).
+ *
+ * @remarks
+ * The pipeline hands every command handler, event handler and projection call (not saga steps,
+ * whose state has its own store) to `run`. A unit that does not want a call runs it as is and
+ * returns `ran`. An error thrown by `run` fails the call like the handler's own error (retry, dead
+ * letter); the unit must have rolled back by then. See docs/architecture.md.
+ */
+export interface TransactionalUnitOfWork {
+  /** Name used in logs. */
+  readonly name: string;
+  run(call: UnitOfWorkCall): Promise<UnitOfWorkResult>;
+}

@@ -1,0 +1,76 @@
+import type { PostgresTables } from './postgres-schema.js';
+
+/** One step of Harrier's schema, applied once per schema in version order. */
+export interface Migration {
+  readonly version: number;
+  readonly name: string;
+  /** The statements, for the tables of one schema. */
+  sql(tables: PostgresTables): string;
+}
+
+/**
+ * Every step of Harrier's PostgreSQL schema, oldest first. Never edit a released step: add one.
+ *
+ * @remarks
+ * Times are `bigint` ms since the epoch (the clock Harrier's parts are given, a `ManualClock` in
+ * tests), not `timestamptz` from the server's clock.
+ */
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'outbox, inbox, checkpoints, sagas',
+    sql: (t) => `
+      CREATE TABLE IF NOT EXISTS ${t.outbox} (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        message_id text NOT NULL,
+        kind text NOT NULL,
+        type text NOT NULL,
+        body text NOT NULL,
+        partition_key text,
+        ordered boolean NOT NULL DEFAULT false,
+        lane integer NOT NULL,
+        topic text,
+        deliver_at bigint,
+        require_route boolean NOT NULL DEFAULT true,
+        created_at bigint NOT NULL
+      );
+      CREATE INDEX IF NOT EXISTS outbox_lane_seq ON ${t.outbox} (lane, seq);
+
+      CREATE TABLE IF NOT EXISTS ${t.inbox} (
+        subscription text NOT NULL,
+        message_id text NOT NULL,
+        handled_at bigint NOT NULL,
+        PRIMARY KEY (subscription, message_id)
+      );
+      CREATE INDEX IF NOT EXISTS inbox_handled_at ON ${t.inbox} (handled_at);
+
+      CREATE TABLE IF NOT EXISTS ${t.checkpoints} (
+        projection text NOT NULL,
+        topic text NOT NULL,
+        partition integer NOT NULL,
+        "offset" bigint NOT NULL,
+        updated_at bigint NOT NULL,
+        PRIMARY KEY (projection, topic, partition)
+      );
+
+      CREATE TABLE IF NOT EXISTS ${t.sagas} (
+        saga text NOT NULL,
+        id text NOT NULL,
+        state jsonb NOT NULL,
+        applied jsonb NOT NULL DEFAULT '[]',
+        status text NOT NULL,
+        version integer NOT NULL,
+        timeouts jsonb NOT NULL DEFAULT '[]',
+        started_at bigint NOT NULL,
+        updated_at bigint NOT NULL,
+        completed_at bigint,
+        expires_at bigint,
+        PRIMARY KEY (saga, id)
+      );
+      CREATE INDEX IF NOT EXISTS sagas_expires_at ON ${t.sagas} (expires_at) WHERE expires_at IS NOT NULL;
+    `,
+  },
+];
+
+/** The version a schema must be at for this copy of Harrier. */
+export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

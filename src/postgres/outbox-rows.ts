@@ -1,0 +1,63 @@
+import type pg from 'pg';
+import type { OutgoingMessage } from '../messages/outgoing-message.js';
+import { partitionOf } from '../messages/partition.js';
+import type { PostgresTables } from './postgres-schema.js';
+
+/**
+ * How many lanes the outbox spreads its rows over. A relay owns a lane at a time (an advisory lock),
+ * so rows of one lane are published in order by one relay; a message's lane comes from its partition
+ * key (its id when it has none), so messages of one key keep their order.
+ */
+export const OUTBOX_LANES = 32;
+
+/** The NOTIFY channel of a schema's outbox: relays LISTEN on it to wake as soon as rows commit. */
+export function outboxChannel(tables: PostgresTables): string {
+  return `harrier_outbox_${tables.schema}`;
+}
+
+/** The outbox lane of a message. */
+export function outboxLane(message: OutgoingMessage): number {
+  return partitionOf(message.partitionKey ?? message.id, OUTBOX_LANES);
+}
+
+const COLUMNS = 11;
+
+/**
+ * Inserts `messages` into the outbox in the caller's transaction (one statement) and notifies the
+ * relays, whose NOTIFY PostgreSQL delivers only if the transaction commits.
+ *
+ * @param client - a client inside the application's transaction (BEGIN issued by the caller).
+ * @param now - ms since the epoch, stored as `created_at`.
+ */
+export async function writeOutboxRows(
+  client: pg.ClientBase,
+  tables: PostgresTables,
+  messages: readonly OutgoingMessage[],
+  now: number,
+): Promise<void> {
+  if (messages.length === 0) return;
+  const values: unknown[] = [];
+  const rows: string[] = [];
+  for (const [i, m] of messages.entries()) {
+    const base = i * COLUMNS;
+    rows.push(`(${Array.from({ length: COLUMNS }, (_, c) => `$${base + c + 1}`).join(', ')})`);
+    values.push(
+      m.id,
+      m.kind,
+      m.type,
+      m.body,
+      m.partitionKey ?? null,
+      m.ordered === true,
+      outboxLane(m),
+      m.topic ?? null,
+      m.deliverAt ?? null,
+      m.requireRoute !== false,
+      now,
+    );
+  }
+  await client.query(
+    `INSERT INTO ${tables.outbox} (message_id, kind, type, body, partition_key, ordered, lane, topic, deliver_at, require_route, created_at) VALUES ${rows.join(', ')}`,
+    values,
+  );
+  await client.query(`SELECT pg_notify($1, '')`, [outboxChannel(tables)]);
+}

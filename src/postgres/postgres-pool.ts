@@ -1,0 +1,60 @@
+import pg from 'pg';
+import { HarrierError } from '../errors/harrier-error.js';
+import { describePostgres, isPool, type PostgresConnectionOptions } from './postgres-connection.js';
+
+/** A pool to use, and whether closing the part that opened it ends it. */
+export interface PoolHandle {
+  readonly pool: pg.Pool;
+  /** True when the pool was created here (from a URL or options): {@link PoolHandle.end} ends it. */
+  readonly owned: boolean;
+  /** Ends the pool when it was created here; a shared pool stays open. */
+  end(): Promise<void>;
+}
+
+/** The pool of `connection`: the given one (shared), or a new one. */
+export function openPool(connection: PostgresConnectionOptions): PoolHandle {
+  if (isPool(connection)) return { pool: connection, owned: false, end: async () => {} };
+  const pool = new pg.Pool(typeof connection === 'string' ? { connectionString: connection } : connection);
+  // An idle client that loses its server emits on the pool; without a listener Node would crash.
+  pool.on('error', () => {});
+  let ended: Promise<void> | undefined;
+  return {
+    pool,
+    owned: true,
+    end: () => (ended ??= pool.end()),
+  };
+}
+
+/** PostgreSQL error codes (SQLSTATE) of a server that cannot be reached or is shutting down. */
+const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '08000', '08001', '08003', '08006']);
+const UNAVAILABLE_ERRNOS = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EPIPE',
+]);
+
+/** True when `error` says the server is unreachable (rather than that a statement failed). */
+export function isPostgresUnavailable(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && (UNAVAILABLE_SQLSTATES.has(code) || UNAVAILABLE_ERRNOS.has(code)))
+    return true;
+  const message = error instanceof Error ? error.message : '';
+  return /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect/i.test(message);
+}
+
+/**
+ * `error` as a HarrierError `postgres-unavailable` naming the connection when the server cannot be
+ * reached; other errors unchanged.
+ */
+export function postgresError(error: unknown, connection: PostgresConnectionOptions, doing: string): unknown {
+  if (!isPostgresUnavailable(error)) return error;
+  const detail = error instanceof Error ? error.message : String(error);
+  return new HarrierError(
+    'postgres-unavailable',
+    `Could not reach PostgreSQL at ${describePostgres(connection)} while ${doing} (${detail}): check that the server runs and the URL (DATABASE_URL or --database-url) is right`,
+    { cause: error },
+  );
+}

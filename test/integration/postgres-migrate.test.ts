@@ -1,0 +1,152 @@
+import { PassThrough } from 'node:stream';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import type { CliIo } from '../../src/cli/cli-io.js';
+import { run } from '../../src/cli/index.js';
+import { HarrierError } from '../../src/errors/harrier-error.js';
+import { migratePostgres, requireSchema } from '../../src/postgres/migrate-postgres.js';
+import { MIGRATIONS, SCHEMA_VERSION } from '../../src/postgres/migrations.js';
+import { postgresTables } from '../../src/postgres/postgres-schema.js';
+import { freePort } from '../helpers/local-redis.js';
+import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+
+const databaseUrl = inject('databaseUrl');
+const { pool } = useSharedPostgres(databaseUrl);
+
+async function tablesOf(schema: string): Promise<string[]> {
+  const result = await pool.query<{ table_name: string }>(
+    `SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY table_name`,
+    [schema],
+  );
+  return result.rows.map((row) => row.table_name);
+}
+
+async function harrier(args: readonly string[], env: Record<string, string> = {}) {
+  let stdout = '';
+  let stderr = '';
+  const io: CliIo = {
+    stdout: { write: (text: string) => (stdout += text), isTTY: false },
+    stderr: { write: (text: string) => (stderr += text) },
+    stdin: new PassThrough(),
+    env,
+  };
+  const code = await run(args, io);
+  return { code, stdout, stderr };
+}
+
+describe('migratePostgres', () => {
+  let schema = freshSchema();
+  afterEach(async () => {
+    await dropSchema(pool, schema);
+    schema = freshSchema();
+  });
+
+  it('creates the schema and every table, and records each step', async () => {
+    const report = await migratePostgres(databaseUrl, { schema });
+    expect(report).toEqual({
+      schema,
+      from: 0,
+      to: SCHEMA_VERSION,
+      applied: MIGRATIONS.map((m) => ({ version: m.version, name: m.name })),
+    });
+    expect(await tablesOf(schema)).toEqual(['checkpoints', 'inbox', 'migrations', 'outbox', 'sagas']);
+  });
+
+  it('applies nothing the second time', async () => {
+    await migratePostgres(databaseUrl, { schema });
+    const again = await migratePostgres(pool, { schema });
+    expect(again).toEqual({ schema, from: SCHEMA_VERSION, to: SCHEMA_VERSION, applied: [] });
+  });
+
+  it('applies each step once when several processes migrate at the same time', async () => {
+    const reports = await Promise.all([1, 2, 3, 4].map(() => migratePostgres(databaseUrl, { schema })));
+    expect(reports.filter((r) => r.applied.length > 0)).toHaveLength(1);
+    const rows = await pool.query(`SELECT version FROM "${schema}".migrations`);
+    expect(rows.rowCount).toBe(MIGRATIONS.length);
+  });
+
+  it('leaves a shared pool open', async () => {
+    await migratePostgres(pool, { schema });
+    expect((await pool.query('SELECT 1 AS one')).rows[0]).toEqual({ one: 1 });
+  });
+
+  it('refuses a schema name that is not a plain identifier, naming the rule', async () => {
+    const error = await migratePostgres(databaseUrl, { schema: 'Harrier"; DROP TABLE x; --' }).catch(
+      (e: unknown) => e,
+    );
+    expect(HarrierError.is(error, 'invalid-option')).toBe(true);
+    expect((error as Error).message).toMatch(/lower-case letters, digits and _/);
+  });
+
+  it('says postgres-unavailable, without the password, when the server cannot be reached', async () => {
+    const port = await freePort();
+    const error = await migratePostgres(`postgres://app:s3cret@127.0.0.1:${port}/app`, { schema }).catch(
+      (e: unknown) => e,
+    );
+    expect(HarrierError.is(error, 'postgres-unavailable')).toBe(true);
+    expect((error as Error).message).toContain(`127.0.0.1:${port}`);
+    expect((error as Error).message).not.toContain('s3cret');
+  });
+});
+
+describe('requireSchema', () => {
+  const schema = freshSchema();
+  afterEach(async () => {
+    await dropSchema(pool, schema);
+  });
+
+  it('refuses a schema without Harrier tables with schema-outdated, naming the migrate command', async () => {
+    const error = await requireSchema(pool, postgresTables(schema), 'PostgresOutbox').catch(
+      (e: unknown) => e,
+    );
+    expect(HarrierError.is(error, 'schema-outdated')).toBe(true);
+    expect((error as Error).message).toContain(`harrier postgres migrate --schema ${schema}`);
+  });
+
+  it('accepts a migrated schema', async () => {
+    await migratePostgres(pool, { schema });
+    await expect(requireSchema(pool, postgresTables(schema), 'PostgresOutbox')).resolves.toBeUndefined();
+  });
+});
+
+describe('harrier postgres migrate', () => {
+  const schema = freshSchema();
+  afterEach(async () => {
+    await dropSchema(pool, schema);
+  });
+
+  it('migrates with --json and exits 0, then reports nothing to apply', async () => {
+    const first = await harrier(['postgres', 'migrate', '--schema', schema, '--json'], {
+      DATABASE_URL: databaseUrl,
+    });
+    expect(first.code).toBe(0);
+    expect(JSON.parse(first.stdout)).toMatchObject({ schema, from: 0, to: SCHEMA_VERSION });
+    const second = await harrier(['postgres', 'migrate', '--schema', schema, '--database-url', databaseUrl]);
+    expect(second.code).toBe(0);
+    expect(JSON.parse(second.stdout)).toMatchObject({ applied: [] });
+  });
+
+  it('exits 2 naming DATABASE_URL when no database is given', async () => {
+    const result = await harrier(['postgres', 'migrate']);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain('DATABASE_URL');
+  });
+
+  it('exits 2 for a bad schema name', async () => {
+    const result = await harrier([
+      'postgres',
+      'migrate',
+      '--schema',
+      'Bad-Name',
+      '--database-url',
+      databaseUrl,
+    ]);
+    expect(result.code).toBe(2);
+  });
+
+  it('exits 3 when PostgreSQL cannot be reached', async () => {
+    const port = await freePort();
+    const result = await harrier(['postgres', 'migrate', '--database-url', `postgres://127.0.0.1:${port}/x`]);
+    expect(result.code).toBe(3);
+    expect(result.stderr).toContain('Could not reach PostgreSQL');
+  });
+});
