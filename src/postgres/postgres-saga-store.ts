@@ -159,32 +159,32 @@ export class PostgresSagaStore implements SagaStore {
       }
       for (let attempt = 1; ; attempt++) {
         const now = this.#clock.now();
-        const completed = write.status === 'completed';
-        const expiresAt = completed ? now + this.#retentionMs : null;
+        const expiresAt = write.status === 'completed' ? now + this.#retentionMs : null;
+        // $1..$8, shared by both statements; completed_at is $7 (the write's now) on completion.
+        const values = [
+          write.saga,
+          write.id,
+          write.status,
+          json.state,
+          json.applied,
+          json.timeouts,
+          write.now,
+          expiresAt,
+        ];
         const result =
           expectedVersion === 0
             ? await pool.query<SagaRow>(
                 `INSERT INTO ${this.#tables.sagas} AS s
                    (saga, id, version, status, state, applied, timeouts, started_at, updated_at, completed_at, expires_at)
-                 VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $7, $8, $9)
+                 VALUES ($1, $2, 1, $3::text, $4, $5, $6, $7::bigint, $7::bigint,
+                   CASE WHEN $3::text = 'completed' THEN $7::bigint END, $8)
                  ON CONFLICT (saga, id) DO UPDATE SET version = 1, status = EXCLUDED.status,
                    state = EXCLUDED.state, applied = EXCLUDED.applied, timeouts = EXCLUDED.timeouts,
                    started_at = EXCLUDED.started_at, updated_at = EXCLUDED.updated_at,
                    completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at
-                 WHERE s.expires_at <= $10
+                 WHERE s.expires_at <= $9
                  RETURNING ${COLUMNS}`,
-                [
-                  write.saga,
-                  write.id,
-                  write.status,
-                  json.state,
-                  json.applied,
-                  json.timeouts,
-                  write.now,
-                  completed ? write.now : null,
-                  expiresAt,
-                  now,
-                ],
+                [...values, now],
               )
             : await pool.query<SagaRow>(
                 `UPDATE ${this.#tables.sagas} AS s SET version = s.version + 1, status = $3::text,
@@ -192,20 +192,9 @@ export class PostgresSagaStore implements SagaStore {
                    completed_at = CASE WHEN $3::text = 'completed'
                      THEN CASE WHEN s.status = 'completed' THEN s.completed_at ELSE $7::bigint END END,
                    expires_at = $8
-                 WHERE s.saga = $1 AND s.id = $2 AND s.version = $9 AND (s.expires_at IS NULL OR s.expires_at > $10)
+                 WHERE s.saga = $1 AND s.id = $2 AND s.version = $10 AND (s.expires_at IS NULL OR s.expires_at > $9)
                  RETURNING ${COLUMNS}`,
-                [
-                  write.saga,
-                  write.id,
-                  write.status,
-                  json.state,
-                  json.applied,
-                  json.timeouts,
-                  write.now,
-                  expiresAt,
-                  expectedVersion,
-                  now,
-                ],
+                [...values, now, expectedVersion],
               );
         const row = result.rows[0];
         if (row !== undefined) {

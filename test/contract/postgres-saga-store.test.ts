@@ -5,7 +5,10 @@ import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { PostgresSagaStore, type PostgresSagaStoreOptions } from '../../src/postgres/postgres-saga-store.js';
 import type { SagaWrite } from '../../src/sagas/saga-store.js';
 import { expectCode, failureOf } from '../../src/testing/expect-code.js';
-import { describeSagaStoreConformance } from '../../src/testing/saga-store-conformance.js';
+import {
+  describeSagaStoreConformance,
+  type SagaStoreFactory,
+} from '../../src/testing/saga-store-conformance.js';
 import { freePort } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 
@@ -21,30 +24,22 @@ afterAll(async () => {
   await dropSchema(pool, schema);
 });
 
-describeSagaStoreConformance('PostgresSagaStore (from a URL)', async ({ completedRetentionMs, clock }) => {
-  await migrateOnce();
-  return {
-    store: new PostgresSagaStore({
-      connection: databaseUrl,
-      schema,
-      clock,
-      ...(completedRetentionMs === undefined ? {} : { completedRetentionMs }),
-    }),
+/** The suite's factory for stores on `connection`, in the file's schema. */
+const storesOn =
+  (connection: PostgresSagaStoreOptions['connection']): SagaStoreFactory =>
+  async ({ completedRetentionMs, clock }) => {
+    await migrateOnce();
+    const options = { connection, schema, clock };
+    return {
+      store: new PostgresSagaStore(
+        completedRetentionMs === undefined ? options : { ...options, completedRetentionMs },
+      ),
+    };
   };
-});
 
+describeSagaStoreConformance('PostgresSagaStore (from a URL)', storesOn(databaseUrl));
 // Run on the shared pool too: a store that ended a pool it was given would fail every later test.
-describeSagaStoreConformance('PostgresSagaStore (given a pool)', async ({ completedRetentionMs, clock }) => {
-  await migrateOnce();
-  return {
-    store: new PostgresSagaStore({
-      connection: pool,
-      schema,
-      clock,
-      ...(completedRetentionMs === undefined ? {} : { completedRetentionMs }),
-    }),
-  };
-});
+describeSagaStoreConformance('PostgresSagaStore (given a pool)', storesOn(pool));
 
 const T0 = Date.UTC(2026, 0, 1);
 const DAY = 24 * 60 * 60 * 1000;
