@@ -15,8 +15,8 @@ import {
   type SagaContext,
   type SagaWrite,
 } from '../../src/index.js';
-import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
-import { PostgresSagaStore } from '../../src/postgres/postgres-saga-store.js';
+// Through the entry point (harrier/postgres), as an application imports it.
+import { PostgresSagaStore, migratePostgres } from '../../src/postgres/index.js';
 import { createTestBus, type TestBus } from '../../src/testing/index.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 
@@ -109,11 +109,17 @@ describe('Saga on PostgresSagaStore', () => {
     return new CountingStore({ connection: databaseUrl, schema, clock });
   }
 
+  /** A test bus (FIFO delivery) running the fulfilment saga, and its store. */
+  async function fulfilmentBus(): Promise<{ bus: TestBus; sagas: CountingStore }> {
+    clock = new ManualClock();
+    const sagas = store();
+    bus = await createTestBus({ clock, sagas: [FulfilmentSaga], sagaStore: sagas, deliveryOrder: 'fifo' });
+    return { bus, sagas };
+  }
+
   describe('when started by one event and completed by another', () => {
     it('keeps the instance in PostgreSQL, completes it once and drops its timeout', async () => {
-      clock = new ManualClock();
-      const sagas = store();
-      bus = await createTestBus({ clock, sagas: [FulfilmentSaga], sagaStore: sagas, deliveryOrder: 'fifo' });
+      const { bus, sagas } = await fulfilmentBus();
       await bus.publish(OrderPlaced, { orderId: 'o-1' });
       await bus.whenIdle({ includeDelayed: false });
       const started = await sagas.get('pgsaga.Fulfilment', 'o-1');
@@ -136,9 +142,7 @@ describe('Saga on PostgresSagaStore', () => {
 
   describe('when its timeout fires first', () => {
     it('runs the timeout step on the stored state and completes the instance', async () => {
-      clock = new ManualClock();
-      const sagas = store();
-      bus = await createTestBus({ clock, sagas: [FulfilmentSaga], sagaStore: sagas, deliveryOrder: 'fifo' });
+      const { bus, sagas } = await fulfilmentBus();
       await bus.publish(OrderPlaced, { orderId: 'o-2' });
       // Runs the delayed PaymentDue by moving the virtual clock forward.
       await bus.whenIdle();
