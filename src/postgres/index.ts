@@ -46,3 +46,9 @@ export const DEFAULT_INBOX_PRUNE_INTERVAL_MS = layer.DEFAULT_INBOX_PRUNE_INTERVA
 export const PostgresCheckpointStore = layer.PostgresCheckpointStore;
 /** An instance of {@link PostgresCheckpointStore}. */
 export type PostgresCheckpointStore = InstanceType<typeof layer.PostgresCheckpointStore>;
+
+export type { PostgresSagaStoreOptions } from './postgres-saga-store.js';
+/** Keeps saga instances in PostgreSQL (see postgres-saga-store.ts). */
+export const PostgresSagaStore = layer.PostgresSagaStore;
+/** An instance of {@link PostgresSagaStore}. */
+export type PostgresSagaStore = InstanceType<typeof layer.PostgresSagaStore>;

@@ -53,14 +53,16 @@ export const MIGRATIONS: readonly Migration[] = [
         PRIMARY KEY (projection, topic, partition)
       );
 
+      -- COLLATE "C": the key orders by UTF-8 bytes, as every saga store lists. json, not jsonb: the
+      -- text JSON.stringify wrote, kept as is (jsonb would reorder keys and refuse an escaped NUL).
       CREATE TABLE IF NOT EXISTS ${t.sagas} (
-        saga text NOT NULL,
-        id text NOT NULL,
-        state jsonb NOT NULL,
-        applied jsonb NOT NULL DEFAULT '[]',
-        status text NOT NULL,
+        saga text COLLATE "C" NOT NULL,
+        id text COLLATE "C" NOT NULL,
         version integer NOT NULL,
-        timeouts jsonb NOT NULL DEFAULT '[]',
+        status text NOT NULL CHECK (status IN ('active', 'completed')),
+        state json NOT NULL,
+        applied json NOT NULL,
+        timeouts json NOT NULL,
         started_at bigint NOT NULL,
         updated_at bigint NOT NULL,
         completed_at bigint,

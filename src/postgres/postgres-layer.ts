@@ -11,3 +11,4 @@ export {
 } from './postgres-unit-of-work.js';
 export { postgresSession } from './postgres-session.js';
 export { PostgresCheckpointStore } from './postgres-checkpoint-store.js';
+export { PostgresSagaStore } from './postgres-saga-store.js';
