@@ -9,6 +9,7 @@ import {
   sagaPageLimit,
   serializeSagaWrite,
   type SagaInstance,
+  type SagaSummary,
   type SagaListFilter,
   type SagaPage,
   type SagaPageOptions,
@@ -62,7 +63,7 @@ interface SagaRow {
   version: string;
   status: SagaStatus;
   state: string;
-  applied: string;
+  applied?: string;
   timeouts: string;
   started_at: string;
   updated_at: string;
@@ -73,9 +74,12 @@ interface SagaRow {
  * Selected as text so a shared pool's type parsers (the application may parse json or int8 its own
  * way) never change what the store returns.
  */
-const COLUMNS = `saga, id, version::text AS version, status, state::text AS state, applied::text AS applied,
+const SUMMARY_COLUMNS = `saga, id, version::text AS version, status, state::text AS state,
   timeouts::text AS timeouts, started_at::text AS started_at, updated_at::text AS updated_at,
   completed_at::text AS completed_at`;
+
+/** {@link SUMMARY_COLUMNS} and the applied steps: what `get` and `save` return. */
+const COLUMNS = `${SUMMARY_COLUMNS}, applied::text AS applied`;
 
 /** True while a row's retention has not run out at `$n` (ms by the store's clock). */
 const live = (n: number): string => `(expires_at IS NULL OR expires_at > $${n})`;
@@ -236,11 +240,11 @@ export class PostgresSagaStore implements SagaStore {
       }
       values.push(limit + 1);
       const result = await pool.query<SagaRow>(
-        `SELECT ${COLUMNS} FROM ${this.#tables.sagas} WHERE ${where.join(' AND ')}
+        `SELECT ${SUMMARY_COLUMNS} FROM ${this.#tables.sagas} WHERE ${where.join(' AND ')}
          ORDER BY saga, id LIMIT $${values.length}`,
         values,
       );
-      const instances = result.rows.slice(0, limit).map(toInstance);
+      const instances = result.rows.slice(0, limit).map(toSummary);
       const last = instances.at(-1);
       return result.rows.length > limit && last !== undefined
         ? { instances, next: encodeSagaCursor(last) }
@@ -352,6 +356,11 @@ function storable(text: string): boolean {
 }
 
 function toInstance(row: SagaRow): SagaInstance {
+  return { ...toSummary(row), applied: JSON.parse(row.applied ?? '[]') as SagaInstance['applied'] };
+}
+
+/** A row without its applied steps (what `list` reads: they can be large). */
+function toSummary(row: SagaRow): SagaSummary {
   return {
     saga: row.saga,
     id: row.id,
@@ -362,6 +371,5 @@ function toInstance(row: SagaRow): SagaInstance {
     updatedAt: Number(row.updated_at),
     ...(row.completed_at === null ? {} : { completedAt: Number(row.completed_at) }),
     timeouts: JSON.parse(row.timeouts) as SagaInstance['timeouts'],
-    applied: JSON.parse(row.applied) as SagaInstance['applied'],
   };
 }
