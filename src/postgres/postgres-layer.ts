@@ -4,3 +4,4 @@
  * only that way (a type-only import is fine).
  */
 export { migratePostgres } from './migrate-postgres.js';
+export { OutboxRelay, startOutboxRelay } from './outbox-relay.js';

@@ -1,0 +1,300 @@
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import { z } from 'zod';
+import {
+  CommandHandler,
+  EventHandler,
+  createBus,
+  defineCommand,
+  defineEvent,
+  silentLogger,
+  type MessageBus,
+  type MessageContext,
+  type PayloadOf,
+} from '../../src/index.js';
+import { HarrierError } from '../../src/errors/harrier-error.js';
+import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
+import { OutboxRelay, startOutboxRelay, type OutboxRelayOptions } from '../../src/postgres/outbox-relay.js';
+import { PostgresOutbox } from '../../src/postgres/postgres-outbox.js';
+import { BullMqBroker } from '../../src/redis/index.js';
+import { waitFor } from '../helpers/local-redis.js';
+import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+import { deleteKeys, freshPrefix } from '../helpers/redis.js';
+
+const databaseUrl = inject('databaseUrl');
+const redisUrl = inject('redisUrl');
+const { pool } = useSharedPostgres(databaseUrl);
+const SIGNING_KEY = randomBytes(32).toString('hex');
+
+const OrderPlaced = defineEvent('pgo.OrderPlaced', { schema: z.object({ orderId: z.string() }) });
+const Post = defineCommand('pgo.Post', {
+  schema: z.object({ account: z.string(), n: z.number() }),
+  partitionKey: 'account',
+  ordered: true,
+});
+
+interface Setup {
+  readonly schema: string;
+  readonly bus: MessageBus;
+  readonly outbox: PostgresOutbox;
+  readonly placed: { orderId: string; at: number }[];
+  readonly posts: { account: string; n: number }[];
+  relay(options?: Partial<OutboxRelayOptions>): Promise<OutboxRelay>;
+}
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function setUp(): Promise<Setup> {
+  const schema = freshSchema();
+  await migratePostgres(pool, { schema });
+  const prefix = freshPrefix();
+  const placed: { orderId: string; at: number }[] = [];
+  const posts: { account: string; n: number }[] = [];
+  @EventHandler(OrderPlaced)
+  class Shipping {
+    handle(payload: PayloadOf<typeof OrderPlaced>) {
+      placed.push({ orderId: payload.orderId, at: Date.now() });
+    }
+  }
+  @CommandHandler(Post)
+  class Ledger {
+    handle(payload: PayloadOf<typeof Post>, _ctx: MessageContext) {
+      posts.push(payload);
+    }
+  }
+  const bus = createBus({
+    endpoint: 'shop',
+    broker: new BullMqBroker({ connection: redisUrl, prefix, partitions: 4, logger: silentLogger }),
+    handlers: [Shipping, Ledger],
+    logger: silentLogger,
+    signing: { keys: [SIGNING_KEY] },
+  });
+  await bus.start();
+  const relays: OutboxRelay[] = [];
+  cleanups.push(async () => {
+    await Promise.all(relays.map((r) => r.stop()));
+    await bus.stop({ gracePeriodMs: 200 });
+    const redis = new Redis(redisUrl);
+    await deleteKeys(redis, prefix);
+    redis.disconnect();
+    await dropSchema(pool, schema);
+  });
+  return {
+    schema,
+    bus,
+    outbox: new PostgresOutbox(bus, { schema }),
+    placed,
+    posts,
+    relay: async (options = {}) => {
+      const relay = await startOutboxRelay({
+        connection: pool,
+        publisher: bus.publisher,
+        schema,
+        logger: silentLogger,
+        ...options,
+      });
+      relays.push(relay);
+      return relay;
+    },
+  };
+}
+
+/** Runs `work` in a transaction of its own and commits it (or rolls it back). */
+async function inTransaction(
+  work: (client: import('pg').PoolClient) => Promise<void>,
+  end: 'COMMIT' | 'ROLLBACK' = 'COMMIT',
+): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await work(client);
+    await client.query(end);
+  } finally {
+    client.release();
+  }
+}
+
+async function outboxRows(schema: string): Promise<number> {
+  const result = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".outbox`);
+  return result.rows[0]?.n ?? -1;
+}
+
+const WAIT = { timeoutMs: 10_000 };
+
+describe('PostgresOutbox', () => {
+  describe('.publish', () => {
+    describe('when the application transaction commits', () => {
+      it('is delivered once through the relay, signed as bus.publish signs', async () => {
+        const s = await setUp();
+        const relay = await s.relay();
+        let id = '';
+        await inTransaction(async (client) => {
+          id = await s.outbox.publish(client, OrderPlaced, { orderId: 'o-1' });
+        });
+        await waitFor('the event to be handled', () => s.placed.length === 1, WAIT);
+        await waitFor('the row to be removed', async () => (await outboxRows(s.schema)) === 0, WAIT);
+        // A second copy would be queued ahead of this marker.
+        await s.bus.publish(OrderPlaced, { orderId: 'marker' });
+        await waitFor('the marker', () => s.placed.length === 2, WAIT);
+        expect(s.placed.map((p) => p.orderId)).toEqual(['o-1', 'marker']);
+        expect(relay.stats().published).toBe(1);
+        expect(id).toMatch(/^[0-9a-f-]{36}$/);
+      });
+    });
+
+    describe('when the application transaction rolls back', () => {
+      it('is never delivered', async () => {
+        const s = await setUp();
+        const relay = await s.relay();
+        await inTransaction(async (client) => {
+          await s.outbox.publish(client, OrderPlaced, { orderId: 'rolled-back' });
+        }, 'ROLLBACK');
+        await inTransaction(async (client) => {
+          await s.outbox.publish(client, OrderPlaced, { orderId: 'committed' });
+        });
+        await waitFor('the committed event', () => s.placed.length === 1, WAIT);
+        await s.bus.publish(OrderPlaced, { orderId: 'marker' });
+        await waitFor('the marker', () => s.placed.length === 2, WAIT);
+        expect(s.placed.map((p) => p.orderId)).toEqual(['committed', 'marker']);
+        expect(relay.stats().published).toBe(1);
+      });
+    });
+
+    describe('when the payload is invalid', () => {
+      it('throws as bus.publish does and writes nothing', async () => {
+        const s = await setUp();
+        await expect(
+          inTransaction(async (client) => {
+            await s.outbox.publish(client, OrderPlaced, { orderId: 7 } as never);
+          }),
+        ).rejects.toMatchObject({ name: 'MessageValidationError' });
+        expect(await outboxRows(s.schema)).toBe(0);
+      });
+    });
+
+    describe('with deliverAt', () => {
+      it('is not handled before that time', async () => {
+        const s = await setUp();
+        const relay = await s.relay();
+        const deliverAt = Date.now() + 1500;
+        await inTransaction(async (client) => {
+          await s.outbox.publish(
+            client,
+            OrderPlaced,
+            { orderId: 'later' },
+            { deliverAt: new Date(deliverAt) },
+          );
+        });
+        await waitFor('the relay to publish it', () => relay.stats().published === 1, WAIT);
+        expect(s.placed).toEqual([]);
+        await waitFor('the delayed event', () => s.placed.length === 1, WAIT);
+        expect(s.placed[0]!.at).toBeGreaterThanOrEqual(deliverAt);
+      });
+    });
+  });
+
+  describe('.send', () => {
+    describe('with ordered commands of several keys and two relays', () => {
+      it('delivers every command once, in order per key', async () => {
+        const s = await setUp();
+        const fast = { rebalanceIntervalMs: 100, pollIntervalMs: 200, batchSize: 7 };
+        const a = await s.relay(fast);
+        const b = await s.relay(fast);
+        await waitFor(
+          'the two relays to share the lanes',
+          () => a.stats().lanes.length === 16 && b.stats().lanes.length === 16,
+          WAIT,
+        );
+        const accounts = ['acc-1', 'acc-2', 'acc-3', 'acc-4', 'acc-5', 'acc-6'];
+        const perTransaction = 5;
+        for (let t = 0; t < 12; t++) {
+          await inTransaction(async (client) => {
+            for (const account of accounts) {
+              for (let i = 0; i < perTransaction; i++) {
+                await s.outbox.send(client, Post, { account, n: t * perTransaction + i });
+              }
+            }
+          });
+        }
+        const total = 12 * perTransaction * accounts.length;
+        await waitFor('every command', () => s.posts.length === total, { timeoutMs: 30_000 });
+        for (const account of accounts) {
+          const ns = s.posts.filter((p) => p.account === account).map((p) => p.n);
+          expect(ns).toEqual(Array.from({ length: 12 * perTransaction }, (_, i) => i));
+        }
+        expect(a.stats().published).toBeGreaterThan(0);
+        expect(b.stats().published).toBeGreaterThan(0);
+        expect(a.stats().published + b.stats().published).toBe(total);
+      });
+    });
+
+    describe('when a relay stops', () => {
+      it('gives its lanes to the relay left', async () => {
+        const s = await setUp();
+        const fast = { rebalanceIntervalMs: 100, pollIntervalMs: 200 };
+        const a = await s.relay(fast);
+        const b = await s.relay(fast);
+        await waitFor('the lanes to be shared', () => b.stats().lanes.length === 16, WAIT);
+        await b.stop();
+        await waitFor('a to own every lane', () => a.stats().lanes.length === 32, WAIT);
+        await inTransaction(async (client) => {
+          for (const account of ['x', 'y', 'z', 'w']) await s.outbox.send(client, Post, { account, n: 1 });
+        });
+        await waitFor('the commands', () => s.posts.length === 4, WAIT);
+      });
+    });
+  });
+});
+
+describe('startOutboxRelay', () => {
+  describe('when a transaction commits', () => {
+    it('is woken by NOTIFY long before its poll interval', async () => {
+      const s = await setUp();
+      const relay = await s.relay({ pollIntervalMs: 60_000, rebalanceIntervalMs: 60_000 });
+      await waitFor('the relay to own its lanes', () => relay.stats().lanes.length === 32, WAIT);
+      const committed = Date.now();
+      await inTransaction(async (client) => {
+        await s.outbox.publish(client, OrderPlaced, { orderId: 'o-notify' });
+      });
+      await waitFor('the relay to publish', () => relay.stats().published === 1, WAIT);
+      expect(Date.now() - committed).toBeLessThan(1_000);
+    });
+  });
+
+  describe('with listen: false', () => {
+    it('publishes by polling alone', async () => {
+      const s = await setUp();
+      const relay = await s.relay({ listen: false, pollIntervalMs: 200 });
+      await inTransaction(async (client) => {
+        await s.outbox.publish(client, OrderPlaced, { orderId: 'o-poll' });
+      });
+      await waitFor('the event', () => s.placed.length === 1, WAIT);
+      expect(relay.stats().published).toBe(1);
+    });
+  });
+
+  describe('with a bad option', () => {
+    it('throws invalid-option naming the fix', async () => {
+      const s = await setUp();
+      const error = await s.relay({ batchSize: 0 }).catch((e: unknown) => e);
+      expect(HarrierError.is(error, 'invalid-option')).toBe(true);
+      expect((error as Error).message).toMatch(/batchSize is 0: use a whole number from 1/);
+    });
+  });
+
+  describe('when the schema is not migrated', () => {
+    it('throws schema-outdated', async () => {
+      const bus = createBus({ logger: silentLogger });
+      const error = await startOutboxRelay({
+        connection: pool,
+        publisher: bus.publisher,
+        schema: freshSchema(),
+      }).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: 'schema-outdated' });
+    });
+  });
+});
