@@ -95,9 +95,15 @@ function positive(name: string, value: number | undefined, fallback: number, max
   return v;
 }
 
-/** A 31-bit advisory lock key of its own for each schema and purpose. */
-function lockKey(purpose: string, tables: PostgresTables): number {
-  return Number(fnv1a64(`harrier-outbox-${purpose}:${tables.schema}`) & 0x7fffffffn);
+/**
+ * The advisory lock keys (first of the two-int form) of a schema's relays: `lanes` (second key: the
+ * lane) and `relays` (second key 0, held shared by every running relay). 31-bit, so `pg_locks.classid`
+ * shows them as they are.
+ */
+export function relayLockKeys(tables: PostgresTables): { readonly lanes: number; readonly relays: number } {
+  const key = (purpose: string): number =>
+    Number(fnv1a64(`harrier-outbox-${purpose}:${tables.schema}`) & 0x7fffffffn);
+  return { lanes: key('lanes'), relays: key('relays') };
 }
 
 /**
@@ -157,8 +163,9 @@ export class OutboxRelay {
     this.#listen = options.listen ?? true;
     this.#clock = options.clock ?? systemClock;
     this.#logger = options.logger ?? consoleLogger;
-    this.#laneKey = lockKey('lanes', this.#tables);
-    this.#memberKey = lockKey('relays', this.#tables);
+    const keys = relayLockKeys(this.#tables);
+    this.#laneKey = keys.lanes;
+    this.#memberKey = keys.relays;
   }
 
   /** @internal Use {@link startOutboxRelay}. */
@@ -216,12 +223,15 @@ export class OutboxRelay {
     while (!this.#stopping) {
       try {
         const session = this.#session ?? (await this.#connect());
-        if (this.#clock.now() >= this.#nextRebalance) {
-          await this.#rebalance(session);
-          this.#nextRebalance = this.#clock.now() + this.#rebalanceMs;
-        }
         this.#notified = false;
-        while (!this.#isStopping() && (await this.#batch(session)) === this.#batchSize);
+        // Rebalancing between batches too, so a relay with a backlog still gives lanes to a newcomer.
+        for (;;) {
+          if (this.#clock.now() >= this.#nextRebalance) {
+            await this.#rebalance(session);
+            this.#nextRebalance = this.#clock.now() + this.#rebalanceMs;
+          }
+          if (this.#isStopping() || (await this.#batch(session)) < this.#batchSize) break;
+        }
         failures = 0;
         await this.#waitForWork(Math.min(this.#pollMs, this.#nextRebalance - this.#clock.now()));
       } catch (error) {

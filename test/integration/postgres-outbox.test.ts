@@ -15,7 +15,13 @@ import {
 } from '../../src/index.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
-import { OutboxRelay, startOutboxRelay, type OutboxRelayOptions } from '../../src/postgres/outbox-relay.js';
+import {
+  OutboxRelay,
+  relayLockKeys,
+  startOutboxRelay,
+  type OutboxRelayOptions,
+} from '../../src/postgres/outbox-relay.js';
+import { postgresTables } from '../../src/postgres/postgres-schema.js';
 import { PostgresOutbox } from '../../src/postgres/postgres-outbox.js';
 import { BullMqBroker } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
@@ -262,6 +268,27 @@ describe('startOutboxRelay', () => {
       });
       await waitFor('the relay to publish', () => relay.stats().published === 1, WAIT);
       expect(Date.now() - committed).toBeLessThan(1_000);
+    });
+  });
+
+  describe('when PostgreSQL drops its session (as a restart does)', () => {
+    it('reconnects, takes its lanes again and publishes what commits next', async () => {
+      const s = await setUp();
+      const relay = await s.relay({ pollIntervalMs: 200, rebalanceIntervalMs: 100 });
+      await waitFor('the relay to own its lanes', () => relay.stats().lanes.length === 32, WAIT);
+      // The relay's session is the one holding its lane locks; terminate it as a shutdown would.
+      const terminated = await pool.query<{ ok: boolean }>(
+        `SELECT pg_terminate_backend(pid) AS ok FROM pg_locks
+          WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid = $1::bigint::oid
+          GROUP BY pid`,
+        [relayLockKeys(postgresTables(s.schema)).lanes],
+      );
+      expect(terminated.rows.map((row) => row.ok)).toEqual([true]);
+      await inTransaction(async (client) => {
+        await s.outbox.publish(client, OrderPlaced, { orderId: 'after-restart' });
+      });
+      await waitFor('the event', () => s.placed.length === 1, WAIT);
+      expect(relay.stats().lanes).toHaveLength(32);
     });
   });
 
