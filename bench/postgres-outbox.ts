@@ -76,20 +76,41 @@ async function insertOrders(client: pg.PoolClient, round: number, from: number):
   await client.query(`INSERT INTO "${schema}".orders (id, amount) SELECT unnest($1::text[]), 1`, [ids]);
 }
 
-async function plain(bus: MessageBus, round: number, n: number): Promise<number> {
+/**
+ * Runs one application transaction per chunk (INSERT orders, then `inTransaction`, then COMMIT),
+ * then `afterCommit`; resolves to the time it started at.
+ */
+async function writeChunks(
+  bus: MessageBus,
+  round: number,
+  n: number,
+  step: {
+    readonly inTransaction?: (client: pg.PoolClient, messages: OutgoingMessage[]) => Promise<void>;
+    readonly afterCommit?: (messages: OutgoingMessage[]) => Promise<void>;
+  },
+): Promise<number> {
   const client = await pool.connect();
   try {
     const started = performance.now();
     for (let from = 0; from < n; from += CHUNK) {
+      const messages = events(bus, round, from);
       await client.query('BEGIN');
       await insertOrders(client, round, from);
+      await step.inTransaction?.(client, messages);
       await client.query('COMMIT');
-      await bus.broker.publishBatch(events(bus, round, from));
+      await step.afterCommit?.(messages);
     }
-    return n / ((performance.now() - started) / 1000);
+    return started;
   } finally {
     client.release();
   }
+}
+
+async function plain(bus: MessageBus, round: number, n: number): Promise<number> {
+  const started = await writeChunks(bus, round, n, {
+    afterCommit: (messages) => bus.broker.publishBatch(messages),
+  });
+  return n / ((performance.now() - started) / 1000);
 }
 
 async function viaOutbox(bus: MessageBus, round: number, n: number): Promise<number> {
@@ -100,15 +121,10 @@ async function viaOutbox(bus: MessageBus, round: number, n: number): Promise<num
     schema,
     logger: silentLogger,
   });
-  const client = await pool.connect();
   try {
-    const started = performance.now();
-    for (let from = 0; from < n; from += CHUNK) {
-      await client.query('BEGIN');
-      await insertOrders(client, round, from);
-      await outbox.record(client, events(bus, round, from));
-      await client.query('COMMIT');
-    }
+    const started = await writeChunks(bus, round, n, {
+      inTransaction: (client, messages) => outbox.record(client, messages),
+    });
     const deadline = Date.now() + RUN_TIMEOUT_MS;
     while (relay.stats().published < n) {
       if (Date.now() > deadline) throw new Error(`The relay published ${relay.stats().published} of ${n}`);
@@ -116,7 +132,6 @@ async function viaOutbox(bus: MessageBus, round: number, n: number): Promise<num
     }
     return n / ((performance.now() - started) / 1000);
   } finally {
-    client.release();
     await relay.stop();
   }
 }
