@@ -13,6 +13,7 @@ import {
   type MessageContext,
   type PayloadOf,
 } from '../../src/index.js';
+import type { OutgoingMessage } from '../../src/extend.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import {
@@ -240,6 +241,39 @@ describe('PostgresOutbox', () => {
         );
         expect(a.stats().published).toBeGreaterThan(0);
         expect(b.stats().published).toBeGreaterThan(0);
+      });
+    });
+
+    describe('when a second relay starts while the first drains a backlog', () => {
+      it('gets half the lanes before the backlog is gone, and order per key holds', async () => {
+        const s = await setUp();
+        const slow = {
+          rebalanceIntervalMs: 100,
+          batchSize: 10,
+          publisher: {
+            publish: async (messages: readonly OutgoingMessage[]) => {
+              await new Promise((resolve) => setTimeout(resolve, 20));
+              await s.bus.publisher.publish(messages);
+            },
+          },
+        };
+        const accounts = ['b1', 'b2', 'b3', 'b4', 'b5', 'b6', 'b7', 'b8'];
+        await inTransaction(async (client) => {
+          for (let n = 0; n < 40; n++) {
+            for (const account of accounts) await s.outbox.send(client, Post, { account, n });
+          }
+        });
+        const a = await s.relay(slow);
+        await waitFor('a to publish', () => a.stats().published > 0, WAIT);
+        const b = await s.relay(slow);
+        await waitFor('b to take half the lanes', () => b.stats().lanes.length === 16, WAIT);
+        expect(a.stats().lanes).toHaveLength(16);
+        expect(await outboxRows(s.schema)).toBeGreaterThan(0);
+        await waitFor('every command', () => s.posts.length === 40 * accounts.length, { timeoutMs: 30_000 });
+        for (const account of accounts) {
+          const ns = s.posts.filter((p) => p.account === account).map((p) => p.n);
+          expect(ns).toEqual(Array.from({ length: 40 }, (_, i) => i));
+        }
       });
     });
 
