@@ -1,3 +1,5 @@
+import { HarrierError } from '../errors/harrier-error.js';
+
 /** One stored checkpoint: the last offset a projection completed in a partition. */
 export interface Checkpoint {
   readonly projection: string;
@@ -35,4 +37,21 @@ export interface CheckpointStore {
   /** The lowest checkpoint any projection holds in a partition, or undefined when none. */
   lowest(topic: string, partition: number): Promise<number | undefined>;
   close(): Promise<void>;
+}
+
+/**
+ * Checks an offset given to {@link CheckpointStore.commit}: a whole number from 0.
+ * @throws HarrierError `invalid-argument` naming the checkpoint and the rule.
+ */
+export function checkCheckpointOffset(
+  projection: string,
+  topic: string,
+  partition: number,
+  offset: number,
+): void {
+  if (Number.isSafeInteger(offset) && offset >= 0) return;
+  throw new HarrierError(
+    'invalid-argument',
+    `Checkpoint offset for projection "${projection}" on "${topic}"/${partition} is ${offset}: commit a whole number from 0 (the last offset completed)`,
+  );
 }

@@ -32,3 +32,29 @@ export { OUTBOX_LANES, outboxChannel } from './outbox-rows.js';
 
 /** Starts an outbox relay that publishes committed outbox rows (see outbox-relay.ts). */
 export const startOutboxRelay = layer.startOutboxRelay;
+
+export type { PostgresUnitOfWork, PostgresUnitOfWorkOptions } from './postgres-unit-of-work.js';
+export type { PostgresCheckpointStoreOptions } from './postgres-checkpoint-store.js';
+
+/**
+ * Runs command handlers, event handlers and projections in a PostgreSQL transaction with the inbox,
+ * the outbox and the projection checkpoint (see postgres-unit-of-work.ts and
+ * docs/postgres-unit-of-work.md).
+ */
+export const postgresUnitOfWork = layer.postgresUnitOfWork;
+
+/**
+ * The client of the PostgreSQL transaction a handler call runs in under `postgresUnitOfWork`
+ * (see postgres-session.ts).
+ */
+export const postgresSession = layer.postgresSession;
+
+/** Default `inboxRetentionMs` of `postgresUnitOfWork`: 7 days. */
+export const DEFAULT_INBOX_RETENTION_MS = layer.DEFAULT_INBOX_RETENTION_MS;
+/** Default `inboxPruneIntervalMs` of `postgresUnitOfWork`: 1 hour. */
+export const DEFAULT_INBOX_PRUNE_INTERVAL_MS = layer.DEFAULT_INBOX_PRUNE_INTERVAL_MS;
+
+/** Projection checkpoints in PostgreSQL, committed with a projection's writes by the unit of work. */
+export const PostgresCheckpointStore = layer.PostgresCheckpointStore;
+/** An instance of {@link PostgresCheckpointStore}. */
+export type PostgresCheckpointStore = InstanceType<typeof layer.PostgresCheckpointStore>;

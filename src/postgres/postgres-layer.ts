@@ -5,3 +5,11 @@
  */
 export { migratePostgres } from './migrate-postgres.js';
 export { OutboxRelay, startOutboxRelay } from './outbox-relay.js';
+
+export {
+  DEFAULT_INBOX_PRUNE_INTERVAL_MS,
+  DEFAULT_INBOX_RETENTION_MS,
+  postgresUnitOfWork,
+} from './postgres-unit-of-work.js';
+export { postgresSession } from './postgres-session.js';
+export { PostgresCheckpointStore } from './postgres-checkpoint-store.js';

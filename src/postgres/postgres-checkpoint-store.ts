@@ -1,0 +1,192 @@
+import type pg from 'pg';
+import { HarrierError } from '../errors/harrier-error.js';
+import { checkCheckpointOffset, type Checkpoint, type CheckpointStore } from '../log/checkpoint-store.js';
+import { requireSchema } from './migrate-postgres.js';
+import type { PostgresConnectionOptions } from './postgres-connection.js';
+import { openPool, postgresError, type PoolHandle } from './postgres-pool.js';
+import { postgresTables, type PostgresTables } from './postgres-schema.js';
+
+/** Options of {@link PostgresCheckpointStore}. */
+export interface PostgresCheckpointStoreOptions {
+  /**
+   * Where PostgreSQL is: a URL or pool options (the store opens a pool and ends it on close), or the
+   * application's `pg.Pool` (shared, never ended by the store).
+   * @defaultValue none; required
+   */
+  readonly connection: PostgresConnectionOptions;
+  /**
+   * The schema of Harrier's tables (migrated with `harrier postgres migrate`); give
+   * `postgresUnitOfWork` the same one, so the checkpoints it commits with a projection's writes are
+   * the ones this store reads.
+   * @defaultValue 'harrier'
+   */
+  readonly schema?: string;
+}
+
+/** A client or pool that can run one statement. */
+type Queryable = Pick<pg.ClientBase, 'query'>;
+
+/**
+ * Raises a checkpoint to `offset` unless it is already as high, and returns the stored offset: one
+ * upsert with `GREATEST`, so concurrent commits (the unit's, in a projection's transaction, and the
+ * runner's own) never lower it. `updated_at` moves only when the offset does.
+ */
+export async function raiseCheckpoint(
+  db: Queryable,
+  tables: PostgresTables,
+  at: { readonly projection: string; readonly topic: string; readonly partition: number },
+  offset: number,
+  nowMs: number,
+): Promise<number> {
+  const result = await db.query<{ offset: string }>(
+    `INSERT INTO ${tables.checkpoints} AS c (projection, topic, partition, "offset", updated_at)
+     VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (projection, topic, partition) DO UPDATE SET
+       "offset" = GREATEST(c."offset", EXCLUDED."offset"),
+       updated_at = CASE WHEN EXCLUDED."offset" > c."offset" THEN EXCLUDED.updated_at ELSE c.updated_at END
+     RETURNING "offset"`,
+    [at.projection, at.topic, at.partition, offset, nowMs],
+  );
+  return Number(result.rows[0]?.offset ?? offset);
+}
+
+interface CheckpointRow {
+  readonly projection: string;
+  readonly topic: string;
+  readonly partition: number;
+  readonly offset: string;
+  readonly updated_at: string;
+}
+
+/**
+ * Keeps projection checkpoints in PostgreSQL, in the `checkpoints` table of Harrier's schema: the
+ * same rows `postgresUnitOfWork` commits in a projection's own transaction, so a projection whose
+ * read model lives in PostgreSQL applies each event exactly once.
+ *
+ * @remarks
+ * One row per (projection, topic, partition). A commit is one upsert with `GREATEST`: it never
+ * lowers a stored offset, so the ProjectionRunner's periodic commits (of offsets the unit already
+ * committed) change nothing. The store checks the schema version on first use (`schema-outdated`
+ * naming the migrate command) and never migrates.
+ *
+ * Failures reject with a {@link HarrierError}: `postgres-unavailable` when the server cannot be
+ * reached, `schema-outdated`, `store-closed` after {@link PostgresCheckpointStore.close},
+ * `invalid-argument` for an offset that is not a whole number from 0.
+ *
+ * @example
+ * ```ts
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL });
+ * const bus = createBus({
+ *   endpoint: 'orders',
+ *   eventLog,
+ *   checkpoints: new PostgresCheckpointStore({ connection: pool }),
+ *   unitOfWork: postgresUnitOfWork({ connection: pool }),
+ *   handlers: [OrderTotals],
+ * });
+ * ```
+ */
+export class PostgresCheckpointStore implements CheckpointStore {
+  readonly #connection: PostgresConnectionOptions;
+  readonly #handle: PoolHandle;
+  readonly #tables: PostgresTables;
+  #ready: Promise<void> | undefined;
+  #closed = false;
+
+  /** @throws HarrierError `invalid-option` for a bad schema name. */
+  constructor(options: PostgresCheckpointStoreOptions) {
+    this.#tables = postgresTables(options.schema);
+    this.#connection = options.connection;
+    this.#handle = openPool(options.connection);
+  }
+
+  async get(projection: string, topic: string, partition: number): Promise<number | undefined> {
+    const rows = await this.#query<{ offset: string }>(
+      'reading a checkpoint',
+      `SELECT "offset" FROM ${this.#tables.checkpoints} WHERE projection = $1 AND topic = $2 AND partition = $3`,
+      [projection, topic, partition],
+    );
+    return rows[0] === undefined ? undefined : Number(rows[0].offset);
+  }
+
+  /** @throws HarrierError `invalid-argument` when `offset` is not a whole number from 0. */
+  async commit(
+    projection: string,
+    topic: string,
+    partition: number,
+    offset: number,
+    nowMs: number,
+  ): Promise<number> {
+    checkCheckpointOffset(projection, topic, partition, offset);
+    return this.#use('committing a checkpoint', (pool) =>
+      raiseCheckpoint(pool, this.#tables, { projection, topic, partition }, offset, nowMs),
+    );
+  }
+
+  /** @remarks Sorted by projection, topic (byte order) and partition. */
+  async list(projection?: string): Promise<Checkpoint[]> {
+    const rows = await this.#query<CheckpointRow>(
+      'listing checkpoints',
+      `SELECT projection, topic, partition, "offset", updated_at FROM ${this.#tables.checkpoints}
+       ${projection === undefined ? '' : 'WHERE projection = $1'}
+       ORDER BY projection COLLATE "C", topic COLLATE "C", partition`,
+      projection === undefined ? [] : [projection],
+    );
+    return rows.map((row) => ({
+      projection: row.projection,
+      topic: row.topic,
+      partition: row.partition,
+      offset: Number(row.offset),
+      updatedAt: Number(row.updated_at),
+    }));
+  }
+
+  async reset(projection: string): Promise<void> {
+    await this.#query(
+      'resetting checkpoints',
+      `DELETE FROM ${this.#tables.checkpoints} WHERE projection = $1`,
+      [projection],
+    );
+  }
+
+  async lowest(topic: string, partition: number): Promise<number | undefined> {
+    const rows = await this.#query<{ lowest: string | null }>(
+      'reading the lowest checkpoint',
+      `SELECT min("offset") AS lowest FROM ${this.#tables.checkpoints} WHERE topic = $1 AND partition = $2`,
+      [topic, partition],
+    );
+    const lowest = rows[0]?.lowest;
+    return lowest === null || lowest === undefined ? undefined : Number(lowest);
+  }
+
+  /** Ends the pool when the store opened it (a pool given as `connection` stays open). */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#handle.end();
+  }
+
+  async #query<R extends pg.QueryResultRow>(doing: string, sql: string, values: unknown[]): Promise<R[]> {
+    return this.#use(doing, async (pool) => (await pool.query<R>(sql, values)).rows);
+  }
+
+  async #use<T>(doing: string, action: (pool: pg.Pool) => Promise<T>): Promise<T> {
+    if (this.#closed) {
+      throw new HarrierError(
+        'store-closed',
+        `PostgresCheckpointStore was closed while ${doing}: make a new store`,
+      );
+    }
+    try {
+      this.#ready ??= requireSchema(this.#handle.pool, this.#tables, 'PostgresCheckpointStore').catch(
+        (error: unknown) => {
+          // Checked again on the next call: the schema may be migrated meanwhile.
+          this.#ready = undefined;
+          throw error;
+        },
+      );
+      await this.#ready;
+      return await action(this.#handle.pool);
+    } catch (error) {
+      throw postgresError(error, this.#connection, doing);
+    }
+  }
+}
