@@ -24,6 +24,8 @@ import {
 } from '../../src/postgres/outbox-relay.js';
 import { postgresTables } from '../../src/postgres/postgres-schema.js';
 import { PostgresOutbox } from '../../src/postgres/postgres-outbox.js';
+import { postgresSession } from '../../src/postgres/postgres-session.js';
+import { postgresUnitOfWork } from '../../src/postgres/postgres-unit-of-work.js';
 import { BullMqBroker } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
@@ -43,6 +45,7 @@ const Post = defineCommand('pgo.Post', {
 
 interface Setup {
   readonly schema: string;
+  readonly prefix: string;
   readonly bus: MessageBus;
   readonly outbox: PostgresOutbox;
   readonly placed: { orderId: string; at: number }[];
@@ -92,6 +95,7 @@ async function setUp(): Promise<Setup> {
   });
   return {
     schema,
+    prefix,
     bus,
     outbox: new PostgresOutbox(bus, { schema }),
     placed,
@@ -296,6 +300,48 @@ describe('PostgresOutbox', () => {
 });
 
 describe('startOutboxRelay', () => {
+  describe('with a handler in postgresUnitOfWork', () => {
+    it("publishes what the handler recorded in its transaction, after the transaction's writes", async () => {
+      const s = await setUp();
+      await pool.query(`CREATE TABLE "${s.schema}".orders (id text PRIMARY KEY)`);
+      const Place = defineCommand('pgo.Place', { schema: z.object({ orderId: z.string() }) });
+      @CommandHandler(Place)
+      class PlaceHandler {
+        async handle(payload: PayloadOf<typeof Place>, ctx: MessageContext): Promise<void> {
+          await postgresSession(ctx).query(`INSERT INTO "${s.schema}".orders (id) VALUES ($1)`, [
+            payload.orderId,
+          ]);
+          ctx.publish(OrderPlaced, { orderId: payload.orderId });
+        }
+      }
+      const unit = postgresUnitOfWork({ connection: pool, schema: s.schema, logger: silentLogger });
+      const web = createBus({
+        endpoint: 'web',
+        broker: new BullMqBroker({
+          connection: redisUrl,
+          prefix: s.prefix,
+          partitions: 4,
+          logger: silentLogger,
+        }),
+        handlers: [PlaceHandler],
+        unitOfWork: unit,
+        logger: silentLogger,
+        signing: { keys: [SIGNING_KEY] },
+      });
+      cleanups.push(async () => {
+        await web.stop({ gracePeriodMs: 200 });
+        await unit.close();
+      });
+      const relay = await s.relay();
+      await web.execute(Place, { orderId: 'o-h' });
+      await waitFor('the recorded event', () => s.placed.length === 1, WAIT);
+      expect(s.placed[0]?.orderId).toBe('o-h');
+      const orders = await pool.query(`SELECT id FROM "${s.schema}".orders`);
+      expect(orders.rows).toEqual([{ id: 'o-h' }]);
+      await waitFor('the relay to count it', () => relay.stats().published === 1, WAIT);
+    });
+  });
+
   describe('when a transaction commits', () => {
     it('is woken by NOTIFY long before its poll interval', async () => {
       const s = await setUp();
