@@ -90,7 +90,13 @@ export type {
   StopOptions,
 } from './dispatch/index.js';
 export { HarrierTokens, createBus } from './bus/index.js';
-export type { BusOptions, MessageBus, MessageScopeOptions, ScheduleOptions } from './bus/index.js';
+export type {
+  BusOptions,
+  MessageBus,
+  MessageScopeOptions,
+  PrepareOptions,
+  ScheduleOptions,
+} from './bus/index.js';
 export { InMemoryDeadLetterStore, summarizeReplay } from './dead-letters/index.js';
 export type {
   DeadLetterFilter,

@@ -5,5 +5,6 @@ export {
   type BusOptions,
   type MessageBus,
   type ScheduleOptions,
+  type PrepareOptions,
 } from './message-bus.js';
 export { HarrierTokens } from './tokens.js';

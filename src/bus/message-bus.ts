@@ -26,6 +26,7 @@ import { withArticle } from '../errors/with-article.js';
 import { getHandlerMetadata, type HandlerClass } from '../handlers/handler-metadata.js';
 import { HandlerRegistry } from '../handlers/handler-registry.js';
 import type { SendOptions } from '../handlers/message-context.js';
+import type { OutgoingMessage } from '../messages/outgoing-message.js';
 import type { CheckpointStore } from '../log/checkpoint-store.js';
 import type { EventLog } from '../log/event-log.js';
 import { InMemoryCheckpointStore } from '../log/in-memory-checkpoint-store.js';
@@ -210,6 +211,15 @@ export interface BusOptions {
 /** Options of {@link MessageBus.schedule}: when to deliver. */
 export type ScheduleOptions = SendOptions & ({ readonly at: Date } | { readonly delayMs: number });
 
+/** Options of {@link MessageBus.prepare}: those of `send`, and when to deliver. */
+export type PrepareOptions = SendOptions & {
+  /**
+   * Deliver no sooner than this time (instead of `delayMs`).
+   * @defaultValue now (or `delayMs` from now)
+   */
+  readonly at?: Date;
+};
+
 /**
  * The application's entry point to messaging.
  *
@@ -250,6 +260,22 @@ export interface MessageBus {
     payload: InputOf<D>,
     options?: SendOptions,
   ): Promise<ResultOf<D>>;
+  /**
+   * Validates, encodes and signs a command or an event exactly as `send`, `publish` and `schedule`
+   * do, without publishing it: for an outbox that stores it in the application's own transaction
+   * and hands it to {@link MessageBus.publisher} later (harrier/postgres's outbox and relay).
+   * @throws MessageValidationError, HarrierError `too-large` / `invalid-option` / `wrong-kind` as `send`.
+   */
+  prepare<D extends CommandDefinition | EventDefinition>(
+    definition: D,
+    payload: InputOf<D>,
+    options?: PrepareOptions,
+  ): OutgoingMessage;
+  /**
+   * The one commit path of this bus (event log append, then broker fan-out, idempotent by id), for
+   * a relay that publishes what {@link MessageBus.prepare} made.
+   */
+  readonly publisher: MessagePublisher;
   /** Registers subscriptions and starts handling messages. */
   start(): Promise<void>;
   /** Graceful stop: stops taking work, drains within the grace period, closes the broker and store. */
@@ -290,7 +316,7 @@ class HarrierBus implements MessageBus {
   readonly #projectionReplayer: ProjectionReplayer | undefined;
   readonly #gracePeriodMs: number;
   readonly #logger: Logger;
-  readonly #publisher: MessagePublisher;
+  readonly publisher: MessagePublisher;
   readonly #stopController = new AbortController();
   readonly #sagaStore: SagaStore | undefined;
   #state: 'created' | 'started' | 'stopped' = 'created';
@@ -351,7 +377,7 @@ class HarrierBus implements MessageBus {
     if (!this.container.isBound(HarrierTokens.MessageBus))
       this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
     this.#eventLog = options.eventLog;
-    this.#publisher = new MessagePublisher({
+    this.publisher = new MessagePublisher({
       broker: this.broker,
       registry: this.#registry,
       requireCommandRoute: options.requireCommandRoute ?? true,
@@ -366,7 +392,7 @@ class HarrierBus implements MessageBus {
       registry: this.#registry,
       endpoint: this.endpoint,
       invoke: createContainerInvoker(this.container, options.messageScope),
-      publisher: this.#publisher,
+      publisher: this.publisher,
       ...(options.retry !== undefined ? { retry: options.retry } : {}),
       ...(options.middleware !== undefined ? { middleware: options.middleware } : {}),
       ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
@@ -419,7 +445,7 @@ class HarrierBus implements MessageBus {
       ...pipeline,
       broker: this.broker,
       deadLetters: this.deadLetters,
-      publisher: this.#publisher,
+      publisher: this.publisher,
       projectionsViaBroker: this.#eventLog === undefined,
       concurrency: options.concurrency ?? 16,
       ...(options.settleTimeoutMs !== undefined ? { settleTimeoutMs: options.settleTimeoutMs } : {}),
@@ -456,12 +482,36 @@ class HarrierBus implements MessageBus {
         ),
       );
     }
+    return this.#dispatch(
+      definition.kind,
+      'schedule',
+      definition,
+      payload,
+      this.#withDelay(options, delayMs),
+    );
+  }
+
+  prepare<D extends CommandDefinition | EventDefinition>(
+    definition: D,
+    payload: InputOf<D>,
+    options: PrepareOptions = {},
+  ): OutgoingMessage {
+    const delayMs =
+      options.at === undefined ? (options.delayMs ?? 0) : options.at.getTime() - this.#clock.now();
+    if (!Number.isFinite(delayMs)) {
+      throw new HarrierError(
+        'invalid-option',
+        'prepare needs { at: Date } with a valid time (or delayMs >= 0)',
+      );
+    }
+    return this.#prepare(definition.kind, 'prepare', definition, payload, this.#withDelay(options, delayMs));
+  }
+
+  /** `options` without `at`, and with `delayMs` (never below 0). */
+  #withDelay(options: SendOptions & { readonly at?: Date }, delayMs: number): SendOptions {
     const { ...rest } = options as SendOptions & { at?: Date; delayMs?: number };
     delete rest.at;
-    return this.#dispatch(definition.kind, 'schedule', definition, payload, {
-      ...rest,
-      delayMs: Math.max(0, delayMs),
-    });
+    return { ...rest, delayMs: Math.max(0, delayMs) };
   }
 
   async execute<D extends CommandDefinition | QueryDefinition>(
@@ -549,10 +599,23 @@ class HarrierBus implements MessageBus {
     payload: unknown,
     options: SendOptions,
   ): Promise<string> {
-    if (definition.kind !== expected || (verb === 'schedule' && definition.kind === 'query')) {
+    const outgoing = this.#prepare(expected, verb, definition, payload, options);
+    await this.publisher.publish([outgoing]);
+    return outgoing.id;
+  }
+
+  #prepare(
+    expected: MessageDefinition['kind'],
+    verb: string,
+    definition: MessageDefinition,
+    payload: unknown,
+    options: SendOptions,
+  ): OutgoingMessage {
+    const either = verb === 'schedule' || verb === 'prepare';
+    if (definition.kind !== expected || (either && definition.kind === 'query')) {
       throw new HarrierError(
         'wrong-kind',
-        `${verb} takes ${verb === 'schedule' ? 'a command or an event' : withArticle(expected)}, but "${definition.type}" is ${withArticle(definition.kind)}: use ${definition.kind === 'event' ? 'publish' : definition.kind === 'query' ? 'execute' : 'send'}`,
+        `${verb} takes ${either ? 'a command or an event' : withArticle(expected)}, but "${definition.type}" is ${withArticle(definition.kind)}: use ${definition.kind === 'event' ? 'publish' : definition.kind === 'query' ? 'execute' : 'send'}`,
       );
     }
     if (this.#state === 'stopped')
@@ -562,8 +625,7 @@ class HarrierBus implements MessageBus {
       maxBytes: this.#maxBytes,
       encode: this.#encode,
     });
-    await this.#publisher.publish([outgoing]);
-    return outgoing.id;
+    return outgoing;
   }
 }
 

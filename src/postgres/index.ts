@@ -21,6 +21,18 @@ const layer = await loadPostgresLayer();
 /** Creates or upgrades Harrier's tables in a schema (see migrate-postgres.ts). */
 export const migratePostgres = layer.migratePostgres;
 
+export type { OutboxPublisher, OutboxRelay, OutboxRelayOptions, OutboxRelayStats } from './outbox-relay.js';
+export {
+  PostgresOutbox,
+  type OutboxMessagePreparer,
+  type OutboxSendOptions,
+  type PostgresOutboxOptions,
+} from './postgres-outbox.js';
+export { OUTBOX_LANES, outboxChannel } from './outbox-rows.js';
+
+/** Starts an outbox relay that publishes committed outbox rows (see outbox-relay.ts). */
+export const startOutboxRelay = layer.startOutboxRelay;
+
 export type { PostgresUnitOfWork, PostgresUnitOfWorkOptions } from './postgres-unit-of-work.js';
 export type { PostgresCheckpointStoreOptions } from './postgres-checkpoint-store.js';
 

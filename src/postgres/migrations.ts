@@ -31,9 +31,9 @@ export const MIGRATIONS: readonly Migration[] = [
         lane integer NOT NULL,
         topic text,
         deliver_at bigint,
-        require_route boolean NOT NULL DEFAULT true,
+        require_route boolean,
         created_at bigint NOT NULL
-      );
+      ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000);
       CREATE INDEX IF NOT EXISTS outbox_lane_seq ON ${t.outbox} (lane, seq);
 
       CREATE TABLE IF NOT EXISTS ${t.inbox} (

@@ -22,9 +22,43 @@ export function outboxLane(message: OutgoingMessage): number {
 
 const COLUMNS = 11;
 
+/** An outbox row as the relay reads it. */
+export interface OutboxRow {
+  readonly seq: string;
+  readonly message_id: string;
+  readonly kind: OutgoingMessage['kind'];
+  readonly type: string;
+  readonly body: string;
+  readonly partition_key: string | null;
+  readonly ordered: boolean;
+  readonly lane: number;
+  readonly topic: string | null;
+  readonly deliver_at: string | null;
+  readonly require_route: boolean | null;
+}
+
+/** The message an outbox row holds, as it was when {@link writeOutboxRows} stored it. */
+export function outgoingOfRow(row: OutboxRow): OutgoingMessage {
+  return {
+    id: row.message_id,
+    kind: row.kind,
+    type: row.type,
+    body: row.body,
+    ...(row.partition_key !== null ? { partitionKey: row.partition_key } : {}),
+    ordered: row.ordered,
+    ...(row.topic !== null ? { topic: row.topic } : {}),
+    ...(row.deliver_at !== null ? { deliverAt: Number(row.deliver_at) } : {}),
+    ...(row.require_route !== null ? { requireRoute: row.require_route } : {}),
+  };
+}
+
 /**
  * Inserts `messages` into the outbox in the caller's transaction (one statement) and notifies the
  * relays, whose NOTIFY PostgreSQL delivers only if the transaction commits.
+ *
+ * @remarks
+ * `requireRoute` left undefined is stored as NULL, so the relay's publisher decides it as the bus's
+ * own publish would (a command its registry handles needs no route).
  *
  * @param client - a client inside the application's transaction (BEGIN issued by the caller).
  * @param now - ms since the epoch, stored as `created_at`.
@@ -51,7 +85,7 @@ export async function writeOutboxRows(
       outboxLane(m),
       m.topic ?? null,
       m.deliverAt ?? null,
-      m.requireRoute !== false,
+      m.requireRoute ?? null,
       now,
     );
   }

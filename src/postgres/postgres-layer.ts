@@ -4,6 +4,8 @@
  * only that way (a type-only import is fine).
  */
 export { migratePostgres } from './migrate-postgres.js';
+export { OutboxRelay, startOutboxRelay } from './outbox-relay.js';
+
 export {
   DEFAULT_INBOX_PRUNE_INTERVAL_MS,
   DEFAULT_INBOX_RETENTION_MS,

@@ -1,0 +1,382 @@
+import type pg from 'pg';
+import { systemClock, type Clock } from '../clock/clock.js';
+import { sleep } from '../clock/sleep.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import type { OutgoingMessage } from '../messages/outgoing-message.js';
+import { fnv1a64 } from '../messages/partition.js';
+import { requireSchema } from './migrate-postgres.js';
+import { OUTBOX_LANES, outboxChannel, outgoingOfRow, type OutboxRow } from './outbox-rows.js';
+import { describePostgres, type PostgresConnectionOptions } from './postgres-connection.js';
+import { isPostgresUnavailable, openPool, postgresError, type PoolHandle } from './postgres-pool.js';
+import { postgresTables, type PostgresTables } from './postgres-schema.js';
+
+/**
+ * Where the relay publishes outbox rows: `bus.publisher`, or a `MessagePublisher` (harrier/extend)
+ * built from the broker and the event log. It must append events to the log and fan out through
+ * the broker idempotently by message id, as the bus's own publish does.
+ */
+export interface OutboxPublisher {
+  publish(messages: readonly OutgoingMessage[]): Promise<void>;
+}
+
+/** Options of {@link startOutboxRelay}. */
+export interface OutboxRelayOptions {
+  /** The application's PostgreSQL (a URL, a pg.Pool to share, or pool options). */
+  readonly connection: PostgresConnectionOptions;
+  /** Where rows are published: `bus.publisher`, or `new MessagePublisher({ broker, eventLog })`. */
+  readonly publisher: OutboxPublisher;
+  /**
+   * The schema of Harrier's tables.
+   * @defaultValue 'harrier'
+   */
+  readonly schema?: string;
+  /**
+   * Rows locked, published and removed in one transaction.
+   * @defaultValue 100
+   */
+  readonly batchSize?: number;
+  /**
+   * How often the relay looks for rows without a NOTIFY (the fallback when a notification is
+   * missed, e.g. across a reconnect).
+   * @defaultValue 1000
+   */
+  readonly pollIntervalMs?: number;
+  /**
+   * How often the relay counts the running relays and takes or gives back lanes, so every relay
+   * owns about `32 / relays` lanes.
+   * @defaultValue 1000
+   */
+  readonly rebalanceIntervalMs?: number;
+  /**
+   * The most lanes (of 32) this relay owns at once.
+   * @defaultValue 32
+   */
+  readonly maxLanes?: number;
+  /**
+   * Wake on NOTIFY when rows commit. `false` leaves only polling (for poolers that drop LISTEN, such
+   * as PgBouncer in transaction mode).
+   * @defaultValue true
+   */
+  readonly listen?: boolean;
+  /**
+   * The clock of polling, rebalancing and retry pauses.
+   * @defaultValue systemClock
+   */
+  readonly clock?: Clock;
+  /**
+   * Where failures to reach PostgreSQL or to publish are reported (the relay retries them).
+   * @defaultValue consoleLogger
+   */
+  readonly logger?: Logger;
+}
+
+/** What a relay has done so far. */
+export interface OutboxRelayStats {
+  /** Rows published and removed by this relay. */
+  readonly published: number;
+  /** Transactions that published at least one row. */
+  readonly batches: number;
+  /** The lanes this relay owns now. */
+  readonly lanes: readonly number[];
+}
+
+const RETRY_BASE_MS = 100;
+const RETRY_CAP_MS = 5_000;
+
+function positive(name: string, value: number | undefined, fallback: number, max: number): number {
+  const v = value ?? fallback;
+  if (!Number.isInteger(v) || v < 1 || v > max) {
+    throw new HarrierError(
+      'invalid-option',
+      `Outbox relay option ${name} is ${String(value)}: use a whole number from 1 to ${max} (default ${fallback})`,
+    );
+  }
+  return v;
+}
+
+/**
+ * The advisory lock keys (first of the two-int form) of a schema's relays: `lanes` (second key: the
+ * lane) and `relays` (second key 0, held shared by every running relay). 31-bit, so `pg_locks.classid`
+ * shows them as they are.
+ */
+export function relayLockKeys(tables: PostgresTables): { readonly lanes: number; readonly relays: number } {
+  const key = (purpose: string): number =>
+    Number(fnv1a64(`harrier-outbox-${purpose}:${tables.schema}`) & 0x7fffffffn);
+  return { lanes: key('lanes'), relays: key('relays') };
+}
+
+/**
+ * Publishes outbox rows through the broker: the relay of the transactional outbox.
+ *
+ * @remarks
+ * - **Ownership and order.** Rows are spread over {@link OUTBOX_LANES} lanes by partition key. A
+ *   relay publishes only lanes it holds a session advisory lock on (`pg_try_advisory_lock`), so one
+ *   relay at a time publishes a lane, in `seq` order: messages of one key keep their order. Relays
+ *   hold a shared lock of their own, count each other through `pg_locks`, and every
+ *   `rebalanceIntervalMs` give back lanes above their share (between batches) or take free ones.
+ *   A relay that dies loses its session and so its locks: the others take its lanes.
+ * - **Batches.** `SELECT … FOR UPDATE SKIP LOCKED` (oldest first), publish, `DELETE`, `COMMIT`, in
+ *   one transaction. A relay killed after the publish and before the commit leaves the rows, and
+ *   the next owner publishes them again: at-least-once, absorbed by the idempotent publish (log
+ *   append and broker dedupe by message id) and by an inbox.
+ * - **Waking.** LISTEN on {@link outboxChannel}; a commit that wrote rows notifies. Polling every
+ *   `pollIntervalMs` covers a missed notification.
+ * - **Failures.** A publish that fails rolls the batch back and is retried after a pause (100 ms
+ *   doubling to 5 s), keeping the lane's order; a lost connection (PostgreSQL restarted) is
+ *   reopened, and the lanes taken again.
+ */
+export class OutboxRelay {
+  readonly #publisher: OutboxPublisher;
+  readonly #tables: PostgresTables;
+  readonly #handle: PoolHandle;
+  readonly #connection: PostgresConnectionOptions;
+  readonly #batchSize: number;
+  readonly #pollMs: number;
+  readonly #rebalanceMs: number;
+  readonly #maxLanes: number;
+  readonly #listen: boolean;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #laneKey: number;
+  readonly #memberKey: number;
+  #session: pg.PoolClient | undefined;
+  #broken = false;
+  #owned = new Set<number>();
+  #notified = false;
+  #waiter: AbortController | undefined;
+  #stopping = false;
+  #loop: Promise<void> = Promise.resolve();
+  #nextRebalance = 0;
+  #published = 0;
+  #batches = 0;
+
+  private constructor(options: OutboxRelayOptions, handle: PoolHandle) {
+    this.#publisher = options.publisher;
+    this.#connection = options.connection;
+    this.#tables = postgresTables(options.schema);
+    this.#handle = handle;
+    this.#batchSize = positive('batchSize', options.batchSize, 100, 10_000);
+    this.#pollMs = positive('pollIntervalMs', options.pollIntervalMs, 1000, 3_600_000);
+    this.#rebalanceMs = positive('rebalanceIntervalMs', options.rebalanceIntervalMs, 1000, 3_600_000);
+    this.#maxLanes = positive('maxLanes', options.maxLanes, OUTBOX_LANES, OUTBOX_LANES);
+    this.#listen = options.listen ?? true;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = options.logger ?? consoleLogger;
+    const keys = relayLockKeys(this.#tables);
+    this.#laneKey = keys.lanes;
+    this.#memberKey = keys.relays;
+  }
+
+  /** @internal Use {@link startOutboxRelay}. */
+  static async start(options: OutboxRelayOptions): Promise<OutboxRelay> {
+    if (typeof (options as Partial<OutboxRelayOptions> | undefined)?.publisher?.publish !== 'function') {
+      throw new HarrierError(
+        'invalid-option',
+        'startOutboxRelay needs a publisher: pass { publisher: bus.publisher } (or a MessagePublisher from harrier/extend)',
+      );
+    }
+    if ((options as Partial<OutboxRelayOptions>).connection === undefined) {
+      throw new HarrierError(
+        'invalid-option',
+        'startOutboxRelay needs a connection: pass { connection: process.env.DATABASE_URL } or your pg.Pool',
+      );
+    }
+    postgresTables(options.schema);
+    const handle = openPool(options.connection);
+    let relay: OutboxRelay;
+    try {
+      relay = new OutboxRelay(options, handle);
+      await requireSchema(handle.pool, relay.#tables, 'The outbox relay');
+      await relay.#connect();
+    } catch (error) {
+      await handle.end();
+      throw postgresError(error, options.connection, 'starting the outbox relay');
+    }
+    relay.#loop = relay.#run();
+    return relay;
+  }
+
+  /** What this relay has published, and the lanes it owns. */
+  stats(): OutboxRelayStats {
+    return {
+      published: this.#published,
+      batches: this.#batches,
+      lanes: [...this.#owned].sort((a, b) => a - b),
+    };
+  }
+
+  /**
+   * Stops: finishes the batch in progress (published and removed, or rolled back), releases its
+   * lanes and closes its connections. Rows left are published by the other relays or the next start.
+   */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    this.#waiter?.abort();
+    await this.#loop;
+    this.#drop();
+    await this.#handle.end();
+  }
+
+  async #run(): Promise<void> {
+    let failures = 0;
+    while (!this.#stopping) {
+      try {
+        const session = this.#session ?? (await this.#connect());
+        this.#notified = false;
+        // Rebalancing between batches too, so a relay with a backlog still gives lanes to a newcomer.
+        for (;;) {
+          if (this.#clock.now() >= this.#nextRebalance) {
+            await this.#rebalance(session);
+            this.#nextRebalance = this.#clock.now() + this.#rebalanceMs;
+          }
+          if (this.#isStopping() || (await this.#batch(session)) < this.#batchSize) break;
+        }
+        failures = 0;
+        await this.#waitForWork(Math.min(this.#pollMs, this.#nextRebalance - this.#clock.now()));
+      } catch (error) {
+        failures += 1;
+        const lost = this.#broken || isPostgresUnavailable(error);
+        if (lost) this.#drop();
+        this.#logger.warn(
+          lost
+            ? `Outbox relay lost PostgreSQL at ${describePostgres(this.#connection)}; reconnecting`
+            : 'Outbox relay could not publish a batch; it stays in the outbox and is retried',
+          { error: error instanceof Error ? error.message : String(error), failures },
+        );
+        if (!this.#isStopping()) {
+          const pause = Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 16));
+          await this.#waitForWork(pause, true);
+        }
+      }
+    }
+  }
+
+  /** Read through a call: stop() flips it while the loop awaits. */
+  #isStopping(): boolean {
+    return this.#stopping;
+  }
+
+  /** Opens the session that holds the locks and LISTENs. */
+  async #connect(): Promise<pg.PoolClient> {
+    const client = await this.#handle.pool.connect();
+    this.#broken = false;
+    client.on('error', () => {
+      this.#broken = true;
+      this.#waiter?.abort();
+    });
+    client.on('notification', () => {
+      this.#notified = true;
+      this.#waiter?.abort();
+    });
+    try {
+      if (this.#listen) await client.query(`LISTEN "${outboxChannel(this.#tables)}"`);
+      await client.query('SELECT pg_advisory_lock_shared($1, 0)', [this.#memberKey]);
+    } catch (error) {
+      client.release(true);
+      throw error;
+    }
+    this.#session = client;
+    this.#owned = new Set();
+    this.#nextRebalance = 0;
+    return client;
+  }
+
+  /** Closes the session: PostgreSQL releases its locks with it. */
+  #drop(): void {
+    const session = this.#session;
+    this.#session = undefined;
+    this.#owned = new Set();
+    session?.release(true);
+  }
+
+  /** Resolves after `ms`, or at once on a NOTIFY (unless `ignoreNotify`) or stop. */
+  async #waitForWork(ms: number, ignoreNotify = false): Promise<void> {
+    if (this.#stopping || (!ignoreNotify && this.#notified) || ms <= 0) return;
+    const waiter = new AbortController();
+    this.#waiter = waiter;
+    await sleep(this.#clock, ms, waiter.signal);
+    this.#waiter = undefined;
+  }
+
+  /** Takes free lanes up to this relay's share, or gives back those above it. */
+  async #rebalance(session: pg.PoolClient): Promise<void> {
+    const held = await session.query<{ relays: number; lane: number | null; mine: boolean }>(
+      `WITH locks AS (
+         SELECT classid::bigint AS key, objid::int AS obj, pid FROM pg_locks
+          WHERE locktype = 'advisory' AND objsubid = 2 AND granted
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+       SELECT (SELECT count(DISTINCT pid)::int FROM locks WHERE key = $1 AND obj = 0) AS relays,
+              l.obj AS lane, l.pid = pg_backend_pid() AS mine
+         FROM (SELECT 1) one LEFT JOIN locks l ON l.key = $2`,
+      [this.#memberKey, this.#laneKey],
+    );
+    const relays = Math.max(1, held.rows[0]?.relays ?? 1);
+    const share = Math.min(this.#maxLanes, Math.ceil(OUTBOX_LANES / relays));
+    const taken = new Set(held.rows.filter((r) => r.lane !== null && !r.mine).map((r) => r.lane));
+    for (const lane of [...this.#owned].sort((a, b) => b - a)) {
+      if (this.#owned.size <= share) break;
+      await session.query('SELECT pg_advisory_unlock($1, $2)', [this.#laneKey, lane]);
+      this.#owned.delete(lane);
+    }
+    // Start where this session's pid points, so relays starting together try different lanes first.
+    const start = (session as unknown as { processID?: number }).processID ?? 0;
+    for (let i = 0; i < OUTBOX_LANES && this.#owned.size < share; i++) {
+      const lane = (start + i) % OUTBOX_LANES;
+      if (this.#owned.has(lane) || taken.has(lane)) continue;
+      const got = await session.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1, $2) AS ok', [
+        this.#laneKey,
+        lane,
+      ]);
+      if (got.rows[0]?.ok === true) this.#owned.add(lane);
+    }
+  }
+
+  /** Publishes and removes one batch of the owned lanes; returns how many rows it held. */
+  async #batch(session: pg.PoolClient): Promise<number> {
+    if (this.#owned.size === 0) return 0;
+    // Losing this commit in a crash only republishes the batch, which the idempotent publish
+    // absorbs: no need to wait for the WAL flush. One round trip for both statements.
+    await session.query('BEGIN; SET LOCAL synchronous_commit = off');
+    try {
+      const rows = await session.query<OutboxRow>(
+        `SELECT seq, message_id, kind, type, body, partition_key, ordered, lane, topic, deliver_at, require_route
+           FROM ${this.#tables.outbox} WHERE lane = ANY($1::int[])
+          ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED`,
+        [[...this.#owned], this.#batchSize],
+      );
+      if (rows.rows.length > 0) {
+        await this.#publisher.publish(rows.rows.map(outgoingOfRow));
+        await session.query(`DELETE FROM ${this.#tables.outbox} WHERE seq = ANY($1::bigint[])`, [
+          rows.rows.map((row) => row.seq),
+        ]);
+      }
+      await session.query('COMMIT');
+      this.#published += rows.rows.length;
+      if (rows.rows.length > 0) this.#batches += 1;
+      return rows.rows.length;
+    } catch (error) {
+      await session.query('ROLLBACK').catch(() => {
+        this.#broken = true;
+      });
+      throw error;
+    }
+  }
+}
+
+/**
+ * Starts an outbox relay: publishes the rows that committed transactions recorded in the outbox
+ * (by {@link PostgresOutbox} or `postgresUnitOfWork`), until `stop()`.
+ *
+ * @throws HarrierError `invalid-option` naming the fix for a bad option, `schema-outdated` when the
+ *   schema is not migrated, `postgres-unavailable` when PostgreSQL cannot be reached at start.
+ * @example
+ * ```ts
+ * const relay = await startOutboxRelay({ connection: process.env.DATABASE_URL!, publisher: bus.publisher });
+ * // ...
+ * await relay.stop();
+ * ```
+ */
+export function startOutboxRelay(options: OutboxRelayOptions): Promise<OutboxRelay> {
+  return OutboxRelay.start(options);
+}
