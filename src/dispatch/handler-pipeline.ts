@@ -355,7 +355,9 @@ export class HandlerPipeline {
                 run: () => this.#call(entry, definition, context, false),
                 abandoned: () => input.abandoned?.() === true,
               });
-        if (input.abandoned?.() === true && result === 'ran') return ABANDONED;
+        // Without a unit nothing is committed yet, so a released delivery can drop the call. A unit
+        // that answered 'ran' has committed (its inbox row too): publish, or the messages are lost.
+        if (unit === undefined && input.abandoned?.() === true) return ABANDONED;
         if (result === 'ran') outgoing = await this.#commit(context);
         else if (result === 'stored') outgoing = context.recorded.map((p) => p.outgoing);
         else outgoing = [];

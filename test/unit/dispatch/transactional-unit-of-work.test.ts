@@ -4,6 +4,7 @@ import { z } from 'zod';
 import {
   CommandHandler,
   EventHandler,
+  InMemoryBroker,
   On,
   Projection,
   createBus,
@@ -14,7 +15,17 @@ import {
   type MessageContext,
   type PayloadOf,
 } from '../../../src/index.js';
-import type { TransactionalUnitOfWork, UnitOfWorkCall, UnitOfWorkResult } from '../../../src/extend.js';
+import { Container } from 'inversify';
+import {
+  HandlerPipeline,
+  HandlerRegistry,
+  MessagePublisher,
+  createContainerInvoker,
+  prepareMessage,
+  type TransactionalUnitOfWork,
+  type UnitOfWorkCall,
+  type UnitOfWorkResult,
+} from '../../../src/extend.js';
 import { InMemoryEventLog } from '../../../src/log/index.js';
 import { createTestBus, type TestBus } from '../../../src/testing/index.js';
 
@@ -192,6 +203,50 @@ describe('BusOptions.unitOfWork', () => {
       ]);
       const [status] = await logged.projections!.status();
       expect(status?.partitions[0]?.completed).toBe(1);
+    });
+  });
+});
+
+describe('HandlerPipeline with a unit of work', () => {
+  describe("when a stop releases the delivery after the unit committed and answered 'ran'", () => {
+    it('still publishes what the handler recorded (the inbox would skip the redelivery)', async () => {
+      const broker = new InMemoryBroker();
+      const registry = HandlerRegistry.build([PayHandler], [Paid]);
+      let released = false;
+      const unit: TransactionalUnitOfWork = {
+        name: 'commits-then-released',
+        run: async (call) => {
+          await call.run();
+          released = true; // the stop's grace ran out right after COMMIT
+          return 'ran';
+        },
+      };
+      const pipeline = new HandlerPipeline({
+        registry,
+        endpoint: 'app',
+        invoke: createContainerInvoker(new Container()),
+        publisher: new MessagePublisher({ broker, registry, requireCommandRoute: false }),
+        unitOfWork: unit,
+        logger: silentLogger,
+      });
+      const { outgoing: message } = prepareMessage(Pay, { orderId: 'o-9' }, {}, { now: Date.now() });
+      const outcome = await pipeline.run({
+        body: message.body,
+        facts: {
+          messageId: message.id,
+          kind: 'command',
+          type: Pay.type,
+          endpoint: 'app',
+          handler: undefined,
+          attempt: 1,
+          history: [],
+          partitionKey: undefined,
+        },
+        signal: new AbortController().signal,
+        abandoned: () => released,
+      });
+      expect(outcome.kind).toBe('handled');
+      expect(outcome.kind === 'handled' ? outcome.outgoing.map((m) => m.type) : []).toEqual(['uow.Paid']);
     });
   });
 });
