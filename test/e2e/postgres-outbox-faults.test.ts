@@ -174,7 +174,9 @@ describe('PostgreSQL outbox faults', () => {
       }
       const total = accounts.length * perAccount;
       const relayEnv = { ...env, BATCH_SIZE: '10', PAUSE_MS: '150', REBALANCE_MS: '200' };
-      const victim = startFixture('pg-outbox-relay.ts', relayEnv);
+      // The victim waits 30 s between its first publish and its commit, so the kill lands mid-batch
+      // however slow the machine is.
+      const victim = startFixture('pg-outbox-relay.ts', { ...relayEnv, PAUSE_MS: '30000' });
       const survivor = startFixture('pg-outbox-relay.ts', relayEnv);
       await waitFor(
         'both relays to start',
