@@ -146,7 +146,10 @@ export function createOrdersBus(options: OrdersBusOptions = {}): MessageBus {
     handlers:
       options.readModel === undefined
         ? ORDERS_HANDLERS
-        : [...ORDERS_HANDLERS.filter((handler) => !ORDERS_READ_MODEL.includes(handler)), ...options.readModel],
+        : [
+            ...ORDERS_HANDLERS.filter((handler) => !ORDERS_READ_MODEL.includes(handler)),
+            ...options.readModel,
+          ],
     sagas: ORDERS_SAGAS,
     retry: options.retry ?? { backoff: { baseMs: 100, maxMs: 2_000 } },
     logger: options.logger ?? silentLogger,

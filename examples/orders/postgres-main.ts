@@ -19,7 +19,7 @@
  * Exit codes: 0 done, 1 the example failed, 2 PostgreSQL cannot be reached.
  */
 import pg from 'pg';
-import { InMemoryEventLog, MessageValidationError } from '../../src/index.js';
+import { InMemoryEventLog, MessageValidationError, silentLogger } from '../../src/index.js';
 import {
   PostgresCheckpointStore,
   PostgresOutbox,
@@ -29,7 +29,6 @@ import {
   postgresUnitOfWork,
   startOutboxRelay,
 } from '../../src/postgres/index.js';
-import { silentLogger } from '../../src/index.js';
 import { BusActivity } from './activity.js';
 import { createOrdersBus } from './app.js';
 import { ListOrderSummaries, PlaceOrder } from './messages.js';
@@ -92,7 +91,11 @@ const bus = createOrdersBus({
   sagaStore,
   paymentDueMs: EXAMPLE_PAYMENT_DUE_MS,
   readModel: postgresReadModel(pool, schema),
-  storage: { eventLog: new InMemoryEventLog({ topics: [{ name: 'orders', partitions: 4 }] }), checkpoints, unitOfWork },
+  storage: {
+    eventLog: new InMemoryEventLog({ topics: [{ name: 'orders', partitions: 4 }] }),
+    checkpoints,
+    unitOfWork,
+  },
 });
 const outbox = new PostgresOutbox(bus, { schema });
 
@@ -127,7 +130,12 @@ let relay: Awaited<ReturnType<typeof startOutboxRelay>> | undefined;
 try {
   await unitOfWork.ready();
   await bus.start();
-  relay = await startOutboxRelay({ connection: pool, publisher: bus.publisher, schema, logger: silentLogger });
+  relay = await startOutboxRelay({
+    connection: pool,
+    publisher: bus.publisher,
+    schema,
+    logger: silentLogger,
+  });
 
   print('Timeline (ms since start):');
   for (const order of ORDERS) {
@@ -157,7 +165,9 @@ try {
 
   const summaries = await bus.execute(ListOrderSummaries, {});
   print();
-  print(`Order summaries (bus.execute(ListOrderSummaries), from "${schema}".order_summaries): ${summaries.length} orders`);
+  print(
+    `Order summaries (bus.execute(ListOrderSummaries), from "${schema}".order_summaries): ${summaries.length} orders`,
+  );
   print(
     `  ${'order'.padEnd(8)}${'customer'.padEnd(10)}${'items'.padEnd(7)}${'total'.padEnd(10)}${'stock'.padEnd(10)}payment`,
   );

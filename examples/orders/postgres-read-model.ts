@@ -41,7 +41,10 @@ export function ordersTablesSql(schema: string): string {
 }
 
 /** Reads the read model, ordered by order id (the query handler's answer, and the test's). */
-export async function readOrderSummaries(db: pg.Pool | pg.PoolClient, schema: string): Promise<OrderSummary[]> {
+export async function readOrderSummaries(
+  db: pg.Pool | pg.PoolClient,
+  schema: string,
+): Promise<OrderSummary[]> {
   const { rows } = await db.query<{
     order_id: string;
     customer: string;

@@ -1,0 +1,153 @@
+/**
+ * `npm run example:postgres` (examples/orders/postgres-main.ts) run as a user would, on the tests'
+ * PostgreSQL in a fresh schema: its read model, read from PostgreSQL here, matches the in-memory
+ * example's summary, its saga lines are the in-memory ones, and a second run on the same schema
+ * (which the example drops and migrates again) gives the same rows, not twice as many.
+ */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { readOrderSummaries } from '../../examples/orders/postgres-read-model.js';
+import type { OrderSummary } from '../../examples/orders/messages.js';
+import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+
+const run = promisify(execFile);
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const databaseUrl = inject('databaseUrl');
+const { pool } = useSharedPostgres(databaseUrl);
+
+interface Outcome {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Runs an example program with `env` added; a non-zero exit or a timeout becomes a non-zero code. */
+async function runExample(file: string, env: Record<string, string> = {}): Promise<Outcome> {
+  try {
+    const { stdout, stderr } = await run('npx', ['tsx', file], {
+      cwd: root,
+      env: { ...process.env, ...env },
+      timeout: 30_000,
+      killSignal: 'SIGKILL',
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: unknown; stdout?: string; stderr?: string };
+    return {
+      code: typeof failed.code === 'number' ? failed.code : -1,
+      stdout: failed.stdout ?? '',
+      stderr: failed.stderr ?? '',
+    };
+  }
+}
+
+/** The summary rows an example printed, as OrderSummary values. */
+function printedSummaries(stdout: string): OrderSummary[] {
+  const rows = [...stdout.matchAll(/^ {2}(o-\d{4})\s+(\w+)\s+(\d+)\s+\$(\d+)\.(\d\d)\s+(\S+)\s+(\S+)$/gm)];
+  return rows.map(([, orderId, customer, items, whole, cents, stock, payment]) => ({
+    orderId: orderId ?? '',
+    customer: customer ?? '',
+    items: Number(items),
+    totalCents: Number(whole) * 100 + Number(cents),
+    ...(stock !== '-' && stock !== undefined ? { reservationId: stock } : {}),
+    ...(payment !== '-' && payment !== undefined ? { paymentId: payment } : {}),
+  }));
+}
+
+/**
+ * Reservation and payment ids are numbered in the order the simulated services succeed, which
+ * depends on timing; which orders have one does not.
+ */
+const withoutNumbers = (summaries: OrderSummary[]): unknown[] =>
+  summaries.map((s) => ({
+    ...s,
+    reservationId: s.reservationId?.replace(/\d+/, 'N'),
+    paymentId: s.paymentId?.replace(/\d+/, 'N'),
+  }));
+
+const sagaLines = (stdout: string): string[] =>
+  stdout.split('\n').filter((line) => /^ {2}order o-/.test(line));
+
+describe('examples/orders/postgres-main.ts', () => {
+  const schema = freshSchema();
+  let inMemory: Outcome;
+  let first: Outcome;
+  let firstRows: OrderSummary[];
+  let second: Outcome;
+
+  beforeAll(async () => {
+    inMemory = await runExample('examples/orders/main.ts');
+    first = await runExample('examples/orders/postgres-main.ts', {
+      DATABASE_URL: databaseUrl,
+      ORDERS_EXAMPLE_SCHEMA: schema,
+    });
+    firstRows = await readOrderSummaries(pool, schema);
+    second = await runExample('examples/orders/postgres-main.ts', {
+      DATABASE_URL: databaseUrl,
+      ORDERS_EXAMPLE_SCHEMA: schema,
+    });
+  }, 90_000);
+
+  afterAll(async () => {
+    await dropSchema(pool, schema);
+  });
+
+  describe('when run with DATABASE_URL and a fresh schema', () => {
+    it('exits with code 0', () => {
+      expect(inMemory.code, inMemory.stdout + inMemory.stderr).toBe(0);
+      expect(first.code, first.stdout + first.stderr).toBe(0);
+    });
+
+    it('leaves a read model in PostgreSQL equal to the in-memory run’s summary', () => {
+      const expected = printedSummaries(inMemory.stdout);
+      expect(expected.map((s) => s.orderId)).toEqual(['o-1001', 'o-1002', 'o-1003']);
+      expect(withoutNumbers(firstRows)).toEqual(withoutNumbers(expected));
+    });
+
+    it('prints the rows of its PostgreSQL table', () => {
+      expect(printedSummaries(first.stdout)).toEqual(firstRows);
+    });
+
+    it('prints the saga lines of the in-memory run, read from PostgreSQL', () => {
+      expect(sagaLines(first.stdout)).toEqual(sagaLines(inMemory.stdout));
+      expect(sagaLines(first.stdout)).toHaveLength(3);
+    });
+
+    it('placed the orders through the outbox with their orders rows, and refused the bad one', async () => {
+      const { rows } = await pool.query<{ order_id: string }>(
+        `SELECT order_id FROM "${schema}".orders ORDER BY order_id`,
+      );
+      // Read after the second run, which started from scratch: still exactly the three.
+      expect(rows.map((row) => row.order_id)).toEqual(['o-1001', 'o-1002', 'o-1003']);
+      expect(first.stdout).toMatch(/refused\s+outbox\.send\s+orders\.PlaceOrder\s+o-1004/);
+    });
+  });
+
+  describe('when run a second time on the same schema', () => {
+    it('starts from scratch: same exit, same read model size, same saga lines', async () => {
+      expect(second.code, second.stdout + second.stderr).toBe(0);
+      const rows = await readOrderSummaries(pool, schema);
+      expect(withoutNumbers(rows)).toEqual(withoutNumbers(firstRows));
+      expect(sagaLines(second.stdout)).toEqual(sagaLines(first.stdout));
+      const { rows: checkpoints } = await pool.query<{ projection: string }>(
+        `SELECT projection FROM "${schema}".checkpoints`,
+      );
+      expect(checkpoints.every((row) => row.projection === 'OrderSummary')).toBe(true);
+    });
+  });
+
+  describe('when PostgreSQL cannot be reached', () => {
+    it('exits with code 2 and names DATABASE_URL', async () => {
+      const outcome = await runExample('examples/orders/postgres-main.ts', {
+        DATABASE_URL: 'postgres://postgres@127.0.0.1:1/postgres',
+      });
+      expect(outcome.code).toBe(2);
+      expect(outcome.stderr).toContain(
+        'Cannot connect to PostgreSQL at postgres://postgres@127.0.0.1:1/postgres',
+      );
+      expect(outcome.stderr).toContain('Set DATABASE_URL');
+    });
+  });
+});
