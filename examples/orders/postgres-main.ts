@@ -19,7 +19,7 @@
  * Exit codes: 0 done, 1 the example failed, 2 PostgreSQL cannot be reached.
  */
 import pg from 'pg';
-import { InMemoryEventLog, MessageValidationError, silentLogger } from '../../src/index.js';
+import { InMemoryEventLog, silentLogger, type InputOf } from '../../src/index.js';
 import {
   PostgresCheckpointStore,
   PostgresOutbox,
@@ -31,18 +31,11 @@ import {
 } from '../../src/postgres/index.js';
 import { BusActivity } from './activity.js';
 import { createOrdersBus } from './app.js';
-import { ListOrderSummaries, PlaceOrder } from './messages.js';
-import { fulfilmentLines } from './order-fulfilment.js';
+import { PlaceOrder } from './messages.js';
 import { ordersTablesSql, postgresReadModel } from './postgres-read-model.js';
-import {
-  EXAMPLE_PAYMENT_DUE_MS,
-  GATEWAY_TIMEOUTS,
-  ORDERS,
-  WAREHOUSE_BUSY,
-  dollars,
-  expectedDeliveries,
-} from './sample-orders.js';
+import { EXAMPLE_PAYMENT_DUE_MS, GATEWAY_TIMEOUTS, WAREHOUSE_BUSY } from './sample-orders.js';
 import { Inventory, SimulatedLegacyCrm, SimulatedPaymentGateway } from './services.js';
+import { placeSampleOrders, printFailuresAhead, printReport } from './story.js';
 
 const TIMEOUT_MS = 15_000;
 const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -100,7 +93,7 @@ const bus = createOrdersBus({
 const outbox = new PostgresOutbox(bus, { schema });
 
 /** The application's "place order" use case: its row and its command commit together. */
-async function placeOrder(order: (typeof ORDERS)[number]): Promise<void> {
+async function placeOrder(order: InputOf<typeof PlaceOrder>): Promise<void> {
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
@@ -120,11 +113,7 @@ async function placeOrder(order: (typeof ORDERS)[number]): Promise<void> {
 
 print(`Harrier orders example: endpoint "${bus.endpoint}" with its state in PostgreSQL`);
 print(`PostgreSQL: ${describePostgresUrl(url)}, schema "${schema}" (dropped and migrated for this run)`);
-print('The payment gateway will time out twice for o-1002; the legacy CRM is down.');
-print(
-  `The warehouse is busy twice for o-1001; o-1003 is paid by bank transfer, which never comes (payment due after ${EXAMPLE_PAYMENT_DUE_MS / 1000} s).`,
-);
-print();
+printFailuresAhead(print);
 
 let relay: Awaited<ReturnType<typeof startOutboxRelay>> | undefined;
 try {
@@ -138,64 +127,24 @@ try {
   });
 
   print('Timeline (ms since start):');
-  for (const order of ORDERS) {
-    await placeOrder(order);
-    activity.note('recorded', 'outbox.send', PlaceOrder.type, order.orderId, 'with its orders row');
-  }
-  // The schema refuses a bad order before anything is written: the transaction rolls back.
-  try {
-    await placeOrder({
-      orderId: 'o-1004',
-      customer: 'Bob',
-      lines: [{ sku: 'desk', quantity: 0, unitPriceCents: 1 }],
-    });
-  } catch (error) {
-    if (!(error instanceof MessageValidationError)) throw error;
-    const fields = error.issues.map((issue) => issue.path.join('.')).join(', ');
-    activity.note(
-      'refused',
-      'outbox.send',
-      PlaceOrder.type,
-      'o-1004',
-      `${error.code} (${fields}): rolled back, no orders row`,
-    );
-  }
-
-  await activity.waitFor(expectedDeliveries(ORDERS), TIMEOUT_MS);
-
-  const summaries = await bus.execute(ListOrderSummaries, {});
-  print();
-  print(
-    `Order summaries (bus.execute(ListOrderSummaries), from "${schema}".order_summaries): ${summaries.length} orders`,
+  // The schema refuses a bad order inside the application's transaction, which rolls back.
+  await placeSampleOrders(
+    activity,
+    {
+      verb: 'outbox.send',
+      placed: 'recorded',
+      refused: 'rolled back, no orders row',
+      place: placeOrder,
+    },
+    TIMEOUT_MS,
   );
-  print(
-    `  ${'order'.padEnd(8)}${'customer'.padEnd(10)}${'items'.padEnd(7)}${'total'.padEnd(10)}${'stock'.padEnd(10)}payment`,
-  );
-  for (const s of summaries) {
-    print(
-      `  ${s.orderId.padEnd(8)}${s.customer.padEnd(10)}${String(s.items).padEnd(7)}${dollars(s.totalCents).padEnd(10)}${(s.reservationId ?? '-').padEnd(10)}${s.paymentId ?? '-'}`,
-    );
-  }
-
-  print();
-  print(`Order fulfilment (the orders.Fulfilment saga instances in "${schema}".sagas):`);
-  for (const line of await fulfilmentLines(sagaStore, EXAMPLE_PAYMENT_DUE_MS)) print(`  ${line}`);
-
-  const { records } = await bus.deadLetters.list();
-  print();
-  print(`Dead letters (bus.deadLetters.list()): ${records.length}`);
-  print();
-  print('The CRM is back: replaying the dead letters (same message ids, fresh attempts):');
-  crm.available = true;
-  const before = activity.counts.handled;
-  const results = await bus.replayDeadLetters(
-    records.map((r) => r.id),
-    { by: 'orders-example' },
-  );
-  const replayed = results.filter((r) => r.ok).length;
-  await activity.waitFor({ handled: before + replayed }, TIMEOUT_MS);
-  print(
-    `  ${replayed} replayed; CRM notified of ${crm.notified.join(', ')}; dead letters left: ${await bus.deadLetters.count()}`,
+  await printReport(
+    bus,
+    { print, activity, crm, sagaStore, timeoutMs: TIMEOUT_MS },
+    {
+      summaries: `bus.execute(ListOrderSummaries), from "${schema}".order_summaries`,
+      sagas: `"${schema}".sagas`,
+    },
   );
 
   const { rows } = await pool.query<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".orders`);
