@@ -19,9 +19,8 @@ import { InMemorySagaStore } from '../../src/index.js';
 import { BusActivity } from './activity.js';
 import { createOrdersBus } from './app.js';
 import { PlaceOrder } from './messages.js';
-import { EXAMPLE_PAYMENT_DUE_MS, GATEWAY_TIMEOUTS, WAREHOUSE_BUSY } from './sample-orders.js';
-import { Inventory, SimulatedLegacyCrm, SimulatedPaymentGateway } from './services.js';
-import { placeSampleOrders, printFailuresAhead, printReport } from './story.js';
+import { SimulatedLegacyCrm } from './services.js';
+import { placeSampleOrders, printFailuresAhead, printReport, storyBusOptions } from './story.js';
 
 const TIMEOUT_MS = 8_000;
 
@@ -31,12 +30,7 @@ const crm = new SimulatedLegacyCrm({ available: false });
 const activity = new BusActivity(print);
 const sagaStore = new InMemorySagaStore();
 const bus = createOrdersBus({
-  hooks: activity.hooks,
-  paymentGateway: new SimulatedPaymentGateway({ timeouts: GATEWAY_TIMEOUTS }),
-  inventory: new Inventory({ busy: WAREHOUSE_BUSY }),
-  legacyCrm: crm,
-  sagaStore,
-  paymentDueMs: EXAMPLE_PAYMENT_DUE_MS,
+  ...storyBusOptions(activity, crm, sagaStore),
 });
 
 print(`Harrier orders example: endpoint "${bus.endpoint}" on the in-memory broker`);

@@ -33,9 +33,8 @@ import { BusActivity } from './activity.js';
 import { createOrdersBus } from './app.js';
 import { PlaceOrder } from './messages.js';
 import { ordersTablesSql, postgresReadModel } from './postgres-read-model.js';
-import { EXAMPLE_PAYMENT_DUE_MS, GATEWAY_TIMEOUTS, WAREHOUSE_BUSY } from './sample-orders.js';
-import { Inventory, SimulatedLegacyCrm, SimulatedPaymentGateway } from './services.js';
-import { placeSampleOrders, printFailuresAhead, printReport } from './story.js';
+import { SimulatedLegacyCrm } from './services.js';
+import { placeSampleOrders, printFailuresAhead, printReport, storyBusOptions } from './story.js';
 
 const TIMEOUT_MS = 15_000;
 const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -77,12 +76,7 @@ const sagaStore = new PostgresSagaStore({ connection: pool, schema });
 const checkpoints = new PostgresCheckpointStore({ connection: pool, schema });
 const unitOfWork = postgresUnitOfWork({ connection: pool, schema, logger: silentLogger });
 const bus = createOrdersBus({
-  hooks: activity.hooks,
-  paymentGateway: new SimulatedPaymentGateway({ timeouts: GATEWAY_TIMEOUTS }),
-  inventory: new Inventory({ busy: WAREHOUSE_BUSY }),
-  legacyCrm: crm,
-  sagaStore,
-  paymentDueMs: EXAMPLE_PAYMENT_DUE_MS,
+  ...storyBusOptions(activity, crm, sagaStore),
   readModel: postgresReadModel(pool, schema),
   storage: {
     eventLog: new InMemoryEventLog({ topics: [{ name: 'orders', partitions: 4 }] }),

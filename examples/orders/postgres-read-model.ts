@@ -70,6 +70,20 @@ export async function readOrderSummaries(
 export function postgresReadModel(pool: pg.Pool, schema: string): HandlerClass[] {
   const table = `"${schema}".order_summaries`;
 
+  /** Sets one column of the order's row, in the unit's transaction. */
+  const setColumn = async (
+    ctx: MessageContext,
+    orderId: string,
+    column: 'reservation_id' | 'payment_id',
+    value: string,
+  ): Promise<void> => {
+    await postgresSession(ctx).query(
+      `INSERT INTO ${table} (order_id, ${column}) VALUES ($1, $2)
+       ON CONFLICT (order_id) DO UPDATE SET ${column} = EXCLUDED.${column}`,
+      [orderId, value],
+    );
+  };
+
   /** Writes through the unit's transaction: setting columns (never adding) keeps it simple to check. */
   @Projection('OrderSummary')
   class OrderSummaryProjection {
@@ -86,20 +100,12 @@ export function postgresReadModel(pool: pg.Pool, schema: string): HandlerClass[]
 
     @On(StockReserved)
     async stockReserved(event: PayloadOf<typeof StockReserved>, ctx: MessageContext): Promise<void> {
-      await postgresSession(ctx).query(
-        `INSERT INTO ${table} (order_id, reservation_id) VALUES ($1, $2)
-         ON CONFLICT (order_id) DO UPDATE SET reservation_id = EXCLUDED.reservation_id`,
-        [event.orderId, event.reservationId],
-      );
+      await setColumn(ctx, event.orderId, 'reservation_id', event.reservationId);
     }
 
     @On(PaymentCharged)
     async paymentCharged(event: PayloadOf<typeof PaymentCharged>, ctx: MessageContext): Promise<void> {
-      await postgresSession(ctx).query(
-        `INSERT INTO ${table} (order_id, payment_id) VALUES ($1, $2)
-         ON CONFLICT (order_id) DO UPDATE SET payment_id = EXCLUDED.payment_id`,
-        [event.orderId, event.paymentId],
-      );
+      await setColumn(ctx, event.orderId, 'payment_id', event.paymentId);
     }
   }
 

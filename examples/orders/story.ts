@@ -5,12 +5,48 @@
  */
 import { MessageValidationError, type InputOf, type MessageBus, type SagaStore } from '../../src/index.js';
 import type { BusActivity } from './activity.js';
-import { ListOrderSummaries, PlaceOrder } from './messages.js';
+import type { OrdersBusOptions } from './app.js';
+import { ListOrderSummaries, PlaceOrder, type OrderSummary } from './messages.js';
 import { fulfilmentLines } from './order-fulfilment.js';
-import { EXAMPLE_PAYMENT_DUE_MS, ORDERS, dollars, expectedDeliveries } from './sample-orders.js';
-import type { SimulatedLegacyCrm } from './services.js';
+import {
+  EXAMPLE_PAYMENT_DUE_MS,
+  GATEWAY_TIMEOUTS,
+  ORDERS,
+  WAREHOUSE_BUSY,
+  dollars,
+  expectedDeliveries,
+} from './sample-orders.js';
+import { Inventory, SimulatedPaymentGateway, type SimulatedLegacyCrm } from './services.js';
 
 type Print = (line?: string) => void;
+
+/** The bus options of the story: the failing services, printed by `activity`, sagas in `sagaStore`. */
+export function storyBusOptions(
+  activity: BusActivity,
+  crm: SimulatedLegacyCrm,
+  sagaStore: SagaStore,
+): OrdersBusOptions {
+  return {
+    hooks: activity.hooks,
+    paymentGateway: new SimulatedPaymentGateway({ timeouts: GATEWAY_TIMEOUTS }),
+    inventory: new Inventory({ busy: WAREHOUSE_BUSY }),
+    legacyCrm: crm,
+    sagaStore,
+    paymentDueMs: EXAMPLE_PAYMENT_DUE_MS,
+  };
+}
+
+/** The order summaries as a table with a header line. */
+export function printSummaryTable(print: Print, summaries: readonly OrderSummary[]): void {
+  print(
+    `  ${'order'.padEnd(8)}${'customer'.padEnd(10)}${'items'.padEnd(7)}${'total'.padEnd(10)}${'stock'.padEnd(10)}payment`,
+  );
+  for (const s of summaries) {
+    print(
+      `  ${s.orderId.padEnd(8)}${s.customer.padEnd(10)}${String(s.items).padEnd(7)}${dollars(s.totalCents).padEnd(10)}${(s.reservationId ?? '-').padEnd(10)}${s.paymentId ?? '-'}`,
+    );
+  }
+}
 
 /** Prints the failures the run simulates. */
 export function printFailuresAhead(print: Print): void {
@@ -87,14 +123,7 @@ export async function printReport(
   const summaries = await bus.execute(ListOrderSummaries, {});
   print();
   print(`Order summaries (${sources.summaries}): ${summaries.length} orders`);
-  print(
-    `  ${'order'.padEnd(8)}${'customer'.padEnd(10)}${'items'.padEnd(7)}${'total'.padEnd(10)}${'stock'.padEnd(10)}payment`,
-  );
-  for (const s of summaries) {
-    print(
-      `  ${s.orderId.padEnd(8)}${s.customer.padEnd(10)}${String(s.items).padEnd(7)}${dollars(s.totalCents).padEnd(10)}${(s.reservationId ?? '-').padEnd(10)}${s.paymentId ?? '-'}`,
-    );
-  }
+  printSummaryTable(print, summaries);
 
   print();
   print(`Order fulfilment (the orders.Fulfilment saga instances in ${sources.sagas}):`);

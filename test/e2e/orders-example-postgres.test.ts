@@ -4,44 +4,18 @@
  * example's summary, its saga lines are the in-memory ones, and a second run on the same schema
  * (which the example drops and migrates again) gives the same rows, not twice as many.
  */
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { readOrderSummaries } from '../../examples/orders/postgres-read-model.js';
 import type { OrderSummary } from '../../examples/orders/messages.js';
+import { readOrderSummaries } from '../../examples/orders/postgres-read-model.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+import { runExample, type Outcome } from '../helpers/run-example.js';
 
-const run = promisify(execFile);
-const root = fileURLToPath(new URL('../..', import.meta.url));
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
-
-interface Outcome {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs an example program with `env` added; a non-zero exit or a timeout becomes a non-zero code. */
-async function runExample(file: string, env: Record<string, string> = {}): Promise<Outcome> {
-  try {
-    const { stdout, stderr } = await run('npx', ['tsx', file], {
-      cwd: root,
-      env: { ...process.env, ...env },
-      timeout: 30_000,
-      killSignal: 'SIGKILL',
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: unknown; stdout?: string; stderr?: string };
-    return {
-      code: typeof failed.code === 'number' ? failed.code : -1,
-      stdout: failed.stdout ?? '',
-      stderr: failed.stderr ?? '',
-    };
-  }
-}
+const pgEnv = (schema: string): { env: Record<string, string>; timeoutMs: number } => ({
+  env: { DATABASE_URL: databaseUrl, ORDERS_EXAMPLE_SCHEMA: schema },
+  timeoutMs: 30_000,
+});
 
 /** The summary rows an example printed, as OrderSummary values. */
 function printedSummaries(stdout: string): OrderSummary[] {
@@ -79,15 +53,9 @@ describe('examples/orders/postgres-main.ts', () => {
 
   beforeAll(async () => {
     inMemory = await runExample('examples/orders/main.ts');
-    first = await runExample('examples/orders/postgres-main.ts', {
-      DATABASE_URL: databaseUrl,
-      ORDERS_EXAMPLE_SCHEMA: schema,
-    });
+    first = await runExample('examples/orders/postgres-main.ts', pgEnv(schema));
     firstRows = await readOrderSummaries(pool, schema);
-    second = await runExample('examples/orders/postgres-main.ts', {
-      DATABASE_URL: databaseUrl,
-      ORDERS_EXAMPLE_SCHEMA: schema,
-    });
+    second = await runExample('examples/orders/postgres-main.ts', pgEnv(schema));
   }, 90_000);
 
   afterAll(async () => {
@@ -141,7 +109,7 @@ describe('examples/orders/postgres-main.ts', () => {
   describe('when PostgreSQL cannot be reached', () => {
     it('exits with code 2 and names DATABASE_URL', async () => {
       const outcome = await runExample('examples/orders/postgres-main.ts', {
-        DATABASE_URL: 'postgres://postgres@127.0.0.1:1/postgres',
+        env: { DATABASE_URL: 'postgres://postgres@127.0.0.1:1/postgres' },
       });
       expect(outcome.code).toBe(2);
       expect(outcome.stderr).toContain(
