@@ -83,6 +83,15 @@ describe('examples/orders/postgres-main.ts', () => {
       expect(sagaLines(first.stdout)).toHaveLength(3);
     });
 
+    it('counts the handled, retried and dead-lettered deliveries of the in-memory run, and replays the dead letters', () => {
+      const done = (stdout: string): string | undefined =>
+        /Done: (\d+ handled, \d+ retries, \d+ dead-lettered)/.exec(stdout)?.[1];
+      expect(done(first.stdout)).toBeDefined();
+      expect(done(first.stdout)).toEqual(done(inMemory.stdout));
+      expect(first.stdout).toContain('3 replayed; CRM notified of');
+      expect(first.stdout).toContain('dead letters left: 0');
+    });
+
     it('placed the orders through the outbox with their orders rows, and refused the bad one', async () => {
       const { rows } = await pool.query<{ order_id: string }>(
         `SELECT order_id FROM "${schema}".orders ORDER BY order_id`,
