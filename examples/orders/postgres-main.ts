@@ -16,7 +16,11 @@
  * drops it, migrates it and creates its tables there, so a second run starts from scratch and prints
  * the same story; the rows stay after the run for a look with psql.
  *
- * Exit codes: 0 done, 1 the example failed, 2 PostgreSQL cannot be reached.
+ * It refuses (exit code 2) a schema that exists without its `order_summaries` table: that schema is
+ * not the example's to drop.
+ *
+ * Exit codes: 0 done, 1 the example failed, 2 PostgreSQL cannot be reached or the schema is not the
+ * example's.
  */
 import pg from 'pg';
 import { InMemoryEventLog, silentLogger, type InputOf } from '../../src/index.js';
@@ -66,6 +70,19 @@ try {
 }
 
 // The schema is the example's own: start from scratch, then migrate it and add the app's tables.
+// A schema that exists without the example's table belongs to someone else: refuse to drop it.
+const { rows: found } = await pool.query<{ schema: boolean; ours: boolean }>(
+  `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS schema,
+          to_regclass(format('%I.order_summaries', $1::text)) IS NOT NULL AS ours`,
+  [schema],
+);
+if (found[0]?.schema === true && !found[0].ours) {
+  process.stderr.write(
+    `Schema "${schema}" exists and is not the example's (no order_summaries table); the example drops its schema on every run, so it will not touch this one. Set ORDERS_EXAMPLE_SCHEMA to another name.\n`,
+  );
+  await pool.end();
+  process.exit(2);
+}
 await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
 await migratePostgres(pool, { schema });
 await pool.query(ordersTablesSql(schema));

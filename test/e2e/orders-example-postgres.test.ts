@@ -115,6 +115,24 @@ describe('examples/orders/postgres-main.ts', () => {
     });
   });
 
+  describe("when the schema exists and is not the example's", () => {
+    it('exits with code 2, names ORDERS_EXAMPLE_SCHEMA and leaves the schema as it was', async () => {
+      const other = freshSchema();
+      await pool.query(`CREATE SCHEMA "${other}"; CREATE TABLE "${other}".precious (id int)`);
+      try {
+        const outcome = await runExample('examples/orders/postgres-main.ts', pgEnv(other));
+        expect(outcome.code, outcome.stdout + outcome.stderr).toBe(2);
+        expect(outcome.stderr).toContain('Set ORDERS_EXAMPLE_SCHEMA to another name');
+        const { rows } = await pool.query<{ found: string | null }>(
+          `SELECT to_regclass('"${other}".precious')::text AS found`,
+        );
+        expect(rows[0]?.found).not.toBeNull();
+      } finally {
+        await dropSchema(pool, other);
+      }
+    });
+  });
+
   describe('when PostgreSQL cannot be reached', () => {
     it('exits with code 2 and names DATABASE_URL', async () => {
       const outcome = await runExample('examples/orders/postgres-main.ts', {
