@@ -59,9 +59,13 @@ export function printFailuresAhead(print: Print): void {
 
 /** How a program places an order: the verb printed on the timeline, and what a refusal means. */
 export interface OrderPlacement {
+  /** Who places it, on the timeline: `bus.send`, `outbox.send`. */
   readonly verb: string;
+  /** What happened to a placed order, on the timeline: `sent`, `recorded`. */
   readonly placed: string;
+  /** What the refusal of the invalid order left behind: `nothing was sent`. */
   readonly refused: string;
+  /** Places one order; rejects with MessageValidationError for the invalid one. */
   place(order: InputOf<typeof PlaceOrder>): Promise<unknown>;
 }
 
@@ -100,7 +104,9 @@ export async function placeSampleOrders(
 
 /** Where the report says the read model and the saga instances are. */
 export interface ReportSources {
+  /** Where the summaries come from: `bus.execute(ListOrderSummaries)`. */
   readonly summaries: string;
+  /** Where the saga instances are: `the saga store`. */
   readonly sagas: string;
 }
 
