@@ -6,8 +6,10 @@ import { Container } from 'inversify';
 import {
   createBus,
   silentLogger,
+  type BusOptions,
   type DeadLetterStore,
   type DispatchHooks,
+  type HandlerClass,
   type Logger,
   type MessageBroker,
   type MessageBus,
@@ -34,6 +36,9 @@ import {
   type PaymentGateway,
 } from './services.js';
 
+/** The handler classes of the order-summary read model, kept in memory (projection.ts). */
+export const ORDERS_READ_MODEL: readonly HandlerClass[] = [OrderSummaryProjection, ListOrderSummariesHandler];
+
 /** Every handler class of the orders endpoint. */
 export const ORDERS_HANDLERS = [
   PlaceOrderHandler,
@@ -43,8 +48,7 @@ export const ORDERS_HANDLERS = [
   NotifyLegacyCrm,
   ShipOrderHandler,
   ReleaseStockHandler,
-  OrderSummaryProjection,
-  ListOrderSummariesHandler,
+  ...ORDERS_READ_MODEL,
 ];
 
 /** Every saga of the orders endpoint. */
@@ -105,6 +109,17 @@ export interface OrdersBusOptions {
    * @defaultValue {@link DEFAULT_PAYMENT_DUE_MS} (15 minutes)
    */
   readonly paymentDueMs?: number;
+  /**
+   * The handler classes of the order-summary read model: a projection named `OrderSummary` and the
+   * handler of ListOrderSummaries (postgres-read-model.ts keeps it in PostgreSQL).
+   * @defaultValue {@link ORDERS_READ_MODEL}, in memory
+   */
+  readonly readModel?: readonly HandlerClass[];
+  /**
+   * Where the event log, projection checkpoints and handler transactions are (see BusOptions).
+   * @defaultValue none: projections are fed by the broker, handlers run without a transaction
+   */
+  readonly storage?: Pick<BusOptions, 'eventLog' | 'checkpoints' | 'unitOfWork'>;
 }
 
 /**
@@ -128,7 +143,13 @@ export function createOrdersBus(options: OrdersBusOptions = {}): MessageBus {
   return createBus({
     endpoint: 'orders',
     container,
-    handlers: ORDERS_HANDLERS,
+    handlers:
+      options.readModel === undefined
+        ? ORDERS_HANDLERS
+        : [
+            ...ORDERS_HANDLERS.filter((handler) => !ORDERS_READ_MODEL.includes(handler)),
+            ...options.readModel,
+          ],
     sagas: ORDERS_SAGAS,
     retry: options.retry ?? { backoff: { baseMs: 100, maxMs: 2_000 } },
     logger: options.logger ?? silentLogger,
@@ -136,5 +157,6 @@ export function createOrdersBus(options: OrdersBusOptions = {}): MessageBus {
     ...(options.deadLetters !== undefined ? { deadLetters: options.deadLetters } : {}),
     ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
     ...(options.sagaStore !== undefined ? { sagaStore: options.sagaStore } : {}),
+    ...options.storage,
   });
 }

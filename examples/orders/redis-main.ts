@@ -32,8 +32,9 @@ import {
 } from '../../src/redis/index.js';
 import { PlaceOrder, type OrderSummary } from './messages.js';
 import { fulfilmentLines } from './order-fulfilment.js';
-import { EXAMPLE_PAYMENT_DUE_MS, ORDERS, dollars, expectedDeliveries } from './sample-orders.js';
+import { EXAMPLE_PAYMENT_DUE_MS, ORDERS, expectedDeliveries } from './sample-orders.js';
 import { WORKER_ENV, type ActivityReport, type ProducerMessage, type WorkerMessage } from './redis-ipc.js';
+import { printSummaryTable } from './story.js';
 
 const WORKERS = 2;
 const TIMEOUT_MS = 20_000;
@@ -364,14 +365,7 @@ try {
   }
   const summaries = mergeSummaries(workers.map((w) => w.summaries ?? []));
   print(`merged: ${summaries.length} orders`);
-  print(
-    `  ${'order'.padEnd(8)}${'customer'.padEnd(10)}${'items'.padEnd(7)}${'total'.padEnd(10)}${'stock'.padEnd(10)}payment`,
-  );
-  for (const s of summaries) {
-    print(
-      `  ${s.orderId.padEnd(8)}${s.customer.padEnd(10)}${String(s.items).padEnd(7)}${dollars(s.totalCents).padEnd(10)}${(s.reservationId ?? '-').padEnd(10)}${s.paymentId ?? '-'}`,
-    );
-  }
+  printSummaryTable(print, summaries);
 
   print();
   print('Order fulfilment (the orders.Fulfilment saga instances, read from Redis):');

@@ -1,41 +1,11 @@
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
-
-const run = promisify(execFile);
-const root = fileURLToPath(new URL('../..', import.meta.url));
-
-interface Outcome {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs the example as a user would; a non-zero exit or a timeout becomes a non-zero code. */
-async function runExample(): Promise<Outcome> {
-  try {
-    const { stdout, stderr } = await run('npx', ['tsx', 'examples/orders/main.ts'], {
-      cwd: root,
-      timeout: 20_000,
-      killSignal: 'SIGKILL',
-    });
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const failed = error as { code?: unknown; stdout?: string; stderr?: string };
-    return {
-      code: typeof failed.code === 'number' ? failed.code : -1,
-      stdout: failed.stdout ?? '',
-      stderr: failed.stderr ?? '',
-    };
-  }
-}
+import { runExample, type Outcome } from '../helpers/run-example.js';
 
 describe('examples/orders', () => {
   describe('when run with npx tsx examples/orders/main.ts', () => {
     let outcome: Outcome;
     beforeAll(async () => {
-      outcome = await runExample();
+      outcome = await runExample('examples/orders/main.ts');
     }, 30_000);
 
     it('exits with code 0', () => {
