@@ -23,6 +23,8 @@ import {
   type OutboxRelayOptions,
 } from '../../src/postgres/outbox-relay.js';
 import { postgresTables } from '../../src/postgres/postgres-schema.js';
+import { OUTBOX_LANES } from '../../src/postgres/outbox-rows.js';
+import { partitionOf } from '../../src/messages/partition.js';
 import { PostgresOutbox } from '../../src/postgres/postgres-outbox.js';
 import { postgresSession } from '../../src/postgres/postgres-session.js';
 import { postgresUnitOfWork } from '../../src/postgres/postgres-unit-of-work.js';
@@ -300,6 +302,60 @@ describe('PostgresOutbox', () => {
 });
 
 describe('startOutboxRelay', () => {
+  describe('when a row cannot be published (a command with no route)', () => {
+    it('holds back only its lane: the other lanes are published, the row waits and is logged', async () => {
+      const s = await setUp();
+      const Unrouted = defineCommand('rv.Unrouted', { schema: z.object({ n: z.number() }) });
+      const warnings: { message: string; fields: Record<string, unknown> }[] = [];
+      const logger = {
+        ...silentLogger,
+        warn: (message: string, fields?: Record<string, unknown>) => {
+          warnings.push({ message, fields: fields ?? {} });
+        },
+      };
+      let unroutedId = '';
+      await inTransaction(async (client) => {
+        unroutedId = await s.outbox.send(client, Unrouted, { n: 1 });
+      });
+      const unroutedLane = partitionOf(unroutedId, OUTBOX_LANES);
+      // 20 events of other keys, none in the unrouted command's lane.
+      const keys: string[] = [];
+      for (let i = 0; keys.length < 20; i++) {
+        if (partitionOf(`other-${i}`, OUTBOX_LANES) !== unroutedLane) keys.push(`other-${i}`);
+      }
+      await inTransaction(async (client) => {
+        for (const key of keys) {
+          await s.outbox.publish(client, OrderPlaced, { orderId: key }, { partitionKey: key });
+        }
+      });
+      const relay = await s.relay({ pollIntervalMs: 100, logger });
+      await waitFor('the 20 events', () => s.placed.length === 20, WAIT);
+      await waitFor('the relay to count them', () => relay.stats().published === 20, WAIT);
+      const left = await pool.query<{ message_id: string }>(`SELECT message_id FROM "${s.schema}".outbox`);
+      expect(left.rows).toEqual([{ message_id: unroutedId }]);
+      await waitFor('the held-back lane to be logged', () => warnings.length > 0, WAIT);
+      expect(warnings[0]!.fields).toMatchObject({
+        lane: unroutedLane,
+        messageId: unroutedId,
+        type: 'rv.Unrouted',
+      });
+      expect(warnings[0]!.fields['error']).toMatch(/route/i);
+    });
+  });
+
+  describe('with options that once capped its lanes (maxLanes: 8), alone', () => {
+    it('owns and publishes every lane: all 64 keys are delivered', async () => {
+      const s = await setUp();
+      const relay = await s.relay({ maxLanes: 8, pollIntervalMs: 100, rebalanceIntervalMs: 100 } as never);
+      await inTransaction(async (client) => {
+        for (let k = 0; k < 64; k++) await s.outbox.send(client, Post, { account: `key-${k}`, n: 0 });
+      });
+      await waitFor('all 64 commands', () => s.posts.length === 64, WAIT);
+      expect(relay.stats().lanes).toHaveLength(OUTBOX_LANES);
+      await waitFor('the outbox to empty', async () => (await outboxRows(s.schema)) === 0, WAIT);
+    });
+  });
+
   describe('with a handler in postgresUnitOfWork', () => {
     it("publishes what the handler recorded in its transaction, after the transaction's writes", async () => {
       const s = await setUp();
