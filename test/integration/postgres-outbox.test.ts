@@ -492,6 +492,41 @@ describe('startOutboxRelay', () => {
     });
   });
 
+  describe('with a schema name of 48 characters (the longest)', () => {
+    it('records and publishes: the NOTIFY channel fits the 63-byte limit', async () => {
+      const schema = `s${randomBytes(24).toString('hex')}`.slice(0, 48);
+      await migratePostgres(pool, { schema });
+      cleanups.push(() => dropSchema(pool, schema));
+      const published: OutgoingMessage[] = [];
+      const relay = await startOutboxRelay({
+        connection: pool,
+        schema,
+        logger: silentLogger,
+        publisher: { publish: async (messages) => void published.push(...messages) },
+      });
+      cleanups.push(() => relay.stop());
+      const bus = createBus({ logger: silentLogger });
+      const outbox = new PostgresOutbox(bus, { schema });
+      await inTransaction(async (client) => {
+        await outbox.publish(client, OrderPlaced, { orderId: 'long-schema' });
+      });
+      await waitFor('the relay to publish it', () => published.length === 1, WAIT);
+    });
+  });
+
+  describe('with a schema name of 49 characters', () => {
+    it('is refused with invalid-option naming the 48-character limit and why', () => {
+      let error: unknown;
+      try {
+        postgresTables('a'.repeat(49));
+      } catch (e) {
+        error = e;
+      }
+      expect(HarrierError.is(error, 'invalid-option')).toBe(true);
+      expect((error as Error).message).toMatch(/at most 48.*NOTIFY channel.*63-byte/);
+    });
+  });
+
   describe('when the schema is not migrated', () => {
     it('throws schema-outdated', async () => {
       const bus = createBus({ logger: silentLogger });
