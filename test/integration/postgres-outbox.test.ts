@@ -18,6 +18,7 @@ import { HarrierError } from '../../src/errors/harrier-error.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import {
   OutboxRelay,
+  relayConnection,
   relayLockKeys,
   startOutboxRelay,
   type OutboxRelayOptions,
@@ -524,6 +525,21 @@ describe('startOutboxRelay', () => {
       }
       expect(HarrierError.is(error, 'invalid-option')).toBe(true);
       expect((error as Error).message).toMatch(/at most 48.*NOTIFY channel.*63-byte/);
+    });
+  });
+
+  describe('relayConnection', () => {
+    it('turns TCP keepalive on for a URL or pool options, and leaves a shared pool as it is', () => {
+      expect(relayConnection(databaseUrl)).toEqual({ connectionString: databaseUrl, keepAlive: true });
+      expect(relayConnection({ connectionString: databaseUrl, max: 2 })).toEqual({
+        connectionString: databaseUrl,
+        max: 2,
+        keepAlive: true,
+      });
+      expect(relayConnection({ connectionString: databaseUrl, keepAlive: false })).toMatchObject({
+        keepAlive: false,
+      });
+      expect(relayConnection(pool)).toBe(pool);
     });
   });
 
