@@ -26,6 +26,7 @@ import {
 import { postgresTables } from '../../src/postgres/postgres-schema.js';
 import { OUTBOX_LANES } from '../../src/postgres/outbox-rows.js';
 import { partitionOf } from '../../src/messages/partition.js';
+import { ManualClock } from '../../src/clock/manual-clock.js';
 import { PostgresOutbox } from '../../src/postgres/postgres-outbox.js';
 import { postgresSession } from '../../src/postgres/postgres-session.js';
 import { postgresUnitOfWork } from '../../src/postgres/postgres-unit-of-work.js';
@@ -419,17 +420,35 @@ describe('startOutboxRelay', () => {
       const relay = await s.relay({ pollIntervalMs: 200, rebalanceIntervalMs: 100 });
       await waitFor('the relay to own its lanes', () => relay.stats().lanes.length === 32, WAIT);
       // The relay's session is the one holding its lane locks; terminate it as a shutdown would.
-      const terminated = await pool.query<{ ok: boolean }>(
-        `SELECT pg_terminate_backend(pid) AS ok FROM pg_locks
-          WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid = $1::bigint::oid
-          GROUP BY pid`,
-        [relayLockKeys(postgresTables(s.schema)).lanes],
-      );
+      const laneKey = relayLockKeys(postgresTables(s.schema)).lanes;
+      const laneHolders = async (): Promise<{ pid: number; lanes: number }[]> =>
+        (
+          await pool.query<{ pid: number; lanes: number }>(
+            `SELECT pid, count(*)::int AS lanes FROM pg_locks
+              WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid = $1::bigint::oid
+              GROUP BY pid`,
+            [laneKey],
+          )
+        ).rows;
+      const before = await laneHolders();
+      expect(before).toEqual([{ pid: expect.any(Number), lanes: 32 }]);
+      const terminated = await pool.query<{ ok: boolean }>('SELECT pg_terminate_backend($1) AS ok', [
+        before[0]!.pid,
+      ]);
       expect(terminated.rows.map((row) => row.ok)).toEqual([true]);
       await inTransaction(async (client) => {
         await s.outbox.publish(client, OrderPlaced, { orderId: 'after-restart' });
       });
       await waitFor('the event', () => s.placed.length === 1, WAIT);
+      // PostgreSQL's view, not the relay's: a NEW backend holds all 32 lane locks.
+      await waitFor(
+        'a new session to hold every lane',
+        async () => {
+          const after = await laneHolders();
+          return after.length === 1 && after[0]!.pid !== before[0]!.pid && after[0]!.lanes === 32;
+        },
+        WAIT,
+      );
       expect(relay.stats().lanes).toHaveLength(32);
     });
   });
@@ -473,10 +492,25 @@ describe('startOutboxRelay', () => {
   describe('with listen: false', () => {
     it('publishes by polling alone', async () => {
       const s = await setUp();
-      const relay = await s.relay({ listen: false, pollIntervalMs: 200 });
+      // The relay's time is manual: it polls only when the test moves the clock.
+      const clock = new ManualClock(Date.now());
+      const relay = await s.relay({
+        listen: false,
+        pollIntervalMs: 1000,
+        rebalanceIntervalMs: 60_000,
+        clock,
+      });
+      await waitFor('the relay to sleep after its first pass', () => clock.nextTimerAt() !== undefined, WAIT);
+      expect(relay.stats().lanes).toHaveLength(32);
       await inTransaction(async (client) => {
         await s.outbox.publish(client, OrderPlaced, { orderId: 'o-poll' });
       });
+      // Nothing to wait for but time: a relay that LISTENed would be woken by the commit's NOTIFY
+      // within milliseconds (see 'when a transaction commits').
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(relay.stats().published).toBe(0);
+      expect(await outboxRows(s.schema)).toBe(1);
+      clock.advance(1000);
       await waitFor('the event', () => s.placed.length === 1, WAIT);
       // The handler may run before the relay's COMMIT returns: its count follows.
       await waitFor('the relay to count it', () => relay.stats().published === 1, WAIT);
