@@ -133,8 +133,8 @@ export function relayLockKeys(tables: PostgresTables): { readonly lanes: number;
  *   append and broker dedupe by message id) and by an inbox.
  * - **Waking.** LISTEN on {@link outboxChannel}; a commit that wrote rows notifies. Polling every
  *   `pollIntervalMs` covers a missed notification.
- * - **Failures.** A batch is published lane by lane. A lane whose publish fails (e.g. `no-route`)
- *   keeps its rows and is held back on its own (100 ms doubling to 5 s) while the other lanes go
+ * - **Failures.** A batch whose publish fails is published again lane by lane. A lane whose
+ *   publish fails (e.g. `no-route`) keeps its rows and is held back on its own (100 ms doubling to 5 s) while the other lanes go
  *   on; its order is kept. A lost connection (PostgreSQL restarted) is reopened, and the lanes taken
  *   again.
  */
@@ -352,8 +352,8 @@ export class OutboxRelay {
 
   /**
    * Publishes and removes one batch of the owned lanes that are not held back; returns how many
-   * rows it read. Each lane's rows go out in one publish of their own, so a lane whose publish
-   * fails keeps its rows (and is held back) without stopping the others.
+   * rows it read. A lane whose publish fails keeps its rows (and is held back) without stopping
+   * the others.
    */
   async #batch(session: pg.PoolClient): Promise<number> {
     const now = this.#clock.now();
@@ -369,26 +369,7 @@ export class OutboxRelay {
           ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED`,
         [lanes, this.#batchSize],
       );
-      const byLane = new Map<number, OutboxRow[]>();
-      for (const row of rows.rows) {
-        const laneRows = byLane.get(row.lane);
-        if (laneRows === undefined) byLane.set(row.lane, [row]);
-        else laneRows.push(row);
-      }
-      // Lanes are independent: publish them side by side, each in seq order.
-      const outcomes = await Promise.all(
-        [...byLane].map(async ([lane, laneRows]) => {
-          try {
-            await this.#publisher.publish(laneRows.map(outgoingOfRow));
-            this.#heldBack.delete(lane);
-            return laneRows;
-          } catch (error) {
-            this.#holdBack(lane, laneRows[0]!, error);
-            return [];
-          }
-        }),
-      );
-      const published = outcomes.flat();
+      const published = await this.#publishRows(rows.rows);
       if (published.length > 0) {
         await session.query(`DELETE FROM ${this.#tables.outbox} WHERE seq = ANY($1::bigint[])`, [
           published.map((row) => row.seq),
@@ -404,6 +385,41 @@ export class OutboxRelay {
       });
       throw error;
     }
+  }
+
+  /**
+   * Publishes `rows` in one publish; if that fails, lane by lane (side by side, each lane in seq
+   * order), holding back the lanes that fail. Returns the rows published. A lane published by the
+   * failed first attempt goes out again: the idempotent publish absorbs it.
+   */
+  async #publishRows(rows: readonly OutboxRow[]): Promise<readonly OutboxRow[]> {
+    if (rows.length === 0) return rows;
+    try {
+      await this.#publisher.publish(rows.map(outgoingOfRow));
+      for (const row of rows) this.#heldBack.delete(row.lane);
+      return rows;
+    } catch {
+      // Which lane failed is found below, and logged there.
+    }
+    const byLane = new Map<number, OutboxRow[]>();
+    for (const row of rows) {
+      const laneRows = byLane.get(row.lane);
+      if (laneRows === undefined) byLane.set(row.lane, [row]);
+      else laneRows.push(row);
+    }
+    const outcomes = await Promise.all(
+      [...byLane].map(async ([lane, laneRows]) => {
+        try {
+          await this.#publisher.publish(laneRows.map(outgoingOfRow));
+          this.#heldBack.delete(lane);
+          return laneRows;
+        } catch (error) {
+          this.#holdBack(lane, laneRows[0]!, error);
+          return [];
+        }
+      }),
+    );
+    return outcomes.flat();
   }
 
   /** Holds `lane` back after a failed publish: 100 ms doubling to 5 s, its rows left in place. */
