@@ -414,7 +414,7 @@ export class OutboxRelay {
           this.#heldBack.delete(lane);
           return laneRows;
         } catch (error) {
-          this.#holdBack(lane, laneRows[0]!, error);
+          this.#holdBack(lane, laneRows, error);
           return [];
         }
       }),
@@ -423,7 +423,7 @@ export class OutboxRelay {
   }
 
   /** Holds `lane` back after a failed publish: 100 ms doubling to 5 s, its rows left in place. */
-  #holdBack(lane: number, head: OutboxRow, error: unknown): void {
+  #holdBack(lane: number, rows: readonly OutboxRow[], error: unknown): void {
     const failures = (this.#heldBack.get(lane)?.failures ?? 0) + 1;
     const pause = Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 16));
     this.#heldBack.set(lane, { failures, retryAt: this.#clock.now() + pause });
@@ -431,8 +431,8 @@ export class OutboxRelay {
       `Outbox relay could not publish lane ${lane}; its rows stay in the outbox, the lane is retried in ${pause} ms and the other lanes go on`,
       {
         lane,
-        messageId: head.message_id,
-        type: head.type,
+        messageId: rows[0]?.message_id,
+        type: rows[0]?.type,
         error: error instanceof Error ? error.message : String(error),
         failures,
       },

@@ -431,7 +431,7 @@ describe('startOutboxRelay', () => {
           )
         ).rows;
       const before = await laneHolders();
-      expect(before).toEqual([{ pid: expect.any(Number), lanes: 32 }]);
+      expect(before.map((holder) => holder.lanes)).toEqual([32]);
       const terminated = await pool.query<{ ok: boolean }>('SELECT pg_terminate_backend($1) AS ok', [
         before[0]!.pid,
       ]);
