@@ -7,7 +7,7 @@ import type { OutgoingMessage } from '../messages/outgoing-message.js';
 import { fnv1a64 } from '../messages/partition.js';
 import { requireSchema } from './migrate-postgres.js';
 import { OUTBOX_LANES, outboxChannel, outgoingOfRow, type OutboxRow } from './outbox-rows.js';
-import { describePostgres, type PostgresConnectionOptions } from './postgres-connection.js';
+import { describePostgres, isPool, type PostgresConnectionOptions } from './postgres-connection.js';
 import { isPostgresUnavailable, openPool, postgresError, type PoolHandle } from './postgres-pool.js';
 import { postgresTables, type PostgresTables } from './postgres-schema.js';
 
@@ -49,13 +49,9 @@ export interface OutboxRelayOptions {
    */
   readonly rebalanceIntervalMs?: number;
   /**
-   * The most lanes (of 32) this relay owns at once.
-   * @defaultValue 32
-   */
-  readonly maxLanes?: number;
-  /**
-   * Wake on NOTIFY when rows commit. `false` leaves only polling (for poolers that drop LISTEN, such
-   * as PgBouncer in transaction mode).
+   * Wake on NOTIFY when rows commit. `false` leaves only polling (when NOTIFY is not wanted). Either
+   * way the relay needs a direct or session-mode connection: lane ownership is a session advisory
+   * lock, which a transaction-mode pooler (PgBouncer `pool_mode = transaction`) does not keep.
    * @defaultValue true
    */
   readonly listen?: boolean;
@@ -83,6 +79,17 @@ export interface OutboxRelayStats {
 
 const RETRY_BASE_MS = 100;
 const RETRY_CAP_MS = 5_000;
+
+/**
+ * The connection the relay opens: a URL or pool options get TCP keepalive (`keepAlive: true` unless
+ * set), so a relay whose host dies loses its session, and its lanes, when the server's keepalive
+ * probes fail rather than after hours. A shared pool is used as it is.
+ */
+export function relayConnection(connection: PostgresConnectionOptions): PostgresConnectionOptions {
+  if (isPool(connection)) return connection;
+  if (typeof connection === 'string') return { connectionString: connection, keepAlive: true };
+  return { keepAlive: true, ...connection };
+}
 
 function positive(name: string, value: number | undefined, fallback: number, max: number): number {
   const v = value ?? fallback;
@@ -115,16 +122,21 @@ export function relayLockKeys(tables: PostgresTables): { readonly lanes: number;
  *   relay at a time publishes a lane, in `seq` order: messages of one key keep their order. Relays
  *   hold a shared lock of their own, count each other through `pg_locks`, and every
  *   `rebalanceIntervalMs` give back lanes above their share (between batches) or take free ones.
- *   A relay that dies loses its session and so its locks: the others take its lanes.
+ *   A relay that dies loses its session and so its locks: the others take its lanes. The relay
+ *   therefore needs a direct or session-mode connection (not PgBouncer in transaction mode).
+ * - **Dead hosts.** A relay it creates a pool for has TCP keepalive on its connections; PostgreSQL
+ *   still notices a dead host only by its own `tcp_keepalives_*` settings, so set those (e.g. idle
+ *   60 s, interval 10 s, count 6) when relays share a pool or run on hosts that may vanish.
  * - **Batches.** `SELECT … FOR UPDATE SKIP LOCKED` (oldest first), publish, `DELETE`, `COMMIT`, in
  *   one transaction. A relay killed after the publish and before the commit leaves the rows, and
  *   the next owner publishes them again: at-least-once, absorbed by the idempotent publish (log
  *   append and broker dedupe by message id) and by an inbox.
  * - **Waking.** LISTEN on {@link outboxChannel}; a commit that wrote rows notifies. Polling every
  *   `pollIntervalMs` covers a missed notification.
- * - **Failures.** A publish that fails rolls the batch back and is retried after a pause (100 ms
- *   doubling to 5 s), keeping the lane's order; a lost connection (PostgreSQL restarted) is
- *   reopened, and the lanes taken again.
+ * - **Failures.** A batch whose publish fails is published again lane by lane. A lane whose
+ *   publish fails (e.g. `no-route`) keeps its rows and is held back on its own (100 ms doubling to 5 s) while the other lanes go
+ *   on; its order is kept. A lost connection (PostgreSQL restarted) is reopened, and the lanes taken
+ *   again.
  */
 export class OutboxRelay {
   readonly #publisher: OutboxPublisher;
@@ -134,7 +146,6 @@ export class OutboxRelay {
   readonly #batchSize: number;
   readonly #pollMs: number;
   readonly #rebalanceMs: number;
-  readonly #maxLanes: number;
   readonly #listen: boolean;
   readonly #clock: Clock;
   readonly #logger: Logger;
@@ -150,6 +161,8 @@ export class OutboxRelay {
   #nextRebalance = 0;
   #published = 0;
   #batches = 0;
+  /** Lanes whose last publish failed: not read again before `retryAt`. */
+  readonly #heldBack = new Map<number, { failures: number; retryAt: number }>();
 
   private constructor(options: OutboxRelayOptions, handle: PoolHandle) {
     this.#publisher = options.publisher;
@@ -159,7 +172,6 @@ export class OutboxRelay {
     this.#batchSize = positive('batchSize', options.batchSize, 100, 10_000);
     this.#pollMs = positive('pollIntervalMs', options.pollIntervalMs, 1000, 3_600_000);
     this.#rebalanceMs = positive('rebalanceIntervalMs', options.rebalanceIntervalMs, 1000, 3_600_000);
-    this.#maxLanes = positive('maxLanes', options.maxLanes, OUTBOX_LANES, OUTBOX_LANES);
     this.#listen = options.listen ?? true;
     this.#clock = options.clock ?? systemClock;
     this.#logger = options.logger ?? consoleLogger;
@@ -183,7 +195,7 @@ export class OutboxRelay {
       );
     }
     postgresTables(options.schema);
-    const handle = openPool(options.connection);
+    const handle = openPool(relayConnection(options.connection));
     let relay: OutboxRelay;
     try {
       relay = new OutboxRelay(options, handle);
@@ -233,7 +245,11 @@ export class OutboxRelay {
           if (this.#isStopping() || (await this.#batch(session)) < this.#batchSize) break;
         }
         failures = 0;
-        await this.#waitForWork(Math.min(this.#pollMs, this.#nextRebalance - this.#clock.now()));
+        const now = this.#clock.now();
+        let wake = Math.min(now + this.#pollMs, this.#nextRebalance);
+        for (const held of this.#heldBack.values())
+          if (held.retryAt > now) wake = Math.min(wake, held.retryAt);
+        await this.#waitForWork(wake - now);
       } catch (error) {
         failures += 1;
         const lost = this.#broken || isPostgresUnavailable(error);
@@ -241,7 +257,7 @@ export class OutboxRelay {
         this.#logger.warn(
           lost
             ? `Outbox relay lost PostgreSQL at ${describePostgres(this.#connection)}; reconnecting`
-            : 'Outbox relay could not publish a batch; it stays in the outbox and is retried',
+            : 'Outbox relay failed on PostgreSQL; the batch stays in the outbox and is retried',
           { error: error instanceof Error ? error.message : String(error), failures },
         );
         if (!this.#isStopping()) {
@@ -287,6 +303,7 @@ export class OutboxRelay {
     const session = this.#session;
     this.#session = undefined;
     this.#owned = new Set();
+    this.#heldBack.clear();
     session?.release(true);
   }
 
@@ -312,12 +329,13 @@ export class OutboxRelay {
       [this.#memberKey, this.#laneKey],
     );
     const relays = Math.max(1, held.rows[0]?.relays ?? 1);
-    const share = Math.min(this.#maxLanes, Math.ceil(OUTBOX_LANES / relays));
+    const share = Math.ceil(OUTBOX_LANES / relays);
     const taken = new Set(held.rows.filter((r) => r.lane !== null && !r.mine).map((r) => r.lane));
     for (const lane of [...this.#owned].sort((a, b) => b - a)) {
       if (this.#owned.size <= share) break;
       await session.query('SELECT pg_advisory_unlock($1, $2)', [this.#laneKey, lane]);
       this.#owned.delete(lane);
+      this.#heldBack.delete(lane);
     }
     // Start where this session's pid points, so relays starting together try different lanes first.
     const start = (session as unknown as { processID?: number }).processID ?? 0;
@@ -332,9 +350,15 @@ export class OutboxRelay {
     }
   }
 
-  /** Publishes and removes one batch of the owned lanes; returns how many rows it held. */
+  /**
+   * Publishes and removes one batch of the owned lanes that are not held back; returns how many
+   * rows it read. A lane whose publish fails keeps its rows (and is held back) without stopping
+   * the others.
+   */
   async #batch(session: pg.PoolClient): Promise<number> {
-    if (this.#owned.size === 0) return 0;
+    const now = this.#clock.now();
+    const lanes = [...this.#owned].filter((lane) => (this.#heldBack.get(lane)?.retryAt ?? 0) <= now);
+    if (lanes.length === 0) return 0;
     // Losing this commit in a crash only republishes the batch, which the idempotent publish
     // absorbs: no need to wait for the WAL flush. One round trip for both statements.
     await session.query('BEGIN; SET LOCAL synchronous_commit = off');
@@ -343,17 +367,17 @@ export class OutboxRelay {
         `SELECT seq, message_id, kind, type, body, partition_key, ordered, lane, topic, deliver_at, require_route
            FROM ${this.#tables.outbox} WHERE lane = ANY($1::int[])
           ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED`,
-        [[...this.#owned], this.#batchSize],
+        [lanes, this.#batchSize],
       );
-      if (rows.rows.length > 0) {
-        await this.#publisher.publish(rows.rows.map(outgoingOfRow));
+      const published = await this.#publishRows(rows.rows);
+      if (published.length > 0) {
         await session.query(`DELETE FROM ${this.#tables.outbox} WHERE seq = ANY($1::bigint[])`, [
-          rows.rows.map((row) => row.seq),
+          published.map((row) => row.seq),
         ]);
       }
       await session.query('COMMIT');
-      this.#published += rows.rows.length;
-      if (rows.rows.length > 0) this.#batches += 1;
+      this.#published += published.length;
+      if (published.length > 0) this.#batches += 1;
       return rows.rows.length;
     } catch (error) {
       await session.query('ROLLBACK').catch(() => {
@@ -361,6 +385,58 @@ export class OutboxRelay {
       });
       throw error;
     }
+  }
+
+  /**
+   * Publishes `rows` in one publish; if that fails, lane by lane (side by side, each lane in seq
+   * order), holding back the lanes that fail. Returns the rows published. A lane published by the
+   * failed first attempt goes out again: the idempotent publish absorbs it.
+   */
+  async #publishRows(rows: readonly OutboxRow[]): Promise<readonly OutboxRow[]> {
+    if (rows.length === 0) return rows;
+    try {
+      await this.#publisher.publish(rows.map(outgoingOfRow));
+      for (const row of rows) this.#heldBack.delete(row.lane);
+      return rows;
+    } catch {
+      // Which lane failed is found below, and logged there.
+    }
+    const byLane = new Map<number, OutboxRow[]>();
+    for (const row of rows) {
+      const laneRows = byLane.get(row.lane);
+      if (laneRows === undefined) byLane.set(row.lane, [row]);
+      else laneRows.push(row);
+    }
+    const outcomes = await Promise.all(
+      [...byLane].map(async ([lane, laneRows]) => {
+        try {
+          await this.#publisher.publish(laneRows.map(outgoingOfRow));
+          this.#heldBack.delete(lane);
+          return laneRows;
+        } catch (error) {
+          this.#holdBack(lane, laneRows, error);
+          return [];
+        }
+      }),
+    );
+    return outcomes.flat();
+  }
+
+  /** Holds `lane` back after a failed publish: 100 ms doubling to 5 s, its rows left in place. */
+  #holdBack(lane: number, rows: readonly OutboxRow[], error: unknown): void {
+    const failures = (this.#heldBack.get(lane)?.failures ?? 0) + 1;
+    const pause = Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 16));
+    this.#heldBack.set(lane, { failures, retryAt: this.#clock.now() + pause });
+    this.#logger.warn(
+      `Outbox relay could not publish lane ${lane}; its rows stay in the outbox, the lane is retried in ${pause} ms and the other lanes go on`,
+      {
+        lane,
+        messageId: rows[0]?.message_id,
+        type: rows[0]?.type,
+        error: error instanceof Error ? error.message : String(error),
+        failures,
+      },
+    );
   }
 }
 

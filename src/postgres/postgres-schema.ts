@@ -3,14 +3,21 @@ import { HarrierError } from '../errors/harrier-error.js';
 /** Default of the `schema` option of every PostgreSQL part: Harrier's tables live in `harrier`. */
 export const DEFAULT_POSTGRES_SCHEMA = 'harrier';
 
-const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+/**
+ * The longest schema name: the outbox's NOTIFY channel is `harrier_outbox_<schema>` (15 + 48
+ * bytes), and PostgreSQL identifiers, channel names included, stop at 63 bytes.
+ */
+export const MAX_SCHEMA_NAME_LENGTH = 48;
+
+const SCHEMA_NAME = new RegExp(`^[a-z_][a-z0-9_]{0,${MAX_SCHEMA_NAME_LENGTH - 1}}$`);
 
 /**
  * The quoted names of Harrier's tables in one schema.
  *
  * @remarks
  * The schema name is checked, not escaped: it is spliced into SQL text (identifiers cannot be
- * query parameters), so only lower-case letters, digits and `_` are accepted.
+ * query parameters), so only lower-case letters, digits and `_` are accepted, at most
+ * {@link MAX_SCHEMA_NAME_LENGTH} of them.
  */
 export interface PostgresTables {
   readonly schema: string;
@@ -25,13 +32,14 @@ export interface PostgresTables {
 
 /**
  * The tables of `schema` (default `harrier`).
- * @throws HarrierError `invalid-option` for a name that is not a plain lower-case identifier.
+ * @throws HarrierError `invalid-option` for a name that is not a plain lower-case identifier of at
+ *   most 48 characters.
  */
 export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): PostgresTables {
   if (!SCHEMA_NAME.test(schema)) {
     throw new HarrierError(
       'invalid-option',
-      `PostgreSQL schema name ${JSON.stringify(schema)} is not a plain identifier: use lower-case letters, digits and _ (at most 63, not starting with a digit), e.g. 'harrier' or 'orders_harrier'`,
+      `PostgreSQL schema name ${JSON.stringify(schema)} is not a plain identifier: use lower-case letters, digits and _ (at most ${MAX_SCHEMA_NAME_LENGTH}, since the outbox's NOTIFY channel harrier_outbox_<schema> must fit PostgreSQL's 63-byte identifier limit; not starting with a digit), e.g. 'harrier' or 'orders_harrier'`,
     );
   }
   const q = `"${schema}"`;

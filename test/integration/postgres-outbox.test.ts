@@ -18,11 +18,15 @@ import { HarrierError } from '../../src/errors/harrier-error.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import {
   OutboxRelay,
+  relayConnection,
   relayLockKeys,
   startOutboxRelay,
   type OutboxRelayOptions,
 } from '../../src/postgres/outbox-relay.js';
 import { postgresTables } from '../../src/postgres/postgres-schema.js';
+import { OUTBOX_LANES } from '../../src/postgres/outbox-rows.js';
+import { partitionOf } from '../../src/messages/partition.js';
+import { ManualClock } from '../../src/clock/manual-clock.js';
 import { PostgresOutbox } from '../../src/postgres/postgres-outbox.js';
 import { postgresSession } from '../../src/postgres/postgres-session.js';
 import { postgresUnitOfWork } from '../../src/postgres/postgres-unit-of-work.js';
@@ -300,6 +304,60 @@ describe('PostgresOutbox', () => {
 });
 
 describe('startOutboxRelay', () => {
+  describe('when a row cannot be published (a command with no route)', () => {
+    it('holds back only its lane: the other lanes are published, the row waits and is logged', async () => {
+      const s = await setUp();
+      const Unrouted = defineCommand('rv.Unrouted', { schema: z.object({ n: z.number() }) });
+      const warnings: { message: string; fields: Record<string, unknown> }[] = [];
+      const logger = {
+        ...silentLogger,
+        warn: (message: string, fields?: Record<string, unknown>) => {
+          warnings.push({ message, fields: fields ?? {} });
+        },
+      };
+      let unroutedId = '';
+      await inTransaction(async (client) => {
+        unroutedId = await s.outbox.send(client, Unrouted, { n: 1 });
+      });
+      const unroutedLane = partitionOf(unroutedId, OUTBOX_LANES);
+      // 20 events of other keys, none in the unrouted command's lane.
+      const keys: string[] = [];
+      for (let i = 0; keys.length < 20; i++) {
+        if (partitionOf(`other-${i}`, OUTBOX_LANES) !== unroutedLane) keys.push(`other-${i}`);
+      }
+      await inTransaction(async (client) => {
+        for (const key of keys) {
+          await s.outbox.publish(client, OrderPlaced, { orderId: key }, { partitionKey: key });
+        }
+      });
+      const relay = await s.relay({ pollIntervalMs: 100, logger });
+      await waitFor('the 20 events', () => s.placed.length === 20, WAIT);
+      await waitFor('the relay to count them', () => relay.stats().published === 20, WAIT);
+      const left = await pool.query<{ message_id: string }>(`SELECT message_id FROM "${s.schema}".outbox`);
+      expect(left.rows).toEqual([{ message_id: unroutedId }]);
+      await waitFor('the held-back lane to be logged', () => warnings.length > 0, WAIT);
+      expect(warnings[0]!.fields).toMatchObject({
+        lane: unroutedLane,
+        messageId: unroutedId,
+        type: 'rv.Unrouted',
+      });
+      expect(warnings[0]!.fields['error']).toMatch(/route/i);
+    });
+  });
+
+  describe('with options that once capped its lanes (maxLanes: 8), alone', () => {
+    it('owns and publishes every lane: all 64 keys are delivered', async () => {
+      const s = await setUp();
+      const relay = await s.relay({ maxLanes: 8, pollIntervalMs: 100, rebalanceIntervalMs: 100 } as never);
+      await inTransaction(async (client) => {
+        for (let k = 0; k < 64; k++) await s.outbox.send(client, Post, { account: `key-${k}`, n: 0 });
+      });
+      await waitFor('all 64 commands', () => s.posts.length === 64, WAIT);
+      expect(relay.stats().lanes).toHaveLength(OUTBOX_LANES);
+      await waitFor('the outbox to empty', async () => (await outboxRows(s.schema)) === 0, WAIT);
+    });
+  });
+
   describe('with a handler in postgresUnitOfWork', () => {
     it("publishes what the handler recorded in its transaction, after the transaction's writes", async () => {
       const s = await setUp();
@@ -362,17 +420,35 @@ describe('startOutboxRelay', () => {
       const relay = await s.relay({ pollIntervalMs: 200, rebalanceIntervalMs: 100 });
       await waitFor('the relay to own its lanes', () => relay.stats().lanes.length === 32, WAIT);
       // The relay's session is the one holding its lane locks; terminate it as a shutdown would.
-      const terminated = await pool.query<{ ok: boolean }>(
-        `SELECT pg_terminate_backend(pid) AS ok FROM pg_locks
-          WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid = $1::bigint::oid
-          GROUP BY pid`,
-        [relayLockKeys(postgresTables(s.schema)).lanes],
-      );
+      const laneKey = relayLockKeys(postgresTables(s.schema)).lanes;
+      const laneHolders = async (): Promise<{ pid: number; lanes: number }[]> =>
+        (
+          await pool.query<{ pid: number; lanes: number }>(
+            `SELECT pid, count(*)::int AS lanes FROM pg_locks
+              WHERE locktype = 'advisory' AND objsubid = 2 AND granted AND classid = $1::bigint::oid
+              GROUP BY pid`,
+            [laneKey],
+          )
+        ).rows;
+      const before = await laneHolders();
+      expect(before.map((holder) => holder.lanes)).toEqual([32]);
+      const terminated = await pool.query<{ ok: boolean }>('SELECT pg_terminate_backend($1) AS ok', [
+        before[0]!.pid,
+      ]);
       expect(terminated.rows.map((row) => row.ok)).toEqual([true]);
       await inTransaction(async (client) => {
         await s.outbox.publish(client, OrderPlaced, { orderId: 'after-restart' });
       });
       await waitFor('the event', () => s.placed.length === 1, WAIT);
+      // PostgreSQL's view, not the relay's: a NEW backend holds all 32 lane locks.
+      await waitFor(
+        'a new session to hold every lane',
+        async () => {
+          const after = await laneHolders();
+          return after.length === 1 && after[0]!.pid !== before[0]!.pid && after[0]!.lanes === 32;
+        },
+        WAIT,
+      );
       expect(relay.stats().lanes).toHaveLength(32);
     });
   });
@@ -416,10 +492,25 @@ describe('startOutboxRelay', () => {
   describe('with listen: false', () => {
     it('publishes by polling alone', async () => {
       const s = await setUp();
-      const relay = await s.relay({ listen: false, pollIntervalMs: 200 });
+      // The relay's time is manual: it polls only when the test moves the clock.
+      const clock = new ManualClock(Date.now());
+      const relay = await s.relay({
+        listen: false,
+        pollIntervalMs: 1000,
+        rebalanceIntervalMs: 60_000,
+        clock,
+      });
+      await waitFor('the relay to sleep after its first pass', () => clock.nextTimerAt() !== undefined, WAIT);
+      expect(relay.stats().lanes).toHaveLength(32);
       await inTransaction(async (client) => {
         await s.outbox.publish(client, OrderPlaced, { orderId: 'o-poll' });
       });
+      // Nothing to wait for but time: a relay that LISTENed would be woken by the commit's NOTIFY
+      // within milliseconds (see 'when a transaction commits').
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(relay.stats().published).toBe(0);
+      expect(await outboxRows(s.schema)).toBe(1);
+      clock.advance(1000);
       await waitFor('the event', () => s.placed.length === 1, WAIT);
       // The handler may run before the relay's COMMIT returns: its count follows.
       await waitFor('the relay to count it', () => relay.stats().published === 1, WAIT);
@@ -433,6 +524,56 @@ describe('startOutboxRelay', () => {
       const error = await s.relay({ batchSize: 0 }).catch((e: unknown) => e);
       expect(HarrierError.is(error, 'invalid-option')).toBe(true);
       expect((error as Error).message).toMatch(/batchSize is 0: use a whole number from 1/);
+    });
+  });
+
+  describe('with a schema name of 48 characters (the longest)', () => {
+    it('records and publishes: the NOTIFY channel fits the 63-byte limit', async () => {
+      const schema = `s${randomBytes(24).toString('hex')}`.slice(0, 48);
+      await migratePostgres(pool, { schema });
+      cleanups.push(() => dropSchema(pool, schema));
+      const published: OutgoingMessage[] = [];
+      const relay = await startOutboxRelay({
+        connection: pool,
+        schema,
+        logger: silentLogger,
+        publisher: { publish: async (messages) => void published.push(...messages) },
+      });
+      cleanups.push(() => relay.stop());
+      const bus = createBus({ logger: silentLogger });
+      const outbox = new PostgresOutbox(bus, { schema });
+      await inTransaction(async (client) => {
+        await outbox.publish(client, OrderPlaced, { orderId: 'long-schema' });
+      });
+      await waitFor('the relay to publish it', () => published.length === 1, WAIT);
+    });
+  });
+
+  describe('with a schema name of 49 characters', () => {
+    it('is refused with invalid-option naming the 48-character limit and why', () => {
+      let error: unknown;
+      try {
+        postgresTables('a'.repeat(49));
+      } catch (e) {
+        error = e;
+      }
+      expect(HarrierError.is(error, 'invalid-option')).toBe(true);
+      expect((error as Error).message).toMatch(/at most 48.*NOTIFY channel.*63-byte/);
+    });
+  });
+
+  describe('relayConnection', () => {
+    it('turns TCP keepalive on for a URL or pool options, and leaves a shared pool as it is', () => {
+      expect(relayConnection(databaseUrl)).toEqual({ connectionString: databaseUrl, keepAlive: true });
+      expect(relayConnection({ connectionString: databaseUrl, max: 2 })).toEqual({
+        connectionString: databaseUrl,
+        max: 2,
+        keepAlive: true,
+      });
+      expect(relayConnection({ connectionString: databaseUrl, keepAlive: false })).toMatchObject({
+        keepAlive: false,
+      });
+      expect(relayConnection(pool)).toBe(pool);
     });
   });
 
