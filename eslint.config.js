@@ -11,7 +11,7 @@ const LAYERS = [
   ['messages'],
   ['broker', 'log'],
   ['handlers'],
-  ['dispatch', 'projections', 'dead-letters', 'sagas'],
+  ['dispatch', 'projections', 'dead-letters', 'sagas', 'telemetry'],
   ['bus'],
   ['testing', 'redis', 'postgres'],
   ['cli'],
@@ -30,6 +30,12 @@ const CLI_LAZY_POSTGRES = {
   regex: '^\\.\\./postgres/(?!load-postgres-layer\\.js$|postgres-connection\\.js$)',
   allowTypeImports: true,
   message: 'The CLI takes PostgreSQL functions from loadPostgresLayer(), so that --help works without pg.',
+};
+
+/** Only src/telemetry may import OpenTelemetry: it is an optional peer, loaded only by "./telemetry". */
+const NO_OTEL = {
+  group: ['@opentelemetry/*'],
+  message: 'Only src/telemetry may import @opentelemetry packages (an optional peer; docs/telemetry.md).',
 };
 
 /** One config block per layer: its files may not import a folder of a higher layer. */
@@ -78,11 +84,12 @@ export default tseslint.config(
   },
   {
     files: ['src/**/*.ts'],
-    ignores: ['src/redis/**'],
+    ignores: ['src/redis/**', 'src/telemetry/**'],
     rules: {
       'no-restricted-imports': [
         'error',
         {
+          patterns: [NO_OTEL],
           paths: [
             { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' },
             { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' },
@@ -98,6 +105,7 @@ export default tseslint.config(
       'no-restricted-imports': [
         'error',
         {
+          patterns: [NO_OTEL],
           paths: [
             { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' },
             { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' },
@@ -111,7 +119,10 @@ export default tseslint.config(
     rules: {
       'no-restricted-imports': [
         'error',
-        { paths: [{ name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' }] },
+        {
+          patterns: [NO_OTEL],
+          paths: [{ name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' }],
+        },
       ],
     },
   },
@@ -127,6 +138,23 @@ export default tseslint.config(
       'src/dead-letters/**/*.ts',
       'src/sagas/**/*.ts',
     ],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [NO_OTEL],
+          paths: [
+            { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' },
+            { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' },
+            { name: 'inversify', message: 'Nothing below src/bus knows inversify (DESIGN.md layers).' },
+            { name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    files: ['src/telemetry/**/*.ts'],
     rules: {
       'no-restricted-imports': [
         'error',

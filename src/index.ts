@@ -76,7 +76,7 @@ export type {
   PayloadOfEach,
   SendOptions,
 } from './handlers/index.js';
-export type { EnvelopeEncoder } from './messages/index.js';
+export type { EnvelopeEncoder, OutgoingTraceInfo, TraceparentProvider } from './messages/index.js';
 export { DEFAULT_RETRY } from './dispatch/index.js';
 export type {
   DeadLetteredEvent,
@@ -84,6 +84,7 @@ export type {
   EnvelopeVerifier,
   HandledEvent,
   HandlerOutcome,
+  MessageTelemetry,
   Middleware,
   MiddlewareContext,
   RetryingEvent,

@@ -19,6 +19,7 @@ import type {
 } from '../dispatch/handler-pipeline.js';
 import { MessagePublisher } from '../dispatch/message-publisher.js';
 import type { Middleware } from '../dispatch/middleware.js';
+import type { MessageTelemetry } from '../dispatch/message-telemetry.js';
 import type { TransactionalUnitOfWork } from '../dispatch/transactional-unit-of-work.js';
 import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -34,7 +35,11 @@ import { settlesWithin } from '../clock/deadline.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { ProjectionRunner, type PoisonPolicy } from '../projections/projection-runner.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope } from '../messages/codec.js';
-import { prepareMessage, type EnvelopeEncoder } from '../messages/prepare-message.js';
+import {
+  prepareMessage,
+  type EnvelopeEncoder,
+  type TraceparentProvider,
+} from '../messages/prepare-message.js';
 import { createEnvelopeSigner, type SigningOptions } from '../messages/signing.js';
 import type {
   CommandDefinition,
@@ -118,6 +123,12 @@ export interface BusOptions {
   readonly retry?: RetryOptions;
   /** @defaultValue [] */
   readonly middleware?: readonly Middleware[];
+  /**
+   * Traces every handler call and outgoing message, e.g. `harrierTracing()` from
+   * `harrier/telemetry` (OpenTelemetry; see docs/telemetry.md). Its middleware runs outermost.
+   * @defaultValue none: no spans, and outgoing messages carry their cause's traceparent
+   */
+  readonly telemetry?: MessageTelemetry;
   /** @defaultValue {} */
   readonly hooks?: DispatchHooks;
   /**
@@ -310,6 +321,7 @@ class HarrierBus implements MessageBus {
   readonly #clock: Clock;
   readonly #maxBytes: number;
   readonly #encode: EnvelopeEncoder;
+  readonly #traceparent: TraceparentProvider | undefined;
   /** Checks a dead letter's envelope before replay (with `signing` only). */
   readonly #verifyReplay: ReplayDeadLettersOptions['verifySignature'];
   /** Runs replays of dead letters of projections fed from the event log (none without a log). */
@@ -377,6 +389,7 @@ class HarrierBus implements MessageBus {
     if (!this.container.isBound(HarrierTokens.MessageBus))
       this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
     this.#eventLog = options.eventLog;
+    this.#traceparent = options.telemetry?.traceparent;
     this.publisher = new MessagePublisher({
       broker: this.broker,
       registry: this.#registry,
@@ -394,7 +407,8 @@ class HarrierBus implements MessageBus {
       invoke: createContainerInvoker(this.container, options.messageScope),
       publisher: this.publisher,
       ...(options.retry !== undefined ? { retry: options.retry } : {}),
-      ...(options.middleware !== undefined ? { middleware: options.middleware } : {}),
+      ...middlewareOf(options),
+      ...(options.telemetry !== undefined ? { traceparent: options.telemetry.traceparent } : {}),
       ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
       ...(options.unitOfWork !== undefined ? { unitOfWork: options.unitOfWork } : {}),
       clock: this.#clock,
@@ -624,9 +638,17 @@ class HarrierBus implements MessageBus {
       now: this.#clock.now(),
       maxBytes: this.#maxBytes,
       encode: this.#encode,
+      traceparent: this.#traceparent,
     });
     return outgoing;
   }
+}
+
+/** The pipeline's middleware: telemetry's outermost, then the application's. */
+function middlewareOf(options: BusOptions): { middleware?: readonly Middleware[] } {
+  const own = options.middleware ?? [];
+  const all = options.telemetry === undefined ? own : [options.telemetry.middleware, ...own];
+  return all.length === 0 ? {} : { middleware: all };
 }
 
 /**

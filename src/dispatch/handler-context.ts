@@ -6,7 +6,12 @@ import type {
   MessageDefinition,
 } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
-import { prepareMessage, type EnvelopeEncoder, type PreparedMessage } from '../messages/prepare-message.js';
+import {
+  prepareMessage,
+  type EnvelopeEncoder,
+  type PreparedMessage,
+  type TraceparentProvider,
+} from '../messages/prepare-message.js';
 import { deterministicUuidV7, uuidV7Time } from '../messages/uuid-v7.js';
 
 /** What a {@link HandlerContext} needs from whoever runs handlers: the same for every message. */
@@ -14,6 +19,11 @@ export interface HandlerContextEnv {
   readonly now: () => number;
   readonly maxBytes: number;
   readonly encode: EnvelopeEncoder;
+  /**
+   * Gives the traceparent of each recorded message (telemetry's producer span).
+   * @defaultValue none: recorded messages carry the handled message's traceparent
+   */
+  readonly traceparent?: TraceparentProvider;
   /**
    * When set, `send` and `publish` throw what it returns instead of recording (a projection's
    * context: see docs/projections.md).
@@ -103,6 +113,7 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
         },
         maxBytes: this.env.maxBytes,
         encode: this.env.encode,
+        traceparent: this.env.traceparent,
       },
     );
     this.recorded.push(prepared);

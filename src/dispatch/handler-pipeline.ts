@@ -13,7 +13,7 @@ import { consoleLogger, type Logger } from '../logging/logger.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
 import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
-import type { EnvelopeEncoder } from '../messages/prepare-message.js';
+import type { EnvelopeEncoder, TraceparentProvider } from '../messages/prepare-message.js';
 import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
@@ -83,6 +83,11 @@ export interface HandlerPipelineOptions {
   readonly retry?: RetryOptions;
   /** @defaultValue [] */
   readonly middleware?: readonly Middleware[];
+  /**
+   * Gives the traceparent of each message a handler records (telemetry's producer span).
+   * @defaultValue none: recorded messages carry the handled message's traceparent
+   */
+  readonly traceparent?: TraceparentProvider;
   /** @defaultValue {} */
   readonly hooks?: DispatchHooks;
   /** @defaultValue the system clock */
@@ -499,6 +504,7 @@ export class HandlerPipeline {
         now: () => this.#clock.now(),
         maxBytes: this.#maxBytes,
         encode: this.#o.encode ?? encodeEnvelope,
+        ...(this.#o.traceparent !== undefined ? { traceparent: this.#o.traceparent } : {}),
         ...(refuse !== undefined ? { refuse } : {}),
       };
       this.#envs.set(kind, env);

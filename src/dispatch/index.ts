@@ -20,6 +20,7 @@ export {
 } from './handler-pipeline.js';
 export { HandlerContext } from './handler-context.js';
 export { MessagePublisher, type MessagePublisherOptions } from './message-publisher.js';
+export type { MessageTelemetry } from './message-telemetry.js';
 export {
   composeMiddleware,
   type HandlerOutcome,

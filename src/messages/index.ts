@@ -49,5 +49,7 @@ export {
   prepareMessage,
   type CausingMessage,
   type EnvelopeEncoder,
+  type OutgoingTraceInfo,
+  type TraceparentProvider,
   type PreparedMessage,
 } from './prepare-message.js';

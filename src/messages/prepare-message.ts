@@ -18,6 +18,22 @@ export interface CausingMessage {
 /** Turns an envelope into its wire text; the signing layer hooks in here. */
 export type EnvelopeEncoder = (envelope: Envelope) => string;
 
+/** What a {@link TraceparentProvider} is told of a message being prepared. */
+export interface OutgoingTraceInfo {
+  readonly id: string;
+  readonly kind: MessageDefinition['kind'];
+  readonly type: string;
+  readonly correlationId: string;
+  /** The traceparent the message would carry without a provider (its cause's, or the option). */
+  readonly traceparent: string | undefined;
+}
+
+/**
+ * Gives the W3C traceparent an outgoing message carries, e.g. of a producer span started in the
+ * active trace context (harrier/telemetry); `undefined` keeps the traceparent it would carry anyway.
+ */
+export type TraceparentProvider = (message: OutgoingTraceInfo) => string | undefined;
+
 /** A message ready for the broker, with the envelope it carries. */
 export interface PreparedMessage {
   readonly envelope: Envelope;
@@ -39,6 +55,8 @@ export function prepareMessage(
     readonly cause?: CausingMessage | undefined;
     readonly maxBytes?: number;
     readonly encode?: EnvelopeEncoder;
+    /** @defaultValue none: the cause's traceparent, else `options.traceparent` */
+    readonly traceparent?: TraceparentProvider | undefined;
   },
 ): PreparedMessage {
   if (!isMessageDefinition(definition)) {
@@ -62,7 +80,17 @@ export function prepareMessage(
   }
   const partitionKey = options.partitionKey ?? definition.partitionKeyOf(parsed.data);
   const cause = context.cause;
-  const traceparent = cause?.traceparent ?? options.traceparent;
+  const correlationId = cause?.correlationId ?? options.correlationId ?? id;
+  const inherited = cause?.traceparent ?? options.traceparent;
+  // The envelope is signed after this, so the provider's traceparent is covered by the signature.
+  const traceparent =
+    context.traceparent?.({
+      id,
+      kind: definition.kind,
+      type: definition.type,
+      correlationId,
+      traceparent: inherited,
+    }) ?? inherited;
   const envelope: Envelope = {
     v: ENVELOPE_VERSION,
     id,
@@ -70,7 +98,7 @@ export function prepareMessage(
     type: definition.type,
     payload: parsed.data,
     meta: {
-      correlationId: cause?.correlationId ?? options.correlationId ?? id,
+      correlationId,
       ...(cause !== undefined
         ? { causationId: cause.messageId }
         : options.causationId !== undefined
