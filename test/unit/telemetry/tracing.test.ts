@@ -58,6 +58,13 @@ class Broken {
   }
 }
 
+@EventHandler(OrderPlaced)
+class Audit {
+  handle(): void {}
+}
+
+const KEY = 'a3f1c2d4e5b60718293a4b5c6d7e8f90112233445566778899aabbccddeeff00';
+
 function spansNamed(name: string): ReadableSpan[] {
   return exporter.getFinishedSpans().filter((s) => s.name === name);
 }
@@ -193,6 +200,23 @@ describe('harrierTracing', () => {
         expect(span.parentSpanContext).toBeUndefined();
         expect(span.links[0]?.context.spanId).toBe(publish.spanContext().spanId);
       }
+    });
+  });
+
+  describe('with signing', () => {
+    it('signs the envelope with the producer span traceparent, so every delivery verifies', async () => {
+      bus = await createTestBus({
+        handlers: [PlaceOrderHandler, Audit],
+        signing: { keys: [KEY] },
+        telemetry: harrierTracing({ tracerProvider, relation: 'parent' }),
+      });
+      await bus.send(PlaceOrder, { orderId: 'o-3', amount: 1 });
+      await bus.whenIdle();
+      expect(await bus.deadLetters.count()).toBe(0);
+      const publish = only(spansNamed('publish test.OrderPlaced'));
+      const [event] = bus.messagesOf(OrderPlaced);
+      expect(parseTraceparent(event?.envelope.meta.traceparent)?.spanId).toBe(publish.spanContext().spanId);
+      expect(only(spansNamed('process test.OrderPlaced')).status.code).not.toBe(SpanStatusCode.ERROR);
     });
   });
 
