@@ -32,11 +32,25 @@ const CLI_LAZY_POSTGRES = {
   message: 'The CLI takes PostgreSQL functions from loadPostgresLayer(), so that --help works without pg.',
 };
 
+/** Packages only one folder may import (DESIGN.md layers), for `no-restricted-imports` paths. */
+const NO_BULLMQ = { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' };
+const NO_IOREDIS = { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' };
+const NO_PG = { name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' };
+const NO_INVERSIFY = {
+  name: 'inversify',
+  message: 'Nothing below src/bus knows inversify (DESIGN.md layers).',
+};
+
 /** Only src/telemetry may import OpenTelemetry: it is an optional peer, loaded only by "./telemetry". */
 const NO_OTEL = {
   group: ['@opentelemetry/*'],
   message: 'Only src/telemetry may import @opentelemetry packages (an optional peer; docs/telemetry.md).',
 };
+
+/** The `no-restricted-imports` rule for `paths`, with OpenTelemetry unless `otel` is allowed. */
+function restrictImports(paths, otel = true) {
+  return { 'no-restricted-imports': ['error', otel ? { patterns: [NO_OTEL], paths } : { paths }] };
+}
 
 /** One config block per layer: its files may not import a folder of a higher layer. */
 const layerOrder = LAYERS.map((layer, index) => {
@@ -85,46 +99,15 @@ export default tseslint.config(
   {
     files: ['src/**/*.ts'],
     ignores: ['src/redis/**', 'src/telemetry/**'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: [NO_OTEL],
-          paths: [
-            { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' },
-            { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' },
-            { name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' },
-          ],
-        },
-      ],
-    },
+    rules: restrictImports([NO_BULLMQ, NO_IOREDIS, NO_PG]),
   },
   {
     files: ['src/postgres/**/*.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: [NO_OTEL],
-          paths: [
-            { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' },
-            { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' },
-          ],
-        },
-      ],
-    },
+    rules: restrictImports([NO_BULLMQ, NO_IOREDIS]),
   },
   {
     files: ['src/redis/**/*.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: [NO_OTEL],
-          paths: [{ name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' }],
-        },
-      ],
-    },
+    rules: restrictImports([NO_PG]),
   },
   ...layerOrder,
   {
@@ -138,36 +121,14 @@ export default tseslint.config(
       'src/dead-letters/**/*.ts',
       'src/sagas/**/*.ts',
     ],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          patterns: [NO_OTEL],
-          paths: [
-            { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' },
-            { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' },
-            { name: 'inversify', message: 'Nothing below src/bus knows inversify (DESIGN.md layers).' },
-            { name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' },
-          ],
-        },
-      ],
-    },
+    rules: restrictImports([NO_BULLMQ, NO_IOREDIS, NO_INVERSIFY, NO_PG]),
   },
   {
     files: ['src/telemetry/**/*.ts'],
-    rules: {
-      'no-restricted-imports': [
-        'error',
-        {
-          paths: [
-            { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' },
-            { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' },
-            { name: 'inversify', message: 'Nothing below src/bus knows inversify (DESIGN.md layers).' },
-            { name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' },
-          ],
-        },
-      ],
-    },
+    rules: restrictImports(
+      [NO_BULLMQ, NO_IOREDIS, NO_INVERSIFY, NO_PG],
+      false /* src/telemetry may import OpenTelemetry */,
+    ),
   },
   {
     files: ['test/**/*.ts', 'bench/**/*.ts', 'examples/**/*.ts'],

@@ -220,6 +220,18 @@ describe('harrierTracing', () => {
     });
   });
 
+  describe('without an SDK (the global provider is a no-op)', () => {
+    it("keeps the traceparent messages carried before: the sender's option, then the cause's", async () => {
+      bus = await createTestBus({ handlers: [PlaceOrderHandler, Audit], telemetry: harrierTracing() });
+      const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+      await bus.send(PlaceOrder, { orderId: 'o-4', amount: 1 }, { traceparent });
+      await bus.whenIdle();
+      expect(bus.messagesOf(PlaceOrder)[0]?.envelope.meta.traceparent).toBe(traceparent);
+      expect(bus.messagesOf(OrderPlaced)[0]?.envelope.meta.traceparent).toBe(traceparent);
+      expect(exporter.getFinishedSpans()).toHaveLength(0);
+    });
+  });
+
   describe('when the sender has an active span', () => {
     it('makes the PRODUCER span its child', async () => {
       bus = await createTestBus({
