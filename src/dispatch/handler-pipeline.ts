@@ -347,25 +347,28 @@ export class HandlerPipeline {
       if (runner === undefined) {
         const context = this.context(envelope, facts.attempt, entry, input.signal);
         const unit = this.#o.unitOfWork;
-        const result =
-          unit === undefined
-            ? await this.#call(entry, definition, context, false).then(() => 'ran' as const)
-            : await unit.run({
-                context,
-                handler: entry.name,
-                handlerKind: entry.kind,
-                endpoint: this.#o.endpoint,
-                inProcess: false,
-                ...(input.position !== undefined ? { position: input.position } : {}),
-                run: () => this.#call(entry, definition, context, false),
-                abandoned: () => input.abandoned?.() === true,
-              });
-        // Without a unit nothing is committed yet, so a released delivery can drop the call. A unit
-        // that answered 'ran' has committed (its inbox row too): publish, or the messages are lost.
-        if (unit === undefined && input.abandoned?.() === true) return ABANDONED;
-        if (result === 'ran') outgoing = await this.#commit(context);
-        else if (result === 'stored') outgoing = context.recorded.map((p) => p.outgoing);
-        else outgoing = [];
+        if (unit === undefined) {
+          await this.#call(entry, definition, context, false);
+          // Nothing is committed yet, so a released delivery can drop the call.
+          if (input.abandoned?.() === true) return ABANDONED;
+          outgoing = await this.#commit(context);
+        } else {
+          const result = await unit.run({
+            context,
+            handler: entry.name,
+            handlerKind: entry.kind,
+            endpoint: this.#o.endpoint,
+            inProcess: false,
+            ...(input.position !== undefined ? { position: input.position } : {}),
+            run: () => this.#call(entry, definition, context, false),
+            abandoned: () => input.abandoned?.() === true,
+          });
+          // A unit that answered 'ran' has committed (its inbox row too): publish even if a stop
+          // released the delivery meanwhile, or the messages are lost.
+          if (result === 'ran') outgoing = await this.#commit(context);
+          else if (result === 'stored') outgoing = context.recorded.map((p) => p.outgoing);
+          else outgoing = [];
+        }
       } else {
         const result = await runner(this.#step(entry, definition, envelope, facts.attempt, input));
         if (result.kind === 'dead-letter') {

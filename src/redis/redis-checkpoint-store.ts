@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
-import type { Checkpoint, CheckpointStore } from '../log/checkpoint-store.js';
+import { checkCheckpointOffset, type Checkpoint, type CheckpointStore } from '../log/checkpoint-store.js';
 import {
   connectionFor,
   evalScript,
@@ -145,12 +145,7 @@ export class RedisCheckpointStore implements CheckpointStore {
     nowMs: number,
   ): Promise<number> {
     return this.#run(async () => {
-      if (!Number.isSafeInteger(offset) || offset < 0) {
-        throw new HarrierError(
-          'invalid-argument',
-          `Checkpoint offset for projection "${projection}" on "${topic}"/${partition} is ${offset}: commit a whole number from 0 (the last offset completed)`,
-        );
-      }
+      checkCheckpointOffset(projection, topic, partition, offset);
       const field = fieldOf(topic, partition);
       const keys = [this.#hashKey(projection), this.#projectionsKey];
       const args = [field, `${field}${AT_SUFFIX}`, String(offset), String(nowMs), projection];
