@@ -1,4 +1,5 @@
-import { checkCheckpointOffset, type Checkpoint, type CheckpointStore } from './checkpoint-store.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import type { Checkpoint, CheckpointStore } from './checkpoint-store.js';
 
 /**
  * A {@link CheckpointStore} held in process memory, for tests and single-process applications.
@@ -23,10 +24,13 @@ export class InMemoryCheckpointStore implements CheckpointStore {
     offset: number,
     nowMs: number,
   ): Promise<number> {
-    try {
-      checkCheckpointOffset(projection, topic, partition, offset);
-    } catch (error) {
-      return Promise.reject(error as Error);
+    if (!Number.isInteger(offset) || offset < 0) {
+      return Promise.reject(
+        new HarrierError(
+          'invalid-argument',
+          `Checkpoint offset for projection "${projection}" on "${topic}"/${partition} is ${offset}: commit a whole number from 0 (the last offset completed)`,
+        ),
+      );
     }
     let checkpoints = this.#byProjection.get(projection);
     if (checkpoints === undefined) {
