@@ -146,13 +146,26 @@ export interface ReceiverOptions {
   readonly signal?: AbortSignal;
 }
 
+/** Messages in one broker queue, by state. */
+export interface QueueDepth {
+  /** The queue: a command type, an event subscription, or the broker's own name for it. */
+  readonly queue: string;
+  /** Ready now. */
+  readonly waiting: number;
+  /** Taken by a worker, not settled yet. */
+  readonly active: number;
+  /** Waiting for their time (scheduled, or backing off before a retry). */
+  readonly delayed: number;
+}
+
 /**
  * The transport contract: the only thing Harrier needs from a broker.
  *
  * @remarks
  * Beyond DESIGN.md's `receiver`/`publish`/`publishBatch`/`ack`/`nack`/`close`, a broker has
  * `register` (subscriptions are registered at start-up so publishers need not know subscribers) and
- * `redeliver` (dead-letter replay into one subscription). See docs/architecture.md.
+ * `redeliver` (dead-letter replay into one subscription), and may have `queueDepths` (for telemetry).
+ * See docs/architecture.md.
  */
 export interface MessageBroker {
   /**
@@ -184,6 +197,11 @@ export interface MessageBroker {
   redeliver(target: RedeliveryTarget): Promise<void>;
   /** Ends every receiver and releases the broker's resources. */
   close(): Promise<void>;
+  /**
+   * Messages in each queue an endpoint receives from, by state (telemetry's queue depth gauge).
+   * Optional: a broker that cannot count cheaply leaves it out.
+   */
+  queueDepths?(endpoint: string): Promise<readonly QueueDepth[]>;
 }
 
 /** Builds an {@link ErrorInfo} from anything thrown. */

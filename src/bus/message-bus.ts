@@ -19,7 +19,7 @@ import type {
 } from '../dispatch/handler-pipeline.js';
 import { MessagePublisher } from '../dispatch/message-publisher.js';
 import type { Middleware } from '../dispatch/middleware.js';
-import type { MessageTelemetry } from '../dispatch/message-telemetry.js';
+import type { MessageTelemetry, TelemetrySources } from '../dispatch/message-telemetry.js';
 import type { TransactionalUnitOfWork } from '../dispatch/transactional-unit-of-work.js';
 import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -124,9 +124,10 @@ export interface BusOptions {
   /** @defaultValue [] */
   readonly middleware?: readonly Middleware[];
   /**
-   * Traces every handler call and outgoing message, e.g. `harrierTracing()` from
-   * `harrier/telemetry` (OpenTelemetry; see docs/telemetry.md). Its middleware runs outermost.
-   * @defaultValue none: no spans, and outgoing messages carry their cause's traceparent
+   * Traces and measures every handler call, outgoing message, commit and replay, e.g.
+   * `harrierTelemetry()` or `harrierTracing()` from `harrier/telemetry` (OpenTelemetry; see
+   * docs/telemetry.md). It observes a handler call outside all middleware.
+   * @defaultValue none: no spans or metrics, and outgoing messages carry their cause's traceparent
    */
   readonly telemetry?: MessageTelemetry;
   /** @defaultValue {} */
@@ -322,6 +323,8 @@ class HarrierBus implements MessageBus {
   readonly #maxBytes: number;
   readonly #encode: EnvelopeEncoder;
   readonly #traceparent: TraceparentProvider | undefined;
+  readonly #telemetry: MessageTelemetry | undefined;
+  #unobserve: (() => void) | undefined;
   /** Checks a dead letter's envelope before replay (with `signing` only). */
   readonly #verifyReplay: ReplayDeadLettersOptions['verifySignature'];
   /** Runs replays of dead letters of projections fed from the event log (none without a log). */
@@ -390,7 +393,9 @@ class HarrierBus implements MessageBus {
       this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
     this.#eventLog = options.eventLog;
     this.#traceparent = options.telemetry?.traceparent;
+    this.#telemetry = options.telemetry;
     this.publisher = new MessagePublisher({
+      ...(options.telemetry !== undefined ? { telemetry: options.telemetry } : {}),
       broker: this.broker,
       registry: this.#registry,
       requireCommandRoute: options.requireCommandRoute ?? true,
@@ -407,8 +412,10 @@ class HarrierBus implements MessageBus {
       invoke: createContainerInvoker(this.container, options.messageScope),
       publisher: this.publisher,
       ...(options.retry !== undefined ? { retry: options.retry } : {}),
-      ...middlewareOf(options),
-      ...(options.telemetry !== undefined ? { traceparent: options.telemetry.traceparent } : {}),
+      ...(options.middleware !== undefined && options.middleware.length > 0
+        ? { middleware: options.middleware }
+        : {}),
+      ...(options.telemetry !== undefined ? { telemetry: options.telemetry } : {}),
       ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
       ...(options.unitOfWork !== undefined ? { unitOfWork: options.unitOfWork } : {}),
       clock: this.#clock,
@@ -568,12 +575,41 @@ class HarrierBus implements MessageBus {
     this.#state = 'started';
     await this.dispatcher.start();
     await this.projections?.start();
+    this.#unobserve = this.#telemetry?.observe?.(this.#telemetrySources());
+  }
+
+  /** The gauges telemetry may read: projection lag, and queue depths where the broker counts them. */
+  #telemetrySources(): TelemetrySources {
+    const runner = this.projections;
+    const broker = this.broker;
+    const endpoint = this.endpoint;
+    return {
+      endpoint,
+      ...(runner !== undefined
+        ? {
+            projectionLag: async () =>
+              (await runner.status()).flatMap((projection) =>
+                projection.partitions.map(({ topic, partition, lag }) => ({
+                  projection: projection.name,
+                  topic,
+                  partition,
+                  lag,
+                })),
+              ),
+          }
+        : {}),
+      ...(broker.queueDepths !== undefined
+        ? { queueDepths: () => broker.queueDepths?.(endpoint) ?? Promise.resolve([]) }
+        : {}),
+    };
   }
 
   async stop(options: StopOptions & { readonly closeBroker?: boolean } = {}): Promise<void> {
     if (this.#state === 'stopped') return;
     const wasStarted = this.#state === 'started';
     this.#state = 'stopped';
+    this.#unobserve?.();
+    this.#unobserve = undefined;
     if (wasStarted) {
       await this.dispatcher.stop({ gracePeriodMs: options.gracePeriodMs ?? this.#gracePeriodMs });
       // Stops the lanes and commits what they completed.
@@ -603,6 +639,7 @@ class HarrierBus implements MessageBus {
       clock: this.#clock,
       ...(this.#verifyReplay !== undefined ? { verifySignature: this.#verifyReplay } : {}),
       ...(this.#projectionReplayer !== undefined ? { projections: this.#projectionReplayer } : {}),
+      ...(this.#telemetry?.replay !== undefined ? { telemetry: this.#telemetry.replay } : {}),
     });
   }
 
@@ -639,16 +676,11 @@ class HarrierBus implements MessageBus {
       maxBytes: this.#maxBytes,
       encode: this.#encode,
       traceparent: this.#traceparent,
+      // What `prepare` makes goes to an outbox, and its relay commits it later.
+      deferred: verb === 'prepare',
     });
     return outgoing;
   }
-}
-
-/** The pipeline's middleware: telemetry's outermost, then the application's. */
-function middlewareOf(options: BusOptions): { middleware?: readonly Middleware[] } {
-  const own = options.middleware ?? [];
-  const all = options.telemetry === undefined ? own : [options.telemetry.middleware, ...own];
-  return all.length === 0 ? {} : { middleware: all };
 }
 
 /**

@@ -76,6 +76,23 @@ export interface ProjectionReplayer {
   replay(record: DeadLetterRecord): Promise<ReplayRefusal | undefined>;
 }
 
+/** What telemetry is told of one dead letter going back. */
+export interface ReplayTraceInfo {
+  readonly record: DeadLetterRecord;
+  /** `redeliver`: through the broker to its subscription; `projection`: run through its projection here. */
+  readonly via: 'redeliver' | 'projection';
+  /** Who replays, as {@link ReplayRunOptions.by} says. */
+  readonly by: string | undefined;
+}
+
+/**
+ * Wraps the replay of one dead letter (harrier/telemetry makes one that traces it); `run` rejects
+ * when the broker or the projection refused it.
+ */
+export interface ReplayTelemetry {
+  replay<T>(info: ReplayTraceInfo, run: () => Promise<T>): Promise<T>;
+}
+
 /** How one replay runs, chosen per call: what the bus and the CLI pass through from their callers. */
 export interface ReplayRunOptions {
   /**
@@ -108,6 +125,11 @@ export interface ReplayRunOptions {
    * @defaultValue none
    */
   readonly onResult?: (result: ReplayResult, record: DeadLetterRecord | undefined) => void;
+  /**
+   * Wraps each record's way back (the redelivery, or the projection run), e.g. in a span.
+   * @defaultValue none
+   */
+  readonly telemetry?: ReplayTelemetry;
 }
 
 /** Options of {@link replayDeadLetters}. */
@@ -372,10 +394,20 @@ async function replayRecord(
   // dead, so it can be replayed again (at worst a second delivery), never marked with nothing sent.
   if (viaProjection) {
     let refusal: ReplayRefusal | undefined;
+    const projections = options.projections;
+    const run = (): Promise<ReplayRefusal | undefined> => projections.replay(record);
     try {
-      refusal = await options.projections.replay(record);
+      refusal = await (options.telemetry === undefined
+        ? run()
+        : options.telemetry.replay({ record, via: 'projection', by: options.by }, async () => {
+            const refused = await run();
+            // A refusal fails the replay's span too.
+            if (refused !== undefined) throw new ProjectionReplayRefused(refused);
+            return refused;
+          }));
     } catch (error) {
-      refusal = { code: 'projection-failed', message: messageOf(error) };
+      if (error instanceof ProjectionReplayRefused) refusal = error.refusal;
+      else refusal = { code: 'projection-failed', message: messageOf(error) };
     }
     if (refusal === undefined) return markReplayed(id, record, replay, store, 'handled by its projection');
     // Keep the try in the replay history; the record stays (or is set back to) dead.
@@ -390,8 +422,8 @@ async function replayRecord(
     );
   }
 
-  try {
-    await broker.redeliver({
+  const redeliver = (): Promise<void> =>
+    broker.redeliver({
       endpoint: record.endpoint,
       handler: record.handler ?? '',
       message: {
@@ -403,6 +435,10 @@ async function replayRecord(
         ordered: record.ordered,
       },
     });
+  try {
+    await (options.telemetry === undefined
+      ? redeliver()
+      : options.telemetry.replay({ record, via: 'redeliver', by: options.by }, redeliver));
   } catch (error) {
     return fail(
       'redeliver-failed',
@@ -410,6 +446,14 @@ async function replayRecord(
     );
   }
   return markReplayed(id, record, replay, store, 'redelivered');
+}
+
+/** A projection's refusal, thrown inside the replay's telemetry so its span fails. */
+class ProjectionReplayRefused extends Error {
+  constructor(readonly refusal: ReplayRefusal) {
+    super(refusal.message);
+    this.name = 'ProjectionReplayRefused';
+  }
 }
 
 /** Whether the stored record shows a failure newer than the one `before` recorded. */

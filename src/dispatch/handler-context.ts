@@ -114,6 +114,7 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
         maxBytes: this.env.maxBytes,
         encode: this.env.encode,
         traceparent: this.env.traceparent,
+        deferred: true,
       },
     );
     this.recorded.push(prepared);

@@ -13,9 +13,10 @@ import { consoleLogger, type Logger } from '../logging/logger.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
 import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
-import type { EnvelopeEncoder, TraceparentProvider } from '../messages/prepare-message.js';
+import type { EnvelopeEncoder } from '../messages/prepare-message.js';
 import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
 import type { MessagePublisher } from './message-publisher.js';
+import type { MessageTelemetry, ProcessEnd } from './message-telemetry.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
 import type { LogPosition, TransactionalUnitOfWork } from './transactional-unit-of-work.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
@@ -84,10 +85,11 @@ export interface HandlerPipelineOptions {
   /** @defaultValue [] */
   readonly middleware?: readonly Middleware[];
   /**
-   * Gives the traceparent of each message a handler records (telemetry's producer span).
-   * @defaultValue none: recorded messages carry the handled message's traceparent
+   * Observes every handler call and gives the traceparent of each message a handler records
+   * (harrier/telemetry's spans and metrics).
+   * @defaultValue none: no observation, and recorded messages carry the handled message's traceparent
    */
-  readonly traceparent?: TraceparentProvider;
+  readonly telemetry?: MessageTelemetry;
   /** @defaultValue {} */
   readonly hooks?: DispatchHooks;
   /** @defaultValue the system clock */
@@ -288,7 +290,8 @@ export class HandlerPipeline {
     });
     if (!decoded.ok) {
       const type = decoded.envelope?.type;
-      return refused(
+      return this.#refuse(
+        facts.attempt,
         input.handler?.name ??
           facts.handler ??
           (type === undefined ? undefined : registry.singleHandler(type)?.name),
@@ -301,7 +304,8 @@ export class HandlerPipeline {
     const { envelope, definition } = decoded;
     const refusal = this.#o.verify?.(input.body, envelope);
     if (refusal !== undefined) {
-      return refused(
+      return this.#refuse(
+        facts.attempt,
         input.handler?.name ?? facts.handler ?? registry.singleHandler(envelope.type)?.name,
         'signature-invalid',
         { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
@@ -312,7 +316,8 @@ export class HandlerPipeline {
     const entry = this.#route(envelope, facts, input.handler);
     if (entry === undefined) {
       const subscription = input.handler?.name ?? facts.handler;
-      return refused(
+      return this.#refuse(
+        facts.attempt,
         subscription,
         'no-handler',
         {
@@ -328,7 +333,8 @@ export class HandlerPipeline {
     if (facts.attempt > policy.attempts) {
       // Only a worker that died mid-handler gets here (its crash counted as an attempt): stop the loop.
       const last = facts.history[facts.history.length - 1]?.error;
-      return refused(
+      return this.#refuse(
+        facts.attempt,
         entry.name,
         failureReason(entry.kind),
         last ?? {
@@ -340,6 +346,31 @@ export class HandlerPipeline {
         envelope,
       );
     }
+    const telemetry = this.#o.telemetry;
+    if (telemetry === undefined) return this.#attempt(entry, definition, envelope, policy, input);
+    const observation = telemetry.process({
+      envelope,
+      handler: entry.name,
+      handlerKind: entry.kind,
+      endpoint: this.#o.endpoint,
+      attempt: facts.attempt,
+      inProcess: false,
+      ...(input.position !== undefined ? { position: input.position } : {}),
+    });
+    const outcome = await observation.within(() => this.#attempt(entry, definition, envelope, policy, input));
+    observation.end(processEnd(outcome, this.#clock.now()));
+    return outcome;
+  }
+
+  /** Runs the handler (its step runner, or its unit of work) and decides the message's outcome. */
+  async #attempt(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    policy: RetryPolicy,
+    input: PipelineInput,
+  ): Promise<PipelineOutcome> {
+    const { facts } = input;
     const startedAt = this.#clock.now();
     const runner = this.#o.steps?.[entry.kind];
     let outgoing: readonly OutgoingMessage[];
@@ -414,6 +445,33 @@ export class HandlerPipeline {
     envelope: Envelope,
     signal: AbortSignal,
   ): Promise<unknown> {
+    const telemetry = this.#o.telemetry;
+    if (telemetry === undefined) return this.#runLocal(entry, definition, envelope, signal);
+    const observation = telemetry.process({
+      envelope,
+      handler: entry.name,
+      handlerKind: entry.kind,
+      endpoint: this.#o.endpoint,
+      attempt: 1,
+      inProcess: true,
+    });
+    let result: unknown;
+    try {
+      result = await observation.within(() => this.#runLocal(entry, definition, envelope, signal));
+    } catch (error) {
+      observation.end({ kind: 'failed', error });
+      throw error;
+    }
+    observation.end(HANDLED_END);
+    return result;
+  }
+
+  async #runLocal(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    signal: AbortSignal,
+  ): Promise<unknown> {
     const context = this.context(envelope, 1, entry, signal);
     const unit = this.#o.unitOfWork;
     if (unit === undefined) {
@@ -475,6 +533,19 @@ export class HandlerPipeline {
     this.#hook('onDeadLettered', () => this.#o.hooks?.onDeadLettered?.({ record, error }));
   }
 
+  /** Refuses a message before any handler ran, and tells telemetry. */
+  #refuse(
+    attempt: number,
+    handler: string | undefined,
+    reason: DeadLetterReason,
+    error: ErrorInfo,
+    ordered: boolean,
+    envelope: Envelope | undefined,
+  ): DeadLetterOutcome {
+    this.#o.telemetry?.refused?.({ envelope, handler, endpoint: this.#o.endpoint, attempt, reason, error });
+    return refused(handler, reason, error, ordered, envelope);
+  }
+
   #step(
     entry: HandlerEntry,
     definition: MessageDefinition,
@@ -507,7 +578,7 @@ export class HandlerPipeline {
         now: () => this.#clock.now(),
         maxBytes: this.#maxBytes,
         encode: this.#o.encode ?? encodeEnvelope,
-        ...(this.#o.traceparent !== undefined ? { traceparent: this.#o.traceparent } : {}),
+        ...(this.#o.telemetry !== undefined ? { traceparent: this.#o.telemetry.traceparent } : {}),
         ...(refuse !== undefined ? { refuse } : {}),
       };
       this.#envs.set(kind, env);
@@ -589,7 +660,7 @@ export class HandlerPipeline {
         `Handler "${handler}" recorded ${messages.length} message(s) but this pipeline has no publisher: give it one (HandlerPipelineOptions.publisher)`,
       );
     }
-    await publisher.publish(messages);
+    await publisher.publish(messages, FROM_HANDLER);
   }
 
   #hook(name: string, call: () => void): void {
@@ -600,6 +671,29 @@ export class HandlerPipeline {
     }
   }
 }
+
+/** What telemetry is told of an outcome decided at `now`. */
+function processEnd(outcome: PipelineOutcome, now: number): ProcessEnd {
+  switch (outcome.kind) {
+    case 'handled':
+      return HANDLED_END;
+    case 'retry':
+      return {
+        kind: 'retry',
+        error: outcome.error,
+        retryAt: outcome.retryAt,
+        delayMs: Math.max(0, outcome.retryAt - now),
+      };
+    case 'dead-letter':
+      return { kind: 'dead-letter', reason: outcome.reason, error: outcome.thrown };
+    case 'abandoned':
+      return ABANDONED;
+  }
+}
+
+const HANDLED_END: ProcessEnd = { kind: 'handled' };
+
+const FROM_HANDLER = { origin: 'handler' } as const;
 
 function refused(
   handler: string | undefined,

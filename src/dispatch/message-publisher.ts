@@ -1,6 +1,7 @@
 import type { MessageBroker, OutgoingMessage } from '../broker/message-broker.js';
 import type { HandlerRegistry } from '../handlers/handler-registry.js';
 import type { EventLog } from '../log/event-log.js';
+import type { MessageTelemetry, PublishOrigin } from './message-telemetry.js';
 
 /** Options of {@link MessagePublisher}. */
 export interface MessagePublisherOptions {
@@ -24,6 +25,20 @@ export interface MessagePublisherOptions {
    * @defaultValue the broker's default (true)
    */
   readonly requireCommandRoute?: boolean;
+  /**
+   * Wraps each commit (harrier/telemetry: a `send` span for a batch, the sent counter).
+   * @defaultValue none
+   */
+  readonly telemetry?: MessageTelemetry;
+}
+
+/** Options of one {@link MessagePublisher.publish}. */
+export interface PublishOptions {
+  /**
+   * Where the messages come from, when not from the bus or a handler (telemetry names it).
+   * @defaultValue the bus or a handler
+   */
+  readonly origin?: PublishOrigin;
 }
 
 /**
@@ -60,8 +75,14 @@ export class MessagePublisher {
    * @throws what the log or the broker throws (e.g. HarrierError `no-route`); nothing of a batch the
    *   broker refused is delivered, and a retry with the same ids is safe.
    */
-  async publish(given: readonly OutgoingMessage[]): Promise<void> {
+  async publish(given: readonly OutgoingMessage[], options: PublishOptions = {}): Promise<void> {
     if (given.length === 0) return;
+    const telemetry = this.#o.telemetry;
+    if (telemetry?.publish === undefined) return this.#publish(given);
+    return telemetry.publish(given, options.origin, () => this.#publish(given));
+  }
+
+  async #publish(given: readonly OutgoingMessage[]): Promise<void> {
     let messages = given.map((message) => this.#withRouteRequirement(message));
     const log = this.#o.eventLog;
     if (log !== undefined) {

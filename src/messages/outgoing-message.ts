@@ -15,6 +15,11 @@ export interface OutgoingMessage {
    * @defaultValue false
    */
   readonly ordered?: boolean | undefined;
+  /**
+   * The W3C traceparent the envelope carries (brokers ignore it; telemetry links batch spans to it).
+   * @defaultValue none
+   */
+  readonly traceparent?: string | undefined;
   /** The event-log topic of an event (brokers ignore it). */
   readonly topic?: string | undefined;
   /**

@@ -26,6 +26,11 @@ export interface OutgoingTraceInfo {
   readonly correlationId: string;
   /** The traceparent the message would carry without a provider (its cause's, or the option). */
   readonly traceparent: string | undefined;
+  /**
+   * True when the message is committed later, with others (what a handler records, what an outbox
+   * stores): its span marks its creation, and the commit gets a span of its own.
+   */
+  readonly deferred: boolean;
 }
 
 /**
@@ -57,6 +62,8 @@ export function prepareMessage(
     readonly encode?: EnvelopeEncoder;
     /** @defaultValue none: the cause's traceparent, else `options.traceparent` */
     readonly traceparent?: TraceparentProvider | undefined;
+    /** @defaultValue false (see {@link OutgoingTraceInfo.deferred}) */
+    readonly deferred?: boolean;
   },
 ): PreparedMessage {
   if (!isMessageDefinition(definition)) {
@@ -90,6 +97,7 @@ export function prepareMessage(
       type: definition.type,
       correlationId,
       traceparent: inherited,
+      deferred: context.deferred ?? false,
     }) ?? inherited;
   const envelope: Envelope = {
     v: ENVELOPE_VERSION,
@@ -129,6 +137,7 @@ export function prepareMessage(
       partitionKey,
       ordered: definition.ordered,
       topic: definition.topic,
+      traceparent,
       deliverAt: delayMs > 0 ? context.now + delayMs : undefined,
     },
   };

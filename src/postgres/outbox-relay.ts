@@ -17,8 +17,14 @@ import { postgresTables, type PostgresTables } from './postgres-schema.js';
  * the broker idempotently by message id, as the bus's own publish does.
  */
 export interface OutboxPublisher {
-  publish(messages: readonly OutgoingMessage[]): Promise<void>;
+  /** `options.origin` is `'outbox'`: telemetry names the relay's publishes by it. */
+  publish(
+    messages: readonly OutgoingMessage[],
+    options?: { readonly origin?: 'handler' | 'outbox' },
+  ): Promise<void>;
 }
+
+const RELAY_ORIGIN = { origin: 'outbox' } as const;
 
 /** Options of {@link startOutboxRelay}. */
 export interface OutboxRelayOptions {
@@ -395,7 +401,7 @@ export class OutboxRelay {
   async #publishRows(rows: readonly OutboxRow[]): Promise<readonly OutboxRow[]> {
     if (rows.length === 0) return rows;
     try {
-      await this.#publisher.publish(rows.map(outgoingOfRow));
+      await this.#publisher.publish(rows.map(outgoingOfRow), RELAY_ORIGIN);
       for (const row of rows) this.#heldBack.delete(row.lane);
       return rows;
     } catch {
@@ -410,7 +416,7 @@ export class OutboxRelay {
     const outcomes = await Promise.all(
       [...byLane].map(async ([lane, laneRows]) => {
         try {
-          await this.#publisher.publish(laneRows.map(outgoingOfRow));
+          await this.#publisher.publish(laneRows.map(outgoingOfRow), RELAY_ORIGIN);
           this.#heldBack.delete(lane);
           return laneRows;
         } catch (error) {

@@ -9,8 +9,16 @@ import {
   type Tracer,
   type TracerProvider,
 } from '@opentelemetry/api';
-import type { MessageTelemetry } from '../dispatch/message-telemetry.js';
-import type { Middleware, MiddlewareContext } from '../dispatch/middleware.js';
+import type { OutgoingMessage } from '../broker/message-broker.js';
+import type { ReplayTraceInfo } from '../dead-letters/replay-dead-letters.js';
+import type {
+  MessageTelemetry,
+  ProcessEnd,
+  ProcessInfo,
+  ProcessObservation,
+  PublishOrigin,
+  RefusedInfo,
+} from '../dispatch/message-telemetry.js';
 import type { OutgoingTraceInfo } from '../messages/prepare-message.js';
 import { formatTraceparent, parseTraceparent } from './traceparent.js';
 
@@ -38,16 +46,21 @@ export interface HarrierTracingOptions {
 /** The instrumentation scope of Harrier's spans. */
 export const TRACER_NAME = 'harrier';
 
+/** Most links a batch `send` span carries (one per message created in a traced context). */
+export const MAX_BATCH_LINKS = 128;
+
 /**
  * OpenTelemetry tracing for a bus: a CONSUMER `process <type>` span around each handler call (one
- * per delivery attempt), and a PRODUCER `send <type>` / `publish <type>` span for each outgoing
- * message, whose context the message carries as its traceparent.
+ * per delivery attempt), a PRODUCER span for each outgoing message (`send`/`publish <type>`, or
+ * `create <type>` for a message committed later with others), whose context the message carries as
+ * its traceparent, a CLIENT `send` span for each commit of a handler's messages or of an outbox
+ * relay's batch, and an INTERNAL `replay <type>` span for each dead letter replayed.
  *
  * @remarks
  * Spans follow the OpenTelemetry messaging semantic conventions; the table is in docs/telemetry.md.
  * The handler runs with its `process` span active, so spans it starts, and the messages it sends or
- * publishes, belong to that trace. The traceparent is written into the envelope's meta before it
- * is signed, so signing covers it.
+ * publishes, belong to that trace. The span records a scheduled retry or a dead letter as an event.
+ * The traceparent is written into the envelope's meta before it is signed, so signing covers it.
  *
  * @example
  * ```ts
@@ -63,33 +76,48 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
   // Resolved on first use, so a provider the SDK registers after the bus is made is still found.
   const getTracer = (): Tracer => (tracer ??= (provider ?? trace.getTracerProvider()).getTracer(TRACER_NAME));
 
-  const middleware: Middleware = {
-    name: 'harrier-tracing',
-    around: (call, next) => {
-      const span = startProcessSpan(getTracer(), call, system, relation);
-      return otelContext.with(trace.setSpan(otelContext.active(), span), async () => {
-        try {
-          const result = await next();
-          span.end();
-          return result;
-        } catch (error) {
-          recordFailure(span, error);
-          span.end();
-          throw error;
-        }
-      });
-    },
+  const processCall = (info: ProcessInfo): ProcessObservation => {
+    const span = startProcessSpan(getTracer(), info, system, relation);
+    return {
+      within: (run) => otelContext.with(trace.setSpan(otelContext.active(), span), run),
+      end: (end) => {
+        endProcessSpan(span, end);
+      },
+    };
+  };
+
+  const refused = (info: RefusedInfo): void => {
+    const type = info.envelope?.type ?? 'unknown';
+    const producer = parseTraceparent(info.envelope?.meta.traceparent);
+    const span = getTracer().startSpan(`process ${type}`, {
+      kind: SpanKind.CONSUMER,
+      root: true,
+      attributes: {
+        ...(info.envelope !== undefined
+          ? envelopeAttributes(system, 'process', 'process', info.envelope)
+          : {
+              'messaging.system': system,
+              'messaging.operation.name': 'process',
+              'messaging.operation.type': 'process',
+            }),
+        'messaging.consumer.group.name': info.endpoint,
+        'harrier.attempt': info.attempt,
+        ...(info.handler !== undefined ? { 'harrier.handler': info.handler } : {}),
+      },
+      links: producer === undefined ? [] : [{ context: producer }],
+    });
+    endProcessSpan(span, { kind: 'dead-letter', reason: info.reason, error: info.error });
   };
 
   const traceparent = (message: OutgoingTraceInfo): string | undefined => {
-    const operation = message.kind === 'event' ? 'publish' : 'send';
+    const operation = message.deferred ? 'create' : message.kind === 'event' ? 'publish' : 'send';
     const span = getTracer().startSpan(`${operation} ${message.type}`, {
       kind: SpanKind.PRODUCER,
       attributes: {
         'messaging.system': system,
         'messaging.destination.name': message.type,
         'messaging.operation.name': operation,
-        'messaging.operation.type': 'send',
+        'messaging.operation.type': message.deferred ? 'create' : 'send',
         'messaging.message.id': message.id,
         'messaging.message.conversation_id': message.correlationId,
       },
@@ -99,49 +127,198 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
     return trace.isSpanContextValid(spanContext) ? formatTraceparent(spanContext) : undefined;
   };
 
-  return { middleware, traceparent };
+  const publish = (
+    messages: readonly OutgoingMessage[],
+    origin: PublishOrigin | undefined,
+    run: () => Promise<void>,
+  ): Promise<void> => {
+    // bus.send / publish / schedule: the message's own PRODUCER span stands for the send.
+    if (origin === undefined) return run();
+    const span = startSendSpan(getTracer(), messages, origin, system);
+    return otelContext.with(trace.setSpan(otelContext.active(), span), () => endAfter(span, run()));
+  };
+
+  const replay = {
+    replay: <T>(info: ReplayTraceInfo, run: () => Promise<T>): Promise<T> => {
+      const span = startReplaySpan(getTracer(), info, system);
+      return otelContext.with(trace.setSpan(otelContext.active(), span), () => endAfter(span, run()));
+    },
+  };
+
+  return { traceparent, process: processCall, refused, publish, replay };
+}
+
+/** Ends `span` when `work` settles, recording its failure. */
+async function endAfter<T>(span: Span, work: Promise<T>): Promise<T> {
+  try {
+    const result = await work;
+    span.end();
+    return result;
+  } catch (error) {
+    recordFailure(span, error);
+    span.end();
+    throw error;
+  }
+}
+
+function envelopeAttributes(
+  system: string,
+  operationName: string,
+  operationType: string,
+  envelope: NonNullable<RefusedInfo['envelope']>,
+): Attributes {
+  return {
+    'messaging.system': system,
+    'messaging.destination.name': envelope.type,
+    'messaging.operation.name': operationName,
+    'messaging.operation.type': operationType,
+    'messaging.message.id': envelope.id,
+    'messaging.message.conversation_id': envelope.meta.correlationId,
+  };
 }
 
 function startProcessSpan(
   tracer: Tracer,
-  call: MiddlewareContext,
+  info: ProcessInfo,
   system: string,
   relation: 'link' | 'parent',
 ): Span {
-  const { envelope } = call.message;
-  const producer = call.inProcess ? undefined : parseTraceparent(envelope.meta.traceparent);
-  const attributes: Attributes = {
-    'messaging.system': system,
-    'messaging.destination.name': envelope.type,
-    'messaging.operation.name': 'process',
-    'messaging.operation.type': 'process',
-    'messaging.message.id': envelope.id,
-    'messaging.message.conversation_id': envelope.meta.correlationId,
-    'messaging.consumer.group.name': call.message.endpoint,
-    'harrier.handler': call.handler,
-    'harrier.handler.kind': call.handlerKind,
-    'harrier.attempt': call.message.attempt,
-  };
+  const { envelope } = info;
+  const producer = info.inProcess ? undefined : parseTraceparent(envelope.meta.traceparent);
+  const attributes = envelopeAttributes(system, 'process', 'process', envelope);
+  attributes['messaging.consumer.group.name'] = info.endpoint;
+  attributes['harrier.handler'] = info.handler;
+  attributes['harrier.handler.kind'] = info.handlerKind;
+  attributes['harrier.attempt'] = info.attempt;
   if (envelope.meta.partitionKey !== undefined) {
     attributes['harrier.partition_key'] = envelope.meta.partitionKey;
+  }
+  if (info.position !== undefined) {
+    attributes['messaging.destination.partition.id'] = String(info.position.partition);
+    attributes['harrier.log.topic'] = info.position.topic;
+    attributes['harrier.log.offset'] = info.position.offset;
   }
   const links: Link[] = producer === undefined ? [] : [{ context: producer }];
   const name = `process ${envelope.type}`;
   const spanOptions = { kind: SpanKind.CONSUMER, attributes, links };
   // execute() runs in the caller's context; a delivery starts its own trace or continues the producer's.
-  if (call.inProcess) return tracer.startSpan(name, spanOptions);
+  if (info.inProcess) return tracer.startSpan(name, spanOptions);
   if (relation === 'parent' && producer !== undefined) {
     return tracer.startSpan(name, spanOptions, trace.setSpanContext(otelContext.active(), producer));
   }
   return tracer.startSpan(name, { ...spanOptions, root: true });
 }
 
-function recordFailure(span: Span, error: unknown): void {
-  const name = error instanceof Error ? error.name : typeof error;
-  span.setAttribute('error.type', name);
-  if (error instanceof Error) span.recordException(error);
-  span.setStatus({
-    code: SpanStatusCode.ERROR,
-    message: error instanceof Error ? error.message : String(error),
+/** Records how the call ended (a retry or a dead letter as an event) and ends the span. */
+function endProcessSpan(span: Span, end: ProcessEnd): void {
+  switch (end.kind) {
+    case 'handled':
+      break;
+    case 'retry':
+      recordFailure(span, end.error);
+      span.addEvent('harrier.retry_scheduled', {
+        'harrier.retry.at': new Date(end.retryAt).toISOString(),
+        'harrier.retry.delay_ms': end.delayMs,
+      });
+      break;
+    case 'dead-letter':
+      recordFailure(span, end.error);
+      span.addEvent('harrier.dead_lettered', { 'harrier.dead_letter.reason': end.reason });
+      break;
+    case 'failed':
+      recordFailure(span, end.error);
+      break;
+    case 'abandoned':
+      span.addEvent('harrier.released');
+      break;
+  }
+  span.end();
+}
+
+function startSendSpan(
+  tracer: Tracer,
+  messages: readonly OutgoingMessage[],
+  origin: PublishOrigin,
+  system: string,
+): Span {
+  const first = messages[0];
+  const oneType = first !== undefined && messages.every((m) => m.type === first.type);
+  const links: Link[] = [];
+  for (const message of messages) {
+    if (links.length === MAX_BATCH_LINKS) break;
+    const created = parseTraceparent(message.traceparent);
+    if (created !== undefined) {
+      links.push({ context: created, attributes: { 'messaging.message.id': message.id } });
+    }
+  }
+  const attributes: Attributes = {
+    'messaging.system': system,
+    'messaging.operation.name': 'send',
+    'messaging.operation.type': 'send',
+    'messaging.batch.message_count': messages.length,
+    'harrier.origin': origin,
+  };
+  if (oneType) attributes['messaging.destination.name'] = first.type;
+  if (messages.length === 1 && first !== undefined) attributes['messaging.message.id'] = first.id;
+  return tracer.startSpan(oneType ? `send ${first.type}` : 'send', {
+    kind: SpanKind.CLIENT,
+    attributes,
+    links,
   });
+}
+
+function startReplaySpan(tracer: Tracer, info: ReplayTraceInfo, system: string): Span {
+  const { record } = info;
+  const type = record.type ?? 'unknown';
+  const attributes: Attributes = {
+    'messaging.system': system,
+    'messaging.destination.name': type,
+    'messaging.consumer.group.name': record.endpoint,
+    'harrier.dead_letter.id': record.id,
+    'harrier.dead_letter.reason': record.reason,
+    'harrier.replay.via': info.via,
+  };
+  if (record.messageId !== undefined) attributes['messaging.message.id'] = record.messageId;
+  if (record.handler !== undefined) attributes['harrier.handler'] = record.handler;
+  if (info.by !== undefined) attributes['harrier.replay.by'] = info.by;
+  const original = parseTraceparent(traceparentOfEnvelope(record.envelope));
+  return tracer.startSpan(`replay ${type}`, {
+    kind: SpanKind.INTERNAL,
+    attributes,
+    links: original === undefined ? [] : [{ context: original }],
+  });
+}
+
+const TRACEPARENT_FIELD = /"traceparent"\s*:\s*"([^"]{1,128})"/;
+
+/** The traceparent in a stored envelope's text, without decoding it (it may be signed or malformed). */
+function traceparentOfEnvelope(body: string): string | undefined {
+  return TRACEPARENT_FIELD.exec(body)?.[1];
+}
+
+function recordFailure(span: Span, error: unknown): void {
+  span.setAttribute('error.type', errorType(error));
+  if (error instanceof Error) span.recordException(error);
+  span.setStatus({ code: SpanStatusCode.ERROR, message: errorMessage(error) });
+}
+
+/** The error's name: an Error's, or an `ErrorInfo`'s (what a dead letter records). */
+function errorType(error: unknown): string {
+  if (error instanceof Error) return error.name;
+  if (typeof error === 'object' && error !== null && typeof (error as { name?: unknown }).name === 'string') {
+    return (error as { name: string }).name;
+  }
+  return typeof error;
+}
+
+function errorMessage(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  if (
+    typeof error === 'object' &&
+    error !== null &&
+    typeof (error as { message?: unknown }).message === 'string'
+  ) {
+    return (error as { message: string }).message;
+  }
+  return String(error);
 }
