@@ -120,6 +120,11 @@ export interface OrdersBusOptions {
    * @defaultValue none: projections are fed by the broker, handlers run without a transaction
    */
   readonly storage?: Pick<BusOptions, 'eventLog' | 'checkpoints' | 'unitOfWork'>;
+  /**
+   * Tracing and metrics (`harrierTracing()` from harrier/telemetry; see traced-main.ts).
+   * @defaultValue none
+   */
+  readonly telemetry?: BusOptions['telemetry'];
 }
 
 /**
@@ -157,6 +162,7 @@ export function createOrdersBus(options: OrdersBusOptions = {}): MessageBus {
     ...(options.deadLetters !== undefined ? { deadLetters: options.deadLetters } : {}),
     ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
     ...(options.sagaStore !== undefined ? { sagaStore: options.sagaStore } : {}),
+    ...(options.telemetry !== undefined ? { telemetry: options.telemetry } : {}),
     ...options.storage,
   });
 }

@@ -16,13 +16,20 @@ export interface Outcome {
   readonly stderr: string;
 }
 
-/** Runs `npx tsx <file>` with `env` added to this process's; killed with SIGKILL after `timeoutMs`. */
+/**
+ * Runs `npx tsx <file> [args]` with `env` added to this process's; killed with SIGKILL after
+ * `timeoutMs`.
+ */
 export async function runExample(
   file: string,
-  options: { readonly env?: Record<string, string>; readonly timeoutMs?: number } = {},
+  options: {
+    readonly env?: Record<string, string>;
+    readonly timeoutMs?: number;
+    readonly args?: readonly string[];
+  } = {},
 ): Promise<Outcome> {
   try {
-    const { stdout, stderr } = await run('npx', ['tsx', file], {
+    const { stdout, stderr } = await run('npx', ['tsx', file, ...(options.args ?? [])], {
       cwd: root,
       env: { ...process.env, ...options.env },
       timeout: options.timeoutMs ?? 20_000,
