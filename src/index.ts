@@ -87,6 +87,13 @@ export type {
   MessageTelemetry,
   Middleware,
   MiddlewareContext,
+  ProcessEnd,
+  ProcessInfo,
+  ProcessObservation,
+  ProjectionLag,
+  PublishOrigin,
+  RefusedInfo,
+  TelemetrySources,
   RetryingEvent,
   StopOptions,
 } from './dispatch/index.js';
@@ -117,6 +124,8 @@ export type {
   ReplayRunOptions,
   ReplaySuccess,
   ReplaySummary,
+  ReplayTelemetry,
+  ReplayTraceInfo,
 } from './dead-letters/index.js';
 export { FileEventLog, InMemoryCheckpointStore, InMemoryEventLog } from './log/index.js';
 export type {

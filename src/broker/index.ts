@@ -9,6 +9,7 @@ export {
   type NackOptions,
   type OutgoingMessage,
   type PendingDeadLetter,
+  type QueueDepth,
   type ReceiverOptions,
   type RedeliveryTarget,
   type SubscriptionSpec,

@@ -1,6 +1,6 @@
 import { Container } from 'inversify';
 import { InMemoryBroker } from '../broker/in-memory-broker.js';
-import type { MessageBroker } from '../broker/message-broker.js';
+import { toErrorInfo, type MessageBroker } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { InMemoryDeadLetterStore } from '../dead-letters/in-memory-dead-letter-store.js';
@@ -395,7 +395,9 @@ class HarrierBus implements MessageBus {
     this.#traceparent = options.telemetry?.traceparent;
     this.#telemetry = options.telemetry;
     this.publisher = new MessagePublisher({
-      ...(options.telemetry !== undefined ? { telemetry: options.telemetry } : {}),
+      ...(options.telemetry !== undefined
+        ? { telemetry: options.telemetry, logger: options.logger ?? consoleLogger }
+        : {}),
       broker: this.broker,
       registry: this.#registry,
       requireCommandRoute: options.requireCommandRoute ?? true,
@@ -575,7 +577,20 @@ class HarrierBus implements MessageBus {
     this.#state = 'started';
     await this.dispatcher.start();
     await this.projections?.start();
-    this.#unobserve = this.#telemetry?.observe?.(this.#telemetrySources());
+    const telemetry = this.#telemetry;
+    if (telemetry?.observe !== undefined) {
+      this.#unobserve = this.#guardTelemetry('observe', () => telemetry.observe?.(this.#telemetrySources()));
+    }
+  }
+
+  /** Calls a telemetry hook; logs what it throws (a broken integration must not stop the bus). */
+  #guardTelemetry<T>(hook: string, call: () => T): T | undefined {
+    try {
+      return call();
+    } catch (error) {
+      this.#logger.error(`Telemetry ${hook} threw; ignored`, { error: toErrorInfo(error) });
+      return undefined;
+    }
   }
 
   /** The gauges telemetry may read: projection lag, and queue depths where the broker counts them. */
@@ -608,8 +623,9 @@ class HarrierBus implements MessageBus {
     if (this.#state === 'stopped') return;
     const wasStarted = this.#state === 'started';
     this.#state = 'stopped';
-    this.#unobserve?.();
+    const unobserve = this.#unobserve;
     this.#unobserve = undefined;
+    if (unobserve !== undefined) this.#guardTelemetry('unobserve', unobserve);
     if (wasStarted) {
       await this.dispatcher.stop({ gracePeriodMs: options.gracePeriodMs ?? this.#gracePeriodMs });
       // Stops the lanes and commits what they completed.

@@ -34,4 +34,6 @@ export {
   type ReplayRunOptions,
   type ReplaySuccess,
   type ReplaySummary,
+  type ReplayTelemetry,
+  type ReplayTraceInfo,
 } from './replay-dead-letters.js';

@@ -1,6 +1,7 @@
 import type { MessageBroker } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import { runObserved } from '../logging/run-observed.js';
 import type { DeadLetterRecord, DeadLetterStore, ReplayRecord } from './dead-letter-store.js';
 import { runInLanes } from './run-in-lanes.js';
 import { TokenBucket } from './token-bucket.js';
@@ -395,19 +396,24 @@ async function replayRecord(
   if (viaProjection) {
     let refusal: ReplayRefusal | undefined;
     const projections = options.projections;
+    const telemetry = options.telemetry;
     const run = (): Promise<ReplayRefusal | undefined> => projections.replay(record);
     try {
-      refusal = await (options.telemetry === undefined
+      refusal = await (telemetry === undefined
         ? run()
-        : options.telemetry.replay({ record, via: 'projection', by: options.by }, async () => {
-            const refused = await run();
-            // A refusal fails the replay's span too.
-            if (refused !== undefined) throw new ProjectionReplayRefused(refused);
-            return refused;
-          }));
+        : runObserved(
+            (observed) =>
+              telemetry.replay({ record, via: 'projection', by: options.by }, async () => {
+                const refused = await observed();
+                // A refusal fails the replay's span too.
+                if (refused !== undefined) throw new ProjectionReplayRefused(refused);
+                return refused;
+              }),
+            run,
+            ignoreTelemetryFailure,
+          ));
     } catch (error) {
-      if (error instanceof ProjectionReplayRefused) refusal = error.refusal;
-      else refusal = { code: 'projection-failed', message: messageOf(error) };
+      refusal = { code: 'projection-failed', message: messageOf(error) };
     }
     if (refusal === undefined) return markReplayed(id, record, replay, store, 'handled by its projection');
     // Keep the try in the replay history; the record stays (or is set back to) dead.
@@ -436,9 +442,14 @@ async function replayRecord(
       },
     });
   try {
-    await (options.telemetry === undefined
+    const telemetry = options.telemetry;
+    await (telemetry === undefined
       ? redeliver()
-      : options.telemetry.replay({ record, via: 'redeliver', by: options.by }, redeliver));
+      : runObserved(
+          (observed) => telemetry.replay({ record, via: 'redeliver', by: options.by }, observed),
+          redeliver,
+          ignoreTelemetryFailure,
+        ));
   } catch (error) {
     return fail(
       'redeliver-failed',
@@ -447,6 +458,12 @@ async function replayRecord(
   }
   return markReplayed(id, record, replay, store, 'redelivered');
 }
+
+/**
+ * A failure of the replay's telemetry itself: the replay's result stays its own (runObserved), and
+ * a replay has no logger to report it to.
+ */
+function ignoreTelemetryFailure(): void {}
 
 /** A projection's refusal, thrown inside the replay's telemetry so its span fails. */
 class ProjectionReplayRefused extends Error {

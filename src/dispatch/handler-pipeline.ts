@@ -10,13 +10,14 @@ import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerKind } from '../handlers/handler-metadata.js';
 import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
+import { runObserved } from '../logging/run-observed.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
 import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import type { EnvelopeEncoder } from '../messages/prepare-message.js';
 import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
 import type { MessagePublisher } from './message-publisher.js';
-import type { MessageTelemetry, ProcessEnd } from './message-telemetry.js';
+import type { MessageTelemetry, ProcessEnd, ProcessInfo } from './message-telemetry.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
 import type { LogPosition, TransactionalUnitOfWork } from './transactional-unit-of-work.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
@@ -282,7 +283,9 @@ export class HandlerPipeline {
   }
 
   /** Runs one received message; never throws for anything the message or its handler does. */
-  async run(input: PipelineInput): Promise<PipelineOutcome> {
+  run(input: PipelineInput): Promise<PipelineOutcome> {
+    // Not async: a delivery without telemetry costs no promise beyond the handler's own. Callers
+    // await it inside async functions, so a throw of a bug still becomes a rejection there.
     const { facts } = input;
     const registry = this.#o.registry;
     const decoded = decodeEnvelope(input.body, (type) => registry.definition(type), {
@@ -290,76 +293,132 @@ export class HandlerPipeline {
     });
     if (!decoded.ok) {
       const type = decoded.envelope?.type;
-      return this.#refuse(
-        facts.attempt,
-        input.handler?.name ??
-          facts.handler ??
-          (type === undefined ? undefined : registry.singleHandler(type)?.name),
-        decoded.reason,
-        { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason },
-        type === undefined ? false : (registry.definition(type)?.ordered ?? false),
-        decoded.envelope,
+      return Promise.resolve(
+        this.#refuse(
+          facts.attempt,
+          input.handler?.name ??
+            facts.handler ??
+            (type === undefined ? undefined : registry.singleHandler(type)?.name),
+          decoded.reason,
+          { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason },
+          type === undefined ? false : (registry.definition(type)?.ordered ?? false),
+          decoded.envelope,
+        ),
       );
     }
     const { envelope, definition } = decoded;
     const refusal = this.#o.verify?.(input.body, envelope);
     if (refusal !== undefined) {
-      return this.#refuse(
-        facts.attempt,
-        input.handler?.name ?? facts.handler ?? registry.singleHandler(envelope.type)?.name,
-        'signature-invalid',
-        { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
-        definition.ordered,
-        envelope,
+      return Promise.resolve(
+        this.#refuse(
+          facts.attempt,
+          input.handler?.name ?? facts.handler ?? registry.singleHandler(envelope.type)?.name,
+          'signature-invalid',
+          { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
+          definition.ordered,
+          envelope,
+        ),
       );
     }
     const entry = this.#route(envelope, facts, input.handler);
     if (entry === undefined) {
       const subscription = input.handler?.name ?? facts.handler;
-      return this.#refuse(
-        facts.attempt,
-        subscription,
-        'no-handler',
-        {
-          name: 'HandlerNotFoundError',
-          message: `No handler for ${envelope.kind} "${envelope.type}"${subscription !== undefined ? ` in subscription "${subscription}"` : ''} on endpoint "${this.#o.endpoint}"`,
-          code: 'no-handler',
-        },
-        definition.ordered,
-        envelope,
+      return Promise.resolve(
+        this.#refuse(
+          facts.attempt,
+          subscription,
+          'no-handler',
+          {
+            name: 'HandlerNotFoundError',
+            message: `No handler for ${envelope.kind} "${envelope.type}"${subscription !== undefined ? ` in subscription "${subscription}"` : ''} on endpoint "${this.#o.endpoint}"`,
+            code: 'no-handler',
+          },
+          definition.ordered,
+          envelope,
+        ),
       );
     }
     const policy = this.#policy(entry, definition);
     if (facts.attempt > policy.attempts) {
       // Only a worker that died mid-handler gets here (its crash counted as an attempt): stop the loop.
       const last = facts.history[facts.history.length - 1]?.error;
-      return this.#refuse(
-        facts.attempt,
-        entry.name,
-        failureReason(entry.kind),
-        last ?? {
-          name: 'WorkerCrashedError',
-          message: `Attempt ${facts.attempt} of at most ${policy.attempts}: the workers handling this message stopped before settling it`,
-          code: 'worker-crashed',
-        },
-        definition.ordered,
-        envelope,
+      return Promise.resolve(
+        this.#refuse(
+          facts.attempt,
+          entry.name,
+          failureReason(entry.kind),
+          last ?? {
+            name: 'WorkerCrashedError',
+            message: `Attempt ${facts.attempt} of at most ${policy.attempts}: the workers handling this message stopped before settling it`,
+            code: 'worker-crashed',
+          },
+          definition.ordered,
+          envelope,
+        ),
       );
     }
     const telemetry = this.#o.telemetry;
     if (telemetry === undefined) return this.#attempt(entry, definition, envelope, policy, input);
-    const observation = telemetry.process({
-      envelope,
-      handler: entry.name,
-      handlerKind: entry.kind,
-      endpoint: this.#o.endpoint,
-      attempt: facts.attempt,
-      inProcess: false,
-      ...(input.position !== undefined ? { position: input.position } : {}),
+    return this.#observed(
+      telemetry,
+      {
+        envelope,
+        handler: entry.name,
+        handlerKind: entry.kind,
+        endpoint: this.#o.endpoint,
+        attempt: facts.attempt,
+        inProcess: false,
+        ...(input.position !== undefined ? { position: input.position } : {}),
+      },
+      () => this.#attempt(entry, definition, envelope, policy, input),
+    );
+  }
+
+  /**
+   * Runs a handler call inside telemetry's observation of it; a failing telemetry hook is logged and
+   * never changes the outcome (the call runs once either way).
+   */
+  async #observed(
+    telemetry: MessageTelemetry,
+    info: ProcessInfo,
+    attempt: () => Promise<PipelineOutcome>,
+  ): Promise<PipelineOutcome> {
+    const observation = this.#guard('process', () => telemetry.process(info));
+    if (observation === undefined) return attempt();
+    let outcome: PipelineOutcome;
+    try {
+      outcome = await runObserved(
+        (run) => observation.within(run),
+        attempt,
+        (error) => {
+          this.#telemetryFailed('within', error);
+        },
+      );
+    } catch (error) {
+      // Only a bug gets here (the attempt settles everything a handler does): still end the span.
+      this.#guard('end', () => {
+        observation.end({ kind: 'failed', error });
+      });
+      throw error;
+    }
+    this.#guard('end', () => {
+      observation.end(processEnd(outcome, this.#clock.now()));
     });
-    const outcome = await observation.within(() => this.#attempt(entry, definition, envelope, policy, input));
-    observation.end(processEnd(outcome, this.#clock.now()));
     return outcome;
+  }
+
+  /** Calls a telemetry hook; logs what it throws, and returns undefined then. */
+  #guard<T>(hook: string, call: () => T): T | undefined {
+    try {
+      return call();
+    } catch (error) {
+      this.#telemetryFailed(hook, error);
+      return undefined;
+    }
+  }
+
+  #telemetryFailed(hook: string, error: unknown): void {
+    this.#logger.error(`Telemetry ${hook} threw; ignored`, { error: toErrorInfo(error) });
   }
 
   /** Runs the handler (its step runner, or its unit of work) and decides the message's outcome. */
@@ -439,7 +498,7 @@ export class HandlerPipeline {
    * Runs a handler for an envelope made in this process (`execute`): context, middleware, invoke,
    * commit; no decoding, verification or retries, and errors reach the caller.
    */
-  async runLocal(
+  runLocal(
     entry: HandlerEntry,
     definition: MessageDefinition,
     envelope: Envelope,
@@ -447,22 +506,46 @@ export class HandlerPipeline {
   ): Promise<unknown> {
     const telemetry = this.#o.telemetry;
     if (telemetry === undefined) return this.#runLocal(entry, definition, envelope, signal);
-    const observation = telemetry.process({
-      envelope,
-      handler: entry.name,
-      handlerKind: entry.kind,
-      endpoint: this.#o.endpoint,
-      attempt: 1,
-      inProcess: true,
-    });
+    return this.#observedLocal(telemetry, entry, definition, envelope, signal);
+  }
+
+  async #observedLocal(
+    telemetry: MessageTelemetry,
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    signal: AbortSignal,
+  ): Promise<unknown> {
+    const call = (): Promise<unknown> => this.#runLocal(entry, definition, envelope, signal);
+    const observation = this.#guard('process', () =>
+      telemetry.process({
+        envelope,
+        handler: entry.name,
+        handlerKind: entry.kind,
+        endpoint: this.#o.endpoint,
+        attempt: 1,
+        inProcess: true,
+      }),
+    );
+    if (observation === undefined) return call();
     let result: unknown;
     try {
-      result = await observation.within(() => this.#runLocal(entry, definition, envelope, signal));
+      result = await runObserved(
+        (run) => observation.within(run),
+        call,
+        (error) => {
+          this.#telemetryFailed('within', error);
+        },
+      );
     } catch (error) {
-      observation.end({ kind: 'failed', error });
+      this.#guard('end', () => {
+        observation.end({ kind: 'failed', error });
+      });
       throw error;
     }
-    observation.end(HANDLED_END);
+    this.#guard('end', () => {
+      observation.end(HANDLED_END);
+    });
     return result;
   }
 
@@ -542,7 +625,12 @@ export class HandlerPipeline {
     ordered: boolean,
     envelope: Envelope | undefined,
   ): DeadLetterOutcome {
-    this.#o.telemetry?.refused?.({ envelope, handler, endpoint: this.#o.endpoint, attempt, reason, error });
+    const telemetry = this.#o.telemetry;
+    if (telemetry?.refused !== undefined) {
+      this.#guard('refused', () =>
+        telemetry.refused?.({ envelope, handler, endpoint: this.#o.endpoint, attempt, reason, error }),
+      );
+    }
     return refused(handler, reason, error, ordered, envelope);
   }
 

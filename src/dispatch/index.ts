@@ -19,8 +19,17 @@ export {
   type StepRunner,
 } from './handler-pipeline.js';
 export { HandlerContext } from './handler-context.js';
-export { MessagePublisher, type MessagePublisherOptions } from './message-publisher.js';
-export type { MessageTelemetry } from './message-telemetry.js';
+export { MessagePublisher, type MessagePublisherOptions, type PublishOptions } from './message-publisher.js';
+export type {
+  MessageTelemetry,
+  ProcessEnd,
+  ProcessInfo,
+  ProcessObservation,
+  ProjectionLag,
+  PublishOrigin,
+  RefusedInfo,
+  TelemetrySources,
+} from './message-telemetry.js';
 export {
   composeMiddleware,
   type HandlerOutcome,

@@ -1,6 +1,8 @@
-import type { MessageBroker, OutgoingMessage } from '../broker/message-broker.js';
+import { toErrorInfo, type MessageBroker, type OutgoingMessage } from '../broker/message-broker.js';
 import type { HandlerRegistry } from '../handlers/handler-registry.js';
 import type { EventLog } from '../log/event-log.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import { runObserved } from '../logging/run-observed.js';
 import type { MessageTelemetry, PublishOrigin } from './message-telemetry.js';
 
 /** Options of {@link MessagePublisher}. */
@@ -30,6 +32,8 @@ export interface MessagePublisherOptions {
    * @defaultValue none
    */
   readonly telemetry?: MessageTelemetry;
+  /** Where a failing telemetry hook is reported. @defaultValue JSON lines on stderr */
+  readonly logger?: Logger;
 }
 
 /** Options of one {@link MessagePublisher.publish}. */
@@ -75,11 +79,20 @@ export class MessagePublisher {
    * @throws what the log or the broker throws (e.g. HarrierError `no-route`); nothing of a batch the
    *   broker refused is delivered, and a retry with the same ids is safe.
    */
-  async publish(given: readonly OutgoingMessage[], options: PublishOptions = {}): Promise<void> {
-    if (given.length === 0) return;
+  publish(given: readonly OutgoingMessage[], options?: PublishOptions): Promise<void> {
+    // Not async: a publish without telemetry costs no promise beyond the commit's own.
+    if (given.length === 0) return Promise.resolve();
     const telemetry = this.#o.telemetry;
     if (telemetry?.publish === undefined) return this.#publish(given);
-    return telemetry.publish(given, options.origin, () => this.#publish(given));
+    return runObserved(
+      (run) => telemetry.publish?.(given, options?.origin, run) ?? run(),
+      () => this.#publish(given),
+      (error) => {
+        (this.#o.logger ?? consoleLogger).error('Telemetry publish threw; ignored', {
+          error: toErrorInfo(error),
+        });
+      },
+    );
   }
 
   async #publish(given: readonly OutgoingMessage[]): Promise<void> {

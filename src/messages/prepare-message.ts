@@ -137,7 +137,8 @@ export function prepareMessage(
       partitionKey,
       ordered: definition.ordered,
       topic: definition.topic,
-      traceparent,
+      // Only for telemetry's batch spans: without a provider nothing reads it (saga stores keep it).
+      traceparent: context.traceparent === undefined ? undefined : traceparent,
       deliverAt: delayMs > 0 ? context.now + delayMs : undefined,
     },
   };

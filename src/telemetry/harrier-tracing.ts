@@ -320,5 +320,10 @@ function errorMessage(error: unknown): string {
   ) {
     return (error as { message: string }).message;
   }
-  return String(error);
+  try {
+    return String(error);
+  } catch {
+    // An object without a prototype (or with a throwing toString) has no text of its own.
+    return Object.prototype.toString.call(error);
+  }
 }
