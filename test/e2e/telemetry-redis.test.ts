@@ -157,8 +157,8 @@ function useTrace(relation: NonNullable<HarrierTracingOptions['relation']>): () 
     exporter.reset();
     const commandId = await producer.send(ShipOrder, { orderId: 'o-1' }, { correlationId: CORRELATION_ID });
     await waitFor(
-      'worker A to finish its process and publish spans and worker B its process span',
-      () => spanLines(a.spansFile).length >= 2 && spanLines(b.spansFile).length >= 1,
+      'worker A to finish its process, create and send spans and worker B its process span',
+      () => spanLines(a.spansFile).length >= 3 && spanLines(b.spansFile).length >= 1,
       { timeoutMs: 10_000, explain: () => `worker A:\n${a.output()}\nworker B:\n${b.output()}` },
     );
     const sends = exporter.getFinishedSpans().filter((s) => s.name === `send ${ShipOrder.type}`);
@@ -193,15 +193,24 @@ function only(lines: readonly SpanLine[], name: string): SpanLine {
 }
 
 /** The three spans the workers finished, after checking each process finished only its own. */
-function workerSpans(trace: Trace): { processA: SpanLine; publish: SpanLine; processB: SpanLine } {
-  expect(trace.shipper).toHaveLength(2);
+function workerSpans(trace: Trace): {
+  processA: SpanLine;
+  publish: SpanLine;
+  commit: SpanLine;
+  processB: SpanLine;
+} {
+  expect(trace.shipper).toHaveLength(3);
   expect(trace.notifier).toHaveLength(1);
   const processA = only(trace.shipper, 'process telemetry.ShipOrder');
-  const publish = only(trace.shipper, 'publish telemetry.OrderShipped');
+  // The handler's event: its creation (PRODUCER `create`), then the commit (CLIENT `send`).
+  const publish = only(trace.shipper, 'create telemetry.OrderShipped');
+  const commit = only(trace.shipper, 'send telemetry.OrderShipped');
   const processB = only(trace.notifier, 'process telemetry.OrderShipped');
   expect(new Set([process.pid, processA.pid, processB.pid]).size).toBe(3);
   expect(publish.pid).toBe(processA.pid);
-  return { processA, publish, processB };
+  expect(commit).toMatchObject({ kind: SpanKind.CLIENT, parentSpanId: processA.spanId });
+  expect(commit.links).toEqual([{ traceId: publish.traceId, spanId: publish.spanId }]);
+  return { processA, publish, commit, processB };
 }
 
 describe('harrierTracing on Redis across processes', () => {
@@ -286,8 +295,8 @@ describe('harrierTracing on Redis across processes', () => {
       expect(publish.attributes).toEqual({
         'messaging.system': SYSTEM,
         'messaging.destination.name': 'telemetry.OrderShipped',
-        'messaging.operation.name': 'publish',
-        'messaging.operation.type': 'send',
+        'messaging.operation.name': 'create',
+        'messaging.operation.type': 'create',
         'messaging.message.id': eventId,
         'messaging.message.conversation_id': CORRELATION_ID,
       });
