@@ -16,7 +16,12 @@ import type { Envelope } from '../messages/envelope.js';
 import type { EnvelopeEncoder } from '../messages/prepare-message.js';
 import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
 import type { MessagePublisher } from './message-publisher.js';
-import type { MessageTelemetry, ProcessEnd } from './message-telemetry.js';
+import type {
+  MessageTelemetry,
+  ProcessEnd,
+  ProcessObservation,
+  SagaInstanceInfo,
+} from './message-telemetry.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
 import type { LogPosition, TransactionalUnitOfWork } from './transactional-unit-of-work.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
@@ -136,6 +141,8 @@ export interface PipelineStep {
   invoke(context: HandlerContext): Promise<unknown>;
   /** Publishes messages a handler recorded (the unit of work's commit), idempotent by id. */
   publish(messages: readonly OutgoingMessage[]): Promise<void>;
+  /** Tells telemetry which saga instance the step runs for (e.g. attributes of its span). */
+  sagaInstance(instance: SagaInstanceInfo): void;
 }
 
 /** How a {@link StepRunner} ended a step that threw nothing. */
@@ -357,7 +364,9 @@ export class HandlerPipeline {
       inProcess: false,
       ...(input.position !== undefined ? { position: input.position } : {}),
     });
-    const outcome = await observation.within(() => this.#attempt(entry, definition, envelope, policy, input));
+    const outcome = await observation.within(() =>
+      this.#attempt(entry, definition, envelope, policy, input, observation),
+    );
     observation.end(processEnd(outcome, this.#clock.now()));
     return outcome;
   }
@@ -369,6 +378,7 @@ export class HandlerPipeline {
     envelope: Envelope,
     policy: RetryPolicy,
     input: PipelineInput,
+    observation?: ProcessObservation,
   ): Promise<PipelineOutcome> {
     const { facts } = input;
     const startedAt = this.#clock.now();
@@ -401,7 +411,9 @@ export class HandlerPipeline {
           else outgoing = [];
         }
       } else {
-        const result = await runner(this.#step(entry, definition, envelope, facts.attempt, input));
+        const result = await runner(
+          this.#step(entry, definition, envelope, facts.attempt, input, observation),
+        );
         if (result.kind === 'dead-letter') {
           return refused(entry.name, result.reason, result.error, definition.ordered, envelope);
         }
@@ -552,6 +564,7 @@ export class HandlerPipeline {
     envelope: Envelope,
     attempt: number,
     input: PipelineInput,
+    observation: ProcessObservation | undefined,
   ): PipelineStep {
     return {
       entry,
@@ -567,6 +580,7 @@ export class HandlerPipeline {
         if (input.abandoned?.() === true) throw new HarrierError('stopping', 'The delivery was released');
         await this.#publish(entry.name, messages);
       },
+      sagaInstance: (instance) => observation?.sagaInstance?.(instance),
     };
   }
 

@@ -81,6 +81,10 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
     const span = startProcessSpan(getTracer(), info, system, relation);
     return {
       within: (run) => otelContext.with(trace.setSpan(otelContext.active(), span), run),
+      sagaInstance: (instance) => {
+        span.setAttribute('harrier.saga.name', instance.saga);
+        span.setAttribute('harrier.saga.id', instance.id);
+      },
       end: (end) => {
         endProcessSpan(span, end);
       },

@@ -1,14 +1,7 @@
 import 'reflect-metadata';
 import { randomBytes } from 'node:crypto';
-import { SpanKind, context } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import {
-  BasicTracerProvider,
-  InMemorySpanExporter,
-  SimpleSpanProcessor,
-  type ReadableSpan,
-} from '@opentelemetry/sdk-trace-base';
-import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { SpanKind } from '@opentelemetry/api';
+import { afterEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import {
   CommandHandler,
@@ -28,6 +21,7 @@ import { postgresUnitOfWork, type PostgresUnitOfWork } from '../../src/postgres/
 import { harrierTracing } from '../../src/telemetry/index.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+import { linkedSpanIds, useInMemoryTracing } from '../helpers/tracing.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
@@ -47,23 +41,7 @@ class Shipping {
   handle(): void {}
 }
 
-const contextManager = new AsyncLocalStorageContextManager();
-const exporter = new InMemorySpanExporter();
-const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-
-beforeAll(() => {
-  context.setGlobalContextManager(contextManager.enable());
-});
-afterAll(async () => {
-  context.disable();
-  await tracerProvider.shutdown();
-});
-
-function only(name: string): ReadableSpan {
-  const spans = exporter.getFinishedSpans().filter((s) => s.name === name);
-  expect(spans).toHaveLength(1);
-  return spans[0]!;
-}
+const { tracerProvider, exporter, only } = useInMemoryTracing();
 
 describe('tracing through the PostgreSQL outbox', () => {
   let schema: string;
@@ -77,7 +55,6 @@ describe('tracing through the PostgreSQL outbox', () => {
     await unit?.close();
     await dropSchema(pool, schema);
     relay = bus = unit = undefined;
-    exporter.reset();
   });
 
   /** A signed, traced bus whose handlers record into the outbox, and a relay publishing it. */
@@ -94,7 +71,12 @@ describe('tracing through the PostgreSQL outbox', () => {
       logger: silentLogger,
     });
     await bus.start();
-    relay = await startOutboxRelay({ connection: pool, publisher: bus.publisher, schema, logger: silentLogger });
+    relay = await startOutboxRelay({
+      connection: pool,
+      publisher: bus.publisher,
+      schema,
+      logger: silentLogger,
+    });
     return bus;
   }
 
@@ -119,11 +101,11 @@ describe('tracing through the PostgreSQL outbox', () => {
       ]);
       const send = sends[0]!;
       expect(send.attributes['messaging.batch.message_count']).toBe(1);
-      expect(send.links.map((l) => l.context.spanId)).toEqual([created.spanContext().spanId]);
+      expect(linkedSpanIds(send)).toEqual([created.spanContext().spanId]);
       expect(send.links[0]?.context.traceId).toBe(created.spanContext().traceId);
 
       const consumed = only('process pgt.OrderPlaced');
-      expect(consumed.links.map((l) => l.context.spanId)).toEqual([created.spanContext().spanId]);
+      expect(linkedSpanIds(consumed)).toEqual([created.spanContext().spanId]);
     });
   });
 
@@ -152,7 +134,7 @@ describe('tracing through the PostgreSQL outbox', () => {
       const send = only('send pgt.OrderPlaced');
       expect(send.kind).toBe(SpanKind.CLIENT);
       expect(send.attributes['harrier.origin']).toBe('outbox');
-      expect(send.links.map((l) => l.context.spanId)).toEqual([created.spanContext().spanId]);
+      expect(linkedSpanIds(send)).toEqual([created.spanContext().spanId]);
     });
   });
 });
