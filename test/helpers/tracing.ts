@@ -17,9 +17,9 @@ export interface InMemoryTracing {
   readonly tracerProvider: BasicTracerProvider;
   readonly exporter: InMemorySpanExporter;
   /** Finished spans, those named `name` when given. */
-  spans(name?: string): ReadableSpan[];
+  readonly spans: (name?: string) => ReadableSpan[];
   /** The one finished span named `name` (fails the test unless there is exactly one). */
-  only(name: string): ReadableSpan;
+  readonly only: (name: string) => ReadableSpan;
 }
 
 /** Sets up tracing for the calling test file; spans are cleared after each test. */
@@ -43,7 +43,7 @@ export function useInMemoryTracing(): InMemoryTracing {
     tracerProvider,
     exporter,
     spans,
-    only(name) {
+    only: (name) => {
       const named = spans(name);
       expect(named, `spans named "${name}"`).toHaveLength(1);
       return named[0]!;

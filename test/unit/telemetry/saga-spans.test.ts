@@ -63,7 +63,7 @@ class Stock {
   handle(): void {}
 }
 
-const { tracerProvider, spans, only } = useInMemoryTracing();
+const { tracerProvider, only } = useInMemoryTracing();
 
 describe('harrierTracing', () => {
   let bus: TestBus | undefined;
