@@ -27,14 +27,17 @@ const PARTITIONS = 4;
 /** An account whose events go to a partition other than 0, so the attribute cannot be right by chance. */
 const ACCOUNT = ['a', 'b', 'c', 'd', 'e'].find((key) => partitionOf(key, PARTITIONS) !== 0)!;
 
-/** Fails the first call for amount 7 (then succeeds) and every call for amount 13 (poison). */
+/** Once true, the poison event no longer fails (the bug was fixed). */
+let healed = false;
+
+/** Fails the first call for amount 7 (then succeeds) and every call for amount 13 (poison) until healed. */
 function ledgerView() {
   const tried = new Set<number>();
   @Projection('ledgerView', { retry: { attempts: 2, backoff: { baseMs: 1, jitter: 0 } } })
   class LedgerView {
     @On(Deposited)
     onDeposited(payload: PayloadOf<typeof Deposited>): void {
-      if (payload.amount === 13) throw new Error('poison');
+      if (payload.amount === 13 && !healed) throw new Error('poison');
       if (payload.amount === 7 && !tried.has(7)) {
         tried.add(7);
         throw new Error('flaky');
@@ -59,28 +62,29 @@ describe('harrierTracing', () => {
   const buses: MessageBus[] = [];
   afterEach(async () => {
     await Promise.all(buses.splice(0).map((b) => b.stop()));
+    healed = false;
   });
 
-  describe('when a projection is fed from the event log', () => {
-    async function feed(): Promise<{ ok: string; flaky: string; poison: string }> {
-      const bus = createBus({
-        endpoint: 'reports',
-        handlers: [ledgerView()],
-        definitions: [Deposited],
-        eventLog: new InMemoryEventLog({ topics: [{ name: 'ledger', partitions: PARTITIONS }] }),
-        checkpoints: new InMemoryCheckpointStore(),
-        logger: silentLogger,
-        telemetry: harrierTracing({ tracerProvider }),
-      });
-      buses.push(bus);
-      await bus.start();
-      const ok = await bus.publish(Deposited, { account: ACCOUNT, amount: 1 });
-      const flaky = await bus.publish(Deposited, { account: ACCOUNT, amount: 7 });
-      const poison = await bus.publish(Deposited, { account: ACCOUNT, amount: 13 });
-      await bus.projections!.whenCaughtUp();
-      return { ok, flaky, poison };
-    }
+  async function feed(): Promise<{ bus: MessageBus; ok: string; flaky: string; poison: string }> {
+    const bus = createBus({
+      endpoint: 'reports',
+      handlers: [ledgerView()],
+      definitions: [Deposited],
+      eventLog: new InMemoryEventLog({ topics: [{ name: 'ledger', partitions: PARTITIONS }] }),
+      checkpoints: new InMemoryCheckpointStore(),
+      logger: silentLogger,
+      telemetry: harrierTracing({ tracerProvider }),
+    });
+    buses.push(bus);
+    await bus.start();
+    const ok = await bus.publish(Deposited, { account: ACCOUNT, amount: 1 });
+    const flaky = await bus.publish(Deposited, { account: ACCOUNT, amount: 7 });
+    const poison = await bus.publish(Deposited, { account: ACCOUNT, amount: 13 });
+    await bus.projections!.whenCaughtUp();
+    return { bus, ok, flaky, poison };
+  }
 
+  describe('when a projection is fed from the event log', () => {
     it('makes a process span per event with the projection kind and the log position', async () => {
       const { ok, flaky, poison } = await feed();
       const [span] = processSpansOf(ok);
@@ -126,6 +130,39 @@ describe('harrierTracing', () => {
       expect(eventNames(last)).toEqual(['exception', 'harrier.dead_lettered']);
       expect(last?.events[1]?.attributes).toEqual({ 'harrier.dead_letter.reason': 'projection-failed' });
       expect(last?.attributes['error.type']).toBe('Error');
+    });
+  });
+
+  describe("when a poison event's dead letter is replayed through the bus", () => {
+    it('makes a replay span via the projection, an error when it fails again, and a process span per run', async () => {
+      const { bus, poison } = await feed();
+      const [record] = (await bus.deadLetters.list()).records;
+      const published = spans('publish ledger.Deposited').find(
+        (s) => s.attributes['messaging.message.id'] === poison,
+      );
+
+      expect((await bus.replayDeadLetters([record!.id], { by: 'ops' }))[0]?.ok).toBe(false);
+      healed = true;
+      expect((await bus.replayDeadLetters([record!.id], { by: 'ops' }))[0]?.ok).toBe(true);
+
+      const replays = spans('replay ledger.Deposited');
+      expect(replays.map((s) => s.status.code)).toEqual([SpanStatusCode.ERROR, SpanStatusCode.UNSET]);
+      for (const replay of replays) {
+        expect(replay.kind).toBe(SpanKind.INTERNAL);
+        expect(replay.attributes).toMatchObject({
+          'harrier.dead_letter.id': record!.id,
+          'harrier.dead_letter.reason': 'projection-failed',
+          'harrier.replay.via': 'projection',
+          'harrier.replay.by': 'ops',
+          'harrier.handler': 'ledgerView',
+        });
+        expect(linkedSpanIds(replay)).toEqual([published?.spanContext().spanId]);
+      }
+      // Two attempts live, then the attempts of each replay: the failed one's two, the healed one's one.
+      const runs = processSpansOf(poison);
+      expect(runs).toHaveLength(5);
+      expect(runs.every((s) => s.attributes['harrier.handler.kind'] === 'projection')).toBe(true);
+      expect(runs.filter((s) => s.events.some((e) => e.name === 'harrier.dead_lettered'))).toHaveLength(2);
     });
   });
 
