@@ -32,6 +32,14 @@ const CLI_LAZY_POSTGRES = {
   message: 'The CLI takes PostgreSQL functions from loadPostgresLayer(), so that --help works without pg.',
 };
 
+/** The CLI's own restriction: OpenTelemetry (an optional peer) only through loadGlobalTracing(). */
+const CLI_LAZY_TELEMETRY = {
+  regex: '^(\\.\\./)+telemetry/(?!load-tracing\\.js$)',
+  allowTypeImports: true,
+  message:
+    'The CLI takes tracing from loadGlobalTracing(), so that it runs without @opentelemetry/api (an optional peer).',
+};
+
 /** Packages only one folder may import (DESIGN.md layers), for `no-restricted-imports` paths. */
 const NO_BULLMQ = { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' };
 const NO_IOREDIS = { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' };
@@ -64,7 +72,7 @@ const layerOrder = LAYERS.map((layer, index) => {
             message: `src/${layer.join(', src/')} may import only from its own layer and those below it (DESIGN.md layers; docs/architecture.md).`,
           },
         ];
-  if (layer.includes('cli')) patterns.push(CLI_LAZY_REDIS, CLI_LAZY_POSTGRES);
+  if (layer.includes('cli')) patterns.push(CLI_LAZY_REDIS, CLI_LAZY_POSTGRES, CLI_LAZY_TELEMETRY);
   return {
     files: layer.map((folder) => `src/${folder}/**/*.ts`),
     rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns }] },

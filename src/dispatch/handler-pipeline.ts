@@ -17,7 +17,13 @@ import type { Envelope } from '../messages/envelope.js';
 import type { EnvelopeEncoder } from '../messages/prepare-message.js';
 import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
 import type { MessagePublisher } from './message-publisher.js';
-import type { MessageTelemetry, ProcessEnd, ProcessInfo } from './message-telemetry.js';
+import type {
+  MessageTelemetry,
+  ProcessEnd,
+  ProcessInfo,
+  ProcessObservation,
+  SagaInstanceInfo,
+} from './message-telemetry.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
 import type { LogPosition, TransactionalUnitOfWork } from './transactional-unit-of-work.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
@@ -137,6 +143,8 @@ export interface PipelineStep {
   invoke(context: HandlerContext): Promise<unknown>;
   /** Publishes messages a handler recorded (the unit of work's commit), idempotent by id. */
   publish(messages: readonly OutgoingMessage[]): Promise<void>;
+  /** Tells telemetry which saga instance the step runs for (e.g. attributes of its span). */
+  sagaInstance(instance: SagaInstanceInfo): void;
 }
 
 /** How a {@link StepRunner} ended a step that threw nothing. */
@@ -370,7 +378,7 @@ export class HandlerPipeline {
         inProcess: false,
         ...(input.position !== undefined ? { position: input.position } : {}),
       },
-      () => this.#attempt(entry, definition, envelope, policy, input),
+      (observation) => this.#attempt(entry, definition, envelope, policy, input, observation),
     );
   }
 
@@ -381,15 +389,15 @@ export class HandlerPipeline {
   async #observed(
     telemetry: MessageTelemetry,
     info: ProcessInfo,
-    attempt: () => Promise<PipelineOutcome>,
+    attempt: (observation: ProcessObservation | undefined) => Promise<PipelineOutcome>,
   ): Promise<PipelineOutcome> {
     const observation = this.#guard('process', () => telemetry.process(info));
-    if (observation === undefined) return attempt();
+    if (observation === undefined) return attempt(undefined);
     let outcome: PipelineOutcome;
     try {
       outcome = await runObserved(
         (run) => observation.within(run),
-        attempt,
+        () => attempt(observation),
         (error) => {
           this.#telemetryFailed('within', error);
         },
@@ -428,6 +436,7 @@ export class HandlerPipeline {
     envelope: Envelope,
     policy: RetryPolicy,
     input: PipelineInput,
+    observation?: ProcessObservation,
   ): Promise<PipelineOutcome> {
     const { facts } = input;
     const startedAt = this.#clock.now();
@@ -460,7 +469,9 @@ export class HandlerPipeline {
           else outgoing = [];
         }
       } else {
-        const result = await runner(this.#step(entry, definition, envelope, facts.attempt, input));
+        const result = await runner(
+          this.#step(entry, definition, envelope, facts.attempt, input, observation),
+        );
         if (result.kind === 'dead-letter') {
           return refused(entry.name, result.reason, result.error, definition.ordered, envelope);
         }
@@ -640,6 +651,7 @@ export class HandlerPipeline {
     envelope: Envelope,
     attempt: number,
     input: PipelineInput,
+    observation: ProcessObservation | undefined,
   ): PipelineStep {
     return {
       entry,
@@ -654,6 +666,11 @@ export class HandlerPipeline {
         // A stop released the delivery meanwhile: publish nothing (the redelivery will).
         if (input.abandoned?.() === true) throw new HarrierError('stopping', 'The delivery was released');
         await this.#publish(entry.name, messages);
+      },
+      sagaInstance: (instance) => {
+        if (observation?.sagaInstance !== undefined) {
+          this.#guard('sagaInstance', () => observation.sagaInstance?.(instance));
+        }
       },
     };
   }

@@ -39,10 +39,24 @@ export type ProcessEnd =
   /** A stop released the delivery before anything was committed: it is delivered again. */
   | { readonly kind: 'abandoned' };
 
+/** The saga instance a saga step runs for. */
+export interface SagaInstanceInfo {
+  /** The saga's name (`@Saga('name')`), which is also the step's handler name. */
+  readonly saga: string;
+  /** The saga id the step's message correlated to. */
+  readonly id: string;
+}
+
 /** Telemetry's view of one handler call, from before its middleware to the decision on its message. */
 export interface ProcessObservation {
   /** Runs the call (middleware, handler, commit) in this observation's context, e.g. with its span active. */
   within<T>(run: () => Promise<T>): Promise<T>;
+  /**
+   * Called during `within` by a saga step once it correlated its message, before it loads the
+   * instance (not called when correlation fails).
+   * @defaultValue not observed
+   */
+  sagaInstance?(instance: SagaInstanceInfo): void;
   /** Called once, after `within` settled, with what happens to the message. */
   end(end: ProcessEnd): void;
 }

@@ -44,6 +44,40 @@ export function encodeEnvelope(envelope: Envelope): string {
   return JSON.stringify(envelope);
 }
 
+const TRACEPARENT_FIELD = '"traceparent":"';
+const META_FIELD = '"meta":{';
+/** Longest traceparent read from a body (version 00 takes 55 characters; later versions may add fields). */
+const MAX_TRACEPARENT_LENGTH = 128;
+
+/**
+ * The `meta.traceparent` of an encoded envelope, read from its text without parsing it: for
+ * telemetry over stored or relayed bodies (an outbox row, a dead letter), where a JSON parse per
+ * message would cost more than the rest of the work.
+ *
+ * @remarks
+ * Reads the field where {@link encodeEnvelope} and the signer put it: `meta` is the envelope's last
+ * object (only `sig`, a string, follows it) and `traceparent` its last field, after the `headers`
+ * object. So the last `"traceparent":"` in the text is taken only when it comes after the last
+ * `"meta":{` and right after the `}` of `headers`: a payload field or a header of that name is never
+ * mistaken for it (inside a JSON string every `"` is escaped). A body laid out otherwise gives
+ * `undefined`, never a wrong value. Two backward searches from the end of the text, no regex.
+ *
+ * @returns the traceparent text as stored (not validated), or `undefined` when there is none.
+ */
+export function traceparentOfBody(body: string): string | undefined {
+  const at = body.lastIndexOf(TRACEPARENT_FIELD);
+  if (at < 2 || body.charCodeAt(at - 1) !== 0x2c /* , */ || body.charCodeAt(at - 2) !== 0x7d /* } */) {
+    return undefined;
+  }
+  const meta = body.lastIndexOf(META_FIELD);
+  if (meta < 0 || meta > at) return undefined;
+  const start = at + TRACEPARENT_FIELD.length;
+  const end = body.indexOf('"', start);
+  if (end < 0 || end - start > MAX_TRACEPARENT_LENGTH) return undefined;
+  const value = body.slice(start, end);
+  return value.includes('\\') ? undefined : value;
+}
+
 /** Size of an encoded envelope in bytes. */
 export function encodedSize(body: string | Uint8Array): number {
   return typeof body === 'string' ? Buffer.byteLength(body, 'utf8') : body.byteLength;

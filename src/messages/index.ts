@@ -31,6 +31,7 @@ export {
   decodeEnvelope,
   encodeEnvelope,
   encodedSize,
+  traceparentOfBody,
   type DecodeFailure,
   type DecodeFailureReason,
   type DecodeOptions,

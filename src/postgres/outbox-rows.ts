@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { traceparentOfBody } from '../messages/codec.js';
 import type { OutgoingMessage } from '../messages/outgoing-message.js';
 import { partitionOf } from '../messages/partition.js';
 import type { PostgresTables } from './postgres-schema.js';
@@ -37,8 +38,13 @@ export interface OutboxRow {
   readonly require_route: boolean | null;
 }
 
-/** The message an outbox row holds, as it was when {@link writeOutboxRows} stored it. */
+/**
+ * The message an outbox row holds, as it was when {@link writeOutboxRows} stored it; its
+ * traceparent is read back from the body (no column holds it), so the relay's `send` span links to
+ * the span that created each message.
+ */
 export function outgoingOfRow(row: OutboxRow): OutgoingMessage {
+  const traceparent = traceparentOfBody(row.body);
   return {
     id: row.message_id,
     kind: row.kind,
@@ -46,6 +52,7 @@ export function outgoingOfRow(row: OutboxRow): OutgoingMessage {
     body: row.body,
     ...(row.partition_key !== null ? { partitionKey: row.partition_key } : {}),
     ordered: row.ordered,
+    ...(traceparent !== undefined ? { traceparent } : {}),
     ...(row.topic !== null ? { topic: row.topic } : {}),
     ...(row.deliver_at !== null ? { deliverAt: Number(row.deliver_at) } : {}),
     ...(row.require_route !== null ? { requireRoute: row.require_route } : {}),

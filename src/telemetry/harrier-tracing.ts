@@ -19,6 +19,7 @@ import type {
   PublishOrigin,
   RefusedInfo,
 } from '../dispatch/message-telemetry.js';
+import { traceparentOfBody } from '../messages/codec.js';
 import type { OutgoingTraceInfo } from '../messages/prepare-message.js';
 import { formatTraceparent, parseTraceparent } from './traceparent.js';
 
@@ -80,6 +81,10 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
     const span = startProcessSpan(getTracer(), info, system, relation);
     return {
       within: (run) => otelContext.with(trace.setSpan(otelContext.active(), span), run),
+      sagaInstance: (instance) => {
+        span.setAttribute('harrier.saga.name', instance.saga);
+        span.setAttribute('harrier.saga.id', instance.id);
+      },
       end: (end) => {
         endProcessSpan(span, end);
       },
@@ -281,19 +286,12 @@ function startReplaySpan(tracer: Tracer, info: ReplayTraceInfo, system: string):
   if (record.messageId !== undefined) attributes['messaging.message.id'] = record.messageId;
   if (record.handler !== undefined) attributes['harrier.handler'] = record.handler;
   if (info.by !== undefined) attributes['harrier.replay.by'] = info.by;
-  const original = parseTraceparent(traceparentOfEnvelope(record.envelope));
+  const original = parseTraceparent(traceparentOfBody(record.envelope));
   return tracer.startSpan(`replay ${type}`, {
     kind: SpanKind.INTERNAL,
     attributes,
     links: original === undefined ? [] : [{ context: original }],
   });
-}
-
-const TRACEPARENT_FIELD = /"traceparent"\s*:\s*"([^"]{1,128})"/;
-
-/** The traceparent in a stored envelope's text, without decoding it (it may be signed or malformed). */
-function traceparentOfEnvelope(body: string): string | undefined {
-  return TRACEPARENT_FIELD.exec(body)?.[1];
 }
 
 function recordFailure(span: Span, error: unknown): void {

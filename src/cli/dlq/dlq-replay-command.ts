@@ -6,6 +6,7 @@ import {
 } from '../../dead-letters/replay-dead-letters.js';
 import { HarrierError } from '../../errors/harrier-error.js';
 import { createEnvelopeSigner, type EnvelopeSigner } from '../../messages/signing.js';
+import { loadGlobalTracing, type GlobalTracing } from '../../telemetry/load-tracing.js';
 import { SELECTOR_OPTIONS, contextOf, parse } from '../cli-context.js';
 import { ExitCode, nothingMatched, usageError, writeJson, type CliIo } from '../cli-io.js';
 import { ProgressBar } from '../progress.js';
@@ -17,6 +18,10 @@ import { describeSelection, selectRecords, selectionOf } from './dlq-selection.j
 /**
  * `harrier dlq replay`: parses the flags, runs {@link replayDeadLetters} (which owns lanes, rate,
  * concurrency and verification) and draws its per-record results.
+ *
+ * @remarks
+ * Traces each replay (`replay <type>` spans) through the globally registered OpenTelemetry SDK when
+ * `@opentelemetry/api` is installed (see docs/telemetry.md), and flushes the spans before returning.
  */
 export async function replayCommand(argv: readonly string[], io: CliIo): Promise<number> {
   const { values, positionals } = parse(argv, {
@@ -69,6 +74,7 @@ export async function replayCommand(argv: readonly string[], io: CliIo): Promise
         );
       }
     };
+    const tracing = dryRun ? undefined : await tracingOf(io);
     let results: ReplayResult[];
     try {
       results = await replayDeadLetters({
@@ -81,9 +87,13 @@ export async function replayCommand(argv: readonly string[], io: CliIo): Promise
         ...(rate !== undefined ? { rate } : {}),
         ...(signer !== undefined ? { verifySignature: (body: string) => signer.verify(body) } : {}),
         onResult: report,
+        ...(tracing !== undefined ? { telemetry: tracing.replay } : {}),
       });
     } finally {
       progress.finish();
+      await tracing?.flush().catch((error: unknown) => {
+        io.stderr.write(`harrier: could not export the replay's spans: ${messageOf(error)}\n`);
+      });
     }
     const { replayed, failed, skipped } = summarizeReplay(results);
     if (ctx.json) {
@@ -98,6 +108,21 @@ export async function replayCommand(argv: readonly string[], io: CliIo): Promise
     return failed > 0 ? ExitCode.someFailed : ExitCode.ok;
   });
 }
+
+/**
+ * Tracing through the global OpenTelemetry SDK; `undefined` without `@opentelemetry/api` (silently)
+ * or when it fails to load (with a warning: the replay goes on untraced).
+ */
+async function tracingOf(io: CliIo): Promise<GlobalTracing | undefined> {
+  try {
+    return await loadGlobalTracing();
+  } catch (error) {
+    io.stderr.write(`harrier: tracing is off, @opentelemetry/api did not load: ${messageOf(error)}\n`);
+    return undefined;
+  }
+}
+
+const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
 function signerOf(keys: string | undefined): EnvelopeSigner | undefined {
   if (keys === undefined || keys.trim() === '') return undefined;
