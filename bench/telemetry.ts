@@ -16,6 +16,11 @@
  *   timed until `onHandled` has counted them. Traced: a PRODUCER `send` span and a CONSUMER `process`
  *   span per message.
  *
+ * "No SDK" is `harrierTracing()` with no SDK registered (the global no-op provider): the cost an
+ * application pays before it sets tracing up. After the table, "SDK alone" times the spans a
+ * message makes with the same provider and no Harrier at all: the floor no change in Harrier can go
+ * below.
+ *
  * "Off" is a bus without `telemetry` and no context manager enabled; "on" enables the context
  * manager for the run (AsyncLocalStorage turns on Node's promise hooks, which costs every await in
  * the process, so it is part of what tracing costs) and disables it afterwards. After each traced run
@@ -37,7 +42,7 @@ import { performance } from 'node:perf_hooks';
 import { setImmediate as macrotask } from 'node:timers/promises';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { context } from '@opentelemetry/api';
+import { SpanKind, context, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { BasicTracerProvider, BatchSpanProcessor, InMemorySpanExporter } from '@opentelemetry/sdk-trace-base';
 import { Redis } from 'ioredis';
@@ -116,7 +121,7 @@ const tracerProvider = new BasicTracerProvider({
 
 /** What a bus gets for a side of the comparison, and what that side does around a run. */
 interface Side {
-  readonly name: 'off' | 'on';
+  readonly name: 'off' | 'on' | 'noSdk';
   readonly telemetry: Pick<BusOptions, 'telemetry'>;
   begin(): void;
   /** Ends the run; `spans` is how many spans it must have exported. */
@@ -126,6 +131,14 @@ interface Side {
 const off: Side = {
   name: 'off',
   telemetry: {},
+  begin: () => undefined,
+  end: () => Promise.resolve(),
+};
+
+/** `harrierTracing()` with no SDK registered: what tracing costs an application that has not set one up. */
+const noSdk: Side = {
+  name: 'noSdk',
+  telemetry: { telemetry: harrierTracing({ system: 'redis' }) },
   begin: () => undefined,
   end: () => Promise.resolve(),
 };
@@ -251,6 +264,52 @@ async function inMemorySend(side: Side, n = N_MEMORY): Promise<Sample> {
   }
 }
 
+/**
+ * The SDK's own cost per span, without Harrier: the spans a traced message makes (same attributes,
+ * a link, made active for a call, ended), in a loop; CPU us per span, median of the rounds.
+ */
+async function sdkFloor(n = N_MEMORY): Promise<number> {
+  const tracer = tracerProvider.getTracer('bench-floor');
+  const link = {
+    context: { traceId: '4bf92f3577b34da6a3ce929d0e0e4736', spanId: '00f067aa0ba902b7', traceFlags: 1 },
+  };
+  const perSpan: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    on.begin();
+    const cpu = process.cpuUsage();
+    try {
+      for (let i = 0; i < n; i++) {
+        const span = tracer.startSpan('process bench.PlaceOrder', {
+          kind: SpanKind.CONSUMER,
+          root: true,
+          links: [link],
+          attributes: {
+            'messaging.system': 'redis',
+            'messaging.destination.name': 'bench.PlaceOrder',
+            'messaging.operation.name': 'process',
+            'messaging.operation.type': 'process',
+            'messaging.message.id': `id-${i}`,
+            'messaging.message.conversation_id': `id-${i}`,
+            'messaging.consumer.group.name': 'bench',
+            'harrier.handler': 'PlaceOrderHandler',
+            'harrier.handler.kind': 'command',
+            'harrier.attempt': 1,
+          },
+        });
+        await context.with(trace.setSpan(context.active(), span), () => Promise.resolve());
+        span.end();
+      }
+    } finally {
+      const used = process.cpuUsage(cpu);
+      perSpan.push((used.user + used.system) / n);
+      await on.end(n);
+    }
+    await macrotask();
+    gc();
+  }
+  return median(perSpan);
+}
+
 // ---------------------------------------------------------------- table
 
 interface Path {
@@ -325,28 +384,31 @@ async function compare(redis: LocalRedis): Promise<void> {
     await path.run(off, WARM_UP);
     await path.run(on, WARM_UP);
   }
-  const samples = paths.map(() => ({ off: [] as Sample[], on: [] as Sample[] }));
+  const samples = paths.map(() => ({ off: [] as Sample[], on: [] as Sample[], noSdk: [] as Sample[] }));
   for (let round = 0; round < ROUNDS; round++) {
     // Every other round runs "on" first, so neither side always follows the other.
-    const sides = round % 2 === 0 ? [off, on] : [on, off];
+    const sides = round % 2 === 0 ? [off, noSdk, on] : [on, noSdk, off];
     for (const [p, path] of paths.entries()) {
       for (const side of sides) samples[p]?.[side.name].push(await path.run(side));
     }
   }
 
   const body = paths.map((path, p) => {
-    const { off: o = [], on: t = [] } = samples[p] ?? {};
+    const { off: o = [], on: t = [], noSdk: z = [] } = samples[p] ?? {};
     const offRate = median(o.map((s) => s.perSecond));
     const onRate = median(t.map((s) => s.perSecond));
     const paired = median(t.map((s, i) => s.perSecond / (o[i]?.perSecond ?? Number.NaN)));
+    const pairedNoSdk = median(z.map((s, i) => s.perSecond / (o[i]?.perSecond ?? Number.NaN)));
     return [
       path.name,
       fmtRate(offRate),
+      fmtRate(median(z.map((s) => s.perSecond))),
       fmtRate(onRate),
+      fmtRatio(pairedNoSdk),
       fmtRatio(onRate / offRate),
       fmtRatio(paired),
       fmtOverhead(paired),
-      `${median(o.map((s) => s.cpuUs)).toFixed(1)} / ${median(t.map((s) => s.cpuUs)).toFixed(1)}`,
+      `${median(o.map((s) => s.cpuUs)).toFixed(1)} / ${median(z.map((s) => s.cpuUs)).toFixed(1)} / ${median(t.map((s) => s.cpuUs)).toFixed(1)}`,
     ];
   });
   console.log(
@@ -354,11 +416,13 @@ async function compare(redis: LocalRedis): Promise<void> {
       [
         'path',
         'off msg/s',
+        'no SDK msg/s',
         'on msg/s',
+        'no SDK/off (paired)',
         'on/off (medians)',
         'on/off (paired)',
         'overhead',
-        'CPU us/msg off / on',
+        'CPU us/msg off / no SDK / on',
       ],
       body,
     ),
@@ -383,6 +447,10 @@ async function compare(redis: LocalRedis): Promise<void> {
   );
   console.log(
     `\nTarget overhead under 15%: ${1 - worst < 0.15 ? 'met' : 'NOT met'} (worst path ${fmtOverhead(worst)}, from the paired ratios)`,
+  );
+  const floor = await sdkFloor();
+  console.log(
+    `SDK alone (no Harrier): ${floor.toFixed(1)} CPU us per span started, made active with context.with and ended (same provider, processor and exporter, context manager on), so at least ${floor.toFixed(1)} us/msg on Redis consume (1 span) and ${(2 * floor).toFixed(1)} us/msg in memory (2 spans) are the SDK's own`,
   );
   console.log(`Load average at end ${fmtLoad()}; total ${((performance.now() - began) / 1000).toFixed(1)} s`);
 }

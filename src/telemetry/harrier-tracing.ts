@@ -79,6 +79,8 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
 
   const processCall = (info: ProcessInfo): ProcessObservation => {
     const span = startProcessSpan(getTracer(), info, system, relation);
+    // No SDK registered (or a span nothing records or propagates): run the call as it is.
+    if (!span.isRecording() && !trace.isSpanContextValid(span.spanContext())) return UNTRACED;
     return {
       within: (run) => otelContext.with(trace.setSpan(otelContext.active(), span), run),
       sagaInstance: (instance) => {
@@ -153,6 +155,12 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
   return { traceparent, process: processCall, refused, publish, replay };
 }
 
+/** The observation of a call no span records: the call runs in the caller's context. */
+const UNTRACED: ProcessObservation = {
+  within: (run) => run(),
+  end: () => undefined,
+};
+
 /** Ends `span` when `work` settles, recording its failure. */
 async function endAfter<T>(span: Span, work: Promise<T>): Promise<T> {
   try {
@@ -189,29 +197,40 @@ function startProcessSpan(
   relation: 'link' | 'parent',
 ): Span {
   const { envelope } = info;
-  const producer = info.inProcess ? undefined : parseTraceparent(envelope.meta.traceparent);
-  const attributes = envelopeAttributes(system, 'process', 'process', envelope);
-  attributes['messaging.consumer.group.name'] = info.endpoint;
-  attributes['harrier.handler'] = info.handler;
-  attributes['harrier.handler.kind'] = info.handlerKind;
-  attributes['harrier.attempt'] = info.attempt;
-  if (envelope.meta.partitionKey !== undefined) {
-    attributes['harrier.partition_key'] = envelope.meta.partitionKey;
+  const { meta } = envelope;
+  const producer = info.inProcess ? undefined : parseTraceparent(meta.traceparent);
+  // One literal, so every span's attributes share one object shape.
+  const attributes: Attributes = {
+    'messaging.system': system,
+    'messaging.destination.name': envelope.type,
+    'messaging.operation.name': 'process',
+    'messaging.operation.type': 'process',
+    'messaging.message.id': envelope.id,
+    'messaging.message.conversation_id': meta.correlationId,
+    'messaging.consumer.group.name': info.endpoint,
+    'harrier.handler': info.handler,
+    'harrier.handler.kind': info.handlerKind,
+    'harrier.attempt': info.attempt,
+  };
+  if (meta.partitionKey !== undefined) attributes['harrier.partition_key'] = meta.partitionKey;
+  const position = info.position;
+  if (position !== undefined) {
+    attributes['messaging.destination.partition.id'] = String(position.partition);
+    attributes['harrier.log.topic'] = position.topic;
+    attributes['harrier.log.offset'] = position.offset;
   }
-  if (info.position !== undefined) {
-    attributes['messaging.destination.partition.id'] = String(info.position.partition);
-    attributes['harrier.log.topic'] = info.position.topic;
-    attributes['harrier.log.offset'] = info.position.offset;
-  }
-  const links: Link[] = producer === undefined ? [] : [{ context: producer }];
   const name = `process ${envelope.type}`;
-  const spanOptions = { kind: SpanKind.CONSUMER, attributes, links };
   // execute() runs in the caller's context; a delivery starts its own trace or continues the producer's.
-  if (info.inProcess) return tracer.startSpan(name, spanOptions);
+  if (info.inProcess) return tracer.startSpan(name, { kind: SpanKind.CONSUMER, attributes });
+  const links: Link[] = producer === undefined ? [] : [{ context: producer }];
   if (relation === 'parent' && producer !== undefined) {
-    return tracer.startSpan(name, spanOptions, trace.setSpanContext(otelContext.active(), producer));
+    return tracer.startSpan(
+      name,
+      { kind: SpanKind.CONSUMER, attributes, links },
+      trace.setSpanContext(otelContext.active(), producer),
+    );
   }
-  return tracer.startSpan(name, { ...spanOptions, root: true });
+  return tracer.startSpan(name, { kind: SpanKind.CONSUMER, attributes, links, root: true });
 }
 
 /** Records how the call ended (a retry or a dead letter as an event) and ends the span. */

@@ -1,5 +1,6 @@
 import { TraceFlags, trace, type SpanContext } from '@opentelemetry/api';
 
+const VERSION_00 = /^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:-.*)?$/;
 
 /**
@@ -9,6 +10,17 @@ const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(
  */
 export function parseTraceparent(value: string | undefined): SpanContext | undefined {
   if (value === undefined) return undefined;
+  // The common case, a version 00 value as Harrier writes it, without the regular expression's
+  // captures (every delivery parses one).
+  if (value.length === 55 && VERSION_00.test(value)) {
+    const spanContext: SpanContext = {
+      traceId: value.slice(3, 35),
+      spanId: value.slice(36, 52),
+      traceFlags: Number.parseInt(value.slice(53, 55), 16) & TraceFlags.SAMPLED,
+      isRemote: true,
+    };
+    return trace.isSpanContextValid(spanContext) ? spanContext : undefined;
+  }
   const match = TRACEPARENT.exec(value.trim());
   if (match === null) return undefined;
   const [, version, traceId = '', spanId = '', flags = '00'] = match;
