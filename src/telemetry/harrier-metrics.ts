@@ -174,6 +174,8 @@ export function harrierMetrics(options: HarrierMetricsOptions = {}): MessageTele
 }
 
 function createInstruments(meter: Meter): Instruments {
+  /** Options of a whole-number instrument. */
+  const count = (description: string, unit: string) => ({ description, unit, valueType: ValueType.INT });
   return {
     live: meter !== createNoopMeter(),
     duration: meter.createHistogram('messaging.process.duration', {
@@ -181,31 +183,29 @@ function createInstruments(meter: Meter): Instruments {
       unit: 's',
       advice: { explicitBucketBoundaries: [...PROCESS_DURATION_BUCKETS] },
     }),
-    consumed: meter.createCounter('messaging.client.consumed.messages', {
-      description: 'Messages delivered to a handler (each attempt), or refused before any handler ran.',
-      unit: '{message}',
-      valueType: ValueType.INT,
-    }),
-    sent: meter.createCounter('messaging.client.sent.messages', {
-      description: 'Messages handed to the broker (with error.type when the commit failed).',
-      unit: '{message}',
-      valueType: ValueType.INT,
-    }),
-    deadLetters: meter.createCounter('harrier.dead_letters', {
-      description: 'Messages dead-lettered, by reason.',
-      unit: '{message}',
-      valueType: ValueType.INT,
-    }),
-    projectionLag: meter.createObservableGauge('harrier.projection.lag', {
-      description: 'Events in a log partition that a projection has not applied yet.',
-      unit: '{event}',
-      valueType: ValueType.INT,
-    }),
-    queueDepth: meter.createObservableGauge('harrier.queue.depth', {
-      description: 'Messages in a broker queue an endpoint receives from, by state.',
-      unit: '{message}',
-      valueType: ValueType.INT,
-    }),
+    consumed: meter.createCounter(
+      'messaging.client.consumed.messages',
+      count(
+        'Messages delivered to a handler (each attempt), or refused before any handler ran.',
+        '{message}',
+      ),
+    ),
+    sent: meter.createCounter(
+      'messaging.client.sent.messages',
+      count('Messages handed to the broker (with error.type when the commit failed).', '{message}'),
+    ),
+    deadLetters: meter.createCounter(
+      'harrier.dead_letters',
+      count('Messages dead-lettered, by reason.', '{message}'),
+    ),
+    projectionLag: meter.createObservableGauge(
+      'harrier.projection.lag',
+      count('Events in a log partition that a projection has not applied yet.', '{event}'),
+    ),
+    queueDepth: meter.createObservableGauge(
+      'harrier.queue.depth',
+      count('Messages in a broker queue an endpoint receives from, by state.', '{message}'),
+    ),
   };
 }
 
