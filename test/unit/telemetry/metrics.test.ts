@@ -10,22 +10,12 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import {
-  CommandHandler,
-  EventHandler,
-  On,
-  Projection,
-  createBus,
-  defineEvent,
-  silentLogger,
-  type MessageBus,
-  type MessageContext,
-  type PayloadOf,
-} from '../../../src/index.js';
+import { On, Projection, createBus, defineEvent, silentLogger, type MessageBus } from '../../../src/index.js';
 import { InMemoryEventLog } from '../../../src/log/index.js';
 import { harrierMetrics, harrierTelemetry } from '../../../src/telemetry/index.js';
 import { createTestBus } from '../../../src/testing/index.js';
-import { OrderPlaced, PlaceOrder } from '../bus/fixtures.js';
+import { PlaceOrder } from '../bus/fixtures.js';
+import { Broken, Flaky, PlaceOrderHandler } from './fixtures.js';
 
 /** A reader that exports nothing: the test collects when it wants to look. */
 class OnDemandReader extends MetricReader {
@@ -87,35 +77,6 @@ function recorded(metrics: readonly MetricData[], attributes: Record<string, str
     (sum, point) => sum + (point.value as { count: number }).count,
     0,
   );
-}
-
-class FlakyError extends Error {
-  override name = 'FlakyError';
-}
-class BrokenError extends Error {
-  override name = 'BrokenError';
-}
-
-@CommandHandler(PlaceOrder)
-class PlaceOrderHandler {
-  handle(payload: PayloadOf<typeof PlaceOrder>, ctx: MessageContext) {
-    ctx.publish(OrderPlaced, { orderId: payload.orderId, amount: payload.amount });
-    return { accepted: true };
-  }
-}
-
-@EventHandler(OrderPlaced, { retry: { attempts: 3 } })
-class Flaky {
-  handle(_payload: unknown, ctx: MessageContext): void {
-    if (ctx.attempt === 1) throw new FlakyError('first attempt fails');
-  }
-}
-
-@EventHandler(OrderPlaced, { retry: { attempts: 2 } })
-class Broken {
-  handle(): void {
-    throw new BrokenError('always fails');
-  }
 }
 
 describe('harrierMetrics', () => {
