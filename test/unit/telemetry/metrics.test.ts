@@ -10,7 +10,15 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { On, Projection, createBus, defineEvent, silentLogger, type MessageBus } from '../../../src/index.js';
+import {
+  On,
+  Projection,
+  createBus,
+  defineEvent,
+  silentLogger,
+  type MessageBus,
+  type MessageTelemetry,
+} from '../../../src/index.js';
 import { InMemoryEventLog } from '../../../src/log/index.js';
 import { harrierMetrics, harrierTelemetry } from '../../../src/telemetry/index.js';
 import { createTestBus } from '../../../src/testing/index.js';
@@ -241,6 +249,31 @@ describe('harrierMetrics', () => {
           },
         },
       ]);
+    });
+  });
+
+  describe('without an SDK registered', () => {
+    it('hands out one shared no-op observation instead of measuring each call', () => {
+      const telemetry = harrierMetrics();
+      const id = randomUUID();
+      const info: Parameters<MessageTelemetry['process']>[0] = {
+        envelope: {
+          v: 1,
+          id,
+          kind: 'command',
+          type: PlaceOrder.type,
+          payload: { orderId: 'o-1', amount: 1 },
+          meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
+        },
+        handler: 'PlaceOrderHandler',
+        handlerKind: 'command',
+        endpoint: 'shop',
+        attempt: 1,
+        inProcess: false,
+      };
+      const first = telemetry.process(info);
+      expect(telemetry.process(info)).toBe(first);
+      expect(harrierMetrics({ meterProvider: sdk().meterProvider }).process(info)).not.toBe(first);
     });
   });
 
