@@ -12,6 +12,7 @@ import {
   type NackOptions,
   type OutgoingMessage,
   type PendingDeadLetter,
+  type QueueDepth,
   type ReceiverOptions,
   type RedeliveryTarget,
   type SubscriptionSpec,
@@ -96,6 +97,8 @@ class MemoryQueue {
   /** Messages held (ready, waiting or in flight). */
   stored = 0;
   inFlight = 0;
+  /** Messages waiting for their due time on a timer. */
+  delayed = 0;
   /** Whether some endpoint registered to consume this queue. */
   consumed = false;
 
@@ -324,6 +327,23 @@ export class InMemoryBroker implements MessageBroker {
     return { ready, waiting, inFlight: this.#inFlight.size, unconsumed };
   }
 
+  /**
+   * Messages in each queue `endpoint` receives from (its command types' queues and its event
+   * subscriptions' queues), by state: `waiting` (ready, or behind an earlier message of the same
+   * key), `active` (delivered, not settled) and `delayed` (waiting for a delay or a retry time).
+   */
+  queueDepths(endpoint: string): Promise<readonly QueueDepth[]> {
+    const queues = this.#endpointQueues.get(endpoint) ?? [];
+    return Promise.resolve(
+      queues.map((queue) => ({
+        queue: queue.name,
+        waiting: queue.stored - queue.inFlight - queue.delayed,
+        active: queue.inFlight,
+        delayed: queue.delayed,
+      })),
+    );
+  }
+
   /** Calls `listener` after every change of what the broker holds; returns an unsubscribe function. */
   onChange(listener: () => void): () => void {
     this.#listeners.add(listener);
@@ -406,8 +426,10 @@ export class InMemoryBroker implements MessageBroker {
       this.#makeReady(stored);
       return;
     }
+    stored.queue.delayed++;
     const cancel = this.#clock.setTimer(delay, () => {
       this.#timers.delete(cancel);
+      stored.queue.delayed--;
       if (!this.#closed) {
         this.#makeReady(stored);
         this.#changed();

@@ -6,6 +6,7 @@ import type {
   MessageBroker,
   NackOptions,
   OutgoingMessage,
+  QueueDepth,
   ReceiverOptions,
   RedeliveryTarget,
   SubscriptionSpec,
@@ -22,7 +23,7 @@ import { BullMqReceiver } from './bullmq-receiver.js';
 import { EventRouteCache, parseRoutes, routesVersion, type Route } from './event-route-cache.js';
 import { jobOptions, toJobData, type JobData, type JobSettings } from './job-data.js';
 import { PendingDeliveries, type Outcome } from './pending-deliveries.js';
-import { assertQueueNamePart, QueueLayout } from './queue-layout.js';
+import { assertQueueNamePart, baseQueueName, QueueLayout } from './queue-layout.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
 
@@ -378,6 +379,36 @@ export class BullMqBroker implements MessageBroker {
     );
   }
 
+  /**
+   * Jobs in each queue `endpoint` receives from, by state: one row per command type's queue and per
+   * event subscription's queue, its partition queues (ordered types) added in. `waiting` counts
+   * BullMQ's wait and prioritized jobs.
+   *
+   * @remarks
+   * One `getJobCounts` script per BullMQ queue, all sent at once on the producer connection (so
+   * they share a round trip). Only the subscriptions this broker registered for `endpoint` count.
+   */
+  async queueDepths(endpoint: string): Promise<readonly QueueDepth[]> {
+    this.#assertOpen();
+    await this.#connected();
+    const names = this.queuesOf(endpoint);
+    const counts = await this.#withTimeout(
+      Promise.all(names.map((name) => this.#queue(name).getJobCounts(...COUNTED_STATES))),
+      'count jobs',
+    );
+    const depths = new Map<string, { queue: string; waiting: number; active: number; delayed: number }>();
+    names.forEach((name, index) => {
+      const count = counts[index] ?? {};
+      const queue = baseQueueName(name);
+      const depth = depths.get(queue) ?? { queue, waiting: 0, active: 0, delayed: 0 };
+      depth.waiting += (count.wait ?? 0) + (count.prioritized ?? 0);
+      depth.active += count.active ?? 0;
+      depth.delayed += count.delayed ?? 0;
+      depths.set(queue, depth);
+    });
+    return [...depths.values()];
+  }
+
   async *#receive(options: ReceiverOptions, specs: readonly SubscriptionSpec[]): AsyncGenerator<Delivery> {
     const receiver = new BullMqReceiver(
       {
@@ -519,6 +550,9 @@ export class BullMqBroker implements MessageBroker {
       );
   }
 }
+
+/** The BullMQ job states {@link BullMqBroker.queueDepths} reads. */
+const COUNTED_STATES = ['wait', 'prioritized', 'active', 'delayed'] as const;
 
 /** @throws HarrierError `invalid-option` unless `value` is a whole number of at least `min`. */
 function assertWhole(value: number, option: string, min: number, example: string): void {

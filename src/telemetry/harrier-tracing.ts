@@ -21,6 +21,7 @@ import type {
 } from '../dispatch/message-telemetry.js';
 import { traceparentOfBody } from '../messages/codec.js';
 import type { OutgoingTraceInfo } from '../messages/prepare-message.js';
+import { errorType } from './error-type.js';
 import { formatTraceparent, parseTraceparent } from './traceparent.js';
 
 /** Options of {@link harrierTracing}. */
@@ -317,15 +318,6 @@ function recordFailure(span: Span, error: unknown): void {
   span.setAttribute('error.type', errorType(error));
   if (error instanceof Error) span.recordException(error);
   span.setStatus({ code: SpanStatusCode.ERROR, message: errorMessage(error) });
-}
-
-/** The error's name: an Error's, or an `ErrorInfo`'s (what a dead letter records). */
-function errorType(error: unknown): string {
-  if (error instanceof Error) return error.name;
-  if (typeof error === 'object' && error !== null && typeof (error as { name?: unknown }).name === 'string') {
-    return (error as { name: string }).name;
-  }
-  return typeof error;
 }
 
 function errorMessage(error: unknown): string {

@@ -354,6 +354,46 @@ describe('InMemoryBroker', () => {
     });
   });
 
+  describe('.queueDepths', () => {
+    describe('when messages wait, are delayed, are in flight, then are consumed', () => {
+      it('counts them per queue of the endpoint by state, and zero once they are acked', async () => {
+        const { clock, broker, take } = await setup();
+        const depth = async () => broker.queueDepths(ENDPOINT);
+        await broker.publish(command({ partitionKey: 'k', ordered: true }));
+        await broker.publish(command({ partitionKey: 'k', ordered: true }));
+        await broker.publish(command({ deliverAt: clock.now() + 100 }));
+        expect(await depth()).toEqual([{ queue: `command:${TYPE}`, waiting: 2, active: 0, delayed: 1 }]);
+
+        const first = await take();
+        expect(await depth()).toEqual([{ queue: `command:${TYPE}`, waiting: 1, active: 1, delayed: 1 }]);
+
+        await broker.nack(first.id, { retryAt: clock.now() + 50 });
+        expect(await depth()).toEqual([{ queue: `command:${TYPE}`, waiting: 1, active: 0, delayed: 2 }]);
+
+        clock.advance(100);
+        for (let i = 0; i < 3; i++) await broker.ack((await take()).id);
+        expect(await depth()).toEqual([{ queue: `command:${TYPE}`, waiting: 0, active: 0, delayed: 0 }]);
+      });
+    });
+
+    describe('for an endpoint with event subscriptions, or none registered', () => {
+      it('lists each subscription queue, and nothing for an unknown endpoint', async () => {
+        const broker = new InMemoryBroker();
+        cleanups.push(() => broker.close());
+        await broker.register('billing', [
+          { handler: 'invoice', kind: 'event', types: ['orders.OrderPlaced'] },
+          { handler: 'audit', kind: 'event', types: ['orders.OrderPlaced'] },
+        ]);
+        await broker.publish({ id: 'e-1', kind: 'event', type: 'orders.OrderPlaced', body: '{}' });
+        expect(await broker.queueDepths('billing')).toEqual([
+          { queue: 'event:billing:invoice', waiting: 1, active: 0, delayed: 0 },
+          { queue: 'event:billing:audit', waiting: 1, active: 0, delayed: 0 },
+        ]);
+        expect(await broker.queueDepths('nobody')).toEqual([]);
+      });
+    });
+  });
+
   describe('.onChange', () => {
     describe('when what the broker holds changes', () => {
       it('calls the listener on publish, delivery, settlement and due timers until unsubscribed', async () => {

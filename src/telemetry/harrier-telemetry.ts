@@ -1,0 +1,101 @@
+import type { ReplayTraceInfo } from '../dead-letters/replay-dead-letters.js';
+import type { MessageTelemetry, ProcessInfo, ProcessObservation } from '../dispatch/message-telemetry.js';
+import { harrierMetrics, type HarrierMetricsOptions } from './harrier-metrics.js';
+import { harrierTracing, type HarrierTracingOptions } from './harrier-tracing.js';
+
+/** Options of {@link harrierTelemetry}. */
+export interface HarrierTelemetryOptions {
+  /**
+   * Spans ({@link harrierTracing}), or `false` for none.
+   * @defaultValue `{}` (tracing on, with its defaults)
+   */
+  readonly tracing?: HarrierTracingOptions | false;
+  /**
+   * Metrics ({@link harrierMetrics}), or `false` for none.
+   * @defaultValue `{}` (metrics on, with their defaults)
+   */
+  readonly metrics?: HarrierMetricsOptions | false;
+}
+
+/**
+ * OpenTelemetry tracing and metrics for a bus in one {@link MessageTelemetry}: what
+ * `harrierTracing()` and `harrierMetrics()` do, together.
+ *
+ * @remarks
+ * Tracing is the outer one: a handler call runs inside its `process` span, and the duration the
+ * histogram records is measured inside that span (started after it, ended before it), so it is the
+ * span's work without the span's own bookkeeping, and anything metrics does runs with the span active.
+ * Likewise a commit is counted inside its `send` span.
+ *
+ * @example
+ * ```ts
+ * import { harrierTelemetry } from 'harrier/telemetry';
+ * const bus = createBus({ endpoint: 'orders', handlers, telemetry: harrierTelemetry() });
+ * ```
+ */
+export function harrierTelemetry(options: HarrierTelemetryOptions = {}): MessageTelemetry {
+  const parts: MessageTelemetry[] = [];
+  if (options.tracing !== false) parts.push(harrierTracing(options.tracing ?? {}));
+  if (options.metrics !== false) parts.push(harrierMetrics(options.metrics ?? {}));
+  return combineTelemetry(parts);
+}
+
+/**
+ * One telemetry out of several, the first outermost: each hook calls every part that has it, and
+ * the traceparent is the first one a part gives.
+ */
+export function combineTelemetry(parts: readonly MessageTelemetry[]): MessageTelemetry {
+  const [only, ...more] = parts;
+  if (only !== undefined && more.length === 0) return only;
+  const publishers = parts.flatMap((part) => (part.publish === undefined ? [] : [part.publish.bind(part)]));
+  const refusers = parts.flatMap((part) => (part.refused === undefined ? [] : [part.refused.bind(part)]));
+  const observers = parts.flatMap((part) => (part.observe === undefined ? [] : [part.observe.bind(part)]));
+  const replayers = parts.flatMap((part) => (part.replay === undefined ? [] : [part.replay]));
+  return {
+    traceparent: (message) => {
+      for (const part of parts) {
+        const traceparent = part.traceparent(message);
+        if (traceparent !== undefined) return traceparent;
+      }
+      return undefined;
+    },
+    process: (info: ProcessInfo): ProcessObservation => {
+      const observations = parts.map((part) => part.process(info));
+      return {
+        within: (run) =>
+          observations.reduceRight((inner, observation) => () => observation.within(inner), run)(),
+        sagaInstance: (instance) => {
+          for (const observation of observations) observation.sagaInstance?.(instance);
+        },
+        end: (end) => {
+          for (let index = observations.length - 1; index >= 0; index--) observations[index]?.end(end);
+        },
+      };
+    },
+    refused: (info) => {
+      for (const refused of refusers) refused(info);
+    },
+    publish: (messages, origin, run) =>
+      publishers.reduceRight<() => Promise<void>>(
+        (inner, publish) => () => publish(messages, origin, inner),
+        run,
+      )(),
+    ...(replayers.length > 0
+      ? {
+          replay: {
+            replay: <T>(info: ReplayTraceInfo, run: () => Promise<T>): Promise<T> =>
+              replayers.reduceRight<() => Promise<T>>(
+                (inner, replayer) => () => replayer.replay(info, inner),
+                run,
+              )(),
+          },
+        }
+      : {}),
+    observe: (sources) => {
+      const stops = observers.map((observe) => observe(sources));
+      return () => {
+        for (const stop of stops) stop();
+      };
+    },
+  };
+}
