@@ -20,7 +20,6 @@ import type { MessagePublisher } from './message-publisher.js';
 import type {
   MessageTelemetry,
   ProcessEnd,
-  ProcessInfo,
   ProcessObservation,
   SagaInstanceInfo,
 } from './message-telemetry.js';
@@ -367,9 +366,8 @@ export class HandlerPipeline {
     }
     const telemetry = this.#o.telemetry;
     if (telemetry === undefined) return this.#attempt(entry, definition, envelope, policy, input);
-    return this.#observed(
-      telemetry,
-      {
+    const observation = this.#guard('process', () =>
+      telemetry.process({
         envelope,
         handler: entry.name,
         handlerKind: entry.kind,
@@ -377,8 +375,11 @@ export class HandlerPipeline {
         attempt: facts.attempt,
         inProcess: false,
         ...(input.position !== undefined ? { position: input.position } : {}),
-      },
-      (observation) => this.#attempt(entry, definition, envelope, policy, input, observation),
+      }),
+    );
+    if (observation === undefined) return this.#attempt(entry, definition, envelope, policy, input);
+    return this.#observed(observation, () =>
+      this.#attempt(entry, definition, envelope, policy, input, observation),
     );
   }
 
@@ -387,17 +388,14 @@ export class HandlerPipeline {
    * never changes the outcome (the call runs once either way).
    */
   async #observed(
-    telemetry: MessageTelemetry,
-    info: ProcessInfo,
-    attempt: (observation: ProcessObservation | undefined) => Promise<PipelineOutcome>,
+    observation: ProcessObservation,
+    attempt: () => Promise<PipelineOutcome>,
   ): Promise<PipelineOutcome> {
-    const observation = this.#guard('process', () => telemetry.process(info));
-    if (observation === undefined) return attempt(undefined);
     let outcome: PipelineOutcome;
     try {
       outcome = await runObserved(
         (run) => observation.within(run),
-        () => attempt(observation),
+        attempt,
         (error) => {
           this.#telemetryFailed('within', error);
         },
@@ -517,17 +515,6 @@ export class HandlerPipeline {
   ): Promise<unknown> {
     const telemetry = this.#o.telemetry;
     if (telemetry === undefined) return this.#runLocal(entry, definition, envelope, signal);
-    return this.#observedLocal(telemetry, entry, definition, envelope, signal);
-  }
-
-  async #observedLocal(
-    telemetry: MessageTelemetry,
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    signal: AbortSignal,
-  ): Promise<unknown> {
-    const call = (): Promise<unknown> => this.#runLocal(entry, definition, envelope, signal);
     const observation = this.#guard('process', () =>
       telemetry.process({
         envelope,
@@ -538,7 +525,11 @@ export class HandlerPipeline {
         inProcess: true,
       }),
     );
-    if (observation === undefined) return call();
+    if (observation === undefined) return this.#runLocal(entry, definition, envelope, signal);
+    return this.#observedLocal(observation, () => this.#runLocal(entry, definition, envelope, signal));
+  }
+
+  async #observedLocal(observation: ProcessObservation, call: () => Promise<unknown>): Promise<unknown> {
     let result: unknown;
     try {
       result = await runObserved(

@@ -107,8 +107,12 @@ export interface ProjectionLag {
 export interface MessageTelemetry {
   /** Called as each outgoing message is prepared, in the sender's async context. */
   readonly traceparent: TraceparentProvider;
-  /** Called as a handler call starts (before its middleware), after routing found its handler. */
-  process(info: ProcessInfo): ProcessObservation;
+  /**
+   * Called as a handler call starts (before its middleware), after routing found its handler.
+   * Returns `undefined` when there is nothing to observe (no SDK registered): the call then runs
+   * exactly as without telemetry.
+   */
+  process(info: ProcessInfo): ProcessObservation | undefined;
   /** Called when a received message is dead-lettered before any handler ran. */
   refused?(info: RefusedInfo): void;
   /**

@@ -60,11 +60,6 @@ interface Instruments {
   readonly queueDepth: ObservableGauge;
 }
 
-const NOOP_OBSERVATION: ProcessObservation = {
-  within: (run) => run(),
-  end: () => undefined,
-};
-
 const NOTHING_TO_REMOVE = (): void => undefined;
 
 /**
@@ -93,9 +88,10 @@ export function harrierMetrics(options: HarrierMetricsOptions = {}): MessageTele
   const get = (): Instruments =>
     (instruments ??= createInstruments((provider ?? metrics.getMeterProvider()).getMeter(METER_NAME)));
 
-  const processCall = (info: ProcessInfo): ProcessObservation => {
+  const processCall = (info: ProcessInfo): ProcessObservation | undefined => {
     const i = get();
-    return i.live ? new MetricsObservation(i, info, system) : NOOP_OBSERVATION;
+    // No SDK: nothing to observe, and the pipeline runs the call as without telemetry.
+    return i.live ? new MetricsObservation(i, info, system) : undefined;
   };
 
   const refused = (info: RefusedInfo): void => {

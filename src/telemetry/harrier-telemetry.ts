@@ -59,8 +59,9 @@ export function combineTelemetry(parts: readonly MessageTelemetry[]): MessageTel
       }
       return undefined;
     },
-    process: (info: ProcessInfo): ProcessObservation => {
-      const observations = parts.map((part) => part.process(info));
+    process: (info: ProcessInfo): ProcessObservation | undefined => {
+      const observations = parts.flatMap((part) => part.process(info) ?? []);
+      if (observations.length <= 1) return observations[0];
       return {
         within: (run) =>
           observations.reduceRight((inner, observation) => () => observation.within(inner), run)(),

@@ -78,10 +78,13 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
   // Resolved on first use, so a provider the SDK registers after the bus is made is still found.
   const getTracer = (): Tracer => (tracer ??= (provider ?? trace.getTracerProvider()).getTracer(TRACER_NAME));
 
-  const processCall = (info: ProcessInfo): ProcessObservation => {
+  // No provider given and none registered: the global one is the API's no-op, and every hook
+  // returns before it builds a span (the "no-op check" the docs promise).
+  const untraced = (): boolean => provider === undefined && isGlobalNoop();
+
+  const processCall = (info: ProcessInfo): ProcessObservation | undefined => {
+    if (untraced()) return undefined;
     const span = startProcessSpan(getTracer(), info, system, relation);
-    // No SDK registered (or a span nothing records or propagates): run the call as it is.
-    if (!span.isRecording() && !trace.isSpanContextValid(span.spanContext())) return UNTRACED;
     return {
       within: (run) => otelContext.with(trace.setSpan(otelContext.active(), span), run),
       sagaInstance: (instance) => {
@@ -95,6 +98,7 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
   };
 
   const refused = (info: RefusedInfo): void => {
+    if (untraced()) return;
     const type = info.envelope?.type ?? 'unknown';
     const producer = parseTraceparent(info.envelope?.meta.traceparent);
     const span = getTracer().startSpan(`process ${type}`, {
@@ -118,6 +122,7 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
   };
 
   const traceparent = (message: OutgoingTraceInfo): string | undefined => {
+    if (untraced()) return undefined;
     const operation = message.deferred ? 'create' : message.kind === 'event' ? 'publish' : 'send';
     const span = getTracer().startSpan(`${operation} ${message.type}`, {
       kind: SpanKind.PRODUCER,
@@ -141,7 +146,7 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
     run: () => Promise<void>,
   ): Promise<void> => {
     // bus.send / publish / schedule: the message's own PRODUCER span stands for the send.
-    if (origin === undefined) return run();
+    if (origin === undefined || untraced()) return run();
     const span = startSendSpan(getTracer(), messages, origin, system);
     return otelContext.with(trace.setSpan(otelContext.active(), span), () => endAfter(span, run()));
   };
@@ -156,11 +161,26 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
   return { traceparent, process: processCall, refused, publish, replay };
 }
 
-/** The observation of a call no span records: the call runs in the caller's context. */
-const UNTRACED: ProcessObservation = {
-  within: (run) => run(),
-  end: () => undefined,
-};
+/** The provider behind the global proxy last looked at, and whether it was the API's no-op one. */
+let lastDelegate: TracerProvider | undefined;
+let lastWasNoop = false;
+
+/**
+ * Whether the global tracer provider is still the API's no-op one: the provider behind the global
+ * proxy is probed once each time it changes (an SDK registers), with a root span that is never
+ * ended, so never exported. A no-op span records nothing and carries no trace id; an SDK's does,
+ * even when its sampler drops it.
+ */
+function isGlobalNoop(): boolean {
+  const global = trace.getTracerProvider() as TracerProvider & { getDelegate?: () => TracerProvider };
+  const delegate = typeof global.getDelegate === 'function' ? global.getDelegate() : global;
+  if (delegate !== lastDelegate) {
+    const probe = delegate.getTracer(TRACER_NAME).startSpan('harrier.probe', { root: true });
+    lastWasNoop = !probe.isRecording() && !trace.isSpanContextValid(probe.spanContext());
+    lastDelegate = delegate;
+  }
+  return lastWasNoop;
+}
 
 /** Ends `span` when `work` settles, recording its failure. */
 async function endAfter<T>(span: Span, work: Promise<T>): Promise<T> {
