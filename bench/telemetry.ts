@@ -121,7 +121,7 @@ const tracerProvider = new BasicTracerProvider({
 
 /** What a bus gets for a side of the comparison, and what that side does around a run. */
 interface Side {
-  readonly name: 'off' | 'on' | 'noSdk';
+  readonly name: 'off' | 'on' | 'noSdk' | 'offAls';
   readonly telemetry: Pick<BusOptions, 'telemetry'>;
   begin(): void;
   /** Ends the run; `spans` is how many spans it must have exported. */
@@ -133,6 +133,25 @@ const off: Side = {
   telemetry: {},
   begin: () => undefined,
   end: () => Promise.resolve(),
+};
+
+/**
+ * Tracing off in an application that already has OpenTelemetry's context manager running (an SDK
+ * with HTTP instrumentation, say): AsyncLocalStorage's hooks are on for every promise and socket
+ * write whether Harrier traces or not, so "on" against this side is what Harrier's spans add there.
+ */
+const offAls: Side = {
+  name: 'offAls',
+  telemetry: {},
+  begin: () => {
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    // Entering a context once turns AsyncLocalStorage's hooks on, as any instrumentation does.
+    context.with(context.active(), () => undefined);
+  },
+  end: () => {
+    context.disable();
+    return Promise.resolve();
+  },
 };
 
 /** `harrierTracing()` with no SDK registered: what tracing costs an application that has not set one up. */
@@ -384,17 +403,23 @@ async function compare(redis: LocalRedis): Promise<void> {
     await path.run(off, WARM_UP);
     await path.run(on, WARM_UP);
   }
-  const samples = paths.map(() => ({ off: [] as Sample[], on: [] as Sample[], noSdk: [] as Sample[] }));
+  const samples = paths.map(() => ({
+    off: [] as Sample[],
+    on: [] as Sample[],
+    noSdk: [] as Sample[],
+    offAls: [] as Sample[],
+  }));
   for (let round = 0; round < ROUNDS; round++) {
     // Every other round runs "on" first, so neither side always follows the other.
-    const sides = round % 2 === 0 ? [off, noSdk, on] : [on, noSdk, off];
+    const sides = round % 2 === 0 ? [off, noSdk, offAls, on] : [on, offAls, noSdk, off];
     for (const [p, path] of paths.entries()) {
       for (const side of sides) samples[p]?.[side.name].push(await path.run(side));
     }
   }
 
   const body = paths.map((path, p) => {
-    const { off: o = [], on: t = [], noSdk: z = [] } = samples[p] ?? {};
+    const { off: o = [], on: t = [], noSdk: z = [], offAls: a = [] } = samples[p] ?? {};
+    const pairedAls = median(t.map((s, i) => s.perSecond / (a[i]?.perSecond ?? Number.NaN)));
     const offRate = median(o.map((s) => s.perSecond));
     const onRate = median(t.map((s) => s.perSecond));
     const paired = median(t.map((s, i) => s.perSecond / (o[i]?.perSecond ?? Number.NaN)));
@@ -408,7 +433,8 @@ async function compare(redis: LocalRedis): Promise<void> {
       fmtRatio(onRate / offRate),
       fmtRatio(paired),
       fmtOverhead(paired),
-      `${median(o.map((s) => s.cpuUs)).toFixed(1)} / ${median(z.map((s) => s.cpuUs)).toFixed(1)} / ${median(t.map((s) => s.cpuUs)).toFixed(1)}`,
+      fmtOverhead(pairedAls),
+      `${median(o.map((s) => s.cpuUs)).toFixed(1)} / ${median(z.map((s) => s.cpuUs)).toFixed(1)} / ${median(a.map((s) => s.cpuUs)).toFixed(1)} / ${median(t.map((s) => s.cpuUs)).toFixed(1)}`,
     ];
   });
   console.log(
@@ -422,7 +448,8 @@ async function compare(redis: LocalRedis): Promise<void> {
         'on/off (medians)',
         'on/off (paired)',
         'overhead',
-        'CPU us/msg off / no SDK / on',
+        'overhead vs off+ALS',
+        'CPU us/msg off / no SDK / off+ALS / on',
       ],
       body,
     ),
