@@ -577,10 +577,16 @@ class HarrierBus implements MessageBus {
     this.#state = 'started';
     await this.dispatcher.start();
     await this.projections?.start();
+    // A stop() while the broker was registering: it has stopped what started, so observe nothing.
+    if (!this.#isStarted()) return;
     const telemetry = this.#telemetry;
     if (telemetry?.observe !== undefined) {
       this.#unobserve = this.#guardTelemetry('observe', () => telemetry.observe?.(this.#telemetrySources()));
     }
+  }
+
+  #isStarted(): boolean {
+    return this.#state === 'started';
   }
 
   /** Calls a telemetry hook; logs what it throws (a broken integration must not stop the bus). */

@@ -166,11 +166,13 @@ export class Dispatcher {
   /** Registers the endpoint's subscriptions and starts receiving. */
   async start(): Promise<void> {
     if (this.#loop !== undefined) return;
+    this.#stopping = false;
     await this.#o.broker.register(
       this.#o.endpoint,
       this.#o.registry.subscriptionSpecs({ projections: this.#o.projectionsViaBroker ?? true }),
     );
-    this.#stopping = false;
+    // stop() was called while the broker registered: do not start receiving after it.
+    if (this.#isStopping() || this.#isReceiving()) return;
     this.#loop = this.#run();
   }
 
@@ -283,6 +285,10 @@ export class Dispatcher {
 
   #isStopping(): boolean {
     return this.#stopping;
+  }
+
+  #isReceiving(): boolean {
+    return this.#loop !== undefined;
   }
 
   #acquireSlot(): Promise<void> {

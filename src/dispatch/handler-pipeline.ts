@@ -143,7 +143,7 @@ export interface PipelineStep {
   /** Publishes messages a handler recorded (the unit of work's commit), idempotent by id. */
   publish(messages: readonly OutgoingMessage[]): Promise<void>;
   /** Tells telemetry which saga instance the step runs for (e.g. attributes of its span). */
-  sagaInstance(instance: SagaInstanceInfo): void;
+  sagaInstance?(instance: SagaInstanceInfo): void;
 }
 
 /** How a {@link StepRunner} ended a step that threw nothing. */
@@ -182,6 +182,13 @@ export interface PipelineInput {
    * @defaultValue none
    */
   readonly position?: LogPosition;
+  /**
+   * Tell telemetry of a message refused before any handler ran as the pipeline refuses it. False
+   * when the caller may not dead-letter it (a projection's lane skips events of types it has no
+   * `@On` for): the caller then calls {@link HandlerPipeline.reportRefused} when it stores one.
+   * @defaultValue true
+   */
+  readonly reportRefusal?: boolean;
 }
 
 /** The handler succeeded and what it recorded was committed. */
@@ -302,7 +309,7 @@ export class HandlerPipeline {
       const type = decoded.envelope?.type;
       return Promise.resolve(
         this.#refuse(
-          facts.attempt,
+          input,
           input.handler?.name ??
             facts.handler ??
             (type === undefined ? undefined : registry.singleHandler(type)?.name),
@@ -318,7 +325,7 @@ export class HandlerPipeline {
     if (refusal !== undefined) {
       return Promise.resolve(
         this.#refuse(
-          facts.attempt,
+          input,
           input.handler?.name ?? facts.handler ?? registry.singleHandler(envelope.type)?.name,
           'signature-invalid',
           { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
@@ -332,7 +339,7 @@ export class HandlerPipeline {
       const subscription = input.handler?.name ?? facts.handler;
       return Promise.resolve(
         this.#refuse(
-          facts.attempt,
+          input,
           subscription,
           'no-handler',
           {
@@ -351,7 +358,7 @@ export class HandlerPipeline {
       const last = facts.history[facts.history.length - 1]?.error;
       return Promise.resolve(
         this.#refuse(
-          facts.attempt,
+          input,
           entry.name,
           failureReason(entry.kind),
           last ?? {
@@ -618,22 +625,37 @@ export class HandlerPipeline {
     this.#hook('onDeadLettered', () => this.#o.hooks?.onDeadLettered?.({ record, error }));
   }
 
-  /** Refuses a message before any handler ran, and tells telemetry. */
+  /** Refuses a message before any handler ran, and tells telemetry unless the caller will. */
   #refuse(
-    attempt: number,
+    input: PipelineInput,
     handler: string | undefined,
     reason: DeadLetterReason,
     error: ErrorInfo,
     ordered: boolean,
     envelope: Envelope | undefined,
   ): DeadLetterOutcome {
+    const outcome = refused(handler, reason, error, ordered, envelope);
+    if (input.reportRefusal !== false) this.reportRefused(outcome, input.facts.attempt);
+    return outcome;
+  }
+
+  /**
+   * Tells telemetry of a message refused before any handler ran, once it is dead-lettered (the
+   * `ProjectionRunner` calls it when it stores one; the pipeline itself for other callers).
+   */
+  reportRefused(outcome: DeadLetterOutcome, attempt: number): void {
     const telemetry = this.#o.telemetry;
-    if (telemetry?.refused !== undefined) {
-      this.#guard('refused', () =>
-        telemetry.refused?.({ envelope, handler, endpoint: this.#o.endpoint, attempt, reason, error }),
-      );
-    }
-    return refused(handler, reason, error, ordered, envelope);
+    if (telemetry?.refused === undefined) return;
+    this.#guard('refused', () =>
+      telemetry.refused?.({
+        envelope: outcome.envelope,
+        handler: outcome.handler,
+        endpoint: this.#o.endpoint,
+        attempt,
+        reason: outcome.reason,
+        error: outcome.error,
+      }),
+    );
   }
 
   #step(

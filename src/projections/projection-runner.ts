@@ -513,6 +513,8 @@ export class ProjectionRunner {
         facts,
         handler: entry,
         signal,
+        // Events of other types are skipped, not dead-lettered: #poison reports what it stores.
+        reportRefusal: false,
         ...(position !== undefined ? { position } : {}),
       });
       // A handler that returned has applied its event, stop or not: it counts, and its checkpoint
@@ -621,6 +623,8 @@ export class ProjectionRunner {
     });
     try {
       await this.#o.deadLetters.add(dead);
+      // A handler failure was told to telemetry with its call; a refusal only now that it is stored.
+      if (outcome.reason !== 'projection-failed') this.#pipeline.reportRefused(outcome, facts.attempt);
     } catch (storeError) {
       this.#logger.error('Could not store the dead letter of a projection event; halting the partition', {
         projection: lane.entry.name,

@@ -91,7 +91,7 @@ export function createSagaStepRunner(options: SagaStepRunnerOptions): StepRunner
       );
     }
     const sagaId = correlate(saga, route, step);
-    step.sagaInstance({ saga: saga.meta.name, id: sagaId });
+    step.sagaInstance?.({ saga: saga.meta.name, id: sagaId });
     return lock.run(`${saga.meta.name}\u0000${sagaId}`, () =>
       runStep({ saga, route, step, sagaId, store: options.store, clock, logger }),
     );

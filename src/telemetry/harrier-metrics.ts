@@ -85,8 +85,17 @@ export function harrierMetrics(options: HarrierMetricsOptions = {}): MessageTele
   const system = options.system ?? 'harrier';
   const provider = options.meterProvider;
   let instruments: Instruments | undefined;
-  const get = (): Instruments =>
-    (instruments ??= createInstruments((provider ?? metrics.getMeterProvider()).getMeter(METER_NAME)));
+  let source: MeterProvider | undefined;
+  // The global provider is read again on each use (an identity check): one the SDK registers later
+  // is picked up, as tracing does, instead of staying on the no-op meter for good.
+  const get = (): Instruments => {
+    const current = provider ?? metrics.getMeterProvider();
+    if (instruments === undefined || current !== source) {
+      source = current;
+      instruments = createInstruments(current.getMeter(METER_NAME));
+    }
+    return instruments;
+  };
 
   const processCall = (info: ProcessInfo): ProcessObservation | undefined => {
     const i = get();

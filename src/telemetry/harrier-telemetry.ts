@@ -1,3 +1,4 @@
+import { diag } from '@opentelemetry/api';
 import type { ReplayTraceInfo } from '../dead-letters/replay-dead-letters.js';
 import type { MessageTelemetry, ProcessInfo, ProcessObservation } from '../dispatch/message-telemetry.js';
 import { harrierMetrics, type HarrierMetricsOptions } from './harrier-metrics.js';
@@ -43,6 +44,11 @@ export function harrierTelemetry(options: HarrierTelemetryOptions = {}): Message
 /**
  * One telemetry out of several, the first outermost: each hook calls every part that has it, and
  * the traceparent is the first one a part gives.
+ *
+ * @remarks
+ * Each part is isolated from the others: a part whose hook throws is reported through the
+ * OpenTelemetry API's `diag` and left out of that call, and the others still start, end and stop
+ * what they began (a span another part started is never left open because a later part threw).
  */
 export function combineTelemetry(parts: readonly MessageTelemetry[]): MessageTelemetry {
   const [only, ...more] = parts;
@@ -54,27 +60,34 @@ export function combineTelemetry(parts: readonly MessageTelemetry[]): MessageTel
   return {
     traceparent: (message) => {
       for (const part of parts) {
-        const traceparent = part.traceparent(message);
+        const traceparent = isolated('traceparent', () => part.traceparent(message));
         if (traceparent !== undefined) return traceparent;
       }
       return undefined;
     },
     process: (info: ProcessInfo): ProcessObservation | undefined => {
-      const observations = parts.flatMap((part) => part.process(info) ?? []);
+      const observations = parts.flatMap((part) => isolated('process', () => part.process(info)) ?? []);
       if (observations.length <= 1) return observations[0];
       return {
         within: (run) =>
           observations.reduceRight((inner, observation) => () => observation.within(inner), run)(),
         sagaInstance: (instance) => {
-          for (const observation of observations) observation.sagaInstance?.(instance);
+          for (const observation of observations) {
+            isolated('sagaInstance', () => observation.sagaInstance?.(instance));
+          }
         },
         end: (end) => {
-          for (let index = observations.length - 1; index >= 0; index--) observations[index]?.end(end);
+          for (let index = observations.length - 1; index >= 0; index--) {
+            isolated('end', () => observations[index]?.end(end));
+          }
         },
       };
     },
     refused: (info) => {
-      for (const refused of refusers) refused(info);
+      for (const refused of refusers)
+        isolated('refused', () => {
+          refused(info);
+        });
     },
     publish: (messages, origin, run) =>
       publishers.reduceRight<() => Promise<void>>(
@@ -93,10 +106,20 @@ export function combineTelemetry(parts: readonly MessageTelemetry[]): MessageTel
         }
       : {}),
     observe: (sources) => {
-      const stops = observers.map((observe) => observe(sources));
+      const stops = observers.flatMap((observe) => isolated('observe', () => observe(sources)) ?? []);
       return () => {
-        for (const stop of stops) stop();
+        for (const stop of stops) isolated('unobserve', stop);
       };
     },
   };
+}
+
+/** Runs one part's hook; what it throws is reported through `diag` and the hook counts as absent. */
+function isolated<T>(hook: string, call: () => T): T | undefined {
+  try {
+    return call();
+  } catch (error) {
+    diag.error(`harrier telemetry: a part's ${hook} threw; left out`, error);
+    return undefined;
+  }
 }

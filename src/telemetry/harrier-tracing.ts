@@ -1,5 +1,7 @@
 import {
+  ROOT_CONTEXT,
   SpanKind,
+  TraceFlags,
   SpanStatusCode,
   context as otelContext,
   trace,
@@ -165,18 +167,29 @@ export function harrierTracing(options: HarrierTracingOptions = {}): MessageTele
 let lastDelegate: TracerProvider | undefined;
 let lastWasNoop = false;
 
+/** An unsampled remote parent for the probe: a sampler that follows its parent (the SDK's default) drops the probe. */
+const PROBE_PARENT = trace.setSpanContext(ROOT_CONTEXT, {
+  traceId: '0af7651916cd43dd8448eb211c80319c',
+  spanId: 'b7ad6b7169203331',
+  traceFlags: TraceFlags.NONE,
+  isRemote: true,
+});
+
 /**
  * Whether the global tracer provider is still the API's no-op one: the provider behind the global
- * proxy is probed once each time it changes (an SDK registers), with a root span that is never
- * ended, so never exported. A no-op span records nothing and carries no trace id; an SDK's does,
- * even when its sampler drops it.
+ * proxy is probed once each time it changes (an SDK registers). The API's no-op tracer hands back
+ * the parent's own span context; an SDK's tracer makes a span of its own (with a new span id), which
+ * its default parent-based sampler drops unrecorded, so no span processor sees it. The probe starts
+ * from the root context, so a context that suppresses tracing cannot fool it.
  */
 function isGlobalNoop(): boolean {
   const global = trace.getTracerProvider() as TracerProvider & { getDelegate?: () => TracerProvider };
   const delegate = typeof global.getDelegate === 'function' ? global.getDelegate() : global;
   if (delegate !== lastDelegate) {
-    const probe = delegate.getTracer(TRACER_NAME).startSpan('harrier.probe', { root: true });
-    lastWasNoop = !probe.isRecording() && !trace.isSpanContextValid(probe.spanContext());
+    const probe = delegate.getTracer(TRACER_NAME).startSpan('harrier.probe', {}, PROBE_PARENT);
+    lastWasNoop = !probe.isRecording() && probe.spanContext().spanId === 'b7ad6b7169203331';
+    // A recording probe (a sampler that ignores its parent) is ended as what it is.
+    if (probe.isRecording()) probe.end();
     lastDelegate = delegate;
   }
   return lastWasNoop;

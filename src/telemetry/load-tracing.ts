@@ -18,6 +18,9 @@ export interface TracingModules {
   readonly harrierTracing: typeof harrierTracing;
 }
 
+/** How long the CLI waits for its spans to be exported before it exits anyway, in ms. */
+export const FLUSH_DEADLINE_MS = 5_000;
+
 const importTracing = async (): Promise<TracingModules> => {
   const [api, tracing] = await Promise.all([import('@opentelemetry/api'), import('./harrier-tracing.js')]);
   return { trace: api.trace, harrierTracing: tracing.harrierTracing };
@@ -54,7 +57,19 @@ export async function loadGlobalTracing(
       // The global provider is a proxy; the SDK's provider behind it may have forceFlush.
       const global = trace.getTracerProvider() as { getDelegate?: () => object };
       const provider = (global.getDelegate?.() ?? global) as { forceFlush?: () => Promise<unknown> };
-      if (typeof provider.forceFlush === 'function') await provider.forceFlush();
+      if (typeof provider.forceFlush !== 'function') return;
+      // A collector that is down must not hold the command for a batch processor's export timeout.
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          reject(new Error(`the exporter did not finish within ${FLUSH_DEADLINE_MS} ms`));
+        }, FLUSH_DEADLINE_MS);
+      });
+      try {
+        await Promise.race([provider.forceFlush(), deadline]);
+      } finally {
+        clearTimeout(timer);
+      }
     },
   };
 }
