@@ -385,8 +385,10 @@ export class HandlerPipeline {
       }),
     );
     if (observation === undefined) return this.#attempt(entry, definition, envelope, policy, input);
-    return this.#observed(observation, () =>
-      this.#attempt(entry, definition, envelope, policy, input, observation),
+    return this.#observed(
+      observation,
+      () => this.#attempt(entry, definition, envelope, policy, input, observation),
+      (outcome) => processEnd(outcome, this.#clock.now()),
     );
   }
 
@@ -394,30 +396,31 @@ export class HandlerPipeline {
    * Runs a handler call inside telemetry's observation of it; a failing telemetry hook is logged and
    * never changes the outcome (the call runs once either way).
    */
-  async #observed(
+  async #observed<T>(
     observation: ProcessObservation,
-    attempt: () => Promise<PipelineOutcome>,
-  ): Promise<PipelineOutcome> {
-    let outcome: PipelineOutcome;
+    call: () => Promise<T>,
+    endOf: (result: T) => ProcessEnd,
+  ): Promise<T> {
+    let result: T;
     try {
-      outcome = await runObserved(
+      result = await runObserved(
         (run) => observation.within(run),
-        attempt,
+        call,
         (error) => {
           this.#telemetryFailed('within', error);
         },
       );
     } catch (error) {
-      // Only a bug gets here (the attempt settles everything a handler does): still end the span.
+      // execute() failed (or, for a delivery, a bug: the attempt settles all a handler does).
       this.#guard('end', () => {
         observation.end({ kind: 'failed', error });
       });
       throw error;
     }
     this.#guard('end', () => {
-      observation.end(processEnd(outcome, this.#clock.now()));
+      observation.end(endOf(result));
     });
-    return outcome;
+    return result;
   }
 
   /** Calls a telemetry hook; logs what it throws, and returns undefined then. */
@@ -533,29 +536,11 @@ export class HandlerPipeline {
       }),
     );
     if (observation === undefined) return this.#runLocal(entry, definition, envelope, signal);
-    return this.#observedLocal(observation, () => this.#runLocal(entry, definition, envelope, signal));
-  }
-
-  async #observedLocal(observation: ProcessObservation, call: () => Promise<unknown>): Promise<unknown> {
-    let result: unknown;
-    try {
-      result = await runObserved(
-        (run) => observation.within(run),
-        call,
-        (error) => {
-          this.#telemetryFailed('within', error);
-        },
-      );
-    } catch (error) {
-      this.#guard('end', () => {
-        observation.end({ kind: 'failed', error });
-      });
-      throw error;
-    }
-    this.#guard('end', () => {
-      observation.end(HANDLED_END);
-    });
-    return result;
+    return this.#observed(
+      observation,
+      () => this.#runLocal(entry, definition, envelope, signal),
+      () => HANDLED_END,
+    );
   }
 
   async #runLocal(
