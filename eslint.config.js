@@ -13,6 +13,7 @@ const LAYERS = [
   ['handlers'],
   ['dispatch', 'projections', 'dead-letters', 'sagas', 'telemetry'],
   ['bus'],
+  ['dashboard'],
   ['testing', 'redis', 'postgres'],
   ['cli'],
 ];

@@ -1,0 +1,56 @@
+const ESCAPES: Record<string, string> = {
+  '&': '&amp;',
+  '<': '&lt;',
+  '>': '&gt;',
+  '"': '&quot;',
+  "'": '&#39;',
+};
+
+/** Text made safe for HTML content and quoted attribute values. */
+export function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => ESCAPES[c] ?? c);
+}
+
+/** Text with the password of every `scheme://user:password@` URL in it replaced by `***`. */
+export function maskSecrets(text: string): string {
+  return text.replace(/([a-z][a-z0-9+.-]*:\/\/[^\s:/@]*:)[^\s@/]*@/gi, '$1***@');
+}
+
+/** A time (ms since the epoch) as ISO 8601, or `-`. */
+export function isoTime(ms: number | undefined): string {
+  return ms === undefined || !Number.isFinite(ms) ? '-' : new Date(ms).toISOString();
+}
+
+/** The stylesheet every page links (served at `/dashboard.css`, so the CSP needs no inline style). */
+export const STYLESHEET = `body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+header{background:#1d2330;color:#fff;padding:.6rem 1rem;display:flex;gap:1rem;align-items:baseline}
+header a{color:#fff;text-decoration:none;font-weight:600}header .meta{color:#b8c0d0;font-size:12px}
+main{padding:1rem}h1{font-size:18px;margin:0 0 .8rem}h2{font-size:15px;margin:1.2rem 0 .4rem}
+table{border-collapse:collapse;background:#fff;width:100%}th,td{border:1px solid #dde1e8;padding:.3rem .5rem;text-align:left;vertical-align:top}
+th{background:#eef0f4;font-weight:600}td.num{text-align:right}code,pre{font:12px/1.4 ui-monospace,monospace}
+pre{background:#fff;border:1px solid #dde1e8;padding:.6rem;overflow:auto;max-height:32rem;white-space:pre-wrap;word-break:break-all}
+form.filters{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin-bottom:.8rem}
+form.filters label{display:flex;flex-direction:column;font-size:12px;color:#4a5366}
+input,select,button{font:inherit;padding:.2rem .4rem}.error{color:#a4161a}.muted{color:#6b7385}
+nav.paging{margin:.6rem 0;display:flex;gap:1rem}dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;background:#fff;padding:.6rem;border:1px solid #dde1e8}
+dt{font-weight:600}dd{margin:0}`;
+
+/** Everything a page's frame shows besides its body. */
+export interface PageFrame {
+  readonly title: string;
+  /** Where the records come from, already masked (e.g. a Redis URL without its password). */
+  readonly source: string | undefined;
+  readonly allowActions: boolean;
+}
+
+/** A whole page: `body` must already be escaped HTML. */
+export function page(frame: PageFrame, body: string): string {
+  const source = frame.source === undefined ? '' : ` · ${escapeHtml(frame.source)}`;
+  const mode = frame.allowActions ? 'actions allowed' : 'read-only';
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>${escapeHtml(frame.title)} · Harrier</title><link rel="stylesheet" href="/dashboard.css"></head>
+<body><header><a href="/">Harrier dead letters</a><span class="meta">${mode}${source}</span></header>
+<main>${body}</main></body></html>
+`;
+}

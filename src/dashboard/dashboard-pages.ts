@@ -1,0 +1,117 @@
+import type { DeadLetterPage, DeadLetterRecord } from '../dead-letters/dead-letter-store.js';
+import { escapeHtml as h, isoTime, maskSecrets } from './dashboard-html.js';
+import { TEXT_FILTERS, listHref, type ListQuery } from './dashboard-query.js';
+
+const MESSAGE_PREVIEW = 160;
+
+function recordHref(id: string): string {
+  return `/records/${encodeURIComponent(id)}`;
+}
+
+function preview(text: string): string {
+  return text.length > MESSAGE_PREVIEW ? `${text.slice(0, MESSAGE_PREVIEW)}…` : text;
+}
+
+function field(label: string, name: string, query: ListQuery, placeholder = ''): string {
+  const value = query.params.get(name) ?? '';
+  return `<label>${h(label)}<input name="${name}" value="${h(value)}" placeholder="${h(placeholder)}"></label>`;
+}
+
+function filterForm(query: ListQuery): string {
+  const status = query.params.get('status') ?? 'dead';
+  const options = ['dead', 'replayed', 'any']
+    .map((s) => `<option${s === status ? ' selected' : ''}>${s}</option>`)
+    .join('');
+  const texts = TEXT_FILTERS.map((name) => field(name, name, query)).join('');
+  return `<form class="filters" method="get" action="/">${texts}${field('since', 'since', query, '1h or 2026-01-31T12:00Z')}${field('until', 'until', query, '15m or 2026-02-01')}<label>status<select name="status">${options}</select></label><button type="submit">Filter</button><a href="/">Clear</a></form>`;
+}
+
+/** The dead-letter list: the filter form, problems or the page of records, and paging links. */
+export function listBody(
+  query: ListQuery,
+  result: { readonly page: DeadLetterPage; readonly total: number } | undefined,
+): string {
+  const parts = [`<h1>Dead letters</h1>`, filterForm(query)];
+  if (result === undefined) {
+    parts.push(...query.problems.map((p) => `<p class="error" role="alert">${h(p)}</p>`));
+    return parts.join('\n');
+  }
+  const { page, total } = result;
+  parts.push(`<p class="muted" data-testid="total">${total} matching</p>`);
+  if (page.records.length === 0) {
+    parts.push('<p>No dead letters match.</p>');
+  } else {
+    const rows = page.records.map(
+      (r) =>
+        `<tr><td><a href="${h(recordHref(r.id))}">${h(isoTime(r.lastFailedAt))}</a></td><td>${h(r.type ?? '-')}</td><td>${h(r.endpoint)}</td><td>${h(r.handler ?? '-')}</td><td>${h(r.reason)}</td><td>${h(preview(`${r.error.name}: ${maskSecrets(r.error.message)}`))}</td><td class="num">${r.attemptCount}</td><td><a href="${h(listHref(new Map([['fingerprint', r.fingerprint]])))}"><code>${h(r.fingerprint)}</code></a></td><td>${h(r.status)}</td></tr>`,
+    );
+    parts.push(
+      `<table data-testid="records"><thead><tr><th>Last failure</th><th>Type</th><th>Endpoint</th><th>Handler</th><th>Reason</th><th>Error</th><th>Attempts</th><th>Fingerprint</th><th>Status</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`,
+    );
+  }
+  const links: string[] = [];
+  if (query.cursor !== undefined) links.push(`<a href="${h(listHref(query.params))}">First page</a>`);
+  if (page.next !== undefined) {
+    links.push(`<a rel="next" href="${h(listHref(query.params, { cursor: page.next }))}">Next page</a>`);
+  }
+  if (links.length > 0) parts.push(`<nav class="paging">${links.join('')}</nav>`);
+  return parts.join('\n');
+}
+
+/** The envelope as indented JSON when it is JSON, else as received. */
+function prettyEnvelope(envelope: string): string {
+  try {
+    return JSON.stringify(JSON.parse(envelope), null, 2);
+  } catch {
+    return envelope;
+  }
+}
+
+/** One dead letter: its facts, error, stack, envelope, attempts and replays. */
+export function recordBody(r: DeadLetterRecord): string {
+  const facts: [string, string][] = [
+    ['Id', r.id],
+    ['Message id', r.messageId ?? '-'],
+    ['Type', r.type ?? '-'],
+    ['Kind', r.kind ?? '-'],
+    ['Endpoint', r.endpoint],
+    ['Handler', r.handler ?? '-'],
+    ['Reason', r.reason],
+    ['Status', r.status],
+    ['Attempts', String(r.attemptCount)],
+    ['First failure', isoTime(r.firstFailedAt)],
+    ['Last failure', isoTime(r.lastFailedAt)],
+    ['Fingerprint', r.fingerprint],
+    ['Partition key', r.partitionKey ?? '-'],
+    ['Ordered', r.ordered ? 'yes' : 'no'],
+  ];
+  if (r.logPosition !== undefined) {
+    const { topic, partition, offset } = r.logPosition;
+    facts.push(['Log position', `${topic} / ${partition} @ ${offset}`]);
+  }
+  const attempts =
+    r.attempts.length === 0
+      ? '<p class="muted">None recorded.</p>'
+      : `<table data-testid="attempts"><thead><tr><th>Attempt</th><th>At</th><th>Error</th></tr></thead><tbody>${r.attempts
+          .map(
+            (a) =>
+              `<tr><td class="num">${a.attempt}</td><td>${h(isoTime(a.at))}</td><td>${h(`${a.error.name}: ${maskSecrets(a.error.message)}`)}</td></tr>`,
+          )
+          .join('')}</tbody></table>`;
+  const replays =
+    r.replays.length === 0
+      ? '<p class="muted">Never replayed.</p>'
+      : `<table data-testid="replays"><thead><tr><th>At</th><th>By</th></tr></thead><tbody>${r.replays
+          .map((p) => `<tr><td>${h(isoTime(p.at))}</td><td>${h(p.by ?? '-')}</td></tr>`)
+          .join('')}</tbody></table>`;
+  return [
+    `<h1>${h(r.type ?? 'Unknown type')} <span class="muted">in ${h(r.endpoint)}</span></h1>`,
+    `<p><a href="/">← All dead letters</a> · <a href="${h(listHref(new Map([['fingerprint', r.fingerprint]])))}">Same failure</a></p>`,
+    `<dl>${facts.map(([k, v]) => `<dt>${h(k)}</dt><dd>${h(v)}</dd>`).join('')}</dl>`,
+    `<h2>Error</h2><p class="error" data-testid="error">${h(`${r.error.name}: ${maskSecrets(r.error.message)}`)}</p>`,
+    `<h2>Stack</h2><pre data-testid="stack">${h(maskSecrets(r.error.stack ?? '(none)'))}</pre>`,
+    `<h2>Envelope</h2><pre data-testid="envelope">${h(prettyEnvelope(r.envelope))}</pre>`,
+    `<h2>Attempts</h2>${attempts}`,
+    `<h2>Replays</h2>${replays}`,
+  ].join('\n');
+}

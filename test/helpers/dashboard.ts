@@ -1,0 +1,60 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createDashboard, type DashboardOptions } from '../../src/dashboard/index.js';
+import type { DeadLetterRecord } from '../../src/dead-letters/dead-letter-store.js';
+
+/** A dead-letter record with readable defaults; `overrides` wins. */
+export function deadLetter(n: number, overrides: Partial<DeadLetterRecord> = {}): DeadLetterRecord {
+  const at = Date.UTC(2026, 0, 31, 12, 0, 0) + n * 60_000;
+  const error = {
+    name: 'Error',
+    message: `failure ${n}`,
+    stack: `Error: failure ${n}\n    at handle (/app/orders.ts:10:5)`,
+  };
+  return {
+    id: `dl-${String(n).padStart(4, '0')}`,
+    messageId: `msg-${n}`,
+    kind: 'command',
+    type: 'orders.PlaceOrder',
+    endpoint: 'orders',
+    handler: 'PlaceOrderHandler',
+    reason: 'handler-failed',
+    error,
+    attempts: [{ attempt: 1, at, error }],
+    attemptCount: 1,
+    firstFailedAt: at,
+    lastFailedAt: at,
+    fingerprint: 'fp-orders',
+    envelope: JSON.stringify({ id: `msg-${n}`, type: 'orders.PlaceOrder', payload: { orderId: `o-${n}` } }),
+    partitionKey: undefined,
+    ordered: false,
+    status: 'dead',
+    replays: [],
+    ...overrides,
+  };
+}
+
+/** A dashboard served by node:http on a free loopback port. */
+export interface ServedDashboard {
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+export async function serveDashboard(options: DashboardOptions): Promise<ServedDashboard> {
+  const server: Server = createServer(createDashboard(options));
+  await new Promise<void>((resolve) => {
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve, reject) => {
+        server.closeAllConnections();
+        server.close((error) => {
+          if (error) reject(error);
+          else resolve();
+        });
+      }),
+  };
+}

@@ -1,0 +1,229 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { createDashboard, isLoopbackHost } from '../../src/dashboard/index.js';
+import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
+import { HarrierError } from '../../src/errors/harrier-error.js';
+import { deadLetter, serveDashboard, type ServedDashboard } from '../helpers/dashboard.js';
+
+let served: ServedDashboard | undefined;
+
+afterEach(async () => {
+  await served?.close();
+  served = undefined;
+});
+
+async function storeWith(count: number): Promise<InMemoryDeadLetterStore> {
+  const store = new InMemoryDeadLetterStore();
+  for (let n = 0; n < count; n += 1) {
+    await store.add(
+      deadLetter(n, {
+        type: n % 2 === 0 ? 'orders.PlaceOrder' : 'billing.Charge',
+        endpoint: n % 2 === 0 ? 'orders' : 'billing',
+        handler: n % 3 === 0 ? 'Audit' : 'Main',
+        reason: n % 5 === 0 ? 'validation-failed' : 'handler-failed',
+        fingerprint: n % 4 === 0 ? 'fp-a' : 'fp-b',
+      }),
+    );
+  }
+  return store;
+}
+
+async function get(
+  path: string,
+  init: RequestInit = {},
+): Promise<{ status: number; text: string; res: Response }> {
+  if (served === undefined) throw new Error('no dashboard served');
+  const res = await fetch(`${served.url}${path}`, { redirect: 'manual', ...init });
+  return { status: res.status, text: await res.text(), res };
+}
+
+/** Ids of the record links on a list page, in order. */
+function ids(html: string): string[] {
+  return [...html.matchAll(/href="\/records\/([^"]+)"/g)].map((m) => decodeURIComponent(m[1] ?? ''));
+}
+
+describe('createDashboard: the list page', () => {
+  it('lists dead letters with their count, newest insertion last', async () => {
+    served = await serveDashboard({ deadLetters: await storeWith(3) });
+    const { status, text, res } = await get('/');
+    expect(status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/html; charset=utf-8');
+    expect(res.headers.get('content-security-policy')).toContain("default-src 'none'");
+    expect(ids(text)).toEqual(['dl-0000', 'dl-0001', 'dl-0002']);
+    expect(text).toContain('3 matching');
+    expect(text).toContain('read-only');
+  });
+
+  it.each([
+    ['type=billing.Charge', ['dl-0001', 'dl-0003', 'dl-0005']],
+    ['endpoint=orders&handler=Audit', ['dl-0000', 'dl-0006']],
+    ['reason=validation-failed', ['dl-0000', 'dl-0005']],
+    ['fingerprint=fp-a', ['dl-0000', 'dl-0004']],
+    // deadLetter(n) fails at 12:00 + n minutes.
+    ['since=2026-01-31T12:02:00Z&until=2026-01-31T12:04Z', ['dl-0002', 'dl-0003']],
+    ['since=2026-01-31T12:05', ['dl-0005', 'dl-0006']],
+  ])('filters by %s', async (query, expected) => {
+    served = await serveDashboard({ deadLetters: await storeWith(7) });
+    const { status, text } = await get(`/?${query}`);
+    expect(status).toBe(200);
+    expect(ids(text)).toEqual(expected);
+    expect(text).toContain(`${expected.length} matching`);
+  });
+
+  it('reads a relative since against its clock', async () => {
+    const now = Date.UTC(2026, 0, 31, 12, 10);
+    served = await serveDashboard({ deadLetters: await storeWith(7), now: () => now });
+    expect(ids((await get('/?since=5m')).text)).toEqual(['dl-0005', 'dl-0006']);
+  });
+
+  it('shows replayed records only when the status filter asks for them', async () => {
+    const store = await storeWith(2);
+    await store.markReplayed('dl-0000', { at: Date.UTC(2026, 1, 1), by: 'ops' });
+    served = await serveDashboard({ deadLetters: store });
+    expect(ids((await get('/')).text)).toEqual(['dl-0001']);
+    expect(ids((await get('/?status=replayed')).text)).toEqual(['dl-0000']);
+    expect(ids((await get('/?status=any')).text)).toEqual(['dl-0000', 'dl-0001']);
+  });
+
+  it('pages with the store cursor, keeping the filters', async () => {
+    served = await serveDashboard({ deadLetters: await storeWith(12) });
+    const seen: string[] = [];
+    let path: string | undefined = '/?endpoint=orders&limit=4';
+    let pages = 0;
+    while (path !== undefined) {
+      const { status, text } = await get(path);
+      expect(status).toBe(200);
+      seen.push(...ids(text));
+      pages += 1;
+      const next = /<a rel="next" href="([^"]+)"/.exec(text)?.[1];
+      path = next?.replaceAll('&amp;', '&');
+      if (path !== undefined) expect(path).toContain('endpoint=orders');
+    }
+    expect(pages).toBe(2);
+    expect(seen).toEqual(['dl-0000', 'dl-0002', 'dl-0004', 'dl-0006', 'dl-0008', 'dl-0010']);
+  });
+
+  it('answers 400 naming the fix for a bad time, status, limit or cursor', async () => {
+    served = await serveDashboard({ deadLetters: await storeWith(1) });
+    const since = await get('/?since=yesterday');
+    expect(since.status).toBe(400);
+    expect(since.text).toContain('since &quot;yesterday&quot; is neither an ISO date');
+    expect((await get('/?status=gone')).text).toContain('not one of dead, replayed, any');
+    expect((await get('/?limit=0')).status).toBe(400);
+    const cursor = await get('/?cursor=bogus');
+    expect(cursor.status).toBe(400);
+    expect(cursor.text).toContain('Bad cursor');
+  });
+
+  it('escapes hostile text in records and in the query it echoes', async () => {
+    const store = new InMemoryDeadLetterStore();
+    const hostile = '<script>alert("x")</script>';
+    await store.add(
+      deadLetter(1, {
+        type: `t${hostile}`,
+        error: { name: 'Error', message: hostile, stack: hostile },
+        envelope: JSON.stringify({ payload: { note: hostile } }),
+      }),
+    );
+    served = await serveDashboard({ deadLetters: store });
+    const list = await get(`/?status=any&endpoint=${encodeURIComponent(`"><script>x</script>`)}`);
+    expect(list.text).not.toContain('<script>');
+    expect(list.text).toContain('&quot;&gt;&lt;script&gt;x&lt;/script&gt;');
+    const record = await get('/records/dl-0001');
+    expect(record.status).toBe(200);
+    expect(record.text).not.toContain('<script>');
+    expect(record.text).toContain('&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;');
+  });
+});
+
+describe('createDashboard: the record page', () => {
+  it('shows the envelope as indented JSON, error, stack, attempts and replays', async () => {
+    const store = new InMemoryDeadLetterStore();
+    const error = {
+      name: 'TypeError',
+      message: 'cannot read total',
+      stack: 'TypeError: cannot read total\n    at charge (/app/billing.ts:3:1)',
+    };
+    await store.add(
+      deadLetter(7, {
+        error,
+        attempts: [
+          { attempt: 1, at: Date.UTC(2026, 0, 31, 11), error: { name: 'Error', message: 'timeout' } },
+          { attempt: 2, at: Date.UTC(2026, 0, 31, 12), error },
+        ],
+        attemptCount: 2,
+      }),
+    );
+    await store.markReplayed('dl-0007', { at: Date.UTC(2026, 1, 2, 9), by: 'alice' });
+    served = await serveDashboard({ deadLetters: store });
+    const { status, text } = await get('/records/dl-0007');
+    expect(status).toBe(200);
+    expect(text).toContain('TypeError: cannot read total');
+    expect(text).toContain('at charge (/app/billing.ts:3:1)');
+    expect(text).toContain('&quot;orderId&quot;: &quot;o-7&quot;');
+    expect(text).toContain('Error: timeout');
+    expect(text).toContain('2026-02-02T09:00:00.000Z');
+    expect(text).toContain('alice');
+  });
+
+  it('answers 404 for an unknown record or path, and 405 for a write', async () => {
+    served = await serveDashboard({ deadLetters: await storeWith(1) });
+    expect((await get('/records/nope')).status).toBe(404);
+    expect((await get('/elsewhere')).status).toBe(404);
+    const post = await get('/', { method: 'POST' });
+    expect(post.status).toBe(405);
+    expect(post.res.headers.get('allow')).toBe('GET, HEAD');
+  });
+
+  it('masks the password of a Redis URL given as its source', async () => {
+    served = await serveDashboard({
+      deadLetters: await storeWith(1),
+      source: 'redis://ops:s3cret@redis.internal:6379/0',
+    });
+    const { text } = await get('/');
+    expect(text).toContain('redis://ops:***@redis.internal:6379/0');
+    expect(text).not.toContain('s3cret');
+  });
+});
+
+describe('createDashboard: safety', () => {
+  it('requires a token off loopback, naming the fix', () => {
+    const deadLetters = new InMemoryDeadLetterStore();
+    for (const host of ['0.0.0.0', '::', '10.0.0.5', 'dash.example.com']) {
+      let thrown: unknown;
+      try {
+        createDashboard({ deadLetters, host });
+      } catch (error) {
+        thrown = error;
+      }
+      expect(HarrierError.is(thrown, 'invalid-option')).toBe(true);
+      expect((thrown as Error).message).toContain('pass token');
+    }
+    for (const host of ['127.0.0.1', '127.1.2.3', 'localhost', '::1', '[::1]']) {
+      expect(isLoopbackHost(host)).toBe(true);
+      expect(() => createDashboard({ deadLetters, host })).not.toThrow();
+    }
+    expect(() => createDashboard({ deadLetters, host: '0.0.0.0', token: 't' })).not.toThrow();
+  });
+
+  it('checks the token from a header, a bearer, or the cookie a ?token= visit sets', async () => {
+    served = await serveDashboard({ deadLetters: await storeWith(1), token: 'open-sesame' });
+    const bare = await get('/');
+    expect(bare.status).toBe(401);
+    expect(bare.text).not.toContain('dl-0000');
+    expect((await get('/', { headers: { 'x-harrier-token': 'wrong' } })).status).toBe(401);
+    expect((await get('/', { headers: { 'x-harrier-token': 'open-sesame' } })).status).toBe(200);
+    expect((await get('/', { headers: { authorization: 'Bearer open-sesame' } })).status).toBe(200);
+    expect((await get('/?token=wrong')).status).toBe(401);
+
+    const visit = await get('/records/dl-0000?token=open-sesame&x=1');
+    expect(visit.status).toBe(303);
+    expect(visit.res.headers.get('location')).toBe('/records/dl-0000?x=1');
+    const cookie = visit.res.headers.get('set-cookie') ?? '';
+    expect(cookie).toContain('HttpOnly');
+    expect(cookie).toContain('SameSite=Strict');
+    const after = await get('/records/dl-0000', { headers: { cookie: cookie.split(';')[0] ?? '' } });
+    expect(after.status).toBe(200);
+    expect(after.text).toContain('failure 0');
+    expect(after.text).not.toContain('open-sesame');
+  });
+});
