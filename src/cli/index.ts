@@ -1,5 +1,6 @@
 import { GLOBAL_HELP, exitOf } from './cli-context.js';
 import { ExitCode, type CliIo } from './cli-io.js';
+import { dashboardCommand } from './dashboard-command.js';
 import { dlqCommand } from './dlq/dlq-command.js';
 import { postgresCommand } from './postgres-commands.js';
 import { projectionsCommand } from './projections-commands.js';
@@ -11,14 +12,15 @@ export type { CliIo, CliOutput } from './cli-io.js';
 
 const HELP = `Usage: harrier <command> [options]
 
-Operate a Harrier system on Redis: dead letters, projections, sagas, topology; and Harrier's tables
-in PostgreSQL.
+Operate a Harrier system on Redis: dead letters (also as a web page), projections, sagas,
+topology; and Harrier's tables in PostgreSQL.
 
 Commands:
   dlq list | show | groups | replay | purge | export | import
   projections status | rebuild
   sagas list | show
   topology
+  dashboard           the dead-letter web page (docs/dashboard.md)
   postgres migrate
 
 Run \`harrier <command> --help\` for a command's options.
@@ -60,6 +62,8 @@ export async function run(argv: readonly string[], io: CliIo = defaultIo()): Pro
         return await postgresCommand(rest, io);
       case 'topology':
         return await topologyCommand(rest, io);
+      case 'dashboard':
+        return await dashboardCommand(rest, io);
       case undefined:
         io.stderr.write(HELP);
         return ExitCode.usage;

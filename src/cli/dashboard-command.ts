@@ -1,0 +1,114 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createDashboard, isLoopbackHost } from '../dashboard/index.js';
+import { GLOBAL_HELP, contextOf, noPositionals, openAdmin, parse } from './cli-context.js';
+import { CliExit, ExitCode, usageError, writeJson, type CliIo } from './cli-io.js';
+import { isHost } from './redis-url.js';
+
+export const DASHBOARD_HELP = `Usage: harrier dashboard [--host 127.0.0.1] [--port 8080] [--token <secret>] [--allow-actions]
+
+Serves the dead-letter dashboard (docs/dashboard.md) of the Harrier system on Redis until SIGINT or
+SIGTERM: the dead letters with filters and paging, and each record's envelope, error, attempts and
+replays. Prints its URL (--json: {"url": ...}).
+
+Options:
+  --host <host>       address to listen on (default: 127.0.0.1); any other than loopback needs a token
+  --port <port>       port to listen on, 0 for a free one (default: 8080)
+  --token <secret>    secret the browser must present (default: $HARRIER_DASHBOARD_TOKEN); open the
+                      URL once with ?token=<secret> and a cookie keeps it
+  --allow-actions     allow pages to change things (this version has no actions yet)
+
+${GLOBAL_HELP}
+`;
+
+/** The signals that stop the server; tests may pass their own emitter. */
+export interface StopSignals {
+  once(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
+  off(signal: 'SIGINT' | 'SIGTERM', listener: () => void): unknown;
+}
+
+/** Runs `harrier dashboard`: serves until SIGINT or SIGTERM, then closes everything and exits 0. */
+export async function dashboardCommand(
+  argv: readonly string[],
+  io: CliIo,
+  signals: StopSignals = process,
+): Promise<number> {
+  const { values, positionals } = parse(argv, {
+    host: { type: 'string' },
+    port: { type: 'string' },
+    token: { type: 'string' },
+    'allow-actions': { type: 'boolean' },
+  });
+  if (values.help === true) {
+    io.stdout.write(DASHBOARD_HELP);
+    return ExitCode.ok;
+  }
+  noPositionals(positionals, 'harrier dashboard');
+  const host = values.host ?? '127.0.0.1';
+  if (!isHost(host) && !isHost(`[${host}]`)) {
+    throw usageError(`--host "${host}" is not a host name or address, e.g. 127.0.0.1 or ::1`);
+  }
+  const portText = values.port ?? '8080';
+  const port = /^\d{1,5}$/.test(portText) ? Number(portText) : Number.NaN;
+  if (!(port >= 0 && port <= 65_535)) {
+    throw usageError(`--port "${portText}" is not a port from 0 (a free one) to 65535`);
+  }
+  const tokenText = values.token ?? io.env.HARRIER_DASHBOARD_TOKEN;
+  const token = tokenText === '' ? undefined : tokenText;
+  if (token === undefined && !isLoopbackHost(host)) {
+    throw usageError(
+      `--host ${host} is reachable from other machines, so a token is required: pass --token <secret> (or set HARRIER_DASHBOARD_TOKEN), or use --host 127.0.0.1`,
+    );
+  }
+  const ctx = contextOf(io, values);
+  // Where the records come from, for the page header (createDashboard masks a password in it).
+  const where =
+    typeof ctx.connection === 'string'
+      ? ctx.connection
+      : `cluster ${values['redis-cluster'] ?? io.env.REDIS_CLUSTER ?? ''}`;
+  const source = `${where} ${ctx.prefix}`;
+  const admin = await openAdmin(ctx);
+  try {
+    const handler = createDashboard({
+      deadLetters: admin.deadLetterStore(),
+      host,
+      allowActions: values['allow-actions'] === true,
+      source,
+      ...(token !== undefined ? { token } : {}),
+    });
+    const server = createServer(handler);
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', (error) => {
+        reject(new CliExit(ExitCode.someFailed, `Cannot listen on ${host}:${port}: ${error.message}`));
+      });
+      server.listen(port, host, resolve);
+    });
+    const address = server.address() as AddressInfo;
+    const urlHost = address.address.includes(':') ? `[${address.address}]` : address.address;
+    const url = `http://${urlHost}:${address.port}/`;
+    if (ctx.json) writeJson(io.stdout, { url });
+    else {
+      io.stdout.write(
+        `Dashboard at ${url} (${values['allow-actions'] === true ? 'actions allowed' : 'read-only'})${token === undefined ? '' : '; open it once with ?token=<your token>'}; Ctrl-C to stop\n`,
+      );
+    }
+    await new Promise<void>((resolve) => {
+      const stop = (): void => {
+        signals.off('SIGINT', stop);
+        signals.off('SIGTERM', stop);
+        resolve();
+      };
+      signals.once('SIGINT', stop);
+      signals.once('SIGTERM', stop);
+    });
+    await new Promise<void>((resolve) => {
+      server.close(() => {
+        resolve();
+      });
+      server.closeAllConnections();
+    });
+    return ExitCode.ok;
+  } finally {
+    await admin.close();
+  }
+}
