@@ -31,7 +31,7 @@ th{background:#eef0f4;font-weight:600}td.num{text-align:right}code,pre{font:12px
 pre{background:#fff;border:1px solid #dde1e8;padding:.6rem;overflow:auto;max-height:32rem;white-space:pre-wrap;word-break:break-all}
 form.filters{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin-bottom:.8rem}
 form.filters label{display:flex;flex-direction:column;font-size:12px;color:#4a5366}
-input,select,button{font:inherit;padding:.2rem .4rem}.error{color:#a4161a}.muted{color:#6b7385}
+input,select,button{font:inherit;padding:.2rem .4rem}form.filters input{width:10rem}td.when{white-space:nowrap}.error{color:#a4161a}.muted{color:#6b7385}
 nav.paging{margin:.6rem 0;display:flex;gap:1rem}dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;background:#fff;padding:.6rem;border:1px solid #dde1e8}
 dt{font-weight:600}dd{margin:0}`;
 

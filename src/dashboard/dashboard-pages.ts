@@ -43,7 +43,7 @@ export function listBody(
   } else {
     const rows = page.records.map(
       (r) =>
-        `<tr><td><a href="${h(recordHref(r.id))}">${h(isoTime(r.lastFailedAt))}</a></td><td>${h(r.type ?? '-')}</td><td>${h(r.endpoint)}</td><td>${h(r.handler ?? '-')}</td><td>${h(r.reason)}</td><td>${h(preview(`${r.error.name}: ${maskSecrets(r.error.message)}`))}</td><td class="num">${r.attemptCount}</td><td><a href="${h(listHref(new Map([['fingerprint', r.fingerprint]])))}"><code>${h(r.fingerprint)}</code></a></td><td>${h(r.status)}</td></tr>`,
+        `<tr><td class="when"><a href="${h(recordHref(r.id))}">${h(isoTime(r.lastFailedAt))}</a></td><td>${h(r.type ?? '-')}</td><td>${h(r.endpoint)}</td><td>${h(r.handler ?? '-')}</td><td>${h(r.reason)}</td><td>${h(preview(`${r.error.name}: ${maskSecrets(r.error.message)}`))}</td><td class="num">${r.attemptCount}</td><td><a href="${h(listHref(new Map([['fingerprint', r.fingerprint]])))}"><code>${h(r.fingerprint)}</code></a></td><td>${h(r.status)}</td></tr>`,
     );
     parts.push(
       `<table data-testid="records"><thead><tr><th>Last failure</th><th>Type</th><th>Endpoint</th><th>Handler</th><th>Reason</th><th>Error</th><th>Attempts</th><th>Fingerprint</th><th>Status</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`,
