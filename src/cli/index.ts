@@ -20,7 +20,7 @@ Commands:
   projections status | rebuild
   sagas list | show
   topology
-  dashboard           the dead-letter web page (docs/dashboard.md)
+  dashboard
   postgres migrate
 
 Run \`harrier <command> --help\` for a command's options.
