@@ -1,4 +1,5 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { durationMs } from '../clock/duration.js';
 import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { loadRedisLayer } from '../redis/load-redis-layer.js';
@@ -170,20 +171,10 @@ export async function openAdmin(ctx: CommandContext): Promise<RedisAdmin> {
   return openRedisAdmin(ctx.connection, { prefix: ctx.prefix });
 }
 
-const RELATIVE = /^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$/;
-const UNIT_MS: Record<string, number> = {
-  ms: 1,
-  s: 1000,
-  m: 60_000,
-  h: 3_600_000,
-  d: 86_400_000,
-  w: 604_800_000,
-};
-
 /** `--since`/`--until`: an ISO date, or a duration before `now` such as `1h` or `2d`. */
 export function parseWhen(option: string, text: string, now: number): number {
-  const relative = RELATIVE.exec(text);
-  if (relative !== null) return now - Number(relative[1]) * (UNIT_MS[relative[2] ?? ''] ?? 0);
+  const duration = durationMs(text);
+  if (duration !== undefined) return now - duration;
   const ms = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(text) : Number.NaN;
   if (Number.isNaN(ms)) {
     throw usageError(

@@ -1,3 +1,4 @@
+import { durationMs } from '../clock/duration.js';
 import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-letter-store.js';
 
 /** The text filters of the list page, by query parameter name. */
@@ -17,20 +18,10 @@ export interface ListQuery {
 export const DEFAULT_LIMIT = 50;
 export const MAX_LIMIT = 500;
 
-const RELATIVE = /^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$/;
-const UNIT_MS: Readonly<Record<string, number>> = {
-  ms: 1,
-  s: 1000,
-  m: 60_000,
-  h: 3_600_000,
-  d: 86_400_000,
-  w: 604_800_000,
-};
-
 /** A time window bound: an ISO date (UTC unless it names a zone) or a duration before `now`. */
 function parseWhen(text: string, now: number): number | undefined {
-  const relative = RELATIVE.exec(text);
-  if (relative !== null) return now - Number(relative[1]) * (UNIT_MS[relative[2] ?? ''] ?? 0);
+  const duration = durationMs(text);
+  if (duration !== undefined) return now - duration;
   if (!/^\d{4}-\d{2}-\d{2}/.test(text)) return undefined;
   // A date-time without a zone (as a datetime-local input sends it) is read as UTC, not server time.
   const zoned = /T\d{2}:\d{2}(:\d{2}(\.\d+)?)?$/.test(text) ? `${text}Z` : text;
