@@ -100,6 +100,8 @@ const DEFAULT_MAX_RECORDS = 100_000;
 const DEFAULT_PAGE_LIMIT = 100;
 /** Index entries read per round trip while listing, counting or purging. */
 const SCAN_CHUNK = 200;
+/** Index entries read per round trip by a text search, which returns only the likely matches. */
+const TEXT_SCAN_CHUNK = 1000;
 /** Ids per atomic batch in `remove`, so one script never blocks Redis for long. */
 const REMOVE_BATCH = 500;
 /** Stacks are capped at 4 KiB by `toErrorInfo`; enforced again on write. */
@@ -232,6 +234,28 @@ return out
 `;
 
 /**
+ * READ_CHUNK for a text search: ARGV adds two needles (lower case, ASCII), and only the entries whose
+ * lower-cased `data` contains either are returned, after a header of how many entries were read and
+ * the score of the last one. The records it keeps are a superset of the matches (the needles are the
+ * text as JSON escapes it once, for the error, and twice, for the envelope inside `data`); the
+ * caller applies the filter itself.
+ */
+const READ_TEXT_CHUNK_SCRIPT = `
+local entries = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {#entries / 2, entries[#entries] or false}
+for i = 1, #entries, 2 do
+  local fields = redis.call('HMGET', ARGV[3] .. entries[i], ${RECORD_FIELDS.map((f) => `'${f}'`).join(', ')})
+  local data = fields[1] and string.lower(fields[1])
+  if data and (string.find(data, ARGV[4], 1, true) or string.find(data, ARGV[5], 1, true)) then
+    out[#out + 1] = entries[i]
+    out[#out + 1] = entries[i + 1]
+    for j = 1, ${RECORD_FIELDS.length} do out[#out + 1] = fields[j] end
+  end
+end
+return out
+`;
+
+/**
  * KEYS: index, then one record key per id. ARGV: keyspace, then the ids. Returns how many records
  * existed.
  */
@@ -327,6 +351,7 @@ const SCRIPTS = {
   add: redisScript(ADD_SCRIPT),
   markReplayed: redisScript(MARK_REPLAYED_SCRIPT),
   readChunk: redisScript(READ_CHUNK_SCRIPT),
+  readTextChunk: redisScript(READ_TEXT_CHUNK_SCRIPT),
   remove: redisScript(REMOVE_SCRIPT),
   purge: redisScript(PURGE_SCRIPT),
   groups: redisScript(GROUPS_SCRIPT),
@@ -657,7 +682,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       const after = page.cursor === undefined ? undefined : decodeCursor(page.cursor);
       const records: DeadLetterRecord[] = [];
       let lastSeq = 0;
-      for await (const entry of this.#scan(after)) {
+      for await (const entry of this.#scan(after, filter.text)) {
         if (entry.record === undefined || !matchesDeadLetterFilter(entry.record, filter)) continue;
         // One match past the page says whether there is a next page, so a page that ends exactly at
         // the last match reports none.
@@ -691,7 +716,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         if (n >= 0) return n;
       }
       let n = 0;
-      for await (const entry of this.#scan(undefined)) {
+      for await (const entry of this.#scan(undefined, filter.text)) {
         if (entry.record !== undefined && matchesDeadLetterFilter(entry.record, filter)) n++;
       }
       return n;
@@ -730,7 +755,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         if (reply[0] === 1) return groupsPage(reply.slice(1), limit);
       }
       const accumulator = new DeadLetterGroupAccumulator();
-      for await (const entry of this.#scan(undefined)) {
+      for await (const entry of this.#scan(undefined, filter.text)) {
         if (entry.record !== undefined && matchesDeadLetterFilter(entry.record, filter)) {
           accumulator.add(entry.record, entry.seq);
         }
@@ -809,8 +834,16 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     return `${this.#recordPrefix}${id}`;
   }
 
-  /** Every index entry after sequence `after`, in order, read a chunk per round trip. */
-  async *#scan(after: number | undefined): AsyncGenerator<ChunkEntry> {
+  /**
+   * Every index entry after sequence `after`, in order, read a chunk per round trip; with `text`,
+   * Redis drops most entries that cannot contain it, so fewer records travel and are decoded.
+   */
+  async *#scan(after: number | undefined, text?: string): AsyncGenerator<ChunkEntry> {
+    // Lua's lower() knows only ASCII, so only an ASCII needle can be matched in Redis.
+    if (text !== undefined && /^[\x20-\x7e]*$/.test(text)) {
+      yield* this.#scanText(after, text);
+      return;
+    }
     let from = after;
     for (;;) {
       const chunk = await this.#readChunk(from);
@@ -821,12 +854,40 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     }
   }
 
+  async *#scanText(after: number | undefined, text: string): AsyncGenerator<ChunkEntry> {
+    const once = JSON.stringify(text.toLowerCase()).slice(1, -1);
+    const twice = JSON.stringify(once).slice(1, -1);
+    let from = after;
+    for (;;) {
+      const reply = (await this.#eval(
+        SCRIPTS.readTextChunk,
+        [this.#indexKey],
+        [
+          from === undefined ? '-inf' : `(${from}`,
+          String(TEXT_SCAN_CHUNK),
+          this.#scriptRecordPrefix,
+          once,
+          twice,
+        ],
+      )) as unknown[];
+      yield* this.#entriesOf(reply.slice(2));
+      const [read, last] = reply;
+      if (Number(read) < TEXT_SCAN_CHUNK || typeof last !== 'string') return;
+      from = Number(last);
+    }
+  }
+
   async #readChunk(after: number | undefined): Promise<ChunkEntry[]> {
     const reply = (await this.#eval(
       SCRIPTS.readChunk,
       [this.#indexKey],
       [after === undefined ? '-inf' : `(${after}`, String(SCAN_CHUNK), this.#scriptRecordPrefix],
     )) as unknown[];
+    return this.#entriesOf(reply);
+  }
+
+  /** The entries of a chunk script's reply: id, score, then the record's fields, per entry. */
+  #entriesOf(reply: readonly unknown[]): ChunkEntry[] {
     // A missing field comes back as nil over RESP2 but may come back as false over RESP3.
     const text = (value: unknown): string | undefined => (typeof value === 'string' ? value : undefined);
     const width = 2 + RECORD_FIELDS.length;

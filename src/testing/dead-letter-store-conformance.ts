@@ -601,6 +601,19 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
         });
       });
 
+      describe('when the text holds quotes, backslashes or letters beyond ASCII', () => {
+        it('matches them as written in the payload and the error', async () => {
+          const [a, b] = await addAll(
+            deadLetter({ payload: { path: 'C:\\orders\\WIDGET-42' } }),
+            deadLetter({ errorMessage: 'Échec du paiement' }),
+            deadLetter(),
+          );
+          // The envelope is JSON, so the payload's backslashes are escaped in the text searched.
+          expect(ids((await store.list({ text: '"path":"c:\\\\orders\\\\widget' })).records)).toEqual([a.id]);
+          expect(ids((await store.list({ text: 'échec' })).records)).toEqual([b.id]);
+        });
+      });
+
       describe('when combined with other filters', () => {
         it('selects only records matching the text and every other field', async () => {
           const [, b] = await addAll(
