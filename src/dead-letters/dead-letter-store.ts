@@ -107,7 +107,10 @@ export interface DeadLetterFilter {
    * @remarks
    * No store keeps a text index: a search reads records until it has filled a page, so its first
    * page comes quickly when matches are common and its cost grows with the records held when they
-   * are rare. An empty string matches every record.
+   * are rare. So that a rare text still answers quickly, a store may end a page of
+   * {@link DeadLetterStore.list} after reading a bounded number of records: with `text`, a page may
+   * hold fewer than `limit` records, even none, while `next` is defined; follow `next` until it is
+   * undefined to search everything. An empty string matches every record.
    *
    * @defaultValue undefined (no text search)
    */

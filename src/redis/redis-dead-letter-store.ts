@@ -102,6 +102,8 @@ const DEFAULT_PAGE_LIMIT = 100;
 const SCAN_CHUNK = 200;
 /** Index entries read per round trip by a text search, which returns only the likely matches. */
 const TEXT_SCAN_CHUNK = 1000;
+/** Most records one page of a text search reads before it returns what it found and a cursor. */
+const TEXT_SCAN_BUDGET = 10_000;
 /** Ids per atomic batch in `remove`, so one script never blocks Redis for long. */
 const REMOVE_BATCH = 500;
 /** Stacks are capped at 4 KiB by `toErrorInfo`; enforced again on write. */
@@ -682,7 +684,15 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       const after = page.cursor === undefined ? undefined : decodeCursor(page.cursor);
       const records: DeadLetterRecord[] = [];
       let lastSeq = 0;
+      let read = 0;
       for await (const entry of this.#scan(after, filter.text)) {
+        if (entry.id === '') {
+          // A text search reads a bounded number of records per page, so a rare text still answers
+          // quickly: the page then ends where the reading stopped, however few it holds.
+          read += TEXT_SCAN_CHUNK;
+          if (read >= TEXT_SCAN_BUDGET) return { records, next: encodeCursor(entry.seq) };
+          continue;
+        }
         if (entry.record === undefined || !matchesDeadLetterFilter(entry.record, filter)) continue;
         // One match past the page says whether there is a next page, so a page that ends exactly at
         // the last match reports none.
@@ -874,6 +884,8 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       const [read, last] = reply;
       if (Number(read) < TEXT_SCAN_CHUNK || typeof last !== 'string') return;
       from = Number(last);
+      // A marker (no id) after each full chunk: where the reading got to, for list's budget.
+      yield { id: '', seq: from, record: undefined, version: undefined };
     }
   }
 
