@@ -129,7 +129,7 @@ async function main(): Promise<void> {
       ],
       ['text "gateway 7 refused" (1 in 50), first page', list({ text: 'GATEWAY 7 REFUSED' })],
       ['text "sku-42" in payload (1 in 997), first page', list({ text: 'sku-42"' })],
-      ['text, no match, full walk', list({ text: 'no such text anywhere' })],
+      ['text, no match, first page (10,000 read)', list({ text: 'no such text anywhere' })],
     ];
     const body: string[][] = [];
     for (const [name, query] of rows) {
