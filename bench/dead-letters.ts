@@ -19,8 +19,7 @@ import { Redis } from 'ioredis';
 import type { DeadLetterFilter, DeadLetterRecord } from '../src/index.js';
 import { buildDeadLetterRecord } from '../src/dead-letters/dead-letter-record.js';
 import { describeRedisUrl, RedisDeadLetterStore } from '../src/redis/index.js';
-import { startRedisServer, type LocalRedis } from '../test/helpers/local-redis.js';
-import { benchPrefix, deleteKeys, fmtRate, median, table } from './support.js';
+import { benchPrefix, deleteKeys, fmtRate, median, startBenchRedis, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 100_000);
 const FINGERPRINTS = 50;
@@ -89,14 +88,8 @@ async function time<T>(query: () => Promise<T>): Promise<{ ms: number; result: T
   return { ms: median(samples), result: result as T };
 }
 
-async function startRedis(): Promise<LocalRedis> {
-  const fromEnv = process.env.REDIS_URL;
-  if (fromEnv !== undefined && fromEnv !== '') return { url: fromEnv, stop: () => undefined };
-  return startRedisServer('harrier-bench-redis-');
-}
-
 async function main(): Promise<void> {
-  const redis = await startRedis();
+  const redis = await startBenchRedis();
   const client = new Redis(redis.url);
   const prefix = benchPrefix('harrier-bench-dlq');
   const store = new RedisDeadLetterStore({ connection: client, prefix, maxRecords: Math.max(N, 100_000) });
