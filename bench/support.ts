@@ -3,6 +3,7 @@
 
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { startRedisServer, type LocalRedis } from '../test/helpers/local-redis.js';
 
 /** The median of some samples (the upper one of an even count). */
 export function median(values: readonly number[]): number {
@@ -86,4 +87,11 @@ export async function deleteKeys(client: Redis, prefix: string): Promise<void> {
 export async function infoField(client: Redis, field: string, section?: string): Promise<number> {
   const text = section === undefined ? await client.info() : await client.info(section);
   return Number(new RegExp(`^${field}:(\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
+}
+
+/** A redis-server of the bench's own on a free loopback port, or the one at REDIS_URL. */
+export async function startBenchRedis(): Promise<LocalRedis> {
+  const fromEnv = process.env.REDIS_URL;
+  if (fromEnv !== undefined && fromEnv !== '') return { url: fromEnv, stop: () => undefined };
+  return startRedisServer('harrier-bench-redis-');
 }

@@ -105,9 +105,12 @@ export type {
   PrepareOptions,
   ScheduleOptions,
 } from './bus/index.js';
-export { InMemoryDeadLetterStore, summarizeReplay } from './dead-letters/index.js';
+export { InMemoryDeadLetterStore, deadLetterGroups, summarizeReplay } from './dead-letters/index.js';
 export type {
   DeadLetterFilter,
+  DeadLetterGroup,
+  DeadLetterGroupPage,
+  DeadLetterGroupPageOptions,
   DeadLetterPage,
   DeadLetterPageOptions,
   DeadLetterReason,

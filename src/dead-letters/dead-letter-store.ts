@@ -100,6 +100,21 @@ export interface DeadLetterFilter {
    * @defaultValue 'dead'
    */
   readonly status?: DeadLetterStatus | 'any';
+  /**
+   * Case-insensitive substring searched for in the last error's message and stack and in the stored
+   * envelope text (which holds the payload); a record matches when any of them contains it.
+   *
+   * @remarks
+   * No store keeps a text index: a search reads records until it has filled a page, so its first
+   * page comes quickly when matches are common and its cost grows with the records held when they
+   * are rare. So that a rare text still answers quickly, a store may end a page of
+   * {@link DeadLetterStore.list} after reading a bounded number of records: with `text`, a page may
+   * hold fewer than `limit` records, even none, while `next` is defined; follow `next` until it is
+   * undefined to search everything. An empty string matches every record.
+   *
+   * @defaultValue undefined (no text search)
+   */
+  readonly text?: string;
 }
 
 /** Paging of {@link DeadLetterStore.list}. */
@@ -116,6 +131,48 @@ export interface DeadLetterPageOptions {
 /** One page of dead letters, newest failure last within the store's order. */
 export interface DeadLetterPage {
   readonly records: readonly DeadLetterRecord[];
+  /** Pass as `cursor` to get the next page; undefined on the last page. */
+  readonly next: string | undefined;
+}
+
+/** Paging of {@link DeadLetterStore.groups}. */
+export interface DeadLetterGroupPageOptions {
+  /**
+   * Most groups in one page.
+   * @defaultValue 50
+   */
+  readonly limit?: number;
+  /** The `next` cursor of the previous page. */
+  readonly cursor?: string;
+}
+
+/**
+ * Dead letters that failed alike: every selected record with one fingerprint.
+ *
+ * @remarks
+ * `type`, `handler`, `endpoint`, `reason` and `sampleError` describe one record of the group, chosen
+ * by the store (Harrier's stores take the one added or updated last), to show what the group is about; the records of a group
+ * share a fingerprint, not necessarily these fields.
+ */
+export interface DeadLetterGroup {
+  readonly fingerprint: string;
+  /** How many selected records the group holds. */
+  readonly count: number;
+  /** The earliest `firstFailedAt` of its selected records. */
+  readonly firstSeen: number;
+  /** The latest `lastFailedAt` of its selected records. */
+  readonly lastSeen: number;
+  readonly type?: string;
+  readonly handler?: string;
+  readonly endpoint?: string;
+  readonly reason: DeadLetterReason;
+  /** The message of the sample record's last error. */
+  readonly sampleError: string;
+}
+
+/** One page of failure groups, latest `lastSeen` first (ties: fingerprint descending). */
+export interface DeadLetterGroupPage {
+  readonly groups: readonly DeadLetterGroup[];
   /** Pass as `cursor` to get the next page; undefined on the last page. */
   readonly next: string | undefined;
 }
@@ -142,6 +199,21 @@ export interface DeadLetterStore {
   remove(ids: readonly string[]): Promise<number>;
   /** Deletes every record matching `filter`; returns how many. */
   purge(filter?: DeadLetterFilter): Promise<number>;
+  /**
+   * The failure groups of the records matching `filter` (by default the dead ones), latest
+   * `lastSeen` first, in pages.
+   *
+   * @remarks
+   * Optional, so a store written before groups existed still implements the contract: callers go
+   * through {@link deadLetterGroups}, which uses this method when present and otherwise computes the
+   * groups from {@link DeadLetterStore.list}, reading every matching record. A store that can answer
+   * from aggregates it keeps should implement it. Replayed records count only when `filter.status`
+   * selects them (`'replayed'` or `'any'`), as in {@link DeadLetterStore.count}.
+   *
+   * @throws HarrierError `invalid-cursor` for a cursor the store did not issue, `invalid-argument`
+   * for a limit that is not a positive integer.
+   */
+  groups?(filter?: DeadLetterFilter, page?: DeadLetterGroupPageOptions): Promise<DeadLetterGroupPage>;
   /** Releases the store's resources. */
   close(): Promise<void>;
 }

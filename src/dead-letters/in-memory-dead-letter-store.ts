@@ -3,12 +3,15 @@ import { settle } from '../errors/settle.js';
 import {
   MAX_REPLAY_HISTORY,
   type DeadLetterFilter,
+  type DeadLetterGroupPage,
+  type DeadLetterGroupPageOptions,
   type DeadLetterPage,
   type DeadLetterPageOptions,
   type DeadLetterRecord,
   type DeadLetterStore,
   type ReplayRecord,
 } from './dead-letter-store.js';
+import { DeadLetterGroupAccumulator } from './dead-letter-groups.js';
 import { matchesDeadLetterFilter } from './matches-dead-letter-filter.js';
 
 /** Options of {@link InMemoryDeadLetterStore}. */
@@ -25,6 +28,8 @@ interface Entry {
   readonly seq: number;
   record: DeadLetterRecord;
   live: boolean;
+  /** When the record was last added or updated, in store writes; picks a group's sample. */
+  touched: number;
 }
 
 const DEFAULT_PAGE_LIMIT = 100;
@@ -78,6 +83,7 @@ export class InMemoryDeadLetterStore implements DeadLetterStore {
   #order: Entry[] = [];
   #removed = 0;
   #seq = 0;
+  #writes = 0;
   #closed = false;
 
   /** @throws HarrierError `invalid-option` when `maxRecords` is not a positive integer. */
@@ -102,9 +108,15 @@ export class InMemoryDeadLetterStore implements DeadLetterStore {
           replays: existing.record.replays,
           status: 'dead',
         };
+        existing.touched = this.#writes++;
         return copyRecord(existing.record);
       }
-      const entry: Entry = { seq: this.#seq++, record: copyRecord(record), live: true };
+      const entry: Entry = {
+        seq: this.#seq++,
+        record: copyRecord(record),
+        live: true,
+        touched: this.#writes++,
+      };
       this.#byId.set(record.id, entry);
       this.#order.push(entry);
       while (this.#byId.size > this.#maxRecords) {
@@ -156,6 +168,22 @@ export class InMemoryDeadLetterStore implements DeadLetterStore {
       let n = 0;
       for (const entry of this.#byId.values()) if (matchesDeadLetterFilter(entry.record, filter)) n++;
       return n;
+    });
+  }
+
+  /**
+   * {@inheritDoc DeadLetterStore.groups}
+   *
+   * @remarks
+   * Computed from every record on each call.
+   */
+  groups(filter: DeadLetterFilter = {}, page: DeadLetterGroupPageOptions = {}): Promise<DeadLetterGroupPage> {
+    return this.#run(() => {
+      const accumulator = new DeadLetterGroupAccumulator();
+      for (const entry of this.#byId.values()) {
+        if (matchesDeadLetterFilter(entry.record, filter)) accumulator.add(entry.record, entry.touched);
+      }
+      return accumulator.page(page);
     });
   }
 

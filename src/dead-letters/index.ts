@@ -1,6 +1,9 @@
 export {
   MAX_REPLAY_HISTORY,
   type DeadLetterFilter,
+  type DeadLetterGroup,
+  type DeadLetterGroupPage,
+  type DeadLetterGroupPageOptions,
   type DeadLetterPage,
   type DeadLetterPageOptions,
   type DeadLetterReason,
@@ -16,6 +19,7 @@ export {
   fingerprintOf,
   type DeadLetterInput,
 } from './dead-letter-record.js';
+export { deadLetterGroups } from './dead-letter-groups.js';
 export { parseDeadLetterRecord, type ParsedDeadLetterRecord } from './parse-dead-letter-record.js';
 export { matchesDeadLetterFilter, selectsEveryDeadLetter } from './matches-dead-letter-filter.js';
 export {

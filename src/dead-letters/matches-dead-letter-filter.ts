@@ -18,7 +18,17 @@ export function matchesDeadLetterFilter(record: DeadLetterRecord, filter: DeadLe
     (filter.reason === undefined || record.reason === filter.reason) &&
     (filter.fingerprint === undefined || record.fingerprint === filter.fingerprint) &&
     (filter.since === undefined || record.lastFailedAt >= filter.since) &&
-    (filter.until === undefined || record.lastFailedAt < filter.until)
+    (filter.until === undefined || record.lastFailedAt < filter.until) &&
+    (filter.text === undefined || containsText(record, filter.text.toLowerCase()))
+  );
+}
+
+/** Whether the record's last error (message, stack) or its envelope contains `needle` (lower case). */
+function containsText(record: DeadLetterRecord, needle: string): boolean {
+  return (
+    record.error.message.toLowerCase().includes(needle) ||
+    (record.error.stack?.toLowerCase().includes(needle) ?? false) ||
+    record.envelope.toLowerCase().includes(needle)
   );
 }
 
@@ -35,6 +45,7 @@ export function selectsEveryDeadLetter(filter: DeadLetterFilter): boolean {
     filter.reason === undefined &&
     filter.fingerprint === undefined &&
     filter.since === undefined &&
-    filter.until === undefined
+    filter.until === undefined &&
+    filter.text === undefined
   );
 }

@@ -3,6 +3,9 @@ import { MAX_ATTEMPT_HISTORY, type AttemptRecord, type ErrorInfo } from '../brok
 import {
   MAX_REPLAY_HISTORY,
   type DeadLetterFilter,
+  type DeadLetterGroup,
+  type DeadLetterGroupPage,
+  type DeadLetterGroupPageOptions,
   type DeadLetterPage,
   type DeadLetterPageOptions,
   type DeadLetterRecord,
@@ -11,6 +14,12 @@ import {
   type LogPosition,
   type ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
+import {
+  DeadLetterGroupAccumulator,
+  decodeGroupCursor,
+  encodeGroupCursor,
+  groupPageLimit,
+} from '../dead-letters/dead-letter-groups.js';
 import {
   matchesDeadLetterFilter,
   selectsEveryDeadLetter,
@@ -91,6 +100,10 @@ const DEFAULT_MAX_RECORDS = 100_000;
 const DEFAULT_PAGE_LIMIT = 100;
 /** Index entries read per round trip while listing, counting or purging. */
 const SCAN_CHUNK = 200;
+/** Index entries read per round trip by a text search, which returns only the likely matches. */
+const TEXT_SCAN_CHUNK = 1000;
+/** Most records one page of a text search reads before it returns what it found and a cursor. */
+const TEXT_SCAN_BUDGET = 10_000;
 /** Ids per atomic batch in `remove`, so one script never blocks Redis for long. */
 const REMOVE_BATCH = 500;
 /** Stacks are capped at 4 KiB by `toErrorInfo`; enforced again on write. */
@@ -106,30 +119,89 @@ const CURSOR_PREFIX = 'rdl1:';
 const RECORD_FIELDS = ['data', 'first', 'status', 'replays', 'v'] as const;
 
 /**
- * KEYS: record, index, sequence. ARGV: id, data, firstFailedAt, status, replays, maxRecords,
- * record key prefix. Returns the stored firstFailedAt, status and replays.
+ * Lua shared by every script that writes records: the failure-group aggregates. `K` is the keyspace
+ * as Lua spells it. Per fingerprint and status (`dead`, `replayed`) two sorted sets hold the ids of
+ * its records, scored by lastFailedAt (`group:<status>:last:<fp>`) and firstFailedAt
+ * (`group:<status>:first:<fp>`); `groups:<dead|replayed|any>` score each fingerprint by its latest
+ * lastFailedAt; `group:sample:<fp>` holds the fields shown for the group; `grouped` counts the
+ * records the aggregates hold, so a reader can tell whether records written before them exist.
  */
-const ADD_SCRIPT = `
+const GROUP_LUA = `
+local function gkey(K, status, side, fp) return K .. 'group:' .. status .. ':' .. side .. ':' .. fp end
+local function refreshGroup(K, fp)
+  local best = nil
+  for _, status in ipairs({'dead', 'replayed'}) do
+    local top = redis.call('ZRANGE', gkey(K, status, 'last', fp), -1, -1, 'WITHSCORES')
+    if top[2] then
+      redis.call('ZADD', K .. 'groups:' .. status, top[2], fp)
+      if best == nil or tonumber(top[2]) > tonumber(best) then best = top[2] end
+    else
+      redis.call('ZREM', K .. 'groups:' .. status, fp)
+    end
+  end
+  if best then
+    redis.call('ZADD', K .. 'groups:any', best, fp)
+  else
+    redis.call('ZREM', K .. 'groups:any', fp)
+    redis.call('DEL', K .. 'group:sample:' .. fp)
+  end
+end
+local function unindexGroup(K, id, fp, status)
+  if not fp or not status then return end
+  local removed = redis.call('ZREM', gkey(K, status, 'last', fp), id)
+  redis.call('ZREM', gkey(K, status, 'first', fp), id)
+  if removed == 1 then redis.call('DECR', K .. 'grouped') end
+  refreshGroup(K, fp)
+end
+local function indexGroup(K, id, fp, status, first, last)
+  if redis.call('ZADD', gkey(K, status, 'last', fp), last, id) == 1 then redis.call('INCR', K .. 'grouped') end
+  redis.call('ZADD', gkey(K, status, 'first', fp), first, id)
+  refreshGroup(K, fp)
+end
+local function deleteRecord(K, key, id)
+  local old = redis.call('HMGET', key, 'fp', 'status')
+  local n = redis.call('DEL', key)
+  if n == 1 then unindexGroup(K, id, old[1], old[2]) end
+  return n
+end
+`;
+
+/**
+ * KEYS: record, index, sequence. ARGV: id, data, firstFailedAt, status, replays, maxRecords,
+ * record key prefix, fingerprint, lastFailedAt, group sample JSON, keyspace. Returns the stored
+ * firstFailedAt, status and replays.
+ */
+const ADD_SCRIPT = `${GROUP_LUA}
+local K = ARGV[11]
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('HSET', KEYS[1], 'data', ARGV[2], 'status', 'dead')
+  local old = redis.call('HMGET', KEYS[1], 'fp', 'status', 'first')
+  unindexGroup(K, ARGV[1], old[1], old[2])
+  redis.call('HSET', KEYS[1], 'data', ARGV[2], 'status', 'dead', 'fp', ARGV[8], 'last', ARGV[9])
   redis.call('HINCRBY', KEYS[1], 'v', 1)
+  indexGroup(K, ARGV[1], ARGV[8], 'dead', old[3], ARGV[9])
+  redis.call('SET', K .. 'group:sample:' .. ARGV[8], ARGV[10])
   return redis.call('HMGET', KEYS[1], 'first', 'status', 'replays')
 end
 local seq = redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[1], 'data', ARGV[2], 'first', ARGV[3], 'status', ARGV[4], 'replays', ARGV[5], 'v', 1)
+redis.call('HSET', KEYS[1], 'data', ARGV[2], 'first', ARGV[3], 'status', ARGV[4], 'replays', ARGV[5], 'v', 1, 'fp', ARGV[8], 'last', ARGV[9])
 redis.call('ZADD', KEYS[2], seq, ARGV[1])
+indexGroup(K, ARGV[1], ARGV[8], ARGV[4], ARGV[3], ARGV[9])
+redis.call('SET', K .. 'group:sample:' .. ARGV[8], ARGV[10])
 local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[6])
 if excess > 0 then
   for _, old in ipairs(redis.call('ZRANGE', KEYS[2], 0, excess - 1)) do
-    redis.call('DEL', ARGV[7] .. old)
+    deleteRecord(K, ARGV[7] .. old, old)
   end
   redis.call('ZREMRANGEBYRANK', KEYS[2], 0, excess - 1)
 end
 return {ARGV[3], ARGV[4], ARGV[5]}
 `;
 
-/** KEYS: record. ARGV: replay entry JSON, most entries kept. Returns 1, or 0 when there is no record. */
-const MARK_REPLAYED_SCRIPT = `
+/**
+ * KEYS: record. ARGV: replay entry JSON, most entries kept, id, keyspace. Returns 1, or 0 when there
+ * is no record.
+ */
+const MARK_REPLAYED_SCRIPT = `${GROUP_LUA}
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local entries = {}
 for entry in string.gmatch(redis.call('HGET', KEYS[1], 'replays') or '', '[^\\n]+') do
@@ -137,8 +209,13 @@ for entry in string.gmatch(redis.call('HGET', KEYS[1], 'replays') or '', '[^\\n]
 end
 entries[#entries + 1] = ARGV[1]
 local from = math.max(1, #entries - tonumber(ARGV[2]) + 1)
+local old = redis.call('HMGET', KEYS[1], 'fp', 'status', 'first', 'last')
 redis.call('HSET', KEYS[1], 'status', 'replayed', 'replays', table.concat(entries, '\\n', from))
 redis.call('HINCRBY', KEYS[1], 'v', 1)
+if old[1] and old[2] ~= 'replayed' then
+  unindexGroup(ARGV[4], ARGV[3], old[1], old[2])
+  indexGroup(ARGV[4], ARGV[3], old[1], 'replayed', old[3], old[4])
+end
 return 1
 `;
 
@@ -158,27 +235,115 @@ end
 return out
 `;
 
-/** KEYS: index, then one record key per id. ARGV: the ids. Returns how many records existed. */
-const REMOVE_SCRIPT = `
+/**
+ * READ_CHUNK for a text search: ARGV adds two needles (lower case, ASCII), and only the entries whose
+ * lower-cased `data` contains either are returned, after a header of how many entries were read and
+ * the score of the last one. The records it keeps are a superset of the matches (the needles are the
+ * text as JSON escapes it once, for the error, and twice, for the envelope inside `data`); the
+ * caller applies the filter itself.
+ */
+const READ_TEXT_CHUNK_SCRIPT = `
+local entries = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {#entries / 2, entries[#entries] or false}
+for i = 1, #entries, 2 do
+  local fields = redis.call('HMGET', ARGV[3] .. entries[i], ${RECORD_FIELDS.map((f) => `'${f}'`).join(', ')})
+  local data = fields[1] and string.lower(fields[1])
+  if data and (string.find(data, ARGV[4], 1, true) or string.find(data, ARGV[5], 1, true)) then
+    out[#out + 1] = entries[i]
+    out[#out + 1] = entries[i + 1]
+    for j = 1, ${RECORD_FIELDS.length} do out[#out + 1] = fields[j] end
+  end
+end
+return out
+`;
+
+/**
+ * KEYS: index, then one record key per id. ARGV: keyspace, then the ids. Returns how many records
+ * existed.
+ */
+const REMOVE_SCRIPT = `${GROUP_LUA}
 local n = 0
-for i = 1, #ARGV do
-  n = n + redis.call('DEL', KEYS[i + 1])
+for i = 2, #KEYS do
+  n = n + deleteRecord(ARGV[1], KEYS[i], ARGV[i])
   redis.call('ZREM', KEYS[1], ARGV[i])
 end
 return n
 `;
 
 /**
- * KEYS: index, then one record key per id. ARGV: id and version pairs. Deletes each record still at
- * the version that was read; returns how many it deleted.
+ * KEYS: index, then one record key per id. ARGV: keyspace, then id and version pairs. Deletes each
+ * record still at the version that was read; returns how many it deleted.
  */
-const PURGE_SCRIPT = `
+const PURGE_SCRIPT = `${GROUP_LUA}
 local n = 0
 for i = 2, #KEYS do
-  if redis.call('HGET', KEYS[i], 'v') == ARGV[2 * i - 2] then
-    redis.call('DEL', KEYS[i])
-    redis.call('ZREM', KEYS[1], ARGV[2 * i - 3])
+  local id = ARGV[2 * i - 2]
+  if redis.call('HGET', KEYS[i], 'v') == ARGV[2 * i - 1] then
+    deleteRecord(ARGV[1], KEYS[i], id)
+    redis.call('ZREM', KEYS[1], id)
     n = n + 1
+  end
+end
+return n
+`;
+
+/**
+ * KEYS: index, groups index of the state asked for. ARGV: keyspace, statuses to sum (space
+ * separated), max score ('+inf' or the cursor's lastSeen), cursor fingerprint ('' for none), limit,
+ * fingerprint filter ('' for none). Returns {ready, then per group: fp, count, firstSeen, lastSeen,
+ * sample JSON}, at most limit + 1 groups; ready is 0 when records without aggregates exist.
+ */
+const GROUPS_SCRIPT = `
+local K = ARGV[1]
+if tonumber(redis.call('GET', K .. 'grouped') or '0') ~= redis.call('ZCARD', KEYS[1]) then return {0} end
+local statuses = {}
+for status in string.gmatch(ARGV[2], '%S+') do statuses[#statuses + 1] = status end
+local limit = tonumber(ARGV[5])
+local out = {1}
+local found = 0
+local offset = 0
+while found <= limit do
+  local chunk = redis.call('ZREVRANGEBYSCORE', KEYS[2], ARGV[3], '-inf', 'WITHSCORES', 'LIMIT', offset, 200)
+  if #chunk == 0 then break end
+  offset = offset + #chunk / 2
+  for i = 1, #chunk, 2 do
+    local fp, score = chunk[i], chunk[i + 1]
+    local skip = (ARGV[6] ~= '' and fp ~= ARGV[6])
+      or (ARGV[4] ~= '' and tonumber(score) == tonumber(ARGV[3]) and fp >= ARGV[4])
+    if not skip and found <= limit then
+      local count, first = 0, nil
+      for _, status in ipairs(statuses) do
+        count = count + redis.call('ZCARD', K .. 'group:' .. status .. ':last:' .. fp)
+        local low = redis.call('ZRANGE', K .. 'group:' .. status .. ':first:' .. fp, 0, 0, 'WITHSCORES')
+        if low[2] and (first == nil or tonumber(low[2]) < tonumber(first)) then first = low[2] end
+      end
+      out[#out + 1] = fp
+      out[#out + 1] = count
+      out[#out + 1] = first or score
+      out[#out + 1] = score
+      out[#out + 1] = redis.call('GET', K .. 'group:sample:' .. fp) or '{}'
+      found = found + 1
+    end
+  end
+end
+return out
+`;
+
+/**
+ * KEYS: index. ARGV: keyspace, statuses to sum (space separated), fingerprint ('' for all). Returns
+ * the number of records, or -1 when records without aggregates exist.
+ */
+const COUNT_SCRIPT = `
+local K = ARGV[1]
+if tonumber(redis.call('GET', K .. 'grouped') or '0') ~= redis.call('ZCARD', KEYS[1]) then return -1 end
+local n = 0
+for status in string.gmatch(ARGV[2], '%S+') do
+  if ARGV[3] ~= '' then
+    n = n + redis.call('ZCARD', K .. 'group:' .. status .. ':last:' .. ARGV[3])
+  else
+    for _, fp in ipairs(redis.call('ZRANGE', K .. 'groups:' .. status, 0, -1)) do
+      n = n + redis.call('ZCARD', K .. 'group:' .. status .. ':last:' .. fp)
+    end
   end
 end
 return n
@@ -188,8 +353,11 @@ const SCRIPTS = {
   add: redisScript(ADD_SCRIPT),
   markReplayed: redisScript(MARK_REPLAYED_SCRIPT),
   readChunk: redisScript(READ_CHUNK_SCRIPT),
+  readTextChunk: redisScript(READ_TEXT_CHUNK_SCRIPT),
   remove: redisScript(REMOVE_SCRIPT),
   purge: redisScript(PURGE_SCRIPT),
+  groups: redisScript(GROUPS_SCRIPT),
+  count: redisScript(COUNT_SCRIPT),
 } as const;
 
 /** The JSON kept in a record's `data` field: every field an update replaces. */
@@ -320,6 +488,38 @@ function decodeRecord(
   };
 }
 
+/** The fields a group shows, kept beside its aggregates as JSON. */
+interface GroupSample {
+  readonly type?: string;
+  readonly handler?: string;
+  readonly endpoint?: string;
+  readonly reason?: string;
+  readonly sampleError?: string;
+}
+
+function encodeSample(record: DeadLetterRecord): string {
+  const sample: GroupSample = {
+    ...(record.type !== undefined ? { type: record.type } : {}),
+    ...(record.handler !== undefined ? { handler: record.handler } : {}),
+    endpoint: record.endpoint,
+    reason: record.reason,
+    sampleError: record.error.message,
+  };
+  return JSON.stringify(sample);
+}
+
+/**
+ * The statuses whose aggregates answer `filter` (space separated, as the scripts read them), or
+ * undefined when it sets a field other than status and fingerprint, which only a scan can answer.
+ */
+function aggregatedStatuses(filter: DeadLetterFilter): string | undefined {
+  const { status = 'dead', fingerprint: _fingerprint, ...rest } = filter;
+  // Checked at run time: a caller from JavaScript may spell an unset field as undefined.
+  const others: readonly unknown[] = Object.values(rest);
+  if (others.some((value) => value !== undefined)) return undefined;
+  return status === 'any' ? 'dead replayed' : status;
+}
+
 function encodeCursor(seq: number): string {
   return Buffer.from(`${CURSOR_PREFIX}${seq}`, 'utf8').toString('base64url');
 }
@@ -335,6 +535,32 @@ function decodeCursor(cursor: string): number {
     );
   }
   return seq;
+}
+
+/** A page of groups from the groups script's reply (five values per group, at most limit + 1 groups). */
+function groupsPage(reply: readonly unknown[], limit: number): DeadLetterGroupPage {
+  const groups: DeadLetterGroup[] = [];
+  for (let i = 0; i + 5 <= reply.length; i += 5) {
+    const [fingerprint, count, first, last, json] = reply.slice(i, i + 5);
+    const sample = JSON.parse(String(json)) as GroupSample;
+    groups.push({
+      fingerprint: String(fingerprint),
+      count: Number(count),
+      firstSeen: Number(first),
+      lastSeen: Number(last),
+      ...(sample.type !== undefined ? { type: sample.type } : {}),
+      ...(sample.handler !== undefined ? { handler: sample.handler } : {}),
+      ...(sample.endpoint !== undefined ? { endpoint: sample.endpoint } : {}),
+      reason: sample.reason ?? '',
+      sampleError: sample.sampleError ?? '',
+    });
+  }
+  const page = groups.slice(0, limit);
+  const last = page.at(-1);
+  return {
+    groups: page,
+    next: groups.length > limit && last !== undefined ? encodeGroupCursor(last) : undefined,
+  };
 }
 
 /**
@@ -372,6 +598,8 @@ export class RedisDeadLetterStore implements DeadLetterStore {
   readonly #recordPrefix: string;
   /** The record prefix as Lua must spell it: keys built in a script do not get ioredis's `keyPrefix`. */
   readonly #scriptRecordPrefix: string;
+  /** The keyspace as Lua must spell it. */
+  readonly #scriptKeyspace: string;
   #closed = false;
 
   /** @throws HarrierError `invalid-option` when `prefix` is empty or `maxRecords` is not a positive integer. */
@@ -397,7 +625,8 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       command: 'a dead-letter store command',
       keyspace: this.#keyspace,
     };
-    this.#scriptRecordPrefix = `${this.#client.options.keyPrefix ?? ''}${this.#recordPrefix}`;
+    this.#scriptKeyspace = `${this.#client.options.keyPrefix ?? ''}${this.#keyspace}`;
+    this.#scriptRecordPrefix = `${this.#scriptKeyspace}record:`;
   }
 
   add(record: DeadLetterRecord): Promise<DeadLetterRecord> {
@@ -415,6 +644,10 @@ export class RedisDeadLetterStore implements DeadLetterStore {
           record.replays.slice(-MAX_REPLAY_HISTORY).map(encodeReplay).join('\n'),
           String(this.#maxRecords),
           this.#scriptRecordPrefix,
+          record.fingerprint,
+          String(record.lastFailedAt),
+          encodeSample(record),
+          this.#scriptKeyspace,
         ],
       );
       const [first, status, replays] = reply as [string, string, string];
@@ -451,7 +684,15 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       const after = page.cursor === undefined ? undefined : decodeCursor(page.cursor);
       const records: DeadLetterRecord[] = [];
       let lastSeq = 0;
-      for await (const entry of this.#scan(after)) {
+      let read = 0;
+      for await (const entry of this.#scan(after, filter.text)) {
+        if (entry.id === '') {
+          // A text search reads a bounded number of records per page, so a rare text still answers
+          // quickly: the page then ends where the reading stopped, however few it holds.
+          read += TEXT_SCAN_CHUNK;
+          if (read >= TEXT_SCAN_BUDGET) return { records, next: encodeCursor(entry.seq) };
+          continue;
+        }
         if (entry.record === undefined || !matchesDeadLetterFilter(entry.record, filter)) continue;
         // One match past the page says whether there is a next page, so a page that ends exactly at
         // the last match reports none.
@@ -463,14 +704,73 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     });
   }
 
+  /**
+   * {@inheritDoc DeadLetterStore.count}
+   *
+   * @remarks
+   * A filter of status and fingerprint alone is answered from the failure-group aggregates; any
+   * other field walks the records.
+   */
   count(filter: DeadLetterFilter = {}): Promise<number> {
     return this.#run(async () => {
       if (selectsEveryDeadLetter(filter)) return await this.#client.zcard(this.#indexKey);
+      const statuses = aggregatedStatuses(filter);
+      if (statuses !== undefined) {
+        const n = Number(
+          await this.#eval(
+            SCRIPTS.count,
+            [this.#indexKey],
+            [this.#scriptKeyspace, statuses, filter.fingerprint ?? ''],
+          ),
+        );
+        if (n >= 0) return n;
+      }
       let n = 0;
-      for await (const entry of this.#scan(undefined)) {
+      for await (const entry of this.#scan(undefined, filter.text)) {
         if (entry.record !== undefined && matchesDeadLetterFilter(entry.record, filter)) n++;
       }
       return n;
+    });
+  }
+
+  /**
+   * {@inheritDoc DeadLetterStore.groups}
+   *
+   * @remarks
+   * Every write keeps per-fingerprint aggregates in the same script as the record, so a filter of
+   * status and fingerprint alone is answered from them in time that grows with the groups on the
+   * page, not with the records held. Any other field (endpoint, time window, text, ...) walks the
+   * records, as `list` does. So do records written by a Harrier from before groups existed, until
+   * they are removed or added again.
+   */
+  groups(filter: DeadLetterFilter = {}, page: DeadLetterGroupPageOptions = {}): Promise<DeadLetterGroupPage> {
+    return this.#run(async () => {
+      const limit = groupPageLimit(page);
+      const after = page.cursor === undefined ? undefined : decodeGroupCursor(page.cursor);
+      const statuses = aggregatedStatuses(filter);
+      if (statuses !== undefined) {
+        const state = filter.status ?? 'dead';
+        const reply = (await this.#eval(
+          SCRIPTS.groups,
+          [this.#indexKey, `${this.#keyspace}groups:${state}`],
+          [
+            this.#scriptKeyspace,
+            statuses,
+            after === undefined ? '+inf' : String(after.lastSeen),
+            after?.fingerprint ?? '',
+            String(limit),
+            filter.fingerprint ?? '',
+          ],
+        )) as unknown[];
+        if (reply[0] === 1) return groupsPage(reply.slice(1), limit);
+      }
+      const accumulator = new DeadLetterGroupAccumulator();
+      for await (const entry of this.#scan(undefined, filter.text)) {
+        if (entry.record !== undefined && matchesDeadLetterFilter(entry.record, filter)) {
+          accumulator.add(entry.record, entry.seq);
+        }
+      }
+      return accumulator.page(page);
     });
   }
 
@@ -479,7 +779,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       const reply = await this.#eval(
         SCRIPTS.markReplayed,
         [this.#recordKey(id)],
-        [encodeReplay(replay), String(MAX_REPLAY_HISTORY)],
+        [encodeReplay(replay), String(MAX_REPLAY_HISTORY), id, this.#scriptKeyspace],
       );
       return reply === 1;
     });
@@ -493,7 +793,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       for (let i = 0; i < unique.length; i += REMOVE_BATCH) {
         const batch = unique.slice(i, i + REMOVE_BATCH);
         const keys = [this.#indexKey, ...batch.map((id) => this.#recordKey(id))];
-        n += Number(await this.#eval(SCRIPTS.remove, keys, batch));
+        n += Number(await this.#eval(SCRIPTS.remove, keys, [this.#scriptKeyspace, ...batch]));
       }
       return n;
     });
@@ -520,7 +820,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         );
         if (doomed.length > 0) {
           const keys = [this.#indexKey, ...doomed.map((entry) => this.#recordKey(entry.id))];
-          const args = doomed.flatMap((entry) => [entry.id, entry.version]);
+          const args = [this.#scriptKeyspace, ...doomed.flatMap((entry) => [entry.id, entry.version])];
           n += Number(await this.#eval(SCRIPTS.purge, keys, args));
         }
         const last = chunk.at(-1);
@@ -544,8 +844,16 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     return `${this.#recordPrefix}${id}`;
   }
 
-  /** Every index entry after sequence `after`, in order, read a chunk per round trip. */
-  async *#scan(after: number | undefined): AsyncGenerator<ChunkEntry> {
+  /**
+   * Every index entry after sequence `after`, in order, read a chunk per round trip; with `text`,
+   * Redis drops most entries that cannot contain it, so fewer records travel and are decoded.
+   */
+  async *#scan(after: number | undefined, text?: string): AsyncGenerator<ChunkEntry> {
+    // Lua's lower() knows only ASCII, so only an ASCII needle can be matched in Redis.
+    if (text !== undefined && /^[\x20-\x7e]*$/.test(text)) {
+      yield* this.#scanText(after, text);
+      return;
+    }
     let from = after;
     for (;;) {
       const chunk = await this.#readChunk(from);
@@ -556,12 +864,42 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     }
   }
 
+  async *#scanText(after: number | undefined, text: string): AsyncGenerator<ChunkEntry> {
+    const once = JSON.stringify(text.toLowerCase()).slice(1, -1);
+    const twice = JSON.stringify(once).slice(1, -1);
+    let from = after;
+    for (;;) {
+      const reply = (await this.#eval(
+        SCRIPTS.readTextChunk,
+        [this.#indexKey],
+        [
+          from === undefined ? '-inf' : `(${from}`,
+          String(TEXT_SCAN_CHUNK),
+          this.#scriptRecordPrefix,
+          once,
+          twice,
+        ],
+      )) as unknown[];
+      yield* this.#entriesOf(reply.slice(2));
+      const [read, last] = reply;
+      if (Number(read) < TEXT_SCAN_CHUNK || typeof last !== 'string') return;
+      from = Number(last);
+      // A marker (no id) after each full chunk: where the reading got to, for list's budget.
+      yield { id: '', seq: from, record: undefined, version: undefined };
+    }
+  }
+
   async #readChunk(after: number | undefined): Promise<ChunkEntry[]> {
     const reply = (await this.#eval(
       SCRIPTS.readChunk,
       [this.#indexKey],
       [after === undefined ? '-inf' : `(${after}`, String(SCAN_CHUNK), this.#scriptRecordPrefix],
     )) as unknown[];
+    return this.#entriesOf(reply);
+  }
+
+  /** The entries of a chunk script's reply: id, score, then the record's fields, per entry. */
+  #entriesOf(reply: readonly unknown[]): ChunkEntry[] {
     // A missing field comes back as nil over RESP2 but may come back as false over RESP3.
     const text = (value: unknown): string | undefined => (typeof value === 'string' ? value : undefined);
     const width = 2 + RECORD_FIELDS.length;

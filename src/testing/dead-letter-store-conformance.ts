@@ -4,12 +4,14 @@ import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
 import {
   MAX_REPLAY_HISTORY,
   type DeadLetterFilter,
+  type DeadLetterGroup,
   type DeadLetterPage,
   type DeadLetterReason,
   type DeadLetterRecord,
   type DeadLetterStore,
   type ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
+import { deadLetterGroups } from '../dead-letters/dead-letter-groups.js';
 import { uuidv7 } from '../messages/uuid-v7.js';
 import { expectCode, failureOf } from './expect-code.js';
 
@@ -38,6 +40,8 @@ interface RecordSpec {
   /** When the last attempt failed. */
   readonly failedAt?: number;
   readonly fingerprint?: string;
+  /** The message's payload. @defaultValue \{ orderId: 'o-1' \} */
+  readonly payload?: Record<string, unknown>;
 }
 
 /** A realistic dead letter with a message id of its own, so tests never collide on a shared server. */
@@ -63,7 +67,7 @@ function deadLetter(spec: RecordSpec = {}): DeadLetterRecord {
     id: messageId,
     kind: 'event',
     type,
-    payload: { orderId: 'o-1' },
+    payload: spec.payload ?? { orderId: 'o-1' },
     meta: { correlationId: messageId, occurredAt: new Date(failedAt).toISOString(), headers: {} },
   });
   const record = buildDeadLetterRecord({
@@ -573,6 +577,255 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
           expect(await store.count({ since: T0 + 1000 })).toBe(2);
           expect(await store.count({ until: T0 + 1000 })).toBe(1);
           expect(await store.count({ since: T0 + 1000, until: T0 + 2000 })).toBe(1);
+        });
+      });
+    });
+
+    describe('text search', () => {
+      describe('when the text is in the error message', () => {
+        it('lists the records whose error contains it, whatever the case', async () => {
+          const [, b] = await addAll(
+            deadLetter(),
+            deadLetter({ errorMessage: 'Card DECLINED by the bank' }),
+            deadLetter({ errorMessage: 'timeout' }),
+          );
+          expect(ids((await store.list({ text: 'declined' })).records)).toEqual([b.id]);
+          expect(ids((await store.list({ text: 'card declined' })).records)).toEqual([b.id]);
+        });
+      });
+
+      describe('when the text is in the payload', () => {
+        it('lists the records whose envelope contains it, whatever the case', async () => {
+          const [a] = await addAll(deadLetter({ payload: { sku: 'WIDGET-42' } }), deadLetter());
+          expect(ids((await store.list({ text: 'widget-42' })).records)).toEqual([a.id]);
+        });
+      });
+
+      describe('when the text holds quotes, backslashes or letters beyond ASCII', () => {
+        it('matches them as written in the payload and the error', async () => {
+          const [a, b] = await addAll(
+            deadLetter({ payload: { path: 'C:\\orders\\WIDGET-42' } }),
+            deadLetter({ errorMessage: 'Échec du paiement' }),
+            deadLetter(),
+          );
+          // The envelope is JSON, so the payload's backslashes are escaped in the text searched.
+          expect(ids((await store.list({ text: '"path":"c:\\\\orders\\\\widget' })).records)).toEqual([a.id]);
+          expect(ids((await store.list({ text: 'échec' })).records)).toEqual([b.id]);
+        });
+      });
+
+      describe('when combined with other filters', () => {
+        it('selects only records matching the text and every other field', async () => {
+          const [, b] = await addAll(
+            deadLetter({ errorMessage: 'stock exhausted' }),
+            deadLetter({ errorMessage: 'Stock exhausted', endpoint: 'shipping' }),
+            deadLetter({ endpoint: 'shipping' }),
+          );
+          expect(ids((await store.list({ text: 'STOCK', endpoint: 'shipping' })).records)).toEqual([b.id]);
+          expect(await store.count({ text: 'stock', endpoint: 'shipping' })).toBe(1);
+          expect(await store.count({ text: 'stock' })).toBe(2);
+        });
+      });
+
+      describe('when the matches span several pages', () => {
+        it('returns every match once, in order, at most limit per page', async () => {
+          const matching: DeadLetterRecord[] = [];
+          for (let i = 0; i < 10; i++) {
+            const record = deadLetter(i % 2 === 0 ? { errorMessage: `needle ${i}` } : {});
+            await store.add(record);
+            if (i % 2 === 0) matching.push(record);
+          }
+          const pages = await allPages({ text: 'NEEDLE' }, 2);
+          expect(pages.map((p) => p.length)).toEqual([2, 2, 1]);
+          expect(ids(pages.flat())).toEqual(ids(matching));
+        });
+      });
+
+      describe('when purging', () => {
+        it('deletes only the records that contain the text', async () => {
+          const [a, , c] = await addAll(
+            deadLetter(),
+            deadLetter({ payload: { note: 'poison pill' } }),
+            deadLetter(),
+          );
+          expect(await store.purge({ text: 'Poison' })).toBe(1);
+          expect(ids((await store.list()).records)).toEqual([a.id, c.id]);
+        });
+      });
+    });
+
+    describe('groups', () => {
+      /** Every group of `filter`, page by page. */
+      async function allGroups(filter: DeadLetterFilter = {}, limit = 50): Promise<DeadLetterGroup[][]> {
+        const pages: DeadLetterGroup[][] = [];
+        let cursor: string | undefined;
+        do {
+          const page = await deadLetterGroups(
+            store,
+            filter,
+            cursor === undefined ? { limit } : { limit, cursor },
+          );
+          pages.push([...page.groups]);
+          cursor = page.next;
+          if (pages.length > 1000) throw new Error('groups never returned a last page');
+        } while (cursor !== undefined);
+        return pages;
+      }
+
+      async function groupsOf(filter: DeadLetterFilter = {}): Promise<Record<string, DeadLetterGroup>> {
+        return Object.fromEntries((await allGroups(filter)).flat().map((g) => [g.fingerprint, g]));
+      }
+
+      describe('when records are added', () => {
+        it('counts each fingerprint with its first and last failure and a sample', async () => {
+          await addAll(
+            deadLetter({
+              fingerprint: 'aaaa00000001',
+              failedAt: T0,
+              attempt: 3,
+              errorMessage: 'card declined',
+            }),
+            deadLetter({
+              fingerprint: 'aaaa00000001',
+              failedAt: T0 + 5000,
+              attempt: 1,
+              errorMessage: 'card declined',
+            }),
+            deadLetter({
+              fingerprint: 'bbbb00000002',
+              failedAt: T0 + 1000,
+              attempt: 1,
+              endpoint: 'shipping',
+            }),
+          );
+          const [page] = await allGroups();
+          expect(page).toEqual([
+            {
+              fingerprint: 'aaaa00000001',
+              count: 2,
+              firstSeen: T0 - 2000,
+              lastSeen: T0 + 5000,
+              type: 'orders.OrderPlaced',
+              handler: 'SendInvoice',
+              endpoint: 'billing',
+              reason: 'handler-failed',
+              sampleError: 'card declined',
+            },
+            {
+              fingerprint: 'bbbb00000002',
+              count: 1,
+              firstSeen: T0 + 1000,
+              lastSeen: T0 + 1000,
+              type: 'orders.OrderPlaced',
+              handler: 'SendInvoice',
+              endpoint: 'shipping',
+              reason: 'handler-failed',
+              sampleError: 'boom',
+            },
+          ]);
+        });
+      });
+
+      describe('when the groups span several pages', () => {
+        it('returns every group once, latest lastSeen first, at most limit per page', async () => {
+          for (let i = 0; i < 5; i++) {
+            await store.add(
+              deadLetter({ fingerprint: `cccc0000000${i}`, failedAt: T0 + i * 1000, attempt: 1 }),
+            );
+          }
+          const pages = await allGroups({}, 2);
+          expect(pages.map((p) => p.length)).toEqual([2, 2, 1]);
+          expect(pages.flat().map((g) => g.lastSeen)).toEqual([4, 3, 2, 1, 0].map((i) => T0 + i * 1000));
+        });
+
+        it('orders groups with the same lastSeen by fingerprint, descending, across pages', async () => {
+          for (const fp of ['dddd00000001', 'dddd00000003', 'dddd00000002']) {
+            await store.add(deadLetter({ fingerprint: fp, attempt: 1 }));
+          }
+          const pages = await allGroups({}, 1);
+          expect(pages.flat().map((g) => g.fingerprint)).toEqual([
+            'dddd00000003',
+            'dddd00000002',
+            'dddd00000001',
+          ]);
+        });
+      });
+
+      describe('when a record is updated (same id)', () => {
+        it('moves it to its new fingerprint and keeps its first failure', async () => {
+          const messageId = uuidv7();
+          await store.add(deadLetter({ messageId, fingerprint: 'eeee00000001', failedAt: T0, attempt: 1 }));
+          await store.add(deadLetter({ fingerprint: 'eeee00000001', failedAt: T0 + 10, attempt: 1 }));
+          await store.add(
+            deadLetter({ messageId, fingerprint: 'eeee00000002', failedAt: T0 + 9000, attempt: 1 }),
+          );
+          const groups = await groupsOf();
+          expect(groups.eeee00000001?.count).toBe(1);
+          expect(groups.eeee00000001?.lastSeen).toBe(T0 + 10);
+          expect(groups.eeee00000002).toMatchObject({ count: 1, firstSeen: T0, lastSeen: T0 + 9000 });
+        });
+      });
+
+      describe('when records are removed or purged', () => {
+        it('lowers the counts and drops a group left empty', async () => {
+          const [a, b, c] = await addAll(
+            deadLetter({ fingerprint: 'ffff00000001', failedAt: T0, attempt: 1 }),
+            deadLetter({ fingerprint: 'ffff00000001', failedAt: T0 + 1000, attempt: 1 }),
+            deadLetter({ fingerprint: 'ffff00000002', attempt: 1 }),
+          );
+          await store.remove([b.id]);
+          expect(await groupsOf()).toMatchObject({ ffff00000001: { count: 1, lastSeen: T0 } });
+          await store.remove([a.id]);
+          expect(Object.keys(await groupsOf())).toEqual(['ffff00000002']);
+          await store.purge({ fingerprint: c.fingerprint });
+          expect(await allGroups()).toEqual([[]]);
+        });
+      });
+
+      describe('when a record is replayed', () => {
+        it('counts it only where the status filter selects replayed records', async () => {
+          const [a] = await addAll(
+            deadLetter({ fingerprint: '999900000001', failedAt: T0 + 5000, attempt: 1 }),
+            deadLetter({ fingerprint: '999900000001', failedAt: T0, attempt: 1 }),
+          );
+          await store.markReplayed(a.id, { at: T0 + 6000 });
+          expect(await groupsOf()).toMatchObject({ '999900000001': { count: 1, lastSeen: T0 } });
+          expect(await groupsOf({ status: 'replayed' })).toMatchObject({
+            '999900000001': { count: 1, lastSeen: T0 + 5000 },
+          });
+          expect(await groupsOf({ status: 'any' })).toMatchObject({
+            '999900000001': { count: 2, firstSeen: T0, lastSeen: T0 + 5000 },
+          });
+          await store.markReplayed(a.id, { at: T0 + 7000 });
+          expect((await groupsOf({ status: 'any' }))['999900000001']?.count).toBe(2);
+        });
+      });
+
+      describe('when filtering', () => {
+        it('counts only the records matching the filter', async () => {
+          await addAll(
+            deadLetter({ fingerprint: '888800000001', endpoint: 'shipping', errorMessage: 'late truck' }),
+            deadLetter({ fingerprint: '888800000001' }),
+            deadLetter({ fingerprint: '888800000002' }),
+          );
+          expect(await groupsOf({ endpoint: 'shipping' })).toMatchObject({ '888800000001': { count: 1 } });
+          expect(Object.keys(await groupsOf({ endpoint: 'shipping' }))).toEqual(['888800000001']);
+          expect(Object.keys(await groupsOf({ text: 'TRUCK' }))).toEqual(['888800000001']);
+          expect(await groupsOf({ fingerprint: '888800000001' })).toMatchObject({
+            '888800000001': { count: 2 },
+          });
+          expect(Object.keys(await groupsOf({ fingerprint: '888800000001' }))).toHaveLength(1);
+        });
+      });
+
+      describe('when paging is wrong', () => {
+        it('rejects a foreign cursor with invalid-cursor and a bad limit with invalid-argument', async () => {
+          await store.add(deadLetter());
+          expectCode(
+            await failureOf(() => deadLetterGroups(store, {}, { cursor: 'nope' })),
+            'invalid-cursor',
+          );
+          expectCode(await failureOf(() => deadLetterGroups(store, {}, { limit: 0 })), 'invalid-argument');
         });
       });
     });

@@ -333,4 +333,82 @@ describe('RedisDeadLetterStore', () => {
       });
     });
   });
+
+  describe('.list with text', () => {
+    describe('when the only match lies beyond what one page reads', () => {
+      it('returns a short page with a cursor, and a later page finds the match', async () => {
+        const store = open();
+        const records = Array.from({ length: 12_000 }, () => deadLetter());
+        for (let i = 0; i < records.length; i += 100) {
+          await Promise.all(records.slice(i, i + 100).map((record) => store.add(record)));
+        }
+        const needle = { ...deadLetter(), error: { name: 'Error', message: 'needle in the haystack' } };
+        await store.add(needle);
+        const first = await store.list({ text: 'NEEDLE' }, { limit: 10 });
+        expect(first.records).toEqual([]);
+        expect(first.next).toBeDefined();
+        const found: string[] = [];
+        let cursor = first.next;
+        while (cursor !== undefined) {
+          const page = await store.list({ text: 'NEEDLE' }, { limit: 10, cursor });
+          found.push(...page.records.map((r) => r.id));
+          cursor = page.next;
+        }
+        expect(found).toEqual([needle.id]);
+      }, 60_000);
+    });
+  });
+
+  describe('.groups', () => {
+    describe('when records are dropped at maxRecords', () => {
+      it('drops them from their group too', async () => {
+        const store = open({ maxRecords: 3 });
+        for (let i = 0; i < 5; i++) await store.add(deadLetter(uuidv7(), T0 + i * 1000));
+        const [group] = (await store.groups()).groups;
+        expect(group).toMatchObject({ count: 3, firstSeen: T0, lastSeen: T0 + 4000 });
+        expect(await store.count()).toBe(3);
+      });
+    });
+
+    describe('when the given client has a keyPrefix', () => {
+      it('keeps the aggregates under that keyPrefix', async () => {
+        const keyPrefix = `${prefix}:kp:`;
+        const client = new Redis(redisUrl, { keyPrefix });
+        try {
+          const store = open({ connection: client, prefix: '{harrier}' });
+          const [a] = [deadLetter(), deadLetter()];
+          await store.add(a);
+          await store.add(deadLetter());
+          await store.remove([a.id]);
+          expect((await store.groups()).groups.map((g) => g.count)).toEqual([1]);
+          expect(await admin.get(`${keyPrefix}{harrier}:dlq:grouped`)).toBe('1');
+        } finally {
+          await client.quit();
+        }
+      });
+    });
+
+    describe('when a record was written without aggregates (by an older Harrier)', () => {
+      it('still counts it in groups and counts, by walking the records', async () => {
+        const store = open();
+        const current = deadLetter(uuidv7(), T0 + 5000);
+        await store.add(current);
+        const legacy = deadLetter(uuidv7(), T0);
+        const { firstFailedAt, status, replays: _replays, ...rest } = legacy;
+        await admin.hset(`${prefix}:dlq:record:${legacy.id}`, {
+          data: JSON.stringify(rest),
+          first: String(firstFailedAt),
+          status,
+          replays: '',
+          v: '1',
+        });
+        await admin.zadd(`${prefix}:dlq:index`, 0, legacy.id);
+        expect(await store.count()).toBe(2);
+        expect(await store.count({ fingerprint: legacy.fingerprint })).toBe(2);
+        expect((await store.groups()).groups).toMatchObject([
+          { fingerprint: legacy.fingerprint, count: 2, firstSeen: firstFailedAt, lastSeen: T0 + 5000 },
+        ]);
+      });
+    });
+  });
 });
