@@ -1,9 +1,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { deadLetterGroups } from '../dead-letters/dead-letter-groups.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { STYLESHEET, escapeHtml, maskSecrets, page, type PageFrame } from './dashboard-html.js';
-import { listBody, recordBody } from './dashboard-pages.js';
+import { groupsBody, listBody, recordBody } from './dashboard-pages.js';
 import { parseListQuery } from './dashboard-query.js';
 
 /** Options of {@link createDashboard}. */
@@ -86,7 +87,8 @@ function presentedToken(req: IncomingMessage): string | undefined {
  *
  * @remarks
  * Read-only in this version: `GET /` lists dead letters (filters and cursor paging as query
- * parameters), `GET /records/:id` shows one. Every value is escaped, and pages carry a strict
+ * parameters, `text` searches), `GET /groups` shows them grouped by fingerprint, `GET /records/:id`
+ * shows one. Every value is escaped, and pages carry a strict
  * Content-Security-Policy (no scripts). See docs/dashboard.md.
  *
  * @throws HarrierError `invalid-option` when `host` is not loopback and no `token` is given.
@@ -184,6 +186,19 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
         store.count(query.filter),
       ]);
       html(res, 200, 'Dead letters', listBody(query, { page: records, total }));
+      return;
+    }
+    if (url.pathname === '/groups') {
+      const query = parseListQuery(url.searchParams, now());
+      if (query.problems.length > 0) {
+        html(res, 400, 'Failure groups', groupsBody(query, undefined));
+        return;
+      }
+      const groups = await deadLetterGroups(store, query.filter, {
+        limit: query.limit,
+        ...(query.cursor !== undefined ? { cursor: query.cursor } : {}),
+      });
+      html(res, 200, 'Failure groups', groupsBody(query, groups));
       return;
     }
     const record = /^\/records\/([^/]+)$/.exec(url.pathname);

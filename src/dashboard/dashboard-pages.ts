@@ -1,6 +1,10 @@
-import type { DeadLetterPage, DeadLetterRecord } from '../dead-letters/dead-letter-store.js';
+import type {
+  DeadLetterGroupPage,
+  DeadLetterPage,
+  DeadLetterRecord,
+} from '../dead-letters/dead-letter-store.js';
 import { escapeHtml as h, isoTime, maskSecrets } from './dashboard-html.js';
-import { TEXT_FILTERS, listHref, type ListQuery } from './dashboard-query.js';
+import { TEXT_FILTERS, listHref, pageHref, type ListQuery } from './dashboard-query.js';
 
 const MESSAGE_PREVIEW = 160;
 
@@ -17,13 +21,23 @@ function field(label: string, name: string, query: ListQuery, placeholder = ''):
   return `<label>${h(label)}<input name="${name}" value="${h(value)}" placeholder="${h(placeholder)}"></label>`;
 }
 
-function filterForm(query: ListQuery): string {
+/** Links between the list and groups pages, keeping the filters (not the cursor). */
+function pageNav(query: ListQuery, current: '/' | '/groups'): string {
+  const link = (path: '/' | '/groups', label: string): string =>
+    path === current
+      ? `<strong>${label}</strong>`
+      : `<a href="${h(pageHref(path, query.params))}">${label}</a>`;
+  return `<nav class="paging" data-testid="pages">${link('/', 'Dead letters')}${link('/groups', 'Groups')}</nav>`;
+}
+
+function filterForm(query: ListQuery, action: '/' | '/groups' = '/'): string {
   const status = query.params.get('status') ?? 'dead';
   const options = ['dead', 'replayed', 'any']
     .map((s) => `<option${s === status ? ' selected' : ''}>${s}</option>`)
     .join('');
   const texts = TEXT_FILTERS.map((name) => field(name, name, query)).join('');
-  return `<form class="filters" method="get" action="/">${texts}${field('since', 'since', query, '1h or 2026-01-31T12:00Z')}${field('until', 'until', query, '15m or 2026-02-01')}<label>status<select name="status">${options}</select></label><button type="submit">Filter</button><a href="/">Clear</a></form>`;
+  const searchBox = `<label>search<input type="search" name="text" value="${h(query.params.get('text') ?? '')}" placeholder="error or payload text"></label>`;
+  return `<form class="filters" method="get" action="${action}">${searchBox}${texts}${field('since', 'since', query, '1h or 2026-01-31T12:00Z')}${field('until', 'until', query, '15m or 2026-02-01')}<label>status<select name="status">${options}</select></label><button type="submit">Filter</button><a href="${action}">Clear</a></form>`;
 }
 
 /** The dead-letter list: the filter form, problems or the page of records, and paging links. */
@@ -31,15 +45,19 @@ export function listBody(
   query: ListQuery,
   result: { readonly page: DeadLetterPage; readonly total: number } | undefined,
 ): string {
-  const parts = [`<h1>Dead letters</h1>`, filterForm(query)];
+  const parts = [`<h1>Dead letters</h1>`, pageNav(query, '/'), filterForm(query)];
   if (result === undefined) {
     parts.push(...query.problems.map((p) => `<p class="error" role="alert">${h(p)}</p>`));
     return parts.join('\n');
   }
   const { page, total } = result;
   parts.push(`<p class="muted" data-testid="total">${total} matching</p>`);
+  // A text search may end a page early, even empty, and still have more to read.
+  const short = page.next !== undefined && page.records.length < query.limit;
   if (page.records.length === 0) {
-    parts.push('<p>No dead letters match.</p>');
+    parts.push(
+      short ? '<p>None found yet; the search has more to read.</p>' : '<p>No dead letters match.</p>',
+    );
   } else {
     const rows = page.records.map(
       (r) =>
@@ -52,7 +70,40 @@ export function listBody(
   const links: string[] = [];
   if (query.cursor !== undefined) links.push(`<a href="${h(listHref(query.params))}">First page</a>`);
   if (page.next !== undefined) {
-    links.push(`<a rel="next" href="${h(listHref(query.params, { cursor: page.next }))}">Next page</a>`);
+    const label = short ? 'More (search continues)' : 'Next page';
+    links.push(`<a rel="next" href="${h(listHref(query.params, { cursor: page.next }))}">${label}</a>`);
+  } else if (page.records.length > 0 || query.cursor !== undefined) {
+    links.push('<span class="muted" data-testid="end">End of the list</span>');
+  }
+  if (links.length > 0) parts.push(`<nav class="paging">${links.join('')}</nav>`);
+  return parts.join('\n');
+}
+
+/** The failure groups: the filter form, problems or one page of groups, and paging links. */
+export function groupsBody(query: ListQuery, result: DeadLetterGroupPage | undefined): string {
+  const parts = [`<h1>Failure groups</h1>`, pageNav(query, '/groups'), filterForm(query, '/groups')];
+  if (result === undefined) {
+    parts.push(...query.problems.map((p) => `<p class="error" role="alert">${h(p)}</p>`));
+    return parts.join('\n');
+  }
+  if (result.groups.length === 0) {
+    parts.push('<p>No dead letters match.</p>');
+  } else {
+    const rows = result.groups.map(
+      (g) =>
+        `<tr><td class="num">${g.count}</td><td class="when">${h(isoTime(g.firstSeen))}</td><td class="when">${h(isoTime(g.lastSeen))}</td><td>${h(g.type ?? '-')}</td><td>${h(g.handler ?? '-')}</td><td>${h(g.reason)}</td><td>${h(preview(maskSecrets(g.sampleError)))}</td><td><a href="${h(listHref(query.params, { fingerprint: g.fingerprint }))}"><code>${h(g.fingerprint)}</code></a></td></tr>`,
+    );
+    parts.push(
+      `<table data-testid="groups"><thead><tr><th>Count</th><th>First seen</th><th>Last seen</th><th>Type</th><th>Handler</th><th>Reason</th><th>Sample error</th><th>Fingerprint</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`,
+    );
+  }
+  const links: string[] = [];
+  if (query.cursor !== undefined)
+    links.push(`<a href="${h(pageHref('/groups', query.params))}">First page</a>`);
+  if (result.next !== undefined) {
+    links.push(
+      `<a rel="next" href="${h(pageHref('/groups', query.params, { cursor: result.next }))}">Next page</a>`,
+    );
   }
   if (links.length > 0) parts.push(`<nav class="paging">${links.join('')}</nav>`);
   return parts.join('\n');

@@ -40,6 +40,12 @@ export function parseListQuery(search: URLSearchParams, now: number): ListQuery 
     params.set(name, value);
     filter[name] = value;
   }
+  // The search box: error message, stack and envelope (payload), case-insensitive.
+  const text = search.get('text')?.trim() ?? '';
+  if (text !== '') {
+    params.set('text', text);
+    filter.text = text;
+  }
   for (const name of ['since', 'until'] as const) {
     const value = search.get(name)?.trim() ?? '';
     if (value === '') continue;
@@ -74,9 +80,18 @@ export function parseListQuery(search: URLSearchParams, now: number): ListQuery 
   return { filter, limit, cursor: cursor === '' ? undefined : cursor, params, problems };
 }
 
+/** The URL of the page at `path` for `params` plus `extra` (e.g. a cursor); `extra` wins over `params`. */
+export function pageHref(
+  path: '/' | '/groups',
+  params: ReadonlyMap<string, string>,
+  extra: Record<string, string> = {},
+): string {
+  const search = new URLSearchParams([...new Map([...params, ...Object.entries(extra)])]);
+  const text = search.toString();
+  return text === '' ? path : `${path}?${text}`;
+}
+
 /** The list page's URL for `params` plus `extra` (e.g. a cursor). */
 export function listHref(params: ReadonlyMap<string, string>, extra: Record<string, string> = {}): string {
-  const search = new URLSearchParams([...params, ...Object.entries(extra)]);
-  const text = search.toString();
-  return text === '' ? '/' : `/?${text}`;
+  return pageHref('/', params, extra);
 }

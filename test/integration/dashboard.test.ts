@@ -135,6 +135,152 @@ describe('createDashboard: the list page', () => {
   });
 });
 
+describe('createDashboard: search', () => {
+  it('finds records by error text and by payload text, case-insensitively', async () => {
+    const store = await storeWith(4);
+    await store.add(
+      deadLetter(9, {
+        error: { name: 'Error', message: 'Card DECLINED by issuer' },
+        envelope: JSON.stringify({ payload: { coupon: 'SPRING-42' } }),
+      }),
+    );
+    served = await serveDashboard({ deadLetters: store });
+    const byError = await get('/?text=card+declined');
+    expect(byError.status).toBe(200);
+    expect(ids(byError.text)).toEqual(['dl-0009']);
+    expect(byError.text).toContain('1 matching');
+    expect(ids((await get('/?text=spring-42')).text)).toEqual(['dl-0009']);
+    // The default envelope holds orderId "o-<n>": a payload hit on one record.
+    expect(ids((await get('/?text=%22o-2%22')).text)).toEqual(['dl-0002']);
+    expect(ids((await get('/?text=failure+3')).text)).toEqual(['dl-0003']);
+    const none = await get('/?text=nowhere');
+    expect(ids(none.text)).toEqual([]);
+    expect(none.text).toContain('No dead letters match.');
+  });
+
+  it('combines search with the other filters and keeps it in paging links', async () => {
+    served = await serveDashboard({ deadLetters: await storeWith(12) });
+    const first = await get('/?text=failure&endpoint=orders&limit=2');
+    expect(ids(first.text)).toEqual(['dl-0000', 'dl-0002']);
+    const next = /<a rel="next" href="([^"]+)">Next page</.exec(first.text)?.[1]?.replaceAll('&amp;', '&');
+    expect(next).toContain('text=failure');
+    expect(ids((await get(next ?? '/')).text)).toEqual(['dl-0004', 'dl-0006']);
+  });
+
+  it('escapes the search text it echoes', async () => {
+    served = await serveDashboard({ deadLetters: await storeWith(1) });
+    const hostile = '"><script>alert(1)</script>';
+    const { status, text } = await get(`/?text=${encodeURIComponent(hostile)}`);
+    expect(status).toBe(200);
+    expect(text).not.toContain('<script>');
+    expect(text).toContain('value="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"');
+  });
+
+  it('offers more, not the end, when a search page is short but the store has more to read', async () => {
+    class ShortPages extends InMemoryDeadLetterStore {
+      override async list(...args: Parameters<InMemoryDeadLetterStore['list']>) {
+        const [filter, options] = args;
+        if (filter?.text !== undefined && options?.cursor === undefined) {
+          return { records: [], next: (await super.list(filter, { limit: 1 })).next ?? 'unused' };
+        }
+        return super.list(...args);
+      }
+    }
+    const store = new ShortPages();
+    for (let n = 0; n < 3; n += 1) await store.add(deadLetter(n));
+    served = await serveDashboard({ deadLetters: store });
+    const { text } = await get('/?text=failure');
+    expect(text).toContain('the search has more to read');
+    expect(text).toMatch(/<a rel="next" href="[^"]+">More \(search continues\)<\/a>/);
+    expect(text).not.toContain('data-testid="end"');
+    const all = await get('/');
+    expect(all.text).toContain('data-testid="end"');
+  });
+});
+
+describe('createDashboard: the groups page', () => {
+  /** Fingerprint, count and link of each group row, in order. */
+  function groupRows(html: string): { fingerprint: string; count: number; href: string }[] {
+    return [
+      ...html.matchAll(/<tr><td class="num">(\d+)<\/td>.*?<a href="([^"]+)"><code>([^<]*)<\/code>/g),
+    ].map((m) => ({
+      count: Number(m[1]),
+      href: (m[2] ?? '').replaceAll('&amp;', '&'),
+      fingerprint: m[3] ?? '',
+    }));
+  }
+
+  it('shows one row per fingerprint with its count, newest last failure first', async () => {
+    served = await serveDashboard({ deadLetters: await storeWith(7) });
+    const { status, text } = await get('/groups');
+    expect(status).toBe(200);
+    // fp-a: dl-0, dl-4 (last at 12:04); fp-b: dl-1, 2, 3, 5, 6 (last at 12:06).
+    expect(groupRows(text).map(({ fingerprint, count }) => [fingerprint, count])).toEqual([
+      ['fp-b', 5],
+      ['fp-a', 2],
+    ]);
+    expect(text).toContain('2026-01-31T12:00:00.000Z');
+    expect(text).toContain('2026-01-31T12:04:00.000Z');
+    expect(text).toContain('2026-01-31T12:06:00.000Z');
+    expect(text).toContain('<a href="/">Dead letters</a>');
+  });
+
+  it('links each group to the list filtered by its fingerprint, keeping the filters', async () => {
+    served = await serveDashboard({ deadLetters: await storeWith(7) });
+    const rows = groupRows((await get('/groups?endpoint=orders')).text);
+    // endpoint=orders: dl-0, 2, 4, 6 -> fp-b has 2, 6 and fp-a has 0, 4.
+    expect(rows.map((r) => r.count)).toEqual([2, 2]);
+    const fpA = rows.find((r) => r.fingerprint === 'fp-a');
+    expect(fpA?.href).toBe('/?endpoint=orders&fingerprint=fp-a');
+    const list = await get(fpA?.href ?? '/');
+    expect(ids(list.text)).toEqual(['dl-0000', 'dl-0004']);
+    expect(list.text).toContain('<a href="/groups?endpoint=orders&amp;fingerprint=fp-a">Groups</a>');
+  });
+
+  it('filters groups by search text and status, and pages them by cursor', async () => {
+    const store = new InMemoryDeadLetterStore();
+    for (let n = 0; n < 5; n += 1) await store.add(deadLetter(n, { fingerprint: `fp-${n}` }));
+    await store.markReplayed('dl-0004', { at: Date.UTC(2026, 1, 1), by: 'ops' });
+    served = await serveDashboard({ deadLetters: store });
+    expect(groupRows((await get('/groups?text=failure+2')).text).map((r) => r.fingerprint)).toEqual(['fp-2']);
+    expect(groupRows((await get('/groups?status=replayed')).text).map((r) => r.fingerprint)).toEqual([
+      'fp-4',
+    ]);
+    const seen: string[] = [];
+    let path: string | undefined = '/groups?limit=3';
+    let pages = 0;
+    while (path !== undefined) {
+      const { status, text } = await get(path);
+      expect(status).toBe(200);
+      seen.push(...groupRows(text).map((r) => r.fingerprint));
+      pages += 1;
+      path = /<a rel="next" href="([^"]+)"/.exec(text)?.[1]?.replaceAll('&amp;', '&');
+      if (path !== undefined) expect(path).toMatch(/^\/groups\?limit=3&cursor=/);
+    }
+    expect(pages).toBe(2);
+    expect(seen).toEqual(['fp-3', 'fp-2', 'fp-1', 'fp-0']);
+  });
+
+  it('escapes group fields and answers 400 for a bad cursor or filter', async () => {
+    const store = new InMemoryDeadLetterStore();
+    const hostile = '<script>alert("g")</script>';
+    await store.add(
+      deadLetter(1, {
+        type: hostile,
+        handler: hostile,
+        fingerprint: `fp${hostile}`,
+        error: { name: 'E', message: hostile },
+      }),
+    );
+    served = await serveDashboard({ deadLetters: store });
+    const { text } = await get('/groups');
+    expect(text).not.toContain('<script>');
+    expect(text).toContain('&lt;script&gt;alert(&quot;g&quot;)&lt;/script&gt;');
+    expect((await get('/groups?cursor=bogus')).status).toBe(400);
+    expect((await get('/groups?since=never')).status).toBe(400);
+  });
+});
+
 describe('createDashboard: the record page', () => {
   it('shows the envelope as indented JSON, error, stack, attempts and replays', async () => {
     const store = new InMemoryDeadLetterStore();
