@@ -91,4 +91,29 @@ describe('the dashboard in a real browser', () => {
     await screenshot(page, 'record');
     await page.close();
   });
+
+  it('searches, opens the groups page and follows a group to its records', async () => {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+    await page.goto(`${served.url}/`);
+    const rows = page.locator('[data-testid=records] tbody tr');
+    await page.fill('input[name=text]', '"AMOUNT":4203');
+    await Promise.all([page.waitForURL(/[?&]text=/), page.click('button[type=submit]')]);
+    expect(await rows.count()).toBe(1);
+    expect(await rows.first().locator('a').first().getAttribute('href')).toBe('/records/dl-3');
+    expect(await page.inputValue('input[name=text]')).toBe('"AMOUNT":4203');
+
+    await page.goto(`${served.url}/`);
+    await Promise.all([page.waitForURL(/\/groups$/), page.click('[data-testid=pages] a:text("Groups")')]);
+    const groups = page.locator('[data-testid=groups] tbody tr');
+    expect(await groups.count()).toBe(2);
+    // orders (dl-1, 2, 4, 5) failed last at 12:05, billing (dl-0, 3) at 12:03.
+    expect(await groups.nth(0).locator('td').first().textContent()).toBe('4');
+    expect(await groups.nth(1).locator('td').first().textContent()).toBe('2');
+    await screenshot(page, 'groups');
+
+    await Promise.all([page.waitForURL(/\/\?fingerprint=3f9a1c0d2b7e$/), groups.nth(1).locator('a').click()]);
+    expect(await rows.count()).toBe(2);
+    expect(await page.locator('[data-testid=total]').textContent()).toBe('2 matching');
+    await page.close();
+  });
 });
