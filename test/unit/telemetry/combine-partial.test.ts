@@ -1,29 +1,14 @@
-import { randomUUID } from 'node:crypto';
 import {
   BasicTracerProvider,
   InMemorySpanExporter,
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import { expect, it } from 'vitest';
-import type { MessageTelemetry, ProcessInfo } from '../../../src/index.js';
+import type { MessageTelemetry } from '../../../src/index.js';
 import { combineTelemetry, harrierTracing } from '../../../src/telemetry/index.js';
+import { processInfo } from './fixtures.js';
 
-const id = randomUUID();
-const info: ProcessInfo = {
-  envelope: {
-    v: 1,
-    id,
-    kind: 'command',
-    type: 't.c',
-    payload: {},
-    meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
-  },
-  handler: 'H',
-  handlerKind: 'command',
-  endpoint: 'e',
-  attempt: 1,
-  inProcess: false,
-};
+const info = processInfo();
 
 function traced() {
   const exporter = new InMemorySpanExporter();

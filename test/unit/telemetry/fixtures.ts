@@ -1,4 +1,11 @@
-import { CommandHandler, EventHandler, type MessageContext, type PayloadOf } from '../../../src/index.js';
+import { randomUUID } from 'node:crypto';
+import {
+  CommandHandler,
+  EventHandler,
+  type MessageContext,
+  type PayloadOf,
+  type ProcessInfo,
+} from '../../../src/index.js';
 import { OrderPlaced, PlaceOrder } from '../bus/fixtures.js';
 
 // The handlers of the telemetry tests: a command handler that publishes an event, and two event
@@ -31,4 +38,24 @@ export class Broken {
   handle(): void {
     throw new BrokenError('always fails');
   }
+}
+
+/** What the pipeline tells telemetry of one delivery of a PlaceOrder, for tests that call hooks directly. */
+export function processInfo(): ProcessInfo {
+  const id = randomUUID();
+  return {
+    envelope: {
+      v: 1,
+      id,
+      kind: 'command',
+      type: PlaceOrder.type,
+      payload: { orderId: 'o-1', amount: 1 },
+      meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
+    },
+    handler: 'PlaceOrderHandler',
+    handlerKind: 'command',
+    endpoint: 'shop',
+    attempt: 1,
+    inProcess: false,
+  };
 }

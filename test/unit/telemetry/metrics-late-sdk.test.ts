@@ -1,10 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import { metrics, trace } from '@opentelemetry/api';
 import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider } from '@opentelemetry/sdk-trace-base';
 import { expect, it } from 'vitest';
-import type { ProcessInfo } from '../../../src/index.js';
 import { harrierMetrics, harrierTracing } from '../../../src/telemetry/index.js';
+import { processInfo } from './fixtures.js';
 
 class Reader extends MetricReader {
   protected override onShutdown() {
@@ -14,22 +13,7 @@ class Reader extends MetricReader {
     return Promise.resolve();
   }
 }
-const id = randomUUID();
-const info: ProcessInfo = {
-  envelope: {
-    v: 1,
-    id,
-    kind: 'command',
-    type: 't.c',
-    payload: {},
-    meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
-  },
-  handler: 'H',
-  handlerKind: 'command',
-  endpoint: 'e',
-  attempt: 1,
-  inProcess: false,
-};
+const info = processInfo();
 
 it('starts measuring once an SDK registers, even after a send before it (as tracing does)', async () => {
   const m = harrierMetrics();

@@ -10,20 +10,12 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import {
-  On,
-  Projection,
-  createBus,
-  defineEvent,
-  silentLogger,
-  type MessageBus,
-  type MessageTelemetry,
-} from '../../../src/index.js';
+import { On, Projection, createBus, defineEvent, silentLogger, type MessageBus } from '../../../src/index.js';
 import { InMemoryEventLog } from '../../../src/log/index.js';
 import { harrierMetrics, harrierTelemetry } from '../../../src/telemetry/index.js';
 import { createTestBus } from '../../../src/testing/index.js';
 import { PlaceOrder } from '../bus/fixtures.js';
-import { Broken, Flaky, PlaceOrderHandler } from './fixtures.js';
+import { Broken, Flaky, PlaceOrderHandler, processInfo } from './fixtures.js';
 
 /** A reader that exports nothing: the test collects when it wants to look. */
 class OnDemandReader extends MetricReader {
@@ -255,22 +247,7 @@ describe('harrierMetrics', () => {
   describe('without an SDK registered', () => {
     it('observes nothing, so the pipeline runs each call as without telemetry', () => {
       const telemetry = harrierMetrics();
-      const id = randomUUID();
-      const info: Parameters<MessageTelemetry['process']>[0] = {
-        envelope: {
-          v: 1,
-          id,
-          kind: 'command',
-          type: PlaceOrder.type,
-          payload: { orderId: 'o-1', amount: 1 },
-          meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
-        },
-        handler: 'PlaceOrderHandler',
-        handlerKind: 'command',
-        endpoint: 'shop',
-        attempt: 1,
-        inProcess: false,
-      };
+      const info = processInfo();
       expect(telemetry.process(info)).toBeUndefined();
       expect(harrierMetrics({ meterProvider: sdk().meterProvider }).process(info)).toBeDefined();
     });

@@ -1,5 +1,4 @@
 import 'reflect-metadata';
-import { randomUUID } from 'node:crypto';
 import { trace } from '@opentelemetry/api';
 import {
   BasicTracerProvider,
@@ -7,26 +6,12 @@ import {
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import { describe, expect, it } from 'vitest';
-import type { ProcessInfo } from '../../../src/index.js';
 import { harrierTelemetry, harrierTracing } from '../../../src/telemetry/index.js';
+import { processInfo } from './fixtures.js';
 import { PlaceOrder } from '../bus/fixtures.js';
 
-const id = randomUUID();
-const info: ProcessInfo = {
-  envelope: {
-    v: 1,
-    id,
-    kind: 'command',
-    type: PlaceOrder.type,
-    payload: { orderId: 'o-1', amount: 1 },
-    meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
-  },
-  handler: 'PlaceOrderHandler',
-  handlerKind: 'command',
-  endpoint: 'shop',
-  attempt: 1,
-  inProcess: false,
-};
+const info = processInfo();
+const id = info.envelope.id;
 const outgoing = {
   id,
   kind: 'command',
