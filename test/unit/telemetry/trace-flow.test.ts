@@ -1,13 +1,7 @@
 import 'reflect-metadata';
-import { SpanKind, SpanStatusCode, context } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import {
-  BasicTracerProvider,
-  InMemorySpanExporter,
-  SimpleSpanProcessor,
-  type ReadableSpan,
-} from '@opentelemetry/sdk-trace-base';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
+import type { ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import { afterEach, describe, expect, it } from 'vitest';
 import {
   CommandHandler,
   EventHandler,
@@ -18,23 +12,15 @@ import {
 } from '../../../src/index.js';
 import { harrierTracing, type HarrierTracingOptions } from '../../../src/telemetry/index.js';
 import { createTestBus, type TestBus } from '../../../src/testing/index.js';
+import { useInMemoryTracing } from '../../helpers/tracing.js';
 import { OrderPlaced, PlaceOrder } from '../bus/fixtures.js';
 
 // The acceptance flow, in memory with the SDK's in-memory exporter:
 // send -> command handler -> published event -> two event handlers (one retried, one
 // dead-lettered) -> projection.
 
-const contextManager = new AsyncLocalStorageContextManager();
-const exporter = new InMemorySpanExporter();
-const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-
-beforeAll(() => {
-  context.setGlobalContextManager(contextManager.enable());
-});
-afterAll(async () => {
-  context.disable();
-  await tracerProvider.shutdown();
-});
+const tracing = useInMemoryTracing();
+const { tracerProvider, exporter } = tracing;
 
 const CORRELATION = '0190a0b0-0000-7000-8000-0000000000aa';
 
@@ -76,9 +62,7 @@ class OrderTotals {
   }
 }
 
-function named(name: string): ReadableSpan[] {
-  return exporter.getFinishedSpans().filter((s) => s.name === name);
-}
+const named = (name: string): ReadableSpan[] => tracing.spans(name);
 
 function only(spans: readonly ReadableSpan[]): ReadableSpan {
   expect(spans).toHaveLength(1);
@@ -101,7 +85,6 @@ describe('harrierTracing over a whole message flow (in memory)', () => {
   afterEach(async () => {
     await bus?.stop();
     bus = undefined;
-    exporter.reset();
   });
 
   async function run(options: HarrierTracingOptions): Promise<void> {
