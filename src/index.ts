@@ -105,7 +105,7 @@ export type {
   PrepareOptions,
   ScheduleOptions,
 } from './bus/index.js';
-export { InMemoryDeadLetterStore, deadLetterGroups, summarizeReplay } from './dead-letters/index.js';
+export { InMemoryDeadLetterStore, deadLetterGroups, replayOutcome, summarizeReplay } from './dead-letters/index.js';
 export type {
   DeadLetterFilter,
   DeadLetterGroup,
@@ -122,6 +122,7 @@ export type {
   ReplayErrorCode,
   ReplayFailure,
   ReplayRecord,
+  ReplayOutcome,
   ReplayRefusal,
   ReplayResult,
   ReplayRunOptions,

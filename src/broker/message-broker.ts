@@ -75,6 +75,13 @@ export interface DeliveryFacts {
    */
   readonly queue?: string | undefined;
   /**
+   * The id of the dead letter this delivery replays: set by brokers on deliveries of a message
+   * put back by {@link MessageBroker.redeliver} with a `deadLetterId`, so the dispatcher can record
+   * the replay's outcome (`DeadLetterStore.markReplayHandled`) when the message is handled.
+   * @defaultValue undefined (not a replay, or a broker that does not carry it)
+   */
+  readonly replayOf?: string | undefined;
+  /**
    * Set when an earlier delivery of this message decided to dead-letter it but could not record the
    * dead letter: the dispatcher records it now instead of running the handler again.
    * @defaultValue undefined
@@ -131,6 +138,12 @@ export interface RedeliveryTarget {
   /** The subscription handler (event) or command handler name. */
   readonly handler: string;
   readonly message: OutgoingMessage;
+  /**
+   * The dead letter being replayed: the broker hands it back in each delivery's
+   * {@link DeliveryFacts.replayOf} until the message is settled for good.
+   * @defaultValue undefined
+   */
+  readonly deadLetterId?: string | undefined;
 }
 
 /** Options of {@link MessageBroker.receiver}. */

@@ -26,6 +26,13 @@ export interface ReplayRecord {
   readonly at: number;
   /** Who or what replayed it (`cli`, a user name); free text. */
   readonly by?: string;
+  /**
+   * When the replayed message was handled, ms since the epoch: set through
+   * {@link DeadLetterStore.markReplayHandled} by the dispatcher that acked it (or by the replay
+   * itself for a projection run in the application). Undefined while it is pending, and when it
+   * died again (the record is `dead` again, with a `lastFailedAt` after `at`).
+   */
+  readonly handledAt?: number;
 }
 
 /** Most replay records kept per dead letter. */
@@ -195,6 +202,17 @@ export interface DeadLetterStore {
    * @returns false when no record has that id.
    */
   markReplayed(id: string, replay: ReplayRecord): Promise<boolean>;
+  /**
+   * Records that the message of a replayed record was handled: sets `handledAt` on its latest replay.
+   *
+   * @remarks
+   * Optional, so a store written before it existed still implements the contract; without it a
+   * replay's outcome stays `pending` until the message dies again (see {@link replayOutcome}).
+   * Does nothing (and returns false) when no record has that id, when the record is `dead` (it died
+   * again after the replay), or when it has no replay.
+   * @returns whether a replay was marked.
+   */
+  markReplayHandled?(id: string, at: number): Promise<boolean>;
   /** Deletes records by id; returns how many existed. */
   remove(ids: readonly string[]): Promise<number>;
   /** Deletes every record matching `filter`; returns how many. */
