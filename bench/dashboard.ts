@@ -32,7 +32,7 @@ const RUNS = 5;
 const FILL_CONCURRENCY = 64;
 const T0 = Date.UTC(2026, 0, 1);
 const SPACING_MS = 25_000;
-/** The dashboard's clock: just after the last failure, so `since=1h` selects the newest 144. */
+/** The dashboard's clock: just after the last failure, so `since=1h` selects the newest 143. */
 const NOW = T0 + N * SPACING_MS + 1000;
 
 function recordOf(n: number): DeadLetterRecord {
@@ -145,7 +145,7 @@ async function main(): Promise<void> {
       ['/', '/'],
       ['/?type=X (1 in 10)', '/?type=orders.Event3'],
       ['/?endpoint=X (1 in 5)', '/?endpoint=endpoint-2'],
-      ['/?since=1h (newest 144)', '/?since=1h'],
+      ['/?since=1h (newest 143)', '/?since=1h'],
       ['/?reason=X&handler=Y (1 in 100)', '/?reason=validation-failed&handler=Handler9'],
       ['/?text=word (1 in 50)', `/?text=${encodeURIComponent('gateway 7 refused')}`],
       ['/?text=word (every record)', '/?text=refused'],
