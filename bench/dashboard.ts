@@ -2,7 +2,10 @@
  * How fast the dashboard's pages answer with many dead letters: a `RedisDeadLetterStore` is filled
  * with N records (default 100,000) in 50 fingerprints, 5 endpoints, 10 message types, 4 reasons and
  * 50 handlers, one failure every 25 s (about 29 days), and `createDashboard` serves it on `node:http`.
- * Each page below is fetched once to warm up, then 5 times; the median is printed.
+ * Each page below is fetched once to warm up, then 5 times; the median is printed. Then each is
+ * fetched once more with Redis's SLOWLOG logging every command, to print the time the page's commands
+ * took inside Redis (the rest is the round trips, decoding and rendering in Node), the longest of
+ * them (how long the page blocked Redis at most at once) and how many there were.
  *
  * With `BENCH_LEGACY=1` (the default runs both) the same pages are timed again after the store's
  * per-record filter fields are deleted, as records written by a Harrier from before them have none:
@@ -94,6 +97,32 @@ async function get(url: string): Promise<{ ms: number; status: number; what: str
   return { ms, status: res.status, what: total === undefined ? `${rows} rows` : `${rows} rows, ${total}` };
 }
 
+/**
+ * Where one GET of `url` spends its time in Redis: SLOWLOG set to log every command, then the sum
+ * and the longest of the durations it logged while the page was served, and how many commands.
+ */
+async function redisTime(
+  client: Redis,
+  url: string,
+): Promise<{ totalMs: number; longestMs: number; commands: number }> {
+  await client.config('SET', 'slowlog-log-slower-than', '0');
+  await client.config('SET', 'slowlog-max-len', '100000');
+  await client.slowlog('RESET');
+  await get(url);
+  const entries = (await client.slowlog('GET', '-1')) as [number, number, number, string[]][];
+  await client.config('SET', 'slowlog-log-slower-than', '10000');
+  // The bench's own CONFIG and SLOWLOG commands are not the page's.
+  const page = entries.filter(
+    ([, , , args]) => !['config', 'slowlog'].includes(String(args[0]).toLowerCase()),
+  );
+  const micros = page.map(([, , duration]) => duration);
+  return {
+    totalMs: micros.reduce((a, b) => a + b, 0) / 1000,
+    longestMs: Math.max(0, ...micros) / 1000,
+    commands: page.length,
+  };
+}
+
 async function timePage(url: string): Promise<{ ms: number; status: number; what: string }> {
   await get(url);
   const samples: number[] = [];
@@ -160,6 +189,8 @@ async function main(): Promise<void> {
     ];
     const results: { ms: number; status: number; what: string }[][] = [];
     for (const [, path] of pages) results.push([await timePage(`${base}${path}`)]);
+    const inRedis: Awaited<ReturnType<typeof redisTime>>[] = [];
+    for (const [, path] of pages) inRedis.push(await redisTime(client, `${base}${path}`));
     if (LEGACY) {
       await stripFilterFields(client, prefix);
       for (const [i, [, path]] of pages.entries()) results[i]?.push(await timePage(`${base}${path}`));
@@ -170,11 +201,19 @@ async function main(): Promise<void> {
     console.log(
       `filled in ${(fillMs / 1000).toFixed(1)} s (${fmtRate((N / fillMs) * 1000)} adds/s, ${FILL_CONCURRENCY} in flight); ${FINGERPRINTS} fingerprints; GET over node:http, median of ${RUNS} after a warm-up\n`,
     );
-    const header = ['page', 'answer', 'ms'];
+    const header = ['page', 'answer', 'ms', 'in Redis ms', 'longest ms', 'commands'];
     if (LEGACY) header.push('ms, legacy records');
     const body = pages.map(([name], i) => {
       const [now, legacy] = results[i] ?? [];
-      const row = [name, `${now?.status} ${now?.what}`, now?.ms.toFixed(1) ?? '-'];
+      const redisSide = inRedis[i];
+      const row = [
+        name,
+        `${now?.status} ${now?.what}`,
+        now?.ms.toFixed(1) ?? '-',
+        redisSide?.totalMs.toFixed(1) ?? '-',
+        redisSide?.longestMs.toFixed(1) ?? '-',
+        String(redisSide?.commands ?? '-'),
+      ];
       if (LEGACY) row.push(legacy?.ms.toFixed(1) ?? '-');
       return row;
     });

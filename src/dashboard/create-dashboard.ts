@@ -4,6 +4,7 @@ import { deadLetterGroups } from '../dead-letters/dead-letter-groups.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { STYLESHEET, escapeHtml, maskSecrets, page, type PageFrame } from './dashboard-html.js';
+import { countMatches } from './dashboard-count.js';
 import { groupsBody, listBody, recordBody } from './dashboard-pages.js';
 import { parseListQuery } from './dashboard-query.js';
 
@@ -183,7 +184,7 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
           limit: query.limit,
           ...(query.cursor !== undefined ? { cursor: query.cursor } : {}),
         }),
-        store.count(query.filter),
+        countMatches(store, query.filter),
       ]);
       html(res, 200, 'Dead letters', listBody(query, { page: records, total }));
       return;

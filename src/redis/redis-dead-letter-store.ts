@@ -99,7 +99,10 @@ export interface RedisDeadLetterStoreOptions {
 
 const DEFAULT_MAX_RECORDS = 100_000;
 const DEFAULT_PAGE_LIMIT = 100;
-/** Index entries read per round trip while listing, counting or purging. */
+/**
+ * Index entries read per round trip while purging; also the most records a filter scan returns at
+ * once, so that records written before the filter fields travel in replies of bounded size.
+ */
 const SCAN_CHUNK = 200;
 /**
  * Index entries one filter scan script reads (see FILTER_SCAN_SCRIPT): enough that a count over
@@ -271,7 +274,7 @@ return out
  * JavaScript does) is returned whole as a candidate, for the caller to apply the filter itself.
  *
  * KEYS: index. ARGV: record key prefix, min score (ZRANGEBYSCORE syntax), most entries to read,
- * mode (`list`, `count`, `groups`), most records to return in `list` mode, status (`dead`,
+ * mode (`list`, `count`, `groups`), most records to return (it stops reading there), status (`dead`,
  * `replayed`, `any`), then endpoint, type, handler, reason and fingerprint (each '' when unset, else
  * '=' and the value), since and until ('' when unset), text mode ('' for none, `lua`, or `node` for a
  * needle with other than printable ASCII), the needle lower-cased, and the needle as JSON escapes it
@@ -352,7 +355,7 @@ for i = 1, #entries, 2 do
       if seq >= g[5] then g[5] = seq; g[6] = id end
     end
   end
-  if mode == 'list' and returned >= most then
+  if returned >= most then
     stopped = i + 1 < #entries
     break
   end
@@ -1082,7 +1085,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
   async *#filterChunks(filter: DeadLetterFilter, mode: 'count' | 'groups'): AsyncGenerator<FilterChunk> {
     let from: number | undefined;
     for (;;) {
-      const chunk = await this.#filterChunk(filter, mode, from, 0);
+      const chunk = await this.#filterChunk(filter, mode, from, SCAN_CHUNK);
       yield chunk;
       if (chunk.ended || chunk.last === undefined) return;
       from = chunk.last;
