@@ -108,7 +108,7 @@ const SCAN_CHUNK = 200;
  * Index entries one filter scan script reads (see FILTER_SCAN_SCRIPT): enough that a count over
  * 100,000 records takes few round trips, few enough that one script blocks Redis only briefly.
  */
-const FILTER_CHUNK = 5000;
+const FILTER_CHUNK = 4000;
 /** The same for a text search, which lower-cases and may decode each record's JSON. */
 const TEXT_FILTER_CHUNK = 1000;
 /** Most records one page of a text search reads before it returns what it found and a cursor. */
@@ -308,64 +308,73 @@ local function textVerdict(data)
   if holds(record.error.message) or holds(record.error.stack) or holds(record.envelope) then return 1 end
   return 0
 end
-local entries = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[3]))
+local budget = tonumber(ARGV[3])
+local from = ARGV[2]
 local out, groups, byFp = {}, {}, {}
-local read, last, returned, selected, stopped = 0, false, 0, 0, false
-for i = 1, #entries, 2 do
-  local id, score = entries[i], entries[i + 1]
-  read = read + 1
-  last = score
-  local key = prefix .. id
-  local f = redis.call('HMGET', key, 'x', 'status', 'fp', 'last', 'x:ep', 'x:type', 'x:hd', 'x:rs', 'first')
-  local verdict = 0
-  if not f[1] then
-    if f[2] then verdict = 2 end
-  elseif (status == 'any' or f[2] == status)
-    and (not fp or f[3] == fp)
-    and (not endpoint or f[5] == endpoint)
-    and (not mtype or f[6] == mtype)
-    and (not handler or f[7] == handler)
-    and (not reason or f[8] == reason)
-    and (not since or tonumber(f[4]) >= since)
-    and (not before or tonumber(f[4]) < before) then
-    verdict = 1
-    if textMode == 'node' then verdict = 2
-    elseif textMode == 'lua' then verdict = textVerdict(redis.call('HGET', key, 'data')) end
-  end
-  if verdict == 2 or (verdict == 1 and mode == 'list') then
-    local fields = redis.call('HMGET', key, ${RECORD_FIELDS.map((f) => `'${f}'`).join(', ')})
-    out[#out + 1] = id
-    out[#out + 1] = score
-    out[#out + 1] = verdict
-    for j = 1, ${RECORD_FIELDS.length} do out[#out + 1] = fields[j] end
-    returned = returned + 1
-  elseif verdict == 1 then
-    selected = selected + 1
-    if mode == 'groups' then
-      local first, lastFailed, seq = tonumber(f[9]), tonumber(f[4]), tonumber(score)
-      local g = byFp[f[3]]
-      if not g then
-        g = {f[3], 0, first, lastFailed, seq, id}
-        byFp[f[3]] = g
-        groups[#groups + 1] = g
+local read, last, returned, selected, ended, full = 0, false, 0, 0, 0, false
+-- Index entries in batches, so a run that stops early has not fetched the rest of its budget.
+while not full and read < budget do
+  local size = math.min(200, budget - read)
+  local entries = redis.call('ZRANGEBYSCORE', KEYS[1], from, '+inf', 'WITHSCORES', 'LIMIT', 0, size)
+  for i = 1, #entries, 2 do
+    local id, score = entries[i], entries[i + 1]
+    read = read + 1
+    last = score
+    local key = prefix .. id
+    local f = redis.call('HMGET', key, 'x', 'status', 'fp', 'last', 'x:ep', 'x:type', 'x:hd', 'x:rs', 'first')
+    local verdict = 0
+    if not f[1] then
+      if f[2] then verdict = 2 end
+    elseif (status == 'any' or f[2] == status)
+      and (not fp or f[3] == fp)
+      and (not endpoint or f[5] == endpoint)
+      and (not mtype or f[6] == mtype)
+      and (not handler or f[7] == handler)
+      and (not reason or f[8] == reason)
+      and (not since or tonumber(f[4]) >= since)
+      and (not before or tonumber(f[4]) < before) then
+      verdict = 1
+      if textMode == 'node' then verdict = 2
+      elseif textMode == 'lua' then verdict = textVerdict(redis.call('HGET', key, 'data')) end
+    end
+    if verdict == 2 or (verdict == 1 and mode == 'list') then
+      local fields = redis.call('HMGET', key, ${RECORD_FIELDS.map((f) => `'${f}'`).join(', ')})
+      out[#out + 1] = id
+      out[#out + 1] = score
+      out[#out + 1] = verdict
+      for j = 1, ${RECORD_FIELDS.length} do out[#out + 1] = fields[j] end
+      returned = returned + 1
+    elseif verdict == 1 then
+      selected = selected + 1
+      if mode == 'groups' then
+        local first, lastFailed, seq = tonumber(f[9]), tonumber(f[4]), tonumber(score)
+        local g = byFp[f[3]]
+        if not g then
+          g = {f[3], 0, first, lastFailed, seq, id}
+          byFp[f[3]] = g
+          groups[#groups + 1] = g
+        end
+        g[2] = g[2] + 1
+        if first < g[3] then g[3] = first end
+        if lastFailed > g[4] then g[4] = lastFailed end
+        if seq >= g[5] then g[5] = seq; g[6] = id end
       end
-      g[2] = g[2] + 1
-      if first < g[3] then g[3] = first end
-      if lastFailed > g[4] then g[4] = lastFailed end
-      if seq >= g[5] then g[5] = seq; g[6] = id end
+    end
+    if returned >= most then
+      full = true
+      break
     end
   end
-  if returned >= most then
-    stopped = i + 1 < #entries
+  if not full and #entries / 2 < size then
+    ended = 1
     break
   end
+  if last then from = '(' .. last end
 end
 local flat = {}
 for _, g in ipairs(groups) do
   for j = 1, 6 do flat[#flat + 1] = g[j] end
 end
-local ended = 0
-if not stopped and read < tonumber(ARGV[3]) then ended = 1 end
 return {read, last, ended, selected, out, flat}
 `;
 
@@ -442,8 +451,9 @@ return out
 `;
 
 /**
- * KEYS: index. ARGV: keyspace, statuses to sum (space separated), fingerprint ('' for all). Returns
- * the number of records, or -1 when records without aggregates exist.
+ * KEYS: index. ARGV: keyspace, statuses to sum (space separated), fingerprint ('' for all), then the
+ * lowest and highest lastFailedAt (ZCOUNT syntax; the group sets are scored by it). Returns the
+ * number of records, or -1 when records without aggregates exist.
  */
 const COUNT_SCRIPT = `
 local K = ARGV[1]
@@ -451,10 +461,10 @@ if tonumber(redis.call('GET', K .. 'grouped') or '0') ~= redis.call('ZCARD', KEY
 local n = 0
 for status in string.gmatch(ARGV[2], '%S+') do
   if ARGV[3] ~= '' then
-    n = n + redis.call('ZCARD', K .. 'group:' .. status .. ':last:' .. ARGV[3])
+    n = n + redis.call('ZCOUNT', K .. 'group:' .. status .. ':last:' .. ARGV[3], ARGV[4], ARGV[5])
   else
     for _, fp in ipairs(redis.call('ZRANGE', K .. 'groups:' .. status, 0, -1)) do
-      n = n + redis.call('ZCARD', K .. 'group:' .. status .. ':last:' .. fp)
+      n = n + redis.call('ZCOUNT', K .. 'group:' .. status .. ':last:' .. fp, ARGV[4], ARGV[5])
     end
   end
 end
@@ -941,20 +951,28 @@ export class RedisDeadLetterStore implements DeadLetterStore {
    * {@inheritDoc DeadLetterStore.count}
    *
    * @remarks
-   * A filter of status and fingerprint alone is answered from the failure-group aggregates; any
-   * other field is applied inside Redis, chunk by chunk, to fields each record keeps beside its JSON
+   * A filter of status, fingerprint and time window alone is answered from the failure-group
+   * aggregates; any other field is applied inside Redis, chunk by chunk, to fields each record keeps beside its JSON
    * (a text search decodes the JSON there), so only the number travels.
    */
   count(filter: DeadLetterFilter = {}): Promise<number> {
     return this.#run(async () => {
       if (selectsEveryDeadLetter(filter)) return await this.#client.zcard(this.#indexKey);
-      const statuses = aggregatedStatuses(filter);
+      // The group sets are scored by lastFailedAt, so a time window is a range of them.
+      const { since: _since, until: _until, ...untimed } = filter;
+      const statuses = aggregatedStatuses(untimed);
       if (statuses !== undefined) {
         const n = Number(
           await this.#eval(
             SCRIPTS.count,
             [this.#indexKey],
-            [this.#scriptKeyspace, statuses, filter.fingerprint ?? ''],
+            [
+              this.#scriptKeyspace,
+              statuses,
+              filter.fingerprint ?? '',
+              filter.since === undefined ? '-inf' : String(filter.since),
+              filter.until === undefined ? '+inf' : `(${filter.until}`,
+            ],
           ),
         );
         if (n >= 0) return n;
