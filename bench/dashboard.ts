@@ -22,68 +22,31 @@ import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import type { DeadLetterRecord } from '../src/index.js';
-import { buildDeadLetterRecord } from '../src/dead-letters/dead-letter-record.js';
+import {
+  BENCH_FINGERPRINTS as FINGERPRINTS,
+  BENCH_T0 as T0,
+  benchDeadLetter,
+  fillDeadLetters,
+} from './dead-letter-fixtures.js';
 import { createDashboard } from '../src/dashboard/create-dashboard.js';
 import { describeRedisUrl, RedisDeadLetterStore } from '../src/redis/index.js';
 import { benchPrefix, deleteKeys, fmtRate, keysOf, median, startBenchRedis, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 100_000);
 const LEGACY = process.env.BENCH_LEGACY !== '0';
-const FINGERPRINTS = 50;
 const REASONS = ['handler-failed', 'validation-failed', 'projection-failed', 'no-handler'] as const;
 const RUNS = 5;
 const FILL_CONCURRENCY = 64;
-const T0 = Date.UTC(2026, 0, 1);
 const SPACING_MS = 25_000;
 /** The dashboard's clock: just after the last failure, so `since=1h` selects the newest 143. */
 const NOW = T0 + N * SPACING_MS + 1000;
 
 function recordOf(n: number): DeadLetterRecord {
-  const kind = n % FINGERPRINTS;
-  const messageId = `0190${n.toString(16).padStart(28, '0')}`;
-  const type = `orders.Event${n % 10}`;
-  const at = T0 + n * SPACING_MS;
-  const error = {
-    name: 'Error',
-    message: `Payment gateway ${kind} refused order ${n}`,
-    stack: `Error: Payment gateway ${kind} refused order ${n}\n    at Handler${kind}.handle (/app/src/handlers/handler-${kind}.ts:${10 + kind}:7)\n    at process.processTicksAndRejections (node:internal/process/task_queues:95:5)`,
-  };
-  const body = JSON.stringify({
-    v: 1,
-    id: messageId,
-    kind: 'event',
-    type,
-    payload: { orderId: `o-${n}`, sku: `SKU-${n % 997}`, amount: n % 1000 },
-    meta: { correlationId: messageId, occurredAt: new Date(at).toISOString(), headers: {} },
-  });
-  return buildDeadLetterRecord({
-    body,
-    facts: {
-      messageId,
-      kind: 'event',
-      type,
-      endpoint: `endpoint-${n % 5}`,
-      handler: `Handler${kind}`,
-      attempt: 1,
-      history: [],
-      partitionKey: `o-${n}`,
-    },
-    handler: `Handler${kind}`,
-    reason: REASONS[n % REASONS.length] ?? 'handler-failed',
-    error,
-    ordered: false,
-    now: at,
-  });
+  return benchDeadLetter(n, { spacingMs: SPACING_MS, reasons: REASONS });
 }
 
 async function fill(store: RedisDeadLetterStore): Promise<number> {
-  const started = performance.now();
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < N) await store.add(recordOf(next++));
-  };
-  await Promise.all(Array.from({ length: FILL_CONCURRENCY }, worker));
-  return performance.now() - started;
+  return fillDeadLetters(store, N, recordOf, FILL_CONCURRENCY);
 }
 
 /** GETs `url`, returns its status, how long it took, and the page's "N matching" or row count. */
