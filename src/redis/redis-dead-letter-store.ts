@@ -309,6 +309,16 @@ local function textVerdict(data)
   if holds(record.error.message) or holds(record.error.stack) or holds(record.envelope) then return 1 end
   return 0
 end
+-- Only the fields the filter and mode read: each one more costs every record of the walk.
+local names, slot = {'x', 'status'}, {}
+local function need(name) names[#names + 1] = name; slot[name] = #names end
+if fp or mode == 'groups' then need('fp') end
+if since or before or mode == 'groups' then need('last') end
+if endpoint then need('x:ep') end
+if mtype then need('x:type') end
+if handler then need('x:hd') end
+if reason then need('x:rs') end
+if mode == 'groups' then need('first') end
 local budget = tonumber(ARGV[3])
 local from = ARGV[2]
 local out, groups, byFp = {}, {}, {}
@@ -322,18 +332,18 @@ while not full and read < budget do
     read = read + 1
     last = score
     local key = prefix .. id
-    local f = redis.call('HMGET', key, 'x', 'status', 'fp', 'last', 'x:ep', 'x:type', 'x:hd', 'x:rs', 'first')
+    local f = redis.call('HMGET', key, unpack(names))
     local verdict = 0
     if not f[1] then
       if f[2] then verdict = 2 end
     elseif (status == 'any' or f[2] == status)
-      and (not fp or f[3] == fp)
-      and (not endpoint or f[5] == endpoint)
-      and (not mtype or f[6] == mtype)
-      and (not handler or f[7] == handler)
-      and (not reason or f[8] == reason)
-      and (not since or tonumber(f[4]) >= since)
-      and (not before or tonumber(f[4]) < before) then
+      and (not fp or f[slot['fp']] == fp)
+      and (not endpoint or f[slot['x:ep']] == endpoint)
+      and (not mtype or f[slot['x:type']] == mtype)
+      and (not handler or f[slot['x:hd']] == handler)
+      and (not reason or f[slot['x:rs']] == reason)
+      and (not since or tonumber(f[slot['last']]) >= since)
+      and (not before or tonumber(f[slot['last']]) < before) then
       verdict = 1
       if textMode == 'node' then verdict = 2
       elseif textMode == 'lua' then verdict = textVerdict(redis.call('HGET', key, 'data')) end
@@ -348,11 +358,12 @@ while not full and read < budget do
     elseif verdict == 1 then
       selected = selected + 1
       if mode == 'groups' then
-        local first, lastFailed, seq = tonumber(f[9]), tonumber(f[4]), tonumber(score)
-        local g = byFp[f[3]]
+        local group = f[slot['fp']]
+        local first, lastFailed, seq = tonumber(f[slot['first']]), tonumber(f[slot['last']]), tonumber(score)
+        local g = byFp[group]
         if not g then
-          g = {f[3], 0, first, lastFailed, seq, id}
-          byFp[f[3]] = g
+          g = {group, 0, first, lastFailed, seq, id}
+          byFp[group] = g
           groups[#groups + 1] = g
         end
         g[2] = g[2] + 1
