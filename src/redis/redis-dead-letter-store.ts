@@ -107,7 +107,7 @@ const SCAN_CHUNK = 200;
 /**
  * Index entries one filter scan script reads (see FILTER_SCAN_SCRIPT): enough that a count over
  * 100,000 records takes 13 round trips (on a busy host each costs tens of ms of scheduling), few
- * enough that one script blocks Redis only briefly (about 30 ms on 2 shared cores, bench:dashboard).
+ * enough that one script blocks Redis only briefly (under 40 ms on 2 shared cores, bench:dashboard).
  */
 const FILTER_CHUNK = 8000;
 /** The same for a text search, which lower-cases and may decode each record's JSON. */
