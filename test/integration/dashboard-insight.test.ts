@@ -5,7 +5,7 @@ import type {
   DashboardTopology,
 } from '../../src/dashboard/index.js';
 import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
-import { deadLetter, serveDashboard, type ServedDashboard } from '../helpers/dashboard.js';
+import { deadLetter, serveDashboard, tableRows as rows, type ServedDashboard } from '../helpers/dashboard.js';
 
 let served: ServedDashboard | undefined;
 
@@ -22,17 +22,6 @@ async function get(path: string): Promise<{ status: number; text: string }> {
 
 async function serve(options: Partial<DashboardOptions> = {}): Promise<void> {
   served = await serveDashboard({ deadLetters: new InMemoryDeadLetterStore(), ...options });
-}
-
-/** The cells of each row of the table marked `data-testid="<testid>"`, tags stripped. */
-function rows(html: string, testid: string): string[][] {
-  const table = new RegExp(`<table data-testid="${testid}">([\\s\\S]*?)</table>`).exec(html)?.[1] ?? '';
-  const body = /<tbody>([\s\S]*?)<\/tbody>/.exec(table)?.[1] ?? '';
-  return [...body.matchAll(/<tr[^>]*>([\s\S]*?)<\/tr>/g)].map((row) =>
-    [...(row[1] ?? '').matchAll(/<td[^>]*>([\s\S]*?)<\/td>/g)].map((cell) =>
-      (cell[1] ?? '').replace(/<br>/g, ',').replace(/<[^>]+>/g, ''),
-    ),
-  );
 }
 
 const REGISTERED = Date.UTC(2026, 0, 31, 12, 0, 0);
