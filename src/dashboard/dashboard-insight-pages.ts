@@ -194,8 +194,11 @@ function lastUpdate(rows: readonly DashboardProjectionLag[]): number | undefined
 }
 
 function deadLettersLink(view: ProjectionView): string {
+  const text = `${view.deadLetters} dead letter${view.deadLetters === 1 ? '' : 's'}`;
+  // A link to an empty list would only be a click to nowhere.
+  if (view.deadLetters === 0) return `<span class="muted">${text}</span>`;
   const href = listHref(new Map([['handler', view.name]]));
-  return `<a href="${h(href)}" data-testid="projection-dead-letters">${view.deadLetters} dead letter${view.deadLetters === 1 ? '' : 's'}</a>`;
+  return `<a href="${h(href)}" data-testid="projection-dead-letters">${text}</a>`;
 }
 
 /** The projections page: a summary row per projection, then its partitions. */

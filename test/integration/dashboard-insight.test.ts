@@ -314,7 +314,10 @@ describe('createDashboard: hostile names on the insight pages', () => {
   });
 
   it('escapes projection and topic names on the projections page, and in its dead-letter link', async () => {
+    const deadLetters = new InMemoryDeadLetterStore();
+    await deadLetters.add(deadLetter(1, { handler: evil, reason: 'projection-failed' }));
     await serve({
+      deadLetters,
       projections: () =>
         Promise.resolve([
           {
