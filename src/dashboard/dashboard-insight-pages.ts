@@ -70,13 +70,17 @@ export interface InsightPage {
 
 const STATES = ['wait', 'active', 'delayed', 'failed'] as const;
 
-/** The body of a page whose source was not given: 200, since the dashboard works as configured. */
-function notConfigured(title: string, what: string, option: string, example: string): InsightPage {
+/**
+ * The body of a page whose source was not given: 200, since the dashboard works as configured.
+ * `call` is the `RedisAdmin` method that reads what the page shows.
+ */
+function notConfigured(title: string, option: string, call: string): InsightPage {
+  const example = `import { openRedisAdmin } from 'harrier/redis';\nconst admin = await openRedisAdmin(redisUrl, { prefix });\ncreateDashboard({ deadLetters, ${option}: () => admin.${call}() });`;
   return {
     status: 200,
     body: [
       `<h1>${h(title)}</h1>`,
-      `<p data-testid="not-configured">This dashboard was started without ${h(what)}. Pass <code>${h(option)}</code> to <code>createDashboard</code> to see it here, for example:</p>`,
+      `<p data-testid="not-configured">This dashboard was started without a ${h(option)} source. Pass <code>${h(option)}</code> to <code>createDashboard</code> to see it here, for example:</p>`,
       `<pre>${h(example)}</pre>`,
       '<p class="muted"><code>harrier dashboard</code> passes it for a system on Redis.</p>',
     ].join('\n'),
@@ -234,12 +238,7 @@ export async function topologyPage(
   source: (() => Promise<DashboardTopology>) | undefined,
 ): Promise<InsightPage> {
   if (source === undefined) {
-    return notConfigured(
-      'Topology',
-      'a topology source',
-      'topology',
-      "import { openRedisAdmin } from 'harrier/redis';\nconst admin = await openRedisAdmin(redisUrl, { prefix });\ncreateDashboard({ deadLetters, topology: () => admin.topology() });",
-    );
+    return notConfigured('Topology', 'topology', 'topology');
   }
   const read = await fromSource('topology', source);
   return 'failed' in read ? read.failed : { status: 200, body: topologyBody(read.value) };
@@ -259,12 +258,7 @@ export async function projectionsPage(
   store: DeadLetterStore,
 ): Promise<InsightPage> {
   if (source === undefined) {
-    return notConfigured(
-      'Projections',
-      'a projections source',
-      'projections',
-      "import { openRedisAdmin } from 'harrier/redis';\nconst admin = await openRedisAdmin(redisUrl, { prefix });\ncreateDashboard({ deadLetters, projections: () => admin.projectionLags() });",
-    );
+    return notConfigured('Projections', 'projections', 'projectionLags');
   }
   const read = await fromSource('projections', source);
   if ('failed' in read) return read.failed;

@@ -166,30 +166,6 @@ describe('createDashboard: the topology page', () => {
       expect(calls).toBe(2);
     });
   });
-
-  describe('when no topology source is given', () => {
-    it('answers 200 and says what to pass', async () => {
-      await serve();
-      const { status, text } = await get('/topology');
-      expect(status).toBe(200);
-      expect(text).toContain('data-testid="not-configured"');
-      expect(text).toContain('<code>topology</code>');
-      expect(text).toContain('topology: () =&gt; admin.topology()');
-    });
-  });
-
-  describe('when the source throws', () => {
-    it('answers 500 naming the failure, with the password masked', async () => {
-      await serve({
-        topology: () => Promise.reject(new Error('connect ECONNREFUSED redis://ops:s3cret@10.0.0.5:6379')),
-      });
-      const { status, text } = await get('/topology');
-      expect(status).toBe(500);
-      expect(text).toContain('The topology source failed');
-      expect(text).toContain('Error: connect ECONNREFUSED redis://ops:***@10.0.0.5:6379');
-      expect(text).not.toContain('s3cret');
-    });
-  });
 });
 
 describe('createDashboard: the projections page', () => {
@@ -258,27 +234,33 @@ describe('createDashboard: the projections page', () => {
       expect(text).toContain('data-testid="no-projections"');
     });
   });
+});
 
-  describe('when no projections source is given', () => {
+describe.each([
+  { path: '/topology', option: 'topology', call: 'admin.topology()' },
+  { path: '/projections', option: 'projections', call: 'admin.projectionLags()' },
+] as const)('createDashboard: $path', ({ path, option, call }) => {
+  describe(`when no ${option} source is given`, () => {
     it('answers 200 and says what to pass', async () => {
       await serve();
-      const { status, text } = await get('/projections');
+      const { status, text } = await get(path);
       expect(status).toBe(200);
       expect(text).toContain('data-testid="not-configured"');
-      expect(text).toContain('projections: () =&gt; admin.projectionLags()');
+      expect(text).toContain(`<code>${option}</code>`);
+      expect(text).toContain(`${option}: () =&gt; ${call}`);
     });
   });
 
   describe('when the source throws', () => {
     it('answers 500 naming the failure, with the password masked', async () => {
-      await serve({
-        projections: () => Promise.reject(new TypeError('bad reply from rediss://:hunter2@cache:6380')),
-      });
-      const { status, text } = await get('/projections');
+      const fail = (): Promise<never> =>
+        Promise.reject(new TypeError('connect ECONNREFUSED redis://ops:s3cret@10.0.0.5:6379'));
+      await serve(option === 'topology' ? { topology: fail } : { projections: fail });
+      const { status, text } = await get(path);
       expect(status).toBe(500);
-      expect(text).toContain('The projections source failed');
-      expect(text).toContain('TypeError: bad reply from rediss://:***@cache:6380');
-      expect(text).not.toContain('hunter2');
+      expect(text).toContain(`The ${option} source failed`);
+      expect(text).toContain('TypeError: connect ECONNREFUSED redis://ops:***@10.0.0.5:6379');
+      expect(text).not.toContain('s3cret');
     });
   });
 });
