@@ -87,10 +87,13 @@ function notConfigured(title: string, option: string, call: string): InsightPage
   };
 }
 
-/** Runs a page's source; a failure becomes a 500 page naming it, secrets masked. */
+/**
+ * Runs a page's source, or renders what it read; a failure becomes a 500 page naming the source,
+ * secrets masked. Rendering counts as the source's: it fails only on values of the wrong shape.
+ */
 async function fromSource<T>(
   what: string,
-  source: () => Promise<T>,
+  source: () => T | Promise<T>,
 ): Promise<{ readonly value: T } | { readonly failed: InsightPage }> {
   try {
     return { value: await source() };
@@ -240,8 +243,8 @@ export async function topologyPage(
   if (source === undefined) {
     return notConfigured('Topology', 'topology', 'topology');
   }
-  const read = await fromSource('topology', source);
-  return 'failed' in read ? read.failed : { status: 200, body: topologyBody(read.value) };
+  const read = await fromSource('topology', async () => topologyBody(await source()));
+  return 'failed' in read ? read.failed : { status: 200, body: read.value };
 }
 
 /**
@@ -260,10 +263,14 @@ export async function projectionsPage(
   if (source === undefined) {
     return notConfigured('Projections', 'projections', 'projectionLags');
   }
-  const read = await fromSource('projections', source);
+  const read = await fromSource('projections', async () => {
+    const byName = new Map<string, DashboardProjectionLag[]>();
+    for (const row of await source())
+      byName.set(row.projection, [...(byName.get(row.projection) ?? []), row]);
+    return byName;
+  });
   if ('failed' in read) return read.failed;
-  const byName = new Map<string, DashboardProjectionLag[]>();
-  for (const row of read.value) byName.set(row.projection, [...(byName.get(row.projection) ?? []), row]);
+  const byName = read.value;
   const names = [...byName.keys()].sort();
   // Counted side by side: a store without a handler index reads its records once per count.
   const deadLetters = await Promise.all(names.map((handler) => store.count({ handler })));
@@ -272,5 +279,6 @@ export async function projectionsPage(
     rows: byName.get(name) ?? [],
     deadLetters: deadLetters[i] ?? 0,
   }));
-  return { status: 200, body: projectionsBody(views) };
+  const body = await fromSource('projections', () => projectionsBody(views));
+  return 'failed' in body ? body.failed : { status: 200, body: body.value };
 }

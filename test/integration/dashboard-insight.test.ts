@@ -263,6 +263,17 @@ describe.each([
       expect(text).not.toContain('s3cret');
     });
   });
+
+  describe('when the source resolves to something of another shape', () => {
+    it('answers 500 naming the source, not the dead-letter store', async () => {
+      const odd = (): Promise<never> => Promise.resolve({ rows: 'nope' } as never);
+      await serve(option === 'topology' ? { topology: odd } : { projections: odd });
+      const { status, text } = await get(path);
+      expect(status).toBe(500);
+      expect(text).toContain(`The ${option} source failed`);
+      expect(text).toContain('TypeError');
+    });
+  });
 });
 
 describe('createDashboard: hostile names on the insight pages', () => {
