@@ -213,6 +213,7 @@ export class BullMqReceiver {
             ...(parsed.pendingDeadLetter !== undefined
               ? { pendingDeadLetter: parsed.pendingDeadLetter }
               : {}),
+            ...(parsed.replayOf !== undefined ? { replayOf: parsed.replayOf } : {}),
           },
         },
       });
@@ -243,6 +244,8 @@ export class BullMqReceiver {
             a: failed,
             h: history,
             ...(result.pendingDeadLetter !== undefined ? { d: result.pendingDeadLetter } : {}),
+            // A retry of a replayed message is still that replay: its outcome is recorded when it is handled.
+            ...(parsed.replayOf !== undefined ? { r: parsed.replayOf } : {}),
           };
           await job.updateData(next);
           data = next;
