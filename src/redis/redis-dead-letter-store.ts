@@ -359,7 +359,7 @@ const MARK_REPLAY_HANDLED_SCRIPT = `
 local state = redis.call('HMGET', KEYS[1], 'status', 'replays')
 if state[1] ~= 'replayed' or not state[2] or state[2] == '' then return 0 end
 local head, last = '', state[2]
-local cut = string.find(last, '\n[^\n]*$')
+local cut = string.find(last, '\\n[^\\n]*$')
 if cut then
   head = string.sub(last, 1, cut)
   last = string.sub(last, cut + 1)

@@ -886,6 +886,80 @@ export function describeMessageBrokerConformance(
           const replayed = await inbox.next();
           expect(replayed.facts).toMatchObject({ messageId: message.id, attempt: 1, history: [] });
           expect(replayed.body).toBe(message.body);
+          expect(replayed.facts.replayOf).toBeUndefined();
+        });
+      });
+
+      describe('when given the dead letter id of a dead-lettered message', () => {
+        it('hands it back as replayOf on every delivery of the replay, retries included, and never on a publish', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+          const first = await inbox.next();
+          expect(first.facts.replayOf).toBeUndefined();
+          await broker.nack(first.id, { deadLetter: 'handler-failed' });
+
+          await broker.redeliver({ endpoint, handler: 'commands', message, deadLetterId: 'dl-1' });
+
+          const replayed = await inbox.next();
+          expect(replayed.facts).toMatchObject({ messageId: message.id, attempt: 1, replayOf: 'dl-1' });
+          await broker.nack(replayed.id, { retryAt: Date.now(), error: { name: 'Error', message: 'boom' } });
+          const retried = await inbox.next();
+          expect(retried.facts).toMatchObject({ attempt: 2, replayOf: 'dl-1' });
+          await broker.nack(retried.id, { release: true });
+          const released = await inbox.next();
+          expect(released.facts).toMatchObject({ attempt: 2, replayOf: 'dl-1' });
+          await broker.ack(released.id);
+
+          const other = f().message('command', placeOrder);
+          await broker.publish(other);
+          const published = await inbox.next();
+          expect(published.facts.messageId).toBe(other.id);
+          expect(published.facts.replayOf).toBeUndefined();
+        });
+      });
+
+      describe('when given a dead letter id of a message the broker no longer holds', () => {
+        it('hands it back as replayOf', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reporting');
+          const orderPlaced = f().type('OrderPlaced');
+          await f().events(endpoint, { countOrders: [orderPlaced] });
+          const inbox = f().inbox(endpoint);
+          const message = f().message('event', orderPlaced);
+
+          await broker.redeliver({ endpoint, handler: 'countOrders', message, deadLetterId: 'dl-2' });
+
+          const replayed = await inbox.next();
+          expect(replayed.facts).toMatchObject({ messageId: message.id, handler: 'countOrders', replayOf: 'dl-2' });
+          await broker.ack(replayed.id);
+        });
+      });
+
+      describe('when given a dead letter id of an ordered message', () => {
+        it('keeps replayOf on the retry of the replay', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('accounts');
+          const post = f().type('PostEntry');
+          await f().orderedCommands(endpoint, post);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', post, { partitionKey: 'k', ordered: true });
+          await broker.publish(message);
+          const first = await inbox.next();
+          await broker.nack(first.id, { deadLetter: 'handler-failed' });
+
+          await broker.redeliver({ endpoint, handler: 'commands', message, deadLetterId: 'dl-3' });
+
+          const replayed = await inbox.next();
+          expect(replayed.facts.replayOf).toBe('dl-3');
+          await broker.nack(replayed.id, { retryAt: Date.now(), error: { name: 'Error', message: 'boom' } });
+          const retried = await inbox.next();
+          expect(retried.facts).toMatchObject({ attempt: 2, replayOf: 'dl-3' });
+          await broker.ack(retried.id);
         });
       });
     });
