@@ -156,7 +156,7 @@ export class Dispatcher {
   }
 
   /**
-   * Deliveries whose settle step (ack, nack, dead-letter write) failed and now waits on the clock
+   * Deliveries whose settle step (ack, nack, dead-letter write, replay mark) waits on the clock
    * for its next try: work that only the passing of time can move on (a test bus on a virtual clock
    * moves it forward for them).
    */
@@ -486,7 +486,14 @@ export class Dispatcher {
         });
         return;
       }
-      await sleep(this.#clock, pause, flightSignal(flight));
+      // Counted as a settle wait, so a test clock moves on for it as for a settle retry.
+      this.#settleWaits += 1;
+      this.#changed();
+      try {
+        await sleep(this.#clock, pause, flightSignal(flight));
+      } finally {
+        this.#settleWaits -= 1;
+      }
       pause *= 2;
     }
   }
