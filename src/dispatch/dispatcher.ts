@@ -468,14 +468,21 @@ export class Dispatcher {
         marked = await withDeadline(
           store.markReplayHandled(id, this.#clock.now()),
           this.#settleTimeoutMs,
-          () => new HarrierError('settle-timeout', `marking the replay handled took longer than ${this.#settleTimeoutMs} ms`),
+          () =>
+            new HarrierError(
+              'settle-timeout',
+              `marking the replay handled took longer than ${this.#settleTimeoutMs} ms`,
+            ),
         );
       } catch (error) {
-        this.#logger.warn('Could not record that a replayed message was handled; its replay shows as pending', {
-          deadLetterId: id,
-          deliveryId: flight.delivery.id,
-          error: toErrorInfo(error),
-        });
+        this.#logger.warn(
+          'Could not record that a replayed message was handled; its replay shows as pending',
+          {
+            deadLetterId: id,
+            deliveryId: flight.delivery.id,
+            error: toErrorInfo(error),
+          },
+        );
         return;
       }
       if (marked) return;

@@ -342,7 +342,10 @@ export class BullMqBroker implements MessageBroker {
     if (existing !== undefined) {
       const state = await this.#withTimeout(existing.getState(), 'read job state');
       if (state === 'failed') {
-        await this.#withTimeout(existing.updateData({ ...toJobData(message, target.deadLetterId) }), 'reset job data');
+        await this.#withTimeout(
+          existing.updateData({ ...toJobData(message, target.deadLetterId) }),
+          'reset job data',
+        );
         await this.#withTimeout(
           existing.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true }),
           'retry job',

@@ -935,7 +935,11 @@ export function describeMessageBrokerConformance(
           await broker.redeliver({ endpoint, handler: 'countOrders', message, deadLetterId: 'dl-2' });
 
           const replayed = await inbox.next();
-          expect(replayed.facts).toMatchObject({ messageId: message.id, handler: 'countOrders', replayOf: 'dl-2' });
+          expect(replayed.facts).toMatchObject({
+            messageId: message.id,
+            handler: 'countOrders',
+            replayOf: 'dl-2',
+          });
           await broker.ack(replayed.id);
         });
       });

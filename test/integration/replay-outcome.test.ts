@@ -136,11 +136,9 @@ describe.each(backends)('replay outcomes $name', (backend) => {
       await bus.start();
       for (const orderId of failing) await bus.send(Charge, { orderId });
       const records = await deadLettersByOrder(bus, 3);
-      const [fixed, broken, slow] = ['o-1', 'o-2', 'o-3'].map((o) => must(records.get(o), `a dead letter of ${o}`).id) as [
-        string,
-        string,
-        string,
-      ];
+      const [fixed, broken, slow] = ['o-1', 'o-2', 'o-3'].map(
+        (o) => must(records.get(o), `a dead letter of ${o}`).id,
+      ) as [string, string, string];
       failing.delete('o-1');
       failing.delete('o-3');
 
