@@ -264,6 +264,23 @@ describe('harrier CLI', () => {
     });
   });
 
+  describe('dlq show --json', () => {
+    it('includes when each replay was handled', async () => {
+      const record = deadLetter(1);
+      await seed([record]);
+      const replayAt = Date.UTC(2026, 0, 2, 10, 0, 0);
+      await store.markReplayed(record.id, { at: replayAt, by: 'ops' });
+      await store.markReplayHandled(record.id, replayAt + 1500);
+
+      const show = await harrier(['dlq', 'show', record.id, '--prefix', prefix, '--json'], env);
+
+      expect(show.code).toBe(0);
+      expect(jsonLines(show.stdout)[0]?.replays).toEqual([
+        { at: replayAt, by: 'ops', handledAt: replayAt + 1500 },
+      ]);
+    });
+  });
+
   describe('--json output', () => {
     it('is one JSON document per line for list, show, groups, topology and projections status', async () => {
       const records = [deadLetter(1), deadLetter(2), deadLetter(3)];
