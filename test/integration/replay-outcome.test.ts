@@ -252,6 +252,48 @@ describe('replay outcomes in memory', () => {
   });
 });
 
+describe.each([
+  { when: 'rejects', mark: () => Promise.reject(new Error('store down')) },
+  { when: 'never settles', mark: () => new Promise<boolean>(() => undefined) },
+])('replay outcomes in memory when the store $when on markReplayHandled', ({ mark }) => {
+  it('acks the message anyway, logs a warning, and the replay shows as pending', async () => {
+    let healthy = false;
+    let handled = 0;
+    @CommandHandler(Charge)
+    class Charger {
+      handle(): void {
+        if (!healthy) throw new Error('card declined');
+        handled++;
+      }
+    }
+    const warnings: string[] = [];
+    const store = new InMemoryDeadLetterStore();
+    const bus = await createTestBus({
+      handlers: [Charger],
+      deadLetters: Object.assign(store, { markReplayHandled: mark }),
+      retry,
+      settleTimeoutMs: 100,
+      logger: { ...silentLogger, warn: (message: string) => void warnings.push(message) },
+    });
+    buses.push(bus);
+    await bus.send(Charge, { orderId: 'o-7' });
+    await bus.whenIdle();
+    const record = must((await store.list()).records[0], 'a dead letter');
+    healthy = true;
+    const replayAt = bus.clock.now();
+
+    await bus.replayDeadLetters([record.id]);
+    await bus.whenIdle();
+
+    expect(handled).toBe(1);
+    expect(bus.broker.stats()).toMatchObject({ ready: 0, inFlight: 0, waiting: 0 });
+    expect(warnings).toContain(
+      'Could not record that a replayed message was handled; its replay shows as pending',
+    );
+    expect(await outcomeOf(bus, record.id, replayAt)).toBe('pending');
+  });
+});
+
 /**
  * A store whose `markReplayed` waits, once `holdMarks` is set, until the dispatcher tried to mark the
  * replay handled: the race of a consumer faster than the replay, made certain.
