@@ -890,18 +890,26 @@ export function describeMessageBrokerConformance(
         });
       });
 
+      /**
+       * A command on an endpoint of its own, published, delivered once and dead-lettered; `ordered`
+       * makes it an ordered type with a partition key.
+       */
+      async function deadLetteredCommand(ordered: boolean) {
+        const endpoint = f().endpoint(ordered ? 'accounts' : 'orders');
+        const type = f().type(ordered ? 'PostEntry' : 'PlaceOrder');
+        await (ordered ? f().orderedCommands(endpoint, type) : f().commands(endpoint, type));
+        const inbox = f().inbox(endpoint);
+        const message = f().message('command', type, ordered ? { partitionKey: 'k', ordered: true } : {});
+        await f().broker.publish(message);
+        const first = await inbox.next();
+        await f().broker.nack(first.id, { deadLetter: 'handler-failed' });
+        return { broker: f().broker, endpoint, type, inbox, message, first };
+      }
+
       describe('when given the dead letter id of a dead-lettered message', () => {
         it('hands it back as replayOf on every delivery of the replay, retries included, and never on a publish', async () => {
-          const { broker } = f();
-          const endpoint = f().endpoint('orders');
-          const placeOrder = f().type('PlaceOrder');
-          await f().commands(endpoint, placeOrder);
-          const inbox = f().inbox(endpoint);
-          const message = f().message('command', placeOrder);
-          await broker.publish(message);
-          const first = await inbox.next();
+          const { broker, endpoint, type, inbox, message, first } = await deadLetteredCommand(false);
           expect(first.facts.replayOf).toBeUndefined();
-          await broker.nack(first.id, { deadLetter: 'handler-failed' });
 
           await broker.redeliver({ endpoint, handler: 'commands', message, deadLetterId: 'dl-1' });
 
@@ -915,7 +923,7 @@ export function describeMessageBrokerConformance(
           expect(released.facts).toMatchObject({ attempt: 2, replayOf: 'dl-1' });
           await broker.ack(released.id);
 
-          const other = f().message('command', placeOrder);
+          const other = f().message('command', type);
           await broker.publish(other);
           const published = await inbox.next();
           expect(published.facts.messageId).toBe(other.id);
@@ -946,15 +954,7 @@ export function describeMessageBrokerConformance(
 
       describe('when given a dead letter id of an ordered message', () => {
         it('keeps replayOf on the retry of the replay', async () => {
-          const { broker } = f();
-          const endpoint = f().endpoint('accounts');
-          const post = f().type('PostEntry');
-          await f().orderedCommands(endpoint, post);
-          const inbox = f().inbox(endpoint);
-          const message = f().message('command', post, { partitionKey: 'k', ordered: true });
-          await broker.publish(message);
-          const first = await inbox.next();
-          await broker.nack(first.id, { deadLetter: 'handler-failed' });
+          const { broker, endpoint, inbox, message } = await deadLetteredCommand(true);
 
           await broker.redeliver({ endpoint, handler: 'commands', message, deadLetterId: 'dl-3' });
 

@@ -16,8 +16,9 @@ import {
   type PayloadOf,
   type ReplayOutcome,
   type ReplayRecord,
+  type RetryOptions,
 } from '../../src/index.js';
-import { createTestBus } from '../../src/testing/test-bus.js';
+import { createTestBus, type TestBus, type TestBusOptions } from '../../src/testing/test-bus.js';
 import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
@@ -28,7 +29,7 @@ const redisUrl = inject('redisUrl');
 const Charge = defineCommand('outcome.Charge', { schema: z.object({ orderId: z.string() }) });
 
 /** Two attempts a message, 20 ms apart: dead letters come quickly, and a retry is still tested. */
-const retry: BusOptions['retry'] = { attempts: 2, backoff: { baseMs: 20, jitter: 0 } };
+const retry: RetryOptions = { attempts: 2, backoff: { baseMs: 20, jitter: 0 } };
 const WAIT = { timeoutMs: 15_000 };
 
 const buses: MessageBus[] = [];
@@ -187,56 +188,57 @@ describe.each(backends)('replay outcomes $name', (backend) => {
   });
 });
 
+/** A test bus whose Charge handler fails until healed, and one dead letter it made. */
+interface HealableBus {
+  readonly bus: TestBus;
+  readonly record: DeadLetterRecord;
+  /** Order ids the handler handled. */
+  readonly handled: readonly string[];
+  /** Makes the handler succeed from now on. */
+  readonly heal: () => void;
+}
+
+/** Starts a test bus on `options`, dead-letters one Charge in it, and returns it unhealed. */
+async function healableBus(options: Omit<TestBusOptions, 'handlers' | 'retry'>): Promise<HealableBus> {
+  let healthy = false;
+  const handled: string[] = [];
+  @CommandHandler(Charge)
+  class Charger {
+    handle(payload: PayloadOf<typeof Charge>): void {
+      if (!healthy) throw new Error('card declined');
+      handled.push(payload.orderId);
+    }
+  }
+  const bus = await createTestBus({ ...options, handlers: [Charger], retry });
+  buses.push(bus);
+  await bus.send(Charge, { orderId: 'o-5' });
+  await bus.whenIdle();
+  const record = must((await bus.deadLetters.list()).records[0], 'a dead letter');
+  return { bus, record, handled, heal: () => (healthy = true) };
+}
+
 describe('replay outcomes in memory', () => {
   describe('when the store has no markReplayHandled', () => {
     it('reports pending after the message was handled', async () => {
-      let healthy = false;
-      let handled = 0;
-      @CommandHandler(Charge)
-      class Charger {
-        handle(): void {
-          if (!healthy) throw new Error('card declined');
-          handled++;
-        }
-      }
-      const bus = await createTestBus({
-        handlers: [Charger],
+      const { bus, record, handled, heal } = await healableBus({
         deadLetters: withoutMarkReplayHandled(new InMemoryDeadLetterStore()),
-        retry,
       });
-      buses.push(bus);
-      await bus.send(Charge, { orderId: 'o-5' });
-      await bus.whenIdle();
-      const [record] = (await bus.deadLetters.list()).records;
-      healthy = true;
+      heal();
       const replayAt = bus.clock.now();
 
-      await bus.replayDeadLetters([must(record, 'a dead letter').id]);
+      await bus.replayDeadLetters([record.id]);
       await bus.whenIdle();
 
-      expect(handled).toBe(1);
-      expect(await outcomeOf(bus, must(record, 'a dead letter').id, replayAt)).toBe('pending');
+      expect(handled).toEqual(['o-5']);
+      expect(await outcomeOf(bus, record.id, replayAt)).toBe('pending');
     });
   });
 
   describe('when the message is handled before the replay marks its record replayed', () => {
     it('still reports handled', async () => {
-      let healthy = false;
-      const handled: string[] = [];
-      @CommandHandler(Charge)
-      class Charger {
-        handle(payload: PayloadOf<typeof Charge>): void {
-          if (!healthy) throw new Error('card declined');
-          handled.push(payload.orderId);
-        }
-      }
       const store = new RacingStore();
-      const bus = await createTestBus({ handlers: [Charger], deadLetters: store, retry });
-      buses.push(bus);
-      await bus.send(Charge, { orderId: 'o-6' });
-      await bus.whenIdle();
-      const record = must((await store.list()).records[0], 'a dead letter');
-      healthy = true;
+      const { bus, record, handled, heal } = await healableBus({ deadLetters: store });
+      heal();
       const replayAt = bus.clock.now();
       store.holdMarks = true;
 
@@ -245,7 +247,7 @@ describe('replay outcomes in memory', () => {
       await replaying;
       await bus.whenIdle();
 
-      expect(handled).toEqual(['o-6']);
+      expect(handled).toEqual(['o-5']);
       expect(store.handledMarks).toEqual([false, true]);
       expect(await outcomeOf(bus, record.id, replayAt)).toBe('handled');
     });
@@ -257,35 +259,19 @@ describe.each([
   { when: 'never settles', mark: () => new Promise<boolean>(() => undefined) },
 ])('replay outcomes in memory when the store $when on markReplayHandled', ({ mark }) => {
   it('acks the message anyway, logs a warning, and the replay shows as pending', async () => {
-    let healthy = false;
-    let handled = 0;
-    @CommandHandler(Charge)
-    class Charger {
-      handle(): void {
-        if (!healthy) throw new Error('card declined');
-        handled++;
-      }
-    }
     const warnings: string[] = [];
-    const store = new InMemoryDeadLetterStore();
-    const bus = await createTestBus({
-      handlers: [Charger],
-      deadLetters: Object.assign(store, { markReplayHandled: mark }),
-      retry,
+    const { bus, record, handled, heal } = await healableBus({
+      deadLetters: Object.assign(new InMemoryDeadLetterStore(), { markReplayHandled: mark }),
       settleTimeoutMs: 100,
       logger: { ...silentLogger, warn: (message: string) => void warnings.push(message) },
     });
-    buses.push(bus);
-    await bus.send(Charge, { orderId: 'o-7' });
-    await bus.whenIdle();
-    const record = must((await store.list()).records[0], 'a dead letter');
-    healthy = true;
+    heal();
     const replayAt = bus.clock.now();
 
     await bus.replayDeadLetters([record.id]);
     await bus.whenIdle();
 
-    expect(handled).toBe(1);
+    expect(handled).toEqual(['o-5']);
     expect(bus.broker.stats()).toMatchObject({ ready: 0, inFlight: 0, waiting: 0 });
     expect(warnings).toContain(
       'Could not record that a replayed message was handled; its replay shows as pending',
