@@ -99,7 +99,7 @@ const STORE_RETRY: RetryPolicy = { ...DEFAULT_RETRY, baseMs: 1_000 };
  * Tries of marking a replay handled while its record is not marked replayed yet, and the first pause
  * between them (doubling): the replay marks the record right after it sent the message back.
  */
-const MARK_HANDLED_TRIES = 4;
+const MARK_HANDLED_TRIES = 5;
 const MARK_HANDLED_PAUSE_MS = 50;
 
 /** How long `stop()` waits for the receiver to close once every delivery is settled, in ms. */

@@ -205,6 +205,18 @@ describe('harrier CLI', () => {
         expect(await store.count({ status: 'replayed' })).toBe(10_000);
         const sample = await store.get(records[0]?.id ?? '');
         expect(sample?.replays.map((r) => r.by)).toEqual(['cli:tester']);
+        // The worker records each outcome, though the CLI, another process, marked the records.
+        let handledReplays = 0;
+        let cursor: string | undefined;
+        do {
+          const page = await store.list(
+            { status: 'replayed' },
+            { limit: 1000, ...(cursor ? { cursor } : {}) },
+          );
+          handledReplays += page.records.filter((r) => r.replays.at(-1)?.handledAt !== undefined).length;
+          cursor = page.next;
+        } while (cursor !== undefined);
+        expect(handledReplays).toBe(10_000);
       }, 90_000);
     });
 
