@@ -11,6 +11,7 @@ import {
   type BusOptions,
   type DeadLetterRecord,
   type DeadLetterStore,
+  type HandlerClass,
   type MessageBus,
   type MessageContext,
   type PayloadOf,
@@ -18,6 +19,9 @@ import {
   type ReplayRecord,
   type RetryOptions,
 } from '../../src/index.js';
+import { InMemoryBroker } from '../../src/broker/in-memory-broker.js';
+import { dispatcherOf } from '../../src/bus/index.js';
+import { HarrierError } from '../../src/errors/harrier-error.js';
 import { createTestBus, type TestBus, type TestBusOptions } from '../../src/testing/test-bus.js';
 import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
@@ -198,8 +202,8 @@ interface HealableBus {
   readonly heal: () => void;
 }
 
-/** Starts a test bus on `options`, dead-letters one Charge in it, and returns it unhealed. */
-async function healableBus(options: Omit<TestBusOptions, 'handlers' | 'retry'>): Promise<HealableBus> {
+/** A Charge handler that fails until healed, and the order ids it handled. */
+function healableCharger(): Omit<HealableBus, 'bus' | 'record'> & { readonly Charger: HandlerClass } {
   let healthy = false;
   const handled: string[] = [];
   @CommandHandler(Charge)
@@ -209,12 +213,38 @@ async function healableBus(options: Omit<TestBusOptions, 'handlers' | 'retry'>):
       handled.push(payload.orderId);
     }
   }
+  return { Charger, handled, heal: () => (healthy = true) };
+}
+
+/** Starts a test bus on `options`, dead-letters one Charge in it, and returns it unhealed. */
+async function healableBus(options: Omit<TestBusOptions, 'handlers' | 'retry'>): Promise<HealableBus> {
+  const { Charger, handled, heal } = healableCharger();
   const bus = await createTestBus({ ...options, handlers: [Charger], retry });
   buses.push(bus);
   await bus.send(Charge, { orderId: 'o-5' });
   await bus.whenIdle();
   const record = must((await bus.deadLetters.list()).records[0], 'a dead letter');
-  return { bus, record, handled, heal: () => (healthy = true) };
+  return { bus, record, handled, heal };
+}
+
+/** An in-memory store that counts the calls of `markReplayHandled`. */
+class CountingStore extends InMemoryDeadLetterStore {
+  handledCalls = 0;
+
+  override markReplayHandled(id: string, at: number): Promise<boolean> {
+    this.handledCalls++;
+    return super.markReplayHandled(id, at);
+  }
+}
+
+/** An in-memory broker that refuses every ack as stale once `staleAcks` is set. */
+class StaleAckBroker extends InMemoryBroker {
+  staleAcks = false;
+
+  override ack(deliveryId: string): Promise<void> {
+    if (!this.staleAcks) return super.ack(deliveryId);
+    return Promise.reject(new HarrierError('stale-delivery', `delivery ${deliveryId} is stale`));
+  }
 }
 
 describe('replay outcomes in memory', () => {
@@ -231,6 +261,48 @@ describe('replay outcomes in memory', () => {
 
       expect(handled).toEqual(['o-5']);
       expect(await outcomeOf(bus, record.id, replayAt)).toBe('pending');
+    });
+  });
+
+  describe('when a message that is not a replay is handled', () => {
+    it('never calls markReplayHandled; the replayed one calls it once', async () => {
+      const store = new CountingStore();
+      const { bus, record, heal } = await healableBus({ deadLetters: store });
+      heal();
+
+      await bus.send(Charge, { orderId: 'o-8' });
+      await bus.whenIdle();
+      expect(store.handledCalls).toBe(0);
+      await bus.replayDeadLetters([record.id]);
+      await bus.whenIdle();
+
+      expect(store.handledCalls).toBe(1);
+    });
+  });
+
+  describe('when the ack of the replayed delivery is refused as stale', () => {
+    it('leaves the replay pending: the delivery that is acked records it', async () => {
+      const { Charger, handled, heal } = healableCharger();
+      const broker = new StaleAckBroker();
+      const store = new CountingStore();
+      const bus = createBus({ handlers: [Charger], broker, deadLetters: store, logger: silentLogger, retry });
+      buses.push(bus);
+      await bus.start();
+      await bus.send(Charge, { orderId: 'o-9' });
+      const [record] = [...(await deadLettersByOrder(bus, 1)).values()];
+      heal();
+      broker.staleAcks = true;
+      const replayAt = Date.now();
+
+      await bus.replayDeadLetters([must(record, 'a dead letter').id]);
+      await waitFor(
+        'the replay to be handled and settled',
+        () => handled.length === 1 && dispatcherOf(bus)?.activeCount === 0,
+        WAIT,
+      );
+
+      expect(store.handledCalls).toBe(0);
+      expect(await outcomeOf(bus, must(record, 'a dead letter').id, replayAt)).toBe('pending');
     });
   });
 
