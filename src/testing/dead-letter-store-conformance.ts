@@ -897,12 +897,18 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
         return store.markReplayHandled?.bind(store);
       }
 
+      /** A new record, stored and then replayed at `at` (by `by`, if given). */
+      async function replayed(at: number, by?: string): Promise<DeadLetterRecord> {
+        const record = deadLetter();
+        await store.add(record);
+        await store.markReplayed(record.id, by === undefined ? { at } : { at, by });
+        return record;
+      }
+
       describe('when the record is replayed', () => {
         it('returns true and sets handledAt on the latest replay only', async ({ skip }) => {
           const mark = markReplayHandledOf(skip);
-          const record = deadLetter();
-          await store.add(record);
-          await store.markReplayed(record.id, { at: T0 + 1000, by: 'alice' });
+          const record = await replayed(T0 + 1000, 'alice');
           await store.add(record);
           await store.markReplayed(record.id, { at: T0 + 2000, by: 'bob' });
           expect(await mark?.(record.id, T0 + 2500)).toBe(true);
@@ -914,9 +920,7 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
 
         it('leaves the status and every other field as they were', async ({ skip }) => {
           const mark = markReplayHandledOf(skip);
-          const record = deadLetter();
-          await store.add(record);
-          await store.markReplayed(record.id, { at: T0 + 1000 });
+          const record = await replayed(T0 + 1000);
           await mark?.(record.id, T0 + 1500);
           expect(await store.get(record.id)).toEqual({
             ...record,
@@ -928,9 +932,7 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
 
         it('keeps the first handledAt when marked again', async ({ skip }) => {
           const mark = markReplayHandledOf(skip);
-          const record = deadLetter();
-          await store.add(record);
-          await store.markReplayed(record.id, { at: T0 + 1000 });
+          const record = await replayed(T0 + 1000);
           await mark?.(record.id, T0 + 1500);
           expect(await mark?.(record.id, T0 + 9000)).toBe(true);
           expect((await mustGet(record.id)).replays).toEqual([{ at: T0 + 1000, handledAt: T0 + 1500 }]);
@@ -938,9 +940,7 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
 
         it('keeps handledAt through a later failure and replay', async ({ skip }) => {
           const mark = markReplayHandledOf(skip);
-          const record = deadLetter();
-          await store.add(record);
-          await store.markReplayed(record.id, { at: T0 + 1000 });
+          const record = await replayed(T0 + 1000);
           await mark?.(record.id, T0 + 1500);
           await store.add({ ...record, lastFailedAt: T0 + 3000 });
           await store.markReplayed(record.id, { at: T0 + 4000 });
@@ -954,10 +954,8 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
       describe('when the replay was made by someone whose name looks like JSON', () => {
         it('still marks the replay, and only it', async ({ skip }) => {
           const mark = markReplayHandledOf(skip);
-          const record = deadLetter();
           const by = 'eve","handledAt":1}\n{"at":2';
-          await store.add(record);
-          await store.markReplayed(record.id, { at: T0 + 1000, by });
+          const record = await replayed(T0 + 1000, by);
           expect(await mark?.(record.id, T0 + 1500)).toBe(true);
           expect((await mustGet(record.id)).replays).toEqual([{ at: T0 + 1000, by, handledAt: T0 + 1500 }]);
         });
@@ -966,9 +964,7 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
       describe('when the record died again after its replay', () => {
         it('returns false and changes nothing', async ({ skip }) => {
           const mark = markReplayHandledOf(skip);
-          const record = deadLetter();
-          await store.add(record);
-          await store.markReplayed(record.id, { at: T0 + 1000 });
+          const record = await replayed(T0 + 1000);
           await store.add({ ...record, lastFailedAt: T0 + 2000 });
           const before = await mustGet(record.id);
           expect(await mark?.(record.id, T0 + 2500)).toBe(false);
