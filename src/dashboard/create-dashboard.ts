@@ -3,7 +3,21 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { deadLetterGroups } from '../dead-letters/dead-letter-groups.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import { STYLESHEET, escapeHtml, maskSecrets, page, type PageFrame } from './dashboard-html.js';
+import {
+  STYLESHEET,
+  escapeHtml,
+  maskSecrets,
+  page,
+  type NavFilters,
+  type NavPath,
+  type PageFrame,
+} from './dashboard-html.js';
+import {
+  projectionsPage,
+  topologyPage,
+  type DashboardProjectionLag,
+  type DashboardTopology,
+} from './dashboard-insight-pages.js';
 import { countMatches } from './dashboard-count.js';
 import { groupsBody, listBody, recordBody } from './dashboard-pages.js';
 import { parseListQuery } from './dashboard-query.js';
@@ -33,6 +47,18 @@ export interface DashboardOptions {
   readonly source?: string;
   /** The clock of relative time windows (`since=1h`). @defaultValue Date.now */
   readonly now?: () => number;
+  /**
+   * Reads the endpoints, subscriptions and queue depths `GET /topology` shows, on each visit:
+   * `() => admin.topology()` with a `RedisAdmin` of `harrier/redis`.
+   * @defaultValue undefined (the page says what to pass)
+   */
+  readonly topology?: () => Promise<DashboardTopology>;
+  /**
+   * Reads the checkpoints and lags `GET /projections` shows, on each visit:
+   * `() => admin.projectionLags()` with a `RedisAdmin` of `harrier/redis`.
+   * @defaultValue undefined (the page says what to pass)
+   */
+  readonly projections?: () => Promise<readonly DashboardProjectionLag[]>;
 }
 
 /** A request listener for `node:http`'s `createServer`. */
@@ -89,7 +115,8 @@ function presentedToken(req: IncomingMessage): string | undefined {
  * @remarks
  * Read-only in this version: `GET /` lists dead letters (filters and cursor paging as query
  * parameters, `text` searches), `GET /groups` shows them grouped by fingerprint, `GET /records/:id`
- * shows one. Every value is escaped, and pages carry a strict
+ * shows one, `GET /projections` and `GET /topology` show what the `projections` and `topology`
+ * sources read. Every value is escaped, and pages carry a strict
  * Content-Security-Policy (no scripts). See docs/dashboard.md.
  *
  * @throws HarrierError `invalid-option` when `host` is not loopback and no `token` is given.
@@ -123,8 +150,15 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
     res.end(res.req.method === 'HEAD' ? undefined : body);
   }
 
-  function html(res: ServerResponse, status: number, title: string, body: string): void {
-    const frameOf: PageFrame = { ...frame, title };
+  function html(
+    res: ServerResponse,
+    status: number,
+    title: string,
+    body: string,
+    current?: NavPath,
+    filters?: NavFilters,
+  ): void {
+    const frameOf: PageFrame = { ...frame, title, current, filters };
     send(res, status, page(frameOf, body), 'text/html; charset=utf-8');
   }
 
@@ -176,7 +210,7 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
     if (url.pathname === '/') {
       const query = parseListQuery(url.searchParams, now());
       if (query.problems.length > 0) {
-        html(res, 400, 'Dead letters', listBody(query, undefined));
+        html(res, 400, 'Dead letters', listBody(query, undefined), '/', query.params);
         return;
       }
       const [records, total] = await Promise.all([
@@ -186,20 +220,30 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
         }),
         countMatches(store, query.filter),
       ]);
-      html(res, 200, 'Dead letters', listBody(query, { page: records, total }));
+      html(res, 200, 'Dead letters', listBody(query, { page: records, total }), '/', query.params);
       return;
     }
     if (url.pathname === '/groups') {
       const query = parseListQuery(url.searchParams, now());
       if (query.problems.length > 0) {
-        html(res, 400, 'Failure groups', groupsBody(query, undefined));
+        html(res, 400, 'Failure groups', groupsBody(query, undefined), '/groups', query.params);
         return;
       }
       const groups = await deadLetterGroups(store, query.filter, {
         limit: query.limit,
         ...(query.cursor !== undefined ? { cursor: query.cursor } : {}),
       });
-      html(res, 200, 'Failure groups', groupsBody(query, groups));
+      html(res, 200, 'Failure groups', groupsBody(query, groups), '/groups', query.params);
+      return;
+    }
+    if (url.pathname === '/topology') {
+      const view = await topologyPage(options.topology);
+      html(res, view.status, 'Topology', view.body, '/topology');
+      return;
+    }
+    if (url.pathname === '/projections') {
+      const view = await projectionsPage(options.projections, store);
+      html(res, view.status, 'Projections', view.body, '/projections');
       return;
     }
     const record = /^\/records\/([^/]+)$/.exec(url.pathname);

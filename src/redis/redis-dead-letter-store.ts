@@ -483,9 +483,32 @@ end
 return n
 `;
 
+/**
+ * KEYS: record. ARGV: handledAt. Sets `handledAt` on the latest replay entry of a `replayed` record,
+ * spliced into its JSON as text (no Lua JSON library, which would round numbers); keeps one already
+ * set. Returns 1 when the latest replay is marked, 0 when there is no record, it is `dead` again,
+ * or it has no replay.
+ */
+const MARK_REPLAY_HANDLED_SCRIPT = `
+local state = redis.call('HMGET', KEYS[1], 'status', 'replays')
+if state[1] ~= 'replayed' or not state[2] or state[2] == '' then return 0 end
+local head, last = '', state[2]
+local cut = string.find(last, '\\n[^\\n]*$')
+if cut then
+  head = string.sub(last, 1, cut)
+  last = string.sub(last, cut + 1)
+end
+if string.find(last, '"handledAt":', 1, true) then return 1 end
+if string.sub(last, -1) ~= '}' then return 0 end
+redis.call('HSET', KEYS[1], 'replays', head .. string.sub(last, 1, -2) .. ',"handledAt":' .. ARGV[1] .. '}')
+redis.call('HINCRBY', KEYS[1], 'v', 1)
+return 1
+`;
+
 const SCRIPTS = {
   add: redisScript(ADD_SCRIPT),
   markReplayed: redisScript(MARK_REPLAYED_SCRIPT),
+  markReplayHandled: redisScript(MARK_REPLAY_HANDLED_SCRIPT),
   readChunk: redisScript(READ_CHUNK_SCRIPT),
   filterScan: redisScript(FILTER_SCAN_SCRIPT),
   remove: redisScript(REMOVE_SCRIPT),
@@ -569,14 +592,22 @@ function encodeData(record: DeadLetterRecord): string {
 }
 
 function encodeReplay(replay: ReplayRecord): string {
-  return JSON.stringify(replay.by === undefined ? { at: replay.at } : { at: replay.at, by: replay.by });
+  return JSON.stringify({
+    at: replay.at,
+    ...(replay.by !== undefined ? { by: replay.by } : {}),
+    ...(replay.handledAt !== undefined ? { handledAt: replay.handledAt } : {}),
+  });
 }
 
 function decodeReplays(text: string): ReplayRecord[] {
   if (text === '') return [];
   return text.split('\n').map((line) => {
-    const entry = JSON.parse(line) as { at: number; by?: string };
-    return entry.by === undefined ? { at: entry.at } : { at: entry.at, by: entry.by };
+    const entry = JSON.parse(line) as { at: number; by?: string; handledAt?: number };
+    return {
+      at: entry.at,
+      ...(entry.by !== undefined ? { by: entry.by } : {}),
+      ...(entry.handledAt !== undefined ? { handledAt: entry.handledAt } : {}),
+    };
   });
 }
 
@@ -1048,6 +1079,19 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         [this.#recordKey(id)],
         [encodeReplay(replay), String(MAX_REPLAY_HISTORY), id, this.#scriptKeyspace],
       );
+      return reply === 1;
+    });
+  }
+
+  /**
+   * {@inheritDoc DeadLetterStore.markReplayHandled}
+   *
+   * @remarks
+   * One script, so it never marks a record that died again meanwhile.
+   */
+  markReplayHandled(id: string, at: number): Promise<boolean> {
+    return this.#run(async () => {
+      const reply = await this.#eval(SCRIPTS.markReplayHandled, [this.#recordKey(id)], [String(at)]);
       return reply === 1;
     });
   }
