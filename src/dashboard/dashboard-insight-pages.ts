@@ -110,7 +110,8 @@ async function fromSource<T>(
 
 function counts(c: DashboardJobCounts): string {
   return STATES.map(
-    (state) => `<td class="num${state === 'failed' && c.failed > 0 ? ' failed' : ''}">${c[state]}</td>`,
+    (state) =>
+      `<td class="num${state === 'failed' && c.failed > 0 ? ' failed' : ''}">${h(String(c[state]))}</td>`,
   ).join('');
 }
 
@@ -153,7 +154,7 @@ export function topologyBody(topology: DashboardTopology): string {
   const subscriptions = topology.endpoints.flatMap((e) => e.subscriptions);
   const total = sum(subscriptions.map((s) => s.total));
   parts.push(
-    `<table data-testid="topology-total"><thead><tr><th>Endpoints</th><th>Subscriptions</th>${COUNT_HEADS}</tr></thead><tbody><tr${total.failed > 0 ? ' class="failed"' : ''}><td class="num">${topology.endpoints.length}</td><td class="num">${subscriptions.length}</td>${counts(total)}</tr></tbody></table>`,
+    `<table data-testid="topology-total"><thead><tr><th>Endpoints</th><th>Subscriptions</th>${COUNT_HEADS}</tr></thead><tbody><tr${total.failed > 0 ? ' class="failed"' : ''}><td class="num">${h(String(topology.endpoints.length))}</td><td class="num">${h(String(subscriptions.length))}</td>${counts(total)}</tr></tbody></table>`,
   );
   for (const name of topology.unreadable ?? []) {
     parts.push(
@@ -192,7 +193,7 @@ function projectionStatus(rows: readonly DashboardProjectionLag[]): string {
   const lag = rows.reduce((n, r) => n + r.lag, 0);
   return lag === 0
     ? '<span class="status ok">caught up</span>'
-    : `<span class="status behind">behind by ${lag}</span>`;
+    : `<span class="status behind">behind by ${h(String(lag))}</span>`;
 }
 
 function lastUpdate(rows: readonly DashboardProjectionLag[]): number | undefined {
@@ -201,7 +202,7 @@ function lastUpdate(rows: readonly DashboardProjectionLag[]): number | undefined
 }
 
 function deadLettersLink(view: ProjectionView): string {
-  const text = `${view.deadLetters} dead letter${view.deadLetters === 1 ? '' : 's'}`;
+  const text = `${h(String(view.deadLetters))} dead letter${view.deadLetters === 1 ? '' : 's'}`;
   // A link to an empty list would only be a click to nowhere.
   if (view.deadLetters === 0) return `<span class="muted">${text}</span>`;
   const href = listHref(new Map([['handler', view.name]]));
@@ -219,7 +220,7 @@ export function projectionsBody(views: readonly ProjectionView[]): string {
   }
   const summary = views.map(
     (v) =>
-      `<tr><td><a href="#${h(encodeURIComponent(v.name))}">${h(v.name)}</a></td><td>${projectionStatus(v.rows)}</td><td class="num">${v.rows.reduce((n, r) => n + r.lag, 0)}</td><td class="when">${h(isoTime(lastUpdate(v.rows)))}</td><td${v.deadLetters > 0 ? ' class="failed"' : ''}>${deadLettersLink(v)}</td></tr>`,
+      `<tr><td><a href="#${h(encodeURIComponent(v.name))}">${h(v.name)}</a></td><td>${projectionStatus(v.rows)}</td><td class="num">${h(String(v.rows.reduce((n, r) => n + r.lag, 0)))}</td><td class="when">${h(isoTime(lastUpdate(v.rows)))}</td><td${v.deadLetters > 0 ? ' class="failed"' : ''}>${deadLettersLink(v)}</td></tr>`,
   );
   parts.push(
     `<table data-testid="projections"><thead><tr><th>Projection</th><th>Status</th><th>Lag</th><th>Last update</th><th>Dead letters</th></tr></thead><tbody>\n${summary.join('\n')}\n</tbody></table>`,
@@ -227,7 +228,7 @@ export function projectionsBody(views: readonly ProjectionView[]): string {
   for (const v of views) {
     const rows = v.rows.map(
       (r) =>
-        `<tr><td><code>${h(r.topic)}</code></td><td class="num">${r.partition}</td><td class="num">${r.checkpoint ?? '-'}</td><td class="num">${r.endOffset}</td><td class="num">${r.lag}</td><td class="when">${h(isoTime(r.updatedAt))}</td></tr>`,
+        `<tr><td><code>${h(r.topic)}</code></td><td class="num">${h(String(r.partition))}</td><td class="num">${h(String(r.checkpoint ?? '-'))}</td><td class="num">${h(String(r.endOffset))}</td><td class="num">${h(String(r.lag))}</td><td class="when">${h(isoTime(r.updatedAt))}</td></tr>`,
     );
     parts.push(
       `<section class="insight" data-testid="projection" data-projection="${h(v.name)}"><h2 id="${h(encodeURIComponent(v.name))}">${h(v.name)} ${projectionStatus(v.rows)}</h2>\n<table data-testid="partitions"><thead><tr><th>Topic</th><th>Partition</th><th>Checkpoint</th><th>End offset</th><th>Lag</th><th>Last update</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table></section>`,

@@ -356,10 +356,12 @@ export class Dispatcher {
         return;
       case 'handled': {
         const acked = await this.#settle(flight, 'ack', () => this.#o.broker.ack(delivery.id));
-        // Only an ack that went through settles the replay: a failed or stale ack means the message
-        // comes back and its next delivery records the outcome. Before the onHandled hook, so whoever
-        // hears "handled" reads the outcome too.
-        if (facts.replayOf !== undefined && acked === 'done') {
+        // The handler ran it to success: that is the replay's outcome, whether the ack answered in
+        // time or a retry of it was refused as stale (an ack that applied late looks the same as a
+        // lost lock; if the message does come back and dies, the record is dead again and that
+        // outcome wins). A failed ack means it comes back, and its next delivery records the outcome.
+        // Before the onHandled hook, so whoever hears "handled" reads the outcome too.
+        if (facts.replayOf !== undefined && acked !== 'failed') {
           await this.#markReplayHandled(flight, facts.replayOf);
         }
         this.#pipeline.handled(outcome);
@@ -486,13 +488,23 @@ export class Dispatcher {
         return;
       }
       if (marked) return;
-      if (attempt >= MARK_HANDLED_TRIES || flight.released) {
+      // A removed record will not appear by waiting; a record still `dead` may be one whose replay
+      // mark has not landed yet, and one marked meanwhile is tried again at once.
+      const status =
+        attempt < MARK_HANDLED_TRIES && !flight.released
+          ? await store.get(id).then(
+              (record) => record?.status,
+              () => undefined,
+            )
+          : undefined;
+      if (status === undefined) {
         this.#logger.debug('A replayed message was handled but its dead letter is not marked replayed', {
           deadLetterId: id,
           deliveryId: flight.delivery.id,
         });
         return;
       }
+      if (status === 'replayed') continue;
       // Counted as a settle wait, so a test clock moves on for it as for a settle retry.
       this.#settleWaits += 1;
       this.#changed();

@@ -24,6 +24,7 @@ export const HARRIER_ERROR_CODES = [
   'invalid-partition',
   'invalid-topic',
   'lock-lost',
+  'message-in-flight',
   'log-closed',
   'log-corrupt',
   'log-locked',

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { Job, Queue } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import type {
@@ -26,6 +27,10 @@ import { PendingDeliveries, type Outcome } from './pending-deliveries.js';
 import { assertQueueNamePart, baseQueueName, QueueLayout } from './queue-layout.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
+
+/** How long `redeliver` waits for an active job of the message to settle before refusing. */
+const REDELIVER_ACTIVE_WAIT_MS = 2_000;
+const REDELIVER_ACTIVE_POLL_MS = 25;
 
 /** Options of {@link BullMqBroker}. */
 export interface BullMqBrokerOptions {
@@ -340,7 +345,21 @@ export class BullMqBroker implements MessageBroker {
     const queue = this.#queue(this.#layout.placement(base, message));
     const existing = await this.#withTimeout(Job.fromId<JobData>(queue, message.id), 'find job');
     if (existing !== undefined) {
-      const state = await this.#withTimeout(existing.getState(), 'read job state');
+      let state = await this.#withTimeout(existing.getState(), 'read job state');
+      // An active job of a dead letter is one the dispatcher has recorded and not yet failed: it
+      // fails within a settle, so wait for that; putting nothing back and returning would mark the
+      // record replayed with nothing sent.
+      const waitUntil = Date.now() + REDELIVER_ACTIVE_WAIT_MS;
+      while (state === 'active' && Date.now() < waitUntil) {
+        await delay(REDELIVER_ACTIVE_POLL_MS);
+        state = await this.#withTimeout(existing.getState(), 'read job state');
+      }
+      if (state === 'active') {
+        throw new HarrierError(
+          'message-in-flight',
+          `message ${message.id} is still being handled in queue ${queue.name} (its job stayed active for ${REDELIVER_ACTIVE_WAIT_MS} ms): replay it again once it has settled`,
+        );
+      }
       if (state === 'failed') {
         await this.#withTimeout(
           existing.updateData({ ...toJobData(message, target.deadLetterId) }),
