@@ -33,7 +33,7 @@ form.filters{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;margin-bottom
 form.filters label{display:flex;flex-direction:column;font-size:12px;color:#4a5366}
 input,select,button{font:inherit;padding:.2rem .4rem}form.filters input{width:10rem}td.when{white-space:nowrap}.error{color:#a4161a}.muted{color:#6b7385}
 nav.paging{margin:.6rem 0;display:flex;gap:1rem}dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;background:#fff;padding:.6rem;border:1px solid #dde1e8}
-dt{font-weight:600}dd{margin:0}`;
+dt{font-weight:600}dd{margin:0}form.actions{display:flex;gap:.4rem;align-items:center;margin:.4rem 0}`;
 
 /** Everything a page's frame shows besides its body. */
 export interface PageFrame {
@@ -41,6 +41,8 @@ export interface PageFrame {
   /** Where the records come from, already masked (e.g. a Redis URL without its password). */
   readonly source: string | undefined;
   readonly allowActions: boolean;
+  /** Reload the page every second (a replay in progress); a meta refresh, as the CSP allows no script. */
+  readonly refresh?: boolean;
 }
 
 /** A whole page: `body` must already be escaped HTML. */
@@ -49,7 +51,7 @@ export function page(frame: PageFrame, body: string): string {
   const mode = frame.allowActions ? 'actions allowed' : 'read-only';
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>${escapeHtml(frame.title)} · Harrier</title><link rel="stylesheet" href="/dashboard.css"></head>
+${frame.refresh === true ? '<meta http-equiv="refresh" content="1">' : ''}<title>${escapeHtml(frame.title)} · Harrier</title><link rel="stylesheet" href="/dashboard.css"></head>
 <body><header><a href="/">Harrier dead letters</a><span class="meta">${mode}${source}</span></header>
 <main>${body}</main></body></html>
 `;
