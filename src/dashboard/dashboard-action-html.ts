@@ -66,7 +66,11 @@ export function listActions(view: ActionView): string {
  * A group row's form: the group is every dead record of `fingerprint` under the page's filters,
  * resolved on the server when the form is sent.
  */
-export function groupActions(view: ActionView, params: ReadonlyMap<string, string>, fingerprint: string): string {
+export function groupActions(
+  view: ActionView,
+  params: ReadonlyMap<string, string>,
+  fingerprint: string,
+): string {
   const fields = [...params]
     .filter(([name]) => name !== 'limit' && name !== 'fingerprint' && name !== 'status')
     .map(([name, value]) => hidden(name, value))
@@ -113,7 +117,9 @@ export function backHref(selection: ActionSelection): string {
 
 function selectionFields(selection: ActionSelection): string {
   if (selection.kind === 'ids') return selection.ids.map((id) => hidden('id', id)).join('');
-  return hidden('scope', 'filter') + [...selection.params].map(([name, value]) => hidden(name, value)).join('');
+  return (
+    hidden('scope', 'filter') + [...selection.params].map(([name, value]) => hidden(name, value)).join('')
+  );
 }
 
 /** "Purge N dead letters?": what would go, a button that sends the same selection again, and Cancel. */
@@ -123,7 +129,9 @@ export function confirmPurgeBody(view: ActionView, selection: ActionSelection, c
       ? `<ul data-testid="purge-ids">${selection.ids
           .slice(0, CONFIRM_IDS_SHOWN)
           .map((id) => `<li><code>${h(id)}</code></li>`)
-          .join('')}${selection.ids.length > CONFIRM_IDS_SHOWN ? `<li>and ${selection.ids.length - CONFIRM_IDS_SHOWN} more</li>` : ''}</ul>`
+          .join(
+            '',
+          )}${selection.ids.length > CONFIRM_IDS_SHOWN ? `<li>and ${selection.ids.length - CONFIRM_IDS_SHOWN} more</li>` : ''}</ul>`
       : `<p>Every record matching <strong>${h(describeSelection(selection))}</strong> when you confirm (${count} now).</p>`;
   return [
     `<h1>Purge ${count} dead letter${count === 1 ? '' : 's'}?</h1>`,
@@ -150,7 +158,11 @@ const STATE_LABEL: Record<JobRowState, string> = {
 };
 
 /** Whether the job page should load itself again: the replay runs, or a message has no outcome yet. */
-export function jobIsLive(job: ReplayJob, rows: ReadonlyMap<string, JobRowState>, tracksHandled: boolean): boolean {
+export function jobIsLive(
+  job: ReplayJob,
+  rows: ReadonlyMap<string, JobRowState>,
+  tracksHandled: boolean,
+): boolean {
   if (!job.finished) return true;
   if (!tracksHandled) return false;
   for (const state of rows.values()) if (state === 'pending') return true;
@@ -158,7 +170,11 @@ export function jobIsLive(job: ReplayJob, rows: ReadonlyMap<string, JobRowState>
 }
 
 /** A replay job's page: progress, refusals, and each replayed message's outcome. */
-export function jobBody(job: ReplayJob, rows: ReadonlyMap<string, JobRowState>, tracksHandled: boolean): string {
+export function jobBody(
+  job: ReplayJob,
+  rows: ReadonlyMap<string, JobRowState>,
+  tracksHandled: boolean,
+): string {
   const counts = new Map<JobRowState, number>();
   for (const state of rows.values()) counts.set(state, (counts.get(state) ?? 0) + 1);
   const n = (state: JobRowState): number => counts.get(state) ?? 0;
@@ -186,13 +202,17 @@ export function jobBody(job: ReplayJob, rows: ReadonlyMap<string, JobRowState>, 
       const state = rows.get(id) ?? 'queued';
       return `<tr data-state="${state}"><td><a href="${h(recordHref(id))}">${h(id)}</a></td><td>${h(STATE_LABEL[state])}</td></tr>`;
     })
-    .join('')}</tbody></table>${total > shown.length ? `<p class="muted">The first ${shown.length} of ${total} are listed; the counts cover all.</p>` : ''}`;
+    .join(
+      '',
+    )}</tbody></table>${total > shown.length ? `<p class="muted">The first ${shown.length} of ${total} are listed; the counts cover all.</p>` : ''}`;
   return [
     `<h1>Replay of ${h(job.description)}</h1>`,
     `<p class="muted">Started ${h(isoTime(job.startedAt))} by the dashboard; ${status}. This page is kept in memory by this dashboard and is gone when it restarts.</p>`,
     `<p><progress max="${total}" value="${done}"></progress> <span data-testid="progress">${done}/${total}</span> sent back or refused</p>`,
     `<p data-testid="counts">${summary}</p>`,
-    job.failure === undefined ? '' : `<p class="error" role="alert">The replay stopped: ${h(job.failure)}</p>`,
+    job.failure === undefined
+      ? ''
+      : `<p class="error" role="alert">The replay stopped: ${h(job.failure)}</p>`,
     tracksHandled
       ? ''
       : '<p class="muted">This dead-letter store does not record handled replays (no <code>markReplayHandled</code>): a replayed message shows <em>pending</em> until it fails again.</p>',

@@ -43,7 +43,11 @@ export interface DashboardActionsOptions {
 type BodyProblem = { readonly status: 413 | 415; readonly message: string };
 
 function refusedPage(respond: ActionResponder, status: number, title: string, why: string): void {
-  respond.html(status, title, `<h1>${h(title)}</h1><p class="error" role="alert">${h(why)}</p><p><a href="/">Back to the dead letters</a></p>`);
+  respond.html(
+    status,
+    title,
+    `<h1>${h(title)}</h1><p class="error" role="alert">${h(why)}</p><p><a href="/">Back to the dead letters</a></p>`,
+  );
 }
 
 /** Reads an urlencoded form of at most {@link MAX_BODY_BYTES}. */
@@ -126,7 +130,12 @@ export class DashboardActions {
       return;
     }
     if (path !== '/actions/replay' && path !== '/actions/purge') {
-      refusedPage(respond, 404, 'No such action', `${path} is not an action: use /actions/replay or /actions/purge`);
+      refusedPage(
+        respond,
+        404,
+        'No such action',
+        `${path} is not an action: use /actions/replay or /actions/purge`,
+      );
       return;
     }
     const selection = this.#selectionOf(form);
