@@ -5,6 +5,7 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { RedisDeadLetterStore } from '../../src/redis/index.js';
 import { deadLetter } from '../helpers/dashboard.js';
+import { waitFor } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
@@ -86,6 +87,58 @@ describe('harrier dashboard', () => {
     expect((await fetch(url, { headers: { 'x-harrier-token': 'from-env' } })).status).toBe(200);
     run.child.kill('SIGINT');
     expect(await run.exit).toBe(0);
+  });
+
+  it('with --allow-actions replays through the broker as harrier dlq replay does, by dashboard', async () => {
+    const store = new RedisDeadLetterStore({ connection: redisUrl, prefix });
+    await store.add(deadLetter(2, { id: 'dl-actions', type: 'cli.Replayed' }));
+    const run = start([
+      'dashboard',
+      '--port',
+      '0',
+      '--json',
+      '--allow-actions',
+      '--redis-url',
+      redisUrl,
+      '--prefix',
+      prefix,
+    ]);
+    try {
+      const { url } = JSON.parse(await run.firstLine) as { url: string };
+      const page = await fetch(`${url}records/dl-actions`);
+      const cookie = (page.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+      const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())?.[1] ?? '';
+      const started = await fetch(`${url}actions/replay`, {
+        method: 'POST',
+        redirect: 'manual',
+        headers: {
+          'content-type': 'application/x-www-form-urlencoded',
+          origin: url.slice(0, -1),
+          cookie,
+        },
+        body: new URLSearchParams([
+          ['csrf', csrf],
+          ['id', 'dl-actions'],
+        ]).toString(),
+      });
+      expect(started.status).toBe(303);
+      const job = new URL(started.headers.get('location') ?? '', url).href;
+      await waitFor(
+        'the replay to finish',
+        async () => (await (await fetch(job)).text()).includes('; finished.'),
+        {
+          timeoutMs: 10_000,
+        },
+      );
+      expect(await (await fetch(job)).text()).toContain('<span data-testid="progress">1/1</span>');
+      const record = await store.get('dl-actions');
+      expect(record?.status).toBe('replayed');
+      expect(record?.replays.map((r) => r.by)).toEqual(['dashboard']);
+    } finally {
+      run.child.kill('SIGTERM');
+      await run.exit;
+      await store.close();
+    }
   });
 
   it('refuses a non-loopback host without a token (usage, exit 2), naming the fix', async () => {
