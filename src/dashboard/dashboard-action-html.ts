@@ -1,6 +1,6 @@
 import type { DeadLetterFilter, DeadLetterRecord } from '../dead-letters/dead-letter-store.js';
 import type { ReplayFailure } from '../dead-letters/replay-dead-letters.js';
-import { escapeHtml as h, isoTime } from './dashboard-html.js';
+import { escapeHtml as h, isoTime, maskSecrets } from './dashboard-html.js';
 import { CSRF_FIELD } from './dashboard-csrf.js';
 import { listHref } from './dashboard-query.js';
 import type { JobRowState, ReplayJob } from './replay-jobs.js';
@@ -122,16 +122,23 @@ function selectionFields(selection: ActionSelection): string {
   );
 }
 
-/** "Purge N dead letters?": what would go, a button that sends the same selection again, and Cancel. */
-export function confirmPurgeBody(view: ActionView, selection: ActionSelection, count: number): string {
+/**
+ * "Purge N dead letters?": what would go (the records picked, or the filter), a button that sends
+ * the same selection again with `confirm=yes`, and Cancel.
+ */
+export function confirmPurgeBody(
+  view: ActionView,
+  selection: ActionSelection,
+  count: number,
+  picked: readonly DeadLetterRecord[] = [],
+): string {
+  const line = (r: DeadLetterRecord): string =>
+    `<li><a href="${h(recordHref(r.id))}"><code>${h(r.id)}</code></a> ${h(r.type ?? '-')} in ${h(r.endpoint)}: ${h(`${r.error.name}: ${maskSecrets(r.error.message)}`)}</li>`;
   const what =
     selection.kind === 'ids'
-      ? `<ul data-testid="purge-ids">${selection.ids
-          .slice(0, CONFIRM_IDS_SHOWN)
-          .map((id) => `<li><code>${h(id)}</code></li>`)
-          .join(
-            '',
-          )}${selection.ids.length > CONFIRM_IDS_SHOWN ? `<li>and ${selection.ids.length - CONFIRM_IDS_SHOWN} more</li>` : ''}</ul>`
+      ? `<ul data-testid="purge-ids">${picked.slice(0, CONFIRM_IDS_SHOWN).map(line).join('')}${
+          picked.length > CONFIRM_IDS_SHOWN ? `<li>and ${picked.length - CONFIRM_IDS_SHOWN} more</li>` : ''
+        }</ul>`
       : `<p>Every record matching <strong>${h(describeSelection(selection))}</strong> when you confirm (${count} now).</p>`;
   return [
     `<h1>Purge ${count} dead letter${count === 1 ? '' : 's'}?</h1>`,

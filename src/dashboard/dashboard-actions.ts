@@ -239,11 +239,11 @@ export class DashboardActions {
       respond.html(200, 'Purged', purgedBody(selection, removed));
       return;
     }
-    const count =
+    const picked =
       selection.kind === 'ids'
         ? (await Promise.all(selection.ids.map((id) => this.#store.get(id)))).filter((r) => r !== undefined)
-            .length
-        : await this.#store.count(selection.filter);
+        : [];
+    const count = selection.kind === 'ids' ? picked.length : await this.#store.count(selection.filter);
     if (count === 0) {
       respond.html(
         200,
@@ -252,6 +252,6 @@ export class DashboardActions {
       );
       return;
     }
-    respond.html(200, 'Purge?', confirmPurgeBody(this.view(csrfToken), selection, count));
+    respond.html(200, 'Purge?', confirmPurgeBody(this.view(csrfToken), selection, count, picked));
   }
 }

@@ -488,7 +488,8 @@ describe('createDashboard actions', () => {
       ]);
       expect(asked.status).toBe(200);
       expect(asked.text).toContain('Purge 2 dead letters?');
-      expect(asked.text).toContain(`<li><code>${idOf('o-2')}</code></li>`);
+      expect(asked.text).toContain(`<code>${idOf('o-2')}</code></a> dash.PlaceOrder in`);
+      expect(asked.text).not.toContain(`<code>${idOf('o-1')}</code>`);
       expect(asked.text).toContain('>Cancel</a>');
       expect(await bus.deadLetters.count()).toBe(3);
       const done = await client.post('/actions/purge', confirmFields(asked.text));
