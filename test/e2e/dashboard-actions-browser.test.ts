@@ -1,28 +1,24 @@
 import 'reflect-metadata';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
-import {
-  CommandHandler,
-  UnrecoverableError,
-  createBus,
-  defineCommand,
-  silentLogger,
-  type MessageBus,
-  type PayloadOf,
-} from '../../src/index.js';
+import { createBus, defineCommand, silentLogger, type MessageBus } from '../../src/index.js';
 import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
-import { launchBrowser, updateScreenshots } from '../helpers/browser.js';
-import { serveDashboard, type ServedDashboard } from '../helpers/dashboard.js';
+import { launchBrowser } from '../helpers/browser.js';
+import {
+  failingWhile,
+  screenshot,
+  serveDashboard,
+  type FaultSwitch,
+  type ServedDashboard,
+} from '../helpers/dashboard.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
-const images = join(import.meta.dirname, '..', '..', 'docs', 'images');
 
 const PlaceOrder = defineCommand('shop.PlaceOrder', {
   schema: z.object({ orderId: z.string(), sku: z.string() }),
@@ -30,12 +26,6 @@ const PlaceOrder = defineCommand('shop.PlaceOrder', {
 const ChargeCard = defineCommand('billing.ChargeCard', {
   schema: z.object({ orderId: z.string(), amount: z.number() }),
 });
-
-/** Writes docs/images/dashboard-<name>.png when UPDATE_SCREENSHOTS=1, so CI never rewrites them. */
-async function screenshot(page: Page, name: string): Promise<void> {
-  if (updateScreenshots())
-    await page.screenshot({ path: join(images, `dashboard-${name}.png`), fullPage: true });
-}
 
 /** Serves `html` on a free loopback port: another site, as far as the browser can tell. */
 async function serveHtml(html: string): Promise<{ url: string; server: Server }> {
@@ -51,7 +41,7 @@ async function serveHtml(html: string): Promise<{ url: string; server: Server }>
 
 describe('dashboard actions in a real browser, on Redis', () => {
   const prefix = freshPrefix();
-  const state = { failing: true, handled: [] as string[] };
+  const state: FaultSwitch = { failing: true, handled: [] };
   let bus: MessageBus;
   let store: RedisDeadLetterStore;
   let browser: Browser;
@@ -59,25 +49,20 @@ describe('dashboard actions in a real browser, on Redis', () => {
   let readOnly: ServedDashboard;
 
   beforeAll(async () => {
-    @CommandHandler(PlaceOrder)
-    class PlaceOrderHandler {
-      handle(payload: PayloadOf<typeof PlaceOrder>) {
-        if (state.failing) throw new UnrecoverableError(`inventory service is offline (sku ${payload.sku})`);
-        state.handled.push(payload.orderId);
-      }
-    }
-    @CommandHandler(ChargeCard)
-    class ChargeCardHandler {
-      handle(payload: PayloadOf<typeof ChargeCard>) {
-        if (state.failing) throw new UnrecoverableError('card gateway timed out');
-        state.handled.push(payload.orderId);
-      }
-    }
+    const handlers = [
+      failingWhile(
+        PlaceOrder,
+        state,
+        'InventoryOffline',
+        (p) => `inventory service is offline (sku ${p.sku})`,
+      ),
+      failingWhile(ChargeCard, state, 'GatewayTimeout', () => 'card gateway timed out'),
+    ];
     bus = createBus({
       endpoint: 'shop',
       broker: new BullMqBroker({ connection: redisUrl, prefix, partitions: 2, logger: silentLogger }),
       deadLetters: new RedisDeadLetterStore({ connection: redisUrl, prefix }),
-      handlers: [PlaceOrderHandler, ChargeCardHandler],
+      handlers,
       logger: silentLogger,
     });
     await bus.start();

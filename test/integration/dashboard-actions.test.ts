@@ -2,10 +2,15 @@ import 'reflect-metadata';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { CSRF_COOKIE, type DashboardOptions } from '../../src/dashboard/index.js';
-import { CommandHandler, UnrecoverableError, defineCommand, type PayloadOf } from '../../src/index.js';
+import { defineCommand } from '../../src/index.js';
 import type { DeadLetterRecord } from '../../src/dead-letters/dead-letter-store.js';
 import { createTestBus, type TestBus } from '../../src/testing/index.js';
-import { serveDashboard, type ServedDashboard } from '../helpers/dashboard.js';
+import {
+  failingWhile,
+  serveDashboard,
+  type FaultSwitch,
+  type ServedDashboard,
+} from '../helpers/dashboard.js';
 import { waitFor } from '../helpers/local-redis.js';
 
 const PlaceOrder = defineCommand('dash.PlaceOrder', { schema: z.object({ orderId: z.string() }) });
@@ -22,22 +27,13 @@ afterEach(async () => {
 
 /** A bus whose handlers fail for good while `state.failing`, with `orders` + `charges` dead letters. */
 async function busWithDeadLetters(orders: number, charges = 0) {
-  const state = { failing: true, handled: [] as string[] };
-  @CommandHandler(PlaceOrder)
-  class PlaceOrderHandler {
-    handle(payload: PayloadOf<typeof PlaceOrder>) {
-      if (state.failing) throw new UnrecoverableError('inventory is offline');
-      state.handled.push(payload.orderId);
-    }
-  }
-  @CommandHandler(ChargeCard)
-  class ChargeCardHandler {
-    handle(payload: PayloadOf<typeof ChargeCard>) {
-      if (state.failing) throw new UnrecoverableError('card gateway is down');
-      state.handled.push(payload.orderId);
-    }
-  }
-  const bus = await createTestBus({ handlers: [PlaceOrderHandler, ChargeCardHandler] });
+  const state: FaultSwitch = { failing: true, handled: [] };
+  const bus = await createTestBus({
+    handlers: [
+      failingWhile(PlaceOrder, state, 'InventoryOffline', () => 'inventory is offline'),
+      failingWhile(ChargeCard, state, 'GatewayDown', () => 'card gateway is down'),
+    ],
+  });
   buses.push(bus);
   for (let n = 0; n < orders; n += 1) await bus.send(PlaceOrder, { orderId: `o-${n}` });
   for (let n = 0; n < charges; n += 1) await bus.send(ChargeCard, { orderId: `c-${n}` });
