@@ -10,10 +10,12 @@ import { isHost } from './redis-url.js';
 
 export const DASHBOARD_HELP = `Usage: harrier dashboard [--host 127.0.0.1] [--port 8080] [--token <secret>] [--allow-actions]
 
-Serves the dead-letter dashboard (docs/dashboard.md) of the Harrier system on Redis until SIGINT or
-SIGTERM: the dead letters with filters and paging, and each record's envelope, error, attempts and
-replays; with --allow-actions, replay (with each message's outcome) and purge. Prints its URL
-(--json: {"url": ...}).
+Serves the dashboard (docs/dashboard.md) of the Harrier system on Redis until SIGINT or SIGTERM:
+the dead letters with filters and paging, failure groups, each record's envelope, error, attempts
+and replays; projections with their checkpoints, lag and dead letters (what \`harrier projections
+status\` shows); and the topology: endpoints, subscriptions and queue depths (what \`harrier
+topology\` shows). With --allow-actions, replay (with each message's outcome) and purge. Prints its
+URL (--json: {"url": ...}).
 
 Options:
   --host <host>       address to listen on (default: 127.0.0.1); any other than loopback needs a token
@@ -99,6 +101,8 @@ export async function dashboardCommand(
       allowActions,
       ...(replay !== undefined ? { replay } : {}),
       source,
+      topology: () => admin.topology(),
+      projections: () => admin.projectionLags(),
       ...(token !== undefined ? { token } : {}),
     });
     const server = createServer(handler);

@@ -6,7 +6,21 @@ import type { DashboardReplay } from './replay-jobs.js';
 import { deadLetterGroups } from '../dead-letters/dead-letter-groups.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import { STYLESHEET, escapeHtml, maskSecrets, page, type PageFrame } from './dashboard-html.js';
+import {
+  STYLESHEET,
+  escapeHtml,
+  maskSecrets,
+  page,
+  type NavFilters,
+  type NavPath,
+  type PageFrame,
+} from './dashboard-html.js';
+import {
+  projectionsPage,
+  topologyPage,
+  type DashboardProjectionLag,
+  type DashboardTopology,
+} from './dashboard-insight-pages.js';
 import { groupsBody, listBody, recordBody } from './dashboard-pages.js';
 import { parseListQuery } from './dashboard-query.js';
 
@@ -45,6 +59,18 @@ export interface DashboardOptions {
    * @defaultValue Date.now
    */
   readonly now?: () => number;
+  /**
+   * Reads the endpoints, subscriptions and queue depths `GET /topology` shows, on each visit:
+   * `() => admin.topology()` with a `RedisAdmin` of `harrier/redis`.
+   * @defaultValue undefined (the page says what to pass)
+   */
+  readonly topology?: () => Promise<DashboardTopology>;
+  /**
+   * Reads the checkpoints and lags `GET /projections` shows, on each visit:
+   * `() => admin.projectionLags()` with a `RedisAdmin` of `harrier/redis`.
+   * @defaultValue undefined (the page says what to pass)
+   */
+  readonly projections?: () => Promise<readonly DashboardProjectionLag[]>;
 }
 
 /** A request listener for `node:http`'s `createServer`. */
@@ -89,9 +115,10 @@ function presentedToken(req: IncomingMessage): string | undefined {
  * @remarks
  * `GET /` lists dead letters (filters and cursor paging as query
  * parameters, `text` searches), `GET /groups` shows them grouped by fingerprint, `GET /records/:id`
- * shows one. With `allowActions`, POST `/actions/replay` and `/actions/purge` replay (as a job shown
- * at `/replays/:job`) or purge, behind same-origin and CSRF checks. Every value is escaped, and pages
- * carry a strict Content-Security-Policy (no scripts). See docs/dashboard.md.
+ * shows one, `GET /projections` and `GET /topology` show what the `projections` and `topology`
+ * sources read. With `allowActions`, POST `/actions/replay` and `/actions/purge` replay (as a job
+ * shown at `/replays/:job`) or purge, behind same-origin and CSRF checks. Every value is escaped, and
+ * pages carry a strict Content-Security-Policy (no scripts). See docs/dashboard.md.
  *
  * @throws HarrierError `invalid-option` when `host` is not loopback and no `token` is given.
  *
@@ -127,15 +154,23 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
     res.end(res.req.method === 'HEAD' ? undefined : body);
   }
 
-  function html(res: ServerResponse, status: number, title: string, body: string, refresh = false): void {
-    const frameOf: PageFrame = { ...frame, title, ...(refresh ? { refresh } : {}) };
+  function html(
+    res: ServerResponse,
+    status: number,
+    title: string,
+    body: string,
+    current?: NavPath,
+    filters?: NavFilters,
+    refresh = false,
+  ): void {
+    const frameOf: PageFrame = { ...frame, title, current, filters, ...(refresh ? { refresh } : {}) };
     send(res, status, page(frameOf, body), 'text/html; charset=utf-8');
   }
 
   function responder(res: ServerResponse): ActionResponder {
     return {
       html: (status, title, body, opts) => {
-        html(res, status, title, body, opts?.refresh === true);
+        html(res, status, title, body, undefined, undefined, opts?.refresh === true);
       },
       seeOther: (location) => {
         send(res, 303, '', 'text/plain; charset=utf-8', { location });
@@ -205,7 +240,7 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
     if (url.pathname === '/') {
       const query = parseListQuery(url.searchParams, now());
       if (query.problems.length > 0) {
-        html(res, 400, 'Dead letters', listBody(query, undefined));
+        html(res, 400, 'Dead letters', listBody(query, undefined), '/', query.params);
         return;
       }
       const [records, total] = await Promise.all([
@@ -215,20 +250,30 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
         }),
         store.count(query.filter),
       ]);
-      html(res, 200, 'Dead letters', listBody(query, { page: records, total }, view));
+      html(res, 200, 'Dead letters', listBody(query, { page: records, total }, view), '/', query.params);
       return;
     }
     if (url.pathname === '/groups') {
       const query = parseListQuery(url.searchParams, now());
       if (query.problems.length > 0) {
-        html(res, 400, 'Failure groups', groupsBody(query, undefined));
+        html(res, 400, 'Failure groups', groupsBody(query, undefined), '/groups', query.params);
         return;
       }
       const groups = await deadLetterGroups(store, query.filter, {
         limit: query.limit,
         ...(query.cursor !== undefined ? { cursor: query.cursor } : {}),
       });
-      html(res, 200, 'Failure groups', groupsBody(query, groups, view));
+      html(res, 200, 'Failure groups', groupsBody(query, groups, view), '/groups', query.params);
+      return;
+    }
+    if (url.pathname === '/topology') {
+      const shown = await topologyPage(options.topology);
+      html(res, shown.status, 'Topology', shown.body, '/topology');
+      return;
+    }
+    if (url.pathname === '/projections') {
+      const shown = await projectionsPage(options.projections, store);
+      html(res, shown.status, 'Projections', shown.body, '/projections');
       return;
     }
     const record = /^\/records\/([^/]+)$/.exec(url.pathname);

@@ -31,15 +31,6 @@ function field(label: string, name: string, query: ListQuery, placeholder = ''):
   return `<label>${h(label)}<input name="${name}" value="${h(value)}" placeholder="${h(placeholder)}"></label>`;
 }
 
-/** Links between the list and groups pages, keeping the filters (not the cursor). */
-function pageNav(query: ListQuery, current: '/' | '/groups'): string {
-  const link = (path: '/' | '/groups', label: string): string =>
-    path === current
-      ? `<strong>${label}</strong>`
-      : `<a href="${h(pageHref(path, query.params))}">${label}</a>`;
-  return `<nav class="paging" data-testid="pages">${link('/', 'Dead letters')}${link('/groups', 'Groups')}</nav>`;
-}
-
 function filterForm(query: ListQuery, action: '/' | '/groups' = '/'): string {
   const status = query.params.get('status') ?? 'dead';
   const options = ['dead', 'replayed', 'any']
@@ -59,7 +50,7 @@ export function listBody(
   result: { readonly page: DeadLetterPage; readonly total: number } | undefined,
   actions?: ActionView,
 ): string {
-  const parts = [`<h1>Dead letters</h1>`, pageNav(query, '/'), filterForm(query)];
+  const parts = [`<h1>Dead letters</h1>`, filterForm(query)];
   if (result === undefined) {
     parts.push(...query.problems.map((p) => `<p class="error" role="alert">${h(p)}</p>`));
     return parts.join('\n');
@@ -104,7 +95,7 @@ export function groupsBody(
   result: DeadLetterGroupPage | undefined,
   actions?: ActionView,
 ): string {
-  const parts = [`<h1>Failure groups</h1>`, pageNav(query, '/groups'), filterForm(query, '/groups')];
+  const parts = [`<h1>Failure groups</h1>`, filterForm(query, '/groups')];
   if (result === undefined) {
     parts.push(...query.problems.map((p) => `<p class="error" role="alert">${h(p)}</p>`));
     return parts.join('\n');

@@ -7,3 +7,11 @@ export {
 } from './create-dashboard.js';
 export { CSRF_COOKIE, CSRF_FIELD } from './dashboard-csrf.js';
 export type { DashboardReplay } from './replay-jobs.js';
+export type {
+  DashboardEndpoint,
+  DashboardJobCounts,
+  DashboardProjectionLag,
+  DashboardQueueDepth,
+  DashboardSubscription,
+  DashboardTopology,
+} from './dashboard-insight-pages.js';

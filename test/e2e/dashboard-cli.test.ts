@@ -1,51 +1,13 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { RedisDeadLetterStore } from '../../src/redis/index.js';
+import { DASHBOARD_BIN as bin, startDashboardCli as start } from '../helpers/dashboard-cli.js';
 import { deadLetter } from '../helpers/dashboard.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
-const bin = join(import.meta.dirname, '..', '..', 'dist', 'cli', 'bin.js');
-
-interface Started {
-  readonly child: ChildProcess;
-  readonly firstLine: Promise<string>;
-  readonly exit: Promise<number | null>;
-  stderr(): string;
-}
-
-function start(args: string[], env: Record<string, string> = {}): Started {
-  const child = spawn(process.execPath, [bin, ...args], {
-    env: { PATH: process.env.PATH ?? '', ...env },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  let out = '';
-  let err = '';
-  child.stderr.on('data', (chunk: Buffer) => {
-    err += chunk.toString();
-  });
-  const firstLine = new Promise<string>((resolve, reject) => {
-    child.stdout.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-      const newline = out.indexOf('\n');
-      if (newline >= 0) resolve(out.slice(0, newline));
-    });
-    child.once('exit', () => {
-      reject(new Error(`exited before printing: ${err}`));
-    });
-  });
-  firstLine.catch(() => undefined);
-  const exit = new Promise<number | null>((resolve) => {
-    child.once('exit', (code) => {
-      resolve(code);
-    });
-  });
-  return { child, firstLine, exit, stderr: () => err };
-}
 
 describe('harrier dashboard', () => {
   const prefix = freshPrefix();

@@ -109,3 +109,14 @@ export async function screenshot(page: Page, name: string): Promise<void> {
     await page.screenshot({ path: join(IMAGES, `dashboard-${name}.png`), fullPage: true });
   }
 }
+
+/** The cells of each body row of the table marked `data-testid="<testid>"`, tags stripped, `<br>` as `,`. */
+export function tableRows(html: string, testid: string): string[][] {
+  const table = new RegExp(`<table data-testid="${testid}">([\\s\\S]*?)</table>`).exec(html)?.[1] ?? '';
+  const body = /<tbody>([\s\S]*?)<\/tbody>/.exec(table)?.[1] ?? '';
+  return [...body.matchAll(/<tr[^>]*>([\s\S]*?)<\/tr>/g)].map((row) =>
+    [...(row[1] ?? '').matchAll(/<td[^>]*>([\s\S]*?)<\/td>/g)].map((cell) =>
+      (cell[1] ?? '').replace(/<br>/g, ',').replace(/<[^>]+>/g, ''),
+    ),
+  );
+}
