@@ -3,9 +3,12 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { CSRF_COOKIE, type DashboardOptions } from '../../src/dashboard/index.js';
 import { defineCommand } from '../../src/index.js';
+import { MAX_REPLAY_RECORDS } from '../../src/dashboard/dashboard-actions.js';
 import type { DeadLetterRecord } from '../../src/dead-letters/dead-letter-store.js';
+import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
 import { createTestBus, type TestBus } from '../../src/testing/index.js';
 import {
+  deadLetter,
   failingWhile,
   serveDashboard,
   type FaultSwitch,
@@ -461,6 +464,29 @@ describe('createDashboard actions', () => {
       ]);
       expect(res.status).toBe(403);
       expect((await bus.deadLetters.get(records[0]?.id ?? ''))?.status).toBe('dead');
+    });
+
+    it('refuses a selection over 10,000 records without starting a replay', async () => {
+      const store = new InMemoryDeadLetterStore();
+      for (let n = 0; n <= MAX_REPLAY_RECORDS; n += 1) await store.add(deadLetter(n, { id: `dl-${n}` }));
+      let calls = 0;
+      served = await serveDashboard({
+        deadLetters: store,
+        allowActions: true,
+        replay: () => {
+          calls += 1;
+          return Promise.resolve([]);
+        },
+      });
+      const client = new Client(served.url);
+      const res = await client.post('/actions/replay', [
+        ['csrf', await client.token()],
+        ['scope', 'filter'],
+        ['fingerprint', 'fp-orders'],
+      ]);
+      expect(res.status).toBe(400);
+      expect(res.text).toContain('More than 10000 records match dead letters where fingerprint = fp-orders');
+      expect(calls).toBe(0);
     });
 
     it('answers 404 for a job it does not keep', async () => {
