@@ -17,63 +17,26 @@
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import type { DeadLetterFilter, DeadLetterRecord } from '../src/index.js';
-import { buildDeadLetterRecord } from '../src/dead-letters/dead-letter-record.js';
+import {
+  BENCH_FINGERPRINTS as FINGERPRINTS,
+  benchDeadLetter,
+  fillDeadLetters,
+} from './dead-letter-fixtures.js';
 import { describeRedisUrl, RedisDeadLetterStore } from '../src/redis/index.js';
 import { benchPrefix, deleteKeys, fmtRate, median, startBenchRedis, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 100_000);
-const FINGERPRINTS = 50;
 const RUNS = 5;
 const PAGE = 50;
 /** Adds in flight at once while filling. */
 const FILL_CONCURRENCY = 64;
-const T0 = Date.UTC(2026, 0, 1);
 
 function recordOf(n: number): DeadLetterRecord {
-  const kind = n % FINGERPRINTS;
-  const messageId = `0190${n.toString(16).padStart(28, '0')}`;
-  const type = `orders.Event${n % 10}`;
-  const error = {
-    name: 'Error',
-    message: `Payment gateway ${kind} refused order ${n}`,
-    stack: `Error: Payment gateway ${kind} refused order ${n}\n    at Handler${kind}.handle (/app/src/handlers/handler-${kind}.ts:${10 + kind}:7)\n    at process.processTicksAndRejections (node:internal/process/task_queues:95:5)`,
-  };
-  const body = JSON.stringify({
-    v: 1,
-    id: messageId,
-    kind: 'event',
-    type,
-    payload: { orderId: `o-${n}`, sku: `SKU-${n % 997}`, amount: n % 1000 },
-    meta: { correlationId: messageId, occurredAt: new Date(T0 + n * 1000).toISOString(), headers: {} },
-  });
-  return buildDeadLetterRecord({
-    body,
-    facts: {
-      messageId,
-      kind: 'event',
-      type,
-      endpoint: `endpoint-${n % 5}`,
-      handler: `Handler${kind}`,
-      attempt: 1,
-      history: [],
-      partitionKey: `o-${n}`,
-    },
-    handler: `Handler${kind}`,
-    reason: 'handler-failed',
-    error,
-    ordered: false,
-    now: T0 + n * 1000,
-  });
+  return benchDeadLetter(n, { spacingMs: 1000, reasons: ['handler-failed'] });
 }
 
 async function fill(store: RedisDeadLetterStore): Promise<number> {
-  const started = performance.now();
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < N) await store.add(recordOf(next++));
-  };
-  await Promise.all(Array.from({ length: FILL_CONCURRENCY }, worker));
-  return performance.now() - started;
+  return fillDeadLetters(store, N, recordOf, FILL_CONCURRENCY);
 }
 
 /** Median ms of `RUNS` runs of `query`, and what its last run returned. */

@@ -81,6 +81,8 @@ interface StoredMessage {
   history: AttemptRecord[];
   /** A dead-lettering decided by an earlier delivery that could not be recorded. */
   pendingDeadLetter: PendingDeadLetter | undefined;
+  /** The dead letter this message replays (set by `redeliver`), kept on every delivery of it. */
+  readonly replayOf: string | undefined;
   dueAt: number;
   deliveryId: string | undefined;
 }
@@ -296,7 +298,7 @@ export class InMemoryBroker implements MessageBroker {
       const { message } = target;
       const name =
         message.kind === 'command' ? `command:${message.type}` : `event:${target.endpoint}:${target.handler}`;
-      this.#enqueue(this.#queue(name), { ...message, deliverAt: undefined });
+      this.#enqueue(this.#queue(name), { ...message, deliverAt: undefined }, target.deadLetterId);
       this.#changed();
     });
   }
@@ -397,13 +399,14 @@ export class InMemoryBroker implements MessageBroker {
     }
   }
 
-  #enqueue(queue: MemoryQueue, message: OutgoingMessage): void {
+  #enqueue(queue: MemoryQueue, message: OutgoingMessage, replayOf?: string): void {
     const stored: StoredMessage = {
       message,
       queue,
       attemptsMade: 0,
       history: [],
       pendingDeadLetter: undefined,
+      replayOf,
       dueAt: message.deliverAt ?? 0,
       deliveryId: undefined,
     };
@@ -562,6 +565,8 @@ export class InMemoryBroker implements MessageBroker {
         partitionKey: message.partitionKey,
         queue: stored.queue.name,
         ...(stored.pendingDeadLetter !== undefined ? { pendingDeadLetter: stored.pendingDeadLetter } : {}),
+        // Set directly, not spread in: no object made per delivery for a fact almost always absent.
+        replayOf: stored.replayOf,
       },
     };
   }

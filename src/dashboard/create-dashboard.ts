@@ -21,6 +21,7 @@ import {
   type DashboardProjectionLag,
   type DashboardTopology,
 } from './dashboard-insight-pages.js';
+import { countMatches } from './dashboard-count.js';
 import { groupsBody, listBody, recordBody } from './dashboard-pages.js';
 import { parseListQuery } from './dashboard-query.js';
 
@@ -248,7 +249,7 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
           limit: query.limit,
           ...(query.cursor !== undefined ? { cursor: query.cursor } : {}),
         }),
-        store.count(query.filter),
+        countMatches(store, query.filter),
       ]);
       html(res, 200, 'Dead letters', listBody(query, { page: records, total }, view), '/', query.params);
       return;

@@ -13,6 +13,7 @@ import {
   selectCell,
   type ActionView,
 } from './dashboard-action-html.js';
+import type { MatchCount } from './dashboard-count.js';
 import { escapeHtml as h, isoTime, maskSecrets } from './dashboard-html.js';
 import { TEXT_FILTERS, listHref, pageHref, type ListQuery } from './dashboard-query.js';
 
@@ -47,7 +48,7 @@ function filterForm(query: ListQuery, action: '/' | '/groups' = '/'): string {
  */
 export function listBody(
   query: ListQuery,
-  result: { readonly page: DeadLetterPage; readonly total: number } | undefined,
+  result: { readonly page: DeadLetterPage; readonly total: MatchCount } | undefined,
   actions?: ActionView,
 ): string {
   const parts = [`<h1>Dead letters</h1>`, filterForm(query)];
@@ -56,7 +57,11 @@ export function listBody(
     return parts.join('\n');
   }
   const { page, total } = result;
-  parts.push(`<p class="muted" data-testid="total">${total} matching</p>`);
+  parts.push(
+    total.complete
+      ? `<p class="muted" data-testid="total">${total.n} matching</p>`
+      : `<p class="muted" data-testid="total">${total.n}+ matching (a search stops counting there; page on to search further)</p>`,
+  );
   // A text search may end a page early, even empty, and still have more to read.
   const short = page.next !== undefined && page.records.length < query.limit;
   if (page.records.length === 0) {

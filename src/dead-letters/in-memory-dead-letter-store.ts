@@ -200,6 +200,21 @@ export class InMemoryDeadLetterStore implements DeadLetterStore {
     });
   }
 
+  markReplayHandled(id: string, at: number): Promise<boolean> {
+    return this.#run(() => {
+      const entry = this.#byId.get(id);
+      const latest = entry?.record.replays.at(-1);
+      if (entry === undefined || entry.record.status !== 'replayed' || latest === undefined) return false;
+      // A second delivery of the same replay (at-least-once) keeps the first time it was handled.
+      if (latest.handledAt !== undefined) return true;
+      entry.record = {
+        ...entry.record,
+        replays: [...entry.record.replays.slice(0, -1), { ...latest, handledAt: at }],
+      };
+      return true;
+    });
+  }
+
   remove(ids: readonly string[]): Promise<number> {
     return this.#run(() => {
       let n = 0;

@@ -35,7 +35,7 @@ const deadLetterRecordSchema = z.object({
     })
     .optional(),
   status: z.enum(['dead', 'replayed']),
-  replays: z.array(z.object({ at: z.number(), by: z.string().optional() })),
+  replays: z.array(z.object({ at: z.number(), by: z.string().optional(), handledAt: z.number().optional() })),
 });
 
 /** What {@link parseDeadLetterRecord} found: the record, or what is wrong with the value. */
@@ -84,7 +84,11 @@ export function parseDeadLetterRecord(value: unknown): ParsedDeadLetterRecord {
       partitionKey: parsed.partitionKey,
       error: errorOf(parsed.error),
       attempts: parsed.attempts.map((a) => ({ attempt: a.attempt, at: a.at, error: errorOf(a.error) })),
-      replays: parsed.replays.map((r) => (r.by === undefined ? { at: r.at } : { at: r.at, by: r.by })),
+      replays: parsed.replays.map((r) => ({
+        at: r.at,
+        ...(r.by !== undefined ? { by: r.by } : {}),
+        ...(r.handledAt !== undefined ? { handledAt: r.handledAt } : {}),
+      })),
       ...(logPosition !== undefined ? { logPosition } : {}),
     },
   };

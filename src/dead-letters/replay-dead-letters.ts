@@ -415,7 +415,13 @@ async function replayRecord(
     } catch (error) {
       refusal = { code: 'projection-failed', message: messageOf(error) };
     }
-    if (refusal === undefined) return markReplayed(id, record, replay, store, 'handled by its projection');
+    if (refusal === undefined) {
+      const result = await markReplayed(id, record, replay, store, 'handled by its projection');
+      // The projection ran here and succeeded: no dispatcher will see this message, so the replay
+      // records its own outcome. Best effort: without the mark the outcome only stays `pending`.
+      if (result.ok) await store.markReplayHandled?.(id, clock.now()).catch(() => undefined);
+      return result;
+    }
     // Keep the try in the replay history; the record stays (or is set back to) dead.
     await store
       .markReplayed(id, replay)
@@ -432,6 +438,7 @@ async function replayRecord(
     broker.redeliver({
       endpoint: record.endpoint,
       handler: record.handler ?? '',
+      deadLetterId: id,
       message: {
         id: messageId,
         kind,

@@ -95,6 +95,13 @@ export const DEAD_LETTER_STORE_TRIES = 3;
 /** Backoff of a delivery whose dead letter could not be stored: 1 s doubling to 60 s, jitter 0.2. */
 const STORE_RETRY: RetryPolicy = { ...DEFAULT_RETRY, baseMs: 1_000 };
 
+/**
+ * Tries of marking a replay handled while its record is not marked replayed yet, and the first pause
+ * between them (doubling): the replay marks the record right after it sent the message back.
+ */
+const MARK_HANDLED_TRIES = 5;
+const MARK_HANDLED_PAUSE_MS = 50;
+
 /** How long `stop()` waits for the receiver to close once every delivery is settled, in ms. */
 export const RECEIVER_CLOSE_WAIT_MS = 5_000;
 
@@ -149,7 +156,7 @@ export class Dispatcher {
   }
 
   /**
-   * Deliveries whose settle step (ack, nack, dead-letter write) failed and now waits on the clock
+   * Deliveries whose settle step (ack, nack, dead-letter write, replay mark) waits on the clock
    * for its next try: work that only the passing of time can move on (a test bus on a virtual clock
    * moves it forward for them).
    */
@@ -347,10 +354,17 @@ export class Dispatcher {
     switch (outcome.kind) {
       case 'abandoned':
         return;
-      case 'handled':
-        await this.#settle(flight, 'ack', () => this.#o.broker.ack(delivery.id));
+      case 'handled': {
+        const acked = await this.#settle(flight, 'ack', () => this.#o.broker.ack(delivery.id));
+        // Only an ack that went through settles the replay: a failed or stale ack means the message
+        // comes back and its next delivery records the outcome. Before the onHandled hook, so whoever
+        // hears "handled" reads the outcome too.
+        if (facts.replayOf !== undefined && acked === 'done') {
+          await this.#markReplayHandled(flight, facts.replayOf);
+        }
         this.#pipeline.handled(outcome);
         return;
+      }
       case 'retry':
         await this.#settle(flight, 'nack', () =>
           this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
@@ -432,6 +446,63 @@ export class Dispatcher {
     }
     await this.#settle(flight, 'nack', () => this.#o.broker.nack(delivery.id, { deadLetter: reason, error }));
     this.#pipeline.deadLettered(record, thrown);
+  }
+
+  /**
+   * Records in the dead-letter store that the replayed dead letter `id` was handled; best effort:
+   * never throws and never changes how the delivery settled (it is acked already).
+   *
+   * @remarks
+   * The replay sends the message back before it marks the record replayed (so a crash never leaves a
+   * record marked with nothing sent), so a fast consumer can get here first and find the record
+   * still `dead`: the mark is tried again a few times, briefly, before it gives up and the replay
+   * shows as pending.
+   */
+  async #markReplayHandled(flight: InFlight, id: string): Promise<void> {
+    const store = this.#o.deadLetters;
+    if (store.markReplayHandled === undefined) return;
+    let pause = MARK_HANDLED_PAUSE_MS;
+    for (let attempt = 1; ; attempt++) {
+      let marked: boolean;
+      try {
+        marked = await withDeadline(
+          store.markReplayHandled(id, this.#clock.now()),
+          this.#settleTimeoutMs,
+          () =>
+            new HarrierError(
+              'settle-timeout',
+              `marking the replay handled took longer than ${this.#settleTimeoutMs} ms`,
+            ),
+        );
+      } catch (error) {
+        this.#logger.warn(
+          'Could not record that a replayed message was handled; its replay shows as pending',
+          {
+            deadLetterId: id,
+            deliveryId: flight.delivery.id,
+            error: toErrorInfo(error),
+          },
+        );
+        return;
+      }
+      if (marked) return;
+      if (attempt >= MARK_HANDLED_TRIES || flight.released) {
+        this.#logger.debug('A replayed message was handled but its dead letter is not marked replayed', {
+          deadLetterId: id,
+          deliveryId: flight.delivery.id,
+        });
+        return;
+      }
+      // Counted as a settle wait, so a test clock moves on for it as for a settle retry.
+      this.#settleWaits += 1;
+      this.#changed();
+      try {
+        await sleep(this.#clock, pause, flightSignal(flight));
+      } finally {
+        this.#settleWaits -= 1;
+      }
+      pause *= 2;
+    }
   }
 
   /**

@@ -342,7 +342,10 @@ export class BullMqBroker implements MessageBroker {
     if (existing !== undefined) {
       const state = await this.#withTimeout(existing.getState(), 'read job state');
       if (state === 'failed') {
-        await this.#withTimeout(existing.updateData({ ...toJobData(message) }), 'reset job data');
+        await this.#withTimeout(
+          existing.updateData({ ...toJobData(message, target.deadLetterId) }),
+          'reset job data',
+        );
         await this.#withTimeout(
           existing.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true }),
           'retry job',
@@ -356,7 +359,7 @@ export class BullMqBroker implements MessageBroker {
     await this.#addAll(queue.name, [
       {
         name: message.type,
-        data: toJobData(message),
+        data: toJobData(message, target.deadLetterId),
         opts: jobOptions({ ...message, deliverAt: undefined }, this.#clock.now(), this.#jobSettings),
       },
     ]);

@@ -213,6 +213,8 @@ export class BullMqReceiver {
             ...(parsed.pendingDeadLetter !== undefined
               ? { pendingDeadLetter: parsed.pendingDeadLetter }
               : {}),
+            // Set directly, not spread in: no object made per delivery for a fact almost always absent.
+            replayOf: parsed.replayOf,
           },
         },
       });
@@ -243,6 +245,8 @@ export class BullMqReceiver {
             a: failed,
             h: history,
             ...(result.pendingDeadLetter !== undefined ? { d: result.pendingDeadLetter } : {}),
+            // A retry of a replayed message is still that replay: its outcome is recorded when it is handled.
+            ...(parsed.replayOf !== undefined ? { r: parsed.replayOf } : {}),
           };
           await job.updateData(next);
           data = next;

@@ -25,6 +25,8 @@ export interface JobData {
   readonly h?: readonly AttemptRecord[];
   /** A dead-lettering decided by an earlier delivery that could not be recorded. */
   readonly d?: PendingDeadLetter;
+  /** The dead letter this job replays (`redeliver` with a `deadLetterId`); absent otherwise. */
+  readonly r?: string;
 }
 
 /** BullMQ's attempts and stalled counts for a job: never reached, our dispatcher decides retries. */
@@ -37,12 +39,16 @@ export interface JobSettings {
   readonly failedRetentionCount: number;
 }
 
-/** The data of a new job for `message`: no attempts yet. */
-export function toJobData(message: OutgoingMessage): JobData {
+/**
+ * The data of a new job for `message`: no attempts yet; `replayOf` is the dead letter it replays,
+ * if it does.
+ */
+export function toJobData(message: OutgoingMessage, replayOf?: string): JobData {
   return {
     b: message.body,
     ...(message.partitionKey !== undefined ? { p: message.partitionKey } : {}),
     ...(message.ordered === true ? { o: true } : {}),
+    ...(replayOf !== undefined ? { r: replayOf } : {}),
   };
 }
 
@@ -79,6 +85,8 @@ export interface ParsedJobData {
   attemptsMade: number | undefined;
   history: readonly AttemptRecord[];
   pendingDeadLetter: PendingDeadLetter | undefined;
+  /** The dead letter this job replays. */
+  replayOf: string | undefined;
   /** Fields that were present but unusable and were dropped, for a log line. */
   dropped: string[];
 }
@@ -112,6 +120,7 @@ export function readJobData(data: unknown, jobId: string, queueName: string): Pa
       attemptsMade: optional('a', isAttemptCount),
       history: history?.history ?? [],
       pendingDeadLetter,
+      replayOf: optional('r', isString),
       dropped,
     };
   }
@@ -126,6 +135,7 @@ export function readJobData(data: unknown, jobId: string, queueName: string): Pa
     attemptsMade: undefined,
     history: [],
     pendingDeadLetter: undefined,
+    replayOf: undefined,
     dropped: [],
   };
 }

@@ -15,10 +15,11 @@ import {
   type ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
 import {
-  DeadLetterGroupAccumulator,
+  comesAfter,
   decodeGroupCursor,
   encodeGroupCursor,
   groupPageLimit,
+  type GroupCursor,
 } from '../dead-letters/dead-letter-groups.js';
 import {
   matchesDeadLetterFilter,
@@ -98,10 +99,19 @@ export interface RedisDeadLetterStoreOptions {
 
 const DEFAULT_MAX_RECORDS = 100_000;
 const DEFAULT_PAGE_LIMIT = 100;
-/** Index entries read per round trip while listing, counting or purging. */
+/**
+ * Index entries read per round trip while purging; also the most records a filter scan returns at
+ * once, so that records written before the filter fields travel in replies of bounded size.
+ */
 const SCAN_CHUNK = 200;
-/** Index entries read per round trip by a text search, which returns only the likely matches. */
-const TEXT_SCAN_CHUNK = 1000;
+/**
+ * Index entries one filter scan script reads (see FILTER_SCAN_SCRIPT): enough that a count over
+ * 100,000 records takes 13 round trips (on a busy host each costs tens of ms of scheduling), few
+ * enough that one script blocks Redis only briefly (under 40 ms on 2 shared cores, bench:dashboard).
+ */
+const FILTER_CHUNK = 8000;
+/** The same for a text search, which lower-cases and may decode each record's JSON. */
+const TEXT_FILTER_CHUNK = 1000;
 /** Most records one page of a text search reads before it returns what it found and a cursor. */
 const TEXT_SCAN_BUDGET = 10_000;
 /** Ids per atomic batch in `remove`, so one script never blocks Redis for long. */
@@ -167,11 +177,30 @@ end
 `;
 
 /**
- * KEYS: record, index, sequence. ARGV: id, data, firstFailedAt, status, replays, maxRecords,
- * record key prefix, fingerprint, lastFailedAt, group sample JSON, keyspace. Returns the stored
- * firstFailedAt, status and replays.
+ * Lua of the add script: the fields the filter scan reads instead of decoding `data`. `x` marks a
+ * record that has them (records written by a Harrier from before them have none, and the scan leaves
+ * those to Node); `x:ep` and `x:rs` hold endpoint and reason, `x:type` and `x:hd` type and handler,
+ * absent when undefined. Arguments from `first` on: endpoint, type, handler, reason, each '' when
+ * undefined and '=' then the value otherwise, so an empty string stays apart from undefined.
  */
-const ADD_SCRIPT = `${GROUP_LUA}
+const FILTER_FIELDS_LUA = `
+local function setFilterFields(key, first)
+  local names = {'x:ep', 'x:type', 'x:hd', 'x:rs'}
+  redis.call('HSET', key, 'x', '1')
+  for i, name in ipairs(names) do
+    local arg = ARGV[first + i - 1]
+    if arg == '' then redis.call('HDEL', key, name) else redis.call('HSET', key, name, string.sub(arg, 2)) end
+  end
+end
+`;
+
+/**
+ * KEYS: record, index, sequence. ARGV: id, data, firstFailedAt, status, replays, maxRecords,
+ * record key prefix, fingerprint, lastFailedAt, group sample JSON, keyspace, then the filter fields
+ * endpoint, type, handler and reason (see FILTER_FIELDS_LUA). Returns the stored firstFailedAt,
+ * status and replays.
+ */
+const ADD_SCRIPT = `${GROUP_LUA}${FILTER_FIELDS_LUA}
 local K = ARGV[11]
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local old = redis.call('HMGET', KEYS[1], 'fp', 'status', 'first')
@@ -180,11 +209,13 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'v', 1)
   indexGroup(K, ARGV[1], ARGV[8], 'dead', old[3], ARGV[9])
   redis.call('SET', K .. 'group:sample:' .. ARGV[8], ARGV[10])
+  setFilterFields(KEYS[1], 12)
   return redis.call('HMGET', KEYS[1], 'first', 'status', 'replays')
 end
 local seq = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[1], 'data', ARGV[2], 'first', ARGV[3], 'status', ARGV[4], 'replays', ARGV[5], 'v', 1, 'fp', ARGV[8], 'last', ARGV[9])
 redis.call('ZADD', KEYS[2], seq, ARGV[1])
+setFilterFields(KEYS[1], 12)
 indexGroup(K, ARGV[1], ARGV[8], ARGV[4], ARGV[3], ARGV[9])
 redis.call('SET', K .. 'group:sample:' .. ARGV[8], ARGV[10])
 local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[6])
@@ -236,25 +267,127 @@ return out
 `;
 
 /**
- * READ_CHUNK for a text search: ARGV adds two needles (lower case, ASCII), and only the entries whose
- * lower-cased `data` contains either are returned, after a header of how many entries were read and
- * the score of the last one. The records it keeps are a superset of the matches (the needles are the
- * text as JSON escapes it once, for the error, and twice, for the envelope inside `data`); the
- * caller applies the filter itself.
+ * Reads up to a number of index entries in order and applies a filter to each record inside Redis,
+ * from its filter fields (see FILTER_FIELDS_LUA) and, for a text search, its `data`, so that only
+ * what the caller needs travels: in `list` mode the selected records, in `count` mode their number,
+ * in `groups` mode their number, first and last failure and latest record per fingerprint. A record
+ * the script cannot judge (one without filter fields, or a text that Lua cannot compare as
+ * JavaScript does) is returned whole as a candidate, for the caller to apply the filter itself.
+ *
+ * KEYS: index. ARGV: record key prefix, min score (ZRANGEBYSCORE syntax), most entries to read,
+ * mode (`list`, `count`, `groups`), most records to return (it stops reading there), status (`dead`,
+ * `replayed`, `any`), then endpoint, type, handler, reason and fingerprint (each '' when unset, else
+ * '=' and the value), since and until ('' when unset), text mode ('' for none, `lua`, or `node` for a
+ * needle with other than printable ASCII), the needle lower-cased, and the needle as JSON escapes it
+ * once and twice. Returns {entries read, score of the last one read, whether the index ended,
+ * records selected and not returned, records (per record: id, score, 1 when selected or 2 for a
+ * candidate, then RECORD_FIELDS), groups (per fingerprint: fingerprint, count, first failure, last
+ * failure, latest score, latest id)}.
  */
-const READ_TEXT_CHUNK_SCRIPT = `
-local entries = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {#entries / 2, entries[#entries] or false}
-for i = 1, #entries, 2 do
-  local fields = redis.call('HMGET', ARGV[3] .. entries[i], ${RECORD_FIELDS.map((f) => `'${f}'`).join(', ')})
-  local data = fields[1] and string.lower(fields[1])
-  if data and (string.find(data, ARGV[4], 1, true) or string.find(data, ARGV[5], 1, true)) then
-    out[#out + 1] = entries[i]
-    out[#out + 1] = entries[i + 1]
-    for j = 1, ${RECORD_FIELDS.length} do out[#out + 1] = fields[j] end
-  end
+const FILTER_SCAN_SCRIPT = `
+local function want(arg) if arg == '' then return nil end return string.sub(arg, 2) end
+local prefix, mode, most = ARGV[1], ARGV[4], tonumber(ARGV[5])
+local status = ARGV[6]
+local endpoint, mtype, handler, reason, fp = want(ARGV[7]), want(ARGV[8]), want(ARGV[9]), want(ARGV[10]), want(ARGV[11])
+local since, before = tonumber(ARGV[12]), tonumber(ARGV[13])
+local textMode, needle, once, twice = ARGV[14], ARGV[15], ARGV[16], ARGV[17]
+-- JavaScript lower-cases KELVIN SIGN to k and CAPITAL I WITH DOT ABOVE to i and a dot; Lua leaves them.
+local function oddCase(text) return string.find(text, '\\226\\132\\170', 1, true) or string.find(text, '\\196\\176', 1, true) end
+local function holds(text)
+  return type(text) == 'string' and string.find(string.lower(text), needle, 1, true) ~= nil
 end
-return out
+-- 0: no match, 1: match, 2: Node must decide.
+local function textVerdict(data)
+  if not data then return 0 end
+  local odd = oddCase(data)
+  if not odd then
+    local lowered = string.lower(data)
+    if not (string.find(lowered, once, 1, true) or string.find(lowered, twice, 1, true)) then return 0 end
+  end
+  local ok, record = pcall(cjson.decode, data)
+  if odd or not ok or type(record) ~= 'table' or type(record.error) ~= 'table' then return 2 end
+  if holds(record.error.message) or holds(record.error.stack) or holds(record.envelope) then return 1 end
+  return 0
+end
+-- Only the fields the filter and mode read: each one more costs every record of the walk.
+local names, slot = {'x', 'status'}, {}
+local function need(name) names[#names + 1] = name; slot[name] = #names end
+if fp or mode == 'groups' then need('fp') end
+if since or before or mode == 'groups' then need('last') end
+if endpoint then need('x:ep') end
+if mtype then need('x:type') end
+if handler then need('x:hd') end
+if reason then need('x:rs') end
+if mode == 'groups' then need('first') end
+local budget = tonumber(ARGV[3])
+local from = ARGV[2]
+local out, groups, byFp = {}, {}, {}
+local read, last, returned, selected, ended, full = 0, false, 0, 0, 0, false
+-- Index entries in batches, so a run that stops early has not fetched the rest of its budget.
+while not full and read < budget do
+  local size = math.min(200, budget - read)
+  local entries = redis.call('ZRANGEBYSCORE', KEYS[1], from, '+inf', 'WITHSCORES', 'LIMIT', 0, size)
+  for i = 1, #entries, 2 do
+    local id, score = entries[i], entries[i + 1]
+    read = read + 1
+    last = score
+    local key = prefix .. id
+    local f = redis.call('HMGET', key, unpack(names))
+    local verdict = 0
+    if not f[1] then
+      if f[2] then verdict = 2 end
+    elseif (status == 'any' or f[2] == status)
+      and (not fp or f[slot['fp']] == fp)
+      and (not endpoint or f[slot['x:ep']] == endpoint)
+      and (not mtype or f[slot['x:type']] == mtype)
+      and (not handler or f[slot['x:hd']] == handler)
+      and (not reason or f[slot['x:rs']] == reason)
+      and (not since or tonumber(f[slot['last']]) >= since)
+      and (not before or tonumber(f[slot['last']]) < before) then
+      verdict = 1
+      if textMode == 'node' then verdict = 2
+      elseif textMode == 'lua' then verdict = textVerdict(redis.call('HGET', key, 'data')) end
+    end
+    if verdict == 2 or (verdict == 1 and mode == 'list') then
+      local fields = redis.call('HMGET', key, ${RECORD_FIELDS.map((f) => `'${f}'`).join(', ')})
+      out[#out + 1] = id
+      out[#out + 1] = score
+      out[#out + 1] = verdict
+      for j = 1, ${RECORD_FIELDS.length} do out[#out + 1] = fields[j] end
+      returned = returned + 1
+    elseif verdict == 1 then
+      selected = selected + 1
+      if mode == 'groups' then
+        local group = f[slot['fp']]
+        local first, lastFailed, seq = tonumber(f[slot['first']]), tonumber(f[slot['last']]), tonumber(score)
+        local g = byFp[group]
+        if not g then
+          g = {group, 0, first, lastFailed, seq, id}
+          byFp[group] = g
+          groups[#groups + 1] = g
+        end
+        g[2] = g[2] + 1
+        if first < g[3] then g[3] = first end
+        if lastFailed > g[4] then g[4] = lastFailed end
+        if seq >= g[5] then g[5] = seq; g[6] = id end
+      end
+    end
+    if returned >= most then
+      full = true
+      break
+    end
+  end
+  if not full and #entries / 2 < size then
+    ended = 1
+    break
+  end
+  if last then from = '(' .. last end
+end
+local flat = {}
+for _, g in ipairs(groups) do
+  for j = 1, 6 do flat[#flat + 1] = g[j] end
+end
+return {read, last, ended, selected, out, flat}
 `;
 
 /**
@@ -330,8 +463,9 @@ return out
 `;
 
 /**
- * KEYS: index. ARGV: keyspace, statuses to sum (space separated), fingerprint ('' for all). Returns
- * the number of records, or -1 when records without aggregates exist.
+ * KEYS: index. ARGV: keyspace, statuses to sum (space separated), fingerprint ('' for all), then the
+ * lowest and highest lastFailedAt (ZCOUNT syntax; the group sets are scored by it). Returns the
+ * number of records, or -1 when records without aggregates exist.
  */
 const COUNT_SCRIPT = `
 local K = ARGV[1]
@@ -339,21 +473,44 @@ if tonumber(redis.call('GET', K .. 'grouped') or '0') ~= redis.call('ZCARD', KEY
 local n = 0
 for status in string.gmatch(ARGV[2], '%S+') do
   if ARGV[3] ~= '' then
-    n = n + redis.call('ZCARD', K .. 'group:' .. status .. ':last:' .. ARGV[3])
+    n = n + redis.call('ZCOUNT', K .. 'group:' .. status .. ':last:' .. ARGV[3], ARGV[4], ARGV[5])
   else
     for _, fp in ipairs(redis.call('ZRANGE', K .. 'groups:' .. status, 0, -1)) do
-      n = n + redis.call('ZCARD', K .. 'group:' .. status .. ':last:' .. fp)
+      n = n + redis.call('ZCOUNT', K .. 'group:' .. status .. ':last:' .. fp, ARGV[4], ARGV[5])
     end
   end
 end
 return n
 `;
 
+/**
+ * KEYS: record. ARGV: handledAt. Sets `handledAt` on the latest replay entry of a `replayed` record,
+ * spliced into its JSON as text (no Lua JSON library, which would round numbers); keeps one already
+ * set. Returns 1 when the latest replay is marked, 0 when there is no record, it is `dead` again,
+ * or it has no replay.
+ */
+const MARK_REPLAY_HANDLED_SCRIPT = `
+local state = redis.call('HMGET', KEYS[1], 'status', 'replays')
+if state[1] ~= 'replayed' or not state[2] or state[2] == '' then return 0 end
+local head, last = '', state[2]
+local cut = string.find(last, '\\n[^\\n]*$')
+if cut then
+  head = string.sub(last, 1, cut)
+  last = string.sub(last, cut + 1)
+end
+if string.find(last, '"handledAt":', 1, true) then return 1 end
+if string.sub(last, -1) ~= '}' then return 0 end
+redis.call('HSET', KEYS[1], 'replays', head .. string.sub(last, 1, -2) .. ',"handledAt":' .. ARGV[1] .. '}')
+redis.call('HINCRBY', KEYS[1], 'v', 1)
+return 1
+`;
+
 const SCRIPTS = {
   add: redisScript(ADD_SCRIPT),
   markReplayed: redisScript(MARK_REPLAYED_SCRIPT),
+  markReplayHandled: redisScript(MARK_REPLAY_HANDLED_SCRIPT),
   readChunk: redisScript(READ_CHUNK_SCRIPT),
-  readTextChunk: redisScript(READ_TEXT_CHUNK_SCRIPT),
+  filterScan: redisScript(FILTER_SCAN_SCRIPT),
   remove: redisScript(REMOVE_SCRIPT),
   purge: redisScript(PURGE_SCRIPT),
   groups: redisScript(GROUPS_SCRIPT),
@@ -435,14 +592,22 @@ function encodeData(record: DeadLetterRecord): string {
 }
 
 function encodeReplay(replay: ReplayRecord): string {
-  return JSON.stringify(replay.by === undefined ? { at: replay.at } : { at: replay.at, by: replay.by });
+  return JSON.stringify({
+    at: replay.at,
+    ...(replay.by !== undefined ? { by: replay.by } : {}),
+    ...(replay.handledAt !== undefined ? { handledAt: replay.handledAt } : {}),
+  });
 }
 
 function decodeReplays(text: string): ReplayRecord[] {
   if (text === '') return [];
   return text.split('\n').map((line) => {
-    const entry = JSON.parse(line) as { at: number; by?: string };
-    return entry.by === undefined ? { at: entry.at } : { at: entry.at, by: entry.by };
+    const entry = JSON.parse(line) as { at: number; by?: string; handledAt?: number };
+    return {
+      at: entry.at,
+      ...(entry.by !== undefined ? { by: entry.by } : {}),
+      ...(entry.handledAt !== undefined ? { handledAt: entry.handledAt } : {}),
+    };
   });
 }
 
@@ -520,6 +685,16 @@ function aggregatedStatuses(filter: DeadLetterFilter): string | undefined {
   return status === 'any' ? 'dead replayed' : status;
 }
 
+/** A filter value as the scripts take it: '' when undefined, else '=' and the value. */
+function optionalArg(value: string | number | undefined): string {
+  return value === undefined ? '' : `=${value}`;
+}
+
+/** The add script's filter field arguments (see FILTER_FIELDS_LUA). */
+function filterFieldArgs(record: DeadLetterRecord): string[] {
+  return [record.endpoint, record.type, record.handler, record.reason].map(optionalArg);
+}
+
 function encodeCursor(seq: number): string {
   return Buffer.from(`${CURSOR_PREFIX}${seq}`, 'utf8').toString('base64url');
 }
@@ -563,6 +738,112 @@ function groupsPage(reply: readonly unknown[], limit: number): DeadLetterGroupPa
   };
 }
 
+/** A record the filter scan returned: selected by the script, or a candidate the caller must judge. */
+interface FilterEntry extends ChunkEntry {
+  readonly record: DeadLetterRecord;
+  readonly verdict: 'selected' | 'candidate';
+}
+
+/** One run of the filter scan, decoded. */
+interface FilterChunk {
+  /** Index entries read. */
+  readonly read: number;
+  /** Sequence of the last entry read, where the next run starts; undefined when none was read. */
+  readonly last: number | undefined;
+  /** Whether the index has nothing after `last`. */
+  readonly ended: boolean;
+  /** Records selected and counted by the script, not returned (`count` and `groups` modes). */
+  readonly selected: number;
+  readonly entries: readonly FilterEntry[];
+  /** Per-fingerprint sums of the selected records not returned (`groups` mode). */
+  readonly groups: readonly GroupSum[];
+}
+
+/** The record shown for a group: the latest by sequence, read at the end unless already at hand. */
+interface SampleRef {
+  readonly seq: number;
+  readonly id: string;
+  readonly record?: DeadLetterRecord;
+}
+
+/** One fingerprint's selected records, summed. */
+interface GroupSum {
+  readonly fingerprint: string;
+  readonly count: number;
+  readonly firstSeen: number;
+  readonly lastSeen: number;
+  readonly sample: SampleRef;
+}
+
+/** Whether the filter selects an entry the scan returned: the script said so, or the filter says so here. */
+function selected(entry: FilterEntry, filter: DeadLetterFilter): boolean {
+  return entry.verdict === 'selected' || matchesDeadLetterFilter(entry.record, filter);
+}
+
+/** Groups order: lastSeen descending, then fingerprint descending. */
+function byLastSeen(a: GroupCursor, b: GroupCursor): number {
+  if (a.lastSeen !== b.lastSeen) return b.lastSeen - a.lastSeen;
+  return a.fingerprint < b.fingerprint ? 1 : a.fingerprint > b.fingerprint ? -1 : 0;
+}
+
+/** Merges the per-chunk sums of a filter scan into failure groups. */
+class GroupSums {
+  readonly #sums = new Map<string, GroupSum>();
+
+  add(sum: GroupSum): void {
+    const old = this.#sums.get(sum.fingerprint);
+    if (old === undefined) {
+      this.#sums.set(sum.fingerprint, sum);
+      return;
+    }
+    this.#sums.set(sum.fingerprint, {
+      fingerprint: sum.fingerprint,
+      count: old.count + sum.count,
+      firstSeen: Math.min(old.firstSeen, sum.firstSeen),
+      lastSeen: Math.max(old.lastSeen, sum.lastSeen),
+      sample: sum.sample.seq >= old.sample.seq ? sum.sample : old.sample,
+    });
+  }
+
+  addRecord(record: DeadLetterRecord, seq: number): void {
+    this.add({
+      fingerprint: record.fingerprint,
+      count: 1,
+      firstSeen: record.firstFailedAt,
+      lastSeen: record.lastFailedAt,
+      sample: { seq, id: record.id, record },
+    });
+  }
+
+  /** The page of groups after `after`, in groups order. */
+  page(after: GroupCursor | undefined, limit: number): { groups: GroupSum[]; next: string | undefined } {
+    const selectedGroups = [...this.#sums.values()]
+      .filter((sum) => after === undefined || comesAfter(sum, after))
+      .sort(byLastSeen);
+    const groups = selectedGroups.slice(0, limit);
+    const last = groups.at(-1);
+    return {
+      groups,
+      next: selectedGroups.length > limit && last !== undefined ? encodeGroupCursor(last) : undefined,
+    };
+  }
+}
+
+/** A group as the store answers it, described by its sample record (empty when that vanished). */
+function groupWithSample(sum: GroupSum, sample: DeadLetterRecord | undefined): DeadLetterGroup {
+  return {
+    fingerprint: sum.fingerprint,
+    count: sum.count,
+    firstSeen: sum.firstSeen,
+    lastSeen: sum.lastSeen,
+    ...(sample?.type !== undefined ? { type: sample.type } : {}),
+    ...(sample?.handler !== undefined ? { handler: sample.handler } : {}),
+    ...(sample !== undefined ? { endpoint: sample.endpoint } : {}),
+    reason: sample?.reason ?? '',
+    sampleError: sample?.error.message ?? '',
+  };
+}
+
 /**
  * Keeps dead letters in Redis, so they outlive restarts and every process of an application sees the
  * same ones.
@@ -571,9 +852,11 @@ function groupsPage(reply: readonly unknown[], limit: number): DeadLetterGroupPa
  * Each record is a hash under `<prefix>:dlq:record:<id>`; a sorted set `<prefix>:dlq:index` scores
  * each id by an insertion sequence (`<prefix>:dlq:seq`), so lists come in first-insertion order and
  * an update keeps its place. Every write is one Lua script, so concurrent stores on the same prefix
- * never leave two records for one id or a record without its index entry. Lists, counts and purges
- * walk the index in chunks and filter here, so their cost grows with the records held, not with the
- * records matched; `maxRecords` bounds both.
+ * never leave two records for one id or a record without its index entry. Lists, counts and groups
+ * walk the index in chunks and apply the filter inside Redis, to fields each record keeps beside its
+ * JSON (endpoint, type, handler, reason, status, fingerprint, last failure), so only what was asked
+ * for travels; their cost still grows with the records held, not with the records matched, and
+ * `maxRecords` bounds it. Purges walk and filter here.
  *
  * Failures reject with a {@link HarrierError}: `redis-unavailable` when Redis cannot be reached,
  * `redis-command-failed` when it refuses a command, `store-closed` after {@link close},
@@ -648,6 +931,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
           String(record.lastFailedAt),
           encodeSample(record),
           this.#scriptKeyspace,
+          ...filterFieldArgs(record),
         ],
       );
       const [first, status, replays] = reply as [string, string, string];
@@ -681,26 +965,28 @@ export class RedisDeadLetterStore implements DeadLetterStore {
           `Dead-letter page limit must be a positive integer, got ${limit}: pass a whole number such as 100, or leave it out for the default`,
         );
       }
-      const after = page.cursor === undefined ? undefined : decodeCursor(page.cursor);
       const records: DeadLetterRecord[] = [];
+      let from = page.cursor === undefined ? undefined : decodeCursor(page.cursor);
       let lastSeq = 0;
       let read = 0;
-      for await (const entry of this.#scan(after, filter.text)) {
-        if (entry.id === '') {
-          // A text search reads a bounded number of records per page, so a rare text still answers
-          // quickly: the page then ends where the reading stopped, however few it holds.
-          read += TEXT_SCAN_CHUNK;
-          if (read >= TEXT_SCAN_BUDGET) return { records, next: encodeCursor(entry.seq) };
-          continue;
-        }
-        if (entry.record === undefined || !matchesDeadLetterFilter(entry.record, filter)) continue;
+      for (;;) {
         // One match past the page says whether there is a next page, so a page that ends exactly at
         // the last match reports none.
-        if (records.length === limit) return { records, next: encodeCursor(lastSeq) };
-        records.push(entry.record);
-        lastSeq = entry.seq;
+        const chunk = await this.#filterChunk(filter, 'list', from, limit + 1 - records.length);
+        for (const entry of chunk.entries) {
+          if (!selected(entry, filter)) continue;
+          if (records.length === limit) return { records, next: encodeCursor(lastSeq) };
+          records.push(entry.record);
+          lastSeq = entry.seq;
+        }
+        if (chunk.ended || chunk.last === undefined) return { records, next: undefined };
+        from = chunk.last;
+        read += chunk.read;
+        // A text search reads a bounded number of records per page, so a rare text still answers
+        // quickly: the page then ends where the reading stopped, however few it holds.
+        if (filter.text !== undefined && read >= TEXT_SCAN_BUDGET)
+          return { records, next: encodeCursor(from) };
       }
-      return { records, next: undefined };
     });
   }
 
@@ -708,26 +994,35 @@ export class RedisDeadLetterStore implements DeadLetterStore {
    * {@inheritDoc DeadLetterStore.count}
    *
    * @remarks
-   * A filter of status and fingerprint alone is answered from the failure-group aggregates; any
-   * other field walks the records.
+   * A filter of status, fingerprint and time window alone is answered from the failure-group
+   * aggregates; any other field is applied inside Redis, chunk by chunk, to fields each record keeps beside its JSON
+   * (a text search decodes the JSON there), so only the number travels.
    */
   count(filter: DeadLetterFilter = {}): Promise<number> {
     return this.#run(async () => {
       if (selectsEveryDeadLetter(filter)) return await this.#client.zcard(this.#indexKey);
-      const statuses = aggregatedStatuses(filter);
+      // The group sets are scored by lastFailedAt, so a time window is a range of them.
+      const { since: _since, until: _until, ...untimed } = filter;
+      const statuses = aggregatedStatuses(untimed);
       if (statuses !== undefined) {
         const n = Number(
           await this.#eval(
             SCRIPTS.count,
             [this.#indexKey],
-            [this.#scriptKeyspace, statuses, filter.fingerprint ?? ''],
+            [
+              this.#scriptKeyspace,
+              statuses,
+              filter.fingerprint ?? '',
+              filter.since === undefined ? '-inf' : String(filter.since),
+              filter.until === undefined ? '+inf' : `(${filter.until}`,
+            ],
           ),
         );
         if (n >= 0) return n;
       }
       let n = 0;
-      for await (const entry of this.#scan(undefined, filter.text)) {
-        if (entry.record !== undefined && matchesDeadLetterFilter(entry.record, filter)) n++;
+      for await (const chunk of this.#filterChunks(filter, 'count')) {
+        n += chunk.selected + chunk.entries.filter((entry) => selected(entry, filter)).length;
       }
       return n;
     });
@@ -739,9 +1034,9 @@ export class RedisDeadLetterStore implements DeadLetterStore {
    * @remarks
    * Every write keeps per-fingerprint aggregates in the same script as the record, so a filter of
    * status and fingerprint alone is answered from them in time that grows with the groups on the
-   * page, not with the records held. Any other field (endpoint, time window, text, ...) walks the
-   * records, as `list` does. So do records written by a Harrier from before groups existed, until
-   * they are removed or added again.
+   * page, not with the records held. Any other field (endpoint, time window, text, ...) is applied
+   * inside Redis chunk by chunk, as in `count`, which returns per-fingerprint sums; records written
+   * by a Harrier from before the aggregates or the filter fields are read and filtered here.
    */
   groups(filter: DeadLetterFilter = {}, page: DeadLetterGroupPageOptions = {}): Promise<DeadLetterGroupPage> {
     return this.#run(async () => {
@@ -764,13 +1059,16 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         )) as unknown[];
         if (reply[0] === 1) return groupsPage(reply.slice(1), limit);
       }
-      const accumulator = new DeadLetterGroupAccumulator();
-      for await (const entry of this.#scan(undefined, filter.text)) {
-        if (entry.record !== undefined && matchesDeadLetterFilter(entry.record, filter)) {
-          accumulator.add(entry.record, entry.seq);
+      const sums = new GroupSums();
+      for await (const chunk of this.#filterChunks(filter, 'groups')) {
+        for (const sum of chunk.groups) sums.add(sum);
+        for (const entry of chunk.entries) {
+          if (selected(entry, filter)) sums.addRecord(entry.record, entry.seq);
         }
       }
-      return accumulator.page(page);
+      const { groups, next } = sums.page(after, limit);
+      const samples = await this.#samples(groups.map((group) => group.sample));
+      return { groups: groups.map((group, i) => groupWithSample(group, samples[i])), next };
     });
   }
 
@@ -781,6 +1079,19 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         [this.#recordKey(id)],
         [encodeReplay(replay), String(MAX_REPLAY_HISTORY), id, this.#scriptKeyspace],
       );
+      return reply === 1;
+    });
+  }
+
+  /**
+   * {@inheritDoc DeadLetterStore.markReplayHandled}
+   *
+   * @remarks
+   * One script, so it never marks a record that died again meanwhile.
+   */
+  markReplayHandled(id: string, at: number): Promise<boolean> {
+    return this.#run(async () => {
+      const reply = await this.#eval(SCRIPTS.markReplayHandled, [this.#recordKey(id)], [String(at)]);
       return reply === 1;
     });
   }
@@ -844,49 +1155,86 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     return `${this.#recordPrefix}${id}`;
   }
 
-  /**
-   * Every index entry after sequence `after`, in order, read a chunk per round trip; with `text`,
-   * Redis drops most entries that cannot contain it, so fewer records travel and are decoded.
-   */
-  async *#scan(after: number | undefined, text?: string): AsyncGenerator<ChunkEntry> {
-    // Lua's lower() knows only ASCII, so only an ASCII needle can be matched in Redis.
-    if (text !== undefined && /^[\x20-\x7e]*$/.test(text)) {
-      yield* this.#scanText(after, text);
-      return;
-    }
-    let from = after;
+  /** Every chunk of a filter scan from the start of the index to its end. */
+  async *#filterChunks(filter: DeadLetterFilter, mode: 'count' | 'groups'): AsyncGenerator<FilterChunk> {
+    let from: number | undefined;
     for (;;) {
-      const chunk = await this.#readChunk(from);
-      yield* chunk;
-      const last = chunk.at(-1);
-      if (last === undefined || chunk.length < SCAN_CHUNK) return;
-      from = last.seq;
+      const chunk = await this.#filterChunk(filter, mode, from, SCAN_CHUNK);
+      yield chunk;
+      if (chunk.ended || chunk.last === undefined) return;
+      from = chunk.last;
     }
   }
 
-  async *#scanText(after: number | undefined, text: string): AsyncGenerator<ChunkEntry> {
-    const once = JSON.stringify(text.toLowerCase()).slice(1, -1);
-    const twice = JSON.stringify(once).slice(1, -1);
-    let from = after;
-    for (;;) {
-      const reply = (await this.#eval(
-        SCRIPTS.readTextChunk,
-        [this.#indexKey],
-        [
-          from === undefined ? '-inf' : `(${from}`,
-          String(TEXT_SCAN_CHUNK),
-          this.#scriptRecordPrefix,
-          once,
-          twice,
-        ],
-      )) as unknown[];
-      yield* this.#entriesOf(reply.slice(2));
-      const [read, last] = reply;
-      if (Number(read) < TEXT_SCAN_CHUNK || typeof last !== 'string') return;
-      from = Number(last);
-      // A marker (no id) after each full chunk: where the reading got to, for list's budget.
-      yield { id: '', seq: from, record: undefined, version: undefined };
+  /** One run of the filter scan script (see FILTER_SCAN_SCRIPT) after sequence `after`. */
+  async #filterChunk(
+    filter: DeadLetterFilter,
+    mode: 'list' | 'count' | 'groups',
+    after: number | undefined,
+    most: number,
+  ): Promise<FilterChunk> {
+    const text = filter.text;
+    // Lua's lower() knows only ASCII, so only an ASCII needle can be compared in Redis.
+    const textMode = text === undefined ? '' : /^[\x20-\x7e]*$/.test(text) ? 'lua' : 'node';
+    const needle = text?.toLowerCase() ?? '';
+    const once = JSON.stringify(needle).slice(1, -1);
+    const size = textMode === '' ? FILTER_CHUNK : TEXT_FILTER_CHUNK;
+    const reply = (await this.#eval(
+      SCRIPTS.filterScan,
+      [this.#indexKey],
+      [
+        this.#scriptRecordPrefix,
+        after === undefined ? '-inf' : `(${after}`,
+        String(size),
+        mode,
+        String(most),
+        filter.status ?? 'dead',
+        ...[filter.endpoint, filter.type, filter.handler, filter.reason, filter.fingerprint].map(optionalArg),
+        filter.since === undefined ? '' : String(filter.since),
+        filter.until === undefined ? '' : String(filter.until),
+        textMode,
+        needle,
+        once,
+        JSON.stringify(once).slice(1, -1),
+      ],
+    )) as [number, unknown, number, number, unknown[], unknown[]];
+    const [read, last, ended, selectedCount, records, groups] = reply;
+    const width = 3 + RECORD_FIELDS.length;
+    const entries: FilterEntry[] = [];
+    for (let i = 0; i + width <= records.length; i += width) {
+      const [entry] = this.#entriesOf([records[i], records[i + 1], ...records.slice(i + 3, i + width)]);
+      if (entry?.record !== undefined) {
+        entries.push({
+          ...entry,
+          record: entry.record,
+          verdict: records[i + 2] === 1 ? 'selected' : 'candidate',
+        });
+      }
     }
+    const sums: GroupSum[] = [];
+    for (let i = 0; i + 6 <= groups.length; i += 6) {
+      const [fingerprint, count, first, lastSeen, seq, id] = groups.slice(i, i + 6);
+      sums.push({
+        fingerprint: String(fingerprint),
+        count: Number(count),
+        firstSeen: Number(first),
+        lastSeen: Number(lastSeen),
+        sample: { seq: Number(seq), id: String(id) },
+      });
+    }
+    return {
+      read,
+      last: typeof last === 'string' ? Number(last) : undefined,
+      ended: ended === 1,
+      selected: selectedCount,
+      entries,
+      groups: sums,
+    };
+  }
+
+  /** The sample record of each group: the one it holds already, else read now (undefined if gone). */
+  async #samples(samples: readonly SampleRef[]): Promise<(DeadLetterRecord | undefined)[]> {
+    return Promise.all(samples.map(async (sample) => sample.record ?? (await this.get(sample.id))));
   }
 
   async #readChunk(after: number | undefined): Promise<ChunkEntry[]> {

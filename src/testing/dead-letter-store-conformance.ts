@@ -885,6 +885,113 @@ export function describeDeadLetterStoreConformance(name: string, factory: DeadLe
       });
     });
 
+    describe('.markReplayHandled', () => {
+      /**
+       * The store's `markReplayHandled`, or skips the test: the method is optional, and a store
+       * without it reports replays as pending until they fail again.
+       */
+      function markReplayHandledOf(skip: (note?: string) => void): DeadLetterStore['markReplayHandled'] {
+        if (store.markReplayHandled === undefined) {
+          skip(`${name} has no markReplayHandled (optional): its replays stay pending until they fail again`);
+        }
+        return store.markReplayHandled?.bind(store);
+      }
+
+      /** A new record, stored and then replayed at `at` (by `by`, if given). */
+      async function replayed(at: number, by?: string): Promise<DeadLetterRecord> {
+        const record = deadLetter();
+        await store.add(record);
+        await store.markReplayed(record.id, by === undefined ? { at } : { at, by });
+        return record;
+      }
+
+      describe('when the record is replayed', () => {
+        it('returns true and sets handledAt on the latest replay only', async ({ skip }) => {
+          const mark = markReplayHandledOf(skip);
+          const record = await replayed(T0 + 1000, 'alice');
+          await store.add(record);
+          await store.markReplayed(record.id, { at: T0 + 2000, by: 'bob' });
+          expect(await mark?.(record.id, T0 + 2500)).toBe(true);
+          expect((await mustGet(record.id)).replays).toEqual([
+            { at: T0 + 1000, by: 'alice' },
+            { at: T0 + 2000, by: 'bob', handledAt: T0 + 2500 },
+          ]);
+        });
+
+        it('leaves the status and every other field as they were', async ({ skip }) => {
+          const mark = markReplayHandledOf(skip);
+          const record = await replayed(T0 + 1000);
+          await mark?.(record.id, T0 + 1500);
+          expect(await store.get(record.id)).toEqual({
+            ...record,
+            status: 'replayed',
+            replays: [{ at: T0 + 1000, handledAt: T0 + 1500 }],
+          });
+          expect(ids((await store.list({ status: 'replayed' })).records)).toEqual([record.id]);
+        });
+
+        it('keeps the first handledAt when marked again', async ({ skip }) => {
+          const mark = markReplayHandledOf(skip);
+          const record = await replayed(T0 + 1000);
+          await mark?.(record.id, T0 + 1500);
+          expect(await mark?.(record.id, T0 + 9000)).toBe(true);
+          expect((await mustGet(record.id)).replays).toEqual([{ at: T0 + 1000, handledAt: T0 + 1500 }]);
+        });
+
+        it('keeps handledAt through a later failure and replay', async ({ skip }) => {
+          const mark = markReplayHandledOf(skip);
+          const record = await replayed(T0 + 1000);
+          await mark?.(record.id, T0 + 1500);
+          await store.add({ ...record, lastFailedAt: T0 + 3000 });
+          await store.markReplayed(record.id, { at: T0 + 4000 });
+          expect((await mustGet(record.id)).replays).toEqual([
+            { at: T0 + 1000, handledAt: T0 + 1500 },
+            { at: T0 + 4000 },
+          ]);
+        });
+      });
+
+      describe('when the replay was made by someone whose name looks like JSON', () => {
+        it('still marks the replay, and only it', async ({ skip }) => {
+          const mark = markReplayHandledOf(skip);
+          const by = 'eve","handledAt":1}\n{"at":2';
+          const record = await replayed(T0 + 1000, by);
+          expect(await mark?.(record.id, T0 + 1500)).toBe(true);
+          expect((await mustGet(record.id)).replays).toEqual([{ at: T0 + 1000, by, handledAt: T0 + 1500 }]);
+        });
+      });
+
+      describe('when the record died again after its replay', () => {
+        it('returns false and changes nothing', async ({ skip }) => {
+          const mark = markReplayHandledOf(skip);
+          const record = await replayed(T0 + 1000);
+          await store.add({ ...record, lastFailedAt: T0 + 2000 });
+          const before = await mustGet(record.id);
+          expect(await mark?.(record.id, T0 + 2500)).toBe(false);
+          expect(await store.get(record.id)).toEqual(before);
+          expect(before.status).toBe('dead');
+        });
+      });
+
+      describe('when the record was never replayed', () => {
+        it('returns false and changes nothing', async ({ skip }) => {
+          const mark = markReplayHandledOf(skip);
+          const record = deadLetter();
+          await store.add(record);
+          expect(await mark?.(record.id, T0 + 1000)).toBe(false);
+          expect(await store.get(record.id)).toEqual(record);
+        });
+      });
+
+      describe('when no record has the id', () => {
+        it('returns false and creates nothing', async ({ skip }) => {
+          const mark = markReplayHandledOf(skip);
+          expect(await mark?.(deadLetter().id, T0)).toBe(false);
+          expect(await store.count({ status: 'any' })).toBe(0);
+        });
+      });
+    });
+
     describe('.remove', () => {
       describe('when some ids exist', () => {
         it('deletes them and returns how many existed', async () => {

@@ -886,6 +886,84 @@ export function describeMessageBrokerConformance(
           const replayed = await inbox.next();
           expect(replayed.facts).toMatchObject({ messageId: message.id, attempt: 1, history: [] });
           expect(replayed.body).toBe(message.body);
+          expect(replayed.facts.replayOf).toBeUndefined();
+        });
+      });
+
+      /**
+       * A command on an endpoint of its own, published, delivered once and dead-lettered; `ordered`
+       * makes it an ordered type with a partition key.
+       */
+      async function deadLetteredCommand(ordered: boolean) {
+        const endpoint = f().endpoint(ordered ? 'accounts' : 'orders');
+        const type = f().type(ordered ? 'PostEntry' : 'PlaceOrder');
+        await (ordered ? f().orderedCommands(endpoint, type) : f().commands(endpoint, type));
+        const inbox = f().inbox(endpoint);
+        const message = f().message('command', type, ordered ? { partitionKey: 'k', ordered: true } : {});
+        await f().broker.publish(message);
+        const first = await inbox.next();
+        await f().broker.nack(first.id, { deadLetter: 'handler-failed' });
+        return { broker: f().broker, endpoint, type, inbox, message, first };
+      }
+
+      describe('when given the dead letter id of a dead-lettered message', () => {
+        it('hands it back as replayOf on every delivery of the replay, retries included, and never on a publish', async () => {
+          const { broker, endpoint, type, inbox, message, first } = await deadLetteredCommand(false);
+          expect(first.facts.replayOf).toBeUndefined();
+
+          await broker.redeliver({ endpoint, handler: 'commands', message, deadLetterId: 'dl-1' });
+
+          const replayed = await inbox.next();
+          expect(replayed.facts).toMatchObject({ messageId: message.id, attempt: 1, replayOf: 'dl-1' });
+          await broker.nack(replayed.id, { retryAt: Date.now(), error: { name: 'Error', message: 'boom' } });
+          const retried = await inbox.next();
+          expect(retried.facts).toMatchObject({ attempt: 2, replayOf: 'dl-1' });
+          await broker.nack(retried.id, { release: true });
+          const released = await inbox.next();
+          expect(released.facts).toMatchObject({ attempt: 2, replayOf: 'dl-1' });
+          await broker.ack(released.id);
+
+          const other = f().message('command', type);
+          await broker.publish(other);
+          const published = await inbox.next();
+          expect(published.facts.messageId).toBe(other.id);
+          expect(published.facts.replayOf).toBeUndefined();
+        });
+      });
+
+      describe('when given a dead letter id of a message the broker no longer holds', () => {
+        it('hands it back as replayOf', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reporting');
+          const orderPlaced = f().type('OrderPlaced');
+          await f().events(endpoint, { countOrders: [orderPlaced] });
+          const inbox = f().inbox(endpoint);
+          const message = f().message('event', orderPlaced);
+
+          await broker.redeliver({ endpoint, handler: 'countOrders', message, deadLetterId: 'dl-2' });
+
+          const replayed = await inbox.next();
+          expect(replayed.facts).toMatchObject({
+            messageId: message.id,
+            handler: 'countOrders',
+            replayOf: 'dl-2',
+          });
+          await broker.ack(replayed.id);
+        });
+      });
+
+      describe('when given a dead letter id of an ordered message', () => {
+        it('keeps replayOf on the retry of the replay', async () => {
+          const { broker, endpoint, inbox, message } = await deadLetteredCommand(true);
+
+          await broker.redeliver({ endpoint, handler: 'commands', message, deadLetterId: 'dl-3' });
+
+          const replayed = await inbox.next();
+          expect(replayed.facts.replayOf).toBe('dl-3');
+          await broker.nack(replayed.id, { retryAt: Date.now(), error: { name: 'Error', message: 'boom' } });
+          const retried = await inbox.next();
+          expect(retried.facts).toMatchObject({ attempt: 2, replayOf: 'dl-3' });
+          await broker.ack(retried.id);
         });
       });
     });

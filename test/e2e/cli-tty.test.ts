@@ -172,6 +172,25 @@ describe.skipIf(!hasScript)('harrier CLI on a terminal (util-linux script pty)',
     await Promise.all(records.map((record) => store.add(record)));
   }
 
+  describe('dlq show', () => {
+    it("shows each replay's outcome: when it was handled, or pending", async () => {
+      const [handled, pending] = [deadLetter(1), deadLetter(2)];
+      await seed([handled, pending]);
+      const replayAt = Date.UTC(2026, 0, 2, 10, 0, 0);
+      await store.markReplayed(handled.id, { at: replayAt, by: 'ops' });
+      await store.markReplayHandled(handled.id, replayAt + 1500);
+      await store.markReplayed(pending.id, { at: replayAt });
+
+      const shown = lines((await harrierOnPty(['dlq', 'show', handled.id, '--prefix', prefix])).output);
+      const shownPending = lines(
+        (await harrierOnPty(['dlq', 'show', pending.id, '--prefix', prefix])).output,
+      );
+
+      expect(shown).toContain('  2026-01-02T10:00:00.000Z  by ops  handled 2026-01-02T10:00:01.500Z');
+      expect(shownPending).toContain('  2026-01-02T10:00:00.000Z  by -  pending');
+    });
+  });
+
   describe('dlq replay --all', () => {
     it('redraws a count/total progress line with carriage returns and ends with the summary', async () => {
       await seed(Array.from({ length: 100 }, (_, n) => deadLetter(n)));

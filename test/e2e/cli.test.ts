@@ -205,6 +205,18 @@ describe('harrier CLI', () => {
         expect(await store.count({ status: 'replayed' })).toBe(10_000);
         const sample = await store.get(records[0]?.id ?? '');
         expect(sample?.replays.map((r) => r.by)).toEqual(['cli:tester']);
+        // The worker records each outcome, though the CLI, another process, marked the records.
+        let handledReplays = 0;
+        let cursor: string | undefined;
+        do {
+          const page = await store.list(
+            { status: 'replayed' },
+            { limit: 1000, ...(cursor ? { cursor } : {}) },
+          );
+          handledReplays += page.records.filter((r) => r.replays.at(-1)?.handledAt !== undefined).length;
+          cursor = page.next;
+        } while (cursor !== undefined);
+        expect(handledReplays).toBe(10_000);
       }, 90_000);
     });
 
@@ -261,6 +273,23 @@ describe('harrier CLI', () => {
         expect(result.code).toBe(4);
         expect(result.stderr).toContain('No dead letters match');
       });
+    });
+  });
+
+  describe('dlq show --json', () => {
+    it('includes when each replay was handled', async () => {
+      const record = deadLetter(1);
+      await seed([record]);
+      const replayAt = Date.UTC(2026, 0, 2, 10, 0, 0);
+      await store.markReplayed(record.id, { at: replayAt, by: 'ops' });
+      await store.markReplayHandled(record.id, replayAt + 1500);
+
+      const show = await harrier(['dlq', 'show', record.id, '--prefix', prefix, '--json'], env);
+
+      expect(show.code).toBe(0);
+      expect(jsonLines(show.stdout)[0]?.replays).toEqual([
+        { at: replayAt, by: 'ops', handledAt: replayAt + 1500 },
+      ]);
     });
   });
 

@@ -1,4 +1,5 @@
-import type { DeadLetterRecord } from '../../dead-letters/dead-letter-store.js';
+import type { DeadLetterRecord, ReplayRecord } from '../../dead-letters/dead-letter-store.js';
+import { replayOutcome } from '../../dead-letters/replay-outcome.js';
 import { SELECTOR_OPTIONS, contextOf, filterOf, noPositionals, parse } from '../cli-context.js';
 import {
   ExitCode,
@@ -130,7 +131,10 @@ export async function showCommand(argv: readonly string[], io: CliIo): Promise<n
     `Replays (${record.replays.length}):`,
     ...(record.replays.length === 0
       ? ['  never replayed']
-      : record.replays.map((r) => `  ${iso(r.at)}  by ${r.by ?? '-'}`)),
+      : record.replays.map(
+          (r, i) =>
+            `  ${iso(r.at)}  by ${r.by ?? '-'}${replayNote(record, r, i === record.replays.length - 1)}`,
+        )),
     '',
     'Envelope:',
     envelope,
@@ -138,6 +142,18 @@ export async function showCommand(argv: readonly string[], io: CliIo): Promise<n
   ];
   io.stdout.write(lines.join('\n'));
   return ExitCode.ok;
+}
+
+/**
+ * What became of one replay, for `dlq show`: when it was handled, else for the latest replay its
+ * outcome (`pending`, `failed again`); an earlier replay without `handledAt` shows nothing, since a
+ * store without `markReplayHandled` cannot say.
+ */
+function replayNote(record: DeadLetterRecord, replay: ReplayRecord, latest: boolean): string {
+  if (replay.handledAt !== undefined) return `  handled ${iso(replay.handledAt)}`;
+  if (!latest) return '';
+  const outcome = replayOutcome(record, replay.at);
+  return outcome === undefined ? '' : `  ${outcome === 'failed-again' ? 'failed again' : outcome}`;
 }
 
 interface Group {

@@ -29,6 +29,23 @@ describe('parseDeadLetterRecord', () => {
     });
   });
 
+  describe('when the record was replayed and its replay handled', () => {
+    it('keeps each replay with when it was handled', () => {
+      const replayed = {
+        ...record,
+        status: 'replayed' as const,
+        replays: [
+          { at: 1, by: 'ops' },
+          { at: 2, handledAt: 3 },
+        ],
+      };
+      expect(parseDeadLetterRecord(JSON.parse(JSON.stringify(replayed)))).toEqual({
+        ok: true,
+        record: replayed,
+      });
+    });
+  });
+
   describe('when fields are missing or of the wrong type', () => {
     it('names each one', () => {
       const result = parseDeadLetterRecord({

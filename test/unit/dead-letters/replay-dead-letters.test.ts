@@ -153,6 +153,12 @@ describe('replayDeadLetters', () => {
       });
     });
 
+    it('names the dead letter in the delivery, so its outcome can be recorded', async () => {
+      const record = await deadLetterOf();
+      await replayDeadLetters({ store, broker, ids: [record.id], clock });
+      expect((await receiveOne(broker)).facts.replayOf).toBe(record.id);
+    });
+
     it('delivers only to the subscription the message died in', async () => {
       const record = await deadLetterOf();
       await replayDeadLetters({ store, broker, ids: [record.id], clock });

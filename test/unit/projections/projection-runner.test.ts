@@ -11,6 +11,7 @@ import {
   createBus,
   defineCommand,
   defineEvent,
+  replayOutcome,
   silentLogger,
   type MessageBus,
   type BusOptions,
@@ -302,6 +303,25 @@ describe('ProjectionRunner', () => {
           status: 'replayed',
           replays: [{ by: 'ops' }],
         });
+      });
+
+      it('records the replay as handled, since no dispatcher sees the event', async () => {
+        const { bus, balances, record } = await poisoned();
+        balances.healed = true;
+        const replayAt = Date.now();
+        await bus.replayDeadLetters([record.id]);
+        const stored = await bus.deadLetters.get(record.id);
+        expect(stored?.replays[0]?.handledAt).toBeGreaterThanOrEqual(replayAt);
+        expect(stored && replayOutcome(stored, replayAt)).toBe('handled');
+      });
+
+      it('reports the replay failed again when the projection fails again', async () => {
+        const { bus, record } = await poisoned();
+        const replayAt = Date.now();
+        await bus.replayDeadLetters([record.id]);
+        const stored = await bus.deadLetters.get(record.id);
+        expect(stored?.replays[0]?.handledAt).toBeUndefined();
+        expect(stored && replayOutcome(stored, replayAt)).toBe('failed-again');
       });
 
       it('reports projection-failed and keeps the record dead when the projection fails again', async () => {
