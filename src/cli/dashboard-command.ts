@@ -1,6 +1,9 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createDashboard, isLoopbackHost } from '../dashboard/index.js';
+import { createDashboard, isLoopbackHost, type DashboardReplay } from '../dashboard/index.js';
+import { replayDeadLetters } from '../dead-letters/replay-dead-letters.js';
+import { silentLogger } from '../logging/logger.js';
+import { signerOf } from './dlq/dlq-replay-command.js';
 import { GLOBAL_HELP, contextOf, noPositionals, openAdmin, parse } from './cli-context.js';
 import { CliExit, ExitCode, usageError, writeJson, type CliIo } from './cli-io.js';
 import { isHost } from './redis-url.js';
@@ -11,14 +14,18 @@ Serves the dashboard (docs/dashboard.md) of the Harrier system on Redis until SI
 the dead letters with filters and paging, failure groups, each record's envelope, error, attempts
 and replays; projections with their checkpoints, lag and dead letters (what \`harrier projections
 status\` shows); and the topology: endpoints, subscriptions and queue depths (what \`harrier
-topology\` shows). Prints its URL (--json: {"url": ...}).
+topology\` shows). With --allow-actions, replay (with each message's outcome) and purge. Prints its
+URL (--json: {"url": ...}).
 
 Options:
   --host <host>       address to listen on (default: 127.0.0.1); any other than loopback needs a token
   --port <port>       port to listen on, 0 for a free one (default: 8080)
   --token <secret>    secret the browser must present (default: $HARRIER_DASHBOARD_TOKEN); open the
                       URL once with ?token=<secret> and a cookie keeps it
-  --allow-actions     allow pages to change things (this version has no actions yet)
+  --allow-actions     allow pages to replay and purge dead letters (read-only without it); a replay
+                      is the one of harrier dlq replay, recorded as by dashboard
+  --signing-keys <k>  with --allow-actions: comma-separated hex keys (default $HARRIER_SIGNING_KEYS);
+                      refuse, with signature-invalid, every record whose envelope no longer verifies
 
 ${GLOBAL_HELP}
 `;
@@ -40,6 +47,7 @@ export async function dashboardCommand(
     port: { type: 'string' },
     token: { type: 'string' },
     'allow-actions': { type: 'boolean' },
+    'signing-keys': { type: 'string' },
   });
   if (values.help === true) {
     io.stdout.write(DASHBOARD_HELP);
@@ -62,6 +70,8 @@ export async function dashboardCommand(
       `--host ${host} is reachable from other machines, so a token is required: pass --token <secret> (or set HARRIER_DASHBOARD_TOKEN), or use --host 127.0.0.1`,
     );
   }
+  const allowActions = values['allow-actions'] === true;
+  const signer = allowActions ? signerOf(values['signing-keys'] ?? io.env.HARRIER_SIGNING_KEYS) : undefined;
   const ctx = contextOf(io, values);
   // Where the records come from, for the page header (createDashboard masks a password in it).
   const where =
@@ -71,10 +81,25 @@ export async function dashboardCommand(
   const source = `${where} ${ctx.prefix}`;
   const admin = await openAdmin(ctx);
   try {
+    const store = admin.deadLetterStore();
+    let replay: DashboardReplay | undefined;
+    if (allowActions) {
+      // Opened now, not on the first replay, so a broker that cannot start stops the command at once.
+      const broker = await admin.broker({ logger: silentLogger });
+      replay = (ids, options) =>
+        replayDeadLetters({
+          store,
+          broker,
+          ids,
+          ...options,
+          ...(signer !== undefined ? { verifySignature: (body: string) => signer.verify(body) } : {}),
+        });
+    }
     const handler = createDashboard({
-      deadLetters: admin.deadLetterStore(),
+      deadLetters: store,
       host,
-      allowActions: values['allow-actions'] === true,
+      allowActions,
+      ...(replay !== undefined ? { replay } : {}),
       source,
       topology: () => admin.topology(),
       projections: () => admin.projectionLags(),
@@ -93,7 +118,7 @@ export async function dashboardCommand(
     if (ctx.json) writeJson(io.stdout, { url });
     else {
       io.stdout.write(
-        `Dashboard at ${url} (${values['allow-actions'] === true ? 'actions allowed' : 'read-only'})${token === undefined ? '' : '; open it once with ?token=<your token>'}; Ctrl-C to stop\n`,
+        `Dashboard at ${url} (${allowActions ? 'actions allowed' : 'read-only'})${token === undefined ? '' : '; open it once with ?token=<your token>'}; Ctrl-C to stop\n`,
       );
     }
     await new Promise<void>((resolve) => {

@@ -1,5 +1,8 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { DashboardActions, type ActionResponder } from './dashboard-actions.js';
+import { cookieValue } from './dashboard-csrf.js';
+import type { DashboardReplay } from './replay-jobs.js';
 import { deadLetterGroups } from '../dead-letters/dead-letter-groups.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -38,14 +41,24 @@ export interface DashboardOptions {
    */
   readonly token?: string;
   /**
-   * Whether pages may change anything (replay, purge). This slice has no actions yet; the flag is
-   * shown on every page.
+   * Whether pages may change anything: purge, and replay when `replay` is given too. Without it
+   * every POST answers 403 and no page shows a form that changes anything.
    * @defaultValue false
    */
   readonly allowActions?: boolean;
+  /**
+   * How to replay dead letters, with `allowActions`: pass `(ids, o) => bus.replayDeadLetters(ids, o)`
+   * (`harrier dashboard --allow-actions` passes the same replay as `harrier dlq replay`).
+   * @defaultValue none (no replay buttons; a line on the pages says what to pass)
+   */
+  readonly replay?: DashboardReplay;
   /** Where the records come from, shown in the header; passwords in URLs are masked. */
   readonly source?: string;
-  /** The clock of relative time windows (`since=1h`). @defaultValue Date.now */
+  /**
+   * The clock of relative time windows (`since=1h`) and of replay jobs: with `replay`, pass the
+   * bus's clock, so a job's start compares with the replay times the bus records.
+   * @defaultValue Date.now
+   */
   readonly now?: () => number;
   /**
    * Reads the endpoints, subscriptions and queue depths `GET /topology` shows, on each visit:
@@ -77,27 +90,15 @@ const SECURITY_HEADERS = {
   'content-security-policy':
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
   'x-content-type-options': 'nosniff',
-  'referrer-policy': 'no-referrer',
+  // same-origin, not no-referrer: under no-referrer a browser sends `Origin: null` with the page's
+  // own form POSTs, and the cross-site check needs their real origin.
+  'referrer-policy': 'same-origin',
   'cache-control': 'no-store',
   'x-frame-options': 'DENY',
 } as const;
 
 function digest(text: string): Buffer {
   return createHash('sha256').update(text, 'utf8').digest();
-}
-
-function cookieValue(header: string | undefined, name: string): string | undefined {
-  for (const part of (header ?? '').split(';')) {
-    const eq = part.indexOf('=');
-    if (eq > 0 && part.slice(0, eq).trim() === name) {
-      try {
-        return decodeURIComponent(part.slice(eq + 1).trim());
-      } catch {
-        return undefined;
-      }
-    }
-  }
-  return undefined;
 }
 
 function presentedToken(req: IncomingMessage): string | undefined {
@@ -113,11 +114,12 @@ function presentedToken(req: IncomingMessage): string | undefined {
  * server-side HTML.
  *
  * @remarks
- * Read-only in this version: `GET /` lists dead letters (filters and cursor paging as query
+ * `GET /` lists dead letters (filters and cursor paging as query
  * parameters, `text` searches), `GET /groups` shows them grouped by fingerprint, `GET /records/:id`
  * shows one, `GET /projections` and `GET /topology` show what the `projections` and `topology`
- * sources read. Every value is escaped, and pages carry a strict
- * Content-Security-Policy (no scripts). See docs/dashboard.md.
+ * sources read. With `allowActions`, POST `/actions/replay` and `/actions/purge` replay (as a job
+ * shown at `/replays/:job`) or purge, behind same-origin and CSRF checks. Every value is escaped, and
+ * pages carry a strict Content-Security-Policy (no scripts). See docs/dashboard.md.
  *
  * @throws HarrierError `invalid-option` when `host` is not loopback and no `token` is given.
  *
@@ -144,6 +146,9 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
   const tokenDigest = token === undefined ? undefined : digest(token);
   const now = options.now ?? Date.now;
   const store = options.deadLetters;
+  const actions = frame.allowActions
+    ? new DashboardActions({ store, replay: options.replay, now })
+    : undefined;
 
   function send(res: ServerResponse, status: number, body: string, type: string, extra = {}): void {
     res.writeHead(status, { ...SECURITY_HEADERS, 'content-type': type, ...extra });
@@ -157,9 +162,21 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
     body: string,
     current?: NavPath,
     filters?: NavFilters,
+    refresh = false,
   ): void {
-    const frameOf: PageFrame = { ...frame, title, current, filters };
+    const frameOf: PageFrame = { ...frame, title, current, filters, ...(refresh ? { refresh } : {}) };
     send(res, status, page(frameOf, body), 'text/html; charset=utf-8');
+  }
+
+  function responder(res: ServerResponse): ActionResponder {
+    return {
+      html: (status, title, body, opts) => {
+        html(res, status, title, body, undefined, undefined, opts?.refresh === true);
+      },
+      seeOther: (location) => {
+        send(res, 303, '', 'text/plain; charset=utf-8', { location });
+      },
+    };
   }
 
   function authorized(given: string | undefined): boolean {
@@ -168,14 +185,12 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://dashboard.invalid');
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      send(res, 405, 'Method not allowed: this dashboard is read-only\n', 'text/plain; charset=utf-8', {
-        allow: 'GET, HEAD',
-      });
+    if (req.method !== 'GET' && req.method !== 'HEAD' && req.method !== 'POST') {
+      send(res, 405, 'Method not allowed\n', 'text/plain; charset=utf-8', { allow: 'GET, HEAD, POST' });
       return;
     }
     const queryToken = url.searchParams.get('token');
-    if (tokenDigest !== undefined && queryToken !== null) {
+    if (tokenDigest !== undefined && queryToken !== null && req.method !== 'POST') {
       if (!authorized(queryToken)) {
         html(
           res,
@@ -203,6 +218,22 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
       );
       return;
     }
+    if (req.method === 'POST') {
+      if (actions === undefined) {
+        req.resume();
+        html(
+          res,
+          403,
+          'Read-only',
+          '<h1>Read-only</h1><p class="error" role="alert">This dashboard was started without --allow-actions (createDashboard without allowActions: true), so nothing can be changed from it.</p>',
+        );
+      } else await actions.post(req, url.pathname, responder(res));
+      return;
+    }
+    // Handed out on every page, so any form the browser shows carries a token it also holds.
+    const csrf = actions?.csrf.forRequest(req);
+    if (csrf?.setCookie !== undefined) res.setHeader('set-cookie', csrf.setCookie);
+    const view = csrf === undefined ? undefined : actions?.view(csrf.token);
     if (url.pathname === '/dashboard.css') {
       send(res, 200, STYLESHEET, 'text/css; charset=utf-8');
       return;
@@ -220,7 +251,7 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
         }),
         countMatches(store, query.filter),
       ]);
-      html(res, 200, 'Dead letters', listBody(query, { page: records, total }), '/', query.params);
+      html(res, 200, 'Dead letters', listBody(query, { page: records, total }, view), '/', query.params);
       return;
     }
     if (url.pathname === '/groups') {
@@ -233,17 +264,17 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
         limit: query.limit,
         ...(query.cursor !== undefined ? { cursor: query.cursor } : {}),
       });
-      html(res, 200, 'Failure groups', groupsBody(query, groups), '/groups', query.params);
+      html(res, 200, 'Failure groups', groupsBody(query, groups, view), '/groups', query.params);
       return;
     }
     if (url.pathname === '/topology') {
-      const view = await topologyPage(options.topology);
-      html(res, view.status, 'Topology', view.body, '/topology');
+      const shown = await topologyPage(options.topology);
+      html(res, shown.status, 'Topology', shown.body, '/topology');
       return;
     }
     if (url.pathname === '/projections') {
-      const view = await projectionsPage(options.projections, store);
-      html(res, view.status, 'Projections', view.body, '/projections');
+      const shown = await projectionsPage(options.projections, store);
+      html(res, shown.status, 'Projections', shown.body, '/projections');
       return;
     }
     const record = /^\/records\/([^/]+)$/.exec(url.pathname);
@@ -264,7 +295,12 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
         );
         return;
       }
-      html(res, 200, found.type ?? 'Dead letter', recordBody(found));
+      html(res, 200, found.type ?? 'Dead letter', recordBody(found, view));
+      return;
+    }
+    const job = /^\/replays\/([^/]+)$/.exec(url.pathname);
+    if (job?.[1] !== undefined && actions !== undefined) {
+      await actions.jobPage(job[1], responder(res));
       return;
     }
     html(res, 404, 'Not found', '<h1>Not found</h1><p><a href="/">All dead letters</a></p>');

@@ -41,7 +41,7 @@ dt{font-weight:600}dd{margin:0}
 tr.failed td{background:#fdecec}td.failed{color:#a4161a;font-weight:600}tr.total td{font-weight:600;background:#eef0f4}
 .status{display:inline-block;padding:0 .4rem;border-radius:3px;font-size:12px;font-weight:600}
 .status.ok{background:#e3f4e6;color:#1b6b2a}.status.behind{background:#fff1d6;color:#8a5300}.status.none{background:#eef0f4;color:#4a5366}
-section.insight{margin-bottom:1.4rem}`;
+section.insight{margin-bottom:1.4rem}form.actions{display:flex;gap:.4rem;align-items:center;margin:.4rem 0}`;
 
 /** The pages the header links, by path. */
 export const NAV_PAGES = [
@@ -63,6 +63,8 @@ export interface PageFrame {
   /** Where the records come from, already masked (e.g. a Redis URL without its password). */
   readonly source: string | undefined;
   readonly allowActions: boolean;
+  /** Reload the page every second (a replay in progress); a meta refresh, as the CSP allows no script. */
+  readonly refresh?: boolean;
   /** The page shown, marked in the navigation; undefined for pages the header does not link. */
   readonly current?: NavPath | undefined;
   /**
@@ -91,7 +93,7 @@ export function page(frame: PageFrame, body: string): string {
   const mode = frame.allowActions ? 'actions allowed' : 'read-only';
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
-<title>${escapeHtml(frame.title)} · Harrier</title><link rel="stylesheet" href="/dashboard.css"></head>
+${frame.refresh === true ? '<meta http-equiv="refresh" content="1">' : ''}<title>${escapeHtml(frame.title)} · Harrier</title><link rel="stylesheet" href="/dashboard.css"></head>
 <body><header><a href="/">Harrier</a>${nav(frame)}<span class="meta">${mode}${source}</span></header>
 <main>${body}</main></body></html>
 `;

@@ -3,6 +3,16 @@ import type {
   DeadLetterPage,
   DeadLetterRecord,
 } from '../dead-letters/dead-letter-store.js';
+import {
+  ACTIONS_HEADER,
+  SELECT_HEADER,
+  groupActions,
+  groupsFooter,
+  listActions,
+  recordActions,
+  selectCell,
+  type ActionView,
+} from './dashboard-action-html.js';
 import type { MatchCount } from './dashboard-count.js';
 import { escapeHtml as h, isoTime, maskSecrets } from './dashboard-html.js';
 import { TEXT_FILTERS, listHref, pageHref, type ListQuery } from './dashboard-query.js';
@@ -32,10 +42,14 @@ function filterForm(query: ListQuery, action: '/' | '/groups' = '/'): string {
   return `<form class="filters" method="get" action="${action}">${searchBox}${texts}${field('since', 'since', query, '1h or 2026-01-31T12:00Z')}${field('until', 'until', query, '15m or 2026-02-01')}<label>status<select name="status">${options}</select></label><button type="submit">Filter</button><a href="${action}">Clear</a></form>`;
 }
 
-/** The dead-letter list: the filter form, problems or the page of records, and paging links. */
+/**
+ * The dead-letter list: the filter form, problems or the page of records, and paging links; with
+ * `actions`, a checkbox per record and the form that replays or purges the checked ones.
+ */
 export function listBody(
   query: ListQuery,
   result: { readonly page: DeadLetterPage; readonly total: MatchCount } | undefined,
+  actions?: ActionView,
 ): string {
   const parts = [`<h1>Dead letters</h1>`, filterForm(query)];
   if (result === undefined) {
@@ -55,13 +69,15 @@ export function listBody(
       short ? '<p>None found yet; the search has more to read.</p>' : '<p>No dead letters match.</p>',
     );
   } else {
+    const select = actions === undefined ? () => '' : selectCell;
     const rows = page.records.map(
       (r) =>
-        `<tr><td class="when"><a href="${h(recordHref(r.id))}">${h(isoTime(r.lastFailedAt))}</a></td><td>${h(r.type ?? '-')}</td><td>${h(r.endpoint)}</td><td>${h(r.handler ?? '-')}</td><td>${h(r.reason)}</td><td>${h(preview(`${r.error.name}: ${maskSecrets(r.error.message)}`))}</td><td class="num">${r.attemptCount}</td><td><a href="${h(listHref(new Map([['fingerprint', r.fingerprint]])))}"><code>${h(r.fingerprint)}</code></a></td><td>${h(r.status)}</td></tr>`,
+        `<tr>${select(r.id)}<td class="when"><a href="${h(recordHref(r.id))}">${h(isoTime(r.lastFailedAt))}</a></td><td>${h(r.type ?? '-')}</td><td>${h(r.endpoint)}</td><td>${h(r.handler ?? '-')}</td><td>${h(r.reason)}</td><td>${h(preview(`${r.error.name}: ${maskSecrets(r.error.message)}`))}</td><td class="num">${r.attemptCount}</td><td><a href="${h(listHref(new Map([['fingerprint', r.fingerprint]])))}"><code>${h(r.fingerprint)}</code></a></td><td>${h(r.status)}</td></tr>`,
     );
     parts.push(
-      `<table data-testid="records"><thead><tr><th>Last failure</th><th>Type</th><th>Endpoint</th><th>Handler</th><th>Reason</th><th>Error</th><th>Attempts</th><th>Fingerprint</th><th>Status</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`,
+      `<table data-testid="records"><thead><tr>${actions === undefined ? '' : SELECT_HEADER}<th>Last failure</th><th>Type</th><th>Endpoint</th><th>Handler</th><th>Reason</th><th>Error</th><th>Attempts</th><th>Fingerprint</th><th>Status</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`,
     );
+    if (actions !== undefined) parts.push(listActions(actions));
   }
   const links: string[] = [];
   if (query.cursor !== undefined) links.push(`<a href="${h(listHref(query.params))}">First page</a>`);
@@ -75,8 +91,15 @@ export function listBody(
   return parts.join('\n');
 }
 
-/** The failure groups: the filter form, problems or one page of groups, and paging links. */
-export function groupsBody(query: ListQuery, result: DeadLetterGroupPage | undefined): string {
+/**
+ * The failure groups: the filter form, problems or one page of groups, and paging links; with
+ * `actions`, a replay and a purge button per group.
+ */
+export function groupsBody(
+  query: ListQuery,
+  result: DeadLetterGroupPage | undefined,
+  actions?: ActionView,
+): string {
   const parts = [`<h1>Failure groups</h1>`, filterForm(query, '/groups')];
   if (result === undefined) {
     parts.push(...query.problems.map((p) => `<p class="error" role="alert">${h(p)}</p>`));
@@ -87,11 +110,12 @@ export function groupsBody(query: ListQuery, result: DeadLetterGroupPage | undef
   } else {
     const rows = result.groups.map(
       (g) =>
-        `<tr><td class="num">${g.count}</td><td class="when">${h(isoTime(g.firstSeen))}</td><td class="when">${h(isoTime(g.lastSeen))}</td><td>${h(g.type ?? '-')}</td><td>${h(g.handler ?? '-')}</td><td>${h(g.reason)}</td><td>${h(preview(maskSecrets(g.sampleError)))}</td><td><a href="${h(listHref(query.params, { fingerprint: g.fingerprint }))}"><code>${h(g.fingerprint)}</code></a></td></tr>`,
+        `<tr><td class="num">${g.count}</td><td class="when">${h(isoTime(g.firstSeen))}</td><td class="when">${h(isoTime(g.lastSeen))}</td><td>${h(g.type ?? '-')}</td><td>${h(g.handler ?? '-')}</td><td>${h(g.reason)}</td><td>${h(preview(maskSecrets(g.sampleError)))}</td><td><a href="${h(listHref(query.params, { fingerprint: g.fingerprint }))}"><code>${h(g.fingerprint)}</code></a></td>${actions === undefined ? '' : groupActions(actions, query.params, g.fingerprint)}</tr>`,
     );
     parts.push(
-      `<table data-testid="groups"><thead><tr><th>Count</th><th>First seen</th><th>Last seen</th><th>Type</th><th>Handler</th><th>Reason</th><th>Sample error</th><th>Fingerprint</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`,
+      `<table data-testid="groups"><thead><tr><th>Count</th><th>First seen</th><th>Last seen</th><th>Type</th><th>Handler</th><th>Reason</th><th>Sample error</th><th>Fingerprint</th>${actions === undefined ? '' : ACTIONS_HEADER}</tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`,
     );
+    if (actions !== undefined) parts.push(groupsFooter(actions));
   }
   const links: string[] = [];
   if (query.cursor !== undefined)
@@ -114,8 +138,8 @@ function prettyEnvelope(envelope: string): string {
   }
 }
 
-/** One dead letter: its facts, error, stack, envelope, attempts and replays. */
-export function recordBody(r: DeadLetterRecord): string {
+/** One dead letter: its facts, error, stack, envelope, attempts and replays; with `actions`, its buttons. */
+export function recordBody(r: DeadLetterRecord, actions?: ActionView): string {
   const facts: [string, string][] = [
     ['Id', r.id],
     ['Message id', r.messageId ?? '-'],
@@ -155,6 +179,7 @@ export function recordBody(r: DeadLetterRecord): string {
     `<h1>${h(r.type ?? 'Unknown type')} <span class="muted">in ${h(r.endpoint)}</span></h1>`,
     `<p><a href="/">← All dead letters</a> · <a href="${h(listHref(new Map([['fingerprint', r.fingerprint]])))}">Same failure</a></p>`,
     `<dl>${facts.map(([k, v]) => `<dt>${h(k)}</dt><dd>${h(v)}</dd>`).join('')}</dl>`,
+    actions === undefined ? '' : recordActions(actions, r),
     `<h2>Error</h2><p class="error" data-testid="error">${h(`${r.error.name}: ${maskSecrets(r.error.message)}`)}</p>`,
     `<h2>Stack</h2><pre data-testid="stack">${h(maskSecrets(r.error.stack ?? '(none)'))}</pre>`,
     `<h2>Envelope</h2><pre data-testid="envelope">${h(prettyEnvelope(r.envelope))}</pre>`,

@@ -5,6 +5,8 @@ export {
   type DashboardHandler,
   type DashboardOptions,
 } from './create-dashboard.js';
+export { CSRF_COOKIE, CSRF_FIELD } from './dashboard-csrf.js';
+export type { DashboardReplay } from './replay-jobs.js';
 export type {
   DashboardEndpoint,
   DashboardJobCounts,

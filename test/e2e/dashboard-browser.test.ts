@@ -1,17 +1,8 @@
-import { join } from 'node:path';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
-import { launchBrowser, updateScreenshots } from '../helpers/browser.js';
-import { deadLetter, serveDashboard, type ServedDashboard } from '../helpers/dashboard.js';
-
-const images = join(import.meta.dirname, '..', '..', 'docs', 'images');
-
-/** Writes docs/images/dashboard-<name>.png when UPDATE_SCREENSHOTS=1, so CI never rewrites them. */
-async function screenshot(page: Page, name: string): Promise<void> {
-  if (updateScreenshots())
-    await page.screenshot({ path: join(images, `dashboard-${name}.png`), fullPage: true });
-}
+import { launchBrowser } from '../helpers/browser.js';
+import { deadLetter, screenshot, serveDashboard, type ServedDashboard } from '../helpers/dashboard.js';
 
 describe('the dashboard in a real browser', () => {
   let browser: Browser;

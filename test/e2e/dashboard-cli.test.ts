@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { RedisDeadLetterStore } from '../../src/redis/index.js';
 import { DASHBOARD_BIN as bin, startDashboardCli as start } from '../helpers/dashboard-cli.js';
 import { deadLetter } from '../helpers/dashboard.js';
+import { waitFor } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
@@ -48,6 +49,77 @@ describe('harrier dashboard', () => {
     expect((await fetch(url, { headers: { 'x-harrier-token': 'from-env' } })).status).toBe(200);
     run.child.kill('SIGINT');
     expect(await run.exit).toBe(0);
+  });
+
+  /** Runs `harrier dashboard --allow-actions`, replays `id` from its page, returns the finished job page. */
+  async function replayFromDashboard(id: string, env: Record<string, string> = {}): Promise<string> {
+    const args = [
+      'dashboard',
+      '--port',
+      '0',
+      '--json',
+      '--allow-actions',
+      '--redis-url',
+      redisUrl,
+      '--prefix',
+      prefix,
+    ];
+    const run = start(args, env);
+    try {
+      const { url } = JSON.parse(await run.firstLine) as { url: string };
+      const page = await fetch(`${url}records/${id}`);
+      const cookie = (page.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+      const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())?.[1] ?? '';
+      const started = await fetch(`${url}actions/replay`, {
+        method: 'POST',
+        redirect: 'manual',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', origin: url.slice(0, -1), cookie },
+        body: new URLSearchParams([
+          ['csrf', csrf],
+          ['id', id],
+        ]).toString(),
+      });
+      expect(started.status).toBe(303);
+      const job = new URL(started.headers.get('location') ?? '', url).href;
+      let text = '';
+      await waitFor(
+        'the replay to finish',
+        async () => (text = await (await fetch(job)).text()).includes('; finished.'),
+        { timeoutMs: 10_000 },
+      );
+      expect(text).toContain('<span data-testid="progress">1/1</span>');
+      return text;
+    } finally {
+      run.child.kill('SIGTERM');
+      await run.exit;
+    }
+  }
+
+  it('with --allow-actions replays through the broker as harrier dlq replay does, by dashboard', async () => {
+    const store = new RedisDeadLetterStore({ connection: redisUrl, prefix });
+    try {
+      await store.add(deadLetter(2, { id: 'dl-actions', type: 'cli.Replayed' }));
+      await replayFromDashboard('dl-actions');
+      const record = await store.get('dl-actions');
+      expect(record?.status).toBe('replayed');
+      expect(record?.replays.map((r) => r.by)).toEqual(['dashboard']);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('with signing keys refuses a record whose envelope does not verify, as harrier dlq replay does', async () => {
+    const store = new RedisDeadLetterStore({ connection: redisUrl, prefix });
+    try {
+      await store.add(deadLetter(3, { id: 'dl-unsigned', type: 'cli.Unsigned' }));
+      const page = await replayFromDashboard('dl-unsigned', {
+        HARRIER_SIGNING_KEYS: 'a3f1c2d4e5b60718293a4b5c6d7e8f90112233445566778899aabbccddeeff00',
+      });
+      expect(page).toMatch(/<code>signature-invalid<\/code><\/td><td>[^<]*the envelope is not signed/);
+      expect((await store.get('dl-unsigned'))?.status).toBe('dead');
+    } finally {
+      await store.close();
+    }
   });
 
   it('refuses a non-loopback host without a token (usage, exit 2), naming the fix', async () => {

@@ -1,7 +1,18 @@
 import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
+import type { Page } from 'playwright-core';
 import type { AddressInfo } from 'node:net';
 import { createDashboard, type DashboardOptions } from '../../src/dashboard/index.js';
 import type { DeadLetterRecord } from '../../src/dead-letters/dead-letter-store.js';
+import {
+  CommandHandler,
+  UnrecoverableError,
+  type CommandDefinition,
+  type PayloadOf,
+} from '../../src/index.js';
+import { updateScreenshots } from './browser.js';
+
+const IMAGES = join(import.meta.dirname, '..', '..', 'docs', 'images');
 
 /** A dead-letter record with readable defaults; `overrides` wins. */
 export function deadLetter(n: number, overrides: Partial<DeadLetterRecord> = {}): DeadLetterRecord {
@@ -57,6 +68,46 @@ export async function serveDashboard(options: DashboardOptions): Promise<ServedD
         });
       }),
   };
+}
+
+/** Whether the handlers of {@link failingWhile} fail, and the order ids they handled. */
+export interface FaultSwitch {
+  failing: boolean;
+  readonly handled: string[];
+}
+
+/**
+ * A handler of `command` that fails for good (straight to the dead letters) with an error named
+ * `errorName` (so each command's failures form a group of their own) and `message(payload)` while
+ * `fault.failing`, and else records the payload's `orderId`.
+ */
+export function failingWhile<D extends CommandDefinition>(
+  command: D,
+  fault: FaultSwitch,
+  errorName: string,
+  message: (payload: PayloadOf<D>) => string,
+): new () => object {
+  const name = `${command.type.split('.').pop() ?? ''}Handler`;
+  const handler = {
+    [name]: class {
+      handle(payload: PayloadOf<D>) {
+        if (fault.failing) {
+          throw Object.assign(new UnrecoverableError(message(payload)), { name: errorName });
+        }
+        fault.handled.push((payload as { orderId: string }).orderId);
+      }
+    },
+  }[name];
+  if (handler === undefined) throw new Error('unreachable');
+  CommandHandler(command)(handler);
+  return handler;
+}
+
+/** Writes docs/images/dashboard-<name>.png when UPDATE_SCREENSHOTS=1, so CI never rewrites them. */
+export async function screenshot(page: Page, name: string): Promise<void> {
+  if (updateScreenshots()) {
+    await page.screenshot({ path: join(IMAGES, `dashboard-${name}.png`), fullPage: true });
+  }
 }
 
 /** The cells of each body row of the table marked `data-testid="<testid>"`, tags stripped, `<br>` as `,`. */

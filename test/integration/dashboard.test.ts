@@ -311,13 +311,13 @@ describe('createDashboard: the record page', () => {
     expect(text).toContain('alice');
   });
 
-  it('answers 404 for an unknown record or path, and 405 for a write', async () => {
+  it('answers 404 for an unknown record or path, and 405 for a method it has no use for', async () => {
     served = await serveDashboard({ deadLetters: await storeWith(1) });
     expect((await get('/records/nope')).status).toBe(404);
     expect((await get('/elsewhere')).status).toBe(404);
-    const post = await get('/', { method: 'POST' });
-    expect(post.status).toBe(405);
-    expect(post.res.headers.get('allow')).toBe('GET, HEAD');
+    const put = await get('/', { method: 'PUT' });
+    expect(put.status).toBe(405);
+    expect(put.res.headers.get('allow')).toBe('GET, HEAD, POST');
   });
 
   it('masks the password of a Redis URL given as its source', async () => {

@@ -124,7 +124,13 @@ async function tracingOf(io: CliIo): Promise<GlobalTracing | undefined> {
 
 const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
-function signerOf(keys: string | undefined): EnvelopeSigner | undefined {
+/**
+ * The signer that checks replayed envelopes against `keys` (comma-separated, from `--signing-keys` or
+ * `HARRIER_SIGNING_KEYS`), or undefined when none are given.
+ *
+ * @throws CliExit usage error (exit 2) when a key is malformed.
+ */
+export function signerOf(keys: string | undefined): EnvelopeSigner | undefined {
   if (keys === undefined || keys.trim() === '') return undefined;
   try {
     return createEnvelopeSigner({
