@@ -2,7 +2,9 @@ import type {
   DeadLetterGroupPage,
   DeadLetterPage,
   DeadLetterRecord,
+  ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
+import { replayOutcome } from '../dead-letters/replay-outcome.js';
 import {
   ACTIONS_HEADER,
   SELECT_HEADER,
@@ -138,6 +140,17 @@ function prettyEnvelope(envelope: string): string {
   }
 }
 
+/**
+ * What became of one replay: handled (and when), failed again, or pending. Only a dead record is
+ * replayed, so a replay followed by another one died again, unless it was handled first.
+ */
+function replayOutcomeText(record: DeadLetterRecord, replay: ReplayRecord, latest: boolean): string {
+  if (replay.handledAt !== undefined) return `handled ${isoTime(replay.handledAt)}`;
+  if (!latest) return 'failed again';
+  const outcome = replayOutcome(record, replay.at);
+  return outcome === 'failed-again' ? `failed again ${isoTime(record.lastFailedAt)}` : 'pending';
+}
+
 /** One dead letter: its facts, error, stack, envelope, attempts and replays; with `actions`, its buttons. */
 export function recordBody(r: DeadLetterRecord, actions?: ActionView): string {
   const facts: [string, string][] = [
@@ -172,8 +185,11 @@ export function recordBody(r: DeadLetterRecord, actions?: ActionView): string {
   const replays =
     r.replays.length === 0
       ? '<p class="muted">Never replayed.</p>'
-      : `<table data-testid="replays"><thead><tr><th>At</th><th>By</th></tr></thead><tbody>${r.replays
-          .map((p) => `<tr><td>${h(isoTime(p.at))}</td><td>${h(p.by ?? '-')}</td></tr>`)
+      : `<table data-testid="replays"><thead><tr><th>At</th><th>By</th><th>Outcome</th></tr></thead><tbody>${r.replays
+          .map(
+            (p, i) =>
+              `<tr><td>${h(isoTime(p.at))}</td><td>${h(p.by ?? '-')}</td><td data-testid="replay-outcome">${h(replayOutcomeText(r, p, i === r.replays.length - 1))}</td></tr>`,
+          )
           .join('')}</tbody></table>`;
   return [
     `<h1>${h(r.type ?? 'Unknown type')} <span class="muted">in ${h(r.endpoint)}</span></h1>`,

@@ -311,6 +311,26 @@ describe('createDashboard: the record page', () => {
     expect(text).toContain('alice');
   });
 
+  it("shows each replay's outcome: failed again, handled and when, or pending", async () => {
+    const store = new InMemoryDeadLetterStore();
+    const replayOutcomes = async (id: string): Promise<string[]> => {
+      served = await serveDashboard({ deadLetters: store });
+      const { text } = await get(`/records/${id}`);
+      await served.close();
+      served = undefined;
+      return [...text.matchAll(/data-testid="replay-outcome">([^<]*)</g)].map((m) => m[1] ?? '');
+    };
+    const day = (d: number, h = 0): number => Date.UTC(2026, 1, d, h);
+    await store.add(deadLetter(1, { lastFailedAt: day(1) }));
+    await store.markReplayed('dl-0001', { at: day(2), by: 'alice' });
+    expect(await replayOutcomes('dl-0001')).toEqual(['pending']);
+    await store.add(deadLetter(1, { lastFailedAt: day(2, 1) }));
+    expect(await replayOutcomes('dl-0001')).toEqual(['failed again 2026-02-02T01:00:00.000Z']);
+    await store.markReplayed('dl-0001', { at: day(3), by: 'bob' });
+    await store.markReplayHandled('dl-0001', day(3, 2));
+    expect(await replayOutcomes('dl-0001')).toEqual(['failed again', 'handled 2026-02-03T02:00:00.000Z']);
+  });
+
   it('answers 404 for an unknown record or path, and 405 for a method it has no use for', async () => {
     served = await serveDashboard({ deadLetters: await storeWith(1) });
     expect((await get('/records/nope')).status).toBe(404);
