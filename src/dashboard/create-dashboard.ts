@@ -47,6 +47,14 @@ export interface DashboardOptions {
    */
   readonly allowActions?: boolean;
   /**
+   * Host names (as in the request's `Host` header, without the port) this dashboard answers to
+   * besides loopback names and `host`, when it has no `token`: a page of another site whose name
+   * re-resolves to this machine (DNS rebinding) sends its own name, and is refused (403). Add the
+   * name a reverse proxy forwards, or give a token, which makes the check moot.
+   * @defaultValue []
+   */
+  readonly allowedHosts?: readonly string[];
+  /**
    * How to replay dead letters, with `allowActions`: pass `(ids, o) => bus.replayDeadLetters(ids, o)`
    * (`harrier dashboard --allow-actions` passes the same replay as `harrier dlq replay`).
    * @defaultValue none (no replay buttons; a line on the pages says what to pass)
@@ -183,10 +191,38 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
     return tokenDigest === undefined || (given !== undefined && timingSafeEqual(digest(given), tokenDigest));
   }
 
+  const knownHosts = new Set([host, ...(options.allowedHosts ?? [])].map((name) => name.toLowerCase()));
+  /**
+   * Without a token, only requests addressed to this machine's own names are served: a page whose
+   * host name re-resolves to 127.0.0.1 (DNS rebinding) is same-origin to the browser and would
+   * otherwise read every page and pass the cross-site checks. With a token such a page has no
+   * token to send, so any name is fine (a machine's addresses are not known in advance).
+   */
+  function hostAllowed(header: string | undefined): boolean {
+    if (tokenDigest !== undefined) return true;
+    if (header === undefined) return false;
+    let name: string;
+    try {
+      name = new URL(`http://${header}`).hostname.toLowerCase();
+    } catch {
+      return false;
+    }
+    return isLoopbackHost(name) || knownHosts.has(name) || knownHosts.has(name.replace(/^\[|\]$/g, ''));
+  }
+
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://dashboard.invalid');
     if (req.method !== 'GET' && req.method !== 'HEAD' && req.method !== 'POST') {
       send(res, 405, 'Method not allowed\n', 'text/plain; charset=utf-8', { allow: 'GET, HEAD, POST' });
+      return;
+    }
+    if (!hostAllowed(req.headers.host)) {
+      send(
+        res,
+        403,
+        `Host "${String(req.headers.host)}" is not this dashboard's address: open it as http://127.0.0.1 or localhost, or start it with a token (or allowedHosts) to reach it by another name\n`,
+        'text/plain; charset=utf-8',
+      );
       return;
     }
     const queryToken = url.searchParams.get('token');

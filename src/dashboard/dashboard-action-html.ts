@@ -63,8 +63,8 @@ export function listActions(view: ActionView): string {
 }
 
 /**
- * A group row's form: the group is every dead record of `fingerprint` under the page's filters,
- * resolved on the server when the form is sent.
+ * A group row's form: the group is every record of `fingerprint` under the page's filters (its
+ * status filter included, dead by default), resolved on the server when the form is sent.
  */
 export function groupActions(
   view: ActionView,
@@ -72,10 +72,12 @@ export function groupActions(
   fingerprint: string,
 ): string {
   const fields = [...params]
-    .filter(([name]) => name !== 'limit' && name !== 'fingerprint' && name !== 'status')
+    .filter(([name]) => name !== 'limit' && name !== 'fingerprint' && name !== 'cursor')
     .map(([name, value]) => hidden(name, value))
     .join('');
-  return `<td><form class="actions" method="post" action="/actions/purge">${hidden(CSRF_FIELD, view.csrf)}${hidden('scope', 'filter')}${fields}${hidden('fingerprint', fingerprint)}${hidden('status', 'dead')}${buttons(view, 'Replay group', 'Purge group')}</form></td>`;
+  // The records the row counts: the page's status filter (dead unless it says otherwise) stays.
+  const status = params.has('status') ? '' : hidden('status', 'dead');
+  return `<td><form class="actions" method="post" action="/actions/purge">${hidden(CSRF_FIELD, view.csrf)}${hidden('scope', 'filter')}${fields}${hidden('fingerprint', fingerprint)}${status}${buttons(view, 'Replay group', 'Purge group')}</form></td>`;
 }
 
 /** The header cell of the groups' action column. */
@@ -131,6 +133,7 @@ export function confirmPurgeBody(
   selection: ActionSelection,
   count: number,
   picked: readonly DeadLetterRecord[] = [],
+  asOf = 0,
 ): string {
   const line = (r: DeadLetterRecord): string =>
     `<li><a href="${h(recordHref(r.id))}"><code>${h(r.id)}</code></a> ${h(r.type ?? '-')} in ${h(r.endpoint)}: ${h(`${r.error.name}: ${maskSecrets(r.error.message)}`)}</li>`;
@@ -139,12 +142,12 @@ export function confirmPurgeBody(
       ? `<ul data-testid="purge-ids">${picked.slice(0, CONFIRM_IDS_SHOWN).map(line).join('')}${
           picked.length > CONFIRM_IDS_SHOWN ? `<li>and ${picked.length - CONFIRM_IDS_SHOWN} more</li>` : ''
         }</ul>`
-      : `<p>Every record matching <strong>${h(describeSelection(selection))}</strong> when you confirm (${count} now).</p>`;
+      : `<p>The ${count} record${count === 1 ? '' : 's'} matching <strong>${h(describeSelection(selection))}</strong> now; records that fail after this page are kept.</p>`;
   return [
     `<h1>Purge ${count} dead letter${count === 1 ? '' : 's'}?</h1>`,
     `<p>They are deleted from the store for good: they cannot be replayed or looked at afterwards.</p>`,
     what,
-    `<form class="actions" method="post" action="/actions/purge">${hidden(CSRF_FIELD, view.csrf)}${selectionFields(selection)}${hidden('confirm', 'yes')}<button type="submit" data-action="confirm-purge">Purge ${count}</button> <a href="${h(backHref(selection))}">Cancel</a></form>`,
+    `<form class="actions" method="post" action="/actions/purge">${hidden(CSRF_FIELD, view.csrf)}${selectionFields(selection)}${selection.kind === 'filter' ? hidden('asOf', String(asOf)) + hidden('count', String(count)) : ''}${hidden('confirm', 'yes')}<button type="submit" data-action="confirm-purge">Purge ${count}</button> <a href="${h(backHref(selection))}">Cancel</a></form>`,
   ].join('\n');
 }
 

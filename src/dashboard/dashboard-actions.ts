@@ -145,7 +145,17 @@ export class DashboardActions {
     }
     const csrfToken = form.get(CSRF_FIELD) ?? '';
     if (path === '/actions/replay') await this.#startReplay(selection, respond);
-    else await this.#purge(selection, form.get('confirm') === 'yes', csrfToken, respond);
+    else {
+      // A filter's confirmation says how many it counted; a form without it purges nothing.
+      const counted = Number(form.get('count'));
+      await this.#purge(
+        selection,
+        form.get('confirm') === 'yes',
+        Number.isSafeInteger(counted) && counted > 0 ? counted : 0,
+        csrfToken,
+        respond,
+      );
+    }
   }
 
   /** Serves GET /replays/:job. */
@@ -170,7 +180,9 @@ export class DashboardActions {
     const ids = [...new Set(form.getAll('id').filter((id) => id !== ''))];
     if (ids.length > 0) return { kind: 'ids', ids };
     if (form.get('scope') === 'filter') {
-      const query = parseListQuery(form, this.#now());
+      // A confirmation carries the time its count was made, so `since=1h` means the same records.
+      const asOf = Number(form.get('asOf'));
+      const query = parseListQuery(form, Number.isSafeInteger(asOf) && asOf > 0 ? asOf : this.#now());
       if (query.problems.length > 0) return query.problems.join('; ');
       return { kind: 'filter', params: query.params, filter: query.filter };
     }
@@ -225,9 +237,30 @@ export class DashboardActions {
     respond.seeOther(`/replays/${job.id}`);
   }
 
+  /**
+   * The first `count` records of a filter, in the store's order (first insertion): those the
+   * confirmation counted, since records that fail later come after them. Never more than `count`, so a
+   * purge deletes no record the operator was not told of.
+   */
+  async #counted(selection: ActionSelection & { kind: 'filter' }, count: number): Promise<string[]> {
+    const ids: string[] = [];
+    let cursor: string | undefined;
+    while (ids.length < count) {
+      const page = await this.#store.list(selection.filter, {
+        limit: Math.min(RESOLVE_PAGE, count - ids.length),
+        ...(cursor !== undefined ? { cursor } : {}),
+      });
+      for (const record of page.records) ids.push(record.id);
+      cursor = page.next;
+      if (cursor === undefined) break;
+    }
+    return ids.slice(0, count);
+  }
+
   async #purge(
     selection: ActionSelection,
     confirmed: boolean,
+    counted: number,
     csrfToken: string,
     respond: ActionResponder,
   ): Promise<void> {
@@ -235,7 +268,7 @@ export class DashboardActions {
       const removed =
         selection.kind === 'ids'
           ? await this.#store.remove(selection.ids)
-          : await this.#store.purge(selection.filter);
+          : await this.#store.remove(await this.#counted(selection, counted));
       respond.html(200, 'Purged', purgedBody(selection, removed));
       return;
     }
@@ -252,6 +285,10 @@ export class DashboardActions {
       );
       return;
     }
-    respond.html(200, 'Purge?', confirmPurgeBody(this.view(csrfToken), selection, count, picked));
+    respond.html(
+      200,
+      'Purge?',
+      confirmPurgeBody(this.view(csrfToken), selection, count, picked, this.#now()),
+    );
   }
 }
