@@ -1,10 +1,9 @@
-import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
 import { buildDeadLetterRecord } from '../../src/dead-letters/dead-letter-record.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import { RedisDeadLetterStore } from '../../src/redis/redis-dead-letter-store.js';
-import { deleteKeys } from '../helpers/redis.js';
+import { useSharedRedis } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
 
@@ -37,83 +36,70 @@ function bigDeadLetter(blob: string) {
   });
 }
 
-describe('RedisDeadLetterStore filter scripts on large records', () => {
+/** One command as SLOWLOG reports it: id, start, duration in µs, arguments. */
+type SlowlogEntry = [number, number, number, string[]];
+
+/**
+ * Every command Redis ran during `action` (Redis 7 also logs those a script calls), logging all of
+ * them while it runs; the server's settings are restored after.
+ */
+async function commandsDuring<T>(admin: Redis, action: () => Promise<T>): Promise<[T, SlowlogEntry[]]> {
+  const [, threshold] = (await admin.config('GET', 'slowlog-log-slower-than')) as [string, string];
+  const [, length] = (await admin.config('GET', 'slowlog-max-len')) as [string, string];
+  await admin.config('SET', 'slowlog-log-slower-than', '0');
+  await admin.config('SET', 'slowlog-max-len', '10000');
+  await admin.slowlog('RESET');
+  try {
+    const result = await action();
+    return [result, (await admin.slowlog('GET', 10000)) as SlowlogEntry[]];
+  } finally {
+    await admin.config('SET', 'slowlog-log-slower-than', threshold);
+    await admin.config('SET', 'slowlog-max-len', length);
+  }
+}
+
+const scriptsOf = (entries: SlowlogEntry[]) =>
+  entries.filter((e) => String(e[3][0]).toLowerCase().startsWith('eval'));
+
+describe('RedisDeadLetterStore filter script bounds', () => {
+  const redis = useSharedRedis(redisUrl);
+  let store: RedisDeadLetterStore & { cleanup: () => Promise<void> };
   let admin: Redis;
-  let prefix: string;
-  let store: RedisDeadLetterStore;
-  beforeAll(() => {
-    admin = new Redis(redisUrl);
-  });
-  afterAll(async () => {
-    await admin.quit();
-  });
-  beforeEach(() => {
-    prefix = `{harrier-test-${randomUUID()}}`;
-    store = new RedisDeadLetterStore({ connection: redisUrl, prefix });
+  beforeEach(async () => {
+    admin = redis.client;
+    store = await redis.withFreshPrefix(
+      (prefix) => new RedisDeadLetterStore({ connection: redisUrl, prefix }),
+    );
   });
   afterEach(async () => {
     await store.close();
-    await deleteKeys(admin, prefix);
+    await store.cleanup();
   });
 
-  it('never blocks Redis for long in one script, whatever the size of the records', async () => {
+  async function addBigRecords(): Promise<void> {
     const blob = 'ABCDEFGHIJ'.repeat(100_000); // 1,000,000 chars
     for (let i = 0; i < 100; i += 1) await store.add(bigDeadLetter(blob));
-    const [, before] = (await admin.config('GET', 'slowlog-log-slower-than')) as [string, string];
-    await admin.config('SET', 'slowlog-log-slower-than', '0');
-    await admin.slowlog('RESET');
-    await store.count({ text: 'no such text' });
-    const entries = (await admin.slowlog('GET', 1000)) as [number, number, number, string[]][];
-    const scripts = entries.filter(
-      (e) => String(e[3][0]).toLowerCase().startsWith('evalsha') || String(e[3][0]).toLowerCase() === 'eval',
-    );
-    const longest = Math.max(...scripts.map((e) => e[2])) / 1000;
-    await admin.config('SET', 'slowlog-log-slower-than', before);
+  }
+
+  it('never blocks Redis for long in one script, whatever the size of the records', async () => {
+    await addBigRecords();
+    const [, entries] = await commandsDuring(admin, () => store.count({ text: 'no such text' }));
+    const longest = Math.max(...scriptsOf(entries).map((e) => e[2])) / 1000;
     // Each script reads a bounded number of bytes (FILTER_CHUNK_BYTES), so it blocks Redis briefly.
     expect(longest).toBeLessThan(100);
   }, 120_000);
 
   it('returns the records Node must judge in replies of bounded size', async () => {
-    const blob = 'ABCDEFGHIJ'.repeat(100_000); // 1,000,000 chars
-    for (let i = 0; i < 100; i += 1) await store.add(bigDeadLetter(blob));
-    const [, before] = (await admin.config('GET', 'slowlog-log-slower-than')) as [string, string];
-    const [, length] = (await admin.config('GET', 'slowlog-max-len')) as [string, string];
-    await admin.config('SET', 'slowlog-log-slower-than', '0');
-    // Redis 7 logs the commands a script calls too: keep them all.
-    await admin.config('SET', 'slowlog-max-len', '10000');
-    await admin.slowlog('RESET');
+    await addBigRecords();
     // A needle beyond ASCII is compared in Node, so every record travels: 100 MB in all.
-    expect(await store.count({ text: 'äöü' })).toBe(0);
-    const entries = (await admin.slowlog('GET', 10000)) as [number, number, number, string[]][];
-    await admin.config('SET', 'slowlog-log-slower-than', before);
-    await admin.config('SET', 'slowlog-max-len', length);
-    const scripts = entries.filter((e) => String(e[3][0]).toLowerCase().startsWith('eval'));
+    const [n, entries] = await commandsDuring(admin, () => store.count({ text: 'äöü' }));
+    expect(n).toBe(0);
     // Each reply stops after the record that crosses 2 MiB, so 100 MB takes at least 34 of them
     // (one reply of every record before the bound).
-    expect(scripts.length).toBeGreaterThanOrEqual(34);
+    expect(scriptsOf(entries).length).toBeGreaterThanOrEqual(34);
   }, 120_000);
-});
 
-describe('RedisDeadLetterStore.groups with a fingerprint filter', () => {
-  let admin: Redis;
-  let prefix: string;
-  let store: RedisDeadLetterStore;
-  beforeAll(() => {
-    admin = new Redis(redisUrl);
-  });
-  afterAll(async () => {
-    await admin.quit();
-  });
-  beforeEach(() => {
-    prefix = `{harrier-test-${randomUUID()}}`;
-    store = new RedisDeadLetterStore({ connection: redisUrl, prefix });
-  });
-  afterEach(async () => {
-    await store.close();
-    await deleteKeys(admin, prefix);
-  });
-
-  it('looks the one group up instead of walking every group in one script', async () => {
+  it('groups with a fingerprint look the one group up instead of walking every group', async () => {
     const groups = 40_000;
     for (let i = 0; i < groups; i += 1000) {
       await Promise.all(
@@ -123,12 +109,7 @@ describe('RedisDeadLetterStore.groups with a fingerprint filter', () => {
         }),
       );
     }
-    const [, before] = (await admin.config('GET', 'slowlog-log-slower-than')) as [string, string];
-    await admin.config('SET', 'slowlog-log-slower-than', '0');
-    await admin.slowlog('RESET');
-    const page = await store.groups({ fingerprint: 'fp-7' });
-    const entries = (await admin.slowlog('GET', 1000)) as [number, number, number, string[]][];
-    await admin.config('SET', 'slowlog-log-slower-than', before);
+    const [page, entries] = await commandsDuring(admin, () => store.groups({ fingerprint: 'fp-7' }));
     expect(page.groups.map((g) => g.count)).toEqual([1]);
     const longest = Math.max(...entries.map((e) => e[2])) / 1000;
     expect(longest).toBeLessThan(40);
