@@ -63,17 +63,19 @@ const scriptsOf = (entries: SlowlogEntry[]) =>
 
 describe('RedisDeadLetterStore filter script bounds', () => {
   const redis = useSharedRedis(redisUrl);
-  let store: RedisDeadLetterStore & { cleanup: () => Promise<void> };
+  let fixture: { store: RedisDeadLetterStore; cleanup: () => Promise<void> };
+  let store: RedisDeadLetterStore;
   let admin: Redis;
   beforeEach(async () => {
     admin = redis.client;
-    store = await redis.withFreshPrefix(
-      (prefix) => new RedisDeadLetterStore({ connection: redisUrl, prefix }),
-    );
+    fixture = await redis.withFreshPrefix((prefix) => ({
+      store: new RedisDeadLetterStore({ connection: redisUrl, prefix }),
+    }));
+    store = fixture.store;
   });
   afterEach(async () => {
     await store.close();
-    await store.cleanup();
+    await fixture.cleanup();
   });
 
   async function addBigRecords(): Promise<void> {
