@@ -106,12 +106,21 @@ const DEFAULT_PAGE_LIMIT = 100;
 const SCAN_CHUNK = 200;
 /**
  * Index entries one filter scan script reads (see FILTER_SCAN_SCRIPT): enough that a count over
- * 100,000 records takes 13 round trips (on a busy host each costs tens of ms of scheduling), few
- * enough that one script blocks Redis only briefly (under 40 ms on 2 shared cores, bench:dashboard).
+ * 100,000 records takes 13 round trips (on a busy host each costs tens of ms of scheduling). With
+ * FILTER_CHUNK_BYTES this bounds how much one script reads, and so how long it blocks Redis: about
+ * 40 ms on 2 shared cores for 8,000 small records (bench:dashboard).
  */
 const FILTER_CHUNK = 8000;
 /** The same for a text search, which lower-cases and may decode each record's JSON. */
 const TEXT_FILTER_CHUNK = 1000;
+/**
+ * Bytes of record text one filter scan script reads (a text search's `data`) or returns (records it
+ * sends back whole) before it stops and returns its cursor. A text search costs time per byte, not
+ * per record, and an envelope may be a MiB: without this, 1,000 such records would block Redis for
+ * seconds and a reply would be hundreds of MB. The script stops after the record that crosses it, so
+ * one script reads at most this plus one record (about 20 ms a MiB of text on 2 shared cores).
+ */
+const FILTER_CHUNK_BYTES = 2 * 1024 * 1024;
 /** Most records one page of a text search reads before it returns what it found and a cursor. */
 const TEXT_SCAN_BUDGET = 10_000;
 /** Ids per atomic batch in `remove`, so one script never blocks Redis for long. */
@@ -278,8 +287,9 @@ return out
  * mode (`list`, `count`, `groups`), most records to return (it stops reading there), status (`dead`,
  * `replayed`, `any`), then endpoint, type, handler, reason and fingerprint (each '' when unset, else
  * '=' and the value), since and until ('' when unset), text mode ('' for none, `lua`, or `node` for a
- * needle with other than printable ASCII), the needle lower-cased, and the needle as JSON escapes it
- * once and twice. Returns {entries read, score of the last one read, whether the index ended,
+ * needle with other than printable ASCII), the needle lower-cased, the needle as JSON escapes it
+ * once and twice, and the most bytes of record text to read or return (it stops after the record
+ * that reaches it, see FILTER_CHUNK_BYTES). Returns {entries read, score of the last one read, whether the index ended,
  * records selected and not returned, records (per record: id, score, 1 when selected or 2 for a
  * candidate, then RECORD_FIELDS), groups (per fingerprint: fingerprint, count, first failure, last
  * failure, latest score, latest id)}.
@@ -291,6 +301,7 @@ local status = ARGV[6]
 local endpoint, mtype, handler, reason, fp = want(ARGV[7]), want(ARGV[8]), want(ARGV[9]), want(ARGV[10]), want(ARGV[11])
 local since, before = tonumber(ARGV[12]), tonumber(ARGV[13])
 local textMode, needle, once, twice = ARGV[14], ARGV[15], ARGV[16], ARGV[17]
+local byteBudget, bytes = tonumber(ARGV[18]), 0
 -- JavaScript lower-cases KELVIN SIGN to k and CAPITAL I WITH DOT ABOVE to i and a dot; Lua leaves them.
 local function oddCase(text) return string.find(text, '\\226\\132\\170', 1, true) or string.find(text, '\\196\\176', 1, true) end
 local function holds(text)
@@ -299,6 +310,7 @@ end
 -- 0: no match, 1: match, 2: Node must decide.
 local function textVerdict(data)
   if not data then return 0 end
+  bytes = bytes + #data
   local odd = oddCase(data)
   if not odd then
     local lowered = string.lower(data)
@@ -353,7 +365,10 @@ while not full and read < budget do
       out[#out + 1] = id
       out[#out + 1] = score
       out[#out + 1] = verdict
-      for j = 1, ${RECORD_FIELDS.length} do out[#out + 1] = fields[j] end
+      for j = 1, ${RECORD_FIELDS.length} do
+        out[#out + 1] = fields[j]
+        if fields[j] then bytes = bytes + #fields[j] end
+      end
       returned = returned + 1
     elseif verdict == 1 then
       selected = selected + 1
@@ -372,7 +387,8 @@ while not full and read < budget do
         if seq >= g[5] then g[5] = seq; g[6] = id end
       end
     end
-    if returned >= most then
+    -- Stopping here, not when the index ends, leaves ended 0: the caller resumes from last.
+    if returned >= most or bytes >= byteBudget then
       full = true
       break
     end
@@ -434,6 +450,33 @@ for status in string.gmatch(ARGV[2], '%S+') do statuses[#statuses + 1] = status 
 local limit = tonumber(ARGV[5])
 local out = {1}
 local found = 0
+local function emit(fp, score)
+  local count, first = 0, nil
+  for _, status in ipairs(statuses) do
+    count = count + redis.call('ZCARD', K .. 'group:' .. status .. ':last:' .. fp)
+    local low = redis.call('ZRANGE', K .. 'group:' .. status .. ':first:' .. fp, 0, 0, 'WITHSCORES')
+    if low[2] and (first == nil or tonumber(low[2]) < tonumber(first)) then first = low[2] end
+  end
+  out[#out + 1] = fp
+  out[#out + 1] = count
+  out[#out + 1] = first or score
+  out[#out + 1] = score
+  out[#out + 1] = redis.call('GET', K .. 'group:sample:' .. fp) or '{}'
+  found = found + 1
+end
+-- Whether a group sorts after the cursor (newest lastSeen first, then by fingerprint).
+local function afterCursor(fp, score)
+  if ARGV[3] == '+inf' then return true end
+  local s, max = tonumber(score), tonumber(ARGV[3])
+  if s ~= max then return s < max end
+  return ARGV[4] == '' or fp < ARGV[4]
+end
+if ARGV[6] ~= '' then
+  -- One fingerprint is one member: a lookup, where walking the set would cost every group.
+  local score = redis.call('ZSCORE', KEYS[2], ARGV[6])
+  if score and afterCursor(ARGV[6], score) then emit(ARGV[6], score) end
+  return out
+end
 local offset = 0
 while found <= limit do
   local chunk = redis.call('ZREVRANGEBYSCORE', KEYS[2], ARGV[3], '-inf', 'WITHSCORES', 'LIMIT', offset, 200)
@@ -441,22 +484,8 @@ while found <= limit do
   offset = offset + #chunk / 2
   for i = 1, #chunk, 2 do
     local fp, score = chunk[i], chunk[i + 1]
-    local skip = (ARGV[6] ~= '' and fp ~= ARGV[6])
-      or (ARGV[4] ~= '' and tonumber(score) == tonumber(ARGV[3]) and fp >= ARGV[4])
-    if not skip and found <= limit then
-      local count, first = 0, nil
-      for _, status in ipairs(statuses) do
-        count = count + redis.call('ZCARD', K .. 'group:' .. status .. ':last:' .. fp)
-        local low = redis.call('ZRANGE', K .. 'group:' .. status .. ':first:' .. fp, 0, 0, 'WITHSCORES')
-        if low[2] and (first == nil or tonumber(low[2]) < tonumber(first)) then first = low[2] end
-      end
-      out[#out + 1] = fp
-      out[#out + 1] = count
-      out[#out + 1] = first or score
-      out[#out + 1] = score
-      out[#out + 1] = redis.call('GET', K .. 'group:sample:' .. fp) or '{}'
-      found = found + 1
-    end
+    local skip = ARGV[4] ~= '' and tonumber(score) == tonumber(ARGV[3]) and fp >= ARGV[4]
+    if not skip and found <= limit then emit(fp, score) end
   end
 end
 return out
@@ -1196,6 +1225,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         needle,
         once,
         JSON.stringify(once).slice(1, -1),
+        String(FILTER_CHUNK_BYTES),
       ],
     )) as [number, unknown, number, number, unknown[], unknown[]];
     const [read, last, ended, selectedCount, records, groups] = reply;
