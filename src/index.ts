@@ -105,7 +105,12 @@ export type {
   PrepareOptions,
   ScheduleOptions,
 } from './bus/index.js';
-export { InMemoryDeadLetterStore, deadLetterGroups, replayOutcome, summarizeReplay } from './dead-letters/index.js';
+export {
+  InMemoryDeadLetterStore,
+  deadLetterGroups,
+  replayOutcome,
+  summarizeReplay,
+} from './dead-letters/index.js';
 export type {
   DeadLetterFilter,
   DeadLetterGroup,
