@@ -553,7 +553,8 @@ export class HandlerPipeline {
     const unit = this.#o.unitOfWork;
     if (unit === undefined) {
       const result = await this.#call(entry, definition, context, true);
-      await this.#commit(context);
+      // Awaited only when there is something to publish: most calls record nothing.
+      if (context.recorded.length > 0) await this.#commit(context);
       return result;
     }
     let result: unknown;
