@@ -3,7 +3,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { MessageValidationError } from '../errors/message-validation-error.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope, encodedSize } from './codec.js';
 import { isMessageDefinition, type MessageDefinition } from './definition.js';
-import { ENVELOPE_VERSION, type Envelope } from './envelope.js';
+import { ENVELOPE_VERSION, type Envelope, type EnvelopeMeta } from './envelope.js';
 import type { OutgoingMessage } from './outgoing-message.js';
 import type { SendOptions } from './send-options.js';
 import { isUuidV7, uuidv7 } from './uuid-v7.js';
@@ -106,26 +106,19 @@ export function prepareEnvelope(
       traceparent: inherited,
       deferred: context.deferred ?? false,
     }) ?? inherited;
-  return {
-    v: ENVELOPE_VERSION,
-    id,
-    kind: definition.kind,
-    type: definition.type,
-    payload: parsed.data,
-    meta: {
-      correlationId,
-      ...(cause !== undefined
-        ? { causationId: cause.messageId }
-        : options.causationId !== undefined
-          ? { causationId: options.causationId }
-          : {}),
-      occurredAt: isoTime(context.now),
-      ...(partitionKey !== undefined ? { partitionKey } : {}),
-      headers: { ...options.headers },
-      ...(traceparent !== undefined ? { traceparent } : {}),
-    },
-  };
+  // Built field by field rather than with conditional spreads (one object each): the field order is
+  // the wire order, and traceparentOfBody relies on traceparent coming last, after headers.
+  const meta = { correlationId } as Mutable<EnvelopeMeta>;
+  const causationId = cause !== undefined ? cause.messageId : options.causationId;
+  if (causationId !== undefined) meta.causationId = causationId;
+  meta.occurredAt = isoTime(context.now);
+  if (partitionKey !== undefined) meta.partitionKey = partitionKey;
+  meta.headers = { ...options.headers };
+  if (traceparent !== undefined) meta.traceparent = traceparent;
+  return { v: ENVELOPE_VERSION, id, kind: definition.kind, type: definition.type, payload: parsed.data, meta };
 }
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
 
 let lastIsoMs = Number.NaN;
 let lastIso = '';
