@@ -115,7 +115,14 @@ export function prepareEnvelope(
   if (partitionKey !== undefined) meta.partitionKey = partitionKey;
   meta.headers = { ...options.headers };
   if (traceparent !== undefined) meta.traceparent = traceparent;
-  return { v: ENVELOPE_VERSION, id, kind: definition.kind, type: definition.type, payload: parsed.data, meta };
+  return {
+    v: ENVELOPE_VERSION,
+    id,
+    kind: definition.kind,
+    type: definition.type,
+    payload: parsed.data,
+    meta,
+  };
 }
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };
