@@ -44,16 +44,8 @@ import {
   type ICommandHandler,
   type IEventHandler,
 } from '@nestjs/cqrs';
-import { z } from 'zod';
-import {
-  CommandHandler,
-  createBus,
-  defineCommand,
-  silentLogger,
-  type HandlesCommand,
-  type MessageBus,
-  type PayloadOf,
-} from '../src/index.js';
+import { createBus, silentLogger, type MessageBus } from '../src/index.js';
+import { PlaceOrder, PlaceOrderHandler, payloadOf } from './place-order.js';
 import { Counter, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
@@ -69,20 +61,6 @@ setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 
 // ---------------------------------------------------------------- Harrier
-
-const PlaceOrder = defineCommand('bench.PlaceOrder', {
-  schema: z.object({ orderId: z.string(), amount: z.number().int().positive() }),
-  result: z.object({ accepted: z.boolean() }),
-});
-
-@CommandHandler(PlaceOrder)
-class PlaceOrderHandler implements HandlesCommand<typeof PlaceOrder> {
-  handle(payload: PayloadOf<typeof PlaceOrder>): { accepted: boolean } {
-    return { accepted: payload.amount > 0 };
-  }
-}
-
-const payloadOf = (i: number): PayloadOf<typeof PlaceOrder> => ({ orderId: `o-${i}`, amount: 1 + (i % 10) });
 
 interface Sample {
   readonly perSecond: number;

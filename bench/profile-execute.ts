@@ -6,30 +6,11 @@
  */
 import 'reflect-metadata';
 import { performance } from 'node:perf_hooks';
-import { z } from 'zod';
-import {
-  CommandHandler,
-  createBus,
-  defineCommand,
-  silentLogger,
-  type HandlesCommand,
-  type PayloadOf,
-} from '../src/index.js';
+import { createBus, silentLogger } from '../src/index.js';
+import { PlaceOrder, PlaceOrderHandler, payloadOf } from './place-order.js';
 
 const N = Number(process.env.BENCH_N ?? 200_000);
 const CALLERS = Number(process.env.BENCH_CALLERS ?? 1);
-
-const PlaceOrder = defineCommand('bench.PlaceOrder', {
-  schema: z.object({ orderId: z.string(), amount: z.number().int().positive() }),
-  result: z.object({ accepted: z.boolean() }),
-});
-
-@CommandHandler(PlaceOrder)
-class PlaceOrderHandler implements HandlesCommand<typeof PlaceOrder> {
-  handle(payload: PayloadOf<typeof PlaceOrder>): { accepted: boolean } {
-    return { accepted: payload.amount > 0 };
-  }
-}
 
 const bus = createBus({ logger: silentLogger, handlers: [PlaceOrderHandler] });
 await bus.start();
@@ -37,7 +18,7 @@ let next = 0;
 const caller = async (): Promise<void> => {
   while (next < N) {
     const i = next++;
-    await bus.execute(PlaceOrder, { orderId: `o-${i}`, amount: 1 + (i % 10) });
+    await bus.execute(PlaceOrder, payloadOf(i));
   }
 };
 const started = performance.now();

@@ -40,6 +40,18 @@ afterEach(async () => {
   bus = undefined;
 });
 
+/** A PlaceOrder handler that counts its calls. */
+function countingHandler(): { readonly Handler: new () => object; readonly calls: () => number } {
+  let calls = 0;
+  @CommandHandler(PlaceOrder)
+  class Handler {
+    handle(): void {
+      calls++;
+    }
+  }
+  return { Handler, calls: () => calls };
+}
+
 describe('MessageBus', () => {
   describe('.send', () => {
     describe('when the command has a handler', () => {
@@ -209,18 +221,12 @@ describe('MessageBus', () => {
 
     describe('when the bus was stopped', () => {
       it('throws bus-stopped without calling the handler', async () => {
-        let calls = 0;
-        @CommandHandler(PlaceOrder)
-        class Handler {
-          handle() {
-            calls++;
-          }
-        }
+        const { Handler, calls } = countingHandler();
         bus = await createTestBus({ handlers: [Handler] });
         await bus.stop();
         const error = await bus.execute(PlaceOrder, { orderId: 'o', amount: 1 }).catch((e: unknown) => e);
         expect(HarrierError.is(error) && error.code).toBe('bus-stopped');
-        expect(calls).toBe(0);
+        expect(calls()).toBe(0);
       });
     });
 
@@ -243,17 +249,11 @@ describe('MessageBus', () => {
 
     describe('when the payload does not match the schema', () => {
       it('throws MessageValidationError without calling the handler', async () => {
-        let calls = 0;
-        @CommandHandler(PlaceOrder)
-        class Handler {
-          handle() {
-            calls++;
-          }
-        }
+        const { Handler, calls } = countingHandler();
         bus = await createTestBus({ handlers: [Handler] });
         const error = await bus.execute(PlaceOrder, { orderId: 'o', amount: -1 }).catch((e: unknown) => e);
         expect(error).toBeInstanceOf(MessageValidationError);
-        expect(calls).toBe(0);
+        expect(calls()).toBe(0);
       });
     });
 
