@@ -14,7 +14,8 @@
  *   send -> handle (fire-and-forget, in-process, no queue, no ack). Nest handlers are singletons by
  *   default, while Harrier resolves a new handler instance per message from a child container, so
  *   one more row runs the sequential execute against a `Scope.REQUEST` Nest handler (a new instance
- *   per command), the closest DI equivalent.
+ *   per command), the closest DI equivalent. Harrier validates each payload against its zod schema
+ *   and Nest does not, so the fair rows run the Nest handler with the same `schema.parse` first.
  *
  * Harrier rows also show the heap used right after the run, and after the run's job ended and a forced
  * GC (bus still alive): the difference is what a burst holds on to while it runs. The ratio column
@@ -43,16 +44,8 @@ import {
   type ICommandHandler,
   type IEventHandler,
 } from '@nestjs/cqrs';
-import { z } from 'zod';
-import {
-  CommandHandler,
-  createBus,
-  defineCommand,
-  silentLogger,
-  type HandlesCommand,
-  type MessageBus,
-  type PayloadOf,
-} from '../src/index.js';
+import { createBus, silentLogger, type MessageBus } from '../src/index.js';
+import { PlaceOrder, PlaceOrderHandler, payloadOf } from './place-order.js';
 import { Counter, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
@@ -68,20 +61,6 @@ setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
 
 // ---------------------------------------------------------------- Harrier
-
-const PlaceOrder = defineCommand('bench.PlaceOrder', {
-  schema: z.object({ orderId: z.string(), amount: z.number().int().positive() }),
-  result: z.object({ accepted: z.boolean() }),
-});
-
-@CommandHandler(PlaceOrder)
-class PlaceOrderHandler implements HandlesCommand<typeof PlaceOrder> {
-  handle(payload: PayloadOf<typeof PlaceOrder>): { accepted: boolean } {
-    return { accepted: payload.amount > 0 };
-  }
-}
-
-const payloadOf = (i: number): PayloadOf<typeof PlaceOrder> => ({ orderId: `o-${i}`, amount: 1 + (i % 10) });
 
 interface Sample {
   readonly perSecond: number;
@@ -203,6 +182,27 @@ class NestScopedPlaceOrderHandler implements ICommandHandler<NestScopedPlaceOrde
   }
 }
 
+/**
+ * The fair comparison for `execute`: Harrier validates every payload against its zod schema before the
+ * handler runs, so this Nest handler runs the same `schema.parse` first.
+ */
+class NestValidatedPlaceOrder extends Command<{ accepted: boolean }> {
+  constructor(
+    readonly orderId: string,
+    readonly amount: number,
+  ) {
+    super();
+  }
+}
+
+@NestCommandHandler(NestValidatedPlaceOrder)
+class NestValidatedPlaceOrderHandler implements ICommandHandler<NestValidatedPlaceOrder> {
+  execute(command: NestValidatedPlaceOrder): Promise<{ accepted: boolean }> {
+    const payload = PlaceOrder.schema.parse({ orderId: command.orderId, amount: command.amount });
+    return Promise.resolve({ accepted: payload.amount > 0 });
+  }
+}
+
 @EventsHandler(NestOrderPlaced)
 class NestOrderPlacedHandler implements IEventHandler<NestOrderPlaced> {
   handle(event: NestOrderPlaced): void {
@@ -212,7 +212,12 @@ class NestOrderPlacedHandler implements IEventHandler<NestOrderPlaced> {
 
 @Module({
   imports: [CqrsModule.forRoot()],
-  providers: [NestPlaceOrderHandler, NestScopedPlaceOrderHandler, NestOrderPlacedHandler],
+  providers: [
+    NestPlaceOrderHandler,
+    NestScopedPlaceOrderHandler,
+    NestValidatedPlaceOrderHandler,
+    NestOrderPlacedHandler,
+  ],
 })
 class AppModule {}
 
@@ -227,12 +232,19 @@ async function withNest<T>(work: (commands: CommandBus, events: EventBus) => Pro
   }
 }
 
-function nestExecute(callers: number, scoped = false): Promise<Sample> {
+/** Which Nest command handler a run executes (see the classes above). */
+type NestHandler = 'singleton' | 'request-scoped' | 'validated';
+
+const nestCommand: Record<NestHandler, (i: number) => Command<{ accepted: boolean }>> = {
+  singleton: (i) => new NestPlaceOrder(`o-${i}`, 1 + (i % 10)),
+  'request-scoped': (i) => new NestScopedPlaceOrder(`o-${i}`, 1 + (i % 10)),
+  validated: (i) => new NestValidatedPlaceOrder(`o-${i}`, 1 + (i % 10)),
+};
+
+function nestExecute(callers: number, handler: NestHandler = 'singleton'): Promise<Sample> {
   return withNest(async (commands) => {
-    const execute = (i: number): Promise<{ accepted: boolean }> =>
-      scoped
-        ? commands.execute(new NestScopedPlaceOrder(`o-${i}`, 1 + (i % 10)))
-        : commands.execute(new NestPlaceOrder(`o-${i}`, 1 + (i % 10)));
+    const make = nestCommand[handler];
+    const execute = (i: number): Promise<{ accepted: boolean }> => commands.execute(make(i));
     await drive(WARM_UP, callers, execute);
     return { perSecond: await timed(() => drive(N, callers, execute)) };
   });
@@ -280,7 +292,17 @@ const rows: readonly Row[] = [
   {
     workload: 'execute, 1 caller | Nest handler in Scope.REQUEST',
     harrier: 1,
-    nest: () => nestExecute(1, true),
+    nest: () => nestExecute(1, 'request-scoped'),
+  },
+  {
+    workload: 'execute, 1 caller | Nest handler runs schema.parse (fair)',
+    harrier: 1,
+    nest: () => nestExecute(1, 'validated'),
+  },
+  {
+    workload: `execute, ${CALLERS} callers | Nest handler runs schema.parse (fair)`,
+    harrier: 2,
+    nest: () => nestExecute(CALLERS, 'validated'),
   },
 ];
 

@@ -145,6 +145,9 @@ export function createContainerInvoker(
       instance = resolve(handlers, entry);
     }
     const fn = instance[method] as (payload: unknown, context: HandlerContext) => unknown;
-    return await fn.call(instance, payload, context);
+    const result: unknown = fn.call(instance, payload, context);
+    // A plain value is returned as it is (no tick); a promise awaited (one tick, where returning it
+    // from an async function would take three).
+    return result instanceof Promise ? await (result as Promise<unknown>) : result;
   };
 }

@@ -36,6 +36,7 @@ import { consoleLogger, type Logger } from '../logging/logger.js';
 import { ProjectionRunner, type PoisonPolicy } from '../projections/projection-runner.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope } from '../messages/codec.js';
 import {
+  prepareEnvelope,
   prepareMessage,
   type EnvelopeEncoder,
   type TraceparentProvider,
@@ -557,11 +558,9 @@ class HarrierBus implements MessageBus {
         `"${definition.type}" is handled by the saga "${entry.name}", which runs only from a delivery: send it instead of executing it`,
       );
     }
-    const { envelope } = prepareMessage(definition, payload, options, {
-      now: this.#clock.now(),
-      maxBytes: this.#maxBytes,
-      encode: this.#encode,
-    });
+    // Validated like a sent message, but never encoded: the envelope does not leave the process, so
+    // its wire text (and signature) would only be thrown away. Handler-recorded messages still are.
+    const envelope = prepareEnvelope(definition, payload, options, { now: this.#clock.now() });
     return (await this.dispatcher.invokeLocal(
       entry,
       definition,

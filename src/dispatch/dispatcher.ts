@@ -239,12 +239,13 @@ export class Dispatcher {
    * Runs a handler for an envelope in this process (used by `execute`), with middleware, and
    * publishes what it recorded once it succeeds.
    */
-  async invokeLocal(
+  invokeLocal(
     entry: HandlerEntry,
     definition: MessageDefinition,
     envelope: Envelope,
     signal: AbortSignal,
   ): Promise<unknown> {
+    // Not async: the pipeline's promise is handed on, without one more promise per execute.
     return this.#pipeline.runLocal(entry, definition, envelope, signal);
   }
 

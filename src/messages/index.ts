@@ -53,4 +53,5 @@ export {
   type OutgoingTraceInfo,
   type TraceparentProvider,
   type PreparedMessage,
+  type PrepareContext,
 } from './prepare-message.js';

@@ -3,7 +3,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { MessageValidationError } from '../errors/message-validation-error.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope, encodedSize } from './codec.js';
 import { isMessageDefinition, type MessageDefinition } from './definition.js';
-import { ENVELOPE_VERSION, type Envelope } from './envelope.js';
+import { ENVELOPE_VERSION, type Envelope, type EnvelopeMeta } from './envelope.js';
 import type { OutgoingMessage } from './outgoing-message.js';
 import type { SendOptions } from './send-options.js';
 import { isUuidV7, uuidv7 } from './uuid-v7.js';
@@ -45,27 +45,32 @@ export interface PreparedMessage {
   readonly outgoing: OutgoingMessage;
 }
 
+/** What {@link prepareEnvelope} and {@link prepareMessage} are told besides the payload and options. */
+export interface PrepareContext {
+  readonly now: number;
+  readonly cause?: CausingMessage | undefined;
+  readonly maxBytes?: number;
+  readonly encode?: EnvelopeEncoder;
+  /** @defaultValue none: the cause's traceparent, else `options.traceparent` */
+  readonly traceparent?: TraceparentProvider | undefined;
+  /** @defaultValue false (see {@link OutgoingTraceInfo.deferred}) */
+  readonly deferred?: boolean;
+}
+
 /**
- * Validates a payload against its definition and builds the envelope and broker message.
+ * Validates a payload against its definition and builds its envelope, without encoding it: for a
+ * message that never leaves the process (`execute`), where the wire text would only be thrown away.
+ * `maxBytes` and `encode` of the context are not used.
  *
  * @throws MessageValidationError when the payload does not match the schema.
- * @throws HarrierError `too-large` above `maxBytes`, `invalid-option` for a bad id or delay.
+ * @throws HarrierError `invalid-option` for a bad id or delay.
  */
-export function prepareMessage(
+export function prepareEnvelope(
   definition: MessageDefinition,
   payload: unknown,
   options: SendOptions,
-  context: {
-    readonly now: number;
-    readonly cause?: CausingMessage | undefined;
-    readonly maxBytes?: number;
-    readonly encode?: EnvelopeEncoder;
-    /** @defaultValue none: the cause's traceparent, else `options.traceparent` */
-    readonly traceparent?: TraceparentProvider | undefined;
-    /** @defaultValue false (see {@link OutgoingTraceInfo.deferred}) */
-    readonly deferred?: boolean;
-  },
-): PreparedMessage {
+  context: PrepareContext,
+): Envelope {
   if (!isMessageDefinition(definition)) {
     throw new HarrierError(
       'invalid-definition',
@@ -74,13 +79,15 @@ export function prepareMessage(
   }
   const parsed = definition.schema.safeParse(payload);
   if (!parsed.success) throw new MessageValidationError(definition.type, parsed.error.issues);
-  const id = options.id ?? uuidv7(context.now);
-  if (!isUuidV7(id)) {
+  // Only a caller's id needs the check: uuidv7() makes valid ones, and the regex costs per message.
+  const given = options.id;
+  if (given !== undefined && !isUuidV7(given)) {
     throw new HarrierError(
       'invalid-option',
-      `Message id "${id}" is not a lower-case UUIDv7: omit id to get one, or make it with uuidv7()`,
+      `Message id "${given}" is not a lower-case UUIDv7: omit id to get one, or make it with uuidv7()`,
     );
   }
+  const id = given ?? uuidv7(context.now);
   const delayMs = options.delayMs ?? 0;
   if (!Number.isFinite(delayMs) || delayMs < 0) {
     throw new HarrierError('invalid-option', `delayMs is ${delayMs}: use a number of milliseconds >= 0`);
@@ -99,25 +106,56 @@ export function prepareMessage(
       traceparent: inherited,
       deferred: context.deferred ?? false,
     }) ?? inherited;
-  const envelope: Envelope = {
+  // Built field by field rather than with conditional spreads (one object each): the field order is
+  // the wire order, and traceparentOfBody relies on traceparent coming last, after headers.
+  const meta = { correlationId } as Mutable<EnvelopeMeta>;
+  const causationId = cause !== undefined ? cause.messageId : options.causationId;
+  if (causationId !== undefined) meta.causationId = causationId;
+  meta.occurredAt = isoTime(context.now);
+  if (partitionKey !== undefined) meta.partitionKey = partitionKey;
+  meta.headers = { ...options.headers };
+  if (traceparent !== undefined) meta.traceparent = traceparent;
+  return {
     v: ENVELOPE_VERSION,
     id,
     kind: definition.kind,
     type: definition.type,
     payload: parsed.data,
-    meta: {
-      correlationId,
-      ...(cause !== undefined
-        ? { causationId: cause.messageId }
-        : options.causationId !== undefined
-          ? { causationId: options.causationId }
-          : {}),
-      occurredAt: new Date(context.now).toISOString(),
-      ...(partitionKey !== undefined ? { partitionKey } : {}),
-      headers: { ...options.headers },
-      ...(traceparent !== undefined ? { traceparent } : {}),
-    },
+    meta,
   };
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+
+let lastIsoMs = Number.NaN;
+let lastIso = '';
+
+/** `new Date(ms).toISOString()`, remembered for the last ms: a burst of messages shares its clock tick. */
+function isoTime(ms: number): string {
+  if (ms !== lastIsoMs) {
+    lastIso = new Date(ms).toISOString();
+    lastIsoMs = ms;
+  }
+  return lastIso;
+}
+
+/**
+ * Validates a payload against its definition and builds the envelope and broker message.
+ *
+ * @throws MessageValidationError when the payload does not match the schema.
+ * @throws HarrierError `too-large` above `maxBytes`, `invalid-option` for a bad id or delay.
+ */
+export function prepareMessage(
+  definition: MessageDefinition,
+  payload: unknown,
+  options: SendOptions,
+  context: PrepareContext,
+): PreparedMessage {
+  const envelope = prepareEnvelope(definition, payload, options, context);
+  const { id, meta } = envelope;
+  const partitionKey = meta.partitionKey;
+  const traceparent = meta.traceparent;
+  const delayMs = options.delayMs ?? 0;
   const body = (context.encode ?? encodeEnvelope)(envelope);
   const maxBytes = context.maxBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
   const size = encodedSize(body);

@@ -6,14 +6,27 @@ const POOL_IDS = 256;
 let pool = Buffer.alloc(0);
 let poolOffset = 0;
 
-function random16(): Buffer {
+/** The next 16 random bytes of the pool, written over in place (each slot is used once). */
+function random16(): number {
   if (poolOffset >= pool.length) {
     pool = randomBytes(16 * POOL_IDS);
     poolOffset = 0;
   }
-  const bytes = Buffer.from(pool.subarray(poolOffset, poolOffset + 16));
+  const at = poolOffset;
   poolOffset += 16;
-  return bytes;
+  return at;
+}
+
+const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, '0'));
+
+/** The 16 bytes from `at` as a UUID text: a table lookup per byte, no Buffer copy or hex slices. */
+function uuidText(bytes: Buffer, at: number): string {
+  let text = '';
+  for (let i = 0; i < 16; i++) {
+    if (i === 4 || i === 6 || i === 8 || i === 10) text += '-';
+    text += HEX[bytes[at + i] ?? 0] ?? '00';
+  }
+  return text;
 }
 
 /**
@@ -36,13 +49,13 @@ export function uuidv7(nowMs: number = Date.now()): string {
     counter = 0;
   }
   lastMs = ms;
-  const bytes = random16();
-  bytes.writeUIntBE(ms, 0, 6);
-  bytes[6] = 0x70 | ((counter >> 8) & 0x0f);
-  bytes[7] = counter & 0xff;
-  bytes[8] = 0x80 | ((bytes[8] ?? 0) & 0x3f);
-  const hex = bytes.toString('hex');
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  const at = random16();
+  const bytes = pool;
+  bytes.writeUIntBE(ms, at, 6);
+  bytes[at + 6] = 0x70 | ((counter >> 8) & 0x0f);
+  bytes[at + 7] = counter & 0xff;
+  bytes[at + 8] = 0x80 | ((bytes[at + 8] ?? 0) & 0x3f);
+  return uuidText(bytes, at);
 }
 
 const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;

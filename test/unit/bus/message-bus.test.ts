@@ -16,11 +16,12 @@ import {
   createBus,
   defineCommand,
   silentLogger,
+  type Envelope,
   type MessageContext,
   type Middleware,
   type PayloadOf,
 } from '../../../src/index.js';
-import { encodeEnvelope } from '../../../src/extend.js';
+import { encodeEnvelope, isUuidV7 } from '../../../src/extend.js';
 import { createTestBus, type TestBus } from '../../../src/testing/index.js';
 import { GetTotal, OrderPlaced, PlaceOrder, ReserveStock } from './fixtures.js';
 
@@ -38,6 +39,18 @@ afterEach(async () => {
   await bus?.stop({ gracePeriodMs: 100 });
   bus = undefined;
 });
+
+/** A PlaceOrder handler that counts its calls. */
+function countingHandler(): { readonly Handler: new () => object; readonly calls: () => number } {
+  let calls = 0;
+  @CommandHandler(PlaceOrder)
+  class Handler {
+    handle(): void {
+      calls++;
+    }
+  }
+  return { Handler, calls: () => calls };
+}
 
 describe('MessageBus', () => {
   describe('.send', () => {
@@ -208,18 +221,12 @@ describe('MessageBus', () => {
 
     describe('when the bus was stopped', () => {
       it('throws bus-stopped without calling the handler', async () => {
-        let calls = 0;
-        @CommandHandler(PlaceOrder)
-        class Handler {
-          handle() {
-            calls++;
-          }
-        }
+        const { Handler, calls } = countingHandler();
         bus = await createTestBus({ handlers: [Handler] });
         await bus.stop();
         const error = await bus.execute(PlaceOrder, { orderId: 'o', amount: 1 }).catch((e: unknown) => e);
         expect(HarrierError.is(error) && error.code).toBe('bus-stopped');
-        expect(calls).toBe(0);
+        expect(calls()).toBe(0);
       });
     });
 
@@ -237,6 +244,43 @@ describe('MessageBus', () => {
         const error = await bus.execute(PlaceOrder, { orderId: 'o', amount: 1 }).catch((e: unknown) => e);
         expect(HarrierError.is(error) && error.code).toBe('no-route');
         expect(bus.published).toHaveLength(0);
+      });
+    });
+
+    describe('when the payload does not match the schema', () => {
+      it('throws MessageValidationError without calling the handler', async () => {
+        const { Handler, calls } = countingHandler();
+        bus = await createTestBus({ handlers: [Handler] });
+        const error = await bus.execute(PlaceOrder, { orderId: 'o', amount: -1 }).catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(MessageValidationError);
+        expect(calls()).toBe(0);
+      });
+    });
+
+    describe('when the handler records an event', () => {
+      it('encodes only the recorded event, not the executed command, which never leaves the process', async () => {
+        const encoded: string[] = [];
+        let seen: Envelope | undefined;
+        @CommandHandler(PlaceOrder)
+        class Handler {
+          handle(payload: PayloadOf<typeof PlaceOrder>, ctx: MessageContext) {
+            seen = ctx.envelope;
+            ctx.publish(OrderPlaced, { orderId: payload.orderId, amount: payload.amount });
+            return { accepted: true };
+          }
+        }
+        bus = await createTestBus({
+          handlers: [Handler],
+          encode: (envelope) => {
+            encoded.push(envelope.type);
+            return encodeEnvelope(envelope);
+          },
+        });
+        await bus.execute(PlaceOrder, { orderId: 'o-3', amount: 2 });
+        expect(encoded).toEqual([OrderPlaced.type]);
+        expect(seen).toMatchObject({ type: PlaceOrder.type, payload: { orderId: 'o-3', amount: 2 } });
+        expect(isUuidV7(seen?.id ?? '')).toBe(true);
+        expect(seen?.meta.occurredAt).toBe(new Date(bus.clock.now()).toISOString());
       });
     });
 
