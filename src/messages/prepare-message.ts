@@ -80,7 +80,8 @@ export function prepareEnvelope(
   const parsed = definition.schema.safeParse(payload);
   if (!parsed.success) throw new MessageValidationError(definition.type, parsed.error.issues);
   // Only a caller's id needs the check: uuidv7() makes valid ones, and the regex costs per message.
-  const given = options.id;
+  // `null` from an untyped caller (options read from JSON) means no id, as it always has.
+  const given = options.id ?? undefined;
   if (given !== undefined && !isUuidV7(given)) {
     throw new HarrierError(
       'invalid-option',
