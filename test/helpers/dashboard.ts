@@ -120,3 +120,13 @@ export function tableRows(html: string, testid: string): string[][] {
     ),
   );
 }
+
+/** Undoes the dashboard's HTML escaping of an attribute or text value. */
+export function unescape(text: string): string {
+  return text
+    .replaceAll('&quot;', '"')
+    .replaceAll('&#39;', "'")
+    .replaceAll('&lt;', '<')
+    .replaceAll('&gt;', '>')
+    .replaceAll('&amp;', '&');
+}

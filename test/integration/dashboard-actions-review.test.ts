@@ -1,7 +1,7 @@
 import { request } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
-import { deadLetter, serveDashboard, type ServedDashboard } from '../helpers/dashboard.js';
+import { deadLetter, serveDashboard, unescape, type ServedDashboard } from '../helpers/dashboard.js';
 
 let served: ServedDashboard | undefined;
 afterEach(async () => {
@@ -108,15 +108,6 @@ describe('createDashboard actions: hosts, group status and confirmed counts', ()
     const res = await raw(served!.url, 'GET', path, {});
     const cookie = String(res.headers['set-cookie'] ?? '').split(';')[0] ?? '';
     return { text: res.text, cookie };
-  }
-
-  function unescape(text: string): string {
-    return text
-      .replaceAll('&quot;', '"')
-      .replaceAll('&#39;', "'")
-      .replaceAll('&lt;', '<')
-      .replaceAll('&gt;', '>')
-      .replaceAll('&amp;', '&');
   }
 
   /** The hidden fields of the first form in `html` (after `from`). */

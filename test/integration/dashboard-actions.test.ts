@@ -13,6 +13,7 @@ import {
   serveDashboard,
   type FaultSwitch,
   type ServedDashboard,
+  unescape,
 } from '../helpers/dashboard.js';
 import { waitFor } from '../helpers/local-redis.js';
 
@@ -66,15 +67,6 @@ async function serve(bus: TestBus, options: Partial<DashboardOptions> = {}): Pro
     ...options,
   });
   return served;
-}
-
-function unescape(text: string): string {
-  return text
-    .replaceAll('&quot;', '"')
-    .replaceAll('&#39;', "'")
-    .replaceAll('&lt;', '<')
-    .replaceAll('&gt;', '>')
-    .replaceAll('&amp;', '&');
 }
 
 /** A browser stand-in: keeps the CSRF cookie, sends the dashboard's own Origin unless told otherwise. */
