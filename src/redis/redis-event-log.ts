@@ -113,31 +113,86 @@ const CAPABILITIES: LogCapabilities = Object.freeze({
 });
 
 /**
- * KEYS: stream, counter, uid index, id index. ARGV: mode ('u' with a uid, '-' without), uid, id,
- * key, type, body, appendedAt, location prefix (`topic|partition|`), ack JSON head (the ack without
- * its offset and closing brace). Returns {1, first ack JSON} for a known uid, else {0, offset}.
+ * Appends a batch of records, in order, each as the one append it stands for.
  *
- * The counter holds the partition's length, so the record's offset is the incremented value - 1 and
- * its stream id the incremented value itself: stream ids must be above 0-0, and the counter never
- * goes back, so XADD with that id never meets an older one, also after trimming.
+ * KEYS: uid index, id index, then the stream and the counter of each partition the batch touches.
+ * ARGV: the number of partitions G, their location prefixes (`topic|partition|`), then 8 fields per
+ * record: partition number g (1..G), uid ('' without one), id, key, type, body, appendedAt, ack JSON
+ * head (the ack without its offset and closing brace; '' without a uid). Returns 2 values per record:
+ * 0 and the offset it landed at; 1 and the first ack's JSON for a known uid; 2 and Redis's error
+ * message when Redis refused a write of that record.
+ *
+ * A counter holds its partition's length, so a record's offset is the length before it and its
+ * stream id the length after it: stream ids must be above 0-0, and the counter never goes back, so
+ * XADD with that id never meets an older one, also after trimming. Every counter is read before the
+ * first write and stored at the end when it moved, once per partition and batch rather than once per record; every
+ * write in between is a pcall, so nothing can stop the script between an XADD and the store of its
+ * counter, which would leave the next append an id that is already taken. `string.format('%d')`
+ * because Lua prints a number above 1e14 in exponent form.
  */
 const APPEND_SCRIPT = `
-if ARGV[1] == 'u' then
-  local first = redis.call('HGET', KEYS[3], ARGV[2])
-  if first then return {1, first} end
+local groups = tonumber(ARGV[1])
+local start = {}
+local next = {}
+for g = 1, groups do
+  local stored = redis.call('GET', KEYS[2 * g + 2])
+  start[g] = tonumber(stored or '0')
+  next[g] = start[g]
+  if next[g] == nil then
+    return redis.error_reply('ERR the offset counter ' .. KEYS[2 * g + 2] .. ' is not a whole number')
+  end
 end
-local n = redis.call('INCR', KEYS[2])
-local offset = string.format('%d', n - 1)
-local streamId = string.format('%d', n) .. '-0'
-if ARGV[1] == 'u' then
-  redis.call('XADD', KEYS[1], streamId, 'id', ARGV[3], 'key', ARGV[4], 'type', ARGV[5], 'body', ARGV[6], 'uid', ARGV[2], 'at', ARGV[7])
-  redis.call('HSET', KEYS[3], ARGV[2], ARGV[9] .. offset .. '}')
-else
-  redis.call('XADD', KEYS[1], streamId, 'id', ARGV[3], 'key', ARGV[4], 'type', ARGV[5], 'body', ARGV[6], 'at', ARGV[7])
+local function refused(reply)
+  return type(reply) == 'table' and reply.err
 end
-redis.call('HSETNX', KEYS[4], ARGV[3], ARGV[8] .. offset)
-return {0, n - 1}
+local out = {}
+for i = groups + 2, #ARGV, 8 do
+  local g = tonumber(ARGV[i])
+  local uid = ARGV[i + 1]
+  local first = false
+  if uid ~= '' then first = redis.pcall('HGET', KEYS[1], uid) end
+  if refused(first) then
+    out[#out + 1] = 2
+    out[#out + 1] = first.err
+  elseif first then
+    out[#out + 1] = 1
+    out[#out + 1] = first
+  else
+    local n = next[g] + 1
+    local offset = string.format('%d', n - 1)
+    local added
+    if uid ~= '' then
+      added = redis.pcall('XADD', KEYS[2 * g + 1], string.format('%d', n) .. '-0', 'id', ARGV[i + 2], 'key', ARGV[i + 3], 'type', ARGV[i + 4], 'body', ARGV[i + 5], 'uid', uid, 'at', ARGV[i + 6])
+    else
+      added = redis.pcall('XADD', KEYS[2 * g + 1], string.format('%d', n) .. '-0', 'id', ARGV[i + 2], 'key', ARGV[i + 3], 'type', ARGV[i + 4], 'body', ARGV[i + 5], 'at', ARGV[i + 6])
+    end
+    if refused(added) then
+      out[#out + 1] = 2
+      out[#out + 1] = added.err
+    else
+      next[g] = n
+      local indexed = redis.pcall('HSETNX', KEYS[2], ARGV[i + 2], ARGV[g + 1] .. offset)
+      if uid ~= '' and not refused(indexed) then
+        indexed = redis.pcall('HSET', KEYS[1], uid, ARGV[i + 7] .. offset .. '}')
+      end
+      if refused(indexed) then
+        out[#out + 1] = 2
+        out[#out + 1] = indexed.err
+      else
+        out[#out + 1] = 0
+        out[#out + 1] = n - 1
+      end
+    end
+  end
+end
+for g = 1, groups do
+  if next[g] ~= start[g] then redis.call('SET', KEYS[2 * g + 2], string.format('%d', next[g])) end
+end
+return out
 `;
+
+/** Most records one append script takes: a batch blocks Redis for about 3 µs a record. */
+const APPEND_BATCH = 256;
 
 /**
  * KEYS: stream, id index. ARGV: MINID (stream id of the first record kept), location prefix, then
@@ -156,6 +211,27 @@ return removed
 `;
 
 const SCRIPTS = { append: redisScript(APPEND_SCRIPT), trim: redisScript(TRIM_SCRIPT) } as const;
+
+/** An append waiting in the queue for the next {@link APPEND_SCRIPT} call. */
+interface PendingAppend {
+  readonly topic: string;
+  readonly partition: number;
+  readonly uid: string | undefined;
+  readonly input: AppendInput;
+  readonly appendedAt: number;
+  readonly resolve: (ack: AppendAck) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/**
+ * A write the append script reported Redis refused, shaped as ioredis reports a refused command, so
+ * that `#run` turns it into `redis-command-failed` as it does for a whole call that fails.
+ */
+function refusal(message: string): Error {
+  const error = new Error(message);
+  error.name = 'ReplyError';
+  return error;
+}
 
 /** A stream entry as XRANGE and XREAD return it. */
 type StreamEntry = [id: string, fields: string[]];
@@ -226,11 +302,14 @@ function entriesOf(reply: unknown): StreamEntry[] {
  * `<prefix>:log:<topic>:<partition>:next` holds the partition's length, so offsets are dense, start
  * at 0 and never go back, also when retention trims the stream.
  *
- * Every append is one Lua script: it checks the uid index `<prefix>:log:uids` (uid to the first
- * ack's JSON), takes the next offset, adds the entry and records the event id in
+ * Appends run in a Lua script: for each record it checks the uid index `<prefix>:log:uids` (uid to
+ * the first ack's JSON), takes the next offset, adds the entry and records the event id in
  * `<prefix>:log:ids` (event id to `topic|partition|offset`; the first record of an id wins). So
  * concurrent appenders on any number of processes never share an offset, never leave a gap and
- * never land one uid twice.
+ * never land one uid twice. The appends made in one tick (the records of a `Promise.all`, say) go
+ * out together, in call order, up to 256 to a script call: one round trip and one script run for
+ * the lot instead of one each, which is what brings an append close to a bare pipelined `XADD`.
+ * Each append still settles on its own: a write Redis refuses fails that append alone.
  *
  * `maintenance` trims each partition of a topic with `retentionMs` from the front (`XTRIM MINID`)
  * up to the first record that is younger than the retention or protected by `keepFrom`, and drops
@@ -266,6 +345,8 @@ export class RedisEventLog implements EventLog {
   readonly #idsKey: string;
   /** The blocking connections of live subscriptions, dropped by {@link close}. */
   readonly #blocking = new Set<Redis | Cluster>();
+  /** Appends made since the last flush, in call order. */
+  #queue: PendingAppend[] = [];
   #closed = false;
 
   /**
@@ -435,55 +516,119 @@ export class RedisEventLog implements EventLog {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    // Appends made before close still go out, ahead of the QUIT.
+    this.#flush();
     for (const blocking of this.#blocking) blocking.disconnect();
     this.#blocking.clear();
     await this.#connection.close();
   }
 
-  async #append(topic: string, uid: string | undefined, input: AppendInput): Promise<AppendAck> {
+  /**
+   * Checks a record and queues it for the next batch; called in the synchronous part of `#run`, so
+   * every append made in one tick shares one script call.
+   */
+  #append(topic: string, uid: string | undefined, input: AppendInput): Promise<AppendAck> {
     const spec = topicOf(this.#topics, topic);
     try {
       checkSchema(spec, input.body);
     } catch (error) {
-      // A uid appended before returns its first ack whatever the retry carries, as an idempotent
-      // append must.
-      const first = uid === undefined ? null : await this.#client.hget(this.#uidsKey, uid);
-      if (first === null) throw error;
-      return this.#decodeAck(first, true);
+      return this.#firstAckOr(uid, error);
     }
     const partition = partitionFor(spec, input.key);
-    const key = this.#keyOf(topic, partition);
     const appendedAt = this.#clock.now();
-    // The script completes the ack's JSON with the offset it takes; only idempotent appends keep one.
-    const head =
-      uid === undefined
-        ? ''
-        : `${JSON.stringify({ topic, partition, id: input.id, uid, appendedAt }).slice(0, -1)},"offset":`;
-    const reply = (await this.#eval(
-      SCRIPTS.append,
-      [key, `${key}:next`, this.#uidsKey, this.#idsKey],
-      [
-        uid === undefined ? '-' : 'u',
+    return new Promise<AppendAck>((resolve, reject) => {
+      // A microtask rather than a timer: a lone append waits for nothing, and the appends of one
+      // `Promise.all` are all queued before it runs.
+      if (this.#queue.length === 0) queueMicrotask(this.#flush);
+      this.#queue.push({ topic, partition, uid, input, appendedAt, resolve, reject });
+    });
+  }
+
+  /** The first ack of a uid appended before, whatever a retry carries; else `error`. */
+  async #firstAckOr(uid: string | undefined, error: unknown): Promise<AppendAck> {
+    const first = uid === undefined ? null : await this.#client.hget(this.#uidsKey, uid);
+    if (first === null) throw error;
+    return this.#decodeAck(first, true);
+  }
+
+  /** Sends the queued appends, in order, in script calls of at most {@link APPEND_BATCH} records. */
+  readonly #flush = (): void => {
+    const queue = this.#queue;
+    if (queue.length === 0) return;
+    this.#queue = [];
+    for (let from = 0; from < queue.length; from += APPEND_BATCH) {
+      void this.#appendBatch(queue.slice(from, from + APPEND_BATCH));
+    }
+  };
+
+  /** Runs {@link APPEND_SCRIPT} on a batch and settles each append with its own outcome; never rejects. */
+  async #appendBatch(batch: readonly PendingAppend[]): Promise<void> {
+    const keys = [this.#uidsKey, this.#idsKey];
+    const groups = new Map<string, number>();
+    const locations: string[] = [];
+    const fields: string[] = [];
+    for (const { topic, partition, uid, input, appendedAt } of batch) {
+      const stream = this.#keyOf(topic, partition);
+      let group = groups.get(stream);
+      if (group === undefined) {
+        group = groups.size + 1;
+        groups.set(stream, group);
+        keys.push(stream, `${stream}:next`);
+        locations.push(`${topic}|${partition}|`);
+      }
+      // The script completes the ack's JSON with the offset it takes; only idempotent appends keep one.
+      const head =
+        uid === undefined
+          ? ''
+          : `${JSON.stringify({ topic, partition, id: input.id, uid, appendedAt }).slice(0, -1)},"offset":`;
+      fields.push(
+        String(group),
         uid ?? '',
         input.id,
         input.key,
         input.type,
         input.body,
         String(appendedAt),
-        `${topic}|${partition}|`,
         head,
-      ],
-    )) as [number, string | number];
-    if (reply[0] === 1) return this.#decodeAck(String(reply[1]), true);
-    return {
-      topic,
-      partition,
-      offset: Number(reply[1]),
-      id: input.id,
-      uid,
-      appendedAt,
-      duplicate: false,
-    };
+      );
+    }
+    let reply: unknown[];
+    try {
+      reply = (await this.#eval(SCRIPTS.append, keys, [
+        String(groups.size),
+        ...locations,
+        ...fields,
+      ])) as unknown[];
+    } catch (error) {
+      for (const pending of batch) pending.reject(error);
+      return;
+    }
+    for (let i = 0; i < batch.length; i++) {
+      const { topic, partition, uid, input, appendedAt, resolve, reject } = batch[i] as PendingAppend;
+      const value = reply[2 * i + 1];
+      switch (reply[2 * i]) {
+        case 0:
+          resolve({
+            topic,
+            partition,
+            offset: Number(value),
+            id: input.id,
+            uid,
+            appendedAt,
+            duplicate: false,
+          });
+          break;
+        case 1:
+          try {
+            resolve(this.#decodeAck(String(value), true));
+          } catch (error) {
+            reject(error);
+          }
+          break;
+        default:
+          reject(refusal(String(value)));
+      }
+    }
   }
 
   #decodeAck(json: string, duplicate: boolean): AppendAck {

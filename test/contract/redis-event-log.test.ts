@@ -136,6 +136,58 @@ describe(RedisEventLog, () => {
       });
     });
 
+    describe('when many appends are made at once', () => {
+      it('lands them in call order per partition, a repeated uid once', async () => {
+        const log = open([{ name: 'orders', partitions: 2 }]);
+        const uid = `uid-${randomUUID()}`;
+        const records = Array.from({ length: 600 }, (_, i) => input(`k${i % 7}`));
+        const acks = await Promise.all([
+          ...records.map((record) => log.append('orders', record)),
+          log.appendIdempotent('orders', uid, input('k')),
+          log.appendIdempotent('orders', uid, input('k')),
+        ]);
+        const [first, again] = acks.slice(-2);
+        expect(again).toEqual({ ...first, duplicate: true });
+        for (const partition of [0, 1]) {
+          const ids = records.filter((_, i) => acks[i]?.partition === partition).map((r) => r.id);
+          const uidAcks = first?.partition === partition ? 1 : 0;
+          const stored = await log.read('orders', partition, 0, 1000);
+          expect(stored.filter((record) => record.uid === undefined).map((record) => record.id)).toEqual(ids);
+          expect(stored.map((record) => record.offset)).toEqual(stored.map((_, i) => i));
+          expect(await log.endOffset('orders', partition)).toBe(ids.length + uidAcks);
+        }
+      });
+    });
+
+    describe('when Redis refuses the write of one partition', () => {
+      it('fails that append alone and leaves no gap in the offsets', async () => {
+        const log = open([{ name: 'orders', partitions: 16 }]);
+        // 'foobar' is in partition 8 of 16, 'k' is not.
+        await redis.client.set(`${prefix}:log:orders:8`, 'not a stream');
+        const [refused, landed] = await Promise.allSettled([
+          log.append('orders', input('foobar')),
+          log.append('orders', input('k')),
+        ]);
+        expect(refused).toMatchObject({ status: 'rejected', reason: { code: 'redis-command-failed' } });
+        expect(landed).toMatchObject({ status: 'fulfilled', value: { offset: 0 } });
+        await redis.client.del(`${prefix}:log:orders:8`);
+        expect(await log.append('orders', input('foobar'))).toMatchObject({ partition: 8, offset: 0 });
+        expect(await log.endOffset('orders', 8)).toBe(1);
+      });
+    });
+
+    describe('when the log closes right after an append', () => {
+      it('still lands the append', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        // Connected first: an append still waiting for the connection fails on close, as any command does.
+        expect(await log.endOffset('orders', 0)).toBe(0);
+        const record = input('k');
+        const appended = log.append('orders', record);
+        await log.close();
+        expect(await appended).toMatchObject({ offset: 0, id: record.id });
+      });
+    });
+
     describe('when the log is closed', () => {
       it('rejects with HarrierError log-closed', async () => {
         const log = open([{ name: 'orders', partitions: 1 }]);
