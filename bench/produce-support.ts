@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Queue } from 'bullmq';
 import type { z } from 'zod';
-import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
+import { prepareMessage, type OutgoingMessage, type PreparedMessage } from '../src/extend.js';
 import type { MessageDefinition } from '../src/index.js';
 import type { BullMqBroker } from '../src/redis/index.js';
 import { jobOptionDefaults, jobOptions, toJobData } from '../src/redis/job-data.js';
@@ -38,9 +38,9 @@ export async function produceRaw(
   withIds: boolean,
   harrierOptions = false,
 ): Promise<void> {
-  for (let from = 0; from < n; from += CHUNK) {
+  await inChunks(n, (from, to) => {
     const jobs = [];
-    for (let i = from; i < Math.min(n, from + CHUNK); i++) {
+    for (let i = from; i < to; i++) {
       if (withIds) {
         const id = randomUUID();
         jobs.push({
@@ -54,8 +54,8 @@ export async function produceRaw(
         jobs.push({ name: type, data: payloadOf(i), opts: { removeOnComplete: true } });
       }
     }
-    await queue.addBulk(jobs);
-  }
+    return queue.addBulk(jobs);
+  });
 }
 
 /** Adds N messages in chunks as Harrier does: `prepareMessage` (as `bus.send`) + `publishBatch`. */
@@ -65,14 +65,9 @@ export async function produceWithHarrier(
   payloadOf: (i: number) => unknown,
   n: number,
 ): Promise<void> {
-  for (let from = 0; from < n; from += CHUNK) {
-    const now = Date.now();
-    const messages: OutgoingMessage[] = [];
-    for (let i = from; i < Math.min(n, from + CHUNK); i++) {
-      messages.push(prepareMessage(definition, payloadOf(i), {}, { now }).outgoing);
-    }
-    await broker.publishBatch(messages);
-  }
+  await inChunks(n, (from, to, now) =>
+    broker.publishBatch(prepareChunk(definition, payloadOf, from, to, now).map((m) => m.outgoing)),
+  );
 }
 
 /**
@@ -89,17 +84,34 @@ export async function produceHarrierShaped(
   n: number,
   compact: boolean,
 ): Promise<void> {
-  for (let from = 0; from < n; from += CHUNK) {
-    const now = Date.now();
-    const jobs = [];
-    for (let i = from; i < Math.min(n, from + CHUNK); i++) {
-      const { envelope, outgoing } = prepareMessage(definition, payloadOf(i), {}, { now });
-      jobs.push({
+  await inChunks(n, (from, to, now) =>
+    queue.addBulk(
+      prepareChunk(definition, payloadOf, from, to, now).map(({ envelope, outgoing }) => ({
         name: definition.type,
         data: compact ? { b: envelope } : toJobData(outgoing),
         opts: jobOptions(outgoing, now, JOB_DEFAULTS),
-      });
-    }
-    await queue.addBulk(jobs);
-  }
+      })),
+    ),
+  );
+}
+
+/** `prepareMessage` (as `bus.send` calls it) of the messages `from` to `to` (excluded). */
+function prepareChunk(
+  definition: BenchCommand,
+  payloadOf: (i: number) => unknown,
+  from: number,
+  to: number,
+  now: number,
+): PreparedMessage[] {
+  const prepared: PreparedMessage[] = [];
+  for (let i = from; i < to; i++) prepared.push(prepareMessage(definition, payloadOf(i), {}, { now }));
+  return prepared;
+}
+
+/** Calls `add` for each chunk `[from, to)` of `0..n`, one after another, with the time it starts. */
+async function inChunks(
+  n: number,
+  add: (from: number, to: number, now: number) => Promise<unknown>,
+): Promise<void> {
+  for (let from = 0; from < n; from += CHUNK) await add(from, Math.min(n, from + CHUNK), Date.now());
 }
