@@ -21,11 +21,13 @@ export async function addJobsChecked<J>(
   let remaining = jobs;
   for (let attempt = 1; remaining.length > 0; attempt++) {
     const added = await addBulk(remaining);
-    const failed = remaining.filter((_, index) => {
+    // Collected only when some job failed: the common all-added batch allocates nothing here.
+    let failed: J[] | undefined;
+    for (let index = 0; index < remaining.length; index++) {
       const id = added[index]?.id;
-      return typeof id !== 'string' || id.length === 0;
-    });
-    if (failed.length === 0) return;
+      if (typeof id !== 'string' || id.length === 0) (failed ??= []).push(remaining[index] as J);
+    }
+    if (failed === undefined) return;
     if (attempt >= ADD_TRIES) {
       throw new HarrierError(
         'publish-failed',

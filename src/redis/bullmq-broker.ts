@@ -22,7 +22,13 @@ import { addJobsChecked } from './add-jobs.js';
 import { createBrokerClient, type ClientSettings } from './broker-connection.js';
 import { BullMqReceiver } from './bullmq-receiver.js';
 import { EventRouteCache, parseRoutes, routesVersion, type Route } from './event-route-cache.js';
-import { jobOptions, toJobData, type JobData, type JobSettings } from './job-data.js';
+import {
+  jobOptionDefaults,
+  jobOptions,
+  toJobData,
+  type JobData,
+  type JobOptionDefaults,
+} from './job-data.js';
 import { PendingDeliveries, type Outcome } from './pending-deliveries.js';
 import { assertQueueNamePart, baseQueueName, QueueLayout } from './queue-layout.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
@@ -130,7 +136,8 @@ export class BullMqBroker implements MessageBroker {
   readonly #logger: Logger;
   readonly #connection: RedisConnectionOptions;
   readonly #layout: QueueLayout;
-  readonly #jobSettings: JobSettings;
+  /** The BullMQ options every job shares, built once: a publish only adds the per-message ones. */
+  readonly #jobDefaults: JobOptionDefaults;
   readonly #client: Redis | Cluster;
   readonly #queues = new Map<string, Queue>();
   readonly #pending = new PendingDeliveries();
@@ -167,11 +174,11 @@ export class BullMqBroker implements MessageBroker {
     assertWhole(this.#failedRetentionMs, 'failedRetentionMs', 0, 'e.g. 604800000 for 7 days');
     assertWhole(this.#failedRetentionCount, 'failedRetentionCount', 0, 'e.g. 10000 (0 keeps none)');
     this.#layout = new QueueLayout(this.#prefix, this.#partitions);
-    this.#jobSettings = {
+    this.#jobDefaults = jobOptionDefaults({
       dedupeWindowMs: this.#dedupeWindowMs,
       failedRetentionMs: this.#failedRetentionMs,
       failedRetentionCount: this.#failedRetentionCount,
-    };
+    });
     // Producer connection: commands fail fast while Redis is away instead of queueing in memory.
     this.#client = this.#newClient(
       { maxRetriesPerRequest: 1, enableOfflineQueue: false, lazyConnect: true },
@@ -296,22 +303,26 @@ export class BullMqBroker implements MessageBroker {
       }
       this.#eventRoutes.store(version, routes);
     }
-    const byQueue = new Map<string, { name: string; data: JobData; opts: Record<string, unknown> }[]>();
+    const byQueue = new Map<string, NewJob[]>();
+    const add = (queue: string, job: NewJob): void => {
+      const list = byQueue.get(queue);
+      if (list === undefined) byQueue.set(queue, [job]);
+      else list.push(job);
+    };
     const now = this.#clock.now();
     for (const message of messages) {
-      const targets =
-        message.kind === 'event'
-          ? (routes.get(message.type) ?? []).map((r) => this.#layout.subscriptionQueue(r.endpoint, r.handler))
-          : [this.#layout.commandQueue(message.type)];
-      for (const base of targets) {
-        const queue = this.#layout.placement(base, message);
-        const list = byQueue.get(queue) ?? [];
-        list.push({
-          name: message.type,
-          data: toJobData(message),
-          opts: jobOptions(message, now, this.#jobSettings),
-        });
-        byQueue.set(queue, list);
+      // One data and options object per message, shared by its copies: BullMQ only reads them.
+      const job: NewJob = {
+        name: message.type,
+        data: toJobData(message),
+        opts: jobOptions(message, now, this.#jobDefaults),
+      };
+      if (message.kind === 'event') {
+        for (const r of routes.get(message.type) ?? []) {
+          add(this.#layout.placement(this.#layout.subscriptionQueue(r.endpoint, r.handler), message), job);
+        }
+      } else {
+        add(this.#layout.placement(this.#layout.commandQueue(message.type), message), job);
       }
     }
     await Promise.all([...byQueue].map(([queue, jobs]) => this.#addAll(queue, jobs)));
@@ -379,7 +390,7 @@ export class BullMqBroker implements MessageBroker {
       {
         name: message.type,
         data: toJobData(message, target.deadLetterId),
-        opts: jobOptions({ ...message, deliverAt: undefined }, this.#clock.now(), this.#jobSettings),
+        opts: jobOptions({ ...message, deliverAt: undefined }, this.#clock.now(), this.#jobDefaults),
       },
     ]);
   }
@@ -483,10 +494,7 @@ export class BullMqBroker implements MessageBroker {
     }
   }
 
-  async #addAll(
-    queueName: string,
-    jobs: { name: string; data: JobData; opts: Record<string, unknown> }[],
-  ): Promise<void> {
+  async #addAll(queueName: string, jobs: NewJob[]): Promise<void> {
     const queue = this.#queue(queueName);
     await addJobsChecked(
       queueName,
@@ -571,6 +579,13 @@ export class BullMqBroker implements MessageBroker {
         'The BullMQ broker is closed: create a new one to publish again',
       );
   }
+}
+
+/** A job as `Queue.addBulk` takes it. */
+interface NewJob {
+  readonly name: string;
+  readonly data: JobData;
+  readonly opts: Record<string, unknown>;
 }
 
 /** The BullMQ job states {@link BullMqBroker.queueDepths} reads. */

@@ -44,35 +44,54 @@ export interface JobSettings {
  * if it does.
  */
 export function toJobData(message: OutgoingMessage, replayOf?: string): JobData {
-  return {
-    b: message.body,
-    ...(message.partitionKey !== undefined ? { p: message.partitionKey } : {}),
-    ...(message.ordered === true ? { o: true } : {}),
-    ...(replayOf !== undefined ? { r: replayOf } : {}),
-  };
+  // Filled in place rather than with conditional spreads: a publish builds one per message and job.
+  const data: { -readonly [K in keyof JobData]: JobData[K] } = { b: message.body };
+  if (message.partitionKey !== undefined) data.p = message.partitionKey;
+  if (message.ordered === true) data.o = true;
+  if (replayOf !== undefined) data.r = replayOf;
+  return data;
+}
+
+/**
+ * The part of every job's BullMQ options that only depends on the broker's settings, built once per
+ * broker by {@link jobOptionDefaults} and shared (frozen) by all the jobs it publishes.
+ */
+export interface JobOptionDefaults {
+  readonly dedupeWindowMs: number;
+  readonly backoff: Readonly<{ type: string }>;
+  readonly removeOnFail: Readonly<{ age: number; count: number }>;
+}
+
+/** The shared, constant part of the BullMQ options of the jobs a broker with `settings` publishes. */
+export function jobOptionDefaults(settings: JobSettings): JobOptionDefaults {
+  return Object.freeze({
+    dedupeWindowMs: settings.dedupeWindowMs,
+    backoff: Object.freeze({ type: 'harrier' }),
+    // BullMQ keeps a failed job while both hold: younger than `age` seconds and among the newest `count`.
+    removeOnFail: Object.freeze({
+      age: Math.ceil(settings.failedRetentionMs / 1000),
+      count: settings.failedRetentionCount,
+    }),
+  });
 }
 
 /** BullMQ job options for `message`: its id as job id and deduplication id, its delay, retention. */
 export function jobOptions(
   message: OutgoingMessage,
   now: number,
-  settings: JobSettings,
+  defaults: JobOptionDefaults,
 ): Record<string, unknown> {
-  const delay = message.deliverAt === undefined ? 0 : Math.max(0, message.deliverAt - now);
-  return {
+  const opts: Record<string, unknown> = {
     jobId: message.id,
-    deduplication: { id: message.id, ttl: settings.dedupeWindowMs },
-    ...(delay > 0 ? { delay } : {}),
+    deduplication: { id: message.id, ttl: defaults.dedupeWindowMs },
     // Our dispatcher decides retries; BullMQ's own retry only catches a processor that crashed mid-settle.
     attempts: KEEP_ATTEMPTS,
-    backoff: { type: 'harrier' },
+    backoff: defaults.backoff,
     removeOnComplete: true,
-    // BullMQ keeps a failed job while both hold: younger than `age` seconds and among the newest `count`.
-    removeOnFail: {
-      age: Math.ceil(settings.failedRetentionMs / 1000),
-      count: settings.failedRetentionCount,
-    },
+    removeOnFail: defaults.removeOnFail,
   };
+  if (message.deliverAt !== undefined && message.deliverAt > now) opts.delay = message.deliverAt - now;
+  return opts;
 }
 
 /** Job data as the broker reads it: every field checked, since anything could have written it. */
