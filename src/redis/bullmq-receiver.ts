@@ -100,6 +100,8 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
     const waiting = this.#waiting;
     if (waiting !== undefined) return waiting.then(() => this.next());
     if (!this.#started) {
+      // Closed (the broker was) before the first call: start nothing.
+      if (this.#closing !== undefined) return this.#end();
       this.#started = true;
       try {
         this.#start();
