@@ -17,17 +17,10 @@ import { Session } from 'node:inspector/promises';
 import { performance } from 'node:perf_hooks';
 import { Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { z } from 'zod';
-import {
-  CommandHandler,
-  createBus,
-  defineCommand,
-  silentLogger,
-  type HandlesCommand,
-  type PayloadOf,
-} from '../src/index.js';
+import { silentLogger } from '../src/index.js';
 import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
 import { BullMqBroker } from '../src/redis/index.js';
+import { PlaceOrder, payloadOf, placeOrderBus } from './place-order.js';
 import { Counter, benchPrefix, deleteKeys, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
@@ -36,17 +29,6 @@ const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 /** The profiler's sampling interval, µs. */
 const SAMPLING_US = 200;
 const CONCURRENCY = 16;
-
-const PlaceOrder = defineCommand('bench.PlaceOrder', {
-  schema: z.object({ orderId: z.string(), amount: z.number().int().positive() }),
-});
-
-@CommandHandler(PlaceOrder)
-class PlaceOrderHandler implements HandlesCommand<typeof PlaceOrder> {
-  handle(payload: PayloadOf<typeof PlaceOrder>): void {
-    if (payload.amount <= 0) throw new Error('unreachable');
-  }
-}
 
 interface ProfileNode {
   readonly id: number;
@@ -69,17 +51,8 @@ async function run(n: number, profile: boolean): Promise<Profile | undefined> {
   const prefix = benchPrefix();
   const handled = new Counter(180_000);
   const broker = new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
-  const bus = createBus({
-    endpoint: 'bench',
-    broker,
-    handlers: [PlaceOrderHandler],
-    concurrency: CONCURRENCY,
-    logger: silentLogger,
-    hooks: {
-      onHandled: () => {
-        handled.hit();
-      },
-    },
+  const bus = placeOrderBus(broker, CONCURRENCY, () => {
+    handled.hit();
   });
   const workerConnection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   let worker: Worker | undefined;
@@ -92,9 +65,7 @@ async function run(n: number, profile: boolean): Promise<Profile | undefined> {
       const now = Date.now();
       const messages: OutgoingMessage[] = [];
       for (let i = from; i < Math.min(n, from + 1000); i++) {
-        messages.push(
-          prepareMessage(PlaceOrder, { orderId: `o-${i}`, amount: 1 + (i % 10) }, {}, { now }).outgoing,
-        );
+        messages.push(prepareMessage(PlaceOrder, payloadOf(i), {}, { now }).outgoing);
       }
       await broker.publishBatch(messages);
     }
