@@ -1,7 +1,7 @@
 import type { z } from 'zod';
 import { withArticle } from '../errors/with-article.js';
 import type { MessageDefinition } from './definition.js';
-import { envelopeSchema, type Envelope } from './envelope.js';
+import { envelopeSchema, isEnvelopeFrame, type Envelope } from './envelope.js';
 
 /** Largest encoded envelope accepted by default: 1 MiB. */
 export const DEFAULT_MAX_ENVELOPE_BYTES = 1024 * 1024;
@@ -111,17 +111,24 @@ export function decodeEnvelope(
   } catch (error) {
     return { ok: false, reason: 'malformed', message: `Envelope is not JSON: ${(error as Error).message}` };
   }
-  const parsed = envelopeSchema.safeParse(raw);
-  if (!parsed.success) {
-    const first = parsed.error.issues[0];
-    return {
-      ok: false,
-      reason: 'malformed',
-      message: `Envelope does not match the wire schema: ${first ? `${first.path.join('.') || '(root)'}: ${first.message}` : 'invalid'}`,
-      issues: parsed.error.issues,
-    };
+  let envelope: Envelope;
+  if (isEnvelopeFrame(raw)) {
+    // A fresh JSON.parse result nobody else holds: it can be the envelope itself, no copy needed.
+    envelope = raw;
+  } else {
+    // The schema decides the unusual cases and names the issues of a bad envelope.
+    const parsed = envelopeSchema.safeParse(raw);
+    if (!parsed.success) {
+      const first = parsed.error.issues[0];
+      return {
+        ok: false,
+        reason: 'malformed',
+        message: `Envelope does not match the wire schema: ${first ? `${first.path.join('.') || '(root)'}: ${first.message}` : 'invalid'}`,
+        issues: parsed.error.issues,
+      };
+    }
+    envelope = parsed.data;
   }
-  const envelope = parsed.data as Envelope;
   const definition = lookup(envelope.type);
   if (definition === undefined) {
     return {
@@ -150,7 +157,7 @@ export function decodeEnvelope(
       envelope,
     };
   }
-  // parsed.data is zod's own copy of the input, so it can take the validated payload in place.
+  // The envelope is this call's own object (parsed here, or zod's copy), so it takes the validated payload in place.
   (envelope as { payload: unknown }).payload = payload.data;
   return { ok: true, envelope, definition };
 }

@@ -1,4 +1,4 @@
-/** A FIFO that producers push into and one consumer awaits, ending when closed. */
+/** A FIFO of defined values that producers push into and one consumer awaits, ending when closed. */
 export class AsyncInbox<T> {
   readonly #items: T[] = [];
   #head = 0;
@@ -35,6 +35,18 @@ export class AsyncInbox<T> {
     return rest;
   }
 
+  /** The next item if one is waiting, else undefined; never waits. */
+  take(): T | undefined {
+    if (this.#head >= this.#items.length) return undefined;
+    const item = this.#items[this.#head] as T;
+    this.#head++;
+    if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
+      this.#items.splice(0, this.#head);
+      this.#head = 0;
+    }
+    return item;
+  }
+
   /** The next item, or undefined once closed and empty, or when `signal` aborts. */
   async next(signal?: AbortSignal): Promise<T | undefined> {
     if (signal !== undefined && signal !== this.#watched) {
@@ -49,15 +61,8 @@ export class AsyncInbox<T> {
       );
     }
     for (;;) {
-      if (this.#head < this.#items.length) {
-        const item = this.#items[this.#head] as T;
-        this.#head++;
-        if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
-          this.#items.splice(0, this.#head);
-          this.#head = 0;
-        }
-        return item;
-      }
+      const item = this.take();
+      if (item !== undefined) return item;
       if (this.#closed || signal?.aborted === true) return undefined;
       await new Promise<void>((resolve) => {
         this.#waiter = resolve;

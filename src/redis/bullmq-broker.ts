@@ -249,7 +249,7 @@ export class BullMqBroker implements MessageBroker {
         `Endpoint "${options.endpoint}" has not registered its subscriptions: call register() first (bus.start() does)`,
       );
     }
-    return this.#receive(options, specs);
+    return { [Symbol.asyncIterator]: () => this.#receive(options, specs) };
   }
 
   async publish(message: OutgoingMessage): Promise<void> {
@@ -442,8 +442,9 @@ export class BullMqBroker implements MessageBroker {
     return [...depths.values()];
   }
 
-  async *#receive(options: ReceiverOptions, specs: readonly SubscriptionSpec[]): AsyncGenerator<Delivery> {
-    const receiver = new BullMqReceiver(
+  /** A receiver of its own for each iteration; it leaves the broker's set once its iteration ends. */
+  #receive(options: ReceiverOptions, specs: readonly SubscriptionSpec[]): AsyncIterator<Delivery> {
+    const receiver: BullMqReceiver = new BullMqReceiver(
       {
         prefix: this.#prefix,
         layout: this.#layout,
@@ -456,14 +457,10 @@ export class BullMqBroker implements MessageBroker {
       },
       options,
       specs,
+      () => this.#receivers.delete(receiver),
     );
     this.#receivers.add(receiver);
-    try {
-      yield* receiver.deliveries();
-    } finally {
-      this.#receivers.delete(receiver);
-      await receiver.close();
-    }
+    return receiver;
   }
 
   #settle(deliveryId: string, outcome: Outcome): Promise<void> {

@@ -28,6 +28,8 @@ import { SlotBudget } from './slot-budget.js';
 /** How long closing a receiver waits for BullMQ's workers once none of its jobs is held any more. */
 const WORKER_CLOSE_GRACE_MS = 3_000;
 
+const DONE: IteratorReturnResult<undefined> = { done: true, value: undefined };
+
 /** What a receiver shares with the broker that made it. */
 export interface BullMqReceiverContext {
   readonly prefix: string;
@@ -51,7 +53,7 @@ type Inbox = AsyncInbox<{ delivery: Delivery; pending: Pending }>;
  * Each processor puts its job into the receiver's inbox as a delivery and waits for the dispatcher's
  * ack or nack, so BullMQ's lock renewal and stalled-job recovery cover every delivery.
  */
-export class BullMqReceiver {
+export class BullMqReceiver implements AsyncIterator<Delivery> {
   readonly #context: BullMqReceiverContext;
   readonly #options: ReceiverOptions;
   readonly #specs: readonly SubscriptionSpec[];
@@ -61,22 +63,81 @@ export class BullMqReceiver {
   readonly #workers: Worker[] = [];
   readonly #clients: (Redis | Cluster)[] = [];
   /** This receiver's processors that have not returned yet. */
-  readonly #running = new Set<Promise<void>>();
+  #running = 0;
+  /** Resolves `close()`'s wait once no processor runs. */
+  #idle: (() => void) | undefined;
   #closing: Promise<void> | undefined;
+  #started = false;
+  #ended = false;
+  /** The `next()` waiting for a delivery, which a `next()` called meanwhile waits behind. */
+  #waiting: Promise<IteratorResult<Delivery>> | undefined;
+  readonly #onEnd: () => void;
 
-  constructor(context: BullMqReceiverContext, options: ReceiverOptions, specs: readonly SubscriptionSpec[]) {
+  /** @param onEnd - called once the iteration ends (closed, aborted or returned). */
+  constructor(
+    context: BullMqReceiverContext,
+    options: ReceiverOptions,
+    specs: readonly SubscriptionSpec[],
+    onEnd: () => void,
+  ) {
     this.#context = context;
+    this.#onEnd = onEnd;
     this.#options = options;
     this.#specs = specs;
     this.#budget = new SlotBudget(options.prefetch ?? 16);
   }
 
-  /** Starts a worker per queue and yields their jobs as deliveries until closed or aborted. */
-  async *deliveries(): AsyncGenerator<Delivery> {
-    const { endpoint, signal } = this.#options;
+  /**
+   * The next delivery: starts a worker per queue on the first call, and ends (closing the receiver)
+   * once closed, or aborted with nothing left in the inbox.
+   *
+   * @remarks
+   * A hand-written iterator instead of an async generator: a delivery already in the inbox is handed
+   * over in one resolved promise, without the generator's own promise and microtask hops per item.
+   */
+  next(): Promise<IteratorResult<Delivery>> {
+    if (this.#ended) return Promise.resolve(DONE);
+    const waiting = this.#waiting;
+    if (waiting !== undefined) return waiting.then(() => this.next());
+    if (!this.#started) {
+      // Closed (the broker was) before the first call: start nothing.
+      if (this.#closing !== undefined) return this.#end();
+      this.#started = true;
+      try {
+        this.#start();
+      } catch (error) {
+        return this.#end().then(() => Promise.reject(error as Error));
+      }
+    }
+    const item = this.#inbox.take();
+    if (item !== undefined) return Promise.resolve({ done: false, value: item.delivery });
+    const next = this.#inbox
+      .next(this.#options.signal)
+      .then((taken): Promise<IteratorResult<Delivery>> | IteratorResult<Delivery> => {
+        this.#waiting = undefined;
+        return taken === undefined ? this.#end() : { done: false, value: taken.delivery };
+      });
+    this.#waiting = next;
+    return next;
+  }
+
+  /** Ends the iteration and closes the receiver. */
+  return(): Promise<IteratorResult<Delivery>> {
+    return this.#end();
+  }
+
+  async #end(): Promise<IteratorReturnResult<undefined>> {
+    this.#ended = true;
+    this.#onEnd();
+    await this.close();
+    return DONE;
+  }
+
+  /** Starts a worker per queue; their jobs become deliveries in the inbox. */
+  #start(): void {
+    const { endpoint } = this.#options;
     const prefetch = this.#options.prefetch ?? 16;
     const { prefix, layout, logger, pending } = this.#context;
-    const inbox = this.#inbox;
     // One command connection for every worker of this receiver (BullMQ gives each worker its own
     // blocking duplicate): queues + 1 connections instead of 2 per queue.
     const connection = this.#context.newClient({ maxRetriesPerRequest: null }, `workers:${endpoint}`);
@@ -86,14 +147,7 @@ export class BullMqReceiver {
       for (const { name, concurrency, handler, ordered } of layout.queuesFor(endpoint, spec, prefetch)) {
         const worker = new ReceiverWorker<JobData>(
           name,
-          (job, token) => {
-            const processing = this.#process(job, token ?? '', name, handler, ordered);
-            const done: Promise<void> = processing.then(forget, forget).then(() => {
-              this.#running.delete(done);
-            });
-            this.#running.add(done);
-            return processing;
-          },
+          (job, token) => this.#process(job, token ?? '', name, handler, ordered),
           {
             connection,
             prefix,
@@ -123,11 +177,6 @@ export class BullMqReceiver {
         });
       }
     }
-    for (;;) {
-      const next = await inbox.next(signal);
-      if (next === undefined) break;
-      yield next.delivery;
-    }
   }
 
   /** Stops taking jobs, gives back the ones never taken, and waits for every held one to settle. */
@@ -144,7 +193,7 @@ export class BullMqReceiver {
       this.#budget.close();
       // Each processor ends once its delivery is settled (acked, nacked or released by the
       // dispatcher, or released by broker.close()): that wait has no bound of its own.
-      await Promise.all([...this.#running]);
+      if (this.#running > 0) await new Promise<void>((resolve) => (this.#idle = resolve));
       // After that BullMQ only has its own loop to end. On Redis Cluster, BullMQ 6.7 can spend up to
       // 30 s re-connecting the blocking connection it is closing; nothing is held by then, so stop
       // waiting after a short while and let it finish in the background.
@@ -169,100 +218,108 @@ export class BullMqReceiver {
     const { endpoint } = this.#options;
     const { clock, logger, pending: deliveries } = this.#context;
     const inbox = this.#inbox;
-    const jobId = job.id ?? '';
-    let data = job.data as unknown;
-    for (let round = 0; ; round++) {
-      const parsed = readJobData(data, jobId, queueName);
-      if (round === 0 && parsed.dropped.length > 0) {
-        logger.warn('Malformed delivery facts in a job were dropped', {
-          queue: queueName,
-          jobId,
-          fields: parsed.dropped,
-        });
-      }
-      const attempt = (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
-      // The delivery id starts with the job's lock token (BullMQ's `<worker id>:<n>`). BullMQ hands the
-      // same token on to the next job a worker slot fetches, even the same job again after a release, so
-      // the job id and its start count follow: a settle from an earlier delivery never matches. An ordered
-      // retry keeps the lock and runs again in place: each round after the first gets its own suffix.
-      const held = `${token}|${jobId}|${job.attemptsStarted}`;
-      const deliveryId = round === 0 ? held : `${held}#${round}`;
-      let settle!: (outcome: Outcome) => void;
-      const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
-      const pending: Pending = { queue: queueName, jobId, settle };
-      if (inbox.closed) {
-        await job.moveToWait(token);
-        throw new WaitingError();
-      }
-      deliveries.add(deliveryId, pending);
-      inbox.push({
-        pending,
-        delivery: {
-          id: deliveryId,
-          body: parsed.body,
-          facts: {
-            messageId: parsed.messageId,
-            kind: parsed.kind,
-            type: parsed.kind === undefined ? undefined : job.name,
-            endpoint,
-            handler,
-            attempt,
-            history: parsed.history,
-            partitionKey: parsed.partitionKey,
-            queue: baseQueueName(queueName),
-            ...(parsed.pendingDeadLetter !== undefined
-              ? { pendingDeadLetter: parsed.pendingDeadLetter }
-              : {}),
-            // Set directly, not spread in: no object made per delivery for a fact almost always absent.
-            replayOf: parsed.replayOf,
-          },
-        },
-      });
-      const result = await outcome;
-      switch (result.kind) {
-        case 'ack':
-          return;
-        case 'dead':
-          throw new BullUnrecoverableError(`dead-lettered: ${result.reason}`);
-        case 'lost':
-          // Another worker owns the job now; nothing this one does can settle it.
-          throw new HarrierError('lock-lost', `Lost the lock of job ${jobId}`);
-        case 'release':
+    // Counted without a promise per job: close() waits for this to reach 0.
+    this.#running++;
+    try {
+      const jobId = job.id ?? '';
+      let data = job.data as unknown;
+      for (let round = 0; ; round++) {
+        const parsed = readJobData(data, jobId, queueName);
+        if (round === 0 && parsed.dropped.length > 0) {
+          logger.warn('Malformed delivery facts in a job were dropped', {
+            queue: queueName,
+            jobId,
+            fields: parsed.dropped,
+          });
+        }
+        const attempt = (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
+        // The delivery id starts with the job's lock token (BullMQ's `<worker id>:<n>`). BullMQ hands the
+        // same token on to the next job a worker slot fetches, even the same job again after a release, so
+        // the job id and its start count follow: a settle from an earlier delivery never matches. An ordered
+        // retry keeps the lock and runs again in place: each round after the first gets its own suffix.
+        const held = `${token}|${jobId}|${job.attemptsStarted}`;
+        const deliveryId = round === 0 ? held : `${held}#${round}`;
+        let settle!: (outcome: Outcome) => void;
+        const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
+        const pending: Pending = { queue: queueName, jobId, settle };
+        if (inbox.closed) {
           await job.moveToWait(token);
           throw new WaitingError();
-        case 'retry': {
-          const failed = (parsed.attemptsMade ?? 0) + 1;
-          const history =
-            result.record === undefined
-              ? parsed.history
-              : [...parsed.history, { ...result.record, attempt: attempt }].slice(-MAX_ATTEMPT_HISTORY);
-          // Rebuilt from the parsed facts, so a malformed field read from Redis is not written back.
-          const next: JobData = {
-            b: parsed.body,
-            ...(parsed.messageId !== undefined && parsed.messageId !== jobId ? { i: parsed.messageId } : {}),
-            ...(parsed.partitionKey !== undefined ? { p: parsed.partitionKey } : {}),
-            ...(parsed.ordered ? { o: true } : {}),
-            a: failed,
-            h: history,
-            ...(result.pendingDeadLetter !== undefined ? { d: result.pendingDeadLetter } : {}),
-            // A retry of a replayed message is still that replay: its outcome is recorded when it is handled.
-            ...(parsed.replayOf !== undefined ? { r: parsed.replayOf } : {}),
-          };
-          await job.updateData(next);
-          data = next;
-          if (!ordered) {
-            await job.moveToDelayed(wallClockIn(result.retryAt - clock.now()), token);
-            throw new DelayedError();
+        }
+        deliveries.add(deliveryId, pending);
+        inbox.push({
+          pending,
+          delivery: {
+            id: deliveryId,
+            body: parsed.body,
+            facts: {
+              messageId: parsed.messageId,
+              kind: parsed.kind,
+              type: parsed.kind === undefined ? undefined : job.name,
+              endpoint,
+              handler,
+              attempt,
+              history: parsed.history,
+              partitionKey: parsed.partitionKey,
+              queue: baseQueueName(queueName),
+              ...(parsed.pendingDeadLetter !== undefined
+                ? { pendingDeadLetter: parsed.pendingDeadLetter }
+                : {}),
+              // Set directly, not spread in: no object made per delivery for a fact almost always absent.
+              replayOf: parsed.replayOf,
+            },
+          },
+        });
+        const result = await outcome;
+        switch (result.kind) {
+          case 'ack':
+            return;
+          case 'dead':
+            throw new BullUnrecoverableError(`dead-lettered: ${result.reason}`);
+          case 'lost':
+            // Another worker owns the job now; nothing this one does can settle it.
+            throw new HarrierError('lock-lost', `Lost the lock of job ${jobId}`);
+          case 'release':
+            await job.moveToWait(token);
+            throw new WaitingError();
+          case 'retry': {
+            const failed = (parsed.attemptsMade ?? 0) + 1;
+            const history =
+              result.record === undefined
+                ? parsed.history
+                : [...parsed.history, { ...result.record, attempt: attempt }].slice(-MAX_ATTEMPT_HISTORY);
+            // Rebuilt from the parsed facts, so a malformed field read from Redis is not written back.
+            const next: JobData = {
+              b: parsed.body,
+              ...(parsed.messageId !== undefined && parsed.messageId !== jobId
+                ? { i: parsed.messageId }
+                : {}),
+              ...(parsed.partitionKey !== undefined ? { p: parsed.partitionKey } : {}),
+              ...(parsed.ordered ? { o: true } : {}),
+              a: failed,
+              h: history,
+              ...(result.pendingDeadLetter !== undefined ? { d: result.pendingDeadLetter } : {}),
+              // A retry of a replayed message is still that replay: its outcome is recorded when it is handled.
+              ...(parsed.replayOf !== undefined ? { r: parsed.replayOf } : {}),
+            };
+            await job.updateData(next);
+            data = next;
+            if (!ordered) {
+              await job.moveToDelayed(wallClockIn(result.retryAt - clock.now()), token);
+              throw new DelayedError();
+            }
+            // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
+            // The wait holds the partition, which no other receiver may work meanwhile, but not a slot:
+            // the receiver's other queues go on. Refused a slot (closing), the next round releases the job.
+            this.#budget.release();
+            await sleep(clock, result.retryAt - clock.now(), inbox.closedSignal);
+            await this.#budget.acquire();
+            continue;
           }
-          // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
-          // The wait holds the partition, which no other receiver may work meanwhile, but not a slot:
-          // the receiver's other queues go on. Refused a slot (closing), the next round releases the job.
-          this.#budget.release();
-          await sleep(clock, result.retryAt - clock.now(), inbox.closedSignal);
-          await this.#budget.acquire();
-          continue;
         }
       }
+    } finally {
+      if (--this.#running === 0) this.#idle?.();
     }
   }
 }
@@ -278,9 +335,4 @@ export class BullMqReceiver {
  */
 function wallClockIn(delayMs: number): number {
   return Date.now() + Math.max(0, delayMs);
-}
-
-/** Ignores a settled promise's value or reason. */
-function forget(): void {
-  // Nothing to do: the caller only needs to know that the promise settled.
 }

@@ -314,6 +314,24 @@ describe('MessageBus on BullMqBroker', () => {
 });
 
 describe('BullMqBroker', () => {
+  describe('.receiver when its iteration begins after the broker closed', () => {
+    it('ends at once and starts no worker', async () => {
+      const p = prefix();
+      const broker = new BullMqBroker({ connection: redisUrl, prefix: p, logger: silentLogger });
+      await broker.register('billing', [{ handler: 'ChargeHandler', kind: 'command', types: [Charge.type] }]);
+      const iterator = broker.receiver({ endpoint: 'billing' })[Symbol.asyncIterator]();
+      await broker.close();
+      await expect(iterator.next()).resolves.toEqual({ done: true, value: undefined });
+      const queue = new Queue(`cmd~${Charge.type}`, { connection: new Redis(redisUrl), prefix: p });
+      try {
+        expect(await queue.getWorkersCount()).toBe(0);
+      } finally {
+        await queue.close();
+        await queue.disconnect();
+      }
+    });
+  });
+
   describe('.publish of one message id twice', () => {
     it('delivers it once within dedupeWindowMs, and again once the window has passed', async () => {
       const p = prefix();
