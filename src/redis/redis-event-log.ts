@@ -117,10 +117,11 @@ const CAPABILITIES: LogCapabilities = Object.freeze({
  *
  * KEYS: uid index, id index, then the stream and the counter of each partition the batch touches.
  * ARGV: the number of partitions G, their location prefixes (`topic|partition|`), then 8 fields per
- * record: partition number g (1..G), uid ('' without one), id, key, type, body, appendedAt, ack JSON
- * head (the ack without its offset and closing brace; '' without a uid). Returns 2 values per record:
- * 0 and the offset it landed at; 1 and the first ack's JSON for a known uid; 2 and Redis's error
- * message when Redis refused a write of that record.
+ * record: partition number g (1..G), uid, id, key, type, body, appendedAt, ack JSON head (the ack
+ * without its offset and closing brace; '' without a uid). The head, not the uid, tells an idempotent
+ * append, because '' is a uid like any other. Returns 2 values per record: 0 and the offset it landed
+ * at; 1 and the first ack's JSON for a known uid; 2 and Redis's error message when Redis refused a
+ * write of that record.
  *
  * A counter holds its partition's length, so a record's offset is the length before it and its
  * stream id the length after it: stream ids must be above 0-0, and the counter never goes back, so
@@ -149,8 +150,9 @@ local out = {}
 for i = groups + 2, #ARGV, 8 do
   local g = tonumber(ARGV[i])
   local uid = ARGV[i + 1]
+  local idempotent = ARGV[i + 7] ~= ''
   local first = false
-  if uid ~= '' then first = redis.pcall('HGET', KEYS[1], uid) end
+  if idempotent then first = redis.pcall('HGET', KEYS[1], uid) end
   if refused(first) then
     out[#out + 1] = 2
     out[#out + 1] = first.err
@@ -161,7 +163,7 @@ for i = groups + 2, #ARGV, 8 do
     local n = next[g] + 1
     local offset = string.format('%d', n - 1)
     local added
-    if uid ~= '' then
+    if idempotent then
       added = redis.pcall('XADD', KEYS[2 * g + 1], string.format('%d', n) .. '-0', 'id', ARGV[i + 2], 'key', ARGV[i + 3], 'type', ARGV[i + 4], 'body', ARGV[i + 5], 'uid', uid, 'at', ARGV[i + 6])
     else
       added = redis.pcall('XADD', KEYS[2 * g + 1], string.format('%d', n) .. '-0', 'id', ARGV[i + 2], 'key', ARGV[i + 3], 'type', ARGV[i + 4], 'body', ARGV[i + 5], 'at', ARGV[i + 6])
@@ -172,7 +174,7 @@ for i = groups + 2, #ARGV, 8 do
     else
       next[g] = n
       local indexed = redis.pcall('HSETNX', KEYS[2], ARGV[i + 2], ARGV[g + 1] .. offset)
-      if uid ~= '' and not refused(indexed) then
+      if idempotent and not refused(indexed) then
         indexed = redis.pcall('HSET', KEYS[1], uid, ARGV[i + 7] .. offset .. '}')
       end
       if refused(indexed) then
@@ -347,6 +349,8 @@ export class RedisEventLog implements EventLog {
   readonly #blocking = new Set<Redis | Cluster>();
   /** Appends made since the last flush, in call order. */
   #queue: PendingAppend[] = [];
+  /** Script calls sent and not yet settled, which {@link close} waits for before it quits. */
+  readonly #inFlight = new Set<Promise<void>>();
   #closed = false;
 
   /**
@@ -516,8 +520,12 @@ export class RedisEventLog implements EventLog {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    // Appends made before close still go out, ahead of the QUIT.
+    // Appends made before close still go out and settle before the QUIT: a batch that meets NOSCRIPT
+    // sends its EVAL only after the reply, which would come after a QUIT sent at once.
     this.#flush();
+    // A client passed in stays open, so its batches settle without waiting here; one that is not
+    // ready would keep its commands queued until they fail, so it is dropped at once as before.
+    if (this.#connection.owned && this.#client.status === 'ready') await Promise.all(this.#inFlight);
     for (const blocking of this.#blocking) blocking.disconnect();
     this.#blocking.clear();
     await this.#connection.close();
@@ -546,7 +554,11 @@ export class RedisEventLog implements EventLog {
 
   /** The first ack of a uid appended before, whatever a retry carries; else `error`. */
   async #firstAckOr(uid: string | undefined, error: unknown): Promise<AppendAck> {
-    const first = uid === undefined ? null : await this.#client.hget(this.#uidsKey, uid);
+    if (uid === undefined) throw error;
+    // The queued appends go out ahead of the lookup, so a first append made earlier in this tick is
+    // found, as it would be were each append its own command.
+    this.#flush();
+    const first = await this.#client.hget(this.#uidsKey, uid);
     if (first === null) throw error;
     return this.#decodeAck(first, true);
   }
@@ -557,7 +569,9 @@ export class RedisEventLog implements EventLog {
     if (queue.length === 0) return;
     this.#queue = [];
     for (let from = 0; from < queue.length; from += APPEND_BATCH) {
-      void this.#appendBatch(queue.slice(from, from + APPEND_BATCH));
+      const sent = this.#appendBatch(queue.slice(from, from + APPEND_BATCH));
+      this.#inFlight.add(sent);
+      void sent.finally(() => this.#inFlight.delete(sent));
     }
   };
 

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { z } from 'zod';
 import type { AppendInput, LogRecord, TopicSpec } from '../../src/log/event-log.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
@@ -181,6 +182,49 @@ describe(RedisEventLog, () => {
         const log = open([{ name: 'orders', partitions: 1 }]);
         // Connected first: an append still waiting for the connection fails on close, as any command does.
         expect(await log.endOffset('orders', 0)).toBe(0);
+        const record = input('k');
+        const appended = log.append('orders', record);
+        await log.close();
+        expect(await appended).toMatchObject({ offset: 0, id: record.id });
+      });
+    });
+
+    describe('when the uid is the empty string', () => {
+      it('lands it once and returns the first ack again', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        const first = await log.appendIdempotent('orders', '', input('k'));
+        const again = await log.appendIdempotent('orders', '', input('k'));
+        expect(again).toEqual({ ...first, duplicate: true });
+        expect(await log.endOffset('orders', 0)).toBe(1);
+      });
+    });
+
+    describe('when a retry whose body fails the schema is made in the tick of the first append', () => {
+      it('returns the first ack', async () => {
+        const schema = z.object({ n: z.number() });
+        const log = open([{ name: 'orders', partitions: 1, schema }]);
+        const uid = `uid-${randomUUID()}`;
+        const id = uuidv7();
+        const type = 'test.ThingHappened';
+        const body = (payload: unknown): string => JSON.stringify({ v: 1, id, kind: 'event', type, payload });
+        const [first, again] = await Promise.allSettled([
+          log.appendIdempotent('orders', uid, { id, key: 'k', type, body: body({ n: 1 }) }),
+          log.appendIdempotent('orders', uid, { id, key: 'k', type, body: body({ n: 'one' }) }),
+        ]);
+        expect(first.status).toBe('fulfilled');
+        expect(again).toEqual({
+          status: 'fulfilled',
+          value: { ...((first as PromiseFulfilledResult<unknown>).value as object), duplicate: true },
+        });
+      });
+    });
+
+    describe('when the log closes with an append queued and the script not loaded', () => {
+      it('still lands the append', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        expect(await log.endOffset('orders', 0)).toBe(0);
+        // As after a Redis restart or a SCRIPT FLUSH: the batch goes EVALSHA, NOSCRIPT, then EVAL.
+        await redis.client.script('FLUSH');
         const record = input('k');
         const appended = log.append('orders', record);
         await log.close();
