@@ -197,6 +197,13 @@ return out
 const APPEND_BATCH = 256;
 
 /**
+ * Most body characters one append script takes (a lone larger record still goes alone): ioredis
+ * joins a command's arguments into one string, which V8 caps at 2^29 - 24 characters, and Redis
+ * holds the whole call in memory and is blocked while the script copies it.
+ */
+const APPEND_BATCH_CHARS = 8 * 1024 * 1024;
+
+/**
  * KEYS: stream, id index. ARGV: MINID (stream id of the first record kept), location prefix, then
  * (event id, offset) pairs of the records trimmed. Removes each id's index entry only while it still
  * points at the trimmed record (the first record of an id wins the index). Returns how many records
@@ -563,17 +570,34 @@ export class RedisEventLog implements EventLog {
     return this.#decodeAck(first, true);
   }
 
-  /** Sends the queued appends, in order, in script calls of at most {@link APPEND_BATCH} records. */
+  /**
+   * Sends the queued appends, in order, in script calls of at most {@link APPEND_BATCH} records and
+   * {@link APPEND_BATCH_CHARS} body characters.
+   */
   readonly #flush = (): void => {
     const queue = this.#queue;
     if (queue.length === 0) return;
     this.#queue = [];
-    for (let from = 0; from < queue.length; from += APPEND_BATCH) {
-      const sent = this.#appendBatch(queue.slice(from, from + APPEND_BATCH));
-      this.#inFlight.add(sent);
-      void sent.finally(() => this.#inFlight.delete(sent));
+    let from = 0;
+    let chars = 0;
+    for (let i = 0; i < queue.length; i++) {
+      const size = (queue[i] as PendingAppend).input.body.length;
+      if (i > from && (i - from === APPEND_BATCH || chars + size > APPEND_BATCH_CHARS)) {
+        this.#send(queue.slice(from, i));
+        from = i;
+        chars = 0;
+      }
+      chars += size;
     }
+    this.#send(queue.slice(from));
   };
+
+  /** Runs one batch, kept in {@link #inFlight} until it settles. */
+  #send(batch: readonly PendingAppend[]): void {
+    const sent = this.#appendBatch(batch);
+    this.#inFlight.add(sent);
+    void sent.finally(() => this.#inFlight.delete(sent));
+  }
 
   /** Runs {@link APPEND_SCRIPT} on a batch and settles each append with its own outcome; never rejects. */
   async #appendBatch(batch: readonly PendingAppend[]): Promise<void> {

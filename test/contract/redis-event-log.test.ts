@@ -232,6 +232,29 @@ describe(RedisEventLog, () => {
       });
     });
 
+    describe('when the appends of one tick carry more than one JavaScript string holds', () => {
+      it('lands them', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        const uid = `uid-${randomUUID()}`;
+        const id = uuidv7();
+        const type = 'test.ThingHappened';
+        // 130 retries of a 4.2 MB record: 546 M characters, above V8's string limit (2^29 - 24),
+        // while only the first lands, so Redis keeps a single record.
+        const payload = { pad: 'x'.repeat(4_200_000) };
+        const record = {
+          id,
+          key: 'k',
+          type,
+          body: JSON.stringify({ v: 1, id, kind: 'event', type, payload }),
+        };
+        const acks = await Promise.all(
+          Array.from({ length: 130 }, () => log.appendIdempotent('orders', uid, record)),
+        );
+        expect(acks.filter((ack) => !ack.duplicate)).toHaveLength(1);
+        expect(await log.endOffset('orders', 0)).toBe(1);
+      });
+    });
+
     describe('when the log is closed', () => {
       it('rejects with HarrierError log-closed', async () => {
         const log = open([{ name: 'orders', partitions: 1 }]);
