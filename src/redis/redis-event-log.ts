@@ -402,7 +402,7 @@ export class RedisEventLog implements EventLog {
 
   /** @remarks Returns the first ack as it was issued (`duplicate: false`), also after retention. */
   findByUid(uid: string): Promise<AppendAck | undefined> {
-    return this.#run(async () => {
+    return this.#runAfterAppends(async () => {
       const json = await this.#client.hget(this.#uidsKey, uid);
       return json === null ? undefined : this.#decodeAck(json, false);
     });
@@ -414,7 +414,7 @@ export class RedisEventLog implements EventLog {
    * @throws UnknownTopicError, HarrierError `invalid-partition` or `invalid-argument`.
    */
   read(topic: string, partition: number, fromOffset: number, max: number): Promise<LogRecord[]> {
-    return this.#run(async () => {
+    return this.#runAfterAppends(async () => {
       const key = this.#streamKey(topic, partition);
       checkReadRange(fromOffset, max, MAX_READ_BATCH);
       const entries = (await this.#client.xrange(
@@ -455,7 +455,7 @@ export class RedisEventLog implements EventLog {
   }
 
   getEvent(id: string): Promise<LogRecord | undefined> {
-    return this.#run(async () => {
+    return this.#runAfterAppends(async () => {
       const location = await this.#client.hget(this.#idsKey, id);
       if (location === null) return undefined;
       // The topic may hold '|', partitions and offsets never do.
@@ -485,7 +485,7 @@ export class RedisEventLog implements EventLog {
 
   /** @throws UnknownTopicError, HarrierError `invalid-partition`. */
   endOffset(topic: string, partition: number): Promise<number> {
-    return this.#run(async () => {
+    return this.#runAfterAppends(async () => {
       const key = this.#streamKey(topic, partition);
       const next = await this.#client.get(`${key}:next`);
       return next === null ? 0 : Number(next);
@@ -507,7 +507,7 @@ export class RedisEventLog implements EventLog {
    * partition counters are untouched: offsets never go back.
    */
   maintenance(nowMs: number, options: MaintenanceOptions = {}): Promise<number> {
-    return this.#run(async () => {
+    return this.#runAfterAppends(async () => {
       let removed = 0;
       for (const spec of this.#topics.values()) {
         const retentionMs = spec.retentionMs;
@@ -851,6 +851,15 @@ export class RedisEventLog implements EventLog {
         'The Redis event log is closed: create a new RedisEventLog to use the log again',
       );
     }
+  }
+
+  /**
+   * Runs a read after the queued appends went out, so that it sees the appends made before it, as
+   * it would were each append its own command on the connection.
+   */
+  #runAfterAppends<T>(body: () => Promise<T>): Promise<T> {
+    this.#flush();
+    return this.#run(body);
   }
 
   /** Runs `body` on an open log and turns Redis's failures into {@link HarrierError}s. */

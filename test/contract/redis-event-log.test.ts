@@ -255,6 +255,25 @@ describe(RedisEventLog, () => {
       });
     });
 
+    describe('when a read is made in the tick of an append', () => {
+      it('sees the append', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        // The script loaded first: a NOSCRIPT fallback sends its EVAL after the reads, as it always has.
+        await log.append('orders', input('k'));
+        const uid = `uid-${randomUUID()}`;
+        const record = input('k');
+        const [ack, found, end, stored] = await Promise.all([
+          log.appendIdempotent('orders', uid, record),
+          log.findByUid(uid),
+          log.endOffset('orders', 0),
+          log.getEvent(record.id),
+        ]);
+        expect(found).toEqual({ ...ack, duplicate: false });
+        expect(end).toBe(2);
+        expect(stored).toMatchObject({ id: record.id, offset: 1 });
+      });
+    });
+
     describe('when the log is closed', () => {
       it('rejects with HarrierError log-closed', async () => {
         const log = open([{ name: 'orders', partitions: 1 }]);
