@@ -316,8 +316,9 @@ function entriesOf(reply: unknown): StreamEntry[] {
  * `<prefix>:log:ids` (event id to `topic|partition|offset`; the first record of an id wins). So
  * concurrent appenders on any number of processes never share an offset, never leave a gap and
  * never land one uid twice. The appends made in one tick (the records of a `Promise.all`, say) go
- * out together, in call order, up to 256 to a script call: one round trip and one script run for
- * the lot instead of one each, which is what brings an append close to a bare pipelined `XADD`.
+ * out together, in call order, up to 256 records and 8 Mi body characters to a script call: one
+ * round trip and one script run for the lot instead of one each, which is what brings an append
+ * close to a bare pipelined `XADD`. A read made in the same tick goes out after them.
  * Each append still settles on its own: a write Redis refuses fails that append alone.
  *
  * `maintenance` trims each partition of a topic with `retentionMs` from the front (`XTRIM MINID`)
