@@ -117,10 +117,11 @@ const CAPABILITIES: LogCapabilities = Object.freeze({
  *
  * KEYS: uid index, id index, then the stream and the counter of each partition the batch touches.
  * ARGV: the number of partitions G, their location prefixes (`topic|partition|`), then 8 fields per
- * record: partition number g (1..G), uid ('' without one), id, key, type, body, appendedAt, ack JSON
- * head (the ack without its offset and closing brace; '' without a uid). Returns 2 values per record:
- * 0 and the offset it landed at; 1 and the first ack's JSON for a known uid; 2 and Redis's error
- * message when Redis refused a write of that record.
+ * record: partition number g (1..G), uid, id, key, type, body, appendedAt, ack JSON head (the ack
+ * without its offset and closing brace; '' without a uid). The head, not the uid, tells an idempotent
+ * append, because '' is a uid like any other. Returns 2 values per record: 0 and the offset it landed
+ * at; 1 and the first ack's JSON for a known uid; 2 and Redis's error message when Redis refused a
+ * write of that record.
  *
  * A counter holds its partition's length, so a record's offset is the length before it and its
  * stream id the length after it: stream ids must be above 0-0, and the counter never goes back, so
@@ -149,8 +150,9 @@ local out = {}
 for i = groups + 2, #ARGV, 8 do
   local g = tonumber(ARGV[i])
   local uid = ARGV[i + 1]
+  local idempotent = ARGV[i + 7] ~= ''
   local first = false
-  if uid ~= '' then first = redis.pcall('HGET', KEYS[1], uid) end
+  if idempotent then first = redis.pcall('HGET', KEYS[1], uid) end
   if refused(first) then
     out[#out + 1] = 2
     out[#out + 1] = first.err
@@ -161,7 +163,7 @@ for i = groups + 2, #ARGV, 8 do
     local n = next[g] + 1
     local offset = string.format('%d', n - 1)
     local added
-    if uid ~= '' then
+    if idempotent then
       added = redis.pcall('XADD', KEYS[2 * g + 1], string.format('%d', n) .. '-0', 'id', ARGV[i + 2], 'key', ARGV[i + 3], 'type', ARGV[i + 4], 'body', ARGV[i + 5], 'uid', uid, 'at', ARGV[i + 6])
     else
       added = redis.pcall('XADD', KEYS[2 * g + 1], string.format('%d', n) .. '-0', 'id', ARGV[i + 2], 'key', ARGV[i + 3], 'type', ARGV[i + 4], 'body', ARGV[i + 5], 'at', ARGV[i + 6])
@@ -172,7 +174,7 @@ for i = groups + 2, #ARGV, 8 do
     else
       next[g] = n
       local indexed = redis.pcall('HSETNX', KEYS[2], ARGV[i + 2], ARGV[g + 1] .. offset)
-      if uid ~= '' and not refused(indexed) then
+      if idempotent and not refused(indexed) then
         indexed = redis.pcall('HSET', KEYS[1], uid, ARGV[i + 7] .. offset .. '}')
       end
       if refused(indexed) then
@@ -193,6 +195,13 @@ return out
 
 /** Most records one append script takes: a batch blocks Redis for about 3 µs a record. */
 const APPEND_BATCH = 256;
+
+/**
+ * Most body characters one append script takes (a lone larger record still goes alone): ioredis
+ * joins a command's arguments into one string, which V8 caps at 2^29 - 24 characters, and Redis
+ * holds the whole call in memory and is blocked while the script copies it.
+ */
+const APPEND_BATCH_CHARS = 8 * 1024 * 1024;
 
 /**
  * KEYS: stream, id index. ARGV: MINID (stream id of the first record kept), location prefix, then
@@ -307,8 +316,9 @@ function entriesOf(reply: unknown): StreamEntry[] {
  * `<prefix>:log:ids` (event id to `topic|partition|offset`; the first record of an id wins). So
  * concurrent appenders on any number of processes never share an offset, never leave a gap and
  * never land one uid twice. The appends made in one tick (the records of a `Promise.all`, say) go
- * out together, in call order, up to 256 to a script call: one round trip and one script run for
- * the lot instead of one each, which is what brings an append close to a bare pipelined `XADD`.
+ * out together, in call order, up to 256 records and 8 Mi body characters to a script call: one
+ * round trip and one script run for the lot instead of one each, which is what brings an append
+ * close to a bare pipelined `XADD`. A read made in the same tick goes out after them.
  * Each append still settles on its own: a write Redis refuses fails that append alone.
  *
  * `maintenance` trims each partition of a topic with `retentionMs` from the front (`XTRIM MINID`)
@@ -347,6 +357,8 @@ export class RedisEventLog implements EventLog {
   readonly #blocking = new Set<Redis | Cluster>();
   /** Appends made since the last flush, in call order. */
   #queue: PendingAppend[] = [];
+  /** Script calls sent and not yet settled, which {@link close} waits for before it quits. */
+  readonly #inFlight = new Set<Promise<void>>();
   #closed = false;
 
   /**
@@ -391,7 +403,7 @@ export class RedisEventLog implements EventLog {
 
   /** @remarks Returns the first ack as it was issued (`duplicate: false`), also after retention. */
   findByUid(uid: string): Promise<AppendAck | undefined> {
-    return this.#run(async () => {
+    return this.#runAfterAppends(async () => {
       const json = await this.#client.hget(this.#uidsKey, uid);
       return json === null ? undefined : this.#decodeAck(json, false);
     });
@@ -403,7 +415,7 @@ export class RedisEventLog implements EventLog {
    * @throws UnknownTopicError, HarrierError `invalid-partition` or `invalid-argument`.
    */
   read(topic: string, partition: number, fromOffset: number, max: number): Promise<LogRecord[]> {
-    return this.#run(async () => {
+    return this.#runAfterAppends(async () => {
       const key = this.#streamKey(topic, partition);
       checkReadRange(fromOffset, max, MAX_READ_BATCH);
       const entries = (await this.#client.xrange(
@@ -444,7 +456,7 @@ export class RedisEventLog implements EventLog {
   }
 
   getEvent(id: string): Promise<LogRecord | undefined> {
-    return this.#run(async () => {
+    return this.#runAfterAppends(async () => {
       const location = await this.#client.hget(this.#idsKey, id);
       if (location === null) return undefined;
       // The topic may hold '|', partitions and offsets never do.
@@ -474,7 +486,7 @@ export class RedisEventLog implements EventLog {
 
   /** @throws UnknownTopicError, HarrierError `invalid-partition`. */
   endOffset(topic: string, partition: number): Promise<number> {
-    return this.#run(async () => {
+    return this.#runAfterAppends(async () => {
       const key = this.#streamKey(topic, partition);
       const next = await this.#client.get(`${key}:next`);
       return next === null ? 0 : Number(next);
@@ -496,7 +508,7 @@ export class RedisEventLog implements EventLog {
    * partition counters are untouched: offsets never go back.
    */
   maintenance(nowMs: number, options: MaintenanceOptions = {}): Promise<number> {
-    return this.#run(async () => {
+    return this.#runAfterAppends(async () => {
       let removed = 0;
       for (const spec of this.#topics.values()) {
         const retentionMs = spec.retentionMs;
@@ -516,8 +528,12 @@ export class RedisEventLog implements EventLog {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    // Appends made before close still go out, ahead of the QUIT.
+    // Appends made before close still go out and settle before the QUIT: a batch that meets NOSCRIPT
+    // sends its EVAL only after the reply, which would come after a QUIT sent at once.
     this.#flush();
+    // A client passed in stays open, so its batches settle without waiting here; one that is not
+    // ready would keep its commands queued until they fail, so it is dropped at once as before.
+    if (this.#connection.owned && this.#client.status === 'ready') await Promise.all(this.#inFlight);
     for (const blocking of this.#blocking) blocking.disconnect();
     this.#blocking.clear();
     await this.#connection.close();
@@ -546,20 +562,43 @@ export class RedisEventLog implements EventLog {
 
   /** The first ack of a uid appended before, whatever a retry carries; else `error`. */
   async #firstAckOr(uid: string | undefined, error: unknown): Promise<AppendAck> {
-    const first = uid === undefined ? null : await this.#client.hget(this.#uidsKey, uid);
+    if (uid === undefined) throw error;
+    // The queued appends go out ahead of the lookup, so a first append made earlier in this tick is
+    // found, as it would be were each append its own command.
+    this.#flush();
+    const first = await this.#client.hget(this.#uidsKey, uid);
     if (first === null) throw error;
     return this.#decodeAck(first, true);
   }
 
-  /** Sends the queued appends, in order, in script calls of at most {@link APPEND_BATCH} records. */
+  /**
+   * Sends the queued appends, in order, in script calls of at most {@link APPEND_BATCH} records and
+   * {@link APPEND_BATCH_CHARS} body characters.
+   */
   readonly #flush = (): void => {
     const queue = this.#queue;
     if (queue.length === 0) return;
     this.#queue = [];
-    for (let from = 0; from < queue.length; from += APPEND_BATCH) {
-      void this.#appendBatch(queue.slice(from, from + APPEND_BATCH));
+    let from = 0;
+    let chars = 0;
+    for (let i = 0; i < queue.length; i++) {
+      const size = (queue[i] as PendingAppend).input.body.length;
+      if (i > from && (i - from === APPEND_BATCH || chars + size > APPEND_BATCH_CHARS)) {
+        this.#send(queue.slice(from, i));
+        from = i;
+        chars = 0;
+      }
+      chars += size;
     }
+    this.#send(queue.slice(from));
   };
+
+  /** Runs one batch, kept in {@link #inFlight} until it settles. */
+  #send(batch: readonly PendingAppend[]): void {
+    const sent = this.#appendBatch(batch);
+    this.#inFlight.add(sent);
+    void sent.finally(() => this.#inFlight.delete(sent));
+  }
 
   /** Runs {@link APPEND_SCRIPT} on a batch and settles each append with its own outcome; never rejects. */
   async #appendBatch(batch: readonly PendingAppend[]): Promise<void> {
@@ -813,6 +852,15 @@ export class RedisEventLog implements EventLog {
         'The Redis event log is closed: create a new RedisEventLog to use the log again',
       );
     }
+  }
+
+  /**
+   * Runs a read after the queued appends went out, so that it sees the appends made before it, as
+   * it would were each append its own command on the connection.
+   */
+  #runAfterAppends<T>(body: () => Promise<T>): Promise<T> {
+    this.#flush();
+    return this.#run(body);
   }
 
   /** Runs `body` on an open log and turns Redis's failures into {@link HarrierError}s. */

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { z } from 'zod';
 import type { AppendInput, LogRecord, TopicSpec } from '../../src/log/event-log.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
@@ -177,14 +178,91 @@ describe(RedisEventLog, () => {
     });
 
     describe('when the log closes right after an append', () => {
-      it('still lands the append', async () => {
+      // Not loaded, as after a Redis restart or a SCRIPT FLUSH: the batch goes EVALSHA, NOSCRIPT, EVAL.
+      it.each([
+        ['loaded', false],
+        ['not loaded', true],
+      ])('still lands the append, the script %s', async (_, flush) => {
         const log = open([{ name: 'orders', partitions: 1 }]);
         // Connected first: an append still waiting for the connection fails on close, as any command does.
         expect(await log.endOffset('orders', 0)).toBe(0);
+        if (flush) await redis.client.script('FLUSH');
         const record = input('k');
         const appended = log.append('orders', record);
         await log.close();
         expect(await appended).toMatchObject({ offset: 0, id: record.id });
+      });
+    });
+
+    describe('when the uid is the empty string', () => {
+      it('lands it once and returns the first ack again', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        const first = await log.appendIdempotent('orders', '', input('k'));
+        const again = await log.appendIdempotent('orders', '', input('k'));
+        expect(again).toEqual({ ...first, duplicate: true });
+        expect(await log.endOffset('orders', 0)).toBe(1);
+      });
+    });
+
+    describe('when a retry whose body fails the schema is made in the tick of the first append', () => {
+      it('returns the first ack', async () => {
+        const schema = z.object({ n: z.number() });
+        const log = open([{ name: 'orders', partitions: 1, schema }]);
+        const uid = `uid-${randomUUID()}`;
+        const id = uuidv7();
+        const type = 'test.ThingHappened';
+        const body = (payload: unknown): string => JSON.stringify({ v: 1, id, kind: 'event', type, payload });
+        const [first, again] = await Promise.allSettled([
+          log.appendIdempotent('orders', uid, { id, key: 'k', type, body: body({ n: 1 }) }),
+          log.appendIdempotent('orders', uid, { id, key: 'k', type, body: body({ n: 'one' }) }),
+        ]);
+        expect(first.status).toBe('fulfilled');
+        expect(again).toEqual({
+          status: 'fulfilled',
+          value: { ...((first as PromiseFulfilledResult<unknown>).value as object), duplicate: true },
+        });
+      });
+    });
+
+    describe('when the appends of one tick carry more than one JavaScript string holds', () => {
+      it('lands them', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        const uid = `uid-${randomUUID()}`;
+        const id = uuidv7();
+        const type = 'test.ThingHappened';
+        // 130 retries of a 4.2 MB record: 546 M characters, above V8's string limit (2^29 - 24),
+        // while only the first lands, so Redis keeps a single record.
+        const payload = { pad: 'x'.repeat(4_200_000) };
+        const record = {
+          id,
+          key: 'k',
+          type,
+          body: JSON.stringify({ v: 1, id, kind: 'event', type, payload }),
+        };
+        const acks = await Promise.all(
+          Array.from({ length: 130 }, () => log.appendIdempotent('orders', uid, record)),
+        );
+        expect(acks.filter((ack) => !ack.duplicate)).toHaveLength(1);
+        expect(await log.endOffset('orders', 0)).toBe(1);
+      });
+    });
+
+    describe('when a read is made in the tick of an append', () => {
+      it('sees the append', async () => {
+        const log = open([{ name: 'orders', partitions: 1 }]);
+        // The script loaded first: a NOSCRIPT fallback sends its EVAL after the reads, as it always has.
+        await log.append('orders', input('k'));
+        const uid = `uid-${randomUUID()}`;
+        const record = input('k');
+        const [ack, found, end, stored] = await Promise.all([
+          log.appendIdempotent('orders', uid, record),
+          log.findByUid(uid),
+          log.endOffset('orders', 0),
+          log.getEvent(record.id),
+        ]);
+        expect(found).toEqual({ ...ack, duplicate: false });
+        expect(end).toBe(2);
+        expect(stored).toMatchObject({ id: record.id, offset: 1 });
       });
     });
 
