@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { WakeList } from '../clock/wake-list.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -103,6 +102,8 @@ class MemoryQueue {
   delayed = 0;
   /** Whether some endpoint registered to consume this queue. */
   consumed = false;
+  /** The subscription its deliveries name (an event queue's handler), worked out on first delivery. */
+  handler: string | undefined | null = null;
 
   /**
    * @param index - the queue's number in its broker, stored in dedupe entries (see
@@ -117,6 +118,8 @@ class MemoryQueue {
     return this.ready.length - this.readyHead + this.readyKeys.size;
   }
 }
+
+const NO_HISTORY: readonly AttemptRecord[] = Object.freeze([]);
 
 const keyOf = (message: OutgoingMessage): string => message.partitionKey ?? '';
 
@@ -200,6 +203,8 @@ export class InMemoryBroker implements MessageBroker {
   readonly #random: () => number;
   #rr = 0;
   #closed = false;
+  /** Deliveries made so far: the next delivery id (a counter never repeats, so a stale id is refused). */
+  #deliveries = 0;
 
   /**
    * Seed of this broker's random source; pass it as `seed` to replay a shuffled delivery order.
@@ -451,11 +456,17 @@ export class InMemoryBroker implements MessageBroker {
         : [this.#queue(`command:${message.type}`)];
     const now = this.#clock.now() - this.#base;
     for (const queue of targets) {
-      const dedupeKey = this.#dedupeKey(message.id, queue);
-      const seen = this.#seen.get(dedupeKey);
+      const slot = slotOf(queue);
+      let dedupeKey = message.id;
+      let seen = this.#seen.get(dedupeKey);
+      // The id is another queue's entry (or this queue takes no entries under the bare id).
+      if (slot === SHARED_SLOT || (seen !== undefined && seen % QUEUE_SLOTS !== slot)) {
+        dedupeKey = `${message.id}|${queue.name}`;
+        seen = this.#seen.get(dedupeKey);
+      }
       if (seen !== undefined && expiryOf(seen) > now) continue;
-      this.#seen.delete(dedupeKey);
-      const value = (now + this.#dedupeWindowMs) * QUEUE_SLOTS + slotOf(queue);
+      if (seen !== undefined) this.#seen.delete(dedupeKey);
+      const value = (now + this.#dedupeWindowMs) * QUEUE_SLOTS + slot;
       this.#seen.set(dedupeKey, value);
       this.#seenOrder.push(dedupeKey, value);
       this.#enqueue(queue, message);
@@ -463,14 +474,6 @@ export class InMemoryBroker implements MessageBroker {
     }
     this.#trimSeen(now);
     return backlog;
-  }
-
-  /** The key (id, queue) is remembered under: the id alone where it is free or this queue's. */
-  #dedupeKey(id: string, queue: MemoryQueue): string {
-    const seen = this.#seen.get(id);
-    const slot = slotOf(queue);
-    if (slot !== SHARED_SLOT && (seen === undefined || seen % QUEUE_SLOTS === slot)) return id;
-    return `${id}|${queue.name}`;
   }
 
   /** Forgets expired pairs and the oldest beyond `dedupeMaxEntries`; `now` as in `#seen`. */
@@ -636,14 +639,18 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   #deliver(endpoint: string, stored: StoredMessage): Delivery {
-    const id = randomUUID();
+    const id = `d${++this.#deliveries}`;
     stored.deliveryId = id;
     this.#inFlight.set(id, stored);
     stored.queue.inFlight++;
     const { message } = stored;
-    const handler = stored.queue.name.startsWith('event:')
-      ? stored.queue.name.slice(`event:${endpoint}:`.length)
-      : undefined;
+    const { queue } = stored;
+    if (queue.handler === null) {
+      queue.handler = queue.name.startsWith('event:')
+        ? queue.name.slice(`event:${endpoint}:`.length)
+        : undefined;
+    }
+    const handler = queue.handler;
     return {
       id,
       body: message.body,
@@ -654,7 +661,8 @@ export class InMemoryBroker implements MessageBroker {
         endpoint,
         handler,
         attempt: stored.attemptsMade + 1,
-        history: [...stored.history],
+        // A copy, as the history changes with later attempts; none is made for a first delivery.
+        history: stored.history.length === 0 ? NO_HISTORY : [...stored.history],
         partitionKey: message.partitionKey,
         queue: stored.queue.name,
         ...(stored.pendingDeadLetter !== undefined ? { pendingDeadLetter: stored.pendingDeadLetter } : {}),
