@@ -24,7 +24,8 @@
  * Run: `npm run bench:in-memory` (it compiles src/ and bench/ with tsc into .bench/, then runs
  * `node .bench/bench/in-memory.js`, so what is measured is the same JavaScript as the published
  * build, not TypeScript run through a loader). It takes under a minute, most of it in the Harrier
- * rows; set BENCH_N to change N (default 20000).
+ * rows; set BENCH_N to change N (default 20000), BENCH_FLAT=1 to add the send row at N = 200,000, and
+ * BENCH_ROWS=send to run the send rows alone.
  */
 import 'reflect-metadata';
 import { cpus } from 'node:os';
@@ -49,6 +50,18 @@ import { PlaceOrder, PlaceOrderHandler, payloadOf } from './place-order.js';
 import { Counter, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
+/**
+ * BENCH_FLAT=1 runs the send row a second time at N = 200,000 (or BENCH_FLAT=<n>), to show whether
+ * rate and heap stay flat as a run grows.
+ */
+const FLAT_N =
+  process.env.BENCH_FLAT === undefined || process.env.BENCH_FLAT === ''
+    ? undefined
+    : process.env.BENCH_FLAT === '1'
+      ? 200_000
+      : Number(process.env.BENCH_FLAT);
+/** BENCH_ROWS=send runs only the send rows (a short run for before/after comparisons). */
+const ONLY_SEND = process.env.BENCH_ROWS === 'send';
 const WARM_UP = 2_000;
 const ROUNDS = 3;
 const CALLERS = 16;
@@ -92,13 +105,13 @@ async function settle(): Promise<void> {
   gc();
 }
 
-async function timed(work: () => Promise<void>): Promise<number> {
+async function timed(work: () => Promise<void>, n = N): Promise<number> {
   const started = performance.now();
   await work();
-  return N / ((performance.now() - started) / 1000);
+  return n / ((performance.now() - started) / 1000);
 }
 
-async function harrierSend(): Promise<Sample> {
+async function harrierSend(n = N): Promise<Sample> {
   const handled = new Counter(RUN_TIMEOUT_MS);
   const bus = createBus({
     logger: silentLogger,
@@ -117,7 +130,7 @@ async function harrierSend(): Promise<Sample> {
       await handled.until(target);
     };
     await sendAll(0, WARM_UP);
-    const perSecond = await timed(() => sendAll(WARM_UP, N));
+    const perSecond = await timed(() => sendAll(WARM_UP, n), n);
     return { perSecond, heapMb: await heapNow() };
   } finally {
     await bus.stop();
@@ -250,7 +263,7 @@ function nestExecute(callers: number, handler: NestHandler = 'singleton'): Promi
   });
 }
 
-function nestPublish(): Promise<Sample> {
+function nestPublish(n = N): Promise<Sample> {
   return withNest(async (_commands, events) => {
     nestEvents.handled = new Counter(RUN_TIMEOUT_MS);
     const handled = nestEvents.handled;
@@ -260,7 +273,7 @@ function nestPublish(): Promise<Sample> {
       await handled.until(target);
     };
     await publishAll(0, WARM_UP);
-    return { perSecond: await timed(() => publishAll(WARM_UP, N)) };
+    return { perSecond: await timed(() => publishAll(WARM_UP, n), n) };
   });
 }
 
@@ -273,12 +286,18 @@ interface Row {
   readonly nest: () => Promise<Sample>;
 }
 
-const rows: readonly Row[] = [
-  {
-    workload: 'send -> handle -> ack (c=16) | EventBus.publish -> handler',
-    harrier: harrierSend,
-    nest: nestPublish,
-  },
+const sendRow = (n: number): Row => ({
+  workload: `send -> handle -> ack (c=16), N = ${n.toLocaleString('en-US')} | EventBus.publish -> handler`,
+  harrier: () => harrierSend(n),
+  nest: () => nestPublish(n),
+});
+
+/** How many send rows lead the table (the execute rows that reuse samples count from there). */
+const SEND_ROWS = FLAT_N === undefined ? 1 : 2;
+
+const allRows: readonly Row[] = [
+  sendRow(N),
+  ...(FLAT_N === undefined ? [] : [sendRow(FLAT_N)]),
   {
     workload: 'execute, 1 caller (sequential)',
     harrier: () => harrierExecute(1),
@@ -291,20 +310,22 @@ const rows: readonly Row[] = [
   },
   {
     workload: 'execute, 1 caller | Nest handler in Scope.REQUEST',
-    harrier: 1,
+    harrier: SEND_ROWS,
     nest: () => nestExecute(1, 'request-scoped'),
   },
   {
     workload: 'execute, 1 caller | Nest handler runs schema.parse (fair)',
-    harrier: 1,
+    harrier: SEND_ROWS,
     nest: () => nestExecute(1, 'validated'),
   },
   {
     workload: `execute, ${CALLERS} callers | Nest handler runs schema.parse (fair)`,
-    harrier: 2,
+    harrier: SEND_ROWS + 1,
     nest: () => nestExecute(CALLERS, 'validated'),
   },
 ];
+
+const rows = ONLY_SEND ? allRows.slice(0, SEND_ROWS) : allRows;
 
 const fmtMb = (n: number): string => n.toFixed(1);
 

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { WakeList } from '../clock/wake-list.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -103,15 +102,36 @@ class MemoryQueue {
   delayed = 0;
   /** Whether some endpoint registered to consume this queue. */
   consumed = false;
+  /** The subscription its deliveries name (an event queue's handler), worked out on first delivery. */
+  handler: string | undefined | null = null;
 
-  constructor(readonly name: string) {}
+  /**
+   * @param index - the queue's number in its broker, stored in dedupe entries (see
+   *   {@link InMemoryBroker}'s `#remember`)
+   */
+  constructor(
+    readonly name: string,
+    readonly index: number,
+  ) {}
 
   readyCount(): number {
     return this.ready.length - this.readyHead + this.readyKeys.size;
   }
 }
 
+const NO_HISTORY: readonly AttemptRecord[] = Object.freeze([]);
+
 const keyOf = (message: OutgoingMessage): string => message.partitionKey ?? '';
+
+/**
+ * Queue indexes a dedupe entry can name; the expiry is stored above them in one number (exact while
+ * the broker is younger than 2^37 ms, about 4 years).
+ */
+const QUEUE_SLOTS = 65_536;
+/** The slot of queues past the others: always remembered under `id|queue`. */
+const SHARED_SLOT = QUEUE_SLOTS - 1;
+const slotOf = (queue: MemoryQueue): number => Math.min(queue.index, SHARED_SLOT);
+const expiryOf = (seen: number): number => Math.floor(seen / QUEUE_SLOTS);
 
 /** Takes the oldest unordered ready message of a queue. */
 function takeHead(queue: MemoryQueue): StoredMessage | undefined {
@@ -132,6 +152,12 @@ const nextTurn = (): Promise<void> =>
   });
 
 /**
+ * Ready messages in a consumed queue above which a publish resolves only after a turn of the event
+ * loop (see {@link InMemoryBroker.publish}).
+ */
+export const PUBLISH_YIELD_BACKLOG = 1024;
+
+/**
  * The embedded broker: every queue lives in this process's memory.
  *
  * @remarks
@@ -145,7 +171,27 @@ export class InMemoryBroker implements MessageBroker {
   readonly #clock: Clock;
   readonly #dedupeWindowMs: number;
   readonly #dedupeMaxEntries: number;
+  /**
+   * Published (id, queue) pairs within the dedupe window, oldest first: the value is the expiry (ms
+   * after {@link InMemoryBroker.#base}) times {@link QUEUE_SLOTS} plus the queue's index. The first
+   * queue an id went to is remembered under the id itself (the string the message already holds),
+   * others under `id|queue`: a composite key per pair made and kept a new 60-character string for
+   * every message, the bulk of what a full window of 100,000 ids held.
+   */
   readonly #seen = new Map<string, number>();
+  /**
+   * `#seen`'s entries in the order they were made, as key, value, key, value... from `#seenHead`:
+   * what `#trimSeen` forgets first. A pair whose value no longer matches the map's was set again
+   * later, and is skipped.
+   *
+   * @remarks
+   * Not the map's own iteration order: a Map keeps a deleted entry's slot until it grows again, and
+   * an iterator from the front walks every such slot, so trimming the oldest entry of a full window
+   * by iterating the map cost a walk over up to 100,000 deleted slots per publish.
+   */
+  readonly #seenOrder: (string | number)[] = [];
+  #seenHead = 0;
+  readonly #base: number;
   readonly #queues = new Map<string, MemoryQueue>();
   readonly #eventRoutes = new Map<string, Set<MemoryQueue>>();
   readonly #endpointQueues = new Map<string, MemoryQueue[]>();
@@ -157,6 +203,8 @@ export class InMemoryBroker implements MessageBroker {
   readonly #random: () => number;
   #rr = 0;
   #closed = false;
+  /** Deliveries made so far: the next delivery id (a counter never repeats, so a stale id is refused). */
+  #deliveries = 0;
 
   /**
    * Seed of this broker's random source; pass it as `seed` to replay a shuffled delivery order.
@@ -168,6 +216,7 @@ export class InMemoryBroker implements MessageBroker {
     this.#clock = options.clock ?? systemClock;
     this.#dedupeWindowMs = options.dedupeWindowMs ?? 3_600_000;
     this.#dedupeMaxEntries = options.dedupeMaxEntries ?? 100_000;
+    this.#base = this.#clock.now();
     // Checked at run time too: JavaScript callers and config files pass plain strings.
     const order: string = options.deliveryOrder ?? 'fifo';
     if (order !== 'fifo' && order !== 'shuffled')
@@ -241,23 +290,46 @@ export class InMemoryBroker implements MessageBroker {
     }
   }
 
+  /**
+   * Queues `message` for each of its subscriptions (a command: its one queue).
+   *
+   * @remarks
+   * Resolves at once, unless a queue it went to holds more than {@link PUBLISH_YIELD_BACKLOG} ready
+   * messages: then it resolves after one turn of the event loop. A receiver with a backlog gives the
+   * event loop a turn now and then, and a producer that awaits each publish runs on promise
+   * continuations alone, so without that turn it would queue its whole run before the first handler
+   * ran (the heap growing with the run). The message is queued either way; nothing waits for a
+   * consumer, so a queue nobody reads never blocks a publisher.
+   */
   publish(message: OutgoingMessage): Promise<void> {
-    return settle(() => {
+    let backlog: boolean;
+    try {
       this.#assertOpen();
       this.#assertRouted(message);
-      this.#route(message);
+      backlog = this.#route(message);
       this.#changed();
-    });
+    } catch (error) {
+      // A refusal reaches the caller as a rejection, as from an async publish.
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      return Promise.reject(error);
+    }
+    return backlog ? nextTurn() : Promise.resolve();
   }
 
+  /** Queues every message, or none when a command has no route; resolves as {@link InMemoryBroker.publish}. */
   publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
-    return settle(() => {
+    let backlog = false;
+    try {
       this.#assertOpen();
       // Every command is checked before any message is queued: a refused batch publishes nothing.
       for (const message of messages) this.#assertRouted(message);
-      for (const message of messages) this.#route(message);
+      for (const message of messages) backlog = this.#route(message) || backlog;
       this.#changed();
-    });
+    } catch (error) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      return Promise.reject(error);
+    }
+    return backlog ? nextTurn() : Promise.resolve();
   }
 
   ack(deliveryId: string): Promise<void> {
@@ -369,33 +441,57 @@ export class InMemoryBroker implements MessageBroker {
   #queue(name: string): MemoryQueue {
     let queue = this.#queues.get(name);
     if (queue === undefined) {
-      queue = new MemoryQueue(name);
+      queue = new MemoryQueue(name, this.#queues.size);
       this.#queues.set(name, queue);
     }
     return queue;
   }
 
-  #route(message: OutgoingMessage): void {
+  /** Queues a message; true when a consumed queue it went to has a backlog past the yield mark. */
+  #route(message: OutgoingMessage): boolean {
+    let backlog = false;
     const targets =
       message.kind === 'event'
         ? [...(this.#eventRoutes.get(message.type) ?? [])]
         : [this.#queue(`command:${message.type}`)];
-    const now = this.#clock.now();
+    const now = this.#clock.now() - this.#base;
     for (const queue of targets) {
-      const dedupeKey = `${message.id}|${queue.name}`;
-      const expires = this.#seen.get(dedupeKey);
-      if (expires !== undefined && expires > now) continue;
-      this.#seen.delete(dedupeKey);
-      this.#seen.set(dedupeKey, now + this.#dedupeWindowMs);
+      const slot = slotOf(queue);
+      let dedupeKey = message.id;
+      let seen = this.#seen.get(dedupeKey);
+      // The id is another queue's entry (or this queue takes no entries under the bare id).
+      if (slot === SHARED_SLOT || (seen !== undefined && seen % QUEUE_SLOTS !== slot)) {
+        dedupeKey = `${message.id}|${queue.name}`;
+        seen = this.#seen.get(dedupeKey);
+      }
+      if (seen !== undefined && expiryOf(seen) > now) continue;
+      if (seen !== undefined) this.#seen.delete(dedupeKey);
+      const value = (now + this.#dedupeWindowMs) * QUEUE_SLOTS + slot;
+      this.#seen.set(dedupeKey, value);
+      this.#seenOrder.push(dedupeKey, value);
       this.#enqueue(queue, message);
+      if (queue.consumed && queue.readyCount() > PUBLISH_YIELD_BACKLOG) backlog = true;
     }
     this.#trimSeen(now);
+    return backlog;
   }
 
+  /** Forgets expired pairs and the oldest beyond `dedupeMaxEntries`; `now` as in `#seen`. */
   #trimSeen(now: number): void {
-    for (const [key, expires] of this.#seen) {
-      if (this.#seen.size <= this.#dedupeMaxEntries && expires > now) break;
-      this.#seen.delete(key);
+    const order = this.#seenOrder;
+    while (this.#seenHead < order.length) {
+      const key = order[this.#seenHead] as string;
+      const value = order[this.#seenHead + 1] as number;
+      if (this.#seen.get(key) === value) {
+        if (this.#seen.size <= this.#dedupeMaxEntries && expiryOf(value) > now) break;
+        this.#seen.delete(key);
+      }
+      order[this.#seenHead] = order[this.#seenHead + 1] = 0;
+      this.#seenHead += 2;
+    }
+    if (this.#seenHead > 2048 && this.#seenHead * 2 > order.length) {
+      order.splice(0, this.#seenHead);
+      this.#seenHead = 0;
     }
   }
 
@@ -543,14 +639,18 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   #deliver(endpoint: string, stored: StoredMessage): Delivery {
-    const id = randomUUID();
+    const id = `d${++this.#deliveries}`;
     stored.deliveryId = id;
     this.#inFlight.set(id, stored);
     stored.queue.inFlight++;
     const { message } = stored;
-    const handler = stored.queue.name.startsWith('event:')
-      ? stored.queue.name.slice(`event:${endpoint}:`.length)
-      : undefined;
+    const { queue } = stored;
+    if (queue.handler === null) {
+      queue.handler = queue.name.startsWith('event:')
+        ? queue.name.slice(`event:${endpoint}:`.length)
+        : undefined;
+    }
+    const handler = queue.handler;
     return {
       id,
       body: message.body,
@@ -561,7 +661,8 @@ export class InMemoryBroker implements MessageBroker {
         endpoint,
         handler,
         attempt: stored.attemptsMade + 1,
-        history: [...stored.history],
+        // A copy, as the history changes with later attempts; none is made for a first delivery.
+        history: stored.history.length === 0 ? NO_HISTORY : [...stored.history],
         partitionKey: message.partitionKey,
         queue: stored.queue.name,
         ...(stored.pendingDeadLetter !== undefined ? { pendingDeadLetter: stored.pendingDeadLetter } : {}),

@@ -1,5 +1,9 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { InMemoryBroker, type InMemoryBrokerOptions } from '../../../src/broker/in-memory-broker.js';
+import {
+  InMemoryBroker,
+  PUBLISH_YIELD_BACKLOG,
+  type InMemoryBrokerOptions,
+} from '../../../src/broker/in-memory-broker.js';
 import {
   MAX_ATTEMPT_HISTORY,
   type Delivery,
@@ -303,6 +307,65 @@ describe('InMemoryBroker', () => {
         await broker.publish(a);
 
         expect((await take()).facts.messageId).toBe(a.id);
+      });
+      it('delivers an id once per command type: the same id under another type is another message', async () => {
+        const broker = new InMemoryBroker({ clock: new ManualClock() });
+        const other = 'orders.CancelOrder';
+        await broker.register(ENDPOINT, [{ handler: 'orders', kind: 'command', types: [TYPE, other] }]);
+        cleanups.push(() => broker.close());
+        const message = command();
+
+        await broker.publish(message);
+        await broker.publish({ ...message, type: other });
+        await broker.publish(message);
+        await broker.publish({ ...message, type: other });
+
+        expect(broker.stats().ready).toBe(2);
+      });
+
+      it('drops it in every subscription it reached, and reaches a subscription added since', async () => {
+        const broker = new InMemoryBroker({ clock: new ManualClock() });
+        const event: OutgoingMessage = { id: 'evt-1', kind: 'event', type: 'orders.OrderPlaced', body: 'e' };
+        const sub = (handler: string) => [{ handler, kind: 'event' as const, types: [event.type] }];
+        await broker.register('billing', sub('bill'));
+        await broker.register('shipping', sub('ship'));
+        cleanups.push(() => broker.close());
+
+        await broker.publish(event);
+        await broker.publish(event);
+        expect(broker.stats().ready).toBe(2);
+
+        await broker.register('audit', sub('audit'));
+        await broker.publish(event);
+        expect(broker.stats().ready).toBe(3);
+      });
+    });
+
+    describe('when a producer awaits each publish while a receiver takes them', () => {
+      it('keeps the ready backlog near PUBLISH_YIELD_BACKLOG instead of queueing the whole run', async () => {
+        const broker = new InMemoryBroker();
+        await broker.register(ENDPOINT, [{ handler: 'placeOrder', kind: 'command', types: [TYPE] }]);
+        const controller = new AbortController();
+        cleanups.push(async () => {
+          controller.abort();
+          await broker.close();
+        });
+        const consumed = (async () => {
+          for await (const delivery of broker.receiver({ endpoint: ENDPOINT, signal: controller.signal })) {
+            await broker.ack(delivery.id);
+          }
+        })();
+        const total = PUBLISH_YIELD_BACKLOG * 4;
+        let most = 0;
+
+        for (let i = 0; i < total; i++) {
+          await broker.publish(command());
+          most = Math.max(most, broker.stats().ready);
+        }
+
+        expect(most).toBeLessThanOrEqual(PUBLISH_YIELD_BACKLOG + 1);
+        controller.abort();
+        await consumed;
       });
     });
 
