@@ -459,7 +459,10 @@ export class BullMqBroker implements MessageBroker {
       specs,
       () => this.#receivers.delete(receiver),
     );
-    this.#receivers.add(receiver);
+    // Asked for once the broker is closed, a receiver ends at once like those the close ended: it
+    // would otherwise start workers that take jobs and that nothing ever closes.
+    if (this.#closed) void receiver.close();
+    else this.#receivers.add(receiver);
     return receiver;
   }
 

@@ -332,6 +332,33 @@ describe('BullMqBroker', () => {
     });
   });
 
+  describe('.receiver when it is asked for only after the broker closed', () => {
+    it('ends at once, starts no worker and leaves the waiting job in its queue', async () => {
+      const p = prefix();
+      const broker = new BullMqBroker({ connection: redisUrl, prefix: p, logger: silentLogger });
+      await broker.register('billing', [{ handler: 'ChargeHandler', kind: 'command', types: [Charge.type] }]);
+      const message = prepareMessage(Charge, { orderId: 'o-1' }, {}, { now: Date.now() }).outgoing;
+      await broker.publish(message);
+      await broker.close();
+      const iterator = broker.receiver({ endpoint: 'billing' })[Symbol.asyncIterator]();
+      const queue = new Queue(`cmd~${Charge.type}`, { connection: new Redis(redisUrl), prefix: p });
+      let first: IteratorResult<unknown> | undefined;
+      try {
+        first = await iterator.next();
+        expect(first).toEqual({ done: true, value: undefined });
+        expect(await queue.getWorkersCount()).toBe(0);
+        expect(await queue.getJobCounts('wait', 'active')).toEqual({ wait: 1, active: 0 });
+      } finally {
+        // A receiver that did take the job holds it until it is settled: give it back so the test ends.
+        const taken = first?.value as { id: string } | undefined;
+        if (taken !== undefined) await broker.nack(taken.id, { release: true });
+        await iterator.return?.();
+        await queue.close();
+        await queue.disconnect();
+      }
+    });
+  });
+
   describe('.publish of one message id twice', () => {
     it('delivers it once within dedupeWindowMs, and again once the window has passed', async () => {
       const p = prefix();
