@@ -104,10 +104,16 @@ class MemoryQueue {
   consumed = false;
   /** The subscription its deliveries name (an event queue's handler), worked out on first delivery. */
   handler: string | undefined | null = null;
+  /**
+   * Whether a dedupe entry of this queue was ever kept under `id|queue`: from then on an id with no
+   * entry of its own is looked up there too, as the id's entry (another queue's) may have been
+   * forgotten before this queue's.
+   */
+  composite = false;
 
   /**
    * @param index - the queue's number in its broker, stored in dedupe entries (see
-   *   {@link InMemoryBroker}'s `#remember`)
+   *   {@link InMemoryBroker}'s `#route`)
    */
   constructor(
     readonly name: string,
@@ -132,6 +138,11 @@ const QUEUE_SLOTS = 65_536;
 const SHARED_SLOT = QUEUE_SLOTS - 1;
 const slotOf = (queue: MemoryQueue): number => Math.min(queue.index, SHARED_SLOT);
 const expiryOf = (seen: number): number => Math.floor(seen / QUEUE_SLOTS);
+/**
+ * The latest expiry a dedupe entry holds exactly with a queue index below it: a longer window
+ * (`Infinity` included) counts as reaching this far.
+ */
+const MAX_EXPIRY = Math.floor(Number.MAX_SAFE_INTEGER / QUEUE_SLOTS);
 
 /** Takes the oldest unordered ready message of a queue. */
 function takeHead(queue: MemoryQueue): StoredMessage | undefined {
@@ -175,8 +186,9 @@ export class InMemoryBroker implements MessageBroker {
    * Published (id, queue) pairs within the dedupe window, oldest first: the value is the expiry (ms
    * after {@link InMemoryBroker.#base}) times {@link QUEUE_SLOTS} plus the queue's index. The first
    * queue an id went to is remembered under the id itself (the string the message already holds),
-   * others under `id|queue`: a composite key per pair made and kept a new 60-character string for
-   * every message, the bulk of what a full window of 100,000 ids held.
+   * others (and every entry of a queue once it had one so) under `id|queue`: a composite key per
+   * pair made and kept a new 60-character string for every message, the bulk of what a full window
+   * of 100,000 ids held.
    */
   readonly #seen = new Map<string, number>();
   /**
@@ -459,14 +471,17 @@ export class InMemoryBroker implements MessageBroker {
       const slot = slotOf(queue);
       let dedupeKey = message.id;
       let seen = this.#seen.get(dedupeKey);
-      // The id is another queue's entry (or this queue takes no entries under the bare id).
-      if (slot === SHARED_SLOT || (seen !== undefined && seen % QUEUE_SLOTS !== slot)) {
+      // The id is another queue's entry, or this queue keeps entries under `id|queue` (see `composite`).
+      if (slot === SHARED_SLOT || (seen === undefined ? queue.composite : seen % QUEUE_SLOTS !== slot)) {
         dedupeKey = `${message.id}|${queue.name}`;
         seen = this.#seen.get(dedupeKey);
+        queue.composite = true;
       }
       if (seen !== undefined && expiryOf(seen) > now) continue;
       if (seen !== undefined) this.#seen.delete(dedupeKey);
-      const value = (now + this.#dedupeWindowMs) * QUEUE_SLOTS + slot;
+      // A whole number within MAX_EXPIRY: a fraction or a rounded product would change the index.
+      const expiry = Math.min(Math.ceil(now + this.#dedupeWindowMs), MAX_EXPIRY);
+      const value = expiry * QUEUE_SLOTS + slot;
       this.#seen.set(dedupeKey, value);
       this.#seenOrder.push(dedupeKey, value);
       this.#enqueue(queue, message);

@@ -323,6 +323,69 @@ describe('InMemoryBroker', () => {
         expect(broker.stats().ready).toBe(2);
       });
 
+      describe('under another command type', () => {
+        const other = 'orders.CancelOrder';
+        /** A broker whose `orders` endpoint takes TYPE and `other`, cleaned up after the test. */
+        const twoTypes = async (options: InMemoryBrokerOptions): Promise<InMemoryBroker> => {
+          const broker = new InMemoryBroker(options);
+          await broker.register(ENDPOINT, [{ handler: 'orders', kind: 'command', types: [TYPE, other] }]);
+          cleanups.push(() => broker.close());
+          return broker;
+        };
+
+        it("drops it while its window lasts, though the first type's entry has expired", async () => {
+          const clock = new ManualClock();
+          const broker = await twoTypes({ clock, dedupeWindowMs: 1_000 });
+          const message = command();
+          await broker.publish(message);
+          clock.advance(500);
+          await broker.publish({ ...message, type: other });
+          clock.advance(600);
+          // Any publish forgets the expired entries.
+          await broker.publish(command());
+
+          await broker.publish({ ...message, type: other });
+
+          expect(broker.stats().ready).toBe(3);
+        });
+
+        it("drops it while it is among the dedupeMaxEntries newest, though the first type's entry is not", async () => {
+          const broker = await twoTypes({ clock: new ManualClock(), dedupeMaxEntries: 2 });
+          const message = command();
+          await broker.publish(message);
+          await broker.publish({ ...message, type: other });
+          await broker.publish(command());
+
+          await broker.publish({ ...message, type: other });
+
+          expect(broker.stats().ready).toBe(3);
+        });
+
+        it('drops it with a window of years, or Infinity', async () => {
+          for (const dedupeWindowMs of [10 * 365 * 86_400_000, Infinity]) {
+            const broker = await twoTypes({ clock: new ManualClock(), dedupeWindowMs });
+            for (const type of [TYPE, other]) {
+              const message = command({ type });
+              await broker.publish(message);
+              await broker.publish(message);
+            }
+
+            expect(broker.stats().ready, `dedupeWindowMs ${dedupeWindowMs}`).toBe(2);
+          }
+        });
+      });
+
+      it('drops it on a clock with fractions of a millisecond', async () => {
+        const { clock, broker } = await setup({ dedupeWindowMs: 1_000 });
+        clock.advance(0.5);
+        const message = command();
+
+        await broker.publish(message);
+        await broker.publish(message);
+
+        expect(broker.stats().ready).toBe(1);
+      });
+
       it('drops it in every subscription it reached, and reaches a subscription added since', async () => {
         const broker = new InMemoryBroker({ clock: new ManualClock() });
         const event: OutgoingMessage = { id: 'evt-1', kind: 'event', type: 'orders.OrderPlaced', body: 'e' };
