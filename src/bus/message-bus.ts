@@ -167,7 +167,8 @@ export interface BusOptions {
   /**
    * How long one step of settling a delivery (storing its dead letter, acking, nacking) may take
    * before it counts as failed, in ms. A dead letter that cannot be stored in 3 tries sends its
-   * message back to the queue with backoff (1 s doubling to 60 s) instead of holding it.
+   * message back to the queue with backoff (1 s doubling to 60 s) instead of holding it. At most
+   * 2147483647 (the longest Node timer).
    * @defaultValue 5000
    */
   readonly settleTimeoutMs?: number;

@@ -19,6 +19,9 @@ import { HandlerPipeline, type HandlerPipelineOptions } from './handler-pipeline
 import type { MessagePublisher } from './message-publisher.js';
 import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';
 
+/** The longest delay a Node timer takes as given (2^31 - 1 ms, about 24.8 days). */
+const MAX_TIMER_MS = 2_147_483_647;
+
 /** Options of {@link Dispatcher}. */
 export interface DispatcherOptions extends HandlerPipelineOptions {
   readonly broker: MessageBroker;
@@ -137,10 +140,15 @@ export class Dispatcher {
     this.#logger = options.logger ?? consoleLogger;
     this.#concurrency = options.concurrency ?? 16;
     this.#settleTimeoutMs = options.settleTimeoutMs ?? 5_000;
-    if (!Number.isFinite(this.#settleTimeoutMs) || this.#settleTimeoutMs <= 0) {
+    // Node fires a timer of more than 2^31 - 1 ms after 1 ms, which would time out every step at once.
+    if (
+      !Number.isFinite(this.#settleTimeoutMs) ||
+      this.#settleTimeoutMs <= 0 ||
+      this.#settleTimeoutMs > MAX_TIMER_MS
+    ) {
       throw new HarrierError(
         'invalid-option',
-        `settleTimeoutMs is ${this.#settleTimeoutMs}: use a number of milliseconds above 0`,
+        `settleTimeoutMs is ${this.#settleTimeoutMs}: use a number of milliseconds above 0 and at most ${MAX_TIMER_MS}`,
       );
     }
     this.#settleDeadlines = new Deadlines(this.#settleTimeoutMs);

@@ -17,6 +17,7 @@ import {
   type MessageBus,
   type BusOptions,
   type DeadLetterRecord,
+  HarrierError,
 } from '../../../src/index.js';
 import {
   Dispatcher,
@@ -168,6 +169,30 @@ describe('Dispatcher', () => {
       expect(deadLetters.addCalls).toBe(3);
       expect((await deadLetters.list()).records).toMatchObject([{ reason: 'handler-failed' }]);
       await bus.stop();
+    });
+  });
+
+  describe('when settleTimeoutMs is beyond what a Node timer can wait', () => {
+    it('throws invalid-option naming the largest value, instead of timing out every step at once', () => {
+      const broker = new InMemoryBroker();
+      const options = {
+        broker,
+        publisher: new MessagePublisher({ broker }),
+        registry: HandlerRegistry.build([], []),
+        endpoint: 'e',
+        deadLetters: new InMemoryDeadLetterStore(),
+        invoke: createContainerInvoker(new Container()),
+        logger: silentLogger,
+      };
+      let thrown: unknown;
+      try {
+        new Dispatcher({ ...options, settleTimeoutMs: 2 ** 31 });
+      } catch (error) {
+        thrown = error;
+      }
+      expect(HarrierError.is(thrown) && thrown.code).toBe('invalid-option');
+      expect(String(thrown)).toContain('at most 2147483647');
+      expect(() => new Dispatcher({ ...options, settleTimeoutMs: 2 ** 31 - 1 })).not.toThrow();
     });
   });
 
