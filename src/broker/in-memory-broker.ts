@@ -105,20 +105,13 @@ class MemoryQueue {
   /** The subscription its deliveries name (an event queue's handler), worked out on first delivery. */
   handler: string | undefined | null = null;
   /**
-   * Whether a dedupe entry of this queue was ever kept under `id|queue`: from then on an id with no
-   * entry of its own is looked up there too, as the id's entry (another queue's) may have been
-   * forgotten before this queue's.
+   * Ids published to this queue within the dedupe window, with the time each entry expires. Keyed by
+   * the id the message already holds: a composite `id|queue` key made and kept a new 60-character
+   * string for every message, the bulk of what a full window of 100,000 ids held.
    */
-  composite = false;
+  readonly seen = new Map<string, number>();
 
-  /**
-   * @param index - the queue's number in its broker, stored in dedupe entries (see
-   *   {@link InMemoryBroker}'s `#route`)
-   */
-  constructor(
-    readonly name: string,
-    readonly index: number,
-  ) {}
+  constructor(readonly name: string) {}
 
   readyCount(): number {
     return this.ready.length - this.readyHead + this.readyKeys.size;
@@ -128,21 +121,6 @@ class MemoryQueue {
 const NO_HISTORY: readonly AttemptRecord[] = Object.freeze([]);
 
 const keyOf = (message: OutgoingMessage): string => message.partitionKey ?? '';
-
-/**
- * Queue indexes a dedupe entry can name; the expiry is stored above them in one number (exact while
- * the broker is younger than 2^37 ms, about 4 years).
- */
-const QUEUE_SLOTS = 65_536;
-/** The slot of queues past the others: always remembered under `id|queue`. */
-const SHARED_SLOT = QUEUE_SLOTS - 1;
-const slotOf = (queue: MemoryQueue): number => Math.min(queue.index, SHARED_SLOT);
-const expiryOf = (seen: number): number => Math.floor(seen / QUEUE_SLOTS);
-/**
- * The latest expiry a dedupe entry holds exactly with a queue index below it: a longer window
- * (`Infinity` included) counts as reaching this far.
- */
-const MAX_EXPIRY = Math.floor(Number.MAX_SAFE_INTEGER / QUEUE_SLOTS);
 
 /** Takes the oldest unordered ready message of a queue. */
 function takeHead(queue: MemoryQueue): StoredMessage | undefined {
@@ -182,28 +160,20 @@ export class InMemoryBroker implements MessageBroker {
   readonly #clock: Clock;
   readonly #dedupeWindowMs: number;
   readonly #dedupeMaxEntries: number;
+  /** Dedupe entries held by all queues' `seen` maps together. */
+  #seenCount = 0;
   /**
-   * Published (id, queue) pairs within the dedupe window, oldest first: the value is the expiry (ms
-   * after {@link InMemoryBroker.#base}) times {@link QUEUE_SLOTS} plus the queue's index. The first
-   * queue an id went to is remembered under the id itself (the string the message already holds),
-   * others (and every entry of a queue once it had one so) under `id|queue`: a composite key per
-   * pair made and kept a new 60-character string for every message, the bulk of what a full window
-   * of 100,000 ids held.
-   */
-  readonly #seen = new Map<string, number>();
-  /**
-   * `#seen`'s entries in the order they were made, as key, value, key, value... from `#seenHead`:
-   * what `#trimSeen` forgets first. A pair whose value no longer matches the map's was set again
-   * later, and is skipped.
+   * Every dedupe entry in the order it was made, as queue, id, expiry, queue, id, expiry... from
+   * `#seenHead`: what `#trimSeen` forgets first. A triple whose expiry no longer matches its queue's
+   * entry was set again later, and is skipped.
    *
    * @remarks
-   * Not the map's own iteration order: a Map keeps a deleted entry's slot until it grows again, and
-   * an iterator from the front walks every such slot, so trimming the oldest entry of a full window
-   * by iterating the map cost a walk over up to 100,000 deleted slots per publish.
+   * Not a Map's own iteration order: a Map keeps a deleted entry's slot until it grows again, and an
+   * iterator from the front walks every such slot, so trimming the oldest entry of a full window by
+   * iterating a map cost a walk over up to 100,000 deleted slots per publish.
    */
-  readonly #seenOrder: (string | number)[] = [];
+  readonly #seenOrder: (MemoryQueue | string | number)[] = [];
   #seenHead = 0;
-  readonly #base: number;
   readonly #queues = new Map<string, MemoryQueue>();
   readonly #eventRoutes = new Map<string, Set<MemoryQueue>>();
   readonly #endpointQueues = new Map<string, MemoryQueue[]>();
@@ -228,7 +198,6 @@ export class InMemoryBroker implements MessageBroker {
     this.#clock = options.clock ?? systemClock;
     this.#dedupeWindowMs = options.dedupeWindowMs ?? 3_600_000;
     this.#dedupeMaxEntries = options.dedupeMaxEntries ?? 100_000;
-    this.#base = this.#clock.now();
     // Checked at run time too: JavaScript callers and config files pass plain strings.
     const order: string = options.deliveryOrder ?? 'fifo';
     if (order !== 'fifo' && order !== 'shuffled')
@@ -453,7 +422,7 @@ export class InMemoryBroker implements MessageBroker {
   #queue(name: string): MemoryQueue {
     let queue = this.#queues.get(name);
     if (queue === undefined) {
-      queue = new MemoryQueue(name, this.#queues.size);
+      queue = new MemoryQueue(name);
       this.#queues.set(name, queue);
     }
     return queue;
@@ -466,24 +435,14 @@ export class InMemoryBroker implements MessageBroker {
       message.kind === 'event'
         ? [...(this.#eventRoutes.get(message.type) ?? [])]
         : [this.#queue(`command:${message.type}`)];
-    const now = this.#clock.now() - this.#base;
+    const now = this.#clock.now();
     for (const queue of targets) {
-      const slot = slotOf(queue);
-      let dedupeKey = message.id;
-      let seen = this.#seen.get(dedupeKey);
-      // The id is another queue's entry, or this queue keeps entries under `id|queue` (see `composite`).
-      if (slot === SHARED_SLOT || (seen === undefined ? queue.composite : seen % QUEUE_SLOTS !== slot)) {
-        dedupeKey = `${message.id}|${queue.name}`;
-        seen = this.#seen.get(dedupeKey);
-        queue.composite = true;
-      }
-      if (seen !== undefined && expiryOf(seen) > now) continue;
-      if (seen !== undefined) this.#seen.delete(dedupeKey);
-      // A whole number within MAX_EXPIRY: a fraction or a rounded product would change the index.
-      const expiry = Math.min(Math.ceil(now + this.#dedupeWindowMs), MAX_EXPIRY);
-      const value = expiry * QUEUE_SLOTS + slot;
-      this.#seen.set(dedupeKey, value);
-      this.#seenOrder.push(dedupeKey, value);
+      const expires = queue.seen.get(message.id);
+      if (expires !== undefined && expires > now) continue;
+      if (expires === undefined) this.#seenCount++;
+      const expiry = now + this.#dedupeWindowMs;
+      queue.seen.set(message.id, expiry);
+      this.#seenOrder.push(queue, message.id, expiry);
       this.#enqueue(queue, message);
       if (queue.consumed && queue.readyCount() > PUBLISH_YIELD_BACKLOG) backlog = true;
     }
@@ -491,18 +450,20 @@ export class InMemoryBroker implements MessageBroker {
     return backlog;
   }
 
-  /** Forgets expired pairs and the oldest beyond `dedupeMaxEntries`; `now` as in `#seen`. */
+  /** Forgets expired entries and the oldest beyond `dedupeMaxEntries`. */
   #trimSeen(now: number): void {
     const order = this.#seenOrder;
     while (this.#seenHead < order.length) {
-      const key = order[this.#seenHead] as string;
-      const value = order[this.#seenHead + 1] as number;
-      if (this.#seen.get(key) === value) {
-        if (this.#seen.size <= this.#dedupeMaxEntries && expiryOf(value) > now) break;
-        this.#seen.delete(key);
+      const queue = order[this.#seenHead] as MemoryQueue;
+      const id = order[this.#seenHead + 1] as string;
+      const expiry = order[this.#seenHead + 2] as number;
+      if (queue.seen.get(id) === expiry) {
+        if (this.#seenCount <= this.#dedupeMaxEntries && expiry > now) break;
+        queue.seen.delete(id);
+        this.#seenCount--;
       }
-      order[this.#seenHead] = order[this.#seenHead + 1] = 0;
-      this.#seenHead += 2;
+      order[this.#seenHead] = order[this.#seenHead + 1] = order[this.#seenHead + 2] = 0;
+      this.#seenHead += 3;
     }
     if (this.#seenHead > 2048 && this.#seenHead * 2 > order.length) {
       order.splice(0, this.#seenHead);
