@@ -45,8 +45,8 @@ import {
   type ICommandHandler,
   type IEventHandler,
 } from '@nestjs/cqrs';
-import { createBus, silentLogger, type MessageBus } from '../src/index.js';
-import { PlaceOrder, PlaceOrderHandler, payloadOf } from './place-order.js';
+import { InMemoryBroker, createBus, silentLogger, type MessageBus } from '../src/index.js';
+import { PlaceOrder, PlaceOrderHandler, payloadOf, placeOrderBus } from './place-order.js';
 import { Counter, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
@@ -113,14 +113,8 @@ async function timed(work: () => Promise<void>, n = N): Promise<number> {
 
 async function harrierSend(n = N): Promise<Sample> {
   const handled = new Counter(RUN_TIMEOUT_MS);
-  const bus = createBus({
-    logger: silentLogger,
-    handlers: [PlaceOrderHandler],
-    hooks: {
-      onHandled: () => {
-        handled.hit();
-      },
-    },
+  const bus = placeOrderBus(new InMemoryBroker(), 16, () => {
+    handled.hit();
   });
   await bus.start();
   try {

@@ -1,4 +1,4 @@
-// The message the Redis benches send: a command with a two-field payload and a handler that does
+// The message the benches send: a command with a two-field payload and a handler that does
 // nothing but read it, so what is measured is the bus, not the handler.
 
 import { z } from 'zod';

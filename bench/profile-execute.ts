@@ -8,8 +8,8 @@
  */
 import 'reflect-metadata';
 import { performance } from 'node:perf_hooks';
-import { createBus, silentLogger } from '../src/index.js';
-import { PlaceOrder, PlaceOrderHandler, payloadOf } from './place-order.js';
+import { InMemoryBroker } from '../src/index.js';
+import { PlaceOrder, payloadOf, placeOrderBus } from './place-order.js';
 import { Counter } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 200_000);
@@ -17,14 +17,8 @@ const CALLERS = Number(process.env.BENCH_CALLERS ?? 1);
 const SEND = process.env.BENCH_PATH === 'send';
 
 const handled = new Counter(120_000);
-const bus = createBus({
-  logger: silentLogger,
-  handlers: [PlaceOrderHandler],
-  hooks: {
-    onHandled: () => {
-      handled.hit();
-    },
-  },
+const bus = placeOrderBus(new InMemoryBroker(), 16, () => {
+  handled.hit();
 });
 await bus.start();
 let next = 0;

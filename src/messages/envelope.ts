@@ -1,9 +1,9 @@
 import { z } from 'zod';
+import { UUID_V7 } from './uuid-v7.js';
 
 /** The current envelope version. */
 export const ENVELOPE_VERSION = 1;
 
-const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** zod's own pattern for `z.iso.datetime()` (UTC, seconds required, any fraction). */
 const DATETIME = z.regexes.datetime({});

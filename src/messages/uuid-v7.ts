@@ -58,7 +58,8 @@ export function uuidv7(nowMs: number = Date.now()): string {
   return uuidText(bytes, at);
 }
 
-const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+/** A lower-case UUIDv7. */
+export const UUID_V7 = /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /** True when `value` is a lower-case UUIDv7 string. */
 export function isUuidV7(value: string): boolean {
