@@ -124,7 +124,7 @@ export function createContainerInvoker(
     }
   };
 
-  return async (entry, method, payload, context) => {
+  return (entry, method, payload, context) => {
     const target = entry.target as unknown as Newable;
     let child = needsChild.get(entry);
     if (child === undefined) {
@@ -145,9 +145,8 @@ export function createContainerInvoker(
       instance = resolve(handlers, entry);
     }
     const fn = instance[method] as (payload: unknown, context: HandlerContext) => unknown;
-    const result: unknown = fn.call(instance, payload, context);
-    // A plain value is returned as it is (no tick); a promise awaited (one tick, where returning it
-    // from an async function would take three).
-    return result instanceof Promise ? await (result as Promise<unknown>) : result;
+    // What the handler returned, as it is: a plain value needs no promise (nor its ticks), a promise
+    // is handed on; what it throws reaches the pipeline, which rejects with it.
+    return fn.call(instance, payload, context);
   };
 }

@@ -6,13 +6,15 @@ import type {
   MessageDefinition,
 } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
+import { HarrierError } from '../errors/harrier-error.js';
 import {
+  buildEnvelope,
   prepareMessage,
   type EnvelopeEncoder,
   type PreparedMessage,
   type TraceparentProvider,
 } from '../messages/prepare-message.js';
-import { deterministicUuidV7, uuidV7Time } from '../messages/uuid-v7.js';
+import { deterministicUuidV7, uuidV7Time, uuidv7 } from '../messages/uuid-v7.js';
 
 /** What a {@link HandlerContext} needs from whoever runs handlers: the same for every message. */
 export interface HandlerContextEnv {
@@ -36,16 +38,19 @@ export interface HandlerContextEnv {
   ) => Error;
 }
 
+/** What `recorded` is until a handler records: nothing, with no array made per call. */
+const NOTHING_RECORDED: readonly PreparedMessage[] = Object.freeze([]);
+
 /**
  * The {@link MessageContext} of one handler call, with the unit of work it records into.
+ *
+ * @remarks
+ * The message fields (`messageId`, `correlationId`, `causationId`, `headers`) are read from the
+ * envelope, which a {@link LocalHandlerContext} builds only when something reads it.
  */
 export class HandlerContext<P = unknown> implements MessageContext<P> {
-  /** What the handler recorded, in order; published only if it succeeds. */
-  readonly recorded: PreparedMessage[] = [];
-  readonly messageId: string;
-  readonly correlationId: string;
-  readonly causationId: string | undefined;
-  readonly headers: Readonly<Record<string, string>>;
+  #envelope: Envelope<P> | undefined;
+  #recorded: PreparedMessage[] | undefined;
   #signal: AbortSignal | (() => AbortSignal);
 
   /**
@@ -53,18 +58,49 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
    *   handlers never read it, and an AbortController per message is measurable on a busy worker).
    */
   constructor(
-    readonly envelope: Envelope<P>,
+    envelope: Envelope<P>,
     readonly attempt: number,
     readonly endpoint: string,
     readonly handler: string,
     signal: AbortSignal | (() => AbortSignal),
     private readonly env: HandlerContextEnv,
   ) {
-    this.messageId = envelope.id;
-    this.correlationId = envelope.meta.correlationId;
-    this.causationId = envelope.meta.causationId;
-    this.headers = envelope.meta.headers;
+    this.#envelope = envelope;
     this.#signal = signal;
+  }
+
+  /** The handled message. */
+  get envelope(): Envelope<P> {
+    return this.#envelope ?? (this.#envelope = this.buildEnvelope());
+  }
+
+  /**
+   * Builds the envelope on first read, for a context made without one ({@link LocalHandlerContext}).
+   * @throws HarrierError `internal` here: only a subclass constructed without an envelope overrides it.
+   */
+  protected buildEnvelope(): Envelope<P> {
+    throw new HarrierError('internal', `The context of handler "${this.handler}" has no envelope`);
+  }
+
+  get messageId(): string {
+    return this.envelope.id;
+  }
+
+  get correlationId(): string {
+    return this.envelope.meta.correlationId;
+  }
+
+  get causationId(): string | undefined {
+    return this.envelope.meta.causationId;
+  }
+
+  get headers(): Readonly<Record<string, string>> {
+    return this.envelope.meta.headers;
+  }
+
+  /** What the handler recorded, in order; published only if it succeeds. */
+  get recorded(): readonly PreparedMessage[] {
+    return this.#recorded ?? NOTHING_RECORDED;
   }
 
   get signal(): AbortSignal {
@@ -96,10 +132,12 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
   }
 
   #record(definition: MessageDefinition, payload: unknown, options: SendOptions): string {
+    const recorded = this.#recorded ?? [];
     // Same handled message, handler and position: same id, so a redelivery records no duplicates.
     const id =
       options.id ??
-      deterministicUuidV7(`${this.idSeed()}\u0000${this.recorded.length}`, uuidV7Time(this.messageId));
+      deterministicUuidV7(`${this.idSeed()}\u0000${recorded.length}`, uuidV7Time(this.messageId));
+    const envelope = this.envelope;
     const prepared = prepareMessage(
       definition,
       payload,
@@ -107,9 +145,9 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
       {
         now: this.env.now(),
         cause: {
-          correlationId: this.correlationId,
-          messageId: this.messageId,
-          traceparent: this.envelope.meta.traceparent,
+          correlationId: envelope.meta.correlationId,
+          messageId: envelope.id,
+          traceparent: envelope.meta.traceparent,
         },
         maxBytes: this.env.maxBytes,
         encode: this.env.encode,
@@ -117,7 +155,75 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
         deferred: true,
       },
     );
-    this.recorded.push(prepared);
+    recorded.push(prepared);
+    this.#recorded = recorded;
     return prepared.envelope.id;
   }
+}
+
+/** No options given: one shared object instead of a new `{}` per call (never copied). */
+export const NO_OPTIONS: SendOptions = Object.freeze({});
+
+/**
+ * The context of a message made in this process (`execute`): checked when made, its envelope (id,
+ * time, meta, headers) built only when something reads it.
+ *
+ * @remarks
+ * The envelope is the one `prepareEnvelope` would have built at the call: its id carries the time
+ * of the call (`now`), and the options are copied at the call, so a caller that changes its options
+ * object afterwards changes nothing here. Most handlers of `execute` read only their payload, so
+ * most calls never make an id, a time text or a `meta`.
+ */
+export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
+  readonly #definition: MessageDefinition;
+  readonly #payload: P;
+  readonly #now: number;
+  readonly #options: SendOptions;
+  readonly #partitionKey: string | undefined;
+
+  /**
+   * @param payload - the payload as its schema parsed it (`checkMessage`).
+   * @param now - the clock time of the call: the envelope's `occurredAt` and its id's time.
+   * @throws what the definition's partition key function throws (at the call, as `prepareEnvelope`).
+   */
+  constructor(
+    definition: MessageDefinition,
+    payload: P,
+    now: number,
+    options: SendOptions,
+    endpoint: string,
+    handler: string,
+    signal: AbortSignal | (() => AbortSignal),
+    env: HandlerContextEnv,
+  ) {
+    super(undefined as unknown as Envelope<P>, 1, endpoint, handler, signal, env);
+    this.#definition = definition;
+    this.#payload = payload;
+    this.#now = now;
+    this.#options = options === NO_OPTIONS ? options : copyOptions(options);
+    this.#partitionKey = options.partitionKey ?? definition.partitionKeyOf(payload);
+  }
+
+  /** The parsed payload, without building the envelope. */
+  get payload(): P {
+    return this.#payload;
+  }
+
+  protected override buildEnvelope(): Envelope<P> {
+    const options = this.#options;
+    const now = this.#now;
+    return buildEnvelope(
+      this.#definition,
+      this.#payload,
+      options.id ?? uuidv7(now),
+      this.#partitionKey,
+      options,
+      { now },
+    ) as Envelope<P>;
+  }
+}
+
+/** `options` as they are now, headers included (an `id` of `null` from an untyped caller stays). */
+function copyOptions(options: SendOptions): SendOptions {
+  return options.headers === undefined ? { ...options } : { ...options, headers: { ...options.headers } };
 }

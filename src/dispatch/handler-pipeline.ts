@@ -15,7 +15,8 @@ import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, encodeEnvelope } from '../m
 import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import type { EnvelopeEncoder } from '../messages/prepare-message.js';
-import { HandlerContext, type HandlerContextEnv } from './handler-context.js';
+import type { SendOptions } from '../messages/send-options.js';
+import { HandlerContext, LocalHandlerContext, type HandlerContextEnv } from './handler-context.js';
 import type { MessagePublisher } from './message-publisher.js';
 import type {
   MessageTelemetry,
@@ -27,13 +28,20 @@ import { composeMiddleware, type Middleware } from './middleware.js';
 import type { LogPosition, TransactionalUnitOfWork } from './transactional-unit-of-work.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
 
-/** Calls a handler method on an instance made for this message (the bus resolves it from DI). */
+/**
+ * Calls a handler method on an instance made for this message (the bus resolves it from DI).
+ *
+ * @remarks
+ * Returns what the method returned: a promise, or a plain value when the handler returned one (no
+ * promise is made for a synchronous handler). What it throws is the handler's failure, as a
+ * rejection would be.
+ */
 export type HandlerInvoker = (
   entry: HandlerEntry,
   method: string,
   payload: unknown,
   context: HandlerContext,
-) => Promise<unknown>;
+) => unknown;
 
 /** Checks a received envelope's signature; returns a refusal reason, or undefined when it verifies. */
 export type EnvelopeVerifier = (body: string, envelope: Envelope) => string | undefined;
@@ -514,8 +522,8 @@ export class HandlerPipeline {
   }
 
   /**
-   * Runs a handler for an envelope made in this process (`execute`): context, middleware, invoke,
-   * commit; no decoding, verification or retries, and errors reach the caller.
+   * Runs a handler for an envelope made in this process: context, middleware, invoke, commit; no
+   * decoding, verification or retries, and errors reach the caller.
    */
   runLocal(
     entry: HandlerEntry,
@@ -523,11 +531,58 @@ export class HandlerPipeline {
     envelope: Envelope,
     signal: AbortSignal,
   ): Promise<unknown> {
+    const context = this.context(envelope, 1, entry, signal);
+    return this.#runLocalObserved(entry, definition, context, envelope.payload);
+  }
+
+  /**
+   * Runs a handler for a message `execute` made and checked (`checkMessage`): as
+   * {@link HandlerPipeline.runLocal}, with a {@link LocalHandlerContext} that builds the envelope
+   * (id, time, meta) only when the handler, a middleware, the unit of work or telemetry reads it.
+   *
+   * @param payload - the payload as its schema parsed it.
+   * @param now - the clock time of the call (the envelope's time and its id's).
+   * @param options - the caller's options (copied by the context, unless it is `NO_OPTIONS`).
+   */
+  runChecked(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    payload: unknown,
+    now: number,
+    options: SendOptions,
+    signal: AbortSignal,
+  ): Promise<unknown> {
+    let context: HandlerContext;
+    try {
+      context = new LocalHandlerContext(
+        definition,
+        payload,
+        now,
+        options,
+        this.#o.endpoint,
+        entry.name,
+        signal,
+        this.#env(entry.kind),
+      );
+    } catch (error) {
+      // The definition's partition key function threw: a rejection, as from prepareEnvelope before.
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      return Promise.reject(error);
+    }
+    return this.#runLocalObserved(entry, definition, context, payload);
+  }
+
+  #runLocalObserved(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    context: HandlerContext,
+    payload: unknown,
+  ): Promise<unknown> {
     const telemetry = this.#o.telemetry;
-    if (telemetry === undefined) return this.#runLocal(entry, definition, envelope, signal);
+    if (telemetry === undefined) return this.#runLocal(entry, definition, context, payload);
     const observation = this.#guard('process', () =>
       telemetry.process({
-        envelope,
+        envelope: context.envelope,
         handler: entry.name,
         handlerKind: entry.kind,
         endpoint: this.#o.endpoint,
@@ -535,28 +590,54 @@ export class HandlerPipeline {
         inProcess: true,
       }),
     );
-    if (observation === undefined) return this.#runLocal(entry, definition, envelope, signal);
+    if (observation === undefined) return this.#runLocal(entry, definition, context, payload);
     return this.#observed(
       observation,
-      () => this.#runLocal(entry, definition, envelope, signal),
+      () => this.#runLocal(entry, definition, context, payload),
       () => HANDLED_END,
     );
   }
 
-  async #runLocal(
+  /**
+   * Not async: a handler that returns a plain value and records nothing costs one resolved promise
+   * (the caller's), none for the invoker and none for this function.
+   */
+  #runLocal(
     entry: HandlerEntry,
     definition: MessageDefinition,
-    envelope: Envelope,
-    signal: AbortSignal,
+    context: HandlerContext,
+    payload: unknown,
   ): Promise<unknown> {
-    const context = this.context(envelope, 1, entry, signal);
     const unit = this.#o.unitOfWork;
-    if (unit === undefined) {
-      const result = await this.#call(entry, definition, context, true);
-      // Awaited only when there is something to publish: most calls record nothing.
-      if (context.recorded.length > 0) await this.#commit(context);
-      return result;
+    if (unit !== undefined) return this.#runLocalInUnit(unit, entry, definition, context, payload);
+    let result: unknown;
+    try {
+      result = this.#invoke(entry, definition, context, definition.type, payload, true);
+    } catch (error) {
+      // What was thrown is passed on as it is, as an async function would (Error or not).
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      return Promise.reject(error);
     }
+    if (isThenable(result)) return this.#commitAfter(context, result);
+    // Committed only when there is something to publish: most calls record nothing.
+    if (context.recorded.length > 0) return this.#commitAfter(context, result);
+    return Promise.resolve(result);
+  }
+
+  /** Waits for the handler's result, then commits what it recorded; resolves to the result. */
+  async #commitAfter(context: HandlerContext, result: unknown): Promise<unknown> {
+    const value = await result;
+    if (context.recorded.length > 0) await this.#commit(context);
+    return value;
+  }
+
+  async #runLocalInUnit(
+    unit: TransactionalUnitOfWork,
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    context: HandlerContext,
+    payload: unknown,
+  ): Promise<unknown> {
     let result: unknown;
     const ended = await unit.run({
       context,
@@ -564,7 +645,7 @@ export class HandlerPipeline {
       handlerKind: entry.kind,
       endpoint: this.#o.endpoint,
       inProcess: true,
-      run: async () => (result = await this.#call(entry, definition, context, true)),
+      run: async () => (result = await this.#invoke(entry, definition, context, definition.type, payload, true)),
       abandoned: () => false,
     });
     if (ended === 'ran') await this.#commit(context);
@@ -734,26 +815,44 @@ export class HandlerPipeline {
     inProcess: boolean,
   ): Promise<unknown> {
     try {
-      const { envelope } = context;
-      const method = entry.methods.get(envelope.type) ?? 'handle';
-      const middleware = this.#o.middleware ?? [];
-      if (middleware.length === 0) return this.#o.invoke(entry, method, envelope.payload, context);
-      return composeMiddleware(
-        middleware,
-        { definition, handler: entry.name, handlerKind: entry.kind, message: context, inProcess },
-        () => this.#o.invoke(entry, method, envelope.payload, context),
-        (m, error) => {
-          this.#logger.error('Middleware after() threw; ignored', {
-            middleware: m.name ?? 'middleware',
-            error: toErrorInfo(error),
-          });
-        },
-      );
+      const { type, payload } = context.envelope;
+      const result = this.#invoke(entry, definition, context, type, payload, inProcess);
+      return result instanceof Promise ? (result as Promise<unknown>) : Promise.resolve(result);
     } catch (error) {
       // What was thrown is passed on as it is, as an async function would (Error or not).
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       return Promise.reject(error);
     }
+  }
+
+  /**
+   * Middleware and the handler: what the handler returned (a plain value, or a promise), or a
+   * promise through the middleware. May throw (the callers turn it into a rejection).
+   */
+  #invoke(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    context: HandlerContext,
+    type: string,
+    payload: unknown,
+    inProcess: boolean,
+  ): unknown {
+    const method = entry.methods.get(type) ?? 'handle';
+    const middleware = this.#o.middleware;
+    if (middleware === undefined || middleware.length === 0) {
+      return this.#o.invoke(entry, method, payload, context);
+    }
+    return composeMiddleware(
+      middleware,
+      { definition, handler: entry.name, handlerKind: entry.kind, message: context, inProcess },
+      () => promiseOf(() => this.#o.invoke(entry, method, payload, context)),
+      (m, error) => {
+        this.#logger.error('Middleware after() threw; ignored', {
+          middleware: m.name ?? 'middleware',
+          error: toErrorInfo(error),
+        });
+      },
+    );
   }
 
   async #commit(context: HandlerContext): Promise<readonly OutgoingMessage[]> {
@@ -804,6 +903,25 @@ function processEnd(outcome: PipelineOutcome, now: number): ProcessEnd {
 }
 
 const HANDLED_END: ProcessEnd = { kind: 'handled' };
+
+/** True for a promise or any other thenable (what `await` would wait for). */
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    value instanceof Promise ||
+    (((typeof value === 'object' && value !== null) || typeof value === 'function') &&
+      typeof (value as { then?: unknown }).then === 'function')
+  );
+}
+
+/** What `call` returns, as a promise: a plain value resolved, a throw rejected. */
+function promiseOf(call: () => unknown): Promise<unknown> {
+  try {
+    return Promise.resolve(call());
+  } catch (error) {
+    // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+    return Promise.reject(error);
+  }
+}
 
 const FROM_HANDLER = { origin: 'handler' } as const;
 

@@ -71,6 +71,23 @@ export function prepareEnvelope(
   options: SendOptions,
   context: PrepareContext,
 ): Envelope {
+  const data = checkMessage(definition, payload, options);
+  const id = options.id ?? uuidv7(context.now);
+  const partitionKey = options.partitionKey ?? definition.partitionKeyOf(data);
+  return buildEnvelope(definition, data, id, partitionKey, options, context);
+}
+
+/**
+ * Everything {@link prepareEnvelope} checks before it builds the envelope, in the same order: the
+ * definition, the payload against its schema, the caller's id and delay; returns the parsed payload.
+ *
+ * @remarks
+ * With {@link buildEnvelope} it lets `execute` check a message when called and build its envelope
+ * only if something reads it.
+ * @throws MessageValidationError when the payload does not match the schema.
+ * @throws HarrierError `invalid-definition`, or `invalid-option` for a bad id or delay.
+ */
+export function checkMessage(definition: MessageDefinition, payload: unknown, options: SendOptions): unknown {
   if (!isMessageDefinition(definition)) {
     throw new HarrierError(
       'invalid-definition',
@@ -88,12 +105,25 @@ export function prepareEnvelope(
       `Message id "${given}" is not a lower-case UUIDv7: omit id to get one, or make it with uuidv7()`,
     );
   }
-  const id = given ?? uuidv7(context.now);
   const delayMs = options.delayMs ?? 0;
   if (!Number.isFinite(delayMs) || delayMs < 0) {
     throw new HarrierError('invalid-option', `delayMs is ${delayMs}: use a number of milliseconds >= 0`);
   }
-  const partitionKey = options.partitionKey ?? definition.partitionKeyOf(parsed.data);
+  return parsed.data;
+}
+
+/**
+ * The envelope of a message {@link checkMessage} accepted: `data` is its parsed payload, `id` and
+ * `partitionKey` already resolved (the caller's, else a new id and the definition's key).
+ */
+export function buildEnvelope(
+  definition: MessageDefinition,
+  data: unknown,
+  id: string,
+  partitionKey: string | undefined,
+  options: SendOptions,
+  context: PrepareContext,
+): Envelope {
   const cause = context.cause;
   const correlationId = cause?.correlationId ?? options.correlationId ?? id;
   const inherited = cause?.traceparent ?? options.traceparent;
@@ -121,7 +151,7 @@ export function prepareEnvelope(
     id,
     kind: definition.kind,
     type: definition.type,
-    payload: parsed.data,
+    payload: data,
     meta,
   };
 }
