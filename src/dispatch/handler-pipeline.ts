@@ -645,7 +645,8 @@ export class HandlerPipeline {
       handlerKind: entry.kind,
       endpoint: this.#o.endpoint,
       inProcess: true,
-      run: async () => (result = await this.#invoke(entry, definition, context, definition.type, payload, true)),
+      run: async () =>
+        (result = await this.#invoke(entry, definition, context, definition.type, payload, true)),
       abandoned: () => false,
     });
     if (ended === 'ran') await this.#commit(context);

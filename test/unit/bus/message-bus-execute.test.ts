@@ -196,7 +196,9 @@ describe('MessageBus', () => {
         expect(() => {
           stopped = bus?.execute(PlaceOrder, { orderId: 'o', amount: -1 });
         }).not.toThrow();
-        await expect(stopped).rejects.toSatisfy((e: unknown) => HarrierError.is(e) && e.code === 'bus-stopped');
+        await expect(stopped).rejects.toSatisfy(
+          (e: unknown) => HarrierError.is(e) && e.code === 'bus-stopped',
+        );
       });
     });
 
