@@ -26,12 +26,19 @@ describe('uuidv7', () => {
     });
 
     it('stays valid and unique across refills of its random pool', () => {
-      // The pool holds 256 ids' bytes, written over in place: 1,000 ids go through it four times.
-      const ids = Array.from({ length: 1_000 }, () => uuid.uuidv7(1_700_000_000_000));
+      // The pool holds 512 ids' random text: 2,000 ids go through it four times.
+      const ids = Array.from({ length: 2_000 }, () => uuid.uuidv7(1_700_000_000_000));
 
       expect(ids.every((id) => UUID_V7.test(id))).toBe(true);
       expect(new Set(ids).size).toBe(ids.length);
       expect([...ids].sort()).toEqual(ids);
+    });
+
+    it('uses all four variant digits and random text in its last 62 bits', () => {
+      const ids = Array.from({ length: 400 }, () => uuid.uuidv7(1_700_000_000_000));
+
+      expect(new Set(ids.map((id) => id[19]))).toEqual(new Set(['8', '9', 'a', 'b']));
+      expect(new Set(ids.map((id) => id.slice(20))).size).toBe(ids.length);
     });
 
     it('encodes the given time in its first 48 bits', () => {
@@ -51,6 +58,19 @@ describe('uuidv7', () => {
       expect(new Set(ids).size).toBe(ids.length);
       expect(ids.every((id) => UUID_V7.test(id))).toBe(true);
       expect(timestampOf(ids[0]!)).toBe(now);
+    });
+  });
+
+  describe('when the time is out of the 48 bits', () => {
+    it('throws a RangeError', () => {
+      expect(() => uuid.uuidv7(-1)).toThrow(RangeError);
+      expect(() => uuid.uuidv7(2 ** 48)).toThrow(RangeError);
+    });
+  });
+
+  describe('when the time has a fraction of a millisecond', () => {
+    it('encodes the whole milliseconds', () => {
+      expect(timestampOf(uuid.uuidv7(1_700_000_000_000.7))).toBe(1_700_000_000_000);
     });
   });
 
