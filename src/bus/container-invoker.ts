@@ -111,6 +111,8 @@ export function createContainerInvoker(
     (options.scoped?.length ?? 0) > 0 ||
     options.configure !== undefined;
   const needsChild = new Map<HandlerEntry, boolean>();
+  let lastEntry: HandlerEntry | undefined;
+  let lastChild = false;
 
   const resolve = (from: Container, entry: HandlerEntry): Record<string, unknown> => {
     try {
@@ -126,11 +128,18 @@ export function createContainerInvoker(
 
   return (entry, method, payload, context) => {
     const target = entry.target as unknown as Newable;
-    let child = needsChild.get(entry);
-    if (child === undefined) {
-      child = always || injectsMessageTokens(target);
-      needsChild.set(entry, child);
-      if (!child && !handlers.isBound(target)) handlers.bind(target).toSelf();
+    let child: boolean;
+    if (entry === lastEntry) child = lastChild;
+    else {
+      const known = needsChild.get(entry);
+      if (known === undefined) {
+        child = always || injectsMessageTokens(target);
+        needsChild.set(entry, child);
+        if (!child && !handlers.isBound(target)) handlers.bind(target).toSelf();
+      } else child = known;
+      // A bus that calls one handler in a row (execute in a loop, a busy command) skips the map.
+      lastEntry = entry;
+      lastChild = child;
     }
     let instance: Record<string, unknown>;
     if (child) {

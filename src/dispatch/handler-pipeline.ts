@@ -293,6 +293,7 @@ export class HandlerPipeline {
   readonly #logger: Logger;
   readonly #maxBytes: number;
   readonly #envs = new Map<HandlerKind, HandlerContextEnv>();
+  #plainEnv: HandlerContextEnv | undefined;
   readonly #policies = new WeakMap<HandlerEntry, Map<string, RetryPolicy>>();
 
   /** @throws HarrierError `invalid-option` for a bad `retry`. */
@@ -756,20 +757,29 @@ export class HandlerPipeline {
     };
   }
 
+  /**
+   * The context env of a handler kind: one object for every kind that may send and publish, one
+   * per kind that refuses (a projection's), made once (read on every handler call).
+   */
   #env(kind: HandlerKind): HandlerContextEnv {
+    const refuse = REFUSES_OUTGOING[kind];
+    if (refuse === undefined) return (this.#plainEnv ??= this.#makeEnv(undefined));
     let env = this.#envs.get(kind);
     if (env === undefined) {
-      const refuse = REFUSES_OUTGOING[kind];
-      env = {
-        now: () => this.#clock.now(),
-        maxBytes: this.#maxBytes,
-        encode: this.#o.encode ?? encodeEnvelope,
-        ...(this.#o.telemetry !== undefined ? { traceparent: this.#o.telemetry.traceparent } : {}),
-        ...(refuse !== undefined ? { refuse } : {}),
-      };
+      env = this.#makeEnv(refuse);
       this.#envs.set(kind, env);
     }
     return env;
+  }
+
+  #makeEnv(refuse: HandlerContextEnv['refuse']): HandlerContextEnv {
+    return {
+      now: () => this.#clock.now(),
+      maxBytes: this.#maxBytes,
+      encode: this.#o.encode ?? encodeEnvelope,
+      ...(this.#o.telemetry !== undefined ? { traceparent: this.#o.telemetry.traceparent } : {}),
+      ...(refuse !== undefined ? { refuse } : {}),
+    };
   }
 
   #route(
