@@ -10,6 +10,7 @@ import {
   type MessageContext,
   type Middleware,
   type PayloadOf,
+  type SendOptions,
 } from '../../../src/index.js';
 import { uuidV7Time } from '../../../src/extend.js';
 import { createTestBus, type TestBus } from '../../../src/testing/index.js';
@@ -45,6 +46,20 @@ function gate(): { readonly opened: Promise<void>; readonly open: () => void } {
     open = resolve;
   });
   return { opened, open };
+}
+
+/** Executes one PlaceOrder on a new test bus whose handler reads its whole context; returns what it saw. */
+async function executeAndSee(options?: SendOptions): Promise<Seen | undefined> {
+  let seen: Seen | undefined;
+  @CommandHandler(PlaceOrder)
+  class Handler {
+    handle(_payload: PayloadOf<typeof PlaceOrder>, ctx: MessageContext): void {
+      seen = seenOf(ctx);
+    }
+  }
+  bus = await createTestBus({ handlers: [Handler] });
+  await bus.execute(PlaceOrder, { orderId: 'o-1', amount: 3 }, options);
+  return seen;
 }
 
 describe('MessageBus', () => {
@@ -89,15 +104,7 @@ describe('MessageBus', () => {
 
     describe('when no options are given', () => {
       it('correlates the message with itself, with no causation and no headers', async () => {
-        let seen: Seen | undefined;
-        @CommandHandler(PlaceOrder)
-        class Handler {
-          handle(_payload: PayloadOf<typeof PlaceOrder>, ctx: MessageContext): void {
-            seen = seenOf(ctx);
-          }
-        }
-        bus = await createTestBus({ handlers: [Handler] });
-        await bus.execute(PlaceOrder, { orderId: 'o-1', amount: 3 });
+        const seen = await executeAndSee();
         expect(seen?.correlationId).toBe(seen?.messageId);
         expect(seen?.causationId).toBeUndefined();
         expect(seen?.headers).toEqual({});
@@ -107,16 +114,8 @@ describe('MessageBus', () => {
 
     describe('when the caller gives the id', () => {
       it('is the message id', async () => {
-        let seen: Seen | undefined;
-        @CommandHandler(PlaceOrder)
-        class Handler {
-          handle(_payload: PayloadOf<typeof PlaceOrder>, ctx: MessageContext): void {
-            seen = seenOf(ctx);
-          }
-        }
-        bus = await createTestBus({ handlers: [Handler] });
         const id = '0190a0b0-0000-7000-8000-0000000000aa';
-        await bus.execute(PlaceOrder, { orderId: 'o-1', amount: 3 }, { id });
+        const seen = await executeAndSee({ id });
         expect(seen?.messageId).toBe(id);
         expect(seen?.correlationId).toBe(id);
       });
