@@ -5,6 +5,7 @@ import {
   type MessageBroker,
   type PendingDeadLetter,
 } from '../broker/message-broker.js';
+import { SETTLED } from '../broker/settled.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { Deadlines, settlesWithin } from '../clock/deadline.js';
 import { sleep } from '../clock/sleep.js';
@@ -82,6 +83,11 @@ export interface StopOptions {
    */
   readonly gracePeriodMs?: number;
 }
+
+/** How a settle step ended: done, refused as stale, or failed every try. */
+type SettleResult = 'done' | 'stale' | 'failed';
+
+const SETTLE_DONE: Promise<SettleResult> = Promise.resolve('done');
 
 /** Tries of an ack or a nack before the dispatcher gives up on it (the broker redelivers). */
 const SETTLE_ATTEMPTS = 8;
@@ -189,6 +195,7 @@ export class Dispatcher {
       this.#o.endpoint,
       this.#o.registry.subscriptionSpecs({ projections: this.#o.projectionsViaBroker ?? true }),
     );
+    this.#o.publisher.routesRegistered(this.#o.broker, this.#o.registry);
     // stop() was called while the broker registered: do not start receiving after it.
     if (this.#isStopping() || this.#isReceiving()) return;
     this.#loop = this.#run();
@@ -274,7 +281,8 @@ export class Dispatcher {
       let ended = false;
       try {
         for (;;) {
-          await this.#acquireSlot();
+          // Awaited only when every slot is taken: a free slot costs no promise and no tick.
+          if (this.#inFlight.size >= this.#concurrency) await this.#acquireSlot();
           if (this.#isStopping()) break;
           const next = await iterator.next();
           if (next.done === true) {
@@ -325,75 +333,77 @@ export class Dispatcher {
     };
     this.#inFlight.add(flight);
     this.#changed();
-    const end = (): void => {
-      this.#inFlight.delete(flight);
-      this.#slotWaiters.shift()?.();
-      this.#changed();
-    };
-    void this.#process(flight).then(end, (error: unknown) => {
+    void this.#process(flight);
+  }
+
+  /** Processes a delivery and frees its slot; never rejects. */
+  async #process(flight: InFlight): Promise<void> {
+    // One async function with its own catch and finally: no `then` and no closures per delivery.
+    try {
+      const { delivery } = flight;
+      const { facts } = delivery;
+      const pending = facts.pendingDeadLetter;
+      if (pending !== undefined) {
+        // An earlier delivery decided to dead-letter this message and could not record it: record it
+        // now, without running the handler again.
+        const type = facts.type;
+        await this.#deadLetter(
+          flight,
+          pending.handler,
+          pending.reason,
+          pending.error,
+          type === undefined ? false : (this.#o.registry.definition(type)?.ordered ?? false),
+          pending.error,
+          pending,
+        );
+        return;
+      }
+      const outcome = await this.#pipeline.run({
+        body: delivery.body,
+        facts,
+        signal: () => flightSignal(flight),
+        abandoned: () => flight.released,
+      });
+      switch (outcome.kind) {
+        case 'abandoned':
+          return;
+        case 'handled': {
+          const acked = await this.#settle(flight, 'ack', () => this.#o.broker.ack(delivery.id));
+          // The handler ran it to success: that is the replay's outcome, whether the ack answered in
+          // time or a retry of it was refused as stale (an ack that applied late looks the same as a
+          // lost lock; if the message does come back and dies, the record is dead again and that
+          // outcome wins). A failed ack means it comes back, and its next delivery records the outcome.
+          // Before the onHandled hook, so whoever hears "handled" reads the outcome too.
+          if (facts.replayOf !== undefined && acked !== 'failed') {
+            await this.#markReplayHandled(flight, facts.replayOf);
+          }
+          this.#pipeline.handled(outcome);
+          return;
+        }
+        case 'retry':
+          await this.#settle(flight, 'nack', () =>
+            this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
+          );
+          this.#pipeline.retrying(outcome);
+          return;
+        case 'dead-letter':
+          await this.#deadLetter(
+            flight,
+            outcome.handler,
+            outcome.reason,
+            outcome.error,
+            outcome.ordered,
+            outcome.thrown,
+          );
+      }
+    } catch (error) {
       this.#logger.error('Unexpected dispatcher failure; delivery left for redelivery', {
         error: toErrorInfo(error),
       });
-      end();
-    });
-  }
-
-  async #process(flight: InFlight): Promise<void> {
-    const { delivery } = flight;
-    const { facts } = delivery;
-    const pending = facts.pendingDeadLetter;
-    if (pending !== undefined) {
-      // An earlier delivery decided to dead-letter this message and could not record it: record it
-      // now, without running the handler again.
-      const type = facts.type;
-      await this.#deadLetter(
-        flight,
-        pending.handler,
-        pending.reason,
-        pending.error,
-        type === undefined ? false : (this.#o.registry.definition(type)?.ordered ?? false),
-        pending.error,
-        pending,
-      );
-      return;
-    }
-    const outcome = await this.#pipeline.run({
-      body: delivery.body,
-      facts,
-      signal: () => flightSignal(flight),
-      abandoned: () => flight.released,
-    });
-    switch (outcome.kind) {
-      case 'abandoned':
-        return;
-      case 'handled': {
-        const acked = await this.#settle(flight, 'ack', () => this.#o.broker.ack(delivery.id));
-        // The handler ran it to success: that is the replay's outcome, whether the ack answered in
-        // time or a retry of it was refused as stale (an ack that applied late looks the same as a
-        // lost lock; if the message does come back and dies, the record is dead again and that
-        // outcome wins). A failed ack means it comes back, and its next delivery records the outcome.
-        // Before the onHandled hook, so whoever hears "handled" reads the outcome too.
-        if (facts.replayOf !== undefined && acked !== 'failed') {
-          await this.#markReplayHandled(flight, facts.replayOf);
-        }
-        this.#pipeline.handled(outcome);
-        return;
-      }
-      case 'retry':
-        await this.#settle(flight, 'nack', () =>
-          this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
-        );
-        this.#pipeline.retrying(outcome);
-        return;
-      case 'dead-letter':
-        await this.#deadLetter(
-          flight,
-          outcome.handler,
-          outcome.reason,
-          outcome.error,
-          outcome.ordered,
-          outcome.thrown,
-        );
+    } finally {
+      this.#inFlight.delete(flight);
+      this.#slotWaiters.shift()?.();
+      this.#changed();
     }
   }
 
@@ -532,17 +542,37 @@ export class Dispatcher {
    * Runs a settle step, each try bounded by `settleTimeoutMs`, retrying with backoff; never throws.
    * Stops early once the delivery is released by `stop()` (unless this is the release itself).
    */
-  async #settle(
+  #settle(
     flight: InFlight,
     what: string,
     step: () => Promise<unknown>,
     tries = SETTLE_ATTEMPTS,
-  ): Promise<'done' | 'stale' | 'failed'> {
+  ): Promise<SettleResult> {
+    let first: Promise<unknown>;
+    try {
+      first = step();
+    } catch (error) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      first = Promise.reject(error);
+    }
+    // The broker's mark of a step done already (see SETTLED): nothing to wait for or bound, and no
+    // async function run for it.
+    if (first === SETTLED) return SETTLE_DONE;
+    return this.#settleTries(flight, what, step, tries, first);
+  }
+
+  async #settleTries(
+    flight: InFlight,
+    what: string,
+    step: () => Promise<unknown>,
+    tries: number,
+    first: Promise<unknown>,
+  ): Promise<SettleResult> {
     const { delivery } = flight;
     let pause = 50;
     for (let attempt = 1; ; attempt++) {
       try {
-        const pending = step();
+        const pending = attempt === 1 ? first : step();
         // A step that has settled already (a broker answering from memory) needs no deadline: its
         // reaction runs before the continuation after one tick. Checking costs less than even the
         // shared deadline queue, measured on the in-memory send path.
