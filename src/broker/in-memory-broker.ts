@@ -718,6 +718,7 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   #changed(): void {
+    if (this.#listeners.size === 0) return;
     for (const listener of this.#listeners) listener();
   }
 }

@@ -1,6 +1,7 @@
 import {
   toErrorInfo,
   type Delivery,
+  type DeliveryFacts,
   type ErrorInfo,
   type MessageBroker,
   type PendingDeadLetter,
@@ -16,7 +17,7 @@ import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
-import { HandlerPipeline, type HandlerPipelineOptions } from './handler-pipeline.js';
+import { HandlerPipeline, type HandlerPipelineOptions, type PipelineInput } from './handler-pipeline.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';
 
@@ -55,15 +56,32 @@ export interface DispatcherOptions extends HandlerPipelineOptions {
   readonly projectionsViaBroker?: boolean;
 }
 
-interface InFlight {
-  readonly delivery: Delivery;
-  /** Made only when the handler reads its signal (see {@link InFlight.signal}). */
-  abort: AbortController | undefined;
+/**
+ * A delivery being processed, and the pipeline's input for it: one object per delivery where an
+ * input object and its `abandoned` closure were made beside it.
+ */
+class InFlight implements PipelineInput {
+  readonly body: string;
+  readonly facts: DeliveryFacts;
+  /** Made only when the handler reads its signal (see {@link flightSignal}). */
+  abort: AbortController | undefined = undefined;
   /** Why the delivery was aborted, once it was. */
-  abortReason: unknown;
-  released: boolean;
+  abortReason: unknown = undefined;
+  released = false;
   /** A dead-lettering decided and not yet recorded: a stop sends it back with it, never plain. */
-  decided: PendingDeadLetter | undefined;
+  decided: PendingDeadLetter | undefined = undefined;
+  /** The handler's abort signal, made on first read (a function the handler context calls). */
+  readonly signal = (): AbortSignal => flightSignal(this);
+
+  constructor(readonly delivery: Delivery) {
+    this.body = delivery.body;
+    this.facts = delivery.facts;
+  }
+
+  /** True once a stop released the delivery (see {@link PipelineInput.abandoned}). */
+  abandoned(): boolean {
+    return this.released;
+  }
 }
 
 /** The handler's abort signal of a delivery, made on first read. */
@@ -135,6 +153,8 @@ export class Dispatcher {
   readonly #inFlight = new Set<InFlight>();
   readonly #listeners = new Set<() => void>();
   #settleWaits = 0;
+  /** The ack step of every handled delivery, made once. */
+  readonly #ack = (delivery: Delivery): Promise<void> => this.#o.broker.ack(delivery.id);
   readonly #slotWaiters: (() => void)[] = [];
   #receiverAbort: AbortController | undefined;
   #loop: Promise<void> | undefined;
@@ -324,13 +344,7 @@ export class Dispatcher {
   }
 
   #begin(delivery: Delivery): void {
-    const flight: InFlight = {
-      delivery,
-      abort: undefined,
-      abortReason: undefined,
-      released: false,
-      decided: undefined,
-    };
+    const flight = new InFlight(delivery);
     this.#inFlight.add(flight);
     this.#changed();
     void this.#process(flight);
@@ -358,17 +372,12 @@ export class Dispatcher {
         );
         return;
       }
-      const outcome = await this.#pipeline.run({
-        body: delivery.body,
-        facts,
-        signal: () => flightSignal(flight),
-        abandoned: () => flight.released,
-      });
+      const outcome = await this.#pipeline.run(flight);
       switch (outcome.kind) {
         case 'abandoned':
           return;
         case 'handled': {
-          const acked = await this.#settle(flight, 'ack', () => this.#o.broker.ack(delivery.id));
+          const acked = await this.#settle(flight, 'ack', this.#ack);
           // The handler ran it to success: that is the replay's outcome, whether the ack answered in
           // time or a retry of it was refused as stale (an ack that applied late looks the same as a
           // lost lock; if the message does come back and dies, the record is dead again and that
@@ -545,12 +554,12 @@ export class Dispatcher {
   #settle(
     flight: InFlight,
     what: string,
-    step: () => Promise<unknown>,
+    step: (delivery: Delivery) => Promise<unknown>,
     tries = SETTLE_ATTEMPTS,
   ): Promise<SettleResult> {
     let first: Promise<unknown>;
     try {
-      first = step();
+      first = step(flight.delivery);
     } catch (error) {
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       first = Promise.reject(error);
@@ -564,7 +573,7 @@ export class Dispatcher {
   async #settleTries(
     flight: InFlight,
     what: string,
-    step: () => Promise<unknown>,
+    step: (delivery: Delivery) => Promise<unknown>,
     tries: number,
     first: Promise<unknown>,
   ): Promise<SettleResult> {
@@ -572,7 +581,7 @@ export class Dispatcher {
     let pause = 50;
     for (let attempt = 1; ; attempt++) {
       try {
-        const pending = attempt === 1 ? first : step();
+        const pending = attempt === 1 ? first : step(delivery);
         // A step that has settled already (a broker answering from memory) needs no deadline: its
         // reaction runs before the continuation after one tick. Checking costs less than even the
         // shared deadline queue, measured on the in-memory send path.
@@ -638,6 +647,7 @@ export class Dispatcher {
   }
 
   #changed(): void {
+    if (this.#listeners.size === 0) return;
     for (const listener of this.#listeners) listener();
   }
 }
