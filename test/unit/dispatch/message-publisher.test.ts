@@ -6,9 +6,9 @@ import {
   createBus,
   defineCommand,
   silentLogger,
-  type OutgoingMessage,
 } from '../../../src/index.js';
 import { HandlerRegistry, MessagePublisher } from '../../../src/extend.js';
+import type { OutgoingMessage } from '../../../src/broker/message-broker.js';
 import { SETTLED } from '../../../src/broker/settled.js';
 
 const ShipOrder = defineCommand('publisher.ShipOrder', { schema: z.object({ orderId: z.string() }) });
