@@ -17,6 +17,7 @@ import {
   type SubscriptionSpec,
 } from './message-broker.js';
 import { noRouteError } from './no-route-error.js';
+import { SETTLED } from './settled.js';
 import { isSeed, newSeed, seededRandom } from './seeded-random.js';
 
 /**
@@ -77,7 +78,8 @@ interface StoredMessage {
   readonly message: OutgoingMessage;
   readonly queue: MemoryQueue;
   attemptsMade: number;
-  history: AttemptRecord[];
+  /** Earlier failed attempts; made on the first failure (most messages never fail). */
+  history: AttemptRecord[] | undefined;
   /** A dead-lettering decided by an earlier delivery that could not be recorded. */
   pendingDeadLetter: PendingDeadLetter | undefined;
   /** The dead letter this message replays (set by `redeliver`), kept on every delivery of it. */
@@ -119,6 +121,8 @@ class MemoryQueue {
 }
 
 const NO_HISTORY: readonly AttemptRecord[] = Object.freeze([]);
+
+const RECEIVER_DONE: IteratorReturnResult<undefined> = Object.freeze({ done: true, value: undefined });
 
 const keyOf = (message: OutgoingMessage): string => message.partitionKey ?? '';
 
@@ -175,6 +179,8 @@ export class InMemoryBroker implements MessageBroker {
   readonly #seenOrder: (MemoryQueue | string | number)[] = [];
   #seenHead = 0;
   readonly #queues = new Map<string, MemoryQueue>();
+  /** The queue of each command type, by the type string: no `command:` name made per publish. */
+  readonly #commandQueues = new Map<string, MemoryQueue>();
   readonly #eventRoutes = new Map<string, Set<MemoryQueue>>();
   readonly #endpointQueues = new Map<string, MemoryQueue[]>();
   readonly #inFlight = new Map<string, StoredMessage>();
@@ -185,6 +191,8 @@ export class InMemoryBroker implements MessageBroker {
   readonly #random: () => number;
   #rr = 0;
   #closed = false;
+  /** Receivers waiting for a message (in {@link WakeList.wait}). */
+  #waiting = 0;
   /** Deliveries made so far: the next delivery id (a counter never repeats, so a stale id is refused). */
   #deliveries = 0;
 
@@ -232,7 +240,7 @@ export class InMemoryBroker implements MessageBroker {
     for (const sub of subscriptions) {
       if (sub.kind === 'command') {
         for (const type of sub.types) {
-          const queue = this.#queue(`command:${type}`);
+          const queue = this.#commandQueue(type);
           queue.consumed = true;
           if (!queues.includes(queue)) queues.push(queue);
         }
@@ -250,25 +258,56 @@ export class InMemoryBroker implements MessageBroker {
     this.#endpointQueues.set(endpoint, queues);
   }
 
-  async *receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
+  /**
+   * The deliveries of `endpoint`, one per `next()`, until the broker closes or `signal` aborts.
+   *
+   * @remarks
+   * A hand-written iterator, not an async generator: `next()` answers a ready delivery with one
+   * resolved promise, where a generator's `yield` awaits its value and resumes through its own queue
+   * of requests (two promises and three ticks more per delivery, measured on the send path).
+   */
+  receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
     const { endpoint, signal } = options;
     let sinceYield = 0;
-    while (!this.#closed && signal?.aborted !== true) {
-      const delivery = this.#take(endpoint);
-      if (delivery !== undefined) {
-        yield delivery;
-        // A backlog is served from promise continuations alone; give timers and I/O a turn now and then.
-        if (++sinceYield >= 64) {
-          sinceYield = 0;
-          await nextTurn();
+    let finished = false;
+    const next = (): Promise<IteratorResult<Delivery>> => {
+      try {
+        if (finished || this.#closed || signal?.aborted === true) {
+          finished = true;
+          return Promise.resolve(RECEIVER_DONE);
         }
-        continue;
+        // A backlog is served from promise continuations alone; give timers and I/O a turn now and then.
+        if (sinceYield >= 64) {
+          sinceYield = 0;
+          return nextTurn().then(next);
+        }
+        const delivery = this.#take(endpoint);
+        if (delivery !== undefined) {
+          sinceYield++;
+          return Promise.resolve({ done: false, value: delivery });
+        }
+        // Shuffled: let the rest of this turn publish too, so that two messages sent one after the
+        // other are both candidates, as they are for competing Redis workers.
+        this.#waiting++;
+        return this.#waiters.wait(signal).then(() => {
+          this.#waiting--;
+          return this.#shuffled ? nextTurn().then(next) : next();
+        });
+      } catch (error) {
+        finished = true;
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+        return Promise.reject(error);
       }
-      await this.#waiters.wait(signal);
-      // Shuffled: let the rest of this turn publish too, so that two messages sent one after the
-      // other are both candidates, as they are for competing Redis workers.
-      if (this.#shuffled) await nextTurn();
-    }
+    };
+    const iterator: AsyncIterableIterator<Delivery> = {
+      next,
+      return: (): Promise<IteratorResult<Delivery>> => {
+        finished = true;
+        return Promise.resolve(RECEIVER_DONE);
+      },
+      [Symbol.asyncIterator]: () => iterator,
+    };
+    return iterator;
   }
 
   /**
@@ -294,7 +333,7 @@ export class InMemoryBroker implements MessageBroker {
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       return Promise.reject(error);
     }
-    return backlog ? nextTurn() : Promise.resolve();
+    return backlog ? nextTurn() : SETTLED;
   }
 
   /** Queues every message, or none when a command has no route; resolves as {@link InMemoryBroker.publish}. */
@@ -310,15 +349,20 @@ export class InMemoryBroker implements MessageBroker {
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       return Promise.reject(error);
     }
-    return backlog ? nextTurn() : Promise.resolve();
+    return backlog ? nextTurn() : SETTLED;
   }
 
   ack(deliveryId: string): Promise<void> {
-    return settle(() => {
+    // Not through `settle`: no closure and no promise executor per ack, the same rejection on a throw.
+    try {
       const stored = this.#settle(deliveryId);
       this.#remove(stored);
       this.#changed();
-    });
+    } catch (error) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      return Promise.reject(error);
+    }
+    return SETTLED;
   }
 
   nack(deliveryId: string, options: NackOptions): Promise<void> {
@@ -337,8 +381,9 @@ export class InMemoryBroker implements MessageBroker {
       stored.attemptsMade++;
       stored.pendingDeadLetter = options.pendingDeadLetter ?? stored.pendingDeadLetter;
       if (options.error !== undefined) {
-        stored.history.push({ attempt: stored.attemptsMade, at: this.#clock.now(), error: options.error });
-        if (stored.history.length > MAX_ATTEMPT_HISTORY) stored.history.shift();
+        const history = (stored.history ??= []);
+        history.push({ attempt: stored.attemptsMade, at: this.#clock.now(), error: options.error });
+        if (history.length > MAX_ATTEMPT_HISTORY) history.shift();
       }
       this.#requeue(stored, options.retryAt);
     }
@@ -349,9 +394,11 @@ export class InMemoryBroker implements MessageBroker {
     return settle(() => {
       this.#assertOpen();
       const { message } = target;
-      const name =
-        message.kind === 'command' ? `command:${message.type}` : `event:${target.endpoint}:${target.handler}`;
-      this.#enqueue(this.#queue(name), { ...message, deliverAt: undefined }, target.deadLetterId);
+      const queue =
+        message.kind === 'command'
+          ? this.#commandQueue(message.type)
+          : this.#queue(`event:${target.endpoint}:${target.handler}`);
+      this.#enqueue(queue, { ...message, deliverAt: undefined }, target.deadLetterId);
       this.#changed();
     });
   }
@@ -416,7 +463,16 @@ export class InMemoryBroker implements MessageBroker {
   /** Refuses a command whose queue no endpoint registered to consume, unless it opts out. */
   #assertRouted(message: OutgoingMessage): void {
     if (message.kind === 'event' || message.requireRoute === false) return;
-    if (this.#queues.get(`command:${message.type}`)?.consumed !== true) throw noRouteError(message.type);
+    if (this.#commandQueues.get(message.type)?.consumed !== true) throw noRouteError(message.type);
+  }
+
+  #commandQueue(type: string): MemoryQueue {
+    let queue = this.#commandQueues.get(type);
+    if (queue === undefined) {
+      queue = this.#queue(`command:${type}`);
+      this.#commandQueues.set(type, queue);
+    }
+    return queue;
   }
 
   #queue(name: string): MemoryQueue {
@@ -430,24 +486,30 @@ export class InMemoryBroker implements MessageBroker {
 
   /** Queues a message; true when a consumed queue it went to has a backlog past the yield mark. */
   #route(message: OutgoingMessage): boolean {
-    let backlog = false;
-    const targets =
-      message.kind === 'event'
-        ? [...(this.#eventRoutes.get(message.type) ?? [])]
-        : [this.#queue(`command:${message.type}`)];
     const now = this.#clock.now();
-    for (const queue of targets) {
-      const expires = queue.seen.get(message.id);
-      if (expires !== undefined && expires > now) continue;
-      if (expires === undefined) this.#seenCount++;
-      const expiry = now + this.#dedupeWindowMs;
-      queue.seen.set(message.id, expiry);
-      this.#seenOrder.push(queue, message.id, expiry);
-      this.#enqueue(queue, message);
-      if (queue.consumed && queue.readyCount() > PUBLISH_YIELD_BACKLOG) backlog = true;
+    let backlog = false;
+    if (message.kind === 'event') {
+      const routes = this.#eventRoutes.get(message.type);
+      if (routes !== undefined)
+        for (const queue of routes) backlog = this.#routeTo(queue, message, now) || backlog;
+    } else {
+      // A command goes to its one queue: no list of targets made per message.
+      backlog = this.#routeTo(this.#commandQueue(message.type), message, now);
     }
     this.#trimSeen(now);
     return backlog;
+  }
+
+  /** Queues a message in one queue unless its id is in the queue's dedupe window; true on a backlog. */
+  #routeTo(queue: MemoryQueue, message: OutgoingMessage, now: number): boolean {
+    const expires = queue.seen.get(message.id);
+    if (expires !== undefined && expires > now) return false;
+    if (expires === undefined) this.#seenCount++;
+    const expiry = now + this.#dedupeWindowMs;
+    queue.seen.set(message.id, expiry);
+    this.#seenOrder.push(queue, message.id, expiry);
+    this.#enqueue(queue, message);
+    return queue.consumed && queue.readyCount() > PUBLISH_YIELD_BACKLOG;
   }
 
   /** Forgets expired entries and the oldest beyond `dedupeMaxEntries`. */
@@ -476,7 +538,7 @@ export class InMemoryBroker implements MessageBroker {
       message,
       queue,
       attemptsMade: 0,
-      history: [],
+      history: undefined,
       pendingDeadLetter: undefined,
       replayOf,
       dueAt: message.deliverAt ?? 0,
@@ -496,7 +558,8 @@ export class InMemoryBroker implements MessageBroker {
 
   /** Makes a message deliverable at its due time: now, or through a clock timer. */
   #schedule(stored: StoredMessage): void {
-    const delay = stored.dueAt - this.#clock.now();
+    // Due at 0 (no delay, no retry time): ready now, without reading the clock.
+    const delay = stored.dueAt <= 0 ? 0 : stored.dueAt - this.#clock.now();
     if (delay <= 0) {
       this.#makeReady(stored);
       return;
@@ -638,21 +701,24 @@ export class InMemoryBroker implements MessageBroker {
         handler,
         attempt: stored.attemptsMade + 1,
         // A copy, as the history changes with later attempts; none is made for a first delivery.
-        history: stored.history.length === 0 ? NO_HISTORY : [...stored.history],
+        history: stored.history === undefined ? NO_HISTORY : [...stored.history],
         partitionKey: message.partitionKey,
         queue: stored.queue.name,
-        ...(stored.pendingDeadLetter !== undefined ? { pendingDeadLetter: stored.pendingDeadLetter } : {}),
-        // Set directly, not spread in: no object made per delivery for a fact almost always absent.
+        // Set directly, not spread in: one object shape for every delivery, and no object made per
+        // delivery for facts almost always absent.
+        pendingDeadLetter: stored.pendingDeadLetter,
         replayOf: stored.replayOf,
       },
     };
   }
 
   #wakeAll(): void {
-    this.#waiters.wakeAll();
+    // Most publishes find the receiver busy: no waiter to wake, and no copy of the empty list made.
+    if (this.#waiting > 0) this.#waiters.wakeAll();
   }
 
   #changed(): void {
+    if (this.#listeners.size === 0) return;
     for (const listener of this.#listeners) listener();
   }
 }

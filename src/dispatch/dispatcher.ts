@@ -1,10 +1,12 @@
 import {
   toErrorInfo,
   type Delivery,
+  type DeliveryFacts,
   type ErrorInfo,
   type MessageBroker,
   type PendingDeadLetter,
 } from '../broker/message-broker.js';
+import { SETTLED } from '../broker/settled.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { Deadlines, settlesWithin } from '../clock/deadline.js';
 import { sleep } from '../clock/sleep.js';
@@ -15,7 +17,7 @@ import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
-import { HandlerPipeline, type HandlerPipelineOptions } from './handler-pipeline.js';
+import { HandlerPipeline, type HandlerPipelineOptions, type PipelineInput } from './handler-pipeline.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';
 
@@ -54,15 +56,32 @@ export interface DispatcherOptions extends HandlerPipelineOptions {
   readonly projectionsViaBroker?: boolean;
 }
 
-interface InFlight {
-  readonly delivery: Delivery;
-  /** Made only when the handler reads its signal (see {@link InFlight.signal}). */
-  abort: AbortController | undefined;
+/**
+ * A delivery being processed, and the pipeline's input for it: one object per delivery where an
+ * input object and its `abandoned` closure were made beside it.
+ */
+class InFlight implements PipelineInput {
+  readonly body: string;
+  readonly facts: DeliveryFacts;
+  /** Made only when the handler reads its signal (see {@link flightSignal}). */
+  abort: AbortController | undefined = undefined;
   /** Why the delivery was aborted, once it was. */
-  abortReason: unknown;
-  released: boolean;
+  abortReason: unknown = undefined;
+  released = false;
   /** A dead-lettering decided and not yet recorded: a stop sends it back with it, never plain. */
-  decided: PendingDeadLetter | undefined;
+  decided: PendingDeadLetter | undefined = undefined;
+  /** The handler's abort signal, made on first read (a function the handler context calls). */
+  readonly signal = (): AbortSignal => flightSignal(this);
+
+  constructor(readonly delivery: Delivery) {
+    this.body = delivery.body;
+    this.facts = delivery.facts;
+  }
+
+  /** True once a stop released the delivery (see {@link PipelineInput.abandoned}). */
+  abandoned(): boolean {
+    return this.released;
+  }
 }
 
 /** The handler's abort signal of a delivery, made on first read. */
@@ -82,6 +101,11 @@ export interface StopOptions {
    */
   readonly gracePeriodMs?: number;
 }
+
+/** How a settle step ended: done, refused as stale, or failed every try. */
+type SettleResult = 'done' | 'stale' | 'failed';
+
+const SETTLE_DONE: Promise<SettleResult> = Promise.resolve('done');
 
 /** Tries of an ack or a nack before the dispatcher gives up on it (the broker redelivers). */
 const SETTLE_ATTEMPTS = 8;
@@ -129,6 +153,8 @@ export class Dispatcher {
   readonly #inFlight = new Set<InFlight>();
   readonly #listeners = new Set<() => void>();
   #settleWaits = 0;
+  /** The ack step of every handled delivery, made once. */
+  readonly #ack = (delivery: Delivery): Promise<void> => this.#o.broker.ack(delivery.id);
   readonly #slotWaiters: (() => void)[] = [];
   #receiverAbort: AbortController | undefined;
   #loop: Promise<void> | undefined;
@@ -189,6 +215,7 @@ export class Dispatcher {
       this.#o.endpoint,
       this.#o.registry.subscriptionSpecs({ projections: this.#o.projectionsViaBroker ?? true }),
     );
+    this.#o.publisher.routesRegistered(this.#o.broker, this.#o.registry);
     // stop() was called while the broker registered: do not start receiving after it.
     if (this.#isStopping() || this.#isReceiving()) return;
     this.#loop = this.#run();
@@ -274,7 +301,8 @@ export class Dispatcher {
       let ended = false;
       try {
         for (;;) {
-          await this.#acquireSlot();
+          // Awaited only when every slot is taken: a free slot costs no promise and no tick.
+          if (this.#inFlight.size >= this.#concurrency) await this.#acquireSlot();
           if (this.#isStopping()) break;
           const next = await iterator.next();
           if (next.done === true) {
@@ -316,84 +344,75 @@ export class Dispatcher {
   }
 
   #begin(delivery: Delivery): void {
-    const flight: InFlight = {
-      delivery,
-      abort: undefined,
-      abortReason: undefined,
-      released: false,
-      decided: undefined,
-    };
+    const flight = new InFlight(delivery);
     this.#inFlight.add(flight);
     this.#changed();
-    const end = (): void => {
-      this.#inFlight.delete(flight);
-      this.#slotWaiters.shift()?.();
-      this.#changed();
-    };
-    void this.#process(flight).then(end, (error: unknown) => {
+    void this.#process(flight);
+  }
+
+  /** Processes a delivery and frees its slot; never rejects. */
+  async #process(flight: InFlight): Promise<void> {
+    // One async function with its own catch and finally: no `then` and no closures per delivery.
+    try {
+      const { delivery } = flight;
+      const { facts } = delivery;
+      const pending = facts.pendingDeadLetter;
+      if (pending !== undefined) {
+        // An earlier delivery decided to dead-letter this message and could not record it: record it
+        // now, without running the handler again.
+        const type = facts.type;
+        await this.#deadLetter(
+          flight,
+          pending.handler,
+          pending.reason,
+          pending.error,
+          type === undefined ? false : (this.#o.registry.definition(type)?.ordered ?? false),
+          pending.error,
+          pending,
+        );
+        return;
+      }
+      const outcome = await this.#pipeline.run(flight);
+      switch (outcome.kind) {
+        case 'abandoned':
+          return;
+        case 'handled': {
+          const acked = await this.#settle(flight, 'ack', this.#ack);
+          // The handler ran it to success: that is the replay's outcome, whether the ack answered in
+          // time or a retry of it was refused as stale (an ack that applied late looks the same as a
+          // lost lock; if the message does come back and dies, the record is dead again and that
+          // outcome wins). A failed ack means it comes back, and its next delivery records the outcome.
+          // Before the onHandled hook, so whoever hears "handled" reads the outcome too.
+          if (facts.replayOf !== undefined && acked !== 'failed') {
+            await this.#markReplayHandled(flight, facts.replayOf);
+          }
+          this.#pipeline.handled(outcome);
+          return;
+        }
+        case 'retry':
+          await this.#settle(flight, 'nack', () =>
+            this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
+          );
+          this.#pipeline.retrying(outcome);
+          return;
+        case 'dead-letter':
+          await this.#deadLetter(
+            flight,
+            outcome.handler,
+            outcome.reason,
+            outcome.error,
+            outcome.ordered,
+            outcome.thrown,
+          );
+      }
+    } catch (error) {
       this.#logger.error('Unexpected dispatcher failure; delivery left for redelivery', {
         error: toErrorInfo(error),
       });
-      end();
-    });
-  }
-
-  async #process(flight: InFlight): Promise<void> {
-    const { delivery } = flight;
-    const { facts } = delivery;
-    const pending = facts.pendingDeadLetter;
-    if (pending !== undefined) {
-      // An earlier delivery decided to dead-letter this message and could not record it: record it
-      // now, without running the handler again.
-      const type = facts.type;
-      await this.#deadLetter(
-        flight,
-        pending.handler,
-        pending.reason,
-        pending.error,
-        type === undefined ? false : (this.#o.registry.definition(type)?.ordered ?? false),
-        pending.error,
-        pending,
-      );
-      return;
-    }
-    const outcome = await this.#pipeline.run({
-      body: delivery.body,
-      facts,
-      signal: () => flightSignal(flight),
-      abandoned: () => flight.released,
-    });
-    switch (outcome.kind) {
-      case 'abandoned':
-        return;
-      case 'handled': {
-        const acked = await this.#settle(flight, 'ack', () => this.#o.broker.ack(delivery.id));
-        // The handler ran it to success: that is the replay's outcome, whether the ack answered in
-        // time or a retry of it was refused as stale (an ack that applied late looks the same as a
-        // lost lock; if the message does come back and dies, the record is dead again and that
-        // outcome wins). A failed ack means it comes back, and its next delivery records the outcome.
-        // Before the onHandled hook, so whoever hears "handled" reads the outcome too.
-        if (facts.replayOf !== undefined && acked !== 'failed') {
-          await this.#markReplayHandled(flight, facts.replayOf);
-        }
-        this.#pipeline.handled(outcome);
-        return;
-      }
-      case 'retry':
-        await this.#settle(flight, 'nack', () =>
-          this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
-        );
-        this.#pipeline.retrying(outcome);
-        return;
-      case 'dead-letter':
-        await this.#deadLetter(
-          flight,
-          outcome.handler,
-          outcome.reason,
-          outcome.error,
-          outcome.ordered,
-          outcome.thrown,
-        );
+    } finally {
+      this.#inFlight.delete(flight);
+      this.#slotWaiters.shift()?.();
+      this.#changed();
     }
   }
 
@@ -532,17 +551,37 @@ export class Dispatcher {
    * Runs a settle step, each try bounded by `settleTimeoutMs`, retrying with backoff; never throws.
    * Stops early once the delivery is released by `stop()` (unless this is the release itself).
    */
-  async #settle(
+  #settle(
     flight: InFlight,
     what: string,
-    step: () => Promise<unknown>,
+    step: (delivery: Delivery) => Promise<unknown>,
     tries = SETTLE_ATTEMPTS,
-  ): Promise<'done' | 'stale' | 'failed'> {
+  ): Promise<SettleResult> {
+    let first: Promise<unknown>;
+    try {
+      first = step(flight.delivery);
+    } catch (error) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      first = Promise.reject(error);
+    }
+    // The broker's mark of a step done already (see SETTLED): nothing to wait for or bound, and no
+    // async function run for it.
+    if (first === SETTLED) return SETTLE_DONE;
+    return this.#settleTries(flight, what, step, tries, first);
+  }
+
+  async #settleTries(
+    flight: InFlight,
+    what: string,
+    step: (delivery: Delivery) => Promise<unknown>,
+    tries: number,
+    first: Promise<unknown>,
+  ): Promise<SettleResult> {
     const { delivery } = flight;
     let pause = 50;
     for (let attempt = 1; ; attempt++) {
       try {
-        const pending = step();
+        const pending = attempt === 1 ? first : step(delivery);
         // A step that has settled already (a broker answering from memory) needs no deadline: its
         // reaction runs before the continuation after one tick. Checking costs less than even the
         // shared deadline queue, measured on the in-memory send path.
@@ -608,6 +647,7 @@ export class Dispatcher {
   }
 
   #changed(): void {
+    if (this.#listeners.size === 0) return;
     for (const listener of this.#listeners) listener();
   }
 }

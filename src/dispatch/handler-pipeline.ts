@@ -11,7 +11,12 @@ import type { HandlerKind } from '../handlers/handler-metadata.js';
 import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { runObserved } from '../logging/run-observed.js';
-import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, encodeEnvelope } from '../messages/codec.js';
+import {
+  DEFAULT_MAX_ENVELOPE_BYTES,
+  decodeEnvelope,
+  encodeEnvelope,
+  type DecodeOptions,
+} from '../messages/codec.js';
 import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import type { EnvelopeEncoder } from '../messages/prepare-message.js';
@@ -248,6 +253,8 @@ export type PipelineOutcome = HandledOutcome | RetryOutcome | DeadLetterOutcome 
 
 const ABANDONED: AbandonedOutcome = { kind: 'abandoned' };
 
+const NO_OUTGOING: readonly OutgoingMessage[] = Object.freeze([]);
+
 /** The dead-letter reason of a handler that failed for good, by handler kind. */
 function failureReason(kind: HandlerKind): DeadLetterReason {
   return kind === 'projection' ? 'projection-failed' : 'handler-failed';
@@ -295,6 +302,9 @@ export class HandlerPipeline {
   readonly #envs = new Map<HandlerKind, HandlerContextEnv>();
   #plainEnv: HandlerContextEnv | undefined;
   readonly #policies = new WeakMap<HandlerEntry, Map<string, RetryPolicy>>();
+  /** The lookup and options of every decode, made once rather than per delivery. */
+  readonly #definitionOf: (type: string) => MessageDefinition | undefined;
+  readonly #decodeOptions: DecodeOptions;
 
   /** @throws HarrierError `invalid-option` for a bad `retry`. */
   constructor(options: HandlerPipelineOptions) {
@@ -302,6 +312,9 @@ export class HandlerPipeline {
     this.#clock = options.clock ?? systemClock;
     this.#logger = options.logger ?? consoleLogger;
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
+    const registry = options.registry;
+    this.#definitionOf = (type) => registry.definition(type);
+    this.#decodeOptions = { maxBytes: this.#maxBytes };
     resolveRetryPolicy(options.retry);
   }
 
@@ -311,9 +324,7 @@ export class HandlerPipeline {
     // await it inside async functions, so a throw of a bug still becomes a rejection there.
     const { facts } = input;
     const registry = this.#o.registry;
-    const decoded = decodeEnvelope(input.body, (type) => registry.definition(type), {
-      maxBytes: this.#maxBytes,
-    });
+    const decoded = decodeEnvelope(input.body, this.#definitionOf, this.#decodeOptions);
     if (!decoded.ok) {
       const type = decoded.envelope?.type;
       return Promise.resolve(
@@ -467,7 +478,8 @@ export class HandlerPipeline {
           await this.#call(entry, definition, context, false);
           // Nothing is committed yet, so a released delivery can drop the call.
           if (input.abandoned?.() === true) return ABANDONED;
-          outgoing = await this.#commit(context);
+          // Awaited only when the handler recorded something: most record nothing.
+          outgoing = context.recorded.length === 0 ? NO_OUTGOING : await this.#commit(context);
         } else {
           const result = await unit.run({
             context,
