@@ -39,6 +39,9 @@ export class AsyncInbox<T> {
   take(): T | undefined {
     if (this.#head >= this.#items.length) return undefined;
     const item = this.#items[this.#head] as T;
+    // Cleared at once: a taken item kept in the array until the next compaction would outlive its
+    // delivery and be promoted to the old generation by every scavenge meanwhile.
+    this.#items[this.#head] = undefined as T;
     this.#head++;
     if (this.#head > 1024 && this.#head * 2 > this.#items.length) {
       this.#items.splice(0, this.#head);

@@ -17,11 +17,12 @@ import { settlesWithin } from '../clock/deadline.js';
 import { sleep } from '../clock/sleep.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { Logger } from '../logging/logger.js';
+import type { MessageKind } from '../messages/definition.js';
 import { AsyncInbox } from './async-inbox.js';
 import type { ClientSettings } from './broker-connection.js';
 import { KEEP_ATTEMPTS, readJobData, type JobData } from './job-data.js';
 import type { Outcome, Pending, PendingDeliveries } from './pending-deliveries.js';
-import { baseQueueName, type QueueLayout } from './queue-layout.js';
+import { baseQueueName, kindOfQueue, type QueueLayout } from './queue-layout.js';
 import { ReceiverWorker } from './receiver-worker.js';
 import { SlotBudget } from './slot-budget.js';
 
@@ -43,7 +44,24 @@ export interface BullMqReceiverContext {
   readonly newClient: (settings: ClientSettings, role: string) => Redis | Cluster;
 }
 
-type Inbox = AsyncInbox<{ delivery: Delivery; pending: Pending }>;
+/** A delivery in the inbox, which is also its entry in the broker's pending deliveries. */
+interface Held extends Pending {
+  readonly delivery: Delivery;
+}
+
+type Inbox = AsyncInbox<Held>;
+
+/** What a worker's processor knows of its queue, worked out once per worker rather than per job. */
+interface QueueOfWorker {
+  readonly name: string;
+  /** The name without its partition suffix ({@link baseQueueName}), as deliveries report it. */
+  readonly base: string;
+  /** The kind the name says, for jobs that carry none. */
+  readonly kind: MessageKind;
+  /** The subscription's handler; undefined for a command queue. */
+  readonly handler: string | undefined;
+  readonly ordered: boolean;
+}
 
 /**
  * One receiver of a {@link BullMqBroker}: the bridge from BullMQ's push (a worker per queue calling
@@ -145,9 +163,16 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
     this.#clients.push(connection);
     for (const spec of this.#specs) {
       for (const { name, concurrency, handler, ordered } of layout.queuesFor(endpoint, spec, prefetch)) {
+        const queue: QueueOfWorker = {
+          name,
+          base: baseQueueName(name),
+          kind: kindOfQueue(name),
+          handler,
+          ordered,
+        };
         const worker = new ReceiverWorker<JobData>(
           name,
-          (job, token) => this.#process(job, token ?? '', name, handler, ordered),
+          (job, token) => this.#process(job, token ?? '', queue),
           {
             connection,
             prefix,
@@ -185,8 +210,8 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
       const { logger, pending } = this.#context;
       this.#inbox.close();
       // Deliveries handed to the receiver but never taken go straight back to their queue.
-      for (const { delivery, pending: held } of this.#inbox.drain()) {
-        if (pending.delete(delivery.id)) held.settle({ kind: 'release' });
+      for (const held of this.#inbox.drain()) {
+        if (pending.delete(held.delivery.id)) held.settle({ kind: 'release' });
       }
       const closed = Promise.all(this.#workers.map((w) => w.close().catch(() => undefined)));
       // After the workers are closing (in the same turn), so a worker refused a slot stops fetching.
@@ -208,13 +233,8 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
     return this.#closing;
   }
 
-  async #process(
-    job: Job<JobData>,
-    token: string,
-    queueName: string,
-    handler: string | undefined,
-    ordered: boolean,
-  ): Promise<void> {
+  async #process(job: Job<JobData>, token: string, queue: QueueOfWorker): Promise<void> {
+    const { name: queueName, handler, ordered } = queue;
     const { endpoint } = this.#options;
     const { clock, logger, pending: deliveries } = this.#context;
     const inbox = this.#inbox;
@@ -224,7 +244,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
       const jobId = job.id ?? '';
       let data = job.data as unknown;
       for (let round = 0; ; round++) {
-        const parsed = readJobData(data, jobId, queueName);
+        const parsed = readJobData(data, jobId, queue.kind);
         if (round === 0 && parsed.dropped.length > 0) {
           logger.warn('Malformed delivery facts in a job were dropped', {
             queue: queueName,
@@ -237,18 +257,19 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
         // same token on to the next job a worker slot fetches, even the same job again after a release, so
         // the job id and its start count follow: a settle from an earlier delivery never matches. An ordered
         // retry keeps the lock and runs again in place: each round after the first gets its own suffix.
-        const held = `${token}|${jobId}|${job.attemptsStarted}`;
-        const deliveryId = round === 0 ? held : `${held}#${round}`;
-        let settle!: (outcome: Outcome) => void;
-        const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
-        const pending: Pending = { queue: queueName, jobId, settle };
+        const lockId = `${token}|${jobId}|${job.attemptsStarted}`;
+        const deliveryId = round === 0 ? lockId : `${lockId}#${round}`;
         if (inbox.closed) {
           await job.moveToWait(token);
           throw new WaitingError();
         }
-        deliveries.add(deliveryId, pending);
-        inbox.push({
-          pending,
+        let settle!: (outcome: Outcome) => void;
+        const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
+        // One object is both the broker's pending entry and the inbox item.
+        const held: Held = {
+          queue: queueName,
+          jobId,
+          settle,
           delivery: {
             id: deliveryId,
             body: parsed.body,
@@ -261,15 +282,15 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
               attempt,
               history: parsed.history,
               partitionKey: parsed.partitionKey,
-              queue: baseQueueName(queueName),
-              ...(parsed.pendingDeadLetter !== undefined
-                ? { pendingDeadLetter: parsed.pendingDeadLetter }
-                : {}),
-              // Set directly, not spread in: no object made per delivery for a fact almost always absent.
+              queue: queue.base,
+              // Set directly, not spread in: no object made per delivery for facts almost always absent.
+              pendingDeadLetter: parsed.pendingDeadLetter,
               replayOf: parsed.replayOf,
             },
           },
-        });
+        };
+        deliveries.add(deliveryId, held);
+        inbox.push(held);
         const result = await outcome;
         switch (result.kind) {
           case 'ack':

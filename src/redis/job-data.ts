@@ -1,7 +1,6 @@
 import type { AttemptRecord, OutgoingMessage, PendingDeadLetter } from '../broker/message-broker.js';
 import { parseAttemptHistory, parsePendingDeadLetter } from '../broker/delivery-facts.js';
 import type { MessageKind } from '../messages/definition.js';
-import { kindOfQueue } from './queue-layout.js';
 
 /**
  * What a job carries: the envelope untouched, plus delivery facts kept beside it. The message id is
@@ -107,39 +106,58 @@ export interface ParsedJobData {
   /** The dead letter this job replays. */
   replayOf: string | undefined;
   /** Fields that were present but unusable and were dropped, for a log line. */
-  dropped: string[];
+  dropped: readonly string[];
 }
+
+/** Shared by every parsed job without history or dropped fields: nothing writes into them. */
+const NO_HISTORY: readonly AttemptRecord[] = Object.freeze([]);
+const NONE_DROPPED: readonly string[] = Object.freeze([]);
 
 /**
  * Reads job data leniently and never throws: anything pushed into a queue by something else still
  * becomes a delivery, and a malformed fact beside the envelope is dropped (and named in `dropped`).
+ * `queueKind` is the kind its queue's name says ({@link kindOfQueue}), for jobs that carry none.
+ *
+ * @remarks
+ * Runs once per delivery: a job of today's shape (`b`, perhaps `p`, `o`, `r`) is read field by field
+ * without closures or arrays of its own; the facts of a retried job (`a`, `h`, `d`) take the same path.
  */
-export function readJobData(data: unknown, jobId: string, queueName: string): ParsedJobData {
+export function readJobData(data: unknown, jobId: string, queueKind: MessageKind): ParsedJobData {
   if (typeof data === 'object' && data !== null && typeof (data as JobData).b === 'string') {
     const d = data as Partial<Record<keyof JobData, unknown>> & { b: string };
-    const dropped: string[] = [];
-    const optional = <T>(field: keyof JobData, ok: (value: unknown) => value is T): T | undefined => {
-      const value = d[field];
-      if (value === undefined) return undefined;
-      if (ok(value)) return value;
-      dropped.push(field);
-      return undefined;
-    };
-    const history = d.h === undefined ? undefined : parseAttemptHistory(d.h);
-    if (history !== undefined && history.dropped > 0) dropped.push(`h (${history.dropped} entries)`);
+    const { i, k, p, o, a, h, r } = d;
+    const messageId = i === undefined || isString(i) ? i : undefined;
+    const kind = k === undefined || isKind(k) ? k : undefined;
+    const partitionKey = p === undefined || isString(p) ? p : undefined;
+    const ordered = o === undefined || isBoolean(o) ? o : undefined;
+    const attemptsMade = a === undefined || isAttemptCount(a) ? a : undefined;
+    const replayOf = r === undefined || isString(r) ? r : undefined;
+    const history = h === undefined ? undefined : parseAttemptHistory(h);
     const pendingDeadLetter = d.d === undefined ? undefined : parsePendingDeadLetter(d.d);
-    if (d.d !== undefined && pendingDeadLetter === undefined) dropped.push('d');
-    const kind = optional('k', isKind);
+    // A field present and read as undefined was unusable: listed only then, so a sound job allocates no list.
+    let dropped: readonly string[] = NONE_DROPPED;
+    if (
+      messageId !== i ||
+      kind !== k ||
+      partitionKey !== p ||
+      ordered !== o ||
+      attemptsMade !== a ||
+      replayOf !== r ||
+      (history !== undefined && history.dropped > 0) ||
+      (d.d !== undefined && pendingDeadLetter === undefined)
+    ) {
+      dropped = droppedFields(d, history?.dropped ?? 0, pendingDeadLetter);
+    }
     return {
       body: d.b,
-      messageId: optional('i', isString) ?? jobId,
-      kind: kind ?? kindOfQueue(queueName),
-      partitionKey: optional('p', isString),
-      ordered: optional('o', isBoolean) ?? false,
-      attemptsMade: optional('a', isAttemptCount),
-      history: history?.history ?? [],
+      messageId: messageId ?? jobId,
+      kind: kind ?? queueKind,
+      partitionKey,
+      ordered: ordered ?? false,
+      attemptsMade,
+      history: history?.history ?? NO_HISTORY,
       pendingDeadLetter,
-      replayOf: optional('r', isString),
+      replayOf,
       dropped,
     };
   }
@@ -152,11 +170,34 @@ export function readJobData(data: unknown, jobId: string, queueName: string): Pa
     partitionKey: undefined,
     ordered: false,
     attemptsMade: undefined,
-    history: [],
+    history: NO_HISTORY,
     pendingDeadLetter: undefined,
     replayOf: undefined,
-    dropped: [],
+    dropped: NONE_DROPPED,
   };
+}
+
+/** The fields of `d` that were present but unusable, as {@link readJobData} names them. */
+function droppedFields(
+  d: Partial<Record<keyof JobData, unknown>>,
+  droppedHistory: number,
+  pendingDeadLetter: PendingDeadLetter | undefined,
+): string[] {
+  const checks: readonly [keyof JobData, (value: unknown) => boolean][] = [
+    ['i', isString],
+    ['k', isKind],
+    ['p', isString],
+    ['o', isBoolean],
+    ['a', isAttemptCount],
+    ['r', isString],
+  ];
+  const dropped: string[] = [];
+  for (const [field, ok] of checks) {
+    if (d[field] !== undefined && !ok(d[field])) dropped.push(field);
+  }
+  if (droppedHistory > 0) dropped.push(`h (${droppedHistory} entries)`);
+  if (d.d !== undefined && pendingDeadLetter === undefined) dropped.push('d');
+  return dropped;
 }
 
 const isString = (value: unknown): value is string => typeof value === 'string';

@@ -21,6 +21,9 @@ export interface Pending {
   readonly settle: (outcome: Outcome) => void;
 }
 
+/** What every settle that found its delivery answers: one promise, never a new one per ack. */
+const SETTLED = Promise.resolve();
+
 /** The deliveries of one broker that are out and not yet settled, by delivery id. */
 export class PendingDeliveries {
   readonly #pending = new Map<string, Pending>();
@@ -35,7 +38,7 @@ export class PendingDeliveries {
     if (pending === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
     this.#pending.delete(deliveryId);
     pending.settle(outcome);
-    return Promise.resolve();
+    return SETTLED;
   }
 
   /** Forgets a delivery without settling it; true when it was pending. */
