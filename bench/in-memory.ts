@@ -2,7 +2,8 @@
  * In-process throughput of Harrier on the in-memory broker, next to the same workloads on @nestjs/cqrs.
  *
  * Measured, in messages per second (median of {@link ROUNDS} rounds, each on a fresh bus / Nest
- * application context, after {@link WARM_UP} warm-up messages):
+ * application context, after {@link WARM_UP} warm-up messages, {@link EXECUTE_WARM_UP} for the
+ * execute rows):
  *
  * - Harrier `send` -> handle -> ack: `createBus` with the default `InMemoryBroker`, the system clock
  *   and the default concurrency (16); one producer awaits each `send`; timed from the first send until
@@ -63,6 +64,11 @@ const FLAT_N =
 /** BENCH_ROWS=send runs only the send rows (a short run for before/after comparisons). */
 const ONLY_SEND = process.env.BENCH_ROWS === 'send';
 const WARM_UP = 2_000;
+/**
+ * Warm-up of the execute rows, both sides: a call costs well under a microsecond, so 2,000 calls end
+ * before V8 has optimised the path, and each round starts on a fresh bus (docs/benchmarks.md).
+ */
+const EXECUTE_WARM_UP = 50_000;
 const ROUNDS = 3;
 const CALLERS = 16;
 /** A run that has not finished by then has lost messages: fail loudly instead of hanging. */
@@ -136,7 +142,7 @@ async function harrierExecute(callers: number): Promise<Sample> {
   await bus.start();
   try {
     const execute = (i: number): Promise<unknown> => bus.execute(PlaceOrder, payloadOf(i));
-    await drive(WARM_UP, callers, execute);
+    await drive(EXECUTE_WARM_UP, callers, execute);
     const perSecond = await timed(() => drive(N, callers, execute));
     return { perSecond, heapMb: await heapNow() };
   } finally {
@@ -252,7 +258,7 @@ function nestExecute(callers: number, handler: NestHandler = 'singleton'): Promi
   return withNest(async (commands) => {
     const make = nestCommand[handler];
     const execute = (i: number): Promise<{ accepted: boolean }> => commands.execute(make(i));
-    await drive(WARM_UP, callers, execute);
+    await drive(EXECUTE_WARM_UP, callers, execute);
     return { perSecond: await timed(() => drive(N, callers, execute)) };
   });
 }
@@ -328,7 +334,9 @@ async function main(): Promise<void> {
   console.log(
     `Harrier in-memory benchmark — Node ${process.version} (${process.platform}/${process.arch}, ${cpu})`,
   );
-  console.log(`N = ${N} messages per run after ${WARM_UP} warm-up, median of ${ROUNDS} rounds\n`);
+  console.log(
+    `N = ${N} messages per run after ${WARM_UP} warm-up (${EXECUTE_WARM_UP} for execute), median of ${ROUNDS} rounds\n`,
+  );
 
   const harrier: Sample[][] = rows.map(() => []);
   const nest: Sample[][] = rows.map(() => []);

@@ -17,7 +17,7 @@
  * Jobs are added by raw `addBulk` with Harrier's job options (untimed); each round consumes N jobs of
  * each system in alternating order, and prints msg/s and this process's CPU µs per message.
  *
- * Run: `npm run bench:build && node .bench/bench/redis-job-shape.js` (BENCH_N, default 20000;
+ * Run: `npm run bench:redis-job-shape` (BENCH_N, default 20000;
  * BENCH_ROUNDS, default 5) against `REDIS_URL` (default redis://127.0.0.1:6379).
  */
 import 'reflect-metadata';

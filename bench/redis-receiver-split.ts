@@ -9,7 +9,7 @@
  *   unsettled: BullMQ's processor hands each job to the receiver and waits for the ack, with no
  *   dispatcher, decode or handler.
  *
- * Run: `npm run bench:build && node .bench/bench/redis-receiver-split.js` (BENCH_N, default 20000;
+ * Run: `npm run bench:redis-receiver-split` (BENCH_N, default 20000;
  * BENCH_ROUNDS, default 3) against `REDIS_URL` (default redis://127.0.0.1:6379). Add
  * `--trace-gc-nvp` to node to see each system's scavenges.
  */
