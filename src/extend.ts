@@ -97,7 +97,7 @@ export type {
   UnitOfWorkCall,
   UnitOfWorkResult,
 } from './dispatch/index.js';
-export { createContainerInvoker } from './bus/index.js';
+export { createContainerInvoker, type ContainerInvoker } from './bus/index.js';
 export {
   MAX_REPLAY_HISTORY,
   buildDeadLetterRecord,

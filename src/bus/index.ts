@@ -1,4 +1,8 @@
-export { createContainerInvoker, type MessageScopeOptions } from './container-invoker.js';
+export {
+  createContainerInvoker,
+  type ContainerInvoker,
+  type MessageScopeOptions,
+} from './container-invoker.js';
 export {
   createBus,
   dispatcherOf,

@@ -56,7 +56,7 @@ import type {
 import { InMemorySagaStore } from '../sagas/in-memory-saga-store.js';
 import { createSagaStepRunner } from '../sagas/saga-step-runner.js';
 import type { SagaStore } from '../sagas/saga-store.js';
-import { createContainerInvoker, ownContainer, type MessageScopeOptions } from './container-invoker.js';
+import { containerInvoker, ownContainer, type MessageScopeOptions } from './container-invoker.js';
 import { HarrierTokens } from './tokens.js';
 
 /** Options of {@link createBus}. */
@@ -416,7 +416,7 @@ class HarrierBus implements MessageBus {
     const pipeline: HandlerPipelineOptions = {
       registry: this.#registry,
       endpoint: this.endpoint,
-      invoke: createContainerInvoker(this.container, options.messageScope),
+      invoke: containerInvoker(this.container, options.messageScope),
       publisher: this.publisher,
       ...(options.retry !== undefined ? { retry: options.retry } : {}),
       ...(options.middleware !== undefined && options.middleware.length > 0
