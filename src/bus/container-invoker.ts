@@ -105,13 +105,11 @@ export function createContainerInvoker(
 ): ContainerInvoker {
   const invoke = containerInvoker(container, options);
   // Always a promise, as before: an invoker written around this one may call `.then` on it.
-  return (entry, method, payload, context) => {
-    try {
-      return Promise.resolve(invoke(entry, method, payload, context));
-    } catch (error) {
-      return Promise.reject(error as Error);
-    }
-  };
+  // The executor's throw becomes the rejection, and a returned promise or thenable is adopted.
+  return (entry, method, payload, context) =>
+    new Promise((resolve) => {
+      resolve(invoke(entry, method, payload, context));
+    });
 }
 
 /** What {@link createContainerInvoker} returns: a {@link HandlerInvoker} that always returns a promise. */
