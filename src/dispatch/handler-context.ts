@@ -14,7 +14,13 @@ import {
   type PreparedMessage,
   type TraceparentProvider,
 } from '../messages/prepare-message.js';
-import { deterministicUuidV7, uuidV7Time, uuidv7 } from '../messages/uuid-v7.js';
+import {
+  deterministicUuidV7,
+  reserveUuidV7,
+  reservedUuidV7Ms,
+  uuidV7Text,
+  uuidV7Time,
+} from '../messages/uuid-v7.js';
 
 /** What a {@link HandlerContext} needs from whoever runs handlers: the same for every message. */
 export interface HandlerContextEnv {
@@ -180,6 +186,9 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
   readonly #now: number;
   readonly #options: SendOptions;
   readonly #partitionKey: string | undefined;
+  /** The millisecond and counter of the id taken at the call (when the caller gave none). */
+  readonly #idMs: number = 0;
+  readonly #idCounter: number = 0;
 
   /**
    * @param payload - the payload as its schema parsed it (`checkMessage`).
@@ -202,6 +211,12 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
     this.#now = now;
     this.#options = options === NO_OPTIONS ? options : copyOptions(options);
     this.#partitionKey = options.partitionKey ?? definition.partitionKeyOf(payload);
+    // The id's place is taken now (its text only when read): an id made before the read (another
+    // call's, a send's) must not move this one's time past the call's, nor sort it after its own.
+    if ((this.#options.id ?? undefined) === undefined) {
+      this.#idCounter = reserveUuidV7(now);
+      this.#idMs = reservedUuidV7Ms();
+    }
   }
 
   /** The parsed payload, without building the envelope. */
@@ -215,7 +230,7 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
     return buildEnvelope(
       this.#definition,
       this.#payload,
-      options.id ?? uuidv7(now),
+      options.id ?? uuidV7Text(this.#idMs, this.#idCounter),
       this.#partitionKey,
       options,
       { now },

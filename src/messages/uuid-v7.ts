@@ -32,6 +32,21 @@ const MAX_MS = 0xffffffffffff;
  * @throws RangeError when `nowMs` is below 0 or above 2^48 - 1.
  */
 export function uuidv7(nowMs: number = Date.now()): string {
+  const counter = reserveUuidV7(nowMs);
+  return uuidV7Text(lastMs, counter);
+}
+
+/**
+ * Takes the place of a new id now, as {@link uuidv7} would (its millisecond and counter, after every
+ * id made before it), and returns its counter; its millisecond is then {@link reservedUuidV7Ms}.
+ * {@link uuidV7Text} makes its text later.
+ *
+ * @remarks
+ * For an id made only if something reads it (`execute`): it still carries the time of the call and
+ * sorts in call order, whatever ids are made between the call and the read.
+ * @throws RangeError when `nowMs` is below 0 or above 2^48 - 1.
+ */
+export function reserveUuidV7(nowMs: number = Date.now()): number {
   if (nowMs < 0 || nowMs > MAX_MS) {
     throw new RangeError(`uuidv7 needs a time from 0 to ${MAX_MS} ms, got ${nowMs}`);
   }
@@ -48,6 +63,16 @@ export function uuidv7(nowMs: number = Date.now()): string {
     counter = 0;
   }
   lastMs = ms;
+  return counter;
+}
+
+/** The millisecond of the id {@link reserveUuidV7} took last. */
+export function reservedUuidV7Ms(): number {
+  return lastMs;
+}
+
+/** The text of the id of millisecond `ms` and counter `counter` (see {@link reserveUuidV7}), with new random bits. */
+export function uuidV7Text(ms: number, counter: number): string {
   if (ms !== prefixMs) {
     const time = ms.toString(16).padStart(12, '0');
     prefix = `${time.slice(0, 8)}-${time.slice(8)}-`;

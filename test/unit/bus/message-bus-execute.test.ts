@@ -102,6 +102,36 @@ describe('MessageBus', () => {
       });
     });
 
+    describe('when another message gets an id before the handler first reads its context', () => {
+      it('keeps the id of the call time, and ids in call order', async () => {
+        const clock = new ManualClock(Date.UTC(2026, 0, 2, 3, 4, 5, 6));
+        const calledAt = clock.now();
+        const later = gate();
+        const seen: Seen[] = [];
+        let calls = 0;
+        @CommandHandler(PlaceOrder)
+        class Handler {
+          async handle(_payload: PayloadOf<typeof PlaceOrder>, ctx: MessageContext): Promise<void> {
+            if (calls++ === 0) await later.opened;
+            seen.push(seenOf(ctx));
+          }
+        }
+        bus = await createTestBus({ handlers: [Handler], clock });
+        const first = bus.execute(PlaceOrder, { orderId: 'o-1', amount: 3 });
+        // A second call, 5 s later, whose handler reads its id at once.
+        clock.advance(5_000);
+        await bus.execute(PlaceOrder, { orderId: 'o-2', amount: 3 });
+        later.open();
+        await first;
+        const [second, firstSeen] = seen;
+        expect(uuidV7Time(firstSeen?.messageId ?? '')).toBe(calledAt);
+        expect(uuidV7Time(firstSeen?.messageId ?? '')).toBe(
+          Date.parse(firstSeen?.envelope.meta.occurredAt ?? ''),
+        );
+        expect((firstSeen?.messageId ?? '') < (second?.messageId ?? '')).toBe(true);
+      });
+    });
+
     describe('when no options are given', () => {
       it('correlates the message with itself, with no causation and no headers', async () => {
         const seen = await executeAndSee();
