@@ -97,3 +97,19 @@ describe('isUuidV7', () => {
     });
   });
 });
+
+describe('reserveUuidV7', () => {
+  describe('when an id is made between the reservation and its text', () => {
+    it('keeps the reserved time and sorts before the id made after it', () => {
+      const calledAt = Date.UTC(2026, 0, 1, 0, 0, 1);
+      const counter = uuid.reserveUuidV7(calledAt);
+      const ms = uuid.reservedUuidV7Ms();
+      const between = uuid.uuidv7(calledAt + 5_000);
+      const reserved = uuid.uuidV7Text(ms, counter);
+
+      expect(reserved).toMatch(UUID_V7);
+      expect(timestampOf(reserved)).toBe(calledAt);
+      expect(reserved < between).toBe(true);
+    });
+  });
+});
