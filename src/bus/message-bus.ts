@@ -13,11 +13,10 @@ import {
 } from '../dead-letters/replay-dead-letters.js';
 import { Dispatcher, type StopOptions } from '../dispatch/dispatcher.js';
 import { NO_OPTIONS } from '../dispatch/handler-context.js';
-import {
-  HandlerPipeline,
-  type DispatchHooks,
-  type EnvelopeVerifier,
-  type HandlerPipelineOptions,
+import type {
+  DispatchHooks,
+  EnvelopeVerifier,
+  HandlerPipelineOptions,
 } from '../dispatch/handler-pipeline.js';
 import { MessagePublisher } from '../dispatch/message-publisher.js';
 import type { Middleware } from '../dispatch/middleware.js';
@@ -339,7 +338,6 @@ class HarrierBus implements MessageBus {
   readonly #stopController = new AbortController();
   readonly #sagaStore: SagaStore | undefined;
   #state: 'created' | 'started' | 'stopped' = 'created';
-  readonly #local: HandlerPipeline;
 
   constructor(options: BusOptions) {
     this.endpoint = options.endpoint ?? 'app';
@@ -469,9 +467,6 @@ class HarrierBus implements MessageBus {
             handles: (record) => runner.handlesDeadLetter(record),
             replay: (record) => runner.replayDeadLetter(record),
           };
-    // execute runs through a pipeline of the same configuration, with the message it checked (see
-    // execute): the dispatcher's takes envelopes, which execute builds only when something reads one.
-    this.#local = new HandlerPipeline(pipeline);
     this.dispatcher = new Dispatcher({
       ...pipeline,
       broker: this.broker,
@@ -571,7 +566,7 @@ class HarrierBus implements MessageBus {
       // its wire text (and signature) would only be thrown away. Handler-recorded messages still are.
       // Nor is it built here: the context builds it (with an id of this time) when something reads it.
       const data = checkMessage(definition, payload, options);
-      return this.#local.runChecked(
+      return this.dispatcher.invokeChecked(
         entry,
         definition,
         data,

@@ -17,6 +17,7 @@ import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
+import type { SendOptions } from '../messages/send-options.js';
 import { HandlerPipeline, type HandlerPipelineOptions, type PipelineInput } from './handler-pipeline.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';
@@ -274,8 +275,8 @@ export class Dispatcher {
   }
 
   /**
-   * Runs a handler for an envelope in this process (used by `execute`), with middleware, and
-   * publishes what it recorded once it succeeds.
+   * Runs a handler for an envelope made in this process, with middleware, and publishes what it
+   * recorded once it succeeds.
    */
   invokeLocal(
     entry: HandlerEntry,
@@ -285,6 +286,21 @@ export class Dispatcher {
   ): Promise<unknown> {
     // Not async: the pipeline's promise is handed on, without one more promise per execute.
     return this.#pipeline.runLocal(entry, definition, envelope, signal);
+  }
+
+  /**
+   * As {@link Dispatcher.invokeLocal}, for a message `execute` checked (`checkMessage`) but has not
+   * built an envelope for: the handler's context builds it only when something reads it.
+   */
+  invokeChecked(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    payload: unknown,
+    now: number,
+    options: SendOptions,
+    signal: AbortSignal,
+  ): Promise<unknown> {
+    return this.#pipeline.runChecked(entry, definition, payload, now, options, signal);
   }
 
   async #run(): Promise<void> {

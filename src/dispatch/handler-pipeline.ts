@@ -837,15 +837,10 @@ export class HandlerPipeline {
     context: HandlerContext,
     inProcess: boolean,
   ): Promise<unknown> {
-    try {
+    return promiseOf(() => {
       const { type, payload } = context.envelope;
-      const result = this.#invoke(entry, definition, context, type, payload, inProcess);
-      return result instanceof Promise ? (result as Promise<unknown>) : Promise.resolve(result);
-    } catch (error) {
-      // What was thrown is passed on as it is, as an async function would (Error or not).
-      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-      return Promise.reject(error);
-    }
+      return this.#invoke(entry, definition, context, type, payload, inProcess);
+    });
   }
 
   /**

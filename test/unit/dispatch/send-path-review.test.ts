@@ -2,18 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { CommandHandler, InMemoryBroker, createBus, silentLogger } from '../../../src/index.js';
 import type { OutgoingMessage } from '../../../src/broker/message-broker.js';
 import { ReserveStock } from '../bus/fixtures.js';
-
-function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const deadline = Date.now() + timeoutMs;
-    const tick = (): void => {
-      if (condition()) resolve();
-      else if (Date.now() > deadline) reject(new Error('condition not met in time'));
-      else setImmediate(tick);
-    };
-    tick();
-  });
-}
+import { waitFor } from '../../helpers/local-redis.js';
 
 const msg = (n: number): OutgoingMessage => ({
   id: `0190a5c4-0000-7000-8000-${String(n).padStart(12, '0')}`,
@@ -96,7 +85,7 @@ describe('review of the send path: dispatcher slots', () => {
     });
     await bus.start();
     for (let i = 1; i <= 300; i++) await bus.send(ReserveStock, { orderId: String(i) });
-    await waitFor(() => done + dead === 300, 10_000);
+    await waitFor('300 messages handled or dead-lettered', () => done + dead === 300, { timeoutMs: 10_000 });
     expect(max).toBeLessThanOrEqual(3);
     expect(dead).toBe(Math.floor(300 / 7));
     await bus.stop();
@@ -122,12 +111,16 @@ describe('review of the send path: dispatcher slots', () => {
     });
     for (let i = 1; i <= 50; i++) await first.send(ReserveStock, { orderId: String(i) });
     await first.start();
-    await waitFor(() => gate !== undefined);
+    await waitFor('the first bus to hold message 5', () => gate !== undefined, { timeoutMs: 5000 });
     await first.stop({ gracePeriodMs: 0, closeBroker: false });
     gate?.();
     const second = createBus({ endpoint: 'e', broker, handlers: [Handler], logger: silentLogger });
     await second.start();
-    await waitFor(() => handled.size === 50 && broker.stats().inFlight === 0 && broker.stats().ready === 0);
+    await waitFor(
+      'all 50 handled and acked',
+      () => handled.size === 50 && broker.stats().inFlight === 0 && broker.stats().ready === 0,
+      { timeoutMs: 5000 },
+    );
     await second.stop();
   });
 });
@@ -149,12 +142,12 @@ describe('review of the send path: routes once registered', () => {
     await a.start();
     await a.send(ReserveStock, { orderId: 'a1' });
     await b.send(ReserveStock, { orderId: 'b1' });
-    await waitFor(() => handledBy.length === 3);
+    await waitFor('3 handled', () => handledBy.length === 3, { timeoutMs: 5000 });
     await a.stop({ closeBroker: false });
     const again = createBus({ endpoint: 'a', broker, handlers: [Handler], logger: silentLogger });
     await again.send(ReserveStock, { orderId: 'a2' });
     await again.start();
-    await waitFor(() => handledBy.length === 4);
+    await waitFor('4 handled', () => handledBy.length === 4, { timeoutMs: 5000 });
     expect(handledBy.sort()).toEqual(['a0', 'a1', 'a2', 'b1']);
     await again.stop();
   });
