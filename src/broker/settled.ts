@@ -1,6 +1,7 @@
 /**
- * One promise, resolved at load, that a broker answering from memory returns from `publish`, `ack`
- * and `nack` when the work is done already.
+ * One promise, resolved at load, that a broker returns from `publish`, `ack` or `nack` when the work
+ * is done already: the in-memory broker's, and the BullMQ broker's settle, which hands the outcome to
+ * the job's processor at once.
  *
  * @remarks
  * A caller that sees this very promise knows the step has settled without waiting a tick for it: the

@@ -1,5 +1,6 @@
 import type { AttemptRecord, PendingDeadLetter } from '../broker/message-broker.js';
 import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
+import { SETTLED } from '../broker/settled.js';
 
 /** How the dispatcher (or the broker, on close or a lost lock) settled a delivery. */
 export type Outcome =
@@ -21,9 +22,6 @@ export interface Pending {
   readonly settle: (outcome: Outcome) => void;
 }
 
-/** What every settle that found its delivery answers: one promise, never a new one per ack. */
-const SETTLED = Promise.resolve();
-
 /** The deliveries of one broker that are out and not yet settled, by delivery id. */
 export class PendingDeliveries {
   readonly #pending = new Map<string, Pending>();
@@ -38,6 +36,7 @@ export class PendingDeliveries {
     if (pending === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
     this.#pending.delete(deliveryId);
     pending.settle(outcome);
+    // The outcome is handed to the job's processor now: the step is done (see SETTLED).
     return SETTLED;
   }
 
