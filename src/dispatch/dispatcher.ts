@@ -18,7 +18,12 @@ import { consoleLogger, type Logger } from '../logging/logger.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import type { SendOptions } from '../messages/send-options.js';
-import { HandlerPipeline, type HandlerPipelineOptions, type PipelineInput } from './handler-pipeline.js';
+import {
+  HandlerPipeline,
+  type HandlerPipelineOptions,
+  type PipelineInput,
+  type PipelineOutcome,
+} from './handler-pipeline.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';
 
@@ -363,11 +368,49 @@ export class Dispatcher {
     const flight = new InFlight(delivery);
     this.#inFlight.add(flight);
     this.#changed();
-    void this.#process(flight);
+    const { facts } = delivery;
+    if (facts.pendingDeadLetter !== undefined || facts.replayOf !== undefined) {
+      void this.#process(flight, undefined);
+      return;
+    }
+    // The handler runs in this turn either way; when it returned a plain value and the broker's ack
+    // answers SETTLED, the delivery ends here too: no async function, promise or tick for it.
+    let outcome: PipelineOutcome | Promise<PipelineOutcome>;
+    try {
+      outcome = this.#pipeline.runEager(flight);
+    } catch (error) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      outcome = Promise.reject(error);
+    }
+    if (outcome instanceof Promise || outcome.kind !== 'handled') {
+      void this.#process(flight, outcome);
+      return;
+    }
+    const acked = this.#settle(flight, 'ack', this.#ack);
+    if (acked !== SETTLE_DONE) {
+      void this.#process(flight, outcome, acked);
+      return;
+    }
+    try {
+      this.#pipeline.handled(outcome);
+    } catch (error) {
+      this.#unexpected(error);
+    } finally {
+      this.#end(flight);
+    }
   }
 
-  /** Processes a delivery and frees its slot; never rejects. */
-  async #process(flight: InFlight): Promise<void> {
+  /**
+   * Processes a delivery and frees its slot; never rejects.
+   *
+   * @param early - the pipeline's outcome when {@link Dispatcher.#begin} ran it already.
+   * @param acked - the ack's settling when `#begin` started it already (for a handled outcome).
+   */
+  async #process(
+    flight: InFlight,
+    early: PipelineOutcome | Promise<PipelineOutcome> | undefined,
+    acked?: Promise<SettleResult>,
+  ): Promise<void> {
     // One async function with its own catch and finally: no `then` and no closures per delivery.
     try {
       const { delivery } = flight;
@@ -388,18 +431,18 @@ export class Dispatcher {
         );
         return;
       }
-      const outcome = await this.#pipeline.run(flight);
+      const outcome = await (early ?? this.#pipeline.run(flight));
       switch (outcome.kind) {
         case 'abandoned':
           return;
         case 'handled': {
-          const acked = await this.#settle(flight, 'ack', this.#ack);
+          const ackResult = await (acked ?? this.#settle(flight, 'ack', this.#ack));
           // The handler ran it to success: that is the replay's outcome, whether the ack answered in
           // time or a retry of it was refused as stale (an ack that applied late looks the same as a
           // lost lock; if the message does come back and dies, the record is dead again and that
           // outcome wins). A failed ack means it comes back, and its next delivery records the outcome.
           // Before the onHandled hook, so whoever hears "handled" reads the outcome too.
-          if (facts.replayOf !== undefined && acked !== 'failed') {
+          if (facts.replayOf !== undefined && ackResult !== 'failed') {
             await this.#markReplayHandled(flight, facts.replayOf);
           }
           this.#pipeline.handled(outcome);
@@ -422,14 +465,23 @@ export class Dispatcher {
           );
       }
     } catch (error) {
-      this.#logger.error('Unexpected dispatcher failure; delivery left for redelivery', {
-        error: toErrorInfo(error),
-      });
+      this.#unexpected(error);
     } finally {
-      this.#inFlight.delete(flight);
-      this.#slotWaiters.shift()?.();
-      this.#changed();
+      this.#end(flight);
     }
+  }
+
+  #unexpected(error: unknown): void {
+    this.#logger.error('Unexpected dispatcher failure; delivery left for redelivery', {
+      error: toErrorInfo(error),
+    });
+  }
+
+  /** Frees a delivery's slot once it is processed. */
+  #end(flight: InFlight): void {
+    this.#inFlight.delete(flight);
+    this.#slotWaiters.shift()?.();
+    this.#changed();
   }
 
   async #deadLetter(

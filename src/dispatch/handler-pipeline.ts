@@ -320,79 +320,84 @@ export class HandlerPipeline {
 
   /** Runs one received message; never throws for anything the message or its handler does. */
   run(input: PipelineInput): Promise<PipelineOutcome> {
-    // Not async: a delivery without telemetry costs no promise beyond the handler's own. Callers
-    // await it inside async functions, so a throw of a bug still becomes a rejection there.
+    const outcome = this.runEager(input);
+    return outcome instanceof Promise ? outcome : Promise.resolve(outcome);
+  }
+
+  /**
+   * As {@link HandlerPipeline.run}, but answers the outcome itself when nothing had to be waited for:
+   * a refusal, or a handler that returned a plain value and recorded nothing, with no middleware
+   * promise, unit of work, step runner or telemetry around it.
+   *
+   * @remarks
+   * The dispatcher then acks in the same turn: no promise is made for the attempt and none is
+   * awaited (see the "Issue 16" consume section of docs/benchmarks.md). A throw of a bug here is the
+   * caller's to catch.
+   */
+  runEager(input: PipelineInput): PipelineOutcome | Promise<PipelineOutcome> {
     const { facts } = input;
     const registry = this.#o.registry;
     const decoded = decodeEnvelope(input.body, this.#definitionOf, this.#decodeOptions);
     if (!decoded.ok) {
       const type = decoded.envelope?.type;
-      return Promise.resolve(
-        this.#refuse(
-          input,
-          input.handler?.name ??
-            facts.handler ??
-            (type === undefined ? undefined : registry.singleHandler(type)?.name),
-          decoded.reason,
-          { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason },
-          type === undefined ? false : (registry.definition(type)?.ordered ?? false),
-          decoded.envelope,
-        ),
+      return this.#refuse(
+        input,
+        input.handler?.name ??
+          facts.handler ??
+          (type === undefined ? undefined : registry.singleHandler(type)?.name),
+        decoded.reason,
+        { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason },
+        type === undefined ? false : (registry.definition(type)?.ordered ?? false),
+        decoded.envelope,
       );
     }
     const { envelope, definition } = decoded;
     const refusal = this.#o.verify?.(input.body, envelope);
     if (refusal !== undefined) {
-      return Promise.resolve(
-        this.#refuse(
-          input,
-          input.handler?.name ?? facts.handler ?? registry.singleHandler(envelope.type)?.name,
-          'signature-invalid',
-          { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
-          definition.ordered,
-          envelope,
-        ),
+      return this.#refuse(
+        input,
+        input.handler?.name ?? facts.handler ?? registry.singleHandler(envelope.type)?.name,
+        'signature-invalid',
+        { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
+        definition.ordered,
+        envelope,
       );
     }
     const entry = this.#route(envelope, facts, input.handler);
     if (entry === undefined) {
       const subscription = input.handler?.name ?? facts.handler;
-      return Promise.resolve(
-        this.#refuse(
-          input,
-          subscription,
-          'no-handler',
-          {
-            name: 'HandlerNotFoundError',
-            message: `No handler for ${envelope.kind} "${envelope.type}"${subscription !== undefined ? ` in subscription "${subscription}"` : ''} on endpoint "${this.#o.endpoint}"`,
-            code: 'no-handler',
-          },
-          definition.ordered,
-          envelope,
-        ),
+      return this.#refuse(
+        input,
+        subscription,
+        'no-handler',
+        {
+          name: 'HandlerNotFoundError',
+          message: `No handler for ${envelope.kind} "${envelope.type}"${subscription !== undefined ? ` in subscription "${subscription}"` : ''} on endpoint "${this.#o.endpoint}"`,
+          code: 'no-handler',
+        },
+        definition.ordered,
+        envelope,
       );
     }
     const policy = this.#policy(entry, definition);
     if (facts.attempt > policy.attempts) {
       // Only a worker that died mid-handler gets here (its crash counted as an attempt): stop the loop.
       const last = facts.history[facts.history.length - 1]?.error;
-      return Promise.resolve(
-        this.#refuse(
-          input,
-          entry.name,
-          failureReason(entry.kind),
-          last ?? {
-            name: 'WorkerCrashedError',
-            message: `Attempt ${facts.attempt} of at most ${policy.attempts}: the workers handling this message stopped before settling it`,
-            code: 'worker-crashed',
-          },
-          definition.ordered,
-          envelope,
-        ),
+      return this.#refuse(
+        input,
+        entry.name,
+        failureReason(entry.kind),
+        last ?? {
+          name: 'WorkerCrashedError',
+          message: `Attempt ${facts.attempt} of at most ${policy.attempts}: the workers handling this message stopped before settling it`,
+          code: 'worker-crashed',
+        },
+        definition.ordered,
+        envelope,
       );
     }
     const telemetry = this.#o.telemetry;
-    if (telemetry === undefined) return this.#attempt(entry, definition, envelope, policy, input);
+    if (telemetry === undefined) return this.#attemptEager(entry, definition, envelope, policy, input);
     const observation = this.#guard('process', () =>
       telemetry.process({
         envelope,
@@ -507,31 +512,111 @@ export class HandlerPipeline {
         outgoing = result.outgoing;
       }
     } catch (error) {
-      if (input.abandoned?.() === true) return ABANDONED;
-      const errorInfo = toErrorInfo(error);
-      if (!isPermanent(policy, error) && facts.attempt < policy.attempts) {
-        const retryAt = this.#clock.now() + backoffDelay(policy, facts.attempt, this.#o.random);
-        this.#logger.warn('Handler failed; will retry', {
-          handler: entry.name,
-          type: envelope.type,
-          messageId: envelope.id,
-          attempt: facts.attempt,
-          retryAt,
-          error: errorInfo.message,
-        });
-        return {
-          kind: 'retry',
-          envelope,
-          handler: entry.name,
-          attempt: facts.attempt,
-          retryAt,
-          error,
-          errorInfo,
-        };
-      }
-      return refused(entry.name, failureReason(entry.kind), errorInfo, definition.ordered, envelope, error);
+      return this.#failed(entry, definition, envelope, policy, input, error);
     }
     return { kind: 'handled', envelope, handler: entry.name, attempt: facts.attempt, startedAt, outgoing };
+  }
+
+  /**
+   * {@link HandlerPipeline.#attempt} without a promise when the handler returns a plain value and
+   * records nothing, with no step runner or unit of work: the outcome is known in this turn.
+   */
+  #attemptEager(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    policy: RetryPolicy,
+    input: PipelineInput,
+  ): PipelineOutcome | Promise<PipelineOutcome> {
+    if (this.#o.unitOfWork !== undefined || this.#o.steps?.[entry.kind] !== undefined) {
+      return this.#attempt(entry, definition, envelope, policy, input);
+    }
+    const { facts } = input;
+    const startedAt = this.#clock.now();
+    const context = this.context(envelope, facts.attempt, entry, input.signal);
+    let result: unknown;
+    try {
+      result = this.#invoke(entry, definition, context, envelope.type, envelope.payload, false);
+    } catch (error) {
+      return this.#failed(entry, definition, envelope, policy, input, error);
+    }
+    if (isThenable(result) || context.recorded.length > 0) {
+      return this.#attemptAfter(entry, definition, envelope, policy, input, context, startedAt, result);
+    }
+    // Nothing is committed, so a released delivery can drop the call.
+    if (input.abandoned?.() === true) return ABANDONED;
+    return {
+      kind: 'handled',
+      envelope,
+      handler: entry.name,
+      attempt: facts.attempt,
+      startedAt,
+      outgoing: NO_OUTGOING,
+    };
+  }
+
+  /** The rest of {@link HandlerPipeline.#attemptEager} once the handler returned a promise or recorded. */
+  async #attemptAfter(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    policy: RetryPolicy,
+    input: PipelineInput,
+    context: HandlerContext,
+    startedAt: number,
+    result: unknown,
+  ): Promise<PipelineOutcome> {
+    let outgoing: readonly OutgoingMessage[];
+    try {
+      await result;
+      if (input.abandoned?.() === true) return ABANDONED;
+      outgoing = context.recorded.length === 0 ? NO_OUTGOING : await this.#commit(context);
+    } catch (error) {
+      return this.#failed(entry, definition, envelope, policy, input, error);
+    }
+    return {
+      kind: 'handled',
+      envelope,
+      handler: entry.name,
+      attempt: input.facts.attempt,
+      startedAt,
+      outgoing,
+    };
+  }
+
+  /** The outcome of an attempt whose handler (or commit) failed: a retry, or a dead letter. */
+  #failed(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    policy: RetryPolicy,
+    input: PipelineInput,
+    error: unknown,
+  ): PipelineOutcome {
+    const { facts } = input;
+    if (input.abandoned?.() === true) return ABANDONED;
+    const errorInfo = toErrorInfo(error);
+    if (!isPermanent(policy, error) && facts.attempt < policy.attempts) {
+      const retryAt = this.#clock.now() + backoffDelay(policy, facts.attempt, this.#o.random);
+      this.#logger.warn('Handler failed; will retry', {
+        handler: entry.name,
+        type: envelope.type,
+        messageId: envelope.id,
+        attempt: facts.attempt,
+        retryAt,
+        error: errorInfo.message,
+      });
+      return {
+        kind: 'retry',
+        envelope,
+        handler: entry.name,
+        attempt: facts.attempt,
+        retryAt,
+        error,
+        errorInfo,
+      };
+    }
+    return refused(entry.name, failureReason(entry.kind), errorInfo, definition.ordered, envelope, error);
   }
 
   /**
