@@ -1,0 +1,135 @@
+import 'reflect-metadata';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  CommandHandler,
+  HandlerNotFoundError,
+  HarrierError,
+  MessageValidationError,
+  QueryHandler,
+  createBus,
+  silentLogger,
+  type MessageBus,
+  type MessageTelemetry,
+  type PayloadOf,
+  type ProcessInfo,
+} from '../../../src/index.js';
+import { GetTotal, PlaceOrder, ReserveStock } from './fixtures.js';
+
+let bus: MessageBus | undefined;
+afterEach(async () => {
+  await bus?.stop({ gracePeriodMs: 100 });
+  bus = undefined;
+});
+
+const order = { orderId: 'o-1', amount: 2 };
+
+@CommandHandler(PlaceOrder)
+class PlaceOrderHandler {
+  handle(payload: PayloadOf<typeof PlaceOrder>): { accepted: boolean } {
+    return { accepted: payload.amount > 1 };
+  }
+}
+
+@CommandHandler(ReserveStock)
+class ReserveStockHandler {
+  handle(): void {
+    // void: nothing recorded
+  }
+}
+
+@QueryHandler(GetTotal)
+class GetTotalHandler {
+  handle(): number {
+    return 42;
+  }
+}
+
+describe('MessageBus', () => {
+  describe('.execute', () => {
+    describe('when one definition is executed again and again', () => {
+      it('validates the payload on every call', async () => {
+        bus = createBus({ handlers: [PlaceOrderHandler], logger: silentLogger });
+        await expect(bus.execute(PlaceOrder, order)).resolves.toEqual({ accepted: true });
+        await expect(bus.execute(PlaceOrder, order)).resolves.toEqual({ accepted: true });
+        const bad = { orderId: 'o-2', amount: -1 };
+        await expect(bus.execute(PlaceOrder, bad)).rejects.toBeInstanceOf(MessageValidationError);
+        await expect(bus.execute(PlaceOrder, bad)).rejects.toBeInstanceOf(MessageValidationError);
+        await expect(bus.execute(PlaceOrder, order)).resolves.toEqual({ accepted: true });
+      });
+    });
+
+    describe('when definitions alternate', () => {
+      it('runs the handler of each definition, not the one remembered from the last call', async () => {
+        bus = createBus({
+          handlers: [PlaceOrderHandler, ReserveStockHandler, GetTotalHandler],
+          logger: silentLogger,
+        });
+        for (let i = 0; i < 3; i++) {
+          await expect(bus.execute(PlaceOrder, order)).resolves.toEqual({ accepted: true });
+          await expect(bus.execute(GetTotal, {})).resolves.toBe(42);
+          await expect(bus.execute(ReserveStock, { orderId: 'o-1' })).resolves.toBeUndefined();
+        }
+      });
+
+      it('rejects a definition without a handler after one with a handler ran', async () => {
+        bus = createBus({ handlers: [PlaceOrderHandler], logger: silentLogger });
+        await bus.execute(PlaceOrder, order);
+        await expect(bus.execute(GetTotal, {})).rejects.toBeInstanceOf(HandlerNotFoundError);
+        await expect(bus.execute(PlaceOrder, order)).resolves.toEqual({ accepted: true });
+      });
+    });
+
+    describe('when the bus is stopped after executing', () => {
+      it('rejects with bus-stopped instead of running the remembered handler', async () => {
+        const stopped = createBus({ handlers: [PlaceOrderHandler], logger: silentLogger });
+        await stopped.execute(PlaceOrder, order);
+        await stopped.stop();
+        const error: unknown = await stopped.execute(PlaceOrder, order).catch((e: unknown) => e);
+        expect(HarrierError.is(error) && error.code).toBe('bus-stopped');
+      });
+    });
+
+    describe('when the definition is not one', () => {
+      it('rejects instead of throwing', async () => {
+        bus = createBus({ handlers: [PlaceOrderHandler], logger: silentLogger });
+        const execute = bus.execute.bind(bus) as (definition: unknown, payload: unknown) => Promise<unknown>;
+        for (const definition of [undefined, null, {}]) {
+          let result: Promise<unknown> | undefined;
+          expect(() => (result = execute(definition, order))).not.toThrow();
+          await expect(result).rejects.toBeInstanceOf(Error);
+        }
+      });
+    });
+
+    describe('when telemetry is configured', () => {
+      it('observes every call', async () => {
+        const seen: ProcessInfo[] = [];
+        const telemetry: MessageTelemetry = {
+          traceparent: () => undefined,
+          process: (info) => {
+            seen.push(info);
+            return { within: (run) => run(), end: () => undefined };
+          },
+        };
+        bus = createBus({ handlers: [PlaceOrderHandler], telemetry, logger: silentLogger });
+        await bus.execute(PlaceOrder, order);
+        await bus.execute(PlaceOrder, order);
+        expect(seen.map((info) => [info.handler, info.inProcess])).toEqual([
+          ['PlaceOrderHandler', true],
+          ['PlaceOrderHandler', true],
+        ]);
+      });
+    });
+
+    describe('when the handler is void and records nothing', () => {
+      it('resolves to undefined through one shared frozen promise', async () => {
+        bus = createBus({ handlers: [ReserveStockHandler], logger: silentLogger });
+        const first = bus.execute(ReserveStock, { orderId: 'o-1' });
+        const second = bus.execute(ReserveStock, { orderId: 'o-2' });
+        expect(second).toBe(first);
+        expect(Object.isFrozen(first)).toBe(true);
+        await expect(first).resolves.toBeUndefined();
+      });
+    });
+  });
+});
