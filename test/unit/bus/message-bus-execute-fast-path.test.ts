@@ -131,5 +131,98 @@ describe('MessageBus', () => {
         await expect(first).resolves.toBeUndefined();
       });
     });
+
+    describe("with messageScope.handlerInstances 'reuse'", () => {
+      it('calls one handler instance on every call', async () => {
+        const instances = new Set<object>();
+        @CommandHandler(ReserveStock)
+        class Handler {
+          handle(): void {
+            instances.add(this);
+          }
+        }
+        bus = createBus({
+          handlers: [Handler],
+          messageScope: { handlerInstances: 'reuse' },
+          logger: silentLogger,
+        });
+        for (let i = 0; i < 3; i++) await bus.execute(ReserveStock, { orderId: `o-${i}` });
+        expect(instances.size).toBe(1);
+      });
+
+      it('keeps one instance per handler when handlers alternate', async () => {
+        const instances = new Map<string, Set<object>>();
+        const seen = (name: string, instance: object): void => {
+          const set = instances.get(name) ?? new Set<object>();
+          set.add(instance);
+          instances.set(name, set);
+        };
+        @CommandHandler(ReserveStock)
+        class Reserve {
+          handle(): void {
+            seen('reserve', this);
+          }
+        }
+        @QueryHandler(GetTotal)
+        class Total {
+          handle(): number {
+            seen('total', this);
+            return 1;
+          }
+        }
+        bus = createBus({
+          handlers: [Reserve, Total],
+          messageScope: { handlerInstances: 'reuse' },
+          logger: silentLogger,
+        });
+        for (let i = 0; i < 3; i++) {
+          await bus.execute(ReserveStock, { orderId: 'o-1' });
+          await bus.execute(GetTotal, {});
+        }
+        expect([...instances].map(([name, set]) => [name, set.size])).toEqual([
+          ['reserve', 1],
+          ['total', 1],
+        ]);
+      });
+    });
+
+    describe('by default', () => {
+      it('calls a fresh handler instance on every call', async () => {
+        const instances = new Set<object>();
+        @CommandHandler(ReserveStock)
+        class Handler {
+          handle(): void {
+            instances.add(this);
+          }
+        }
+        bus = createBus({ handlers: [Handler], logger: silentLogger });
+        for (let i = 0; i < 3; i++) await bus.execute(ReserveStock, { orderId: `o-${i}` });
+        expect(instances.size).toBe(3);
+      });
+    });
+
+    describe('with a wrong messageScope.handlerInstances', () => {
+      it('throws invalid-option naming the values to use', () => {
+        const make = (): MessageBus =>
+          createBus({
+            handlers: [ReserveStockHandler],
+            messageScope: { handlerInstances: 'shared' as 'reuse' },
+            logger: silentLogger,
+          });
+        expect(make).toThrow(HarrierError);
+        expect(make).toThrow(/handlerInstances is "shared": use 'fresh'.*or 'reuse'/);
+      });
+
+      it("throws invalid-option for 'reuse' with scoped services", () => {
+        class RequestLog {}
+        const make = (): MessageBus =>
+          createBus({
+            handlers: [ReserveStockHandler],
+            messageScope: { handlerInstances: 'reuse', scoped: [RequestLog] },
+            logger: silentLogger,
+          });
+        expect(make).toThrow(/'reuse' cannot be combined with scoped/);
+      });
+    });
   });
 });
