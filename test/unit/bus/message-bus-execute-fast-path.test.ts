@@ -12,7 +12,10 @@ import {
   type MessageTelemetry,
   type PayloadOf,
   type ProcessInfo,
+  ManualClock,
+  type MessageContext,
 } from '../../../src/index.js';
+import { uuidV7Time } from '../../../src/extend.js';
 import { GetTotal, PlaceOrder, ReserveStock } from './fixtures.js';
 
 let bus: MessageBus | undefined;
@@ -118,6 +121,50 @@ describe('MessageBus', () => {
           ['PlaceOrderHandler', true],
           ['PlaceOrderHandler', true],
         ]);
+      });
+    });
+
+    describe('when the message id is read', () => {
+      it('carries the time of the call when ids of that time are free', async () => {
+        // Far after any id this process has taken, so the call's own millisecond is free.
+        const clock = new ManualClock(Date.UTC(2100, 0, 1));
+        const ids: string[] = [];
+        @CommandHandler(ReserveStock)
+        class Handler {
+          handle(_payload: unknown, ctx: MessageContext): void {
+            ids.push(ctx.messageId);
+          }
+        }
+        bus = createBus({ handlers: [Handler], clock, logger: silentLogger });
+        await bus.execute(ReserveStock, { orderId: 'o-1' });
+        expect(ids.map(uuidV7Time)).toEqual([Date.UTC(2100, 0, 1)]);
+      });
+
+      it('carries the time of the newest id taken when the clock is behind it', async () => {
+        const times: number[] = [];
+        @CommandHandler(ReserveStock)
+        class Handler {
+          handle(_payload: unknown, ctx: MessageContext): void {
+            times.push(uuidV7Time(ctx.messageId));
+          }
+        }
+        const ahead = createBus({
+          handlers: [Handler],
+          clock: new ManualClock(Date.UTC(2101, 0, 1)),
+          logger: silentLogger,
+        });
+        await ahead.execute(ReserveStock, { orderId: 'o-1' });
+        await ahead.stop();
+        // Ids stay in order, so a call behind the newest id takes that id's time, not its own.
+        bus = createBus({
+          handlers: [Handler],
+          clock: new ManualClock(Date.UTC(2000, 0, 1)),
+          logger: silentLogger,
+        });
+        await bus.execute(ReserveStock, { orderId: 'o-2' });
+        await bus.execute(ReserveStock, { orderId: 'o-3' });
+        expect(times[0]).toBeGreaterThanOrEqual(Date.UTC(2101, 0, 1));
+        expect(times.slice(1)).toEqual([times[0], times[0]]);
       });
     });
 
