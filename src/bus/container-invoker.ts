@@ -26,6 +26,21 @@ export interface MessageScopeOptions {
    * @defaultValue 'auto'
    */
   readonly childContainer?: 'auto' | 'always';
+  /**
+   * Whether a handler gets a new instance per message (`'fresh'`) or keeps the one resolved for its
+   * first message (`'reuse'`), for handlers resolved without a child container.
+   *
+   * @remarks
+   * `'reuse'` trades the guarantee that no state carries from one message to the next through the
+   * handler instance (its fields, and the transient or `inRequestScope()` services it injects, are
+   * those of its first message) for speed: no container resolution per message. Use it only for
+   * stateless handlers. It cannot be combined with `scoped`, `configure` or `childContainer:
+   * 'always'` (those make a child container per message, whose handler instance is always fresh).
+   * See docs/dependency-injection.md.
+   * @throws HarrierError `invalid-option` for any other value, or with those options.
+   * @defaultValue 'fresh'
+   */
+  readonly handlerInstances?: 'fresh' | 'reuse';
 }
 
 /**
@@ -121,6 +136,34 @@ export type ContainerInvoker = (
 ) => Promise<unknown>;
 
 /**
+ * True for `handlerInstances: 'reuse'`.
+ * @throws HarrierError `invalid-option` for a value other than `'fresh'` or `'reuse'`, or `'reuse'`
+ *   with options that make a child container per message.
+ */
+function handlerInstancesOf(options: MessageScopeOptions): boolean {
+  const value: unknown = options.handlerInstances;
+  if (value === undefined || value === 'fresh') return false;
+  if (value !== 'reuse') {
+    throw new HarrierError(
+      'invalid-option',
+      `messageScope.handlerInstances is ${typeof value === 'string' ? JSON.stringify(value) : `a ${typeof value}`}: use 'fresh' (a new handler instance per message, the default) or 'reuse' (one instance per handler, for stateless handlers)`,
+    );
+  }
+  const conflicting = [
+    ...((options.scoped?.length ?? 0) > 0 ? ['scoped'] : []),
+    ...(options.configure !== undefined ? ['configure'] : []),
+    ...(options.childContainer === 'always' ? ["childContainer: 'always'"] : []),
+  ];
+  if (conflicting.length > 0) {
+    throw new HarrierError(
+      'invalid-option',
+      `messageScope.handlerInstances 'reuse' cannot be combined with ${conflicting.join(' and ')}: those make a child container, and so a fresh handler, per message. Remove handlerInstances, or remove ${conflicting.join(' and ')}`,
+    );
+  }
+  return true;
+}
+
+/**
  * The bus's own invoker: as {@link createContainerInvoker}, but it returns a synchronous handler's
  * value as it is and lets its throw through (the pipeline turns both into its outcome), so a call
  * costs no promise.
@@ -130,14 +173,19 @@ export type ContainerInvoker = (
 export function containerInvoker(container: Container, options: MessageScopeOptions = {}): HandlerInvoker {
   const root = ownContainer(container, 'createContainerInvoker');
   const handlers = new Container({ parent: root });
+  const reuse = handlerInstancesOf(options);
   const always =
     !sameCore ||
     options.childContainer === 'always' ||
     (options.scoped?.length ?? 0) > 0 ||
     options.configure !== undefined;
   const needsChild = new Map<HandlerEntry, boolean>();
+  /** With `handlerInstances: 'reuse'`: the one instance of each handler resolved without a child. */
+  const reused = new Map<HandlerEntry, Record<string, unknown>>();
   let lastEntry: HandlerEntry | undefined;
   let lastChild = false;
+  /** The instance to call for `lastEntry` on every message (`'reuse'` only). */
+  let lastInstance: Record<string, unknown> | undefined;
 
   const resolve = (from: Container, entry: HandlerEntry): Record<string, unknown> => {
     try {
@@ -151,33 +199,45 @@ export function containerInvoker(container: Container, options: MessageScopeOpti
     }
   };
 
-  return (entry, method, payload, context) => {
+  /** Sets `lastEntry`, `lastChild` and `lastInstance` for `entry` (a handler other than the last). */
+  const remember = (entry: HandlerEntry): void => {
     const target = entry.target as unknown as Newable;
-    let child: boolean;
-    if (entry === lastEntry) child = lastChild;
-    else {
-      const known = needsChild.get(entry);
-      if (known === undefined) {
-        child = always || injectsMessageTokens(target);
-        needsChild.set(entry, child);
-        if (!child && !handlers.isBound(target)) handlers.bind(target).toSelf();
-      } else child = known;
-      // A bus that calls one handler in a row (execute in a loop, a busy command) skips the map.
-      lastEntry = entry;
-      lastChild = child;
+    let child = needsChild.get(entry);
+    if (child === undefined) {
+      child = always || injectsMessageTokens(target);
+      needsChild.set(entry, child);
+      if (!child && !handlers.isBound(target)) handlers.bind(target).toSelf();
     }
-    let instance: Record<string, unknown>;
-    if (child) {
-      const scope = new Container({ parent: root });
-      scope.bind(HarrierTokens.MessageContext).toConstantValue(context);
-      scope.bind(HarrierTokens.Envelope).toConstantValue(context.envelope);
-      for (const scoped of options.scoped ?? []) scope.bind(scoped).toSelf().inSingletonScope();
-      options.configure?.(scope, context);
-      if (!scope.isBound(target)) scope.bind(target).toSelf();
-      instance = resolve(scope, entry);
-    } else {
-      instance = resolve(handlers, entry);
+    let instance: Record<string, unknown> | undefined;
+    if (reuse && !child) {
+      instance = reused.get(entry);
+      if (instance === undefined) {
+        instance = resolve(handlers, entry);
+        reused.set(entry, instance);
+      }
     }
+    // A bus that calls one handler in a row (execute in a loop, a busy command) skips the maps.
+    lastEntry = entry;
+    lastChild = child;
+    lastInstance = instance;
+  };
+
+  /** The handler resolved from a new child container of `root` set up for this message. */
+  const resolveInChild = (entry: HandlerEntry, context: HandlerContext): Record<string, unknown> => {
+    const target = entry.target as unknown as Newable;
+    const scope = new Container({ parent: root });
+    scope.bind(HarrierTokens.MessageContext).toConstantValue(context);
+    scope.bind(HarrierTokens.Envelope).toConstantValue(context.envelope);
+    for (const scoped of options.scoped ?? []) scope.bind(scoped).toSelf().inSingletonScope();
+    options.configure?.(scope, context);
+    if (!scope.isBound(target)) scope.bind(target).toSelf();
+    return resolve(scope, entry);
+  };
+
+  return (entry, method, payload, context) => {
+    if (entry !== lastEntry) remember(entry);
+    // 'reuse' keeps the handler's one instance: no resolution at all.
+    const instance = lastInstance ?? (lastChild ? resolveInChild(entry, context) : resolve(handlers, entry));
     const fn = instance[method] as (payload: unknown, context: HandlerContext) => unknown;
     // What the handler returned, as it is: a plain value needs no promise (nor its ticks), a promise
     // is handed on; what it throws reaches the pipeline, which rejects with it.

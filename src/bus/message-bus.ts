@@ -26,7 +26,7 @@ import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { withArticle } from '../errors/with-article.js';
 import { getHandlerMetadata, type HandlerClass } from '../handlers/handler-metadata.js';
-import { HandlerRegistry } from '../handlers/handler-registry.js';
+import { HandlerRegistry, type HandlerEntry } from '../handlers/handler-registry.js';
 import type { SendOptions } from '../handlers/message-context.js';
 import type { OutgoingMessage } from '../messages/outgoing-message.js';
 import type { CheckpointStore } from '../log/checkpoint-store.js';
@@ -338,6 +338,9 @@ class HarrierBus implements MessageBus {
   readonly #stopController = new AbortController();
   readonly #sagaStore: SagaStore | undefined;
   #state: 'created' | 'started' | 'stopped' = 'created';
+  /** The definition `execute` ran last, and its handler entry (see {@link HarrierBus.execute}). */
+  #lastDefinition: MessageDefinition | undefined;
+  #lastEntry: HandlerEntry | undefined;
 
   constructor(options: BusOptions) {
     this.endpoint = options.endpoint ?? 'app';
@@ -540,44 +543,68 @@ class HarrierBus implements MessageBus {
     return { ...rest, delayMs: Math.max(0, delayMs) };
   }
 
+  /**
+   * Runs a command or query handler in this process.
+   *
+   * @remarks
+   * Kept small so V8 inlines it into the caller: its errors are made in `#refusal`, and the handler
+   * entry of the last executed definition is remembered (the registry never changes after the bus
+   * is made, so only another definition or `stop()` replaces it). Validation still runs on every
+   * call. A void handler that records nothing may resolve to one shared frozen promise, so two calls
+   * can return the same promise object.
+   */
   execute<D extends CommandDefinition | QueryDefinition>(
     definition: D,
     payload: InputOf<D>,
     options: SendOptions = NO_OPTIONS,
   ): Promise<ResultOf<D>> {
-    // Not async (one promise less per call); everything it throws is a rejection, as before.
+    let entry: HandlerEntry | undefined;
+    let data: unknown;
     try {
-      if (this.#state === 'stopped')
-        throw new HarrierError('bus-stopped', `Cannot execute "${definition.type}": the bus is stopped`);
-      const entry = this.#registry.singleHandler(definition.type);
-      if (entry === undefined) {
-        throw new HandlerNotFoundError(
-          definition.type,
-          `decorate a class with @${definition.kind === 'query' ? 'QueryHandler' : 'CommandHandler'}(${definition.type.split('.').pop() ?? definition.type}) and list it in handlers of this bus (execute runs in-process)`,
-        );
-      }
-      if (entry.kind === 'saga') {
-        throw new HarrierError(
-          'wrong-kind',
-          `"${definition.type}" is handled by the saga "${entry.name}", which runs only from a delivery: send it instead of executing it`,
-        );
+      entry = this.#lastEntry;
+      if (definition !== this.#lastDefinition) {
+        entry = this.#registry.singleHandler(definition.type);
+        if (entry === undefined || entry.kind === 'saga' || this.#state === 'stopped') {
+          return Promise.reject(this.#refusal(definition, entry));
+        }
+        // Only a runnable handler is remembered, and stop() forgets it: a stopped bus never hits it.
+        this.#lastDefinition = definition;
+        this.#lastEntry = entry;
       }
       // Validated like a sent message, but never encoded: the envelope does not leave the process, so
       // its wire text (and signature) would only be thrown away. Handler-recorded messages still are.
       // Nor is it built here: the context builds it (with an id of this time) when something reads it.
-      const data = checkMessage(definition, payload, options);
-      return this.dispatcher.invokeChecked(
-        entry,
-        definition,
-        data,
-        this.#clock.now(),
-        options,
-        this.#stopController.signal,
-      ) as Promise<ResultOf<D>>;
-    } catch (error) {
+      data = checkMessage(definition, payload, options);
+    } catch (refused) {
+      // Everything thrown is a rejection, as from an async function (Error or not).
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-      return Promise.reject(error);
+      return Promise.reject(refused);
     }
+    return this.dispatcher.invokeChecked(
+      entry as HandlerEntry,
+      definition,
+      data,
+      this.#clock.now(),
+      options,
+      this.#stopController.signal,
+    ) as Promise<ResultOf<D>>;
+  }
+
+  /** Why `execute` cannot run `definition`: the bus is stopped, it has no handler, or a saga's. */
+  #refusal(definition: MessageDefinition, entry: HandlerEntry | undefined): HarrierError {
+    if (this.#state === 'stopped') {
+      return new HarrierError('bus-stopped', `Cannot execute "${definition.type}": the bus is stopped`);
+    }
+    if (entry === undefined) {
+      return new HandlerNotFoundError(
+        definition.type,
+        `decorate a class with @${definition.kind === 'query' ? 'QueryHandler' : 'CommandHandler'}(${definition.type.split('.').pop() ?? definition.type}) and list it in handlers of this bus (execute runs in-process)`,
+      );
+    }
+    return new HarrierError(
+      'wrong-kind',
+      `"${definition.type}" is handled by the saga "${entry.name}", which runs only from a delivery: send it instead of executing it`,
+    );
   }
 
   async start(): Promise<void> {
@@ -639,6 +666,8 @@ class HarrierBus implements MessageBus {
     if (this.#state === 'stopped') return;
     const wasStarted = this.#state === 'started';
     this.#state = 'stopped';
+    this.#lastDefinition = undefined;
+    this.#lastEntry = undefined;
     const unobserve = this.#unobserve;
     this.#unobserve = undefined;
     if (unobserve !== undefined) this.#guardTelemetry('unobserve', unobserve);

@@ -56,7 +56,11 @@ const NOTHING_RECORDED: readonly PreparedMessage[] = Object.freeze([]);
  */
 export class HandlerContext<P = unknown> implements MessageContext<P> {
   #envelope: Envelope<P> | undefined;
-  #recorded: PreparedMessage[] | undefined;
+  /**
+   * What the handler recorded (see `recorded`). A TS `private` rather than `#private`: read on every
+   * call (`recorded.length`), and a `#` field costs a brand check per access in the profile.
+   */
+  private recordedList: PreparedMessage[] | undefined;
   #signal: AbortSignal | (() => AbortSignal);
 
   /**
@@ -106,7 +110,7 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
 
   /** What the handler recorded, in order; published only if it succeeds. */
   get recorded(): readonly PreparedMessage[] {
-    return this.#recorded ?? NOTHING_RECORDED;
+    return this.recordedList ?? NOTHING_RECORDED;
   }
 
   get signal(): AbortSignal {
@@ -138,7 +142,7 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
   }
 
   #record(definition: MessageDefinition, payload: unknown, options: SendOptions): string {
-    const recorded = this.#recorded ?? [];
+    const recorded = this.recordedList ?? [];
     // Same handled message, handler and position: same id, so a redelivery records no duplicates.
     const id =
       options.id ??
@@ -162,7 +166,7 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
       },
     );
     recorded.push(prepared);
-    this.#recorded = recorded;
+    this.recordedList = recorded;
     return prepared.envelope.id;
   }
 }
@@ -186,8 +190,13 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
   readonly #now: number;
   readonly #options: SendOptions;
   readonly #partitionKey: string | undefined;
-  /** The millisecond and counter of the id taken at the call (when the caller gave none). */
-  readonly #idMs: number = 0;
+  /**
+   * The millisecond of the id taken at the call when it is not the call's own (`now`), else -1: the
+   * id's time is almost always the call's, so only the rare other one is stored (ids never take a
+   * negative time).
+   */
+  readonly #idMs: number = -1;
+  /** The counter of the id taken at the call (when the caller gave none). */
   readonly #idCounter: number = 0;
 
   /**
@@ -215,7 +224,8 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
     // call's, a send's) must not move this one's time past the call's, nor sort it after its own.
     if ((this.#options.id ?? undefined) === undefined) {
       this.#idCounter = reserveUuidV7(now);
-      this.#idMs = reservedUuidV7Ms();
+      const ms = reservedUuidV7Ms();
+      if (ms !== now) this.#idMs = ms;
     }
   }
 
@@ -230,7 +240,7 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
     return buildEnvelope(
       this.#definition,
       this.#payload,
-      options.id ?? uuidV7Text(this.#idMs, this.#idCounter),
+      options.id ?? uuidV7Text(this.#idMs === -1 ? now : this.#idMs, this.#idCounter),
       this.#partitionKey,
       options,
       { now },

@@ -279,6 +279,13 @@ function refuseFromProjection(
   );
 }
 
+/**
+ * What `execute` of a void handler that recorded nothing returns: one fulfilled promise shared by
+ * every such call (frozen, so no caller can hang properties on another's), which means two calls may
+ * return the same promise object.
+ */
+const RESOLVED_VOID: Promise<unknown> = Object.freeze(Promise.resolve(undefined));
+
 /** Handler kinds whose context refuses `send` and `publish`, with the error it throws. */
 const REFUSES_OUTGOING: Partial<Record<HandlerKind, HandlerContextEnv['refuse']>> = {
   projection: refuseFromProjection,
@@ -660,14 +667,26 @@ export class HandlerPipeline {
         this.#o.endpoint,
         entry.name,
         signal,
-        this.#env(entry.kind),
+        REFUSES_OUTGOING[entry.kind] === undefined ? this.#localPlainEnv() : this.#env(entry.kind),
       );
     } catch (error) {
       // The definition's partition key function threw: a rejection, as from prepareEnvelope before.
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       return Promise.reject(error);
     }
+    // Without telemetry there is nothing to observe: no closure, no guard.
+    if (this.#o.telemetry === undefined) return this.#runLocal(entry, definition, context, payload);
     return this.#runLocalObserved(entry, definition, context, payload);
+  }
+
+  /** The env of a handler that may record (kept small so it inlines into `runChecked`). */
+  #localPlainEnv(): HandlerContextEnv {
+    return this.#plainEnv ?? this.#makePlainEnv();
+  }
+
+  /** Makes (once) the env shared by every handler kind that may record. */
+  #makePlainEnv(): HandlerContextEnv {
+    return (this.#plainEnv = this.#makeEnv(undefined));
   }
 
   #runLocalObserved(
@@ -719,7 +738,8 @@ export class HandlerPipeline {
     if (isThenable(result)) return this.#commitAfter(context, result);
     // Committed only when there is something to publish: most calls record nothing.
     if (context.recorded.length > 0) return this.#commitAfter(context, result);
-    return Promise.resolve(result);
+    // A void handler's calls all resolve alike, so they share one promise (none made per call).
+    return result === undefined ? RESOLVED_VOID : Promise.resolve(result);
   }
 
   /** Waits for the handler's result, then commits what it recorded; resolves to the result. */
