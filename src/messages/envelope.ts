@@ -81,7 +81,7 @@ export function isEnvelopeFrame(value: unknown): value is Envelope {
         if (field === undefined) return false;
         break;
       case 'meta':
-        if (!isEnvelopeMeta(field)) return false;
+        if (!isEnvelopeMeta(field, value.id)) return false;
         break;
       case 'sig':
         if (typeof field !== 'string') return false;
@@ -96,7 +96,11 @@ export function isEnvelopeFrame(value: unknown): value is Envelope {
   return fields === 6 + optional;
 }
 
-function isEnvelopeMeta(value: unknown): boolean {
+/**
+ * @param id - the envelope's `id` as found, checked or not yet: the frame is only ever accepted once
+ * it passed the UUIDv7 check, which is stricter than the UUID one, so an id equal to it needs no other.
+ */
+function isEnvelopeMeta(value: unknown, id: unknown): boolean {
   if (!isPlainRecord(value)) return false;
   let fields = 0;
   for (const key in value) {
@@ -104,6 +108,8 @@ function isEnvelopeMeta(value: unknown): boolean {
     switch (key) {
       case 'correlationId':
       case 'causationId':
+        // The first message of a conversation is its own correlation: the same string as the id.
+        if (field === id && typeof field === 'string') break;
         if (typeof field !== 'string' || !UUID.test(field)) return false;
         break;
       case 'occurredAt':

@@ -2,20 +2,27 @@
 export class AsyncInbox<T> {
   readonly #items: T[] = [];
   #head = 0;
-  #waiter: (() => void) | undefined;
+  /** Resolves the waiting `next()`; only ever set while no item waits. */
+  #waiter: ((item: T | undefined) => void) | undefined;
   #closed = false;
   #watched: AbortSignal | undefined;
   readonly #closing = new AbortController();
 
   push(item: T): void {
-    this.#items.push(item);
-    this.#wake();
+    const waiter = this.#waiter;
+    if (waiter === undefined) {
+      this.#items.push(item);
+      return;
+    }
+    // Handed straight to the waiting `next()`: its promise resolves with the item, no hop through the array.
+    this.#waiter = undefined;
+    waiter(item);
   }
 
   close(): void {
     this.#closed = true;
     this.#closing.abort();
-    this.#wake();
+    this.#end();
   }
 
   /** Aborted when the inbox closes. */
@@ -51,31 +58,31 @@ export class AsyncInbox<T> {
   }
 
   /** The next item, or undefined once closed and empty, or when `signal` aborts. */
-  async next(signal?: AbortSignal): Promise<T | undefined> {
+  next(signal?: AbortSignal): Promise<T | undefined> {
     if (signal !== undefined && signal !== this.#watched) {
       // One listener per signal, not one per wait: a busy inbox waits once per item.
       this.#watched = signal;
       signal.addEventListener(
         'abort',
         () => {
-          this.#wake();
+          // A signal watched before this one ends no wait of its own.
+          if (this.#watched === signal) this.#end();
         },
         { once: true },
       );
     }
-    for (;;) {
-      const item = this.take();
-      if (item !== undefined) return item;
-      if (this.#closed || signal?.aborted === true) return undefined;
-      await new Promise<void>((resolve) => {
-        this.#waiter = resolve;
-      });
-    }
+    const item = this.take();
+    if (item !== undefined) return Promise.resolve(item);
+    if (this.#closed || signal?.aborted === true) return Promise.resolve(undefined);
+    return new Promise<T | undefined>((resolve) => {
+      this.#waiter = resolve;
+    });
   }
 
-  #wake(): void {
+  /** Ends the waiting `next()` with undefined: nothing is in the inbox while one waits. */
+  #end(): void {
     const waiter = this.#waiter;
     this.#waiter = undefined;
-    waiter?.();
+    waiter?.(undefined);
   }
 }

@@ -29,7 +29,7 @@ import {
   type JobData,
   type JobOptionDefaults,
 } from './job-data.js';
-import { PendingDeliveries, type Outcome } from './pending-deliveries.js';
+import { ACK, PendingDeliveries, RELEASE, type Outcome } from './pending-deliveries.js';
 import { assertQueueNamePart, baseQueueName, QueueLayout } from './queue-layout.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
@@ -329,11 +329,11 @@ export class BullMqBroker implements MessageBroker {
   }
 
   ack(deliveryId: string): Promise<void> {
-    return this.#settle(deliveryId, { kind: 'ack' });
+    return this.#settle(deliveryId, ACK);
   }
 
   nack(deliveryId: string, options: NackOptions): Promise<void> {
-    if ('release' in options) return this.#settle(deliveryId, { kind: 'release' });
+    if ('release' in options) return this.#settle(deliveryId, RELEASE);
     if ('deadLetter' in options)
       return this.#settle(deliveryId, { kind: 'dead', reason: options.deadLetter });
     return this.#settle(deliveryId, {

@@ -233,116 +233,146 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
     return this.#closing;
   }
 
+  /**
+   * BullMQ's processor: hands the job to the inbox as a delivery and ends once it is settled.
+   *
+   * @remarks
+   * Kept to the acked case, which is almost every job: the other outcomes are {@link #afterOutcome}'s.
+   */
   async #process(job: Job<JobData>, token: string, queue: QueueOfWorker): Promise<void> {
-    const { name: queueName, handler, ordered } = queue;
-    const { endpoint } = this.#options;
-    const { clock, logger, pending: deliveries } = this.#context;
-    const inbox = this.#inbox;
     // Counted without a promise per job: close() waits for this to reach 0.
     this.#running++;
     try {
       const jobId = job.id ?? '';
-      let data = job.data as unknown;
-      for (let round = 0; ; round++) {
-        const parsed = readJobData(data, jobId, queue.kind);
-        if (round === 0 && parsed.dropped.length > 0) {
-          logger.warn('Malformed delivery facts in a job were dropped', {
-            queue: queueName,
-            jobId,
-            fields: parsed.dropped,
-          });
-        }
-        const attempt = (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
-        // The delivery id starts with the job's lock token (BullMQ's `<worker id>:<n>`). BullMQ hands the
-        // same token on to the next job a worker slot fetches, even the same job again after a release, so
-        // the job id and its start count follow: a settle from an earlier delivery never matches. An ordered
-        // retry keeps the lock and runs again in place: each round after the first gets its own suffix.
-        const lockId = `${token}|${jobId}|${job.attemptsStarted}`;
-        const deliveryId = round === 0 ? lockId : `${lockId}#${round}`;
-        if (inbox.closed) {
-          await job.moveToWait(token);
-          throw new WaitingError();
-        }
-        let settle!: (outcome: Outcome) => void;
-        const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
-        // One object is both the broker's pending entry and the inbox item.
-        const held: Held = {
-          queue: queueName,
+      const parsed = readJobData(job.data, jobId, queue.kind);
+      if (parsed.dropped.length > 0) {
+        this.#context.logger.warn('Malformed delivery facts in a job were dropped', {
+          queue: queue.name,
           jobId,
-          settle,
-          delivery: {
-            id: deliveryId,
-            body: parsed.body,
-            facts: {
-              messageId: parsed.messageId,
-              kind: parsed.kind,
-              type: parsed.kind === undefined ? undefined : job.name,
-              endpoint,
-              handler,
-              attempt,
-              history: parsed.history,
-              partitionKey: parsed.partitionKey,
-              queue: queue.base,
-              // Set directly, not spread in: no object made per delivery for facts almost always absent.
-              pendingDeadLetter: parsed.pendingDeadLetter,
-              replayOf: parsed.replayOf,
-            },
-          },
-        };
-        deliveries.add(deliveryId, held);
-        inbox.push(held);
-        const result = await outcome;
-        switch (result.kind) {
-          case 'ack':
-            return;
-          case 'dead':
-            throw new BullUnrecoverableError(`dead-lettered: ${result.reason}`);
-          case 'lost':
-            // Another worker owns the job now; nothing this one does can settle it.
-            throw new HarrierError('lock-lost', `Lost the lock of job ${jobId}`);
-          case 'release':
-            await job.moveToWait(token);
-            throw new WaitingError();
-          case 'retry': {
-            const failed = (parsed.attemptsMade ?? 0) + 1;
-            const history =
-              result.record === undefined
-                ? parsed.history
-                : [...parsed.history, { ...result.record, attempt: attempt }].slice(-MAX_ATTEMPT_HISTORY);
-            // Rebuilt from the parsed facts, so a malformed field read from Redis is not written back.
-            const next: JobData = {
-              b: parsed.body,
-              ...(parsed.messageId !== undefined && parsed.messageId !== jobId
-                ? { i: parsed.messageId }
-                : {}),
-              ...(parsed.partitionKey !== undefined ? { p: parsed.partitionKey } : {}),
-              ...(parsed.ordered ? { o: true } : {}),
-              a: failed,
-              h: history,
-              ...(result.pendingDeadLetter !== undefined ? { d: result.pendingDeadLetter } : {}),
-              // A retry of a replayed message is still that replay: its outcome is recorded when it is handled.
-              ...(parsed.replayOf !== undefined ? { r: parsed.replayOf } : {}),
-            };
-            await job.updateData(next);
-            data = next;
-            if (!ordered) {
-              await job.moveToDelayed(wallClockIn(result.retryAt - clock.now()), token);
-              throw new DelayedError();
-            }
-            // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
-            // The wait holds the partition, which no other receiver may work meanwhile, but not a slot:
-            // the receiver's other queues go on. Refused a slot (closing), the next round releases the job.
-            this.#budget.release();
-            await sleep(clock, result.retryAt - clock.now(), inbox.closedSignal);
-            await this.#budget.acquire();
-            continue;
-          }
-        }
+          fields: parsed.dropped,
+        });
       }
+      const result = await this.#deliver(job, token, queue, parsed, 0);
+      if (result.kind !== 'ack') await this.#afterOutcome(job, token, queue, parsed, result);
     } finally {
       if (--this.#running === 0) this.#idle?.();
     }
   }
+
+  /** Puts a job into the inbox as a delivery; resolves with how it was settled. */
+  #deliver(
+    job: Job<JobData>,
+    token: string,
+    queue: QueueOfWorker,
+    parsed: ReturnType<typeof readJobData>,
+    round: number,
+  ): Promise<Outcome> {
+    const inbox = this.#inbox;
+    if (inbox.closed) return job.moveToWait(token).then(() => Promise.reject(new WaitingError()));
+    const jobId = job.id ?? '';
+    // The delivery id starts with the job's lock token (BullMQ's `<worker id>:<n>`). BullMQ hands the
+    // same token on to the next job a worker slot fetches, even the same job again after a release, so
+    // the job id and its start count follow: a settle from an earlier delivery never matches. An ordered
+    // retry keeps the lock and runs again in place: each round after the first gets its own suffix.
+    const lockId = `${token}|${jobId}|${job.attemptsStarted}`;
+    const deliveryId = round === 0 ? lockId : `${lockId}#${round}`;
+    let settle!: (outcome: Outcome) => void;
+    const outcome = new Promise<Outcome>((resolve) => (settle = resolve));
+    // One object is both the broker's pending entry and the inbox item.
+    const held: Held = {
+      queue: queue.name,
+      jobId,
+      settle,
+      delivery: {
+        id: deliveryId,
+        body: parsed.body,
+        facts: {
+          messageId: parsed.messageId,
+          kind: parsed.kind,
+          type: parsed.kind === undefined ? undefined : job.name,
+          endpoint: this.#options.endpoint,
+          handler: queue.handler,
+          attempt: attemptOf(job, parsed),
+          history: parsed.history,
+          partitionKey: parsed.partitionKey,
+          queue: queue.base,
+          // Set directly, not spread in: no object made per delivery for facts almost always absent.
+          pendingDeadLetter: parsed.pendingDeadLetter,
+          replayOf: parsed.replayOf,
+        },
+      },
+    };
+    this.#context.pending.add(deliveryId, held);
+    inbox.push(held);
+    return outcome;
+  }
+
+  /** Carries out an outcome other than the first round's ack: dead letter, lost lock, release or retry. */
+  async #afterOutcome(
+    job: Job<JobData>,
+    token: string,
+    queue: QueueOfWorker,
+    first: ReturnType<typeof readJobData>,
+    firstResult: Outcome,
+  ): Promise<void> {
+    const { clock } = this.#context;
+    const jobId = job.id ?? '';
+    let parsed = first;
+    let result = firstResult;
+    for (let round = 1; ; round++) {
+      switch (result.kind) {
+        case 'ack':
+          return;
+        case 'dead':
+          throw new BullUnrecoverableError(`dead-lettered: ${result.reason}`);
+        case 'lost':
+          // Another worker owns the job now; nothing this one does can settle it.
+          throw new HarrierError('lock-lost', `Lost the lock of job ${jobId}`);
+        case 'release':
+          await job.moveToWait(token);
+          throw new WaitingError();
+        case 'retry': {
+          const failed = (parsed.attemptsMade ?? 0) + 1;
+          const history =
+            result.record === undefined
+              ? parsed.history
+              : [...parsed.history, { ...result.record, attempt: attemptOf(job, parsed) }].slice(
+                  -MAX_ATTEMPT_HISTORY,
+                );
+          // Rebuilt from the parsed facts, so a malformed field read from Redis is not written back.
+          const next: JobData = {
+            b: parsed.body,
+            ...(parsed.messageId !== undefined && parsed.messageId !== jobId ? { i: parsed.messageId } : {}),
+            ...(parsed.partitionKey !== undefined ? { p: parsed.partitionKey } : {}),
+            ...(parsed.ordered ? { o: true } : {}),
+            a: failed,
+            h: history,
+            ...(result.pendingDeadLetter !== undefined ? { d: result.pendingDeadLetter } : {}),
+            // A retry of a replayed message is still that replay: its outcome is recorded when it is handled.
+            ...(parsed.replayOf !== undefined ? { r: parsed.replayOf } : {}),
+          };
+          await job.updateData(next);
+          if (!queue.ordered) {
+            await job.moveToDelayed(wallClockIn(result.retryAt - clock.now()), token);
+            throw new DelayedError();
+          }
+          // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
+          // The wait holds the partition, which no other receiver may work meanwhile, but not a slot:
+          // the receiver's other queues go on. Refused a slot (closing), the next round releases the job.
+          this.#budget.release();
+          await sleep(clock, result.retryAt - clock.now(), this.#inbox.closedSignal);
+          await this.#budget.acquire();
+          parsed = readJobData(next, jobId, queue.kind);
+          result = await this.#deliver(job, token, queue, parsed, round);
+        }
+      }
+    }
+  }
+}
+
+/** The attempt a delivery of `job` is: the failed ones recorded, the stalled ones, and this one. */
+function attemptOf(job: Job<JobData>, parsed: ReturnType<typeof readJobData>): number {
+  return (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
 }
 
 /**

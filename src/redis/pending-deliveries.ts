@@ -15,6 +15,12 @@ export type Outcome =
   | { readonly kind: 'release' }
   | { readonly kind: 'lost' };
 
+/** The one `ack` outcome every acked delivery shares: an ack carries nothing of its own. */
+export const ACK: Outcome = { kind: 'ack' };
+
+/** The one `release` outcome every released delivery shares. */
+export const RELEASE: Outcome = { kind: 'release' };
+
 /** A delivery handed to a receiver whose job's processor waits for its outcome. */
 export interface Pending {
   readonly queue: string;
@@ -49,7 +55,7 @@ export class PendingDeliveries {
   releaseAll(): void {
     for (const [id, pending] of this.#pending) {
       this.#pending.delete(id);
-      pending.settle({ kind: 'release' });
+      pending.settle(RELEASE);
     }
   }
 

@@ -170,8 +170,32 @@ describe('isEnvelopeFrame', () => {
       expect(wronglyAccepted).toEqual([]);
     });
 
+    it('refuses a malformed correlation or causation id that is not the id', () => {
+      for (const field of ['correlationId', 'causationId']) {
+        const value = { ...good, meta: { ...good.meta, [field]: 'not-a-uuid' } };
+        expect(isEnvelopeFrame(JSON.parse(JSON.stringify(value)))).toBe(false);
+      }
+    });
+
+    it('refuses a malformed id that the correlation id repeats, whatever the key order', () => {
+      const meta = { ...good.meta, correlationId: 'not-a-uuid', causationId: 'not-a-uuid' };
+      const { meta: _meta, ...rest } = good;
+      expect(isEnvelopeFrame({ ...good, id: 'not-a-uuid', meta })).toBe(false);
+      // meta before id: the id is checked after the meta that repeats it.
+      expect(isEnvelopeFrame({ meta, ...rest, id: 'not-a-uuid' })).toBe(false);
+    });
+
     it('refuses non-objects and arrays', () => {
       for (const value of [null, undefined, 1, 'x', [], [full]]) expect(isEnvelopeFrame(value)).toBe(false);
+    });
+  });
+
+  describe('when the correlation or causation id is the id', () => {
+    it('accepts it, whatever the key order', () => {
+      const meta = { ...good.meta, correlationId: good.id, causationId: good.id };
+      const { meta: _meta, ...rest } = good;
+      expect(isEnvelopeFrame(JSON.parse(JSON.stringify({ ...good, meta })))).toBe(true);
+      expect(isEnvelopeFrame(JSON.parse(JSON.stringify({ meta, ...rest })))).toBe(true);
     });
   });
 

@@ -43,5 +43,39 @@ describe('AsyncInbox', () => {
       inbox.close();
       await expect(ended).resolves.toBeUndefined();
     });
+
+    it('hands a push straight to the waiting next(), which settles within one microtask', async () => {
+      const inbox = new AsyncInbox<number>();
+      let got: number | undefined;
+      const waiting = inbox.next().then((item) => (got = item));
+      inbox.push(4);
+      // Not queued: the item went to the waiter.
+      expect(inbox.take()).toBeUndefined();
+      await Promise.resolve();
+      expect(got).toBe(4);
+      await waiting;
+    });
+
+    it('keeps pushes made while nobody waits, in order, for the next calls', async () => {
+      const inbox = new AsyncInbox<number>();
+      const first = inbox.next();
+      inbox.push(1);
+      inbox.push(2);
+      inbox.push(3);
+      await expect(first).resolves.toBe(1);
+      await expect(inbox.next()).resolves.toBe(2);
+      expect(inbox.drain()).toEqual([3]);
+    });
+
+    it('ends the wait with undefined when its signal aborts, and hands later pushes to the next call', async () => {
+      const inbox = new AsyncInbox<number>();
+      const abort = new AbortController();
+      const waiting = inbox.next(abort.signal);
+      abort.abort();
+      await expect(waiting).resolves.toBeUndefined();
+      await expect(inbox.next(abort.signal)).resolves.toBeUndefined();
+      inbox.push(5);
+      await expect(inbox.next()).resolves.toBe(5);
+    });
   });
 });
