@@ -33,8 +33,9 @@ export interface MessageScopeOptions {
    * @remarks
    * `'reuse'` trades the guarantee that no state carries from one message to the next through the
    * handler instance (its fields, and the transient or `inRequestScope()` services it injects, are
-   * those of its first message) for speed: no container resolution per message. Use it only for
-   * stateless handlers. It cannot be combined with `scoped`, `configure` or `childContainer:
+   * those of its first message) for speed: no container resolution per message, so a binding of the
+   * handler class changed in the container after its first message is not seen either. Use it only
+   * for stateless handlers. It cannot be combined with `scoped`, `configure` or `childContainer:
    * 'always'` (those make a child container per message, whose handler instance is always fresh).
    * See docs/dependency-injection.md.
    * @throws HarrierError `invalid-option` for any other value, or with those options.
