@@ -107,11 +107,11 @@ class MemoryQueue {
   /** The subscription its deliveries name (an event queue's handler), worked out on first delivery. */
   handler: string | undefined | null = null;
   /**
-   * Ids published to this queue within the dedupe window, with the time each entry expires. Keyed by
-   * the id the message already holds: a composite `id|queue` key made and kept a new 60-character
-   * string for every message, the bulk of what a full window of 100,000 ids held.
+   * Ids published to this queue within the dedupe window. Keyed by the id the message already holds:
+   * a composite `id|queue` key made and kept a new 60-character string for every message, the bulk of
+   * what a full window of 100,000 ids held. Expiries live in the broker's `#seenExpiries`.
    */
-  readonly seen = new Map<string, number>();
+  readonly seen = new Set<string>();
 
   constructor(readonly name: string) {}
 
@@ -164,20 +164,26 @@ export class InMemoryBroker implements MessageBroker {
   readonly #clock: Clock;
   readonly #dedupeWindowMs: number;
   readonly #dedupeMaxEntries: number;
-  /** Dedupe entries held by all queues' `seen` maps together. */
-  #seenCount = 0;
   /**
-   * Every dedupe entry in the order it was made, as queue, id, expiry, queue, id, expiry... from
-   * `#seenHead`: what `#trimSeen` forgets first. A triple whose expiry no longer matches its queue's
-   * entry was set again later, and is skipped.
+   * Every dedupe entry from `#seenHead` on, oldest first, as three parallel arrays (queue, id, expiry):
+   * what `#trimSeen` forgets first. Expiries never decrease along the arrays, so the expired entries are
+   * always a prefix.
    *
    * @remarks
-   * Not a Map's own iteration order: a Map keeps a deleted entry's slot until it grows again, and an
-   * iterator from the front walks every such slot, so trimming the oldest entry of a full window by
-   * iterating a map cost a walk over up to 100,000 deleted slots per publish.
+   * A map from id to expiry held each expiry (a time past 2^31, so not a small integer) as a heap
+   * number, one allocation per message; a number array keeps them unboxed. Not a Map's own iteration
+   * order either: a Map keeps a deleted entry's slot until it grows again, and an iterator from the
+   * front walks every such slot, up to 100,000 per publish in a full window.
    */
-  readonly #seenOrder: (MemoryQueue | string | number)[] = [];
+  readonly #seenQueues: MemoryQueue[] = [];
+  readonly #seenIds: string[] = [];
+  readonly #seenExpiries: number[] = [];
   #seenHead = 0;
+  /**
+   * The latest expiry given so far. A clock that goes backwards gets no earlier expiry than this: its
+   * ids are remembered longer than the window, never shorter, and the expiries stay sorted.
+   */
+  #lastExpiry = -Infinity;
   readonly #queues = new Map<string, MemoryQueue>();
   /** The queue of each command type, by the type string: no `command:` name made per publish. */
   readonly #commandQueues = new Map<string, MemoryQueue>();
@@ -487,6 +493,8 @@ export class InMemoryBroker implements MessageBroker {
   /** Queues a message; true when a consumed queue it went to has a backlog past the yield mark. */
   #route(message: OutgoingMessage): boolean {
     const now = this.#clock.now();
+    // Expired ids leave first, so an id still in a queue's `seen` set is inside its window.
+    this.#trimSeen(now);
     let backlog = false;
     if (message.kind === 'event') {
       const routes = this.#eventRoutes.get(message.type);
@@ -502,33 +510,36 @@ export class InMemoryBroker implements MessageBroker {
 
   /** Queues a message in one queue unless its id is in the queue's dedupe window; true on a backlog. */
   #routeTo(queue: MemoryQueue, message: OutgoingMessage, now: number): boolean {
-    const expires = queue.seen.get(message.id);
-    if (expires !== undefined && expires > now) return false;
-    if (expires === undefined) this.#seenCount++;
-    const expiry = now + this.#dedupeWindowMs;
-    queue.seen.set(message.id, expiry);
-    this.#seenOrder.push(queue, message.id, expiry);
+    if (queue.seen.has(message.id)) return false;
+    queue.seen.add(message.id);
+    let expiry = now + this.#dedupeWindowMs;
+    if (expiry < this.#lastExpiry) expiry = this.#lastExpiry;
+    else this.#lastExpiry = expiry;
+    this.#seenQueues.push(queue);
+    this.#seenIds.push(message.id);
+    this.#seenExpiries.push(expiry);
     this.#enqueue(queue, message);
     return queue.consumed && queue.readyCount() > PUBLISH_YIELD_BACKLOG;
   }
 
   /** Forgets expired entries and the oldest beyond `dedupeMaxEntries`. */
   #trimSeen(now: number): void {
-    const order = this.#seenOrder;
-    while (this.#seenHead < order.length) {
-      const queue = order[this.#seenHead] as MemoryQueue;
-      const id = order[this.#seenHead + 1] as string;
-      const expiry = order[this.#seenHead + 2] as number;
-      if (queue.seen.get(id) === expiry) {
-        if (this.#seenCount <= this.#dedupeMaxEntries && expiry > now) break;
-        queue.seen.delete(id);
-        this.#seenCount--;
-      }
-      order[this.#seenHead] = order[this.#seenHead + 1] = order[this.#seenHead + 2] = 0;
-      this.#seenHead += 3;
+    const queues = this.#seenQueues;
+    const ids = this.#seenIds;
+    const expiries = this.#seenExpiries;
+    let head = this.#seenHead;
+    while (head < ids.length) {
+      if ((expiries[head] as number) > now && ids.length - head <= this.#dedupeMaxEntries) break;
+      (queues[head] as MemoryQueue).seen.delete(ids[head] as string);
+      // Lets the id string go; the few queues stay referenced by the broker anyway.
+      ids[head] = '';
+      head++;
     }
-    if (this.#seenHead > 2048 && this.#seenHead * 2 > order.length) {
-      order.splice(0, this.#seenHead);
+    this.#seenHead = head;
+    if (head > 2048 && head * 2 > ids.length) {
+      queues.splice(0, head);
+      ids.splice(0, head);
+      expiries.splice(0, head);
       this.#seenHead = 0;
     }
   }

@@ -189,7 +189,9 @@ export function prepareMessage(
   const delayMs = options.delayMs ?? 0;
   const body = (context.encode ?? encodeEnvelope)(envelope);
   const maxBytes = context.maxBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
-  const size = encodedSize(body);
+  // A UTF-16 code unit is at most 3 UTF-8 bytes (a surrogate pair, 2 units, is 4): a string that
+  // short cannot exceed the limit, and counting its bytes walked every message's whole body.
+  const size = typeof body === 'string' && body.length * 3 <= maxBytes ? 0 : encodedSize(body);
   if (size > maxBytes) {
     throw new HarrierError(
       'too-large',

@@ -308,6 +308,31 @@ describe('InMemoryBroker', () => {
 
         expect((await take()).facts.messageId).toBe(a.id);
       });
+      it('never forgets an id early when the clock goes backwards', async () => {
+        let now = 10_000;
+        const clock = { now: () => now, setTimer: () => () => undefined };
+        const broker = new InMemoryBroker({ clock, dedupeWindowMs: 1_000 });
+        await broker.register(ENDPOINT, [{ handler: 'orders', kind: 'command', types: [TYPE] }]);
+        cleanups.push(() => broker.close());
+        const [a, b] = [command(), command()];
+        await broker.publish(a);
+        now = 5_000;
+        await broker.publish(b);
+
+        now = 5_999;
+        await broker.publish(a);
+        await broker.publish(b);
+        expect(broker.stats().ready).toBe(2);
+        now = 10_999;
+        await broker.publish(a);
+        await broker.publish(b);
+        expect(broker.stats().ready).toBe(2);
+
+        now = 11_000;
+        await broker.publish(a);
+        expect(broker.stats().ready).toBe(3);
+      });
+
       it('delivers an id once per command type: the same id under another type is another message', async () => {
         const broker = new InMemoryBroker({ clock: new ManualClock() });
         const other = 'orders.CancelOrder';

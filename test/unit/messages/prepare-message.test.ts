@@ -22,3 +22,33 @@ describe('prepareMessage ids', () => {
     );
   });
 });
+
+describe('prepareMessage size limit', () => {
+  /** The UTF-8 size of a PlaceOrder envelope whose orderId is `orderId`, as prepared with no limit. */
+  const sizeOf = (orderId: string): number => {
+    const { outgoing } = prepareMessage(PlaceOrder, { orderId }, {}, { now: 1 });
+    return Buffer.byteLength(outgoing.body, 'utf8');
+  };
+
+  it('refuses an oversize message with its too-large error', () => {
+    const size = sizeOf('x'.repeat(100));
+    expect(() =>
+      prepareMessage(PlaceOrder, { orderId: 'x'.repeat(100) }, {}, { now: 1, maxBytes: size - 1 }),
+    ).toThrow(
+      /encodes to \d+ bytes, above the limit of \d+: send a reference to the data instead, or raise maxEnvelopeBytes/,
+    );
+  });
+
+  it('judges a multi-byte message just under and just over the limit by its exact UTF-8 size', () => {
+    // 2-byte, 3-byte and 4-byte (surrogate pair) characters: each body is under 3 bytes per code unit.
+    for (const orderId of ['é'.repeat(50), '€'.repeat(50), '😀'.repeat(50)]) {
+      const size = sizeOf(orderId);
+      expect(prepareMessage(PlaceOrder, { orderId }, {}, { now: 1, maxBytes: size }).outgoing.id).toBeTypeOf(
+        'string',
+      );
+      expect(() => prepareMessage(PlaceOrder, { orderId }, {}, { now: 1, maxBytes: size - 1 })).toThrow(
+        new RegExp(`encodes to ${size} bytes, above the limit of ${size - 1}`),
+      );
+    }
+  });
+});
