@@ -17,14 +17,9 @@ import 'reflect-metadata';
 import { performance } from 'node:perf_hooks';
 import { Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import {
-  Command,
-  CommandBus,
-  CommandHandler as NestCommandHandler,
-  CqrsModule,
-  type ICommandHandler,
-} from '@nestjs/cqrs';
+import { CommandBus, CqrsModule } from '@nestjs/cqrs';
 import { createBus, silentLogger, type MessageBus } from '../src/index.js';
+import { NestValidatedPlaceOrder, NestValidatedPlaceOrderHandler } from './nest-place-order.js';
 import { PlaceOrder, PlaceOrderHandler, payloadOf } from './place-order.js';
 import { fmtRate, median, table } from './support.js';
 
@@ -32,24 +27,6 @@ const N = Number(process.env.BENCH_N ?? 200_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const WARM_UP = 50_000;
 const CALLERS = [1, 16] as const;
-
-/** The fair Nest command: its handler validates the payload with PlaceOrder's schema first. */
-class NestValidatedPlaceOrder extends Command<{ accepted: boolean }> {
-  constructor(
-    readonly orderId: string,
-    readonly amount: number,
-  ) {
-    super();
-  }
-}
-
-@NestCommandHandler(NestValidatedPlaceOrder)
-class NestValidatedPlaceOrderHandler implements ICommandHandler<NestValidatedPlaceOrder> {
-  execute(command: NestValidatedPlaceOrder): Promise<{ accepted: boolean }> {
-    const payload = PlaceOrder.schema.parse({ orderId: command.orderId, amount: command.amount });
-    return Promise.resolve({ accepted: payload.amount > 0 });
-  }
-}
 
 @Module({ imports: [CqrsModule.forRoot()], providers: [NestValidatedPlaceOrderHandler] })
 class AppModule {}

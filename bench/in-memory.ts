@@ -47,6 +47,7 @@ import {
   type IEventHandler,
 } from '@nestjs/cqrs';
 import { InMemoryBroker, createBus, silentLogger, type MessageBus } from '../src/index.js';
+import { NestValidatedPlaceOrder, NestValidatedPlaceOrderHandler } from './nest-place-order.js';
 import { PlaceOrder, PlaceOrderHandler, payloadOf, placeOrderBus } from './place-order.js';
 import { Counter, fmtRate, median, table } from './support.js';
 
@@ -192,27 +193,6 @@ class NestScopedPlaceOrder extends Command<{ accepted: boolean }> {
 class NestScopedPlaceOrderHandler implements ICommandHandler<NestScopedPlaceOrder> {
   execute(command: NestScopedPlaceOrder): Promise<{ accepted: boolean }> {
     return Promise.resolve({ accepted: command.amount > 0 });
-  }
-}
-
-/**
- * The fair comparison for `execute`: Harrier validates every payload against its zod schema before the
- * handler runs, so this Nest handler runs the same `schema.parse` first.
- */
-class NestValidatedPlaceOrder extends Command<{ accepted: boolean }> {
-  constructor(
-    readonly orderId: string,
-    readonly amount: number,
-  ) {
-    super();
-  }
-}
-
-@NestCommandHandler(NestValidatedPlaceOrder)
-class NestValidatedPlaceOrderHandler implements ICommandHandler<NestValidatedPlaceOrder> {
-  execute(command: NestValidatedPlaceOrder): Promise<{ accepted: boolean }> {
-    const payload = PlaceOrder.schema.parse({ orderId: command.orderId, amount: command.amount });
-    return Promise.resolve({ accepted: payload.amount > 0 });
   }
 }
 
