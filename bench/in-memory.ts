@@ -26,7 +26,7 @@
  * `node .bench/bench/in-memory.js`, so what is measured is the same JavaScript as the published
  * build, not TypeScript run through a loader). It takes under a minute, most of it in the Harrier
  * rows; set BENCH_N to change N (default 20000), BENCH_FLAT=1 to add the send row at N = 200,000, and
- * BENCH_ROWS=send to run the send rows alone.
+ * BENCH_ROWS=send to run the send rows alone (BENCH_SEND_WARM_UP and BENCH_TIMELINE: see below).
  */
 import 'reflect-metadata';
 import { cpus } from 'node:os';
@@ -65,6 +65,17 @@ const FLAT_N =
 /** BENCH_ROWS=send runs only the send rows (a short run for before/after comparisons). */
 const ONLY_SEND = process.env.BENCH_ROWS === 'send';
 const WARM_UP = 2_000;
+/**
+ * Warm-up messages of the send rows, both sides: BENCH_SEND_WARM_UP=<n> (default {@link WARM_UP}), to
+ * check whether a longer warm-up moves the ratio.
+ */
+const SEND_WARM_UP = Number(process.env.BENCH_SEND_WARM_UP ?? WARM_UP);
+/**
+ * BENCH_TIMELINE=1 prints the time of each tenth of every Harrier send round (each tenth awaited
+ * before the next, so the round's figure includes those waits): where a slow round loses its time.
+ * Run with --trace-opt / --trace-gc to line the tenths up with compilations and collections.
+ */
+const TIMELINE = process.env.BENCH_TIMELINE === '1';
 /**
  * Warm-up of the execute rows, both sides: a call costs well under a microsecond, so 2,000 calls end
  * before V8 has optimised the path, and each round starts on a fresh bus (docs/benchmarks.md).
@@ -130,8 +141,19 @@ async function harrierSend(n = N): Promise<Sample> {
       for (let i = from; i < from + count; i++) await bus.send(PlaceOrder, payloadOf(i));
       await handled.until(target);
     };
-    await sendAll(0, WARM_UP);
-    const perSecond = await timed(() => sendAll(WARM_UP, n), n);
+    await sendAll(0, SEND_WARM_UP);
+    const tenths: number[] = [];
+    const perSecond = await timed(async () => {
+      if (!TIMELINE) return sendAll(SEND_WARM_UP, n);
+      for (let tenth = 0; tenth < 10; tenth++) {
+        const from = SEND_WARM_UP + Math.floor((n * tenth) / 10);
+        const started = performance.now();
+        await sendAll(from, SEND_WARM_UP + Math.floor((n * (tenth + 1)) / 10) - from);
+        tenths.push(performance.now() - started);
+      }
+    }, n);
+    if (TIMELINE)
+      console.error(`timeline send N = ${n}: ms per tenth ${tenths.map((ms) => ms.toFixed(1)).join(' ')}`);
     return { perSecond, heapMb: await heapNow() };
   } finally {
     await bus.stop();
@@ -252,8 +274,8 @@ function nestPublish(n = N): Promise<Sample> {
       for (let i = from; i < from + count; i++) events.publish(new NestOrderPlaced(`o-${i}`, 1 + (i % 10)));
       await handled.until(target);
     };
-    await publishAll(0, WARM_UP);
-    return { perSecond: await timed(() => publishAll(WARM_UP, n), n) };
+    await publishAll(0, SEND_WARM_UP);
+    return { perSecond: await timed(() => publishAll(SEND_WARM_UP, n), n) };
   });
 }
 
@@ -315,7 +337,7 @@ async function main(): Promise<void> {
     `Harrier in-memory benchmark — Node ${process.version} (${process.platform}/${process.arch}, ${cpu})`,
   );
   console.log(
-    `N = ${N} messages per run after ${WARM_UP} warm-up (${EXECUTE_WARM_UP} for execute), median of ${ROUNDS} rounds\n`,
+    `N = ${N} messages per run after ${SEND_WARM_UP} warm-up (${EXECUTE_WARM_UP} for execute), median of ${ROUNDS} rounds\n`,
   );
 
   const harrier: Sample[][] = rows.map(() => []);
