@@ -542,12 +542,16 @@ export class HandlerPipeline {
     const startedAt = this.#clock.now();
     const context = this.context(envelope, facts.attempt, entry, input.signal);
     let result: unknown;
+    let thenable: boolean;
     try {
       result = this.#invoke(entry, definition, context, envelope.type, envelope.payload, false);
+      // Inside the try: reading `then` of what the handler returned may throw, a failure of the
+      // handler (as `await` would reject with it), never of the dispatcher.
+      thenable = isThenable(result);
     } catch (error) {
       return this.#failed(entry, definition, envelope, policy, input, error);
     }
-    if (isThenable(result) || context.recorded.length > 0) {
+    if (thenable || context.recorded.length > 0) {
       return this.#attemptAfter(entry, definition, envelope, policy, input, context, startedAt, result);
     }
     // Nothing is committed, so a released delivery can drop the call.
@@ -730,12 +734,13 @@ export class HandlerPipeline {
     let result: unknown;
     try {
       result = this.#invoke(entry, definition, context, definition.type, payload, true);
+      // Inside the try: reading `then` of the result may throw, which `execute` rejects with.
+      if (isThenable(result)) return this.#commitAfter(context, result);
     } catch (error) {
       // What was thrown is passed on as it is, as an async function would (Error or not).
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       return Promise.reject(error);
     }
-    if (isThenable(result)) return this.#commitAfter(context, result);
     // Committed only when there is something to publish: most calls record nothing.
     if (context.recorded.length > 0) return this.#commitAfter(context, result);
     // A void handler's calls all resolve alike, so they share one promise (none made per call).

@@ -4,6 +4,8 @@ export class AsyncInbox<T> {
   #head = 0;
   /** Resolves the waiting `next()`; only ever set while no item waits. */
   #waiter: ((item: T | undefined) => void) | undefined;
+  /** The signal the waiting `next()` was given: only its abort ends that wait. */
+  #waiterSignal: AbortSignal | undefined;
   #closed = false;
   #watched: AbortSignal | undefined;
   readonly #closing = new AbortController();
@@ -65,8 +67,8 @@ export class AsyncInbox<T> {
       signal.addEventListener(
         'abort',
         () => {
-          // A signal watched before this one ends no wait of its own.
-          if (this.#watched === signal) this.#end();
+          // A signal watched before this one, or a wait given no signal, is not this abort's to end.
+          if (this.#watched === signal && this.#waiterSignal === signal) this.#end();
         },
         { once: true },
       );
@@ -74,6 +76,7 @@ export class AsyncInbox<T> {
     const item = this.take();
     if (item !== undefined) return Promise.resolve(item);
     if (this.#closed || signal?.aborted === true) return Promise.resolve(undefined);
+    this.#waiterSignal = signal;
     return new Promise<T | undefined>((resolve) => {
       this.#waiter = resolve;
     });

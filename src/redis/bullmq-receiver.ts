@@ -21,7 +21,7 @@ import type { MessageKind } from '../messages/definition.js';
 import { AsyncInbox } from './async-inbox.js';
 import type { ClientSettings } from './broker-connection.js';
 import { KEEP_ATTEMPTS, readJobData, type JobData } from './job-data.js';
-import type { Outcome, Pending, PendingDeliveries } from './pending-deliveries.js';
+import { RELEASE, type Outcome, type Pending, type PendingDeliveries } from './pending-deliveries.js';
 import { baseQueueName, kindOfQueue, type QueueLayout } from './queue-layout.js';
 import { ReceiverWorker } from './receiver-worker.js';
 import { SlotBudget } from './slot-budget.js';
@@ -133,7 +133,14 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
       .next(this.#options.signal)
       .then((taken): Promise<IteratorResult<Delivery>> | IteratorResult<Delivery> => {
         this.#waiting = undefined;
-        return taken === undefined ? this.#end() : { done: false, value: taken.delivery };
+        if (taken === undefined) return this.#end();
+        // Handed to this wait by its push, then the receiver closed (return(), close()) before the wait
+        // resumed: nobody takes it now, so it goes back to its queue as if drained by close().
+        if (this.#inbox.closed) {
+          if (this.#context.pending.delete(taken.delivery.id)) taken.settle(RELEASE);
+          return this.#end();
+        }
+        return { done: false, value: taken.delivery };
       });
     this.#waiting = next;
     return next;
