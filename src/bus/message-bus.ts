@@ -560,6 +560,7 @@ class HarrierBus implements MessageBus {
   ): Promise<ResultOf<D>> {
     let entry: HandlerEntry | undefined;
     let data: unknown;
+    let now: number;
     try {
       entry = this.#lastEntry;
       if (definition !== this.#lastDefinition) {
@@ -575,6 +576,7 @@ class HarrierBus implements MessageBus {
       // its wire text (and signature) would only be thrown away. Handler-recorded messages still are.
       // Nor is it built here: the context builds it (with an id of this time) when something reads it.
       data = checkMessage(definition, payload, options);
+      now = this.#clock.now();
     } catch (refused) {
       // Everything thrown is a rejection, as from an async function (Error or not).
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
@@ -584,7 +586,7 @@ class HarrierBus implements MessageBus {
       entry as HandlerEntry,
       definition,
       data,
-      this.#clock.now(),
+      now,
       options,
       this.#stopController.signal,
     ) as Promise<ResultOf<D>>;

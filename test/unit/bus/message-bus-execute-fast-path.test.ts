@@ -49,6 +49,33 @@ class GetTotalHandler {
 
 describe('MessageBus', () => {
   describe('.execute', () => {
+    describe('when the clock throws', () => {
+      it('rejects with what it threw instead of throwing from execute', async () => {
+        let broken = false;
+        const clock = {
+          now: (): number => {
+            if (broken) throw new Error('clock unplugged');
+            return Date.now();
+          },
+          setTimer: (delayMs: number, callback: () => void): (() => void) => {
+            const timer = setTimeout(callback, delayMs);
+            return () => {
+              clearTimeout(timer);
+            };
+          },
+        };
+        bus = createBus({ handlers: [PlaceOrderHandler], clock, logger: silentLogger });
+        await expect(bus.execute(PlaceOrder, order)).resolves.toEqual({ accepted: true });
+        broken = true;
+        let pending: Promise<unknown> | undefined;
+        expect(() => {
+          pending = bus?.execute(PlaceOrder, order);
+        }).not.toThrow();
+        broken = false;
+        await expect(pending).rejects.toThrow('clock unplugged');
+      });
+    });
+
     describe('when one definition is executed again and again', () => {
       it('validates the payload on every call', async () => {
         bus = createBus({ handlers: [PlaceOrderHandler], logger: silentLogger });
