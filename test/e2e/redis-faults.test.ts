@@ -355,9 +355,17 @@ describe('BullMqBroker faults', () => {
         );
         acknowledged.push(keyOf(n % 2 === 0 ? HANDLER_OF.command : HANDLER_OF.event, id));
       };
+      let killed = false;
       // One publish after another, each awaited (acknowledged) before the next, while Redis dies.
+      // The last one waits for the kill, so a publish always meets the outage: a producer that got
+      // through all of them before the worker had handled five left nothing to refuse.
       const publishing = (async () => {
-        for (let n = 0; n < total && !run.abandoned; n++) await publish(n);
+        for (let n = 0; n < total && !run.abandoned; n++) {
+          if (n === total - 1) {
+            await waitFor('Redis to be killed', () => killed || run.abandoned, { timeoutMs: 30_000 });
+          }
+          await publish(n);
+        }
       })().then(
         () => undefined,
         (error: unknown) => (error instanceof Error ? error : new Error(String(error))),
@@ -369,6 +377,7 @@ describe('BullMqBroker faults', () => {
           { timeoutMs: 15_000, explain: () => worker.output() },
         );
         await redis.kill('SIGKILL');
+        killed = true;
         const acknowledgedAtKill = acknowledged.length;
         const handledAtKill = handledKeys(readWorkLines(out)).length;
         // Redis stays away until the producer has felt it, so the outage is not over before it began.
