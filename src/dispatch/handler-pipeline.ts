@@ -77,7 +77,8 @@ export interface DeadLetteredEvent {
 
 /**
  * Lifecycle hooks of every handler run (command and event handlers, projections); an error thrown
- * by a hook is logged and ignored.
+ * by a hook, or the rejection of an async one (TypeScript lets an async function stand for a `void`
+ * one), is logged and ignored; nothing waits for an async hook.
  */
 export interface DispatchHooks {
   onHandled?(event: HandledEvent): void;
@@ -1002,11 +1003,20 @@ export class HandlerPipeline {
     await publisher.publish(messages, FROM_HANDLER);
   }
 
-  #hook(name: string, call: () => void): void {
+  #hook(name: string, call: () => unknown): void {
+    let result: unknown;
     try {
-      call();
+      result = call();
     } catch (error) {
       this.#logger.error(`Hook ${name} threw; ignored`, { error: toErrorInfo(error) });
+      return;
+    }
+    // An async hook is allowed by the type (a promise is assignable to void): its rejection is
+    // logged the same way, never left to become an unhandled rejection that ends the process.
+    if (result instanceof Promise) {
+      result.catch((error: unknown) => {
+        this.#logger.error(`Hook ${name} rejected; ignored`, { error: toErrorInfo(error) });
+      });
     }
   }
 }
