@@ -360,7 +360,7 @@ export class HandlerPipeline {
       );
     }
     const { envelope, definition } = decoded;
-    const refusal = this.#o.verify?.(input.body, envelope);
+    const refusal = this.#verify(input.body, envelope);
     if (refusal !== undefined) {
       return this.#refuse(
         input,
@@ -423,6 +423,22 @@ export class HandlerPipeline {
       () => this.#attempt(entry, definition, envelope, policy, input, observation),
       (outcome) => processEnd(outcome, this.#clock.now()),
     );
+  }
+
+  /**
+   * Why the envelope's signature is refused, or undefined when it passes (or nothing verifies). A
+   * verifier that throws refuses the message with what it threw: the message is dead-lettered as
+   * `signature-invalid`, where it can be replayed once the verifier works, instead of leaving the
+   * delivery unsettled.
+   */
+  #verify(body: string, envelope: Envelope): string | undefined {
+    const verify = this.#o.verify;
+    if (verify === undefined) return undefined;
+    try {
+      return verify(body, envelope);
+    } catch (error) {
+      return `the signature could not be checked: the verifier threw ${toErrorInfo(error).message}`;
+    }
   }
 
   /**
