@@ -74,6 +74,8 @@ class InFlight implements PipelineInput {
   /** Why the delivery was aborted, once it was. */
   abortReason: unknown = undefined;
   released = false;
+  /** Set once a settle step on the broker (ack, nack, release) has begun for this delivery. */
+  settling = false;
   /** A dead-lettering decided and not yet recorded: a stop sends it back with it, never plain. */
   decided: PendingDeadLetter | undefined = undefined;
   /** The handler's abort signal, made on first read (a function the handler context calls). */
@@ -394,7 +396,8 @@ export class Dispatcher {
     try {
       this.#pipeline.handled(outcome);
     } catch (error) {
-      this.#unexpected(error);
+      // Acked already: nothing goes back to the queue.
+      void this.#unexpected(flight, error);
     } finally {
       this.#end(flight);
     }
@@ -465,16 +468,32 @@ export class Dispatcher {
           );
       }
     } catch (error) {
-      this.#unexpected(error);
+      await this.#unexpected(flight, error);
     } finally {
       this.#end(flight);
     }
   }
 
-  #unexpected(error: unknown): void {
-    this.#logger.error('Unexpected dispatcher failure; delivery left for redelivery', {
-      error: toErrorInfo(error),
-    });
+  /**
+   * A failure of the dispatcher itself (a bug, or a logger that throws): logged, and a delivery whose
+   * settling has not begun goes back to its queue with backoff, as a failed attempt, so it is never
+   * held unsettled (a BullMQ job would stay locked while the worker lives). Never throws.
+   */
+  async #unexpected(flight: InFlight, error: unknown): Promise<void> {
+    try {
+      this.#logger.error('Unexpected dispatcher failure; the delivery goes back to its queue', {
+        deliveryId: flight.delivery.id,
+        error: toErrorInfo(error),
+      });
+    } catch {
+      // A logger that throws is what may have brought us here: go on without it.
+    }
+    if (flight.settling || flight.released) return;
+    const retryAt =
+      this.#clock.now() + backoffDelay(STORE_RETRY, flight.delivery.facts.attempt, this.#o.random);
+    await this.#settle(flight, 'nack', () =>
+      this.#o.broker.nack(flight.delivery.id, { retryAt, error: toErrorInfo(error) }),
+    ).catch(() => undefined);
   }
 
   /** Frees a delivery's slot once it is processed. */
@@ -625,6 +644,7 @@ export class Dispatcher {
     step: (delivery: Delivery) => Promise<unknown>,
     tries = SETTLE_ATTEMPTS,
   ): Promise<SettleResult> {
+    if (what !== 'dead-letter store') flight.settling = true;
     let first: Promise<unknown>;
     try {
       first = step(flight.delivery);
