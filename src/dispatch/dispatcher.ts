@@ -14,7 +14,7 @@ import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
 import type { DeadLetterReason, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
-import { consoleLogger, type Logger } from '../logging/logger.js';
+import { consoleLogger, type LogFields, type Logger } from '../logging/logger.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import type { SendOptions } from '../messages/send-options.js';
@@ -101,6 +101,20 @@ function flightSignal(flight: InFlight): AbortSignal {
   return flight.abort.signal;
 }
 
+/** `logger`, its calls made safe: a logger that throws is ignored, as a throwing hook is. */
+function loggingNeverThrows(logger: Logger): Logger {
+  const call =
+    (level: keyof Logger) =>
+    (message: string, fields?: LogFields): void => {
+      try {
+        logger[level](message, fields);
+      } catch {
+        // Nothing to report it to.
+      }
+    };
+  return { debug: call('debug'), info: call('info'), warn: call('warn'), error: call('error') };
+}
+
 /** Options of {@link Dispatcher.stop}. */
 export interface StopOptions {
   /**
@@ -171,7 +185,9 @@ export class Dispatcher {
   constructor(options: DispatcherOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
-    this.#logger = options.logger ?? consoleLogger;
+    // The dispatcher's own log lines never throw: a logger that throws in the dead-letter path would
+    // otherwise send the delivery back after every attempt, never reaching its dead letter.
+    this.#logger = loggingNeverThrows(options.logger ?? consoleLogger);
     this.#concurrency = options.concurrency ?? 16;
     this.#settleTimeoutMs = options.settleTimeoutMs ?? 5_000;
     // Node fires a timer of more than 2^31 - 1 ms after 1 ms, which would time out every step at once.
