@@ -1031,7 +1031,11 @@ export class HandlerPipeline {
     // logged the same way, never left to become an unhandled rejection that ends the process.
     if (result instanceof Promise) {
       result.catch((error: unknown) => {
-        this.#logger.error(`Hook ${name} rejected; ignored`, { error: toErrorInfo(error) });
+        try {
+          this.#logger.error(`Hook ${name} rejected; ignored`, { error: toErrorInfo(error) });
+        } catch {
+          // A logger that throws here would leave the rejection unhandled after all.
+        }
       });
     }
   }
