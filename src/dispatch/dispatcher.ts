@@ -508,7 +508,14 @@ export class Dispatcher {
     const retryAt =
       this.#clock.now() + backoffDelay(STORE_RETRY, flight.delivery.facts.attempt, this.#o.random);
     await this.#settle(flight, 'nack', () =>
-      this.#o.broker.nack(flight.delivery.id, { retryAt, error: toErrorInfo(error) }),
+      this.#o.broker.nack(
+        flight.delivery.id,
+        // A dead letter decided already goes back with its decision, as on stop(): the next delivery
+        // records it instead of running the handler again.
+        flight.decided === undefined
+          ? { retryAt, error: toErrorInfo(error) }
+          : { retryAt, pendingDeadLetter: flight.decided },
+      ),
     ).catch(() => undefined);
   }
 
