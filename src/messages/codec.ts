@@ -84,6 +84,15 @@ export function encodedSize(body: string | Uint8Array): number {
 }
 
 /**
+ * The size of `body` in bytes when it may be above `maxBytes`, else 0: a UTF-16 code unit takes at
+ * most 3 bytes in UTF-8 (a surrogate pair, 2 units, takes 4), so a string that short cannot exceed
+ * the limit and is not walked to count its bytes.
+ */
+export function sizeIfOver(body: string | Uint8Array, maxBytes: number): number {
+  return typeof body === 'string' && body.length * 3 <= maxBytes ? 0 : encodedSize(body);
+}
+
+/**
  * Turns wire bytes into a validated envelope, or a typed reason why not.
  *
  * @param body - the encoded envelope as received.
@@ -96,8 +105,7 @@ export function decodeEnvelope(
   options: DecodeOptions = {},
 ): DecodeResult {
   const maxBytes = options.maxBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
-  // A UTF-16 code unit takes at most 3 bytes in UTF-8: a short string needs no byte count.
-  const size = typeof body === 'string' && body.length * 3 <= maxBytes ? 0 : encodedSize(body);
+  const size = sizeIfOver(body, maxBytes);
   if (size > maxBytes) {
     return {
       ok: false,

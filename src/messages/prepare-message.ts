@@ -1,7 +1,7 @@
 // Types only: the broker's message shape and the send options are what this builds, not code it runs.
 import { HarrierError } from '../errors/harrier-error.js';
 import { MessageValidationError } from '../errors/message-validation-error.js';
-import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope, encodedSize } from './codec.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope, sizeIfOver } from './codec.js';
 import { isMessageDefinition, type MessageDefinition } from './definition.js';
 import { ENVELOPE_VERSION, type Envelope, type EnvelopeMeta } from './envelope.js';
 import type { OutgoingMessage } from './outgoing-message.js';
@@ -189,9 +189,7 @@ export function prepareMessage(
   const delayMs = options.delayMs ?? 0;
   const body = (context.encode ?? encodeEnvelope)(envelope);
   const maxBytes = context.maxBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
-  // A UTF-16 code unit is at most 3 UTF-8 bytes (a surrogate pair, 2 units, is 4): a string that
-  // short cannot exceed the limit, and counting its bytes walked every message's whole body.
-  const size = typeof body === 'string' && body.length * 3 <= maxBytes ? 0 : encodedSize(body);
+  const size = sizeIfOver(body, maxBytes);
   if (size > maxBytes) {
     throw new HarrierError(
       'too-large',
