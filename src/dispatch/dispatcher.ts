@@ -496,14 +496,11 @@ export class Dispatcher {
    * held unsettled (a BullMQ job would stay locked while the worker lives). Never throws.
    */
   async #unexpected(flight: InFlight, error: unknown): Promise<void> {
-    try {
-      this.#logger.error('Unexpected dispatcher failure; the delivery goes back to its queue', {
-        deliveryId: flight.delivery.id,
-        error: toErrorInfo(error),
-      });
-    } catch {
-      // A logger that throws is what may have brought us here: go on without it.
-    }
+    // The dispatcher's logger never throws (see loggingNeverThrows).
+    this.#logger.error('Unexpected dispatcher failure; the delivery goes back to its queue', {
+      deliveryId: flight.delivery.id,
+      error: toErrorInfo(error),
+    });
     if (flight.settling || flight.released) return;
     const retryAt =
       this.#clock.now() + backoffDelay(STORE_RETRY, flight.delivery.facts.attempt, this.#o.random);

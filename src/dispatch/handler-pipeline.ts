@@ -417,10 +417,10 @@ export class HandlerPipeline {
         ...(input.position !== undefined ? { position: input.position } : {}),
       }),
     );
-    if (observation === undefined) return this.#attempt(entry, definition, envelope, policy, input);
+    if (observation === undefined) return this.#attemptEager(entry, definition, envelope, policy, input);
     return this.#observed(
       observation,
-      () => this.#attempt(entry, definition, envelope, policy, input, observation),
+      () => Promise.resolve(this.#attemptEager(entry, definition, envelope, policy, input, observation)),
       (outcome) => processEnd(outcome, this.#clock.now()),
     );
   }
@@ -486,55 +486,60 @@ export class HandlerPipeline {
     this.#logger.error(`Telemetry ${hook} threw; ignored`, { error: toErrorInfo(error) });
   }
 
-  /** Runs the handler (its step runner, or its unit of work) and decides the message's outcome. */
-  async #attempt(
+  /** Runs the handler through its kind's step runner (a saga's) and decides the message's outcome. */
+  async #attemptSteps(
+    runner: StepRunner,
     entry: HandlerEntry,
     definition: MessageDefinition,
     envelope: Envelope,
     policy: RetryPolicy,
     input: PipelineInput,
-    observation?: ProcessObservation,
+    observation: ProcessObservation | undefined,
   ): Promise<PipelineOutcome> {
     const { facts } = input;
     const startedAt = this.#clock.now();
-    const runner = this.#o.steps?.[entry.kind];
     let outgoing: readonly OutgoingMessage[];
     try {
-      if (runner === undefined) {
-        const context = this.context(envelope, facts.attempt, entry, input.signal);
-        const unit = this.#o.unitOfWork;
-        if (unit === undefined) {
-          await this.#call(entry, definition, context, false);
-          // Nothing is committed yet, so a released delivery can drop the call.
-          if (input.abandoned?.() === true) return ABANDONED;
-          // Awaited only when the handler recorded something: most record nothing.
-          outgoing = context.recorded.length === 0 ? NO_OUTGOING : await this.#commit(context);
-        } else {
-          const result = await unit.run({
-            context,
-            handler: entry.name,
-            handlerKind: entry.kind,
-            endpoint: this.#o.endpoint,
-            inProcess: false,
-            ...(input.position !== undefined ? { position: input.position } : {}),
-            run: () => this.#call(entry, definition, context, false),
-            abandoned: () => input.abandoned?.() === true,
-          });
-          // A unit that answered 'ran' has committed (its inbox row too): publish even if a stop
-          // released the delivery meanwhile, or the messages are lost.
-          if (result === 'ran') outgoing = await this.#commit(context);
-          else if (result === 'stored') outgoing = context.recorded.map((p) => p.outgoing);
-          else outgoing = [];
-        }
-      } else {
-        const result = await runner(
-          this.#step(entry, definition, envelope, facts.attempt, input, observation),
-        );
-        if (result.kind === 'dead-letter') {
-          return refused(entry.name, result.reason, result.error, definition.ordered, envelope);
-        }
-        outgoing = result.outgoing;
+      const result = await runner(this.#step(entry, definition, envelope, facts.attempt, input, observation));
+      if (result.kind === 'dead-letter') {
+        return refused(entry.name, result.reason, result.error, definition.ordered, envelope);
       }
+      outgoing = result.outgoing;
+    } catch (error) {
+      return this.#failed(entry, definition, envelope, policy, input, error);
+    }
+    return { kind: 'handled', envelope, handler: entry.name, attempt: facts.attempt, startedAt, outgoing };
+  }
+
+  /** Runs the handler inside the unit of work and decides the message's outcome. */
+  async #attemptInUnit(
+    unit: TransactionalUnitOfWork,
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    policy: RetryPolicy,
+    input: PipelineInput,
+  ): Promise<PipelineOutcome> {
+    const { facts } = input;
+    const startedAt = this.#clock.now();
+    let outgoing: readonly OutgoingMessage[];
+    try {
+      const context = this.context(envelope, facts.attempt, entry, input.signal);
+      const result = await unit.run({
+        context,
+        handler: entry.name,
+        handlerKind: entry.kind,
+        endpoint: this.#o.endpoint,
+        inProcess: false,
+        ...(input.position !== undefined ? { position: input.position } : {}),
+        run: () => this.#call(entry, definition, context, false),
+        abandoned: () => input.abandoned?.() === true,
+      });
+      // A unit that answered 'ran' has committed (its inbox row too): publish even if a stop
+      // released the delivery meanwhile, or the messages are lost.
+      if (result === 'ran') outgoing = await this.#commit(context);
+      else if (result === 'stored') outgoing = context.recorded.map((p) => p.outgoing);
+      else outgoing = [];
     } catch (error) {
       return this.#failed(entry, definition, envelope, policy, input, error);
     }
@@ -542,8 +547,9 @@ export class HandlerPipeline {
   }
 
   /**
-   * {@link HandlerPipeline.#attempt} without a promise when the handler returns a plain value and
-   * records nothing, with no step runner or unit of work: the outcome is known in this turn.
+   * Runs the handler (through its step runner or unit of work when there is one) and decides the
+   * message's outcome: with neither, without a promise when the handler returns a plain value and
+   * records nothing (the outcome is known in this turn).
    */
   #attemptEager(
     entry: HandlerEntry,
@@ -551,10 +557,14 @@ export class HandlerPipeline {
     envelope: Envelope,
     policy: RetryPolicy,
     input: PipelineInput,
+    observation?: ProcessObservation,
   ): PipelineOutcome | Promise<PipelineOutcome> {
-    if (this.#o.unitOfWork !== undefined || this.#o.steps?.[entry.kind] !== undefined) {
-      return this.#attempt(entry, definition, envelope, policy, input);
+    const runner = this.#o.steps?.[entry.kind];
+    if (runner !== undefined) {
+      return this.#attemptSteps(runner, entry, definition, envelope, policy, input, observation);
     }
+    const unit = this.#o.unitOfWork;
+    if (unit !== undefined) return this.#attemptInUnit(unit, entry, definition, envelope, policy, input);
     const { facts } = input;
     const startedAt = this.#clock.now();
     const context = this.context(envelope, facts.attempt, entry, input.signal);
@@ -902,7 +912,7 @@ export class HandlerPipeline {
    */
   #env(kind: HandlerKind): HandlerContextEnv {
     const refuse = REFUSES_OUTGOING[kind];
-    if (refuse === undefined) return (this.#plainEnv ??= this.#makeEnv(undefined));
+    if (refuse === undefined) return this.#localPlainEnv();
     let env = this.#envs.get(kind);
     if (env === undefined) {
       env = this.#makeEnv(refuse);
