@@ -16,10 +16,10 @@ export type Outcome =
   | { readonly kind: 'lost' };
 
 /** The one `ack` outcome every acked delivery shares: an ack carries nothing of its own. */
-export const ACK: Outcome = { kind: 'ack' };
+export const ACK: Outcome = Object.freeze({ kind: 'ack' });
 
 /** The one `release` outcome every released delivery shares. */
-export const RELEASE: Outcome = { kind: 'release' };
+export const RELEASE: Outcome = Object.freeze({ kind: 'release' });
 
 /** A delivery handed to a receiver whose job's processor waits for its outcome. */
 export interface Pending {

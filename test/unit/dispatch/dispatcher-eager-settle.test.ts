@@ -3,6 +3,7 @@ import { CommandHandler, InMemoryBroker, InMemoryDeadLetterStore, silentLogger }
 import { Dispatcher, HandlerRegistry, MessagePublisher, prepareMessage } from '../../../src/extend.js';
 import { waitFor } from '../../helpers/local-redis.js';
 import { ReserveStock } from '../bus/fixtures.js';
+import { plainInvoker } from './plain-invoker.js';
 
 /** An in-memory broker that counts its acks and nacks. */
 class CountingBroker extends InMemoryBroker {
@@ -44,11 +45,7 @@ function dispatcherFor(
     registry: HandlerRegistry.build([ReserveStockHandler], [ReserveStock]),
     endpoint: 'stock',
     deadLetters,
-    // An invoker that hands on what the handler returns (a plain value stays plain).
-    invoke: (entry, method, payload, context) => {
-      const instance = new (entry.target as new () => Record<string, (p: unknown, c: unknown) => unknown>)();
-      return instance[method]?.(payload, context);
-    },
+    invoke: plainInvoker,
     concurrency: 1,
     logger: silentLogger,
     retry: { attempts: 2, backoff: { baseMs: 1, maxMs: 1 } },

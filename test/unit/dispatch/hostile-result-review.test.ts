@@ -10,6 +10,7 @@ import {
 import { Dispatcher, HandlerRegistry, MessagePublisher, prepareMessage } from '../../../src/extend.js';
 import { waitFor } from '../../helpers/local-redis.js';
 import { ReserveStock } from '../bus/fixtures.js';
+import { plainInvoker } from './plain-invoker.js';
 
 /** A handler result whose `then` cannot be read: `await` and `Promise.resolve` reject with the error. */
 function unreadableThen(): object {
@@ -53,12 +54,7 @@ describe('Dispatcher', () => {
         registry: HandlerRegistry.build([ReserveStockHandler], [ReserveStock]),
         endpoint: 'stock',
         deadLetters,
-        invoke: (entry, method, payload, context) => {
-          const instance = new (
-            entry.target as new () => Record<string, (p: unknown, c: unknown) => unknown>
-          )();
-          return instance[method]?.(payload, context);
-        },
+        invoke: plainInvoker,
         concurrency: 1,
         logger: recordingLogger(errors),
         retry: { attempts: 2, backoff: { baseMs: 1, maxMs: 1 } },
