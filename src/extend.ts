@@ -71,6 +71,7 @@ export {
   HandlerContext,
   HandlerPipeline,
   MessagePublisher,
+  ReceivedHandlerContext,
   backoffDelay,
   composeMiddleware,
   isPermanent,

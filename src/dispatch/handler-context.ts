@@ -6,7 +6,6 @@ import type {
   MessageDefinition,
 } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
-import { HarrierError } from '../errors/harrier-error.js';
 import {
   buildEnvelope,
   prepareMessage,
@@ -48,49 +47,41 @@ export interface HandlerContextEnv {
 const NOTHING_RECORDED: readonly PreparedMessage[] = Object.freeze([]);
 
 /**
- * The {@link MessageContext} of one handler call, with the unit of work it records into.
+ * The {@link MessageContext} of one handler call, with the unit of work it records into: what every
+ * handler's context shares. {@link ReceivedHandlerContext} is the context of a received message (and
+ * of a saga step), {@link LocalHandlerContext} that of a message `execute` made in this process.
  *
  * @remarks
+ * No constructor and no field initialisers here: each subclass sets every field in its own
+ * constructor. A base constructor that stores fields is one function for every subclass, so in a
+ * process that both receives and executes its stores see several object shapes and V8 no longer
+ * specialises them; on `execute`'s path that cost 20 to 50 ns per call (docs/benchmarks.md).
+ *
  * The message fields (`messageId`, `correlationId`, `causationId`, `headers`) are read from the
  * envelope, which a {@link LocalHandlerContext} builds only when something reads it.
  */
-export class HandlerContext<P = unknown> implements MessageContext<P> {
-  #envelope: Envelope<P> | undefined;
-  /**
-   * What the handler recorded (see `recorded`). A TS `private` rather than `#private`: read on every
-   * call (`recorded.length`), and a `#` field costs a brand check per access in the profile.
-   */
-  private recordedList: PreparedMessage[] | undefined;
-  #signal: AbortSignal | (() => AbortSignal);
-
-  /**
-   * @param signal - the handler's abort signal, or a function that makes it when first read (most
-   *   handlers never read it, and an AbortController per message is measurable on a busy worker).
-   */
-  constructor(
-    envelope: Envelope<P>,
-    readonly attempt: number,
-    readonly endpoint: string,
-    readonly handler: string,
-    signal: AbortSignal | (() => AbortSignal),
-    private readonly env: HandlerContextEnv,
-  ) {
-    this.#envelope = envelope;
-    this.#signal = signal;
-  }
-
+export abstract class HandlerContext<P = unknown> implements MessageContext<P> {
+  /** Which try of the message this call is (1 for the first). */
+  abstract readonly attempt: number;
+  /** The endpoint (process role) that runs the handler. */
+  abstract readonly endpoint: string;
+  /** The handler's name. */
+  abstract readonly handler: string;
   /** The handled message. */
-  get envelope(): Envelope<P> {
-    return this.#envelope ?? (this.#envelope = this.buildEnvelope());
-  }
-
+  abstract readonly envelope: Envelope<P>;
+  protected abstract readonly env: HandlerContextEnv;
   /**
-   * Builds the envelope on first read, for a context made without one ({@link LocalHandlerContext}).
-   * @throws HarrierError `internal` here: only a subclass constructed without an envelope overrides it.
+   * What the handler recorded (see `recorded`); every subclass's constructor sets it to undefined.
+   * A TS `protected` rather than `#private`: read on every call (`recorded.length`), and a `#` field
+   * costs a brand check per access in the profile. `declare`d, so this class initialises nothing.
    */
-  protected buildEnvelope(): Envelope<P> {
-    throw new HarrierError('internal', `The context of handler "${this.handler}" has no envelope`);
-  }
+  declare protected recordedList: PreparedMessage[] | undefined;
+  /**
+   * The handler's abort signal, or a function that makes it when first read (most handlers never
+   * read it, and an AbortController per message is measurable on a busy worker). Set by every
+   * subclass's constructor.
+   */
+  declare protected signalSource: AbortSignal | (() => AbortSignal);
 
   get messageId(): string {
     return this.envelope.id;
@@ -114,18 +105,18 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
   }
 
   get signal(): AbortSignal {
-    if (typeof this.#signal === 'function') this.#signal = this.#signal();
-    return this.#signal;
+    const source = this.signalSource;
+    return typeof source === 'function' ? (this.signalSource = source()) : source;
   }
 
   send<D extends CommandDefinition>(definition: D, payload: InputOf<D>, options: SendOptions = {}): string {
     if (this.env.refuse !== undefined) throw this.env.refuse('send', definition, this);
-    return this.#record(definition, payload, options);
+    return this.record(definition, payload, options);
   }
 
   publish<D extends EventDefinition>(definition: D, payload: InputOf<D>, options: SendOptions = {}): string {
     if (this.env.refuse !== undefined) throw this.env.refuse('publish', definition, this);
-    return this.#record(definition, payload, options);
+    return this.record(definition, payload, options);
   }
 
   /**
@@ -136,12 +127,11 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
     return `${this.messageId}\u0000${this.handler}`;
   }
 
-  /** Records a message into the unit of work; returns its id. */
+  /**
+   * Records a message into the unit of work; returns its id. Not a `#` method: a class with one
+   * brands every instance in its constructor, a store every subclass's instances would share.
+   */
   protected record(definition: MessageDefinition, payload: unknown, options: SendOptions): string {
-    return this.#record(definition, payload, options);
-  }
-
-  #record(definition: MessageDefinition, payload: unknown, options: SendOptions): string {
     const recorded = this.recordedList ?? [];
     // Same handled message, handler and position: same id, so a redelivery records no duplicates.
     const id =
@@ -171,6 +161,34 @@ export class HandlerContext<P = unknown> implements MessageContext<P> {
   }
 }
 
+/** The context of a received message's handler call (and, as its base, of a saga step). */
+export class ReceivedHandlerContext<P = unknown> extends HandlerContext<P> {
+  readonly envelope: Envelope<P>;
+  readonly attempt: number;
+  readonly endpoint: string;
+  readonly handler: string;
+  protected readonly env: HandlerContextEnv;
+
+  /** @param signal - the handler's abort signal, or a function that makes it when first read. */
+  constructor(
+    envelope: Envelope<P>,
+    attempt: number,
+    endpoint: string,
+    handler: string,
+    signal: AbortSignal | (() => AbortSignal),
+    env: HandlerContextEnv,
+  ) {
+    super();
+    this.envelope = envelope;
+    this.attempt = attempt;
+    this.endpoint = endpoint;
+    this.handler = handler;
+    this.env = env;
+    this.recordedList = undefined;
+    this.signalSource = signal;
+  }
+}
+
 /** No options given: one shared object instead of a new `{}` per call (never copied). */
 export const NO_OPTIONS: SendOptions = Object.freeze({});
 
@@ -185,6 +203,11 @@ export const NO_OPTIONS: SendOptions = Object.freeze({});
  * most calls never make an id, a time text or a `meta`.
  */
 export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
+  readonly attempt: number;
+  readonly endpoint: string;
+  readonly handler: string;
+  protected readonly env: HandlerContextEnv;
+  #envelope: Envelope<P> | undefined;
   readonly #definition: MessageDefinition;
   readonly #payload: P;
   readonly #now: number;
@@ -195,9 +218,9 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
    * id's time is almost always the call's, so only the rare other one is stored (ids never take a
    * negative time).
    */
-  readonly #idMs: number = -1;
+  readonly #idMs: number;
   /** The counter of the id taken at the call (when the caller gave none). */
-  readonly #idCounter: number = 0;
+  readonly #idCounter: number;
 
   /**
    * @param payload - the payload as its schema parsed it (`checkMessage`).
@@ -214,7 +237,14 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
     signal: AbortSignal | (() => AbortSignal),
     env: HandlerContextEnv,
   ) {
-    super(undefined as unknown as Envelope<P>, 1, endpoint, handler, signal, env);
+    super();
+    this.attempt = 1;
+    this.endpoint = endpoint;
+    this.handler = handler;
+    this.env = env;
+    this.recordedList = undefined;
+    this.signalSource = signal;
+    this.#envelope = undefined;
     this.#definition = definition;
     this.#payload = payload;
     this.#now = now;
@@ -225,8 +255,16 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
     if ((this.#options.id ?? undefined) === undefined) {
       this.#idCounter = reserveUuidV7(now);
       const ms = reservedUuidV7Ms();
-      if (ms !== now) this.#idMs = ms;
+      this.#idMs = ms === now ? -1 : ms;
+    } else {
+      this.#idCounter = 0;
+      this.#idMs = -1;
     }
+  }
+
+  /** The handled message, built on first read. */
+  get envelope(): Envelope<P> {
+    return this.#envelope ?? (this.#envelope = this.#buildEnvelope());
   }
 
   /** The parsed payload, without building the envelope. */
@@ -234,7 +272,7 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
     return this.#payload;
   }
 
-  protected override buildEnvelope(): Envelope<P> {
+  #buildEnvelope(): Envelope<P> {
     const options = this.#options;
     const now = this.#now;
     return buildEnvelope(

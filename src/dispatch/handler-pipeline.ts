@@ -21,7 +21,12 @@ import type { MessageDefinition, RetryOptions } from '../messages/definition.js'
 import type { Envelope } from '../messages/envelope.js';
 import type { EnvelopeEncoder } from '../messages/prepare-message.js';
 import type { SendOptions } from '../messages/send-options.js';
-import { HandlerContext, LocalHandlerContext, type HandlerContextEnv } from './handler-context.js';
+import {
+  LocalHandlerContext,
+  ReceivedHandlerContext,
+  type HandlerContext,
+  type HandlerContextEnv,
+} from './handler-context.js';
 import type { MessagePublisher } from './message-publisher.js';
 import type {
   MessageTelemetry,
@@ -810,7 +815,7 @@ export class HandlerPipeline {
     entry: HandlerEntry,
     signal: AbortSignal | (() => AbortSignal),
   ): HandlerContext {
-    return new HandlerContext(envelope, attempt, this.#o.endpoint, entry.name, signal, this.#env(entry.kind));
+    return new ReceivedHandlerContext(envelope, attempt, this.#o.endpoint, entry.name, signal, this.#env(entry.kind));
   }
 
   /** Reports a handled outcome once it is settled (acked, or completed in its lane). */

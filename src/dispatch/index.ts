@@ -18,7 +18,7 @@ export {
   type StepResult,
   type StepRunner,
 } from './handler-pipeline.js';
-export { HandlerContext } from './handler-context.js';
+export { HandlerContext, ReceivedHandlerContext } from './handler-context.js';
 export { MessagePublisher, type MessagePublisherOptions, type PublishOptions } from './message-publisher.js';
 export type {
   MessageTelemetry,

@@ -1,5 +1,5 @@
 import type { HandlerContextEnv } from '../dispatch/handler-context.js';
-import { HandlerContext } from '../dispatch/handler-context.js';
+import { ReceivedHandlerContext } from '../dispatch/handler-context.js';
 import type { MessageContext } from '../handlers/message-context.js';
 import type { CommandDefinition, EventDefinition, InputOf } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
@@ -52,7 +52,7 @@ export interface SagaContext<S = unknown, P = unknown> extends MessageContext<P>
 
 /** The {@link SagaContext} of one saga step (one try of it). */
 export class SagaStepContext<S = unknown, P = unknown>
-  extends HandlerContext<P>
+  extends ReceivedHandlerContext<P>
   implements SagaContext<S, P>
 {
   state: S;

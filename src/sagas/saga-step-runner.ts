@@ -1,5 +1,5 @@
 import { systemClock, type Clock } from '../clock/clock.js';
-import { HandlerContext } from '../dispatch/handler-context.js';
+import { ReceivedHandlerContext } from '../dispatch/handler-context.js';
 import type { PipelineStep, StepResult, StepRunner } from '../dispatch/handler-pipeline.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { UnrecoverableError } from '../errors/unrecoverable-error.js';
@@ -114,7 +114,14 @@ function correlate(saga: CompiledSaga, route: SagaStepMetadata, step: PipelineSt
   }
   let value: unknown;
   if (typeof how === 'function') {
-    const context = new HandlerContext(envelope, step.attempt, step.endpoint, name, step.signal, step.env);
+    const context = new ReceivedHandlerContext(
+      envelope,
+      step.attempt,
+      step.endpoint,
+      name,
+      step.signal,
+      step.env,
+    );
     value = how(envelope.payload as never, context as never);
   } else {
     value = (envelope.payload as Record<string, unknown> | null)?.[how];
