@@ -264,7 +264,7 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
 
   /** The handled message, built on first read. */
   get envelope(): Envelope<P> {
-    return this.#envelope ?? (this.#envelope = this.#buildEnvelope());
+    return this.#envelope ?? (this.#envelope = this.buildEnvelope());
   }
 
   /** The parsed payload, without building the envelope. */
@@ -272,7 +272,8 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
     return this.#payload;
   }
 
-  #buildEnvelope(): Envelope<P> {
+  /** Not a `#` method, whose brand would be one more store in every construction. */
+  private buildEnvelope(): Envelope<P> {
     const options = this.#options;
     const now = this.#now;
     return buildEnvelope(
