@@ -26,8 +26,9 @@
  * message (INFO stats `total_commands_processed`, which counts the calls inside a Lua script too). Each variant first runs
  * an untimed warm-up; rounds alternate the order of the variants; figures are medians over rounds.
  *
- * Run: `npm run bench:redis-consume-shape` (BENCH_N, default 20000; BENCH_ROUNDS, default 3) against
- * `REDIS_URL` (default redis://127.0.0.1:6379).
+ * Run: `npm run bench:redis-consume-shape` (BENCH_N, default 20000; BENCH_ROUNDS, default 3;
+ * BENCH_VARIANTS, e.g. `1,9`, to run only some, by position in the list above) against `REDIS_URL`
+ * (default redis://127.0.0.1:6379).
  */
 import 'reflect-metadata';
 import { performance } from 'node:perf_hooks';
@@ -73,7 +74,7 @@ interface Variant {
 const harrierOpts = (m: PreparedMessage, now: number): JobsOptions =>
   jobOptions(m.outgoing, now, JOB_DEFAULTS) as JobsOptions;
 
-const variants: readonly Variant[] = [
+const allVariants: readonly Variant[] = [
   { label: '1 raw', build: (i) => ({ data: payloadOf(i), opts: { removeOnComplete: true } }) },
   {
     label: '2 + jobId',
@@ -115,6 +116,10 @@ const variants: readonly Variant[] = [
     build: (_i, m) => ({ data: toJobData(m.outgoing), opts: { removeOnComplete: true } }),
   },
 ];
+
+/** BENCH_VARIANTS: 1-based positions in the list above, comma-separated, to run only those (1 first). */
+const picked = process.env.BENCH_VARIANTS?.split(',').map(Number);
+const variants = picked === undefined ? allVariants : allVariants.filter((_, i) => picked.includes(i + 1));
 
 interface Sample {
   readonly rate: number;
