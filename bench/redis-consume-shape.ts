@@ -23,8 +23,10 @@
  * Besides msg/s, the table shows this process's CPU per message (`process.cpuUsage`, all threads),
  * Redis's CPU per message (INFO cpu `used_cpu_sys + used_cpu_user` before and after, read on a
  * connection of its own; the whole server's, so other clients of it count too) and Redis commands per
- * message (INFO stats `total_commands_processed`, which counts the calls inside a Lua script too). Each variant first runs
- * an untimed warm-up; rounds alternate the order of the variants; figures are medians over rounds.
+ * message (INFO stats `total_commands_processed`, which counts the calls inside a Lua script too).
+ * Each variant first runs an untimed warm-up; rounds alternate the order of the variants; figures are
+ * medians over rounds. On a shared machine one round's rate can be 20% off: read the CPU columns and
+ * every round's rate too.
  *
  * Run: `npm run bench:redis-consume-shape` (BENCH_N, default 20000; BENCH_ROUNDS, default 3;
  * BENCH_VARIANTS, e.g. `1,9`, to run only some, by position in the list above) against `REDIS_URL`
@@ -72,7 +74,7 @@ interface Variant {
 }
 
 const harrierOpts = (m: PreparedMessage, now: number): JobsOptions =>
-  jobOptions(m.outgoing, now, JOB_DEFAULTS) as JobsOptions;
+  jobOptions(m.outgoing, now, JOB_DEFAULTS);
 
 const allVariants: readonly Variant[] = [
   { label: '1 raw', build: (i) => ({ data: payloadOf(i), opts: { removeOnComplete: true } }) },
