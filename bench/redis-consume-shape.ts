@@ -14,9 +14,10 @@
  * 6. `Harrier publishBatch`: the jobs `BullMqBroker.publishBatch` writes (as bench/redis.ts's "raw on
  *    Harrier's jobs").
  *
- * and three more that take one part away from Harrier's job (5) or add one to raw (1):
- * `Harrier - jobId` (deduplication id only, BullMQ's numeric job id), `Harrier - dedupe` (job id only)
- * and `raw + envelope data` (Harrier's data with raw's options).
+ * and four more that take one part away from Harrier's job (5) or change one in raw (1):
+ * `Harrier - jobId` (deduplication id only, BullMQ's numeric job id), `Harrier - dedupe` (job id only),
+ * `raw + envelope data` (Harrier's data with raw's options) and `raw, queue "bench"` (raw's jobs in the
+ * queue bench/redis.ts's raw BullMQ uses; every other variant uses Harrier's queue name, `cmd~` + type).
  *
  * Jobs are added untimed, in chunks of 1000, to a fresh key prefix per variant and round (deleted
  * afterwards); the consume is timed from `new Worker(...)` until its `completed` event has counted N.
@@ -71,6 +72,8 @@ interface Variant {
   readonly label: string;
   /** Undefined: the jobs are published by `BullMqBroker.publishBatch`. */
   readonly build?: Build;
+  /** The queue, when not Harrier's {@link QUEUE}. */
+  readonly queue?: string;
 }
 
 const harrierOpts = (m: PreparedMessage, now: number): JobsOptions =>
@@ -117,6 +120,11 @@ const allVariants: readonly Variant[] = [
     label: 'raw + envelope data',
     build: (_i, m) => ({ data: toJobData(m.outgoing), opts: { removeOnComplete: true } }),
   },
+  {
+    label: 'raw, queue "bench"',
+    build: (i) => ({ data: payloadOf(i), opts: { removeOnComplete: true } }),
+    queue: 'bench',
+  },
 ];
 
 /** BENCH_VARIANTS: 1-based positions in the list above, comma-separated, to run only those (1 first). */
@@ -152,7 +160,7 @@ async function redisCpuUs(): Promise<number> {
 /** Bytes of the `data` field of the first waiting job under `prefix`. */
 async function jobBytes(queue: Queue, prefix: string): Promise<number> {
   const id = (await queue.getJobs(['wait'], 0, 0))[0]?.id;
-  const data = id === undefined ? null : await admin.hget(`${prefix}:${QUEUE}:${id}`, 'data');
+  const data = id === undefined ? null : await admin.hget(`${prefix}:${queue.name}:${id}`, 'data');
   return data === null ? Number.NaN : Buffer.byteLength(data);
 }
 
@@ -173,7 +181,7 @@ async function run(variant: Variant, n: number): Promise<Sample> {
   const prefix = benchPrefix();
   const producer = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   const consumer = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
-  const queue = new Queue(QUEUE, { connection: producer, prefix });
+  const queue = new Queue(variant.queue ?? QUEUE, { connection: producer, prefix });
   let worker: Worker | undefined;
   try {
     const { build } = variant;
@@ -205,7 +213,7 @@ async function run(variant: Variant, n: number): Promise<Sample> {
     const commandsBefore = await infoField(admin, 'total_commands_processed', 'stats');
     const cpu = process.cpuUsage();
     const started = performance.now();
-    worker = new Worker(QUEUE, () => Promise.resolve(), {
+    worker = new Worker(queue.name, () => Promise.resolve(), {
       connection: consumer,
       prefix,
       concurrency: CONCURRENCY,
