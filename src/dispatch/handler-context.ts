@@ -55,7 +55,9 @@ const NOTHING_RECORDED: readonly PreparedMessage[] = Object.freeze([]);
  * No constructor and no field initialisers here: each subclass sets every field in its own
  * constructor. A base constructor that stores fields is one function for every subclass, so in a
  * process that both receives and executes its stores see several object shapes and V8 no longer
- * specialises them; on `execute`'s path that cost 20 to 50 ns per call (docs/benchmarks.md).
+ * specialises them (`npm run bench:handler-context`: 36 to 47 ns per construction of `execute`'s
+ * context before, 17 to 21 after; docs/benchmarks.md). Subclasses `declare` their fields and set
+ * each once in their constructor (a plain field declaration would define it as undefined first).
  *
  * The message fields (`messageId`, `correlationId`, `causationId`, `headers`) are read from the
  * envelope, which a {@link LocalHandlerContext} builds only when something reads it.
@@ -163,11 +165,13 @@ export abstract class HandlerContext<P = unknown> implements MessageContext<P> {
 
 /** The context of a received message's handler call (and, as its base, of a saga step). */
 export class ReceivedHandlerContext<P = unknown> extends HandlerContext<P> {
-  readonly envelope: Envelope<P>;
-  readonly attempt: number;
-  readonly endpoint: string;
-  readonly handler: string;
-  protected readonly env: HandlerContextEnv;
+  declare readonly envelope: Envelope<P>;
+  declare readonly attempt: number;
+  declare readonly endpoint: string;
+  declare readonly handler: string;
+  declare protected readonly env: HandlerContextEnv;
+  declare protected recordedList: PreparedMessage[] | undefined;
+  declare protected signalSource: AbortSignal | (() => AbortSignal);
 
   /** @param signal - the handler's abort signal, or a function that makes it when first read. */
   constructor(
@@ -203,10 +207,12 @@ export const NO_OPTIONS: SendOptions = Object.freeze({});
  * most calls never make an id, a time text or a `meta`.
  */
 export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
-  readonly attempt: number;
-  readonly endpoint: string;
-  readonly handler: string;
-  protected readonly env: HandlerContextEnv;
+  declare readonly attempt: number;
+  declare readonly endpoint: string;
+  declare readonly handler: string;
+  declare protected readonly env: HandlerContextEnv;
+  declare protected recordedList: PreparedMessage[] | undefined;
+  declare protected signalSource: AbortSignal | (() => AbortSignal);
   #envelope: Envelope<P> | undefined;
   readonly #definition: MessageDefinition;
   readonly #payload: P;

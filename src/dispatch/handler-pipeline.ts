@@ -155,7 +155,7 @@ export interface PipelineStep {
   readonly endpoint: string;
   /** The handler's abort signal, or a function that makes it on first read. */
   readonly signal: AbortSignal | (() => AbortSignal);
-  /** What a {@link HandlerContext} of this handler's kind needs (to construct one, or a subclass). */
+  /** What a context of this handler's kind needs (to construct a `ReceivedHandlerContext` or a subclass). */
   readonly env: HandlerContextEnv;
   /** Runs middleware and the handler with `context`. */
   invoke(context: HandlerContext): Promise<unknown>;
@@ -815,7 +815,14 @@ export class HandlerPipeline {
     entry: HandlerEntry,
     signal: AbortSignal | (() => AbortSignal),
   ): HandlerContext {
-    return new ReceivedHandlerContext(envelope, attempt, this.#o.endpoint, entry.name, signal, this.#env(entry.kind));
+    return new ReceivedHandlerContext(
+      envelope,
+      attempt,
+      this.#o.endpoint,
+      entry.name,
+      signal,
+      this.#env(entry.kind),
+    );
   }
 
   /** Reports a handled outcome once it is settled (acked, or completed in its lane). */
