@@ -9,7 +9,7 @@
  *   and the default concurrency (16); one producer awaits each `send`; timed from the first send until
  *   the `onHandled` hook (which fires after the ack) has counted N messages.
  * - Harrier `execute`: the command handler run in-process, awaited one after another, and from 16
- *   concurrent callers.
+ *   concurrent callers; {@link EXECUTE_N} calls per run (a call is well under a microsecond).
  * - NestJS CQRS: `CommandBus.execute` of a `@CommandHandler` (sequential and 16 concurrent callers),
  *   and `EventBus.publish` -> `@EventsHandler` counting N, the nearest NestJS equivalent of
  *   send -> handle (fire-and-forget, in-process, no queue, no ack). Nest handlers are singletons by
@@ -81,6 +81,12 @@ const TIMELINE = process.env.BENCH_TIMELINE === '1';
  * before V8 has optimised the path, and each round starts on a fresh bus (docs/benchmarks.md).
  */
 const EXECUTE_WARM_UP = 50_000;
+/**
+ * Calls timed per execute row (BENCH_EXECUTE_N, default the larger of N and 200,000). At N = 20,000
+ * a row lasted 6 to 9 ms, so one scheduling hiccup moved a ratio by a third between runs of the
+ * same code (fair row, 1 caller: 1.44x, 0.87x and 0.84x in three runs; docs/benchmarks.md).
+ */
+const EXECUTE_N = Number(process.env.BENCH_EXECUTE_N ?? Math.max(N, 200_000));
 const ROUNDS = 3;
 const CALLERS = 16;
 /** A run that has not finished by then has lost messages: fail loudly instead of hanging. */
@@ -166,7 +172,7 @@ async function harrierExecute(callers: number): Promise<Sample> {
   try {
     const execute = (i: number): Promise<unknown> => bus.execute(PlaceOrder, payloadOf(i));
     await drive(EXECUTE_WARM_UP, callers, execute);
-    const perSecond = await timed(() => drive(N, callers, execute));
+    const perSecond = await timed(() => drive(EXECUTE_N, callers, execute), EXECUTE_N);
     return { perSecond, heapMb: await heapNow() };
   } finally {
     await bus.stop();
@@ -261,7 +267,7 @@ function nestExecute(callers: number, handler: NestHandler = 'singleton'): Promi
     const make = nestCommand[handler];
     const execute = (i: number): Promise<{ accepted: boolean }> => commands.execute(make(i));
     await drive(EXECUTE_WARM_UP, callers, execute);
-    return { perSecond: await timed(() => drive(N, callers, execute)) };
+    return { perSecond: await timed(() => drive(EXECUTE_N, callers, execute), EXECUTE_N) };
   });
 }
 
@@ -337,7 +343,7 @@ async function main(): Promise<void> {
     `Harrier in-memory benchmark — Node ${process.version} (${process.platform}/${process.arch}, ${cpu})`,
   );
   console.log(
-    `N = ${N} messages per run after ${SEND_WARM_UP} warm-up (${EXECUTE_WARM_UP} for execute), median of ${ROUNDS} rounds\n`,
+    `N = ${N} messages per run after ${SEND_WARM_UP} warm-up; execute rows ${EXECUTE_N} calls after ${EXECUTE_WARM_UP} warm-up; median of ${ROUNDS} rounds\n`,
   );
 
   const harrier: Sample[][] = rows.map(() => []);
