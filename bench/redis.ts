@@ -59,7 +59,8 @@ const N = Number(process.env.BENCH_N ?? 20_000);
 /** Messages of the untimed warm-up run of each system, so round 1 is not a JIT warm-up. */
 const WARM_UP = Math.min(N, 2_000);
 const CONCURRENCY = 16;
-const ROUNDS = 3;
+/** Rounds (BENCH_ROUNDS, default 3); on a noisy host, 7 gives a steadier median. */
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 /** CPU time the calibration run's processor spends on each job, in microseconds. */
 const SPIN_US = Number(process.env.BENCH_SPIN_US ?? 10);
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
