@@ -33,7 +33,7 @@ import type { AppendInput, EventLog, TopicSpec } from '../src/log/event-log.js';
 import { partitionOf } from '../src/messages/partition.js';
 import { uuidv7 } from '../src/messages/uuid-v7.js';
 import { describeRedisUrl, RedisEventLog } from '../src/redis/index.js';
-import { benchPrefix, deleteKeys, fmtRate, median, table } from './support.js';
+import { adminClient, benchPrefix, connectAdmin, deleteKeys, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const WARM_UP = Math.min(N, 2_000);
@@ -95,11 +95,7 @@ const cpuPer = (n: number, from: NodeJS.CpuUsage): number => {
 const newPrefix = (): string => benchPrefix();
 
 /** The bench's own connection: checks Redis and deletes each run's keys. */
-const admin = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 3_000 });
-let adminError: unknown;
-admin.on('error', (error: unknown) => {
-  adminError = error;
-});
+const admin = adminClient(REDIS_URL);
 
 /** Appends and replays through the {@link EventLog} contract. */
 async function measureLog(log: EventLog, records: readonly AppendInput[]): Promise<Sample> {
@@ -236,16 +232,7 @@ async function localSystems(): Promise<System[]> {
 }
 
 async function main(): Promise<void> {
-  try {
-    await admin.connect();
-  } catch (error) {
-    process.stderr.write(
-      `Redis is not reachable at ${describeRedisUrl(REDIS_URL)} (${String(adminError ?? error)}): start one (e.g. \`redis-server --port 6379\`) or set REDIS_URL to a running server\n`,
-    );
-    process.exitCode = 2;
-    admin.disconnect();
-    return;
-  }
+  if (!(await connectAdmin(admin, REDIS_URL))) return;
   const server = await admin.info('server');
   const redisVersion = /redis_version:(\S+)/.exec(server)?.[1] ?? 'unknown';
   const cpu = cpus()[0]?.model ?? 'unknown CPU';

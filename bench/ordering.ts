@@ -34,7 +34,6 @@
 import 'reflect-metadata';
 import { cpus } from 'node:os';
 import { performance } from 'node:perf_hooks';
-import { Redis } from 'ioredis';
 import { z } from 'zod';
 import {
   CommandHandler,
@@ -54,7 +53,17 @@ import {
 } from '../src/index.js';
 import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
-import { Counter, benchPrefix, deleteKeys, fmtRate, infoField, median, table } from './support.js';
+import {
+  adminClient,
+  benchPrefix,
+  connectAdmin,
+  Counter,
+  deleteKeys,
+  fmtRate,
+  infoField,
+  median,
+  table,
+} from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 10_000);
 const TYPES = 20;
@@ -121,11 +130,7 @@ function application(ordered: boolean): {
 const newPrefix = (): string => benchPrefix();
 
 /** The bench's own connection: checks Redis, counts connections, reads INFO, deletes each run's keys. */
-const admin = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 3_000 });
-let adminError: unknown;
-admin.on('error', (error: unknown) => {
-  adminError = error;
-});
+const admin = adminClient(REDIS_URL);
 
 /** Connections whose client name starts with `prefix`. */
 async function connectionsOf(prefix: string): Promise<number> {
@@ -304,16 +309,7 @@ async function story(): Promise<string[][]> {
 }
 
 async function main(): Promise<void> {
-  try {
-    await admin.connect();
-  } catch (error) {
-    process.stderr.write(
-      `Redis is not reachable at ${describeRedisUrl(REDIS_URL)} (${String(adminError ?? error)}): start one (e.g. \`redis-server --port 6379\`) or set REDIS_URL to a running server\n`,
-    );
-    process.exitCode = 2;
-    admin.disconnect();
-    return;
-  }
+  if (!(await connectAdmin(admin, REDIS_URL))) return;
   const redisVersion = /redis_version:(\S+)/.exec(await admin.info('server'))?.[1] ?? 'unknown';
   const cpu = cpus()[0]?.model ?? 'unknown CPU';
   console.log(

@@ -43,7 +43,17 @@ import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
 import { jobOptionDefaults, jobOptions, toJobData } from '../src/redis/job-data.js';
 import { PlaceOrder, payloadOf } from './place-order.js';
 import { CHUNK, DEDUPE_TTL_MS, produceWithHarrier } from './produce-support.js';
-import { Counter, benchPrefix, deleteKeys, fmtRate, infoField, median, table } from './support.js';
+import {
+  adminClient,
+  benchPrefix,
+  connectAdmin,
+  Counter,
+  deleteKeys,
+  fmtRate,
+  infoField,
+  median,
+  table,
+} from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -144,11 +154,7 @@ interface Sample {
 }
 
 /** The bench's own connection: INFO, job sizes, deleting each run's keys. */
-const admin = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 3_000 });
-let adminError: unknown;
-admin.on('error', (error: unknown) => {
-  adminError = error;
-});
+const admin = adminClient(REDIS_URL);
 
 /** Redis's CPU time so far (sys + user, all threads), in microseconds. */
 async function redisCpuUs(): Promise<number> {
@@ -245,16 +251,7 @@ async function run(variant: Variant, n: number): Promise<Sample> {
 }
 
 async function main(): Promise<void> {
-  try {
-    await admin.connect();
-  } catch (error) {
-    process.stderr.write(
-      `Redis is not reachable at ${describeRedisUrl(REDIS_URL)} (${String(adminError ?? error)}): start one (e.g. \`redis-server --port 6379\`) or set REDIS_URL to a running server\n`,
-    );
-    process.exitCode = 2;
-    admin.disconnect();
-    return;
-  }
+  if (!(await connectAdmin(admin, REDIS_URL))) return;
   const redisVersion = /redis_version:(\S+)/.exec(await admin.info('server'))?.[1] ?? 'unknown';
   const began = performance.now();
   for (const variant of variants) await run(variant, WARM_UP);

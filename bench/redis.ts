@@ -53,7 +53,16 @@ import { silentLogger } from '../src/index.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
 import { PlaceOrder, payloadOf, placeOrderBus } from './place-order.js';
 import { CHUNK, produceRaw, produceWithHarrier } from './produce-support.js';
-import { Counter, benchPrefix, deleteKeys, fmtRate, median, table } from './support.js';
+import {
+  adminClient,
+  benchPrefix,
+  connectAdmin,
+  Counter,
+  deleteKeys,
+  fmtRate,
+  median,
+  table,
+} from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 /** Messages of the untimed warm-up run of each system, so round 1 is not a JIT warm-up. */
@@ -89,11 +98,7 @@ const cpuPerMessage = (since: NodeJS.CpuUsage, n: number): number => {
 const newPrefix = (): string => benchPrefix();
 
 /** The bench's own connection: checks Redis, measures job sizes and deletes each run's keys. */
-const admin = new Redis(REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 3_000 });
-let adminError: unknown;
-admin.on('error', (error: unknown) => {
-  adminError = error;
-});
+const admin = adminClient(REDIS_URL);
 
 /**
  * The Redis server's CPU time so far (`used_cpu_user` + `used_cpu_sys`), in microseconds. Consumer
@@ -248,16 +253,7 @@ async function harrier(n = N): Promise<Sample> {
 }
 
 async function main(): Promise<void> {
-  try {
-    await admin.connect();
-  } catch (error) {
-    process.stderr.write(
-      `Redis is not reachable at ${describeRedisUrl(REDIS_URL)} (${String(adminError ?? error)}): start one (e.g. \`redis-server --port 6379\`) or set REDIS_URL to a running server\n`,
-    );
-    process.exitCode = 2;
-    admin.disconnect();
-    return;
-  }
+  if (!(await connectAdmin(admin, REDIS_URL))) return;
   const server = await admin.info('server');
   const redisVersion = /redis_version:(\S+)/.exec(server)?.[1] ?? 'unknown';
   const cpu = cpus()[0]?.model ?? 'unknown CPU';

@@ -2,7 +2,8 @@
 // and the Redis chores of the Redis benches (prefixes, keys, INFO).
 
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import { Redis } from 'ioredis';
+import { describeRedisUrl } from '../src/redis/index.js';
 import { startRedisServer, type LocalRedis } from '../test/helpers/local-redis.js';
 
 /** The median of some samples (the upper one of an even count). */
@@ -94,4 +95,34 @@ export async function startBenchRedis(): Promise<LocalRedis> {
   const fromEnv = process.env.REDIS_URL;
   if (fromEnv !== undefined && fromEnv !== '') return { url: fromEnv, stop: () => undefined };
   return startRedisServer('harrier-bench-redis-');
+}
+
+/** The last error each bench admin client reported (ioredis reports a refused connection there). */
+const adminErrors = new WeakMap<Redis, unknown>();
+
+/** A bench's own Redis connection to `url`: lazy, one retry, 3 s to connect; open it with {@link connectAdmin}. */
+export function adminClient(url: string): Redis {
+  const admin = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1, connectTimeout: 3_000 });
+  admin.on('error', (error: unknown) => {
+    adminErrors.set(admin, error);
+  });
+  return admin;
+}
+
+/**
+ * Connects a bench's admin client. When Redis is not reachable: says so on stderr with the fix, sets
+ * exit code 2 and returns false.
+ */
+export async function connectAdmin(admin: Redis, url: string): Promise<boolean> {
+  try {
+    await admin.connect();
+    return true;
+  } catch (error) {
+    process.stderr.write(
+      `Redis is not reachable at ${describeRedisUrl(url)} (${String(adminErrors.get(admin) ?? error)}): start one (e.g. \`redis-server --port 6379\`) or set REDIS_URL to a running server\n`,
+    );
+    process.exitCode = 2;
+    admin.disconnect();
+    return false;
+  }
 }
