@@ -493,7 +493,9 @@ export class InMemoryBroker implements MessageBroker {
   /** Queues a message; true when a consumed queue it went to has a backlog past the yield mark. */
   #route(message: OutgoingMessage): boolean {
     const now = this.#clock.now();
-    // Expired ids leave first, so an id still in a queue's `seen` set is inside its window.
+    // Expired ids, and the oldest beyond dedupeMaxEntries, leave before any lookup: an id still in a
+    // queue's `seen` set is inside its window. (Between two publishes the sets may hold one message's
+    // fan-out more than the cap; nothing reads them then.)
     this.#trimSeen(now);
     let backlog = false;
     if (message.kind === 'event') {
@@ -504,7 +506,6 @@ export class InMemoryBroker implements MessageBroker {
       // A command goes to its one queue: no list of targets made per message.
       backlog = this.#routeTo(this.#commandQueue(message.type), message, now);
     }
-    this.#trimSeen(now);
     return backlog;
   }
 

@@ -136,12 +136,22 @@ export type ContainerInvoker = (
   context: HandlerContext,
 ) => Promise<unknown>;
 
+/** The options set in `options` that make a child container per message, by name. */
+function childPerMessageOptions(options: MessageScopeOptions): string[] {
+  return [
+    ...((options.scoped?.length ?? 0) > 0 ? ['scoped'] : []),
+    ...(options.configure !== undefined ? ['configure'] : []),
+    ...(options.childContainer === 'always' ? ["childContainer: 'always'"] : []),
+  ];
+}
+
 /**
  * True for `handlerInstances: 'reuse'`.
+ * @param conflicting - {@link childPerMessageOptions} of `options`.
  * @throws HarrierError `invalid-option` for a value other than `'fresh'` or `'reuse'`, or `'reuse'`
  *   with options that make a child container per message.
  */
-function handlerInstancesOf(options: MessageScopeOptions): boolean {
+function handlerInstancesOf(options: MessageScopeOptions, conflicting: readonly string[]): boolean {
   const value: unknown = options.handlerInstances;
   if (value === undefined || value === 'fresh') return false;
   if (value !== 'reuse') {
@@ -150,11 +160,6 @@ function handlerInstancesOf(options: MessageScopeOptions): boolean {
       `messageScope.handlerInstances is ${typeof value === 'string' ? JSON.stringify(value) : `a ${typeof value}`}: use 'fresh' (a new handler instance per message, the default) or 'reuse' (one instance per handler, for stateless handlers)`,
     );
   }
-  const conflicting = [
-    ...((options.scoped?.length ?? 0) > 0 ? ['scoped'] : []),
-    ...(options.configure !== undefined ? ['configure'] : []),
-    ...(options.childContainer === 'always' ? ["childContainer: 'always'"] : []),
-  ];
   if (conflicting.length > 0) {
     throw new HarrierError(
       'invalid-option',
@@ -174,12 +179,9 @@ function handlerInstancesOf(options: MessageScopeOptions): boolean {
 export function containerInvoker(container: Container, options: MessageScopeOptions = {}): HandlerInvoker {
   const root = ownContainer(container, 'createContainerInvoker');
   const handlers = new Container({ parent: root });
-  const reuse = handlerInstancesOf(options);
-  const always =
-    !sameCore ||
-    options.childContainer === 'always' ||
-    (options.scoped?.length ?? 0) > 0 ||
-    options.configure !== undefined;
+  const childPerMessage = childPerMessageOptions(options);
+  const reuse = handlerInstancesOf(options, childPerMessage);
+  const always = !sameCore || childPerMessage.length > 0;
   const needsChild = new Map<HandlerEntry, boolean>();
   /** With `handlerInstances: 'reuse'`: the one instance of each handler resolved without a child. */
   const reused = new Map<HandlerEntry, Record<string, unknown>>();

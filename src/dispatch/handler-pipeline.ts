@@ -313,7 +313,8 @@ export class HandlerPipeline {
   readonly #logger: Logger;
   readonly #maxBytes: number;
   readonly #envs = new Map<HandlerKind, HandlerContextEnv>();
-  #plainEnv: HandlerContextEnv | undefined;
+  /** The context env of every handler kind that may send and publish (see {@link HandlerPipeline.#env}). */
+  readonly #plainEnv: HandlerContextEnv;
   readonly #policies = new WeakMap<HandlerEntry, Map<string, RetryPolicy>>();
   /** The lookup and options of every decode, made once rather than per delivery. */
   readonly #definitionOf: (type: string) => MessageDefinition | undefined;
@@ -328,6 +329,7 @@ export class HandlerPipeline {
     const registry = options.registry;
     this.#definitionOf = (type) => registry.definition(type);
     this.#decodeOptions = { maxBytes: this.#maxBytes };
+    this.#plainEnv = this.#makeEnv(undefined);
     resolveRetryPolicy(options.retry);
   }
 
@@ -513,7 +515,7 @@ export class HandlerPipeline {
     } catch (error) {
       return this.#failed(entry, definition, envelope, policy, input, error);
     }
-    return { kind: 'handled', envelope, handler: entry.name, attempt: facts.attempt, startedAt, outgoing };
+    return handledOutcome(entry, envelope, facts.attempt, startedAt, outgoing);
   }
 
   /** Runs the handler inside the unit of work and decides the message's outcome. */
@@ -548,7 +550,7 @@ export class HandlerPipeline {
     } catch (error) {
       return this.#failed(entry, definition, envelope, policy, input, error);
     }
-    return { kind: 'handled', envelope, handler: entry.name, attempt: facts.attempt, startedAt, outgoing };
+    return handledOutcome(entry, envelope, facts.attempt, startedAt, outgoing);
   }
 
   /**
@@ -588,14 +590,7 @@ export class HandlerPipeline {
     }
     // Nothing is committed, so a released delivery can drop the call.
     if (input.abandoned?.() === true) return ABANDONED;
-    return {
-      kind: 'handled',
-      envelope,
-      handler: entry.name,
-      attempt: facts.attempt,
-      startedAt,
-      outgoing: NO_OUTGOING,
-    };
+    return handledOutcome(entry, envelope, facts.attempt, startedAt, NO_OUTGOING);
   }
 
   /** The rest of {@link HandlerPipeline.#attemptEager} once the handler returned a promise or recorded. */
@@ -617,14 +612,7 @@ export class HandlerPipeline {
     } catch (error) {
       return this.#failed(entry, definition, envelope, policy, input, error);
     }
-    return {
-      kind: 'handled',
-      envelope,
-      handler: entry.name,
-      attempt: input.facts.attempt,
-      startedAt,
-      outgoing,
-    };
+    return handledOutcome(entry, envelope, input.facts.attempt, startedAt, outgoing);
   }
 
   /** The outcome of an attempt whose handler (or commit) failed: a retry, or a dead letter. */
@@ -703,7 +691,7 @@ export class HandlerPipeline {
         this.#o.endpoint,
         entry.name,
         signal,
-        REFUSES_OUTGOING[entry.kind] === undefined ? this.#localPlainEnv() : this.#env(entry.kind),
+        this.#env(entry.kind),
       );
     } catch (error) {
       // The definition's partition key function threw: a rejection, as from prepareEnvelope before.
@@ -713,16 +701,6 @@ export class HandlerPipeline {
     // Without telemetry there is nothing to observe: no closure, no guard.
     if (this.#o.telemetry === undefined) return this.#runLocal(entry, definition, context, payload);
     return this.#runLocalObserved(entry, definition, context, payload);
-  }
-
-  /** The env of a handler that may record (kept small so it inlines into `runChecked`). */
-  #localPlainEnv(): HandlerContextEnv {
-    return this.#plainEnv ?? this.#makePlainEnv();
-  }
-
-  /** Makes (once) the env shared by every handler kind that may record. */
-  #makePlainEnv(): HandlerContextEnv {
-    return (this.#plainEnv = this.#makeEnv(undefined));
   }
 
   #runLocalObserved(
@@ -924,7 +902,7 @@ export class HandlerPipeline {
    */
   #env(kind: HandlerKind): HandlerContextEnv {
     const refuse = REFUSES_OUTGOING[kind];
-    if (refuse === undefined) return this.#localPlainEnv();
+    if (refuse === undefined) return this.#plainEnv;
     let env = this.#envs.get(kind);
     if (env === undefined) {
       env = this.#makeEnv(refuse);
@@ -1104,6 +1082,17 @@ function promiseOf(call: () => unknown): Promise<unknown> {
 }
 
 const FROM_HANDLER = { origin: 'handler' } as const;
+
+/** The outcome of an attempt whose handler succeeded, with what it committed. */
+function handledOutcome(
+  entry: HandlerEntry,
+  envelope: Envelope,
+  attempt: number,
+  startedAt: number,
+  outgoing: readonly OutgoingMessage[],
+): HandledOutcome {
+  return { kind: 'handled', envelope, handler: entry.name, attempt, startedAt, outgoing };
+}
 
 function refused(
   handler: string | undefined,

@@ -20,7 +20,7 @@ import type { Logger } from '../logging/logger.js';
 import type { MessageKind } from '../messages/definition.js';
 import { AsyncInbox } from './async-inbox.js';
 import type { ClientSettings } from './broker-connection.js';
-import { KEEP_ATTEMPTS, readJobData, type JobData } from './job-data.js';
+import { KEEP_ATTEMPTS, readJobData, type JobData, type ParsedJobData } from './job-data.js';
 import { RELEASE, type Outcome, type Pending, type PendingDeliveries } from './pending-deliveries.js';
 import { baseQueueName, kindOfQueue, type QueueLayout } from './queue-layout.js';
 import { ReceiverWorker } from './receiver-worker.js';
@@ -271,7 +271,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
     job: Job<JobData>,
     token: string,
     queue: QueueOfWorker,
-    parsed: ReturnType<typeof readJobData>,
+    parsed: ParsedJobData,
     round: number,
   ): Promise<Outcome> {
     const inbox = this.#inbox;
@@ -319,7 +319,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
     job: Job<JobData>,
     token: string,
     queue: QueueOfWorker,
-    first: ReturnType<typeof readJobData>,
+    first: ParsedJobData,
     firstResult: Outcome,
   ): Promise<void> {
     const { clock } = this.#context;
@@ -378,7 +378,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
 }
 
 /** The attempt a delivery of `job` is: the failed ones recorded, the stalled ones, and this one. */
-function attemptOf(job: Job<JobData>, parsed: ReturnType<typeof readJobData>): number {
+function attemptOf(job: Job<JobData>, parsed: ParsedJobData): number {
   return (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
 }
 
