@@ -37,6 +37,7 @@ import { consoleLogger, type Logger } from '../logging/logger.js';
 import { ProjectionRunner, type PoisonPolicy } from '../projections/projection-runner.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES, encodeEnvelope } from '../messages/codec.js';
 import {
+  assertMessageDefinition,
   checkMessage,
   prepareMessage,
   type EnvelopeEncoder,
@@ -564,6 +565,8 @@ class HarrierBus implements MessageBus {
     try {
       entry = this.#lastEntry;
       if (definition !== this.#lastDefinition) {
+        // Checked before its type is read: an untyped caller may pass anything.
+        assertMessageDefinition(definition);
         entry = this.#registry.singleHandler(definition.type);
         if (entry === undefined || entry.kind === 'saga' || this.#state === 'stopped') {
           return Promise.reject(this.#refusal(definition, entry));

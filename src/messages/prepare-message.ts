@@ -78,6 +78,20 @@ export function prepareEnvelope(
 }
 
 /**
+ * Checks that `definition` is one made by `defineCommand`, `defineEvent` or `defineQuery` (an untyped
+ * caller may pass anything).
+ * @throws HarrierError `invalid-definition` naming the fix.
+ */
+export function assertMessageDefinition(definition: unknown): asserts definition is MessageDefinition {
+  if (!isMessageDefinition(definition)) {
+    throw new HarrierError(
+      'invalid-definition',
+      `${String(definition)} is not a message definition: pass one made by defineCommand, defineEvent or defineQuery`,
+    );
+  }
+}
+
+/**
  * Everything {@link prepareEnvelope} checks before it builds the envelope, in the same order: the
  * definition, the payload against its schema, the caller's id and delay; returns the parsed payload.
  *
@@ -88,12 +102,7 @@ export function prepareEnvelope(
  * @throws HarrierError `invalid-definition`, or `invalid-option` for a bad id or delay.
  */
 export function checkMessage(definition: MessageDefinition, payload: unknown, options: SendOptions): unknown {
-  if (!isMessageDefinition(definition)) {
-    throw new HarrierError(
-      'invalid-definition',
-      `${String(definition)} is not a message definition: pass one made by defineCommand, defineEvent or defineQuery`,
-    );
-  }
+  assertMessageDefinition(definition);
   const parsed = definition.schema.safeParse(payload);
   if (!parsed.success) throw new MessageValidationError(definition.type, parsed.error.issues);
   // Only a caller's id needs the check: uuidv7() makes valid ones, and the regex costs per message.

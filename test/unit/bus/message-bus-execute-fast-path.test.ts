@@ -120,13 +120,14 @@ describe('MessageBus', () => {
     });
 
     describe('when the definition is not one', () => {
-      it('rejects instead of throwing', async () => {
+      it('rejects with invalid-definition instead of throwing', async () => {
         bus = createBus({ handlers: [PlaceOrderHandler], logger: silentLogger });
         const execute = bus.execute.bind(bus) as (definition: unknown, payload: unknown) => Promise<unknown>;
         for (const definition of [undefined, null, {}]) {
           let result: Promise<unknown> | undefined;
           expect(() => (result = execute(definition, order))).not.toThrow();
-          await expect(result).rejects.toBeInstanceOf(Error);
+          const error: unknown = await result?.catch((e: unknown) => e);
+          expect(HarrierError.is(error) && error.code).toBe('invalid-definition');
         }
       });
     });
@@ -153,8 +154,9 @@ describe('MessageBus', () => {
 
     describe('when the message id is read', () => {
       it('carries the time of the call when ids of that time are free', async () => {
-        // Far after any id this process has taken, so the call's own millisecond is free.
-        const clock = new ManualClock(Date.UTC(2100, 0, 1));
+        // Far after any id this process has taken, the other tests' included (whatever their order),
+        // so the call's own millisecond is free.
+        const clock = new ManualClock(Date.UTC(2200, 0, 1));
         const ids: string[] = [];
         @CommandHandler(ReserveStock)
         class Handler {
@@ -164,7 +166,7 @@ describe('MessageBus', () => {
         }
         bus = createBus({ handlers: [Handler], clock, logger: silentLogger });
         await bus.execute(ReserveStock, { orderId: 'o-1' });
-        expect(ids.map(uuidV7Time)).toEqual([Date.UTC(2100, 0, 1)]);
+        expect(ids.map(uuidV7Time)).toEqual([Date.UTC(2200, 0, 1)]);
       });
 
       it('carries the time of the newest id taken when the clock is behind it', async () => {
