@@ -155,6 +155,28 @@ describe('MessageBus signing', () => {
         expect(calls.count).toBe(0);
       });
     });
+
+    describe('when a verify option throws', () => {
+      it('dead-letters the message as signature-invalid with what it threw, and settles the delivery', async () => {
+        const calls = { count: 0 };
+        const bus = await testBus({
+          handlers: [placeOrderHandler(calls)],
+          verify: () => {
+            throw new Error('key store down');
+          },
+        });
+        await bus.send(PlaceOrder, { orderId: 'o-1', amount: 1 });
+        // Before the fix the delivery stayed unsettled, and this never returned.
+        await bus.whenIdle();
+        const [record] = (await bus.deadLetters.list()).records;
+        expect(record).toMatchObject({
+          reason: 'signature-invalid',
+          error: { message: 'the signature could not be checked: the verifier threw key store down' },
+        });
+        expect(calls.count).toBe(0);
+        expect(bus.broker.stats()).toMatchObject({ ready: 0, waiting: 0, inFlight: 0 });
+      });
+    });
   });
 
   describe('key rotation', () => {

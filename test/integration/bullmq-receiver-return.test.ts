@@ -1,10 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { describe, expect, inject, it } from 'vitest';
 import type { Delivery, OutgoingMessage } from '../../src/broker/message-broker.js';
 import { BullMqBroker } from '../../src/redis/index.js';
 import { PendingDeliveries } from '../../src/redis/pending-deliveries.js';
-import { deleteKeys } from '../helpers/redis.js';
+import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/local-redis.js';
 
 const redisUrl = inject('redisUrl');
@@ -20,7 +19,7 @@ describe('BullMqReceiver', () => {
   describe('.return', () => {
     describe('when called after a job reached the receiver, before its pending next() resolved', () => {
       it('ends that next() and gives the job back, so return() completes and another receiver gets it', async () => {
-        const prefix = `{hrt-${randomUUID().slice(0, 8)}}`;
+        const prefix = freshPrefix();
         const broker = new BullMqBroker({ connection: redisUrl, prefix, partitions: 1 });
         const add = Object.getOwnPropertyDescriptor(PendingDeliveries.prototype, 'add')?.value as (
           this: PendingDeliveries,
