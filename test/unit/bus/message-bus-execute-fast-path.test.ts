@@ -197,6 +197,27 @@ describe('MessageBus', () => {
       });
     });
 
+    describe('when the handler returns a value whose `then` throws when read', () => {
+      it('rejects with that error instead of throwing', async () => {
+        @CommandHandler(ReserveStock)
+        class Handler {
+          handle(): unknown {
+            return Object.defineProperty({}, 'then', {
+              get(): never {
+                throw new Error('then is not readable');
+              },
+            });
+          }
+        }
+        bus = createBus({ handlers: [Handler], logger: silentLogger });
+        let result: Promise<unknown> | undefined;
+        expect(() => {
+          result = bus?.execute(ReserveStock, { orderId: 'a' });
+        }).not.toThrow();
+        await expect(result).rejects.toThrow('then is not readable');
+      });
+    });
+
     describe('when the handler is void and records nothing', () => {
       it('resolves to undefined through one shared frozen promise', async () => {
         bus = createBus({ handlers: [ReserveStockHandler], logger: silentLogger });

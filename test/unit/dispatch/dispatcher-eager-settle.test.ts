@@ -1,9 +1,24 @@
 import { describe, expect, it } from 'vitest';
-import { CommandHandler, InMemoryBroker, InMemoryDeadLetterStore, silentLogger } from '../../../src/index.js';
+import {
+  CommandHandler,
+  InMemoryBroker,
+  InMemoryDeadLetterStore,
+  silentLogger,
+  type Logger,
+} from '../../../src/index.js';
 import { Dispatcher, HandlerRegistry, MessagePublisher, prepareMessage } from '../../../src/extend.js';
 import { waitFor } from '../../helpers/local-redis.js';
 import { ReserveStock } from '../bus/fixtures.js';
 import { plainInvoker } from './plain-invoker.js';
+
+/** A handler result whose `then` cannot be read: `await` and `Promise.resolve` reject with the error. */
+function unreadableThen(): object {
+  return Object.defineProperty({}, 'then', {
+    get(): never {
+      throw new Error('then is not readable');
+    },
+  });
+}
 
 /** An in-memory broker that counts its acks and nacks. */
 class CountingBroker extends InMemoryBroker {
@@ -30,6 +45,7 @@ function dispatcherFor(
   handle: (orderId: string) => unknown,
   seen: Seen,
   deadLetters = new InMemoryDeadLetterStore(),
+  logger: Logger = silentLogger,
 ): Dispatcher {
   @CommandHandler(ReserveStock)
   class ReserveStockHandler {
@@ -47,7 +63,7 @@ function dispatcherFor(
     deadLetters,
     invoke: plainInvoker,
     concurrency: 1,
-    logger: silentLogger,
+    logger,
     retry: { attempts: 2, backoff: { baseMs: 1, maxMs: 1 } },
     hooks: {
       onHandled: () => {
@@ -116,5 +132,39 @@ describe('Dispatcher, a handler that returns a plain value', () => {
     expect(seen.handled).toBe(0);
     const [record] = (await deadLetters.list()).records;
     expect(record).toMatchObject({ reason: 'handler-failed', error: { message: 'out of stock' } });
+  });
+
+  it('retries a handler whose result has a `then` that throws when read, then dead-letters it, as for any handler failure', async () => {
+    const broker = new CountingBroker();
+    const deadLetters = new InMemoryDeadLetterStore();
+    const seen: Seen = { acksAtNextMicrotask: [], handled: 0 };
+    const errors: string[] = [];
+    let calls = 0;
+    const logger: Logger = { ...silentLogger, error: (message) => void errors.push(message) };
+    const dispatcher = dispatcherFor(
+      broker,
+      () => {
+        calls++;
+        return unreadableThen();
+      },
+      seen,
+      deadLetters,
+      logger,
+    );
+    await dispatcher.start();
+    await send(broker, 'a');
+    // Either outcome ends the wait: the dead letter, or the delivery given up as a dispatcher bug.
+    await waitFor(
+      'a dead letter or an unexpected failure',
+      async () => (await deadLetters.count()) === 1 || errors.some((m) => m.startsWith('Unexpected')),
+      { timeoutMs: 5_000 },
+    );
+    await dispatcher.stop({ gracePeriodMs: 100 });
+
+    expect(errors.filter((m) => m.startsWith('Unexpected'))).toEqual([]);
+    expect(calls).toBe(2);
+    expect(broker.acks).toBe(0);
+    const [record] = (await deadLetters.list()).records;
+    expect(record).toMatchObject({ reason: 'handler-failed', error: { message: 'then is not readable' } });
   });
 });
