@@ -25,7 +25,7 @@ import { CommandBus, CqrsModule } from '@nestjs/cqrs';
 import { InMemoryBroker, createBus, silentLogger, type MessageBus } from '../src/index.js';
 import { NestValidatedPlaceOrder, NestValidatedPlaceOrderHandler } from './nest-place-order.js';
 import { PlaceOrder, PlaceOrderHandler, payloadOf, placeOrderBus } from './place-order.js';
-import { fmtRate, median, table } from './support.js';
+import { Counter, drive, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 200_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -42,21 +42,6 @@ class AppModule {}
 interface Sample {
   readonly cpuUs: number;
   readonly wallNs: number;
-}
-
-/** Makes `count` calls, from `callers` concurrent callers, numbered from `from`. */
-async function drive(
-  from: number,
-  count: number,
-  callers: number,
-  call: (i: number) => Promise<unknown>,
-): Promise<void> {
-  let next = from;
-  const end = from + count;
-  const caller = async (): Promise<void> => {
-    while (next < end) await call(next++);
-  };
-  await Promise.all(Array.from({ length: callers }, caller));
 }
 
 /** One system under test, open for a round: its call, and how to close it. */
@@ -137,18 +122,14 @@ async function round(callers: number): Promise<Map<RunName, Sample>> {
 
 /** Sends `n` messages through a bus on the in-memory broker and waits until all are handled. */
 async function sendThrough(n: number): Promise<void> {
-  let handled = 0;
-  let done: () => void = () => undefined;
-  const all = new Promise<void>((resolve) => {
-    done = resolve;
-  });
+  const handled = new Counter(120_000);
   const bus = placeOrderBus(new InMemoryBroker(), 16, () => {
-    if (++handled === n) done();
+    handled.hit();
   });
   await bus.start();
   try {
     for (let i = 0; i < n; i++) await bus.send(PlaceOrder, payloadOf(i));
-    await all;
+    await handled.until(n);
   } finally {
     await bus.stop();
   }

@@ -49,7 +49,7 @@ import {
 import { InMemoryBroker, createBus, silentLogger, type MessageBus } from '../src/index.js';
 import { NestValidatedPlaceOrder, NestValidatedPlaceOrderHandler } from './nest-place-order.js';
 import { PlaceOrder, PlaceOrderHandler, payloadOf, placeOrderBus } from './place-order.js';
-import { Counter, fmtRate, median, table } from './support.js';
+import { Counter, drive, fmtRate, median, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 /**
@@ -114,15 +114,6 @@ async function heapNow(): Promise<{ end: number; retained: number }> {
   return { end, retained: mb(process.memoryUsage().heapUsed) };
 }
 
-/** Runs `count` calls of `call`, `callers` at a time, each caller awaiting its previous call. */
-async function drive(count: number, callers: number, call: (i: number) => Promise<unknown>): Promise<void> {
-  let next = 0;
-  const caller = async (): Promise<void> => {
-    while (next < count) await call(next++);
-  };
-  await Promise.all(Array.from({ length: callers }, caller));
-}
-
 /** Ends the current job and collects, so one run's garbage does not slow the next. */
 async function settle(): Promise<void> {
   await macrotask();
@@ -171,8 +162,8 @@ async function harrierExecute(callers: number): Promise<Sample> {
   await bus.start();
   try {
     const execute = (i: number): Promise<unknown> => bus.execute(PlaceOrder, payloadOf(i));
-    await drive(EXECUTE_WARM_UP, callers, execute);
-    const perSecond = await timed(() => drive(EXECUTE_N, callers, execute), EXECUTE_N);
+    await drive(0, EXECUTE_WARM_UP, callers, execute);
+    const perSecond = await timed(() => drive(0, EXECUTE_N, callers, execute), EXECUTE_N);
     return { perSecond, heapMb: await heapNow() };
   } finally {
     await bus.stop();
@@ -266,8 +257,8 @@ function nestExecute(callers: number, handler: NestHandler = 'singleton'): Promi
   return withNest(async (commands) => {
     const make = nestCommand[handler];
     const execute = (i: number): Promise<{ accepted: boolean }> => commands.execute(make(i));
-    await drive(EXECUTE_WARM_UP, callers, execute);
-    return { perSecond: await timed(() => drive(EXECUTE_N, callers, execute), EXECUTE_N) };
+    await drive(0, EXECUTE_WARM_UP, callers, execute);
+    return { perSecond: await timed(() => drive(0, EXECUTE_N, callers, execute), EXECUTE_N) };
   });
 }
 

@@ -62,6 +62,7 @@ import {
   fmtRate,
   infoField,
   median,
+  redisCpuUs,
   table,
 } from './support.js';
 
@@ -143,9 +144,6 @@ async function connectionsOf(prefix: string): Promise<number> {
 /** A numeric field of an INFO section. */
 const info = (section: string, field: string): Promise<number> => infoField(admin, field, section);
 
-const redisCpuSeconds = async (): Promise<number> =>
-  (await info('cpu', 'used_cpu_user')) + (await info('cpu', 'used_cpu_sys'));
-
 /** Publishes N messages over the types in turn and {@link KEYS} keys, as `bus.send` would encode them. */
 async function produce(broker: BullMqBroker, definitions: readonly CommandDefinition[]): Promise<void> {
   for (let from = 0; from < N; from += CHUNK) {
@@ -188,13 +186,13 @@ async function run(setup: Setup, measureIdle: boolean): Promise<Sample> {
   });
   try {
     await produce(broker, definitions);
-    const cpuBefore = await redisCpuSeconds();
+    const cpuBefore = await redisCpuUs(admin);
     const started = performance.now();
     await bus.start();
     const startMs = performance.now() - started;
     await handled.until(N);
     const consume = N / ((performance.now() - started) / 1000);
-    const redisCpuUs = (((await redisCpuSeconds()) - cpuBefore) * 1e6) / N;
+    const redisCpuPerMessage = ((await redisCpuUs(admin)) - cpuBefore) / N;
     const queues = broker.queuesOf('bench').length;
     const connections = await connectionsOf(prefix);
     let idleCommands: number | undefined;
@@ -206,7 +204,7 @@ async function run(setup: Setup, measureIdle: boolean): Promise<Sample> {
       // Minus the two INFO calls of this measurement.
       idleCommands = (after - before - 2) / ((performance.now() - idleStarted) / 1000);
     }
-    return { queues, connections, consume, startMs, redisCpuUs, idleCommands };
+    return { queues, connections, consume, startMs, redisCpuUs: redisCpuPerMessage, idleCommands };
   } finally {
     await bus.stop();
     await deleteKeys(admin, prefix);

@@ -52,6 +52,7 @@ import {
   fmtRate,
   infoField,
   median,
+  redisCpuUs,
   table,
 } from './support.js';
 
@@ -140,6 +141,11 @@ const allVariants: readonly Variant[] = [
 /** BENCH_VARIANTS: 1-based positions in the list above, comma-separated, to run only those (1 first). */
 const picked = process.env.BENCH_VARIANTS?.split(',').map(Number);
 const variants = picked === undefined ? allVariants : allVariants.filter((_, i) => picked.includes(i + 1));
+if (variants.length === 0) {
+  throw new Error(
+    `BENCH_VARIANTS="${process.env.BENCH_VARIANTS ?? ''}" picks none of 1 to ${allVariants.length}`,
+  );
+}
 
 interface Sample {
   readonly rate: number;
@@ -155,13 +161,6 @@ interface Sample {
 
 /** The bench's own connection: INFO, job sizes, deleting each run's keys. */
 const admin = adminClient(REDIS_URL);
-
-/** Redis's CPU time so far (sys + user, all threads), in microseconds. */
-async function redisCpuUs(): Promise<number> {
-  const text = await admin.info('cpu');
-  const field = (name: string): number => Number(new RegExp(`^${name}:(\\S+)`, 'm').exec(text)?.[1]);
-  return (field('used_cpu_sys') + field('used_cpu_user')) * 1e6;
-}
 
 /** Bytes of the `data` field of the first waiting job under `prefix`. */
 async function jobBytes(queue: Queue, prefix: string): Promise<number> {
@@ -215,7 +214,7 @@ async function run(variant: Variant, n: number): Promise<Sample> {
     const bytes = await jobBytes(queue, prefix);
 
     const done = new Counter(RUN_TIMEOUT_MS);
-    const redisBefore = await redisCpuUs();
+    const redisBefore = await redisCpuUs(admin);
     const commandsBefore = await infoField(admin, 'total_commands_processed', 'stats');
     const cpu = process.cpuUsage();
     const started = performance.now();
@@ -231,7 +230,7 @@ async function run(variant: Variant, n: number): Promise<Sample> {
     await done.until(n);
     const seconds = (performance.now() - started) / 1000;
     const used = process.cpuUsage(cpu);
-    const redisUs = (await redisCpuUs()) - redisBefore;
+    const redisUs = (await redisCpuUs(admin)) - redisBefore;
     // Less the two INFO calls of the bench's own connection between the readings.
     const commands = (await infoField(admin, 'total_commands_processed', 'stats')) - commandsBefore - 2;
     return {
@@ -264,11 +263,14 @@ async function main(): Promise<void> {
 
   const of = (variant: Variant): Sample[] => samples.get(variant) ?? [];
   const med = (variant: Variant, pick: (s: Sample) => number): number => median(of(variant).map(pick));
-  const raw = variants[0];
+  // The ratios are to raw (variant 1) only when it ran; else they are left out, never taken against another.
+  const raw = allVariants[0] !== undefined && variants.includes(allVariants[0]) ? allVariants[0] : undefined;
   const rawRate = raw === undefined ? Number.NaN : med(raw, (s) => s.rate);
   // Other load on the machine only ever slows a round down: the best round is the least disturbed one.
   const best = (variant: Variant): number => Math.max(...of(variant).map((s) => s.rate));
   const rawBest = raw === undefined ? Number.NaN : best(raw);
+  const ratio = (value: number, ofRaw: number): string =>
+    Number.isNaN(ofRaw) ? 'n/a' : `${(value / ofRaw).toFixed(3)}x`;
   console.log(
     `Job shape on consume: bare Worker, concurrency ${CONCURRENCY}, N = ${N} after a ${WARM_UP}-job warm-up, median of ${ROUNDS} rounds alternating; Node ${process.version}, Redis ${redisVersion} at ${describeRedisUrl(REDIS_URL)}\n`,
   );
@@ -292,9 +294,9 @@ async function main(): Promise<void> {
           variant.label,
           String(of(variant)[0]?.bytes ?? Number.NaN),
           fmtRate(rate),
-          `${(rate / rawRate).toFixed(3)}x`,
+          ratio(rate, rawRate),
           fmtRate(best(variant)),
-          `${(best(variant) / rawBest).toFixed(3)}x`,
+          ratio(best(variant), rawBest),
           med(variant, (s) => s.cpuUs).toFixed(1),
           med(variant, (s) => s.redisCpuUs).toFixed(1),
           med(variant, (s) => s.commands).toFixed(2),

@@ -24,7 +24,7 @@ import { silentLogger } from '../src/index.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
 import { PlaceOrder, payloadOf } from './place-order.js';
 import { CHUNK, produceHarrierShaped, produceRaw, produceWithHarrier } from './produce-support.js';
-import { benchPrefix, deleteKeys, fmtRate, infoField, median, table } from './support.js';
+import { benchPrefix, deleteKeys, fmtRate, median, redisCpuUs, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -56,13 +56,6 @@ interface Sample {
   readonly redisUs: number;
 }
 
-/** The Redis server's CPU time so far (user + system, all threads), in microseconds. */
-async function redisCpuUs(): Promise<number> {
-  return (
-    ((await infoField(admin, 'used_cpu_user', 'cpu')) + (await infoField(admin, 'used_cpu_sys', 'cpu'))) * 1e6
-  );
-}
-
 const admin = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
 
 /** One produce of `n` messages by `system` on a fresh prefix, timed from a client not yet connected. */
@@ -84,7 +77,7 @@ async function produce(system: System, n: number): Promise<Sample> {
       ]);
       await registrar.close();
     }
-    const redisBefore = await redisCpuUs();
+    const redisBefore = await redisCpuUs(admin);
     const cpu = process.cpuUsage();
     const started = performance.now();
     if (broker !== undefined) {
@@ -99,7 +92,7 @@ async function produce(system: System, n: number): Promise<Sample> {
     }
     const ms = performance.now() - started;
     const used = process.cpuUsage(cpu);
-    const redisUs = ((await redisCpuUs()) - redisBefore) / n;
+    const redisUs = ((await redisCpuUs(admin)) - redisBefore) / n;
     return { rate: n / (ms / 1000), cpuUs: (used.user + used.system) / n, redisUs };
   } finally {
     await queue.close();

@@ -61,6 +61,7 @@ import {
   deleteKeys,
   fmtRate,
   median,
+  redisCpuUs,
   table,
 } from './support.js';
 
@@ -99,17 +100,6 @@ const newPrefix = (): string => benchPrefix();
 
 /** The bench's own connection: checks Redis, measures job sizes and deletes each run's keys. */
 const admin = adminClient(REDIS_URL);
-
-/**
- * The Redis server's CPU time so far (`used_cpu_user` + `used_cpu_sys`), in microseconds. Consumer
- * and Redis share this machine's cores, so a consume's rate follows the sum of both CPU figures.
- */
-async function redisCpuUs(): Promise<number> {
-  const info = await admin.info('cpu');
-  const seconds = (field: string): number =>
-    Number(new RegExp(`${field}:([0-9.]+)`).exec(info)?.[1] ?? Number.NaN);
-  return (seconds('used_cpu_user') + seconds('used_cpu_sys')) * 1e6;
-}
 
 /** Bytes of the `data` field of some job under `prefix`. */
 async function jobBytes(prefix: string, queue: string): Promise<number> {
@@ -167,7 +157,7 @@ async function rawBullMq(n = N, harrierJobs = false, spinUs = 0): Promise<Sample
     const bytes = await jobBytes(prefix, name);
 
     const completed = new Counter(RUN_TIMEOUT_MS);
-    const redisCpu = await redisCpuUs();
+    const redisCpu = await redisCpuUs(admin);
     const cpu = process.cpuUsage();
     started = performance.now();
     const processor =
@@ -190,7 +180,7 @@ async function rawBullMq(n = N, harrierJobs = false, spinUs = 0): Promise<Sample
     await completed.until(n);
     const consume = rate(performance.now() - started);
     const consumeCpuUs = cpuPerMessage(cpu, n);
-    const consumeRedisCpuUs = ((await redisCpuUs()) - redisCpu) / n;
+    const consumeRedisCpuUs = ((await redisCpuUs(admin)) - redisCpu) / n;
     return { produce, consume, consumeCpuUs, consumeRedisCpuUs, jobBytes: bytes };
   } finally {
     await worker?.close();
@@ -237,14 +227,14 @@ async function harrier(n = N): Promise<Sample> {
     const produce = rate(performance.now() - started);
     const bytes = await jobBytes(prefix, `cmd~${PlaceOrder.type}`);
 
-    const redisCpu = await redisCpuUs();
+    const redisCpu = await redisCpuUs(admin);
     const cpu = process.cpuUsage();
     started = performance.now();
     await bus.start();
     await handled.until(n);
     const consume = rate(performance.now() - started);
     const consumeCpuUs = cpuPerMessage(cpu, n);
-    const consumeRedisCpuUs = ((await redisCpuUs()) - redisCpu) / n;
+    const consumeRedisCpuUs = ((await redisCpuUs(admin)) - redisCpu) / n;
     return { produce, consume, consumeCpuUs, consumeRedisCpuUs, jobBytes: bytes };
   } finally {
     await bus.stop();
@@ -313,12 +303,12 @@ async function main(): Promise<void> {
         ['raw BullMQ consume CPU us/msg', ...raw.map((s) => fmtRate(s.consumeCpuUs))],
         ["raw on Harrier's jobs consume CPU us/msg", ...shaped.map((s) => fmtRate(s.consumeCpuUs))],
         ['Harrier    consume CPU us/msg', ...ours.map((s) => fmtRate(s.consumeCpuUs))],
-        ['raw BullMQ consume Redis CPU us/msg', ...raw.map((s) => fmtRate(s.consumeRedisCpuUs))],
+        ['raw BullMQ consume Redis CPU us/msg', ...raw.map((s) => s.consumeRedisCpuUs.toFixed(1))],
         [
           "raw on Harrier's jobs consume Redis CPU us/msg",
-          ...shaped.map((s) => fmtRate(s.consumeRedisCpuUs)),
+          ...shaped.map((s) => s.consumeRedisCpuUs.toFixed(1)),
         ],
-        ['Harrier    consume Redis CPU us/msg', ...ours.map((s) => fmtRate(s.consumeRedisCpuUs))],
+        ['Harrier    consume Redis CPU us/msg', ...ours.map((s) => s.consumeRedisCpuUs.toFixed(1))],
         ...(SPIN_US > 0
           ? [
               [`raw BullMQ + ${SPIN_US} us/job consume`, ...spun.map((s) => fmtRate(s.consume))],

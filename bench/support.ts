@@ -26,6 +26,21 @@ export function table(header: readonly string[], body: readonly (readonly string
   return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...body.map(line)].join('\n');
 }
 
+/** Makes `count` calls from `callers` concurrent callers, numbering them from `from`. */
+export async function drive(
+  from: number,
+  count: number,
+  callers: number,
+  call: (i: number) => Promise<unknown>,
+): Promise<void> {
+  let next = from;
+  const end = from + count;
+  const caller = async (): Promise<void> => {
+    while (next < end) await call(next++);
+  };
+  await Promise.all(Array.from({ length: callers }, caller));
+}
+
 /** Counts completions and resolves a waiter once the count reaches its target. */
 export class Counter {
   count = 0;
@@ -86,8 +101,22 @@ export async function deleteKeys(client: Redis, prefix: string): Promise<void> {
 
 /** A numeric field of INFO (of one section when given); NaN when absent. */
 export async function infoField(client: Redis, field: string, section?: string): Promise<number> {
-  const text = section === undefined ? await client.info() : await client.info(section);
-  return Number(new RegExp(`^${field}:(\\S+)`, 'm').exec(text)?.[1] ?? Number.NaN);
+  return numberIn(section === undefined ? await client.info() : await client.info(section), field);
+}
+
+/** A numeric field of an INFO reply's text; NaN when absent. */
+function numberIn(info: string, field: string): number {
+  return Number(new RegExp(`^${field}:(\\S+)`, 'm').exec(info)?.[1] ?? Number.NaN);
+}
+
+/**
+ * The Redis server's CPU time so far (`used_cpu_user` + `used_cpu_sys`, all its threads), in
+ * microseconds, from one `INFO cpu`. A bench and Redis on one machine share its cores, so a rate
+ * follows the sum of both CPU figures.
+ */
+export async function redisCpuUs(client: Redis): Promise<number> {
+  const text = await client.info('cpu');
+  return (numberIn(text, 'used_cpu_user') + numberIn(text, 'used_cpu_sys')) * 1e6;
 }
 
 /** A redis-server of the bench's own on a free loopback port, or the one at REDIS_URL. */
