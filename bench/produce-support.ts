@@ -5,7 +5,8 @@ import type { Queue } from 'bullmq';
 import type { z } from 'zod';
 import { prepareMessage, type OutgoingMessage, type PreparedMessage } from '../src/extend.js';
 import type { MessageDefinition } from '../src/index.js';
-import type { BullMqBroker } from '../src/redis/index.js';
+import { silentLogger } from '../src/index.js';
+import { BullMqBroker } from '../src/redis/index.js';
 import { jobOptionDefaults, jobOptions, toJobData } from '../src/redis/job-data.js';
 
 /** Messages per `addBulk` / `publishBatch` call. */
@@ -18,7 +19,7 @@ export const DEDUPE_TTL_MS = 24 * 60 * 60 * 1000;
 export type BenchCommand = MessageDefinition & { readonly schema: z.ZodType };
 
 /** BullMqBroker's default job settings, for the raw rows that store Harrier's job shape. */
-const JOB_DEFAULTS = jobOptionDefaults({
+export const JOB_DEFAULTS = jobOptionDefaults({
   dedupeWindowMs: DEDUPE_TTL_MS,
   failedRetentionMs: 7 * 24 * 60 * 60 * 1000,
   failedRetentionCount: 10_000,
@@ -114,4 +115,17 @@ async function inChunks(
   add: (from: number, to: number, now: number) => Promise<unknown>,
 ): Promise<void> {
   for (let from = 0; from < n; from += CHUNK) await add(from, Math.min(n, from + CHUNK), Date.now());
+}
+
+/**
+ * Registers PlaceOrder-style `type`'s route as the consuming endpoint's `start()` does, from a broker
+ * of its own (an earlier run of the consumer), so a producing broker's `publishBatch` accepts it.
+ */
+export async function registerRoute(url: string, prefix: string, type: string): Promise<void> {
+  const registrar = new BullMqBroker({ connection: url, prefix, logger: silentLogger });
+  try {
+    await registrar.register('bench', [{ handler: 'PlaceOrderHandler', kind: 'command', types: [type] }]);
+  } finally {
+    await registrar.close();
+  }
 }

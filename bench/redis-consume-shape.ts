@@ -40,9 +40,9 @@ import { Redis } from 'ioredis';
 import { prepareMessage, type PreparedMessage } from '../src/extend.js';
 import { silentLogger } from '../src/index.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
-import { jobOptionDefaults, jobOptions, toJobData } from '../src/redis/job-data.js';
+import { jobOptions, toJobData } from '../src/redis/job-data.js';
 import { PlaceOrder, payloadOf } from './place-order.js';
-import { CHUNK, DEDUPE_TTL_MS, produceWithHarrier } from './produce-support.js';
+import { CHUNK, DEDUPE_TTL_MS, JOB_DEFAULTS, produceWithHarrier, registerRoute } from './produce-support.js';
 import {
   adminClient,
   benchPrefix,
@@ -65,12 +65,6 @@ const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const RUN_TIMEOUT_MS = 180_000;
 /** The queue of PlaceOrder's commands, as Harrier's broker names it; every variant uses it. */
 const QUEUE = `cmd~${PlaceOrder.type}`;
-/** BullMqBroker's default job settings. */
-const JOB_DEFAULTS = jobOptionDefaults({
-  dedupeWindowMs: DEDUPE_TTL_MS,
-  failedRetentionMs: 7 * 24 * 60 * 60 * 1000,
-  failedRetentionCount: 10_000,
-});
 
 if (!Number.isInteger(N) || N < 1) {
   throw new Error(`BENCH_N must be a positive whole number, got "${process.env.BENCH_N ?? ''}"`);
@@ -169,18 +163,6 @@ async function jobBytes(queue: Queue, prefix: string): Promise<number> {
   return data === null ? Number.NaN : Buffer.byteLength(data);
 }
 
-/** Registers PlaceOrder's route as a consuming endpoint's `start()` does, so publishBatch accepts it. */
-async function registerRoute(prefix: string): Promise<void> {
-  const registrar = new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
-  try {
-    await registrar.register('bench', [
-      { handler: 'PlaceOrderHandler', kind: 'command', types: [PlaceOrder.type] },
-    ]);
-  } finally {
-    await registrar.close();
-  }
-}
-
 /** Adds `n` jobs of `variant` to a fresh prefix (untimed), then times a bare Worker consuming them. */
 async function run(variant: Variant, n: number): Promise<Sample> {
   const prefix = benchPrefix();
@@ -191,7 +173,7 @@ async function run(variant: Variant, n: number): Promise<Sample> {
   try {
     const { build } = variant;
     if (build === undefined) {
-      await registerRoute(prefix);
+      await registerRoute(REDIS_URL, prefix, PlaceOrder.type);
       const broker = new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
       try {
         await produceWithHarrier(broker, PlaceOrder, payloadOf, n);

@@ -27,20 +27,16 @@ import { Redis } from 'ioredis';
 import { decodeEnvelope, prepareMessage, type PreparedMessage } from '../src/extend.js';
 import { isEnvelopeFrame } from '../src/messages/envelope.js';
 import type { MessageDefinition } from '../src/index.js';
-import { jobOptionDefaults, jobOptions, toJobData } from '../src/redis/job-data.js';
+import { jobOptions, toJobData } from '../src/redis/job-data.js';
 import { PlaceOrder, payloadOf } from './place-order.js';
 import { Counter, benchPrefix, deleteKeys, fmtRate, median, table } from './support.js';
+import { JOB_DEFAULTS } from './produce-support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const CONCURRENCY = 16;
 const QUEUE = `cmd~${PlaceOrder.type}`;
-const JOB_DEFAULTS = jobOptionDefaults({
-  dedupeWindowMs: 86_400_000,
-  failedRetentionMs: 604_800_000,
-  failedRetentionCount: 10_000,
-});
 
 type Shape = 'text' | 'object' | 'none';
 

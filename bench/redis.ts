@@ -52,7 +52,7 @@ import { Redis } from 'ioredis';
 import { silentLogger } from '../src/index.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
 import { PlaceOrder, payloadOf, placeOrderBus } from './place-order.js';
-import { CHUNK, produceRaw, produceWithHarrier } from './produce-support.js';
+import { CHUNK, produceRaw, produceWithHarrier, registerRoute } from './produce-support.js';
 import {
   adminClient,
   benchPrefix,
@@ -113,22 +113,6 @@ async function jobBytes(prefix: string, queue: string): Promise<number> {
 }
 
 /**
- * Registers PlaceOrder's route as the consuming endpoint's `start()` does, from a broker of its own (an
- * earlier run of the consumer), so the producing broker still connects, and looks the route up once,
- * on its first publish.
- */
-async function registerRoute(prefix: string): Promise<void> {
-  const registrar = new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
-  try {
-    await registrar.register('bench', [
-      { handler: 'PlaceOrderHandler', kind: 'command', types: [PlaceOrder.type] },
-    ]);
-  } finally {
-    await registrar.close();
-  }
-}
-
-/**
  * Raw BullMQ: `Queue.addBulk` of the bare payload, then a bare `Worker`. With `harrierJobs`, the
  * jobs are published by Harrier's broker instead, and the same bare `Worker` consumes them.
  */
@@ -144,7 +128,7 @@ async function rawBullMq(n = N, harrierJobs = false, spinUs = 0): Promise<Sample
     : undefined;
   let worker: Worker | undefined;
   try {
-    if (broker !== undefined) await registerRoute(prefix);
+    if (broker !== undefined) await registerRoute(REDIS_URL, prefix, PlaceOrder.type);
     // Timed from a fresh client on every side: Harrier's broker connects on its first publish.
     let started = performance.now();
     await queue.waitUntilReady();
@@ -221,7 +205,7 @@ async function harrier(n = N): Promise<Sample> {
     handled.hit();
   });
   try {
-    await registerRoute(prefix);
+    await registerRoute(REDIS_URL, prefix, PlaceOrder.type);
     let started = performance.now();
     await produceWithHarrier(broker, PlaceOrder, payloadOf, n);
     const produce = rate(performance.now() - started);
