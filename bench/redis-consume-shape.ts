@@ -19,6 +19,13 @@
  * `raw + envelope data` (Harrier's data with raw's options) and `raw, queue "bench"` (raw's jobs in the
  * queue bench/redis.ts's raw BullMQ uses; every other variant uses Harrier's queue name, `cmd~` + type).
  *
+ * Three more measure the issue's "one parse per delivery instead of two" (run them with `5,11,12,13`):
+ * `Harrier, body parsed` is variant 5 whose processor also parses the envelope text, as Harrier's
+ * receiver does after BullMQ has parsed the job data; `unescaped, re-encoded` stores the envelope as
+ * an object in the job data (a shape no reader reads), so BullMQ's parse is the only one, and its
+ * processor stringifies it again, as a receiver that verifies signatures and stores dead letters by
+ * their bytes would have to; `unescaped` is the same job with a processor that returns at once.
+ *
  * Jobs are added untimed, in chunks of 1000, to a fresh key prefix per variant and round (deleted
  * afterwards); the consume is timed from `new Worker(...)` until its `completed` event has counted N.
  * Besides msg/s, the table shows this process's CPU per message (`process.cpuUsage`, all threads),
@@ -79,7 +86,12 @@ interface Variant {
   readonly build?: Build;
   /** The queue, when not Harrier's {@link QUEUE}. */
   readonly queue?: string;
+  /** What the processor does with each job's data; undefined: it returns at once. */
+  readonly work?: (data: unknown) => unknown;
 }
+
+/** Harrier's job data with the envelope stored as an object instead of as its escaped text. */
+const unescapedData = (m: PreparedMessage): { e: unknown } => ({ e: JSON.parse(m.outgoing.body) as unknown });
 
 const harrierOpts = (m: PreparedMessage, now: number): JobsOptions =>
   jobOptions(m.outgoing, now, JOB_DEFAULTS);
@@ -129,6 +141,20 @@ const allVariants: readonly Variant[] = [
     label: 'raw, queue "bench"',
     build: (i) => ({ data: payloadOf(i), opts: { removeOnComplete: true } }),
     queue: 'bench',
+  },
+  {
+    label: 'Harrier, body parsed',
+    build: (_i, m, now) => ({ data: toJobData(m.outgoing), opts: harrierOpts(m, now) }),
+    work: (data) => JSON.parse((data as { b: string }).b) as unknown,
+  },
+  {
+    label: 'unescaped, re-encoded',
+    build: (_i, m, now) => ({ data: unescapedData(m), opts: harrierOpts(m, now) }),
+    work: (data) => JSON.stringify((data as { e: unknown }).e),
+  },
+  {
+    label: 'unescaped',
+    build: (_i, m, now) => ({ data: unescapedData(m), opts: harrierOpts(m, now) }),
   },
 ];
 
@@ -200,7 +226,15 @@ async function run(variant: Variant, n: number): Promise<Sample> {
     const commandsBefore = await infoField(admin, 'total_commands_processed', 'stats');
     const cpu = process.cpuUsage();
     const started = performance.now();
-    worker = new Worker(queue.name, () => Promise.resolve(), {
+    const { work } = variant;
+    const processor =
+      work === undefined
+        ? () => Promise.resolve()
+        : (job: { data: unknown }) => {
+            work(job.data);
+            return Promise.resolve();
+          };
+    worker = new Worker(queue.name, processor, {
       connection: consumer,
       prefix,
       concurrency: CONCURRENCY,
