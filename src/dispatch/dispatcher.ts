@@ -260,24 +260,7 @@ export class Dispatcher {
     }
     await Promise.all(
       [...this.#inFlight].map(async (flight) => {
-        flight.released = true;
-        flight.abortReason = new HarrierError('stopping', 'The bus is stopping and the grace period ran out');
-        flight.abort?.abort(flight.abortReason);
-        const { decided } = flight;
-        // A decided dead letter goes back with its decision, so the next delivery records it
-        // instead of running the handler again.
-        await this.#settle(
-          flight,
-          'release',
-          () =>
-            this.#o.broker.nack(
-              flight.delivery.id,
-              decided === undefined
-                ? { release: true }
-                : { retryAt: this.#clock.now(), pendingDeadLetter: decided },
-            ),
-          RELEASE_TRIES,
-        );
+        await this.#release(flight);
         this.#inFlight.delete(flight);
       }),
     );
@@ -348,6 +331,12 @@ export class Dispatcher {
             ended = true;
             break;
           }
+          if (this.#isStopping()) {
+            // Taken as stop() began (the receiver answered before it saw the abort): back to the
+            // queue, never handled after the stop. stop() waits for this loop, so for the release too.
+            await this.#release(new InFlight(next.value));
+            break;
+          }
           pause = 100;
           this.#begin(next.value);
         }
@@ -367,6 +356,28 @@ export class Dispatcher {
       // A receiver that ends on its own means the broker closed: nothing more will come.
       if (ended) break;
     }
+  }
+
+  /** Sends a delivery back to its queue because the bus is stopping, ending its handler if it runs. */
+  async #release(flight: InFlight): Promise<void> {
+    flight.released = true;
+    flight.abortReason = new HarrierError('stopping', 'The bus is stopping and the grace period ran out');
+    flight.abort?.abort(flight.abortReason);
+    const { decided } = flight;
+    // A decided dead letter goes back with its decision, so the next delivery records it
+    // instead of running the handler again.
+    await this.#settle(
+      flight,
+      'release',
+      () =>
+        this.#o.broker.nack(
+          flight.delivery.id,
+          decided === undefined
+            ? { release: true }
+            : { retryAt: this.#clock.now(), pendingDeadLetter: decided },
+        ),
+      RELEASE_TRIES,
+    );
   }
 
   #isStopping(): boolean {

@@ -25,6 +25,7 @@ import {
   MessagePublisher,
   createContainerInvoker,
   prepareMessage,
+  type Delivery,
   type NackOptions,
 } from '../../../src/extend.js';
 import { DEAD_LETTER_STORE_TRIES, RECEIVER_CLOSE_WAIT_MS } from '../../../src/dispatch/dispatcher.js';
@@ -336,6 +337,44 @@ describe('Dispatcher', () => {
       const [record] = (await deadLetters.list()).records;
       expect(record?.error).toMatchObject({ name: 'NonError', message: '{"status":503}' });
       await bus.stop();
+    });
+  });
+
+  describe('when stop() begins as the receiver hands a delivery over', () => {
+    it('sends that delivery back to its queue instead of handling it after the stop, before stop() resolves', async () => {
+      const handled: string[] = [];
+      @CommandHandler(ReserveStock)
+      class Handler {
+        handle(p: { orderId: string }) {
+          handled.push(p.orderId);
+        }
+      }
+      let stopping: Promise<void> | undefined;
+      /** Calls `bus.stop()` once a delivery is taken, before the dispatcher sees it. */
+      class StopOnTakeBroker extends InMemoryBroker {
+        override receiver(options: Parameters<InMemoryBroker['receiver']>[0]): AsyncIterable<Delivery> {
+          const inner = super.receiver(options)[Symbol.asyncIterator]();
+          const iterator: AsyncIterableIterator<Delivery> = {
+            next: async () => {
+              const result = await inner.next();
+              if (result.done !== true && stopping === undefined) stopping = bus.stop();
+              return result;
+            },
+            return: () => inner.return?.() ?? Promise.resolve({ done: true, value: undefined }),
+            [Symbol.asyncIterator]: () => iterator,
+          };
+          return iterator;
+        }
+      }
+      const broker = new StopOnTakeBroker();
+      const bus = createBus({ broker, handlers: [Handler], logger: silentLogger });
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'o-1' });
+      await waitFor(() => stopping !== undefined);
+      await stopping;
+      // Back in its queue, ready for the next process (the stopped bus closed this broker).
+      expect(handled).toEqual([]);
+      expect(broker.stats()).toMatchObject({ ready: 1, inFlight: 0 });
     });
   });
 
