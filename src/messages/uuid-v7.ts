@@ -44,7 +44,8 @@ export function uuidv7(nowMs: number = Date.now()): string {
  * @remarks
  * For an id made only if something reads it (`execute`): it still carries the time of the call and
  * sorts in call order, whatever ids are made between the call and the read.
- * @throws RangeError when `nowMs` is below 0 or above 2^48 - 1.
+ * @throws RangeError when `nowMs` is below 0 or above 2^48 - 1, or when every id of that last
+ * millisecond is taken.
  */
 export function reserveUuidV7(nowMs: number = Date.now()): number {
   if (nowMs < 0 || nowMs > MAX_MS) {
@@ -54,10 +55,14 @@ export function reserveUuidV7(nowMs: number = Date.now()): number {
   let ms = Math.trunc(nowMs) || 0;
   if (ms <= lastMs) {
     ms = lastMs;
-    counter++;
-    if (counter > 0xfff) {
+    if (counter < 0xfff) {
+      counter++;
+    } else if (lastMs < MAX_MS) {
       ms = lastMs + 1;
       counter = 0;
+    } else {
+      // A 49th bit of time would make a malformed id.
+      throw new RangeError(`uuidv7 has no id left: all 4096 of its last millisecond (${MAX_MS}) are taken`);
     }
   } else {
     counter = 0;

@@ -68,6 +68,16 @@ describe('uuidv7', () => {
     });
   });
 
+  describe('when every id of the last millisecond of the 48 bits is taken', () => {
+    it('throws a RangeError on every later call instead of making an id with a 49-bit time', () => {
+      const last = 2 ** 48 - 1;
+      const ids = Array.from({ length: 4096 }, () => uuid.uuidv7(last));
+      expect(ids.every((id) => UUID_V7.test(id) && timestampOf(id) === last)).toBe(true);
+      expect(() => uuid.uuidv7(last)).toThrow(RangeError);
+      expect(() => uuid.uuidv7(last)).toThrow(RangeError);
+    });
+  });
+
   describe('when the time has a fraction of a millisecond', () => {
     it('encodes the whole milliseconds', () => {
       expect(timestampOf(uuid.uuidv7(1_700_000_000_000.7))).toBe(1_700_000_000_000);
