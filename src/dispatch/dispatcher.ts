@@ -181,6 +181,8 @@ export class Dispatcher {
   #receiverAbort: AbortController | undefined;
   #loop: Promise<void> | undefined;
   #stopping = false;
+  /** How many times start() began a receive loop: the number of the current one. */
+  #runs = 0;
 
   constructor(options: DispatcherOptions) {
     this.#o = options;
@@ -242,7 +244,7 @@ export class Dispatcher {
     this.#o.publisher.routesRegistered(this.#o.broker, this.#o.registry);
     // stop() was called while the broker registered: do not start receiving after it.
     if (this.#isStopping() || this.#isReceiving()) return;
-    this.#loop = this.#run();
+    this.#loop = this.#run(++this.#runs);
   }
 
   /**
@@ -309,9 +311,13 @@ export class Dispatcher {
     return this.#pipeline.runChecked(entry, definition, payload, now, options, signal);
   }
 
-  async #run(): Promise<void> {
+  /** The receive loop of the `run`-th `start()`: it ends on a stop, or once a later start() replaced it. */
+  async #run(run: number): Promise<void> {
+    // A stop() that gave up waiting for this loop's receiver to close let a start() begin another
+    // loop: this one, if its receiver ever wakes, must not take deliveries beside it.
+    const over = (): boolean => this.#isStopping() || run !== this.#runs;
     let pause = 100;
-    while (!this.#isStopping()) {
+    while (!over()) {
       const abort = new AbortController();
       this.#receiverAbort = abort;
       const receiver = this.#o.broker.receiver({
@@ -325,15 +331,16 @@ export class Dispatcher {
         for (;;) {
           // Awaited only when every slot is taken: a free slot costs no promise and no tick.
           if (this.#inFlight.size >= this.#concurrency) await this.#acquireSlot();
-          if (this.#isStopping()) break;
+          if (over()) break;
           const next = await iterator.next();
           if (next.done === true) {
             ended = true;
             break;
           }
-          if (this.#isStopping()) {
-            // Taken as stop() began (the receiver answered before it saw the abort): back to the
-            // queue, never handled after the stop. stop() waits for this loop, so for the release too.
+          if (over()) {
+            // Taken as stop() began (the receiver answered before it saw the abort), or by a loop a
+            // later start() replaced: back to the queue, never handled after the stop. stop() waits
+            // for this loop, so for the release too.
             await this.#release(new InFlight(next.value));
             break;
           }
@@ -341,7 +348,7 @@ export class Dispatcher {
           this.#begin(next.value);
         }
       } catch (error) {
-        if (this.#isStopping()) break;
+        if (over()) break;
         this.#logger.error('The broker receiver failed; reopening it', {
           endpoint: this.#o.endpoint,
           error: toErrorInfo(error),

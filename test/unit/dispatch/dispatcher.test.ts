@@ -378,6 +378,85 @@ describe('Dispatcher', () => {
     });
   });
 
+  describe('when restarted after a stop that gave up waiting for its receiver to close', () => {
+    it('ends the old receive loop once its receiver wakes, so one loop takes deliveries and concurrency holds', async () => {
+      let running = 0;
+      let peak = 0;
+      let done = 0;
+      let blocked = false;
+      @CommandHandler(ReserveStock)
+      class Handler {
+        async handle(_p: { orderId: string }, ctx: MessageContext) {
+          running++;
+          peak = Math.max(peak, running);
+          try {
+            if (!blocked) {
+              // The first delivery holds the only slot until stop() releases it, so the receive
+              // loop is waiting for a slot, not for the receiver, when the stop comes.
+              blocked = true;
+              await new Promise<void>((resolve) => {
+                ctx.signal.addEventListener('abort', () => {
+                  resolve();
+                });
+              });
+              return;
+            }
+            await new Promise((r) => setTimeout(r, 5));
+            done++;
+          } finally {
+            running--;
+          }
+        }
+      }
+      let receivers = 0;
+      let wake: (() => void) | undefined;
+      /** The first receiver's `return()` hangs until `wake()`. */
+      class HangingCloseBroker extends InMemoryBroker {
+        override receiver(options: Parameters<InMemoryBroker['receiver']>[0]): AsyncIterable<Delivery> {
+          const inner = super.receiver(options)[Symbol.asyncIterator]();
+          const hangs = receivers++ === 0;
+          const iterator: AsyncIterableIterator<Delivery> = {
+            next: () => inner.next(),
+            return: async () => {
+              if (hangs) await new Promise<void>((resolve) => (wake = resolve));
+              return inner.return?.() ?? { done: true, value: undefined };
+            },
+            [Symbol.asyncIterator]: () => iterator,
+          };
+          return iterator;
+        }
+      }
+      const broker = new HangingCloseBroker();
+      const dispatcher = new Dispatcher({
+        broker,
+        publisher: new MessagePublisher({ broker }),
+        registry: HandlerRegistry.build([Handler], []),
+        endpoint: 'stock',
+        deadLetters: new InMemoryDeadLetterStore(),
+        invoke: createContainerInvoker(new Container()),
+        logger: silentLogger,
+        concurrency: 1,
+      });
+      const publisher = new MessagePublisher({ broker });
+      const send = (orderId: string) =>
+        publisher.publish([prepareMessage(ReserveStock, { orderId }, {}, { now: Date.now() }).outgoing]);
+      await dispatcher.start();
+      await send('first');
+      await waitFor(() => running === 1);
+      // Releases the first delivery after 10 ms, then gives up on the hanging receiver after
+      // RECEIVER_CLOSE_WAIT_MS.
+      await dispatcher.stop({ gracePeriodMs: 10 });
+      await dispatcher.start();
+      expect(receivers).toBe(2);
+      wake?.();
+      for (let i = 0; i < 10; i++) await send(`o${i}`);
+      await waitFor(() => done === 11);
+      expect(peak).toBe(1);
+      expect(receivers).toBe(2);
+      await dispatcher.stop();
+    }, 15_000);
+  });
+
   describe('when concurrency is 2', () => {
     it('never runs more than 2 handlers at once', async () => {
       let running = 0;
