@@ -104,8 +104,8 @@ class MemoryQueue {
   delayed = 0;
   /** Whether some endpoint registered to consume this queue. */
   consumed = false;
-  /** The subscription its deliveries name (an event queue's handler), worked out on first delivery. */
-  handler: string | undefined | null = null;
+  /** The subscription its deliveries name: an event queue's handler; undefined for a command queue. */
+  readonly handler: string | undefined;
   /**
    * Ids published to this queue within the dedupe window. Keyed by the id the message already holds:
    * a composite `id|queue` key made and kept a new 60-character string for every message, the bulk of
@@ -113,7 +113,12 @@ class MemoryQueue {
    */
   readonly seen = new Set<string>();
 
-  constructor(readonly name: string) {}
+  constructor(
+    readonly name: string,
+    handler?: string,
+  ) {
+    this.handler = handler;
+  }
 
   readyCount(): number {
     return this.ready.length - this.readyHead + this.readyKeys.size;
@@ -251,7 +256,7 @@ export class InMemoryBroker implements MessageBroker {
           if (!queues.includes(queue)) queues.push(queue);
         }
       } else {
-        const queue = this.#queue(`event:${endpoint}:${sub.handler}`);
+        const queue = this.#eventQueue(endpoint, sub.handler);
         queue.consumed = true;
         if (!queues.includes(queue)) queues.push(queue);
         for (const type of sub.types) {
@@ -403,7 +408,7 @@ export class InMemoryBroker implements MessageBroker {
       const queue =
         message.kind === 'command'
           ? this.#commandQueue(message.type)
-          : this.#queue(`event:${target.endpoint}:${target.handler}`);
+          : this.#eventQueue(target.endpoint, target.handler);
       this.#enqueue(queue, { ...message, deliverAt: undefined }, target.deadLetterId);
       this.#changed();
     });
@@ -486,6 +491,20 @@ export class InMemoryBroker implements MessageBroker {
     if (queue === undefined) {
       queue = new MemoryQueue(name);
       this.#queues.set(name, queue);
+    }
+    return queue;
+  }
+
+  /**
+   * The queue of `endpoint`'s subscription `handler`, named `event:<endpoint>:<handler>` but kept
+   * under both parts apart: a `:` in either never makes two subscriptions share one queue.
+   */
+  #eventQueue(endpoint: string, handler: string): MemoryQueue {
+    const key = JSON.stringify([endpoint, handler]);
+    let queue = this.#queues.get(key);
+    if (queue === undefined) {
+      queue = new MemoryQueue(`event:${endpoint}:${handler}`, handler);
+      this.#queues.set(key, queue);
     }
     return queue;
   }
@@ -696,11 +715,6 @@ export class InMemoryBroker implements MessageBroker {
     stored.queue.inFlight++;
     const { message } = stored;
     const { queue } = stored;
-    if (queue.handler === null) {
-      queue.handler = queue.name.startsWith('event:')
-        ? queue.name.slice(`event:${endpoint}:`.length)
-        : undefined;
-    }
     const handler = queue.handler;
     return {
       id,

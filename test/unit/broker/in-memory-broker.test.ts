@@ -429,6 +429,27 @@ describe('InMemoryBroker', () => {
       });
     });
 
+    describe('when two subscriptions would have the same queue name because of a `:`', () => {
+      it('keeps them apart: each gets its own copy of an event, naming its own handler', async () => {
+        const broker = new InMemoryBroker({ clock: new ManualClock() });
+        const event: OutgoingMessage = { id: 'evt-1', kind: 'event', type: 'orders.OrderPlaced', body: 'e' };
+        // Both are named `event:a:b:c`.
+        await broker.register('a:b', [{ handler: 'c', kind: 'event', types: [event.type] }]);
+        await broker.register('a', [{ handler: 'b:c', kind: 'event', types: [event.type] }]);
+        cleanups.push(() => broker.close());
+
+        await broker.publish(event);
+        expect(broker.stats().ready).toBe(2);
+        const first = async (endpoint: string): Promise<Delivery> => {
+          const next = await broker.receiver({ endpoint })[Symbol.asyncIterator]().next();
+          if (next.done === true) throw new Error('receiver ended');
+          return next.value;
+        };
+        expect((await first('a:b')).facts).toMatchObject({ endpoint: 'a:b', handler: 'c' });
+        expect((await first('a')).facts).toMatchObject({ endpoint: 'a', handler: 'b:c' });
+      });
+    });
+
     describe('when a producer awaits each publish while a receiver takes them', () => {
       it('keeps the ready backlog near PUBLISH_YIELD_BACKLOG instead of queueing the whole run', async () => {
         const broker = new InMemoryBroker();
