@@ -181,8 +181,10 @@ export class Dispatcher {
   #receiverAbort: AbortController | undefined;
   #loop: Promise<void> | undefined;
   #stopping = false;
-  /** How many times start() began a receive loop: the number of the current one. */
+  /** The number of the current receive loop: each stop() moves it on, so an earlier loop is over. */
   #runs = 0;
+  /** The release of a delivery a loop took as a stop began (see {@link Dispatcher.#run}). */
+  #lateRelease: Promise<void> | undefined;
 
   constructor(options: DispatcherOptions) {
     this.#o = options;
@@ -244,7 +246,7 @@ export class Dispatcher {
     this.#o.publisher.routesRegistered(this.#o.broker, this.#o.registry);
     // stop() was called while the broker registered: do not start receiving after it.
     if (this.#isStopping() || this.#isReceiving()) return;
-    this.#loop = this.#run(++this.#runs);
+    this.#loop = this.#run(this.#runs);
   }
 
   /**
@@ -254,6 +256,8 @@ export class Dispatcher {
   async stop(options: StopOptions = {}): Promise<void> {
     const grace = options.gracePeriodMs ?? 10_000;
     this.#stopping = true;
+    // Ends the running loop for good, even if its receiver wakes after a later start().
+    this.#runs++;
     this.#receiverAbort?.abort();
     for (const wake of this.#slotWaiters.splice(0)) wake();
     if (this.#inFlight.size > 0) {
@@ -280,6 +284,11 @@ export class Dispatcher {
       });
     }
     this.#loop = undefined;
+    // A delivery the loop took as the stop began is being released: its tries are bounded, and
+    // stop() does not end before them even when it gave up waiting for the receiver.
+    const lateRelease = this.#lateRelease;
+    this.#lateRelease = undefined;
+    await lateRelease;
   }
 
   /**
@@ -311,10 +320,10 @@ export class Dispatcher {
     return this.#pipeline.runChecked(entry, definition, payload, now, options, signal);
   }
 
-  /** The receive loop of the `run`-th `start()`: it ends on a stop, or once a later start() replaced it. */
+  /** The receive loop numbered `run`: it ends once a stop() began, even if a later start() cleared `#stopping`. */
   async #run(run: number): Promise<void> {
-    // A stop() that gave up waiting for this loop's receiver to close let a start() begin another
-    // loop: this one, if its receiver ever wakes, must not take deliveries beside it.
+    // A stop() that gave up waiting for this loop's receiver to close may be followed by a start()
+    // and another loop: this one, if its receiver ever wakes, must not take deliveries beside it.
     const over = (): boolean => this.#isStopping() || run !== this.#runs;
     let pause = 100;
     while (!over()) {
@@ -341,7 +350,9 @@ export class Dispatcher {
             // Taken as stop() began (the receiver answered before it saw the abort), or by a loop a
             // later start() replaced: back to the queue, never handled after the stop. stop() waits
             // for this loop, so for the release too.
-            await this.#release(new InFlight(next.value));
+            const release = this.#release(new InFlight(next.value));
+            this.#lateRelease = release;
+            await release;
             break;
           }
           pause = 100;

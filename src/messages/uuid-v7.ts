@@ -29,7 +29,8 @@ const MAX_MS = 0xffffffffffff;
  * Time-ordered ids keep Redis keys and log records roughly sorted by creation time. The text is put
  * together from a few pieces (the time's text, remembered for its millisecond; the counter's, from a
  * table; random hex text, made 512 ids at a time) rather than byte by byte.
- * @throws RangeError when `nowMs` is below 0 or above 2^48 - 1.
+ * @throws RangeError when `nowMs` is below 0 or above 2^48 - 1, or when every id of that last
+ * millisecond is taken.
  */
 export function uuidv7(nowMs: number = Date.now()): string {
   const counter = reserveUuidV7(nowMs);

@@ -409,9 +409,20 @@ describe('Dispatcher', () => {
         }
       }
       let receivers = 0;
+      let registrations = 0;
       let wake: (() => void) | undefined;
-      /** The first receiver's `return()` hangs until `wake()`. */
+      /**
+       * The first receiver's `return()` hangs until `wake()`, which the second `register` calls (the
+       * restart's), letting the old loop run on while the restart has not begun its own loop yet.
+       */
       class HangingCloseBroker extends InMemoryBroker {
+        override async register(...args: Parameters<InMemoryBroker['register']>): Promise<void> {
+          if (registrations++ === 1) {
+            wake?.();
+            await new Promise((r) => setImmediate(r));
+          }
+          return super.register(...args);
+        }
         override receiver(options: Parameters<InMemoryBroker['receiver']>[0]): AsyncIterable<Delivery> {
           const inner = super.receiver(options)[Symbol.asyncIterator]();
           const hangs = receivers++ === 0;
@@ -448,7 +459,6 @@ describe('Dispatcher', () => {
       await dispatcher.stop({ gracePeriodMs: 10 });
       await dispatcher.start();
       expect(receivers).toBe(2);
-      wake?.();
       for (let i = 0; i < 10; i++) await send(`o${i}`);
       await waitFor(() => done === 11);
       expect(peak).toBe(1);
