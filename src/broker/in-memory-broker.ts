@@ -104,8 +104,6 @@ class MemoryQueue {
   delayed = 0;
   /** Whether some endpoint registered to consume this queue. */
   consumed = false;
-  /** The subscription its deliveries name: an event queue's handler; undefined for a command queue. */
-  readonly handler: string | undefined;
   /**
    * Ids published to this queue within the dedupe window. Keyed by the id the message already holds:
    * a composite `id|queue` key made and kept a new 60-character string for every message, the bulk of
@@ -113,12 +111,11 @@ class MemoryQueue {
    */
   readonly seen = new Set<string>();
 
+  /** @param handler - the subscription its deliveries name: an event queue's handler; none for a command queue. */
   constructor(
     readonly name: string,
-    handler?: string,
-  ) {
-    this.handler = handler;
-  }
+    readonly handler?: string,
+  ) {}
 
   readyCount(): number {
     return this.ready.length - this.readyHead + this.readyKeys.size;

@@ -320,11 +320,14 @@ export class Dispatcher {
     return this.#pipeline.runChecked(entry, definition, payload, now, options, signal);
   }
 
-  /** The receive loop numbered `run`: it ends once a stop() began, even if a later start() cleared `#stopping`. */
+  /**
+   * The receive loop numbered `run`: it is over once a stop() moved `#runs` on, even if a later
+   * start() cleared `#stopping` (a stop() that gave up waiting for this loop's receiver to close may
+   * be followed by a start() and another loop: this one, if its receiver ever wakes, must not take
+   * deliveries beside it).
+   */
   async #run(run: number): Promise<void> {
-    // A stop() that gave up waiting for this loop's receiver to close may be followed by a start()
-    // and another loop: this one, if its receiver ever wakes, must not take deliveries beside it.
-    const over = (): boolean => this.#isStopping() || run !== this.#runs;
+    const over = (): boolean => run !== this.#runs;
     let pause = 100;
     while (!over()) {
       const abort = new AbortController();
