@@ -15,7 +15,15 @@ export interface LocalPostgres {
   /** `postgres://postgres@127.0.0.1:<port>/postgres` (trust auth on loopback). */
   readonly url: string;
   readonly port: number;
+  /** Stops the server for good and deletes its temp dir. */
   stop(): void;
+  /**
+   * Stops the server (`pg_ctl stop -m fast`: sessions are ended, as in a routine restart) and keeps
+   * its data, so {@link LocalPostgres.start} can bring it back on the same port.
+   */
+  halt(): void;
+  /** Starts a halted server again on the same port and data, and waits until it accepts connections. */
+  start(): void;
 }
 
 const INSTALL_HINT =
@@ -80,17 +88,23 @@ export async function startPostgresServer(dirPrefix = 'harrier-pg-'): Promise<Lo
     }
     rmSync(dir, { recursive: true, force: true });
   };
+  const settings = [
+    `-p ${port}`,
+    `-k ${dir}`,
+    `-c listen_addresses=127.0.0.1`,
+    '-c fsync=off',
+    '-c full_page_writes=off',
+    '-c max_connections=300',
+  ].join(' ');
+  const start = (): void => {
+    run('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-o', settings, '-w', '-t', '60', 'start']);
+  };
+  const halt = (): void => {
+    run('pg_ctl', ['-D', data, '-m', 'fast', '-w', '-t', '60', 'stop']);
+  };
   try {
     run('initdb', ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--no-sync', '--locale=C']);
-    const settings = [
-      `-p ${port}`,
-      `-k ${dir}`,
-      `-c listen_addresses=127.0.0.1`,
-      '-c fsync=off',
-      '-c full_page_writes=off',
-      '-c max_connections=300',
-    ].join(' ');
-    run('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-o', settings, '-w', '-t', '60', 'start']);
+    start();
   } catch (error) {
     const failed = error as { stderr?: Buffer; message: string };
     stop();
@@ -99,5 +113,5 @@ export async function startPostgresServer(dirPrefix = 'harrier-pg-'): Promise<Lo
       { cause: error },
     );
   }
-  return { url: `postgres://postgres@127.0.0.1:${port}/postgres`, port, stop };
+  return { url: `postgres://postgres@127.0.0.1:${port}/postgres`, port, stop, halt, start };
 }
