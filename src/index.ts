@@ -19,6 +19,7 @@ export {
   MessageValidationError,
   SagaConflictError,
   StaleDeliveryError,
+  TransientError,
   UnknownTopicError,
   UnrecoverableError,
 } from './errors/index.js';
@@ -77,7 +78,7 @@ export type {
   SendOptions,
 } from './handlers/index.js';
 export type { EnvelopeEncoder, OutgoingTraceInfo, TraceparentProvider } from './messages/index.js';
-export { DEFAULT_RETRY } from './dispatch/index.js';
+export { DEFAULT_RETRY, isTransientFailure } from './dispatch/index.js';
 export type {
   DeadLetteredEvent,
   DispatchHooks,
@@ -87,14 +88,19 @@ export type {
   MessageTelemetry,
   Middleware,
   MiddlewareContext,
+  OutageOptions,
+  PausedEvent,
+  PauseSubject,
   ProcessEnd,
   ProcessInfo,
   ProcessObservation,
   ProjectionLag,
   PublishOrigin,
   RefusedInfo,
+  ResumedEvent,
   TelemetrySources,
   RetryingEvent,
+  TransientClassifier,
   StopOptions,
 } from './dispatch/index.js';
 export { HarrierTokens, createBus } from './bus/index.js';

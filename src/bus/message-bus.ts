@@ -20,6 +20,7 @@ import type {
 } from '../dispatch/handler-pipeline.js';
 import { MessagePublisher } from '../dispatch/message-publisher.js';
 import type { Middleware } from '../dispatch/middleware.js';
+import type { OutageOptions } from '../dispatch/outage-breaker.js';
 import type { MessageTelemetry, TelemetrySources } from '../dispatch/message-telemetry.js';
 import type { TransactionalUnitOfWork } from '../dispatch/transactional-unit-of-work.js';
 import { HandlerNotFoundError } from '../errors/handler-not-found-error.js';
@@ -121,9 +122,24 @@ export interface BusOptions {
   readonly concurrency?: number;
   /**
    * Retry policy where neither handler nor definition sets one.
-   * @defaultValue 5 attempts, exponential backoff 200 ms base, 60 s cap, 0.2 jitter
+   * @defaultValue `DEFAULT_RETRY`: 8 attempts, 2 immediate retries, then backoff 2.5 s base doubling, 60 s cap, 0.2 jitter
    */
   readonly retry?: RetryOptions;
+  /**
+   * Marks failures of your own dependencies as outages: return true for an error that means "the
+   * dependency is down" (the endpoint pauses and the attempt is not counted), false for a message
+   * failure, undefined to leave it to Harrier's rules. Throwing a `TransientError` does the same
+   * from inside a handler.
+   * @defaultValue Harrier's rules: `TransientError`, PostgreSQL and Redis connection errors, socket
+   *   errors such as ECONNREFUSED and ECONNRESET (see docs/guarantees/outages-pause.md)
+   */
+  readonly isTransient?: (error: unknown) => boolean | undefined;
+  /**
+   * How an endpoint (or projection lane) paused by an outage probes for its end: the wait before the
+   * first probe, doubling after each probe that meets the outage, up to `probeMaxMs`.
+   * @defaultValue `{ probeBaseMs: 1000, probeMaxMs: 15000 }`
+   */
+  readonly outage?: OutageOptions;
   /** @defaultValue [] */
   readonly middleware?: readonly Middleware[];
   /**
@@ -421,6 +437,8 @@ class HarrierBus implements MessageBus {
       invoke: containerInvoker(this.container, options.messageScope),
       publisher: this.publisher,
       ...(options.retry !== undefined ? { retry: options.retry } : {}),
+      ...(options.isTransient !== undefined ? { isTransient: options.isTransient } : {}),
+      ...(options.outage !== undefined ? { outage: options.outage } : {}),
       ...(options.middleware !== undefined && options.middleware.length > 0
         ? { middleware: options.middleware }
         : {}),

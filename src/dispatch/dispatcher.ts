@@ -25,6 +25,7 @@ import {
   type PipelineOutcome,
 } from './handler-pipeline.js';
 import type { MessagePublisher } from './message-publisher.js';
+import { OutageBreaker, resolveOutageOptions } from './outage-breaker.js';
 import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';
 
 /** The longest delay a Node timer takes as given (2^31 - 1 ms, about 24.8 days). */
@@ -142,7 +143,7 @@ const RELEASE_TRIES = 2;
 export const DEAD_LETTER_STORE_TRIES = 3;
 
 /** Backoff of a delivery whose dead letter could not be stored: 1 s doubling to 60 s, jitter 0.2. */
-const STORE_RETRY: RetryPolicy = { ...DEFAULT_RETRY, baseMs: 1_000 };
+const STORE_RETRY: RetryPolicy = { ...DEFAULT_RETRY, immediate: 0, baseMs: 1_000 };
 
 /**
  * Tries of marking a replay handled while its record is not marked replayed yet, and the first pause
@@ -178,6 +179,8 @@ export class Dispatcher {
   /** The ack step of every handled delivery, made once. */
   readonly #ack = (delivery: Delivery): Promise<void> => this.#o.broker.ack(delivery.id);
   readonly #slotWaiters: (() => void)[] = [];
+  /** Pauses the receive loop while a dependency is unreachable (see {@link OutageBreaker}). */
+  readonly #breaker: OutageBreaker;
   #receiverAbort: AbortController | undefined;
   #loop: Promise<void> | undefined;
   #stopping = false;
@@ -213,6 +216,18 @@ export class Dispatcher {
       );
     }
     this.#pipeline = new HandlerPipeline(options);
+    this.#breaker = new OutageBreaker(
+      this.#clock,
+      this.#logger,
+      { endpoint: options.endpoint },
+      resolveOutageOptions(options.outage),
+      this.#pipeline.outageListener,
+    );
+  }
+
+  /** True while the endpoint is paused because a dependency is unreachable. */
+  get paused(): boolean {
+    return this.#breaker.paused;
   }
 
   /** Handler calls running now. */
@@ -259,6 +274,7 @@ export class Dispatcher {
     // Ends the running loop for good, even if its receiver wakes after a later start().
     this.#runs++;
     this.#receiverAbort?.abort();
+    this.#breaker.close();
     for (const wake of this.#slotWaiters.splice(0)) wake();
     if (this.#inFlight.size > 0) {
       // Grace is wall time even under a test clock: it bounds how long a real process waits.
@@ -344,6 +360,9 @@ export class Dispatcher {
           // Awaited only when every slot is taken: a free slot costs no promise and no tick.
           if (this.#inFlight.size >= this.#concurrency) await this.#acquireSlot();
           if (over()) break;
+          // Paused by an outage: wait for the next probe (this loop's next delivery is the probe).
+          const probe = this.#breaker.paused;
+          if (probe && (!(await this.#breaker.admit(abort.signal)) || over())) break;
           const next = await iterator.next();
           if (next.done === true) {
             ended = true;
@@ -359,6 +378,11 @@ export class Dispatcher {
             break;
           }
           pause = 100;
+          if (!probe && this.#breaker.paused) {
+            // Asked for before the pause began: back to its queue uncounted, not handled meanwhile.
+            await this.#giveBack(new InFlight(next.value));
+            continue;
+          }
           this.#begin(next.value);
         }
       } catch (error) {
@@ -387,6 +411,23 @@ export class Dispatcher {
     const { decided } = flight;
     // A decided dead letter goes back with its decision, so the next delivery records it
     // instead of running the handler again.
+    await this.#settle(
+      flight,
+      'release',
+      () =>
+        this.#o.broker.nack(
+          flight.delivery.id,
+          decided === undefined
+            ? { release: true }
+            : { retryAt: this.#clock.now(), pendingDeadLetter: decided },
+        ),
+      RELEASE_TRIES,
+    );
+  }
+
+  /** Sends a delivery back to its queue unhandled, its attempt uncounted (an outage paused the endpoint). */
+  async #giveBack(flight: InFlight): Promise<void> {
+    const { decided } = flight;
     await this.#settle(
       flight,
       'release',
@@ -441,6 +482,7 @@ export class Dispatcher {
       void this.#process(flight, outcome, acked);
       return;
     }
+    if (this.#breaker.paused) this.#breaker.succeeded();
     try {
       this.#pipeline.handled(outcome);
     } catch (error) {
@@ -485,8 +527,15 @@ export class Dispatcher {
       const outcome = await (early ?? this.#pipeline.run(flight));
       switch (outcome.kind) {
         case 'abandoned':
+          this.#breaker.probeEnded();
+          return;
+        case 'paused':
+          // An outage, not the message's failure: back uncounted, and the endpoint pauses.
+          this.#breaker.tripped(outcome.error);
+          await this.#giveBack(flight);
           return;
         case 'handled': {
+          this.#breaker.succeeded();
           const ackResult = await (acked ?? this.#settle(flight, 'ack', this.#ack));
           // The handler ran it to success: that is the replay's outcome, whether the ack answered in
           // time or a retry of it was refused as stale (an ack that applied late looks the same as a
@@ -500,6 +549,8 @@ export class Dispatcher {
           return;
         }
         case 'retry':
+          // The handler failed on its own: whatever it depends on answered.
+          this.#breaker.succeeded();
           await this.#settle(flight, 'nack', () =>
             this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
           );
@@ -598,6 +649,8 @@ export class Dispatcher {
     );
     if (stored === 'stale' || flight.released) return;
     if (stored === 'failed') {
+      // The dead-letter store is unreachable. The endpoint does not pause for it: messages that do
+      // not fail need no store, and this one waits in its queue with the decision beside it.
       // Never hold the delivery: it goes back to its queue with backoff, the decision kept beside it,
       // and a later delivery records the dead letter (the handler does not run again).
       const failures = pending === undefined ? 1 : Math.max(1, facts.attempt - pending.attempt + 1);
@@ -616,6 +669,7 @@ export class Dispatcher {
       );
       return;
     }
+    this.#breaker.succeeded();
     await this.#settle(flight, 'nack', () => this.#o.broker.nack(delivery.id, { deadLetter: reason, error }));
     this.#pipeline.deadLettered(record, thrown);
   }

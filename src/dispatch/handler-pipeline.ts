@@ -37,6 +37,8 @@ import type {
 import { composeMiddleware, type Middleware } from './middleware.js';
 import type { LogPosition, TransactionalUnitOfWork } from './transactional-unit-of-work.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
+import { isTransientFailure, type TransientClassifier } from './transient-failure.js';
+import type { OutageListener, OutageOptions, PausedEvent, ResumedEvent } from './outage-breaker.js';
 
 /**
  * Calls a handler method on an instance made for this message (the bus resolves it from DI).
@@ -89,6 +91,10 @@ export interface DispatchHooks {
   onHandled?(event: HandledEvent): void;
   onRetrying?(event: RetryingEvent): void;
   onDeadLettered?(event: DeadLetteredEvent): void;
+  /** The endpoint, or a projection lane, paused: a dependency is unreachable (see `TransientError`). */
+  onPaused?(event: PausedEvent): void;
+  /** A paused endpoint or projection lane got a message through and takes messages again. */
+  onResumed?(event: ResumedEvent): void;
 }
 
 /** Options of {@link HandlerPipeline}: what every handler run needs, whoever settles it. */
@@ -103,8 +109,20 @@ export interface HandlerPipelineOptions {
    */
   readonly publisher?: MessagePublisher;
   /**
+   * Classifies failures as outages of a dependency (true) or message failures (false); `undefined`
+   * leaves the error to Harrier's rules (`TransientError`, connection errors of PostgreSQL and Redis,
+   * socket errors). An outage pauses the endpoint and spends no attempt.
+   * @defaultValue Harrier's rules only (see `isTransientFailure`)
+   */
+  readonly isTransient?: TransientClassifier;
+  /**
+   * How a paused endpoint or projection lane probes for the end of an outage.
+   * @defaultValue `{ probeBaseMs: 1000, probeMaxMs: 15000 }`
+   */
+  readonly outage?: OutageOptions;
+  /**
    * Retry policy where neither the handler nor the definition sets one.
-   * @defaultValue 5 attempts, backoff 200 ms base, 60 s cap, 0.2 jitter
+   * @defaultValue `DEFAULT_RETRY`: 8 attempts, 2 immediate retries, then backoff 2.5 s base doubling, 60 s cap, 0.2 jitter
    */
   readonly retry?: RetryOptions;
   /** @defaultValue [] */
@@ -254,8 +272,26 @@ export interface AbandonedOutcome {
   readonly kind: 'abandoned';
 }
 
+/**
+ * The attempt met an outage of a dependency (see `isTransientFailure`): the message is not at fault.
+ * The caller gives the delivery back with its attempt uncounted and pauses.
+ */
+export interface PausedOutcome {
+  readonly kind: 'paused';
+  readonly envelope: Envelope;
+  readonly handler: string;
+  readonly attempt: number;
+  readonly error: unknown;
+  readonly errorInfo: ErrorInfo;
+}
+
 /** How a run through the {@link HandlerPipeline} ended; the caller settles it. */
-export type PipelineOutcome = HandledOutcome | RetryOutcome | DeadLetterOutcome | AbandonedOutcome;
+export type PipelineOutcome =
+  | HandledOutcome
+  | RetryOutcome
+  | DeadLetterOutcome
+  | AbandonedOutcome
+  | PausedOutcome;
 
 const ABANDONED: AbandonedOutcome = { kind: 'abandoned' };
 
@@ -627,7 +663,18 @@ export class HandlerPipeline {
     const { facts } = input;
     if (input.abandoned?.() === true) return ABANDONED;
     const errorInfo = toErrorInfo(error);
-    if (!isPermanent(policy, error) && facts.attempt < policy.attempts) {
+    const permanent = isPermanent(policy, error);
+    if (!permanent && isTransientFailure(error, this.#o.isTransient)) {
+      this.#logger.warn('Handler met an outage of a dependency; the attempt is not counted', {
+        handler: entry.name,
+        type: envelope.type,
+        messageId: envelope.id,
+        attempt: facts.attempt,
+        error: errorInfo.message,
+      });
+      return { kind: 'paused', envelope, handler: entry.name, attempt: facts.attempt, error, errorInfo };
+    }
+    if (!permanent && facts.attempt < policy.attempts) {
       const retryAt = this.#clock.now() + backoffDelay(policy, facts.attempt, this.#o.random);
       this.#logger.warn('Handler failed; will retry', {
         handler: entry.name,
@@ -832,6 +879,18 @@ export class HandlerPipeline {
   deadLettered(record: DeadLetterRecord, error: unknown): void {
     this.#hook('onDeadLettered', () => this.#o.hooks?.onDeadLettered?.({ record, error }));
   }
+
+  /** Tells the hooks and telemetry of pauses and resumptions (what an `OutageBreaker` reports). */
+  readonly outageListener: OutageListener = {
+    paused: (event: PausedEvent): void => {
+      this.#hook('onPaused', () => this.#o.hooks?.onPaused?.(event));
+      this.#guard('pauseChanged', () => this.#o.telemetry?.pauseChanged?.(event, true));
+    },
+    resumed: (event: ResumedEvent): void => {
+      this.#hook('onResumed', () => this.#o.hooks?.onResumed?.(event));
+      this.#guard('pauseChanged', () => this.#o.telemetry?.pauseChanged?.(event, false));
+    },
+  };
 
   /** Refuses a message before any handler ran, and tells telemetry unless the caller will. */
   #refuse(
@@ -1055,6 +1114,8 @@ function processEnd(outcome: PipelineOutcome, now: number): ProcessEnd {
       };
     case 'dead-letter':
       return { kind: 'dead-letter', reason: outcome.reason, error: outcome.thrown };
+    case 'paused':
+      return { kind: 'paused', error: outcome.error };
     case 'abandoned':
       return ABANDONED;
   }

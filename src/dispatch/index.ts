@@ -11,6 +11,7 @@ export {
   type HandlerInvoker,
   type HandlerPipelineOptions,
   type PipelineInput,
+  type PausedOutcome,
   type PipelineOutcome,
   type PipelineStep,
   type RetryingEvent,
@@ -42,6 +43,16 @@ export type {
   UnitOfWorkCall,
   UnitOfWorkResult,
 } from './transactional-unit-of-work.js';
+export {
+  OutageBreaker,
+  resolveOutageOptions,
+  type OutageListener,
+  type OutageOptions,
+  type PausedEvent,
+  type PauseSubject,
+  type ResumedEvent,
+} from './outage-breaker.js';
+export { isTransientFailure, type TransientClassifier } from './transient-failure.js';
 export {
   backoffDelay,
   DEFAULT_RETRY,

@@ -4,6 +4,7 @@ import type { ReplayTelemetry } from '../dead-letters/replay-dead-letters.js';
 import type { HandlerKind } from '../handlers/handler-metadata.js';
 import type { Envelope } from '../messages/envelope.js';
 import type { TraceparentProvider } from '../messages/prepare-message.js';
+import type { PauseSubject } from './outage-breaker.js';
 import type { LogPosition } from './transactional-unit-of-work.js';
 
 /** One handler call as telemetry is told of it: one delivery attempt, one log event, or one `execute`. */
@@ -37,7 +38,12 @@ export type ProcessEnd =
   /** `execute` failed: the error reaches the caller. */
   | { readonly kind: 'failed'; readonly error: unknown }
   /** A stop released the delivery before anything was committed: it is delivered again. */
-  | { readonly kind: 'abandoned' };
+  | { readonly kind: 'abandoned' }
+  /**
+   * The attempt met an outage of a dependency: the delivery goes back uncounted and the endpoint (or
+   * projection lane) pauses until a probe gets through.
+   */
+  | { readonly kind: 'paused'; readonly error: unknown };
 
 /** The saga instance a saga step runs for. */
 export interface SagaInstanceInfo {
@@ -115,6 +121,11 @@ export interface MessageTelemetry {
   process(info: ProcessInfo): ProcessObservation | undefined;
   /** Called when a received message is dead-lettered before any handler ran. */
   refused?(info: RefusedInfo): void;
+  /**
+   * Called when an endpoint or a projection lane pauses because a dependency is unreachable
+   * (`paused` true), and when it resumes (false).
+   */
+  pauseChanged?(subject: PauseSubject, paused: boolean): void;
   /**
    * Wraps one commit of messages to the broker (the event log append, then the fan-out).
    * @param origin `undefined` for `bus.send`, `bus.publish` and `bus.schedule`, `'handler'` for what a

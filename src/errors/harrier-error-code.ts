@@ -54,6 +54,7 @@ export const HARRIER_ERROR_CODES = [
   'store-closed',
   'too-large',
   'transaction-aborted',
+  'transient',
   'unknown-projection',
   'unknown-topic',
   'unrecoverable',

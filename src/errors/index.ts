@@ -11,4 +11,5 @@ export { MessageValidationError } from './message-validation-error.js';
 export { SagaConflictError } from './saga-conflict-error.js';
 export { StaleDeliveryError } from './stale-delivery-error.js';
 export { UnknownTopicError } from './unknown-topic-error.js';
+export { TransientError } from './transient-error.js';
 export { UnrecoverableError } from './unrecoverable-error.js';

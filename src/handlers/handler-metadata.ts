@@ -12,7 +12,7 @@ export interface HandlerOptions {
   readonly name?: string;
   /**
    * Retry policy of this handler.
-   * @defaultValue the definition's, else the bus's (5 attempts, 200 ms base, 60 s cap, 0.2 jitter)
+   * @defaultValue the definition's, else the bus's (`DEFAULT_RETRY`: 8 attempts, 2 immediate, then 2.5 s base doubling, 60 s cap, 0.2 jitter)
    */
   readonly retry?: RetryOptions;
 }

@@ -29,12 +29,18 @@ export interface BackoffOptions {
 export interface RetryOptions {
   /**
    * Attempts in all, the first included; 1 means no retry.
-   * @defaultValue 5
+   * @defaultValue 8 (the first, 2 immediate retries, then 5 delayed ones spanning about 77 s)
    */
   readonly attempts?: number;
   /**
-   * Delay between attempts.
-   * @defaultValue `{ baseMs: 200, maxMs: 60000, jitter: 0.2 }`
+   * Retries made at once after a failure, before the delayed ones begin (a failure that a second
+   * try fixes, such as a lost race, costs no wait).
+   * @defaultValue 2
+   */
+  readonly immediate?: number;
+  /**
+   * Delay of the delayed retries: `baseMs` before the first, doubling up to `maxMs`.
+   * @defaultValue `{ baseMs: 2500, maxMs: 60000, jitter: 0.2 }`
    */
   readonly backoff?: BackoffOptions;
   /**

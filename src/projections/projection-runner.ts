@@ -12,6 +12,8 @@ import {
   type HandlerPipelineOptions,
   type PipelineOutcome,
 } from '../dispatch/handler-pipeline.js';
+import { OutageBreaker, resolveOutageOptions } from '../dispatch/outage-breaker.js';
+import { isTransientFailure } from '../dispatch/transient-failure.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
 import type { CheckpointStore } from '../log/checkpoint-store.js';
@@ -19,7 +21,11 @@ import type { LogPosition } from '../dispatch/transactional-unit-of-work.js';
 import type { EventLog, LogRecord } from '../log/event-log.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 
-/** What to do with an event a projection still cannot handle after its retries. */
+/**
+ * What to do with an event a projection still cannot handle after its retries. Only message failures
+ * reach it: an outage (the read model's database or the dead-letter store unreachable) pauses the
+ * lane, which tries the same event again once the dependency answers.
+ */
 export type PoisonPolicy = 'skip' | 'halt';
 
 /**
@@ -92,6 +98,8 @@ interface Lane {
   loop: Promise<void>;
   /** Woken whenever the lane completes an event or stops running. */
   readonly changes: WakeList;
+  /** Pauses the lane while a dependency is unreachable: no event is skipped for an outage. */
+  readonly breaker: OutageBreaker;
 }
 
 /** How handling one event through the pipeline ended, with the facts of its last attempt. */
@@ -133,11 +141,14 @@ export class ProjectionRunner {
   #cancelRebuildCheck: (() => void) | undefined;
   #started = false;
 
+  readonly #outage: ReturnType<typeof resolveOutageOptions>;
+
   constructor(options: ProjectionRunnerOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
     this.#pipeline = new HandlerPipeline(options);
     this.#logger = options.logger ?? consoleLogger;
+    this.#outage = resolveOutageOptions(options.outage);
   }
 
   /** The projections this runner feeds. */
@@ -366,6 +377,13 @@ export class ProjectionRunner {
         haltedAt: undefined,
         loop: Promise.resolve(),
         changes: new WakeList(),
+        breaker: new OutageBreaker(
+          this.#clock,
+          this.#logger,
+          { endpoint: this.#o.endpoint, projection: { name: entry.name, topic, partition } },
+          this.#outage,
+          this.#pipeline.outageListener,
+        ),
       };
       lane.loop = this.#run(lane);
       lanes.push(lane);
@@ -375,7 +393,10 @@ export class ProjectionRunner {
 
   async #stopProjection(name: string): Promise<void> {
     const lanes = this.#lanes.get(name) ?? [];
-    for (const lane of lanes) lane.abort.abort();
+    for (const lane of lanes) {
+      lane.abort.abort();
+      lane.breaker.close();
+    }
     await Promise.all(lanes.map((lane) => lane.loop));
     for (const lane of lanes) {
       lane.cancelCommitTimer?.();
@@ -387,6 +408,20 @@ export class ProjectionRunner {
   }
 
   async #run(lane: Lane): Promise<void> {
+    const { signal } = lane.abort;
+    // Each round reads the log from the last completed offset; an outage of the log ends a round and,
+    // once a probe gets through, the next one picks up where it stopped.
+    while (!signal.aborted && (await this.#read(lane))) {
+      if (!(await lane.breaker.admit(signal))) break;
+    }
+    lane.changes.wakeAll();
+  }
+
+  /**
+   * Reads and handles the lane's events until it stops, halts or the log fails.
+   * @returns true when the log became unreachable (the caller waits for a probe and reads again).
+   */
+  async #read(lane: Lane): Promise<boolean> {
     const { signal } = lane.abort;
     try {
       for await (const record of this.#o.log.subscribe(lane.topic, {
@@ -403,6 +438,8 @@ export class ProjectionRunner {
           lane.haltedAt = record.offset;
           break;
         }
+        // A record read after an outage of the log: it answers again.
+        if (lane.breaker.paused) lane.breaker.succeeded();
         lane.completed = record.offset;
         lane.sinceCommit++;
         lane.changes.wakeAll();
@@ -414,17 +451,20 @@ export class ProjectionRunner {
           );
       }
     } catch (error) {
-      if (!signal.aborted) {
-        this.#logger.error('Projection lane failed; it stops until restart or rebuild', {
-          projection: lane.entry.name,
-          topic: lane.topic,
-          partition: lane.partition,
-          error: toErrorInfo(error),
-        });
-        lane.state = 'halted';
+      if (signal.aborted) return false;
+      if (isTransientFailure(error, this.#o.isTransient)) {
+        lane.breaker.tripped(error);
+        return true;
       }
+      this.#logger.error('Projection lane failed; it stops until restart or rebuild', {
+        projection: lane.entry.name,
+        topic: lane.topic,
+        partition: lane.partition,
+        error: toErrorInfo(error),
+      });
+      lane.state = 'halted';
     }
-    lane.changes.wakeAll();
+    return false;
   }
 
   async #commit(lane: Lane): Promise<void> {
@@ -470,9 +510,11 @@ export class ProjectionRunner {
       { messageId: record.id, type: record.type, endpoint: this.#o.endpoint, partitionKey: record.key },
       lane.abort.signal,
       { topic: lane.topic, partition: lane.partition, offset: record.offset },
+      lane.breaker,
     );
     switch (outcome.kind) {
       case 'abandoned':
+      case 'paused':
         return 'aborted';
       case 'handled':
         this.#pipeline.handled(outcome);
@@ -483,12 +525,17 @@ export class ProjectionRunner {
       case 'dead-letter':
         if (NOT_FOR_THIS_PROJECTION.has(outcome.reason)) return 'done';
         return this.#poison(lane, record, outcome, facts);
+      case 'paused':
+        // Only without a breaker; a lane has one.
+        return 'aborted';
     }
   }
 
   /**
    * Runs a projection handler on one event through the pipeline, retrying in place with its retry
-   * policy (the backoff on the clock) until it is handled, dead for good, or `signal` aborts.
+   * policy (the backoff on the clock) until it is handled, dead for good, or `signal` aborts. With a
+   * `breaker`, an outage pauses and tries the same attempt again once a probe is due; without one (a
+   * replay) it ends the attempts with the `paused` outcome.
    */
   async #attempts(
     entry: HandlerEntry,
@@ -496,6 +543,7 @@ export class ProjectionRunner {
     about: Pick<DeliveryFacts, 'messageId' | 'type' | 'endpoint' | 'partitionKey'>,
     signal: AbortSignal,
     position?: LogPosition,
+    breaker?: OutageBreaker,
   ): Promise<Attempts> {
     const history: AttemptRecord[] = [];
     for (let attempt = 1; ; attempt++) {
@@ -520,6 +568,15 @@ export class ProjectionRunner {
       // A handler that returned has applied its event, stop or not: it counts, and its checkpoint
       // moves. A stop only cancels what failed (the record is left for the next start).
       if (outcome.kind !== 'handled' && isAborted(signal)) return { outcome: { kind: 'abandoned' }, facts };
+      if (outcome.kind === 'paused') {
+        if (breaker === undefined) return { outcome, facts };
+        breaker.tripped(outcome.error);
+        if (!(await breaker.admit(signal))) return { outcome: { kind: 'abandoned' }, facts };
+        // The outage spent no attempt: the same one again.
+        attempt--;
+        continue;
+      }
+      breaker?.succeeded();
       if (outcome.kind !== 'retry') return { outcome, facts };
       this.#pipeline.retrying(outcome);
       history.push({ attempt, at: this.#clock.now(), error: outcome.errorInfo });
@@ -579,6 +636,11 @@ export class ProjectionRunner {
       case 'abandoned':
       case 'retry':
         return { code: 'projection-failed', message: 'the replay was stopped' };
+      case 'paused':
+        return {
+          code: 'transient',
+          message: `a dependency of projection "${entry.name}" is unreachable (${outcome.errorInfo.message}); replay again once it answers`,
+        };
       case 'dead-letter':
         break;
     }
@@ -610,7 +672,7 @@ export class ProjectionRunner {
     record: LogRecord,
     outcome: DeadLetterOutcome,
     facts: DeliveryFacts,
-  ): Promise<'done' | 'halt'> {
+  ): Promise<'done' | 'halt' | 'aborted'> {
     const dead = buildDeadLetterRecord({
       body: record.body,
       facts,
@@ -621,17 +683,25 @@ export class ProjectionRunner {
       now: this.#clock.now(),
       logPosition: { topic: lane.topic, partition: lane.partition, offset: record.offset },
     });
-    try {
-      await this.#o.deadLetters.add(dead);
-      // A handler failure was told to telemetry with its call; a refusal only now that it is stored.
-      if (outcome.reason !== 'projection-failed') this.#pipeline.reportRefused(outcome, facts.attempt);
-    } catch (storeError) {
-      this.#logger.error('Could not store the dead letter of a projection event; halting the partition', {
-        projection: lane.entry.name,
-        error: toErrorInfo(storeError),
-      });
-      return 'halt';
+    // The event is passed only once its dead letter is stored: an unreachable store pauses the lane
+    // (an outage) and the store is tried again when a probe is due.
+    for (;;) {
+      try {
+        await this.#o.deadLetters.add(dead);
+        lane.breaker.succeeded();
+        break;
+      } catch (storeError) {
+        this.#logger.error('Could not store the dead letter of a projection event; the lane pauses', {
+          projection: lane.entry.name,
+          offset: record.offset,
+          error: toErrorInfo(storeError),
+        });
+        lane.breaker.tripped(storeError);
+        if (!(await lane.breaker.admit(lane.abort.signal))) return 'aborted';
+      }
     }
+    // A handler failure was told to telemetry with its call; a refusal only now that it is stored.
+    if (outcome.reason !== 'projection-failed') this.#pipeline.reportRefused(outcome, facts.attempt);
     this.#logger.warn('Projection event dead-lettered', {
       projection: lane.entry.name,
       topic: lane.topic,

@@ -6,6 +6,7 @@ import {
   type Attributes,
   type Counter,
   type Histogram,
+  type UpDownCounter,
   type Meter,
   type MeterProvider,
   type ObservableCallback,
@@ -21,6 +22,7 @@ import type {
   RefusedInfo,
   TelemetrySources,
 } from '../dispatch/message-telemetry.js';
+import type { PauseSubject } from '../dispatch/outage-breaker.js';
 import { errorType } from './error-type.js';
 
 /** Options of {@link harrierMetrics}. */
@@ -56,6 +58,7 @@ interface Instruments {
   readonly consumed: Counter;
   readonly sent: Counter;
   readonly deadLetters: Counter;
+  readonly paused: UpDownCounter;
   readonly projectionLag: ObservableGauge;
   readonly queueDepth: ObservableGauge;
 }
@@ -119,6 +122,20 @@ export function harrierMetrics(options: HarrierMetricsOptions = {}): MessageTele
     i.consumed.add(1, attributes);
   };
 
+  const pauseChanged = (subject: PauseSubject, paused: boolean): void => {
+    const i = get();
+    if (!i.live) return;
+    const attributes: Attributes = {
+      'messaging.system': system,
+      'messaging.consumer.group.name': subject.endpoint,
+    };
+    if (subject.projection !== undefined) {
+      attributes['harrier.projection'] = subject.projection.name;
+      attributes['harrier.projection.partition'] = `${subject.projection.topic}/${subject.projection.partition}`;
+    }
+    i.paused.add(paused ? 1 : -1, attributes);
+  };
+
   const publish = (
     messages: readonly OutgoingMessage[],
     origin: PublishOrigin | undefined,
@@ -175,7 +192,7 @@ export function harrierMetrics(options: HarrierMetricsOptions = {}): MessageTele
     };
   };
 
-  return { traceparent: () => undefined, process: processCall, refused, publish, observe };
+  return { traceparent: () => undefined, process: processCall, refused, pauseChanged, publish, observe };
 }
 
 function createInstruments(meter: Meter): Instruments {
@@ -202,6 +219,13 @@ function createInstruments(meter: Meter): Instruments {
     deadLetters: meter.createCounter(
       'harrier.dead_letters',
       count('Messages dead-lettered, by reason.', '{message}'),
+    ),
+    paused: meter.createUpDownCounter(
+      'harrier.endpoint.paused',
+      count(
+        'Endpoints (and projection lanes) paused because a dependency is unreachable: 1 while paused, 0 once resumed.',
+        '{endpoint}',
+      ),
     ),
     projectionLag: meter.createObservableGauge(
       'harrier.projection.lag',

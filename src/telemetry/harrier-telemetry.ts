@@ -56,6 +56,9 @@ export function combineTelemetry(parts: readonly MessageTelemetry[]): MessageTel
   const publishers = parts.flatMap((part) => (part.publish === undefined ? [] : [part.publish.bind(part)]));
   const refusers = parts.flatMap((part) => (part.refused === undefined ? [] : [part.refused.bind(part)]));
   const observers = parts.flatMap((part) => (part.observe === undefined ? [] : [part.observe.bind(part)]));
+  const pauseListeners = parts.flatMap((part) =>
+    part.pauseChanged === undefined ? [] : [part.pauseChanged.bind(part)],
+  );
   const replayers = parts.flatMap((part) => (part.replay === undefined ? [] : [part.replay]));
   return {
     traceparent: (message) => {
@@ -87,6 +90,12 @@ export function combineTelemetry(parts: readonly MessageTelemetry[]): MessageTel
       for (const refused of refusers)
         isolated('refused', () => {
           refused(info);
+        });
+    },
+    pauseChanged: (subject, paused) => {
+      for (const listener of pauseListeners)
+        isolated('pauseChanged', () => {
+          listener(subject, paused);
         });
     },
     publish: (messages, origin, run) =>

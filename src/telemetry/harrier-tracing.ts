@@ -289,6 +289,10 @@ function endProcessSpan(span: Span, end: ProcessEnd): void {
     case 'abandoned':
       span.addEvent('harrier.released');
       break;
+    case 'paused':
+      // An outage is not the message's failure: recorded on the span, its status left unset.
+      span.addEvent('harrier.endpoint.paused', { 'error.type': errorType(end.error) });
+      break;
   }
   span.end();
 }

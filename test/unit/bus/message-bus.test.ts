@@ -404,7 +404,7 @@ describe('MessageBus', () => {
     describe('when a handler fails twice then succeeds', () => {
       it('handles the message on the third attempt after exponential backoff', async () => {
         const attempts: { attempt: number; at: number }[] = [];
-        @CommandHandler(PlaceOrder, { retry: { backoff: { baseMs: 1000, jitter: 0 } } })
+        @CommandHandler(PlaceOrder, { retry: { immediate: 0, backoff: { baseMs: 1000, jitter: 0 } } })
         class Handler {
           handle(_: unknown, ctx: MessageContext) {
             attempts.push({ attempt: ctx.attempt, at: bus!.clock.now() });

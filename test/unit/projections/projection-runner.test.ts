@@ -183,7 +183,7 @@ describe('ProjectionRunner', () => {
       const log = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 1 }] });
       const checkpoints = new InMemoryCheckpointStore();
       let failingCalls = 0;
-      @Projection('flaky', { retry: { attempts: 5, backoff: { baseMs: 60_000, jitter: 0 } } })
+      @Projection('flaky', { retry: { attempts: 5, immediate: 0, backoff: { baseMs: 60_000, jitter: 0 } } })
       class Flaky {
         @On(Deposited)
         onDeposited(e: PayloadOf<typeof Deposited>) {

@@ -386,6 +386,7 @@ describe('Saga', () => {
           sagaStore: store,
           definitions: [StockRequested],
           deliveryOrder: 'fifo',
+          retry: { immediate: 0 },
         });
         // The first step's publish fails before anything went out: its retry waits for the backoff.
         failStockPublish(bus, 1, () => Promise.resolve());

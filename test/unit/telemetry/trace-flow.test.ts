@@ -39,14 +39,14 @@ class InvoiceRejected extends Error {
   override name = 'InvoiceRejected';
 }
 
-@EventHandler(OrderPlaced, { retry: { attempts: 3, backoff: { baseMs: 50, jitter: 0 } } })
+@EventHandler(OrderPlaced, { retry: { attempts: 3, immediate: 0, backoff: { baseMs: 50, jitter: 0 } } })
 class ChargeOnPlaced {
   handle(_payload: unknown, ctx: MessageContext): void {
     if (ctx.attempt === 1) throw new PaymentGatewayDown('gateway timed out');
   }
 }
 
-@EventHandler(OrderPlaced, { retry: { attempts: 2, backoff: { baseMs: 50, jitter: 0 } } })
+@EventHandler(OrderPlaced, { retry: { attempts: 2, immediate: 0, backoff: { baseMs: 50, jitter: 0 } } })
 class InvoiceOnPlaced {
   handle(): void {
     throw new InvoiceRejected('no billing address');
