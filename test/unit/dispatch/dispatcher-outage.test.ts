@@ -1,0 +1,149 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  CommandHandler,
+  InMemoryBroker,
+  InMemoryDeadLetterStore,
+  TransientError,
+  createBus,
+  silentLogger,
+  type MessageBus,
+  type MessageContext,
+  type PausedEvent,
+  type ResumedEvent,
+} from '../../../src/index.js';
+import { ReserveStock } from '../bus/fixtures.js';
+
+function waitFor(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const deadline = Date.now() + timeoutMs;
+    const tick = (): void => {
+      if (condition()) resolve();
+      else if (Date.now() > deadline) reject(new Error('condition not met in time'));
+      else setTimeout(tick, 2);
+    };
+    tick();
+  });
+}
+
+/** A dependency the handler calls: while `down`, calls fail as the given error says. */
+class Dependency {
+  down = false;
+  calls = 0;
+  constructor(readonly failure: () => unknown) {}
+  call(): void {
+    this.calls++;
+    if (this.down) throw this.failure();
+  }
+}
+
+let bus: MessageBus | undefined;
+afterEach(async () => {
+  await bus?.stop({ gracePeriodMs: 100 });
+  bus = undefined;
+});
+
+function outageBus(dependency: Dependency, options: { readonly isTransient?: (e: unknown) => boolean | undefined } = {}) {
+  const handled: { orderId: string; attempt: number }[] = [];
+  const paused: PausedEvent[] = [];
+  const resumed: ResumedEvent[] = [];
+  @CommandHandler(ReserveStock)
+  class Handler {
+    handle(payload: { orderId: string }, ctx: MessageContext): void {
+      dependency.call();
+      handled.push({ orderId: payload.orderId, attempt: ctx.attempt });
+    }
+  }
+  const broker = new InMemoryBroker();
+  const deadLetters = new InMemoryDeadLetterStore();
+  bus = createBus({
+    broker,
+    deadLetters,
+    handlers: [Handler],
+    logger: silentLogger,
+    concurrency: 4,
+    // Few attempts, no backoff: an outage that spent attempts would dead-letter at once.
+    retry: { attempts: 2, immediate: 1 },
+    outage: { probeBaseMs: 20, probeMaxMs: 80 },
+    hooks: {
+      onPaused: (event) => void paused.push(event),
+      onResumed: (event) => void resumed.push(event),
+    },
+    ...(options.isTransient !== undefined ? { isTransient: options.isTransient } : {}),
+  });
+  return { bus, broker, deadLetters, handled, paused, resumed };
+}
+
+describe('Dispatcher', () => {
+  describe('when a dependency is unreachable', () => {
+    it('pauses, spends no attempt, dead-letters nothing, probes one message at a time, and resumes', async () => {
+      const dependency = new Dependency(() =>
+        Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }),
+      );
+      const { bus, broker, deadLetters, handled, paused, resumed } = outageBus(dependency);
+      dependency.down = true;
+      await bus.start();
+      for (let i = 0; i < 50; i++) await bus.send(ReserveStock, { orderId: `o-${i}` });
+
+      await waitFor(() => paused.length === 1 && dependency.calls >= 10);
+      expect(bus.dispatcher.paused).toBe(true);
+      expect(paused[0]).toMatchObject({ endpoint: bus.endpoint, error: { code: 'ECONNREFUSED' } });
+      // Paused: only probes reach the handler, one at a time (the first calls are the 4 slots).
+      const callsWhilePaused = dependency.calls;
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(dependency.calls - callsWhilePaused).toBeLessThanOrEqual(300 / 20 + 1);
+
+      dependency.down = false;
+      await waitFor(() => handled.length === 50 && broker.stats().inFlight === 0);
+      expect(resumed).toHaveLength(1);
+      expect(resumed[0]!.pausedMs).toBeGreaterThan(0);
+      expect(bus.dispatcher.paused).toBe(false);
+      expect(await deadLetters.count()).toBe(0);
+      // Not one attempt was spent on the outage.
+      expect(handled.every((h) => h.attempt === 1)).toBe(true);
+      expect(new Set(handled.map((h) => h.orderId)).size).toBe(50);
+      expect(broker.stats().inFlight).toBe(0);
+    });
+
+    it('takes a TransientError thrown by the handler as an outage', async () => {
+      const dependency = new Dependency(() => new TransientError('payments API down'));
+      const { bus, deadLetters, handled, paused } = outageBus(dependency);
+      dependency.down = true;
+      await bus.start();
+      for (let i = 0; i < 5; i++) await bus.send(ReserveStock, { orderId: `o-${i}` });
+      await waitFor(() => paused.length === 1 && dependency.calls >= 8);
+      dependency.down = false;
+      await waitFor(() => handled.length === 5);
+      expect(handled.every((h) => h.attempt === 1)).toBe(true);
+      expect(await deadLetters.count()).toBe(0);
+    });
+
+    it('takes what isTransient marks as an outage, and what it refuses as a message failure', async () => {
+      class HttpDown extends Error {}
+      const dependency = new Dependency(() => new HttpDown('503 from the CRM'));
+      const { bus, deadLetters, handled, paused } = outageBus(dependency, {
+        isTransient: (error) => (error instanceof HttpDown ? true : undefined),
+      });
+      dependency.down = true;
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'o-1' });
+      await waitFor(() => paused.length === 1 && dependency.calls >= 3);
+      dependency.down = false;
+      await waitFor(() => handled.length === 1);
+      expect(await deadLetters.count()).toBe(0);
+    });
+  });
+
+  describe('when the handler fails on its own', () => {
+    it('does not pause: the message spends its attempts and is dead-lettered', async () => {
+      const dependency = new Dependency(() => new Error('order o-1 is malformed'));
+      const { bus, broker, deadLetters, paused } = outageBus(dependency);
+      dependency.down = true;
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'o-1' });
+      await waitFor(() => dependency.calls === 2 && broker.stats().inFlight === 0 && broker.stats().ready === 0);
+      expect(await deadLetters.count()).toBe(1);
+      expect(paused).toHaveLength(0);
+      expect(bus.dispatcher.paused).toBe(false);
+    });
+  });
+});
