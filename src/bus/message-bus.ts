@@ -264,6 +264,11 @@ export interface MessageBus {
   readonly broker: MessageBroker;
   readonly deadLetters: DeadLetterStore;
   readonly container: Container;
+  /**
+   * True while the endpoint takes no messages because a dependency is unreachable (it probes and
+   * resumes by itself; see `hooks.onPaused`). A readiness check may report it.
+   */
+  readonly paused: boolean;
   /** Sends a command to its one handler, wherever it runs; resolves to the message id. */
   send<D extends CommandDefinition>(
     definition: D,
@@ -335,6 +340,10 @@ class HarrierBus implements MessageBus {
   readonly deadLetters: DeadLetterStore;
   readonly container: Container;
   readonly dispatcher: Dispatcher;
+
+  get paused(): boolean {
+    return this.dispatcher.isPaused();
+  }
   readonly projections: ProjectionRunner | undefined;
   readonly #eventLog: EventLog | undefined;
   readonly #checkpoints: CheckpointStore | undefined;

@@ -226,8 +226,8 @@ export class Dispatcher {
   }
 
   /** True while the endpoint is paused because a dependency is unreachable. */
-  get paused(): boolean {
-    return this.#breaker.paused;
+  isPaused(): boolean {
+    return this.#breaker.isPaused();
   }
 
   /** Handler calls running now. */
@@ -361,7 +361,7 @@ export class Dispatcher {
           if (this.#inFlight.size >= this.#concurrency) await this.#acquireSlot();
           if (over()) break;
           // Paused by an outage: wait for the next probe (this loop's next delivery is the probe).
-          const probe = this.#breaker.paused;
+          const probe = this.#breaker.isPaused();
           if (probe && (!(await this.#breaker.admit(abort.signal)) || over())) break;
           const next = await iterator.next();
           if (next.done === true) {
@@ -378,7 +378,7 @@ export class Dispatcher {
             break;
           }
           pause = 100;
-          if (!probe && this.#breaker.paused) {
+          if (!probe && this.#breaker.isPaused()) {
             // Asked for before the pause began: back to its queue uncounted, not handled meanwhile.
             await this.#giveBack(new InFlight(next.value));
             continue;
@@ -482,7 +482,7 @@ export class Dispatcher {
       void this.#process(flight, outcome, acked);
       return;
     }
-    if (this.#breaker.paused) this.#breaker.succeeded();
+    if (this.#breaker.isPaused()) this.#breaker.succeeded();
     try {
       this.#pipeline.handled(outcome);
     } catch (error) {

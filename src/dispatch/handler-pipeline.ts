@@ -287,11 +287,7 @@ export interface PausedOutcome {
 
 /** How a run through the {@link HandlerPipeline} ended; the caller settles it. */
 export type PipelineOutcome =
-  | HandledOutcome
-  | RetryOutcome
-  | DeadLetterOutcome
-  | AbandonedOutcome
-  | PausedOutcome;
+  HandledOutcome | RetryOutcome | DeadLetterOutcome | AbandonedOutcome | PausedOutcome;
 
 const ABANDONED: AbandonedOutcome = { kind: 'abandoned' };
 

@@ -110,7 +110,7 @@ export class OutageBreaker {
   }
 
   /** True while paused (open or half-open). */
-  get paused(): boolean {
+  isPaused(): boolean {
     return this.#state !== 'closed';
   }
 

@@ -29,7 +29,9 @@ const SOCKET_ERRNOS = new Set([
  * 08), admin/crash shutdown and "cannot connect now" (57P01-57P03), too many connections (53300).
  */
 function isUnavailableSqlState(code: string): boolean {
-  return code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300';
+  return (
+    code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300'
+  );
 }
 
 /**

@@ -439,7 +439,7 @@ export class ProjectionRunner {
           break;
         }
         // A record read after an outage of the log: it answers again.
-        if (lane.breaker.paused) lane.breaker.succeeded();
+        if (lane.breaker.isPaused()) lane.breaker.succeeded();
         lane.completed = record.offset;
         lane.sinceCommit++;
         lane.changes.wakeAll();
@@ -513,6 +513,7 @@ export class ProjectionRunner {
       lane.breaker,
     );
     switch (outcome.kind) {
+      // Only #attempts without a breaker ends in 'paused'; a lane has one.
       case 'abandoned':
       case 'paused':
         return 'aborted';
@@ -525,9 +526,6 @@ export class ProjectionRunner {
       case 'dead-letter':
         if (NOT_FOR_THIS_PROJECTION.has(outcome.reason)) return 'done';
         return this.#poison(lane, record, outcome, facts);
-      case 'paused':
-        // Only without a breaker; a lane has one.
-        return 'aborted';
     }
   }
 

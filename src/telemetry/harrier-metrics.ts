@@ -131,7 +131,8 @@ export function harrierMetrics(options: HarrierMetricsOptions = {}): MessageTele
     };
     if (subject.projection !== undefined) {
       attributes['harrier.projection'] = subject.projection.name;
-      attributes['harrier.projection.partition'] = `${subject.projection.topic}/${subject.projection.partition}`;
+      attributes['harrier.projection.partition'] =
+        `${subject.projection.topic}/${subject.projection.partition}`;
     }
     i.paused.add(paused ? 1 : -1, attributes);
   };

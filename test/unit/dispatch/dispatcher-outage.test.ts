@@ -42,7 +42,10 @@ afterEach(async () => {
   bus = undefined;
 });
 
-function outageBus(dependency: Dependency, options: { readonly isTransient?: (e: unknown) => boolean | undefined } = {}) {
+function outageBus(
+  dependency: Dependency,
+  options: { readonly isTransient?: (e: unknown) => boolean | undefined } = {},
+) {
   const handled: { orderId: string; attempt: number }[] = [];
   const paused: PausedEvent[] = [];
   const resumed: ResumedEvent[] = [];
@@ -85,7 +88,7 @@ describe('Dispatcher', () => {
       for (let i = 0; i < 50; i++) await bus.send(ReserveStock, { orderId: `o-${i}` });
 
       await waitFor(() => paused.length === 1 && dependency.calls >= 10);
-      expect(bus.dispatcher.paused).toBe(true);
+      expect(bus.paused).toBe(true);
       expect(paused[0]).toMatchObject({ endpoint: bus.endpoint, error: { code: 'ECONNREFUSED' } });
       // Paused: only probes reach the handler, one at a time (the first calls are the 4 slots).
       const callsWhilePaused = dependency.calls;
@@ -96,7 +99,7 @@ describe('Dispatcher', () => {
       await waitFor(() => handled.length === 50 && broker.stats().inFlight === 0);
       expect(resumed).toHaveLength(1);
       expect(resumed[0]!.pausedMs).toBeGreaterThan(0);
-      expect(bus.dispatcher.paused).toBe(false);
+      expect(bus.paused).toBe(false);
       expect(await deadLetters.count()).toBe(0);
       // Not one attempt was spent on the outage.
       expect(handled.every((h) => h.attempt === 1)).toBe(true);
@@ -140,10 +143,12 @@ describe('Dispatcher', () => {
       dependency.down = true;
       await bus.start();
       await bus.send(ReserveStock, { orderId: 'o-1' });
-      await waitFor(() => dependency.calls === 2 && broker.stats().inFlight === 0 && broker.stats().ready === 0);
+      await waitFor(
+        () => dependency.calls === 2 && broker.stats().inFlight === 0 && broker.stats().ready === 0,
+      );
       expect(await deadLetters.count()).toBe(1);
       expect(paused).toHaveLength(0);
-      expect(bus.dispatcher.paused).toBe(false);
+      expect(bus.paused).toBe(false);
     });
   });
 });

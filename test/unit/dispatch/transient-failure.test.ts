@@ -22,7 +22,10 @@ describe('isTransientFailure', () => {
       ['ECONNREFUSED', coded('connect ECONNREFUSED 127.0.0.1:5432', 'ECONNREFUSED')],
       ['ECONNRESET', coded('read ECONNRESET', 'ECONNRESET')],
       ['ETIMEDOUT', coded('connect ETIMEDOUT', 'ETIMEDOUT')],
-      ['PostgreSQL admin shutdown (57P01)', coded('terminating connection due to administrator command', '57P01')],
+      [
+        'PostgreSQL admin shutdown (57P01)',
+        coded('terminating connection due to administrator command', '57P01'),
+      ],
       ['PostgreSQL cannot connect now (57P03)', coded('the database system is starting up', '57P03')],
       ['a PostgreSQL connection exception (08006)', coded('connection failure', '08006')],
       ['pg: Connection terminated unexpectedly', new Error('Connection terminated unexpectedly')],
@@ -72,7 +75,11 @@ describe('isTransientFailure', () => {
     it('lets the classifier mark its own errors transient, and decide against the built-in rules', () => {
       class HttpDown extends Error {}
       const classify = (error: unknown): boolean | undefined =>
-        error instanceof HttpDown ? true : error instanceof Error && error.message === 'refused' ? false : undefined;
+        error instanceof HttpDown
+          ? true
+          : error instanceof Error && error.message === 'refused'
+            ? false
+            : undefined;
       expect(isTransientFailure(new HttpDown('503'), classify)).toBe(true);
       expect(isTransientFailure(coded('refused', 'ECONNREFUSED'), classify)).toBe(false);
       expect(isTransientFailure(coded('x', 'ECONNRESET'), classify)).toBe(true);

@@ -53,7 +53,7 @@ class ReadModel {
 class FlakyDeadLetters extends InMemoryDeadLetterStore {
   down = false;
   failedAdds = 0;
-  override add(record: DeadLetterRecord): Promise<void> {
+  override add(record: DeadLetterRecord): Promise<DeadLetterRecord> {
     if (this.down) {
       this.failedAdds++;
       return Promise.reject(new Error('Connection is closed.'));
