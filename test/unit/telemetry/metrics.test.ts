@@ -8,9 +8,18 @@ import {
   InMemorySpanExporter,
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { On, Projection, createBus, defineEvent, silentLogger, type MessageBus } from '../../../src/index.js';
+import {
+  CommandHandler,
+  On,
+  Projection,
+  TransientError,
+  createBus,
+  defineEvent,
+  silentLogger,
+  type MessageBus,
+} from '../../../src/index.js';
 import { InMemoryEventLog } from '../../../src/log/index.js';
 import { harrierMetrics, harrierTelemetry } from '../../../src/telemetry/index.js';
 import { createTestBus } from '../../../src/testing/index.js';
@@ -384,5 +393,45 @@ describe('harrierTelemetry', () => {
     expect(total(metrics, 'messaging.client.sent.messages')).toBe(2);
     const [command] = bus.messagesOf(PlaceOrder);
     expect(command?.envelope.meta.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+  });
+});
+
+describe('harrierMetrics, when an outage pauses the endpoint', () => {
+  it('holds harrier.endpoint.paused at 1 while paused and back at 0 once resumed', async () => {
+    const { meterProvider, collect } = sdk();
+    let down = true;
+    let paused = 0;
+    let resumed = 0;
+    let handled = 0;
+    @CommandHandler(PlaceOrder)
+    class Handler {
+      handle(): void {
+        if (down) throw new TransientError('the payments API is down');
+        handled++;
+      }
+    }
+    const bus = createBus({
+      endpoint: 'shop',
+      handlers: [Handler],
+      logger: silentLogger,
+      outage: { probeBaseMs: 10, probeMaxMs: 20 },
+      telemetry: harrierMetrics({ meterProvider }),
+      hooks: { onPaused: () => void paused++, onResumed: () => void resumed++ },
+    });
+    buses.push(bus);
+    await bus.start();
+    await bus.send(PlaceOrder, { orderId: 'o-1', amount: 1 });
+    await vi.waitFor(() => {
+      expect(paused).toBe(1);
+    });
+    expect(
+      total(await collect(), 'harrier.endpoint.paused', { 'messaging.consumer.group.name': 'shop' }),
+    ).toBe(1);
+    down = false;
+    await vi.waitFor(() => {
+      expect(handled).toBe(1);
+      expect(resumed).toBe(1);
+    });
+    expect(total(await collect(), 'harrier.endpoint.paused')).toBe(0);
   });
 });
