@@ -416,7 +416,14 @@ describe('harrierMetrics, when an outage pauses the endpoint', () => {
       logger: silentLogger,
       outage: { probeBaseMs: 10, probeMaxMs: 20 },
       telemetry: harrierMetrics({ meterProvider }),
-      hooks: { onPaused: () => void paused++, onResumed: () => void resumed++ },
+      hooks: {
+        onPaused: () => {
+          paused++;
+        },
+        onResumed: () => {
+          resumed++;
+        },
+      },
     });
     buses.push(bus);
     await bus.start();
