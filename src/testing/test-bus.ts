@@ -217,14 +217,16 @@ export async function createTestBus(options: TestBusOptions = {}): Promise<TestB
       if (Date.now() > deadline) {
         throw new HarrierError(
           'not-idle',
-          `whenIdle timed out: ${stats.ready} ready, ${stats.inFlight} in flight, ${stats.waiting} waiting, ${dispatcher.activeCount} handlers running; is the bus started, or is a handler stuck?${deliveryOrder === 'shuffled' ? ` (${replayHint(broker.seed)})` : ''}`,
+          `whenIdle timed out: ${stats.ready} ready, ${stats.inFlight} in flight, ${stats.waiting} waiting, ${dispatcher.activeCount} handlers running${dispatcher.isPaused() ? ', the endpoint paused by an outage (a handler keeps failing with a transient error)' : ''}; is the bus started, or is a handler stuck?${deliveryOrder === 'shuffled' ? ` (${replayHint(broker.seed)})` : ''}`,
         );
       }
       // Deliveries whose settle step waits for a retry (a dead-letter write after the store failed)
       // are moved on only by time: when they are all that runs, time moves on for them.
       const onlySettleWaits =
         dispatcher.activeCount > 0 && dispatcher.settleWaitCount === dispatcher.activeCount;
-      if (onlySettleWaits && clock instanceof ManualClock) {
+      // Paused by an outage, with nothing running: only time brings the next probe.
+      const onlyPaused = dispatcher.isPaused() && dispatcher.activeCount === 0 && stats.inFlight === 0;
+      if ((onlySettleWaits || onlyPaused) && clock instanceof ManualClock) {
         const next = clock.nextTimerAt();
         if (next !== undefined) {
           clock.advanceTo(next);

@@ -9,6 +9,7 @@ import {
   Projection,
   defineCommand,
   defineEvent,
+  TransientError,
   UnrecoverableError,
   type MessageContext,
   type PayloadOf,
@@ -261,6 +262,28 @@ describe('createTestBus', () => {
         expect((error as Error).message).toContain('seed 99');
         expect((error as Error).message).toContain('HARRIER_SEED=99');
       });
+    });
+  });
+
+  describe('when a handler meets an outage', () => {
+    it('whenIdle moves the virtual clock on to the probes and resolves once the message got through', async () => {
+      const Charge = defineCommand('test.Charge', { schema: z.object({}) });
+      const attempts: number[] = [];
+      let outageCalls = 3;
+      @CommandHandler(Charge)
+      class ChargeHandler {
+        handle(_: unknown, ctx: MessageContext): void {
+          if (outageCalls-- > 0) throw new TransientError('the payments API is down');
+          attempts.push(ctx.attempt);
+        }
+      }
+      const bus = await createTestBus({ handlers: [ChargeHandler] });
+      buses.push(bus);
+      await bus.send(Charge, {});
+      await bus.whenIdle();
+      expect(attempts).toEqual([1]);
+      expect(await bus.deadLetters.count()).toBe(0);
+      expect(bus.paused).toBe(false);
     });
   });
 });
