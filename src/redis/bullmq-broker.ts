@@ -34,6 +34,11 @@ import { assertQueueNamePart, baseQueueName, QueueLayout } from './queue-layout.
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
 
+/** See {@link BullMqBrokerOptions.lockDurationMs}. */
+const DEFAULT_LOCK_DURATION_MS = 5_000;
+/** See {@link BullMqBrokerOptions.stalledIntervalMs}. */
+const DEFAULT_STALLED_INTERVAL_MS = 2_500;
+
 /** How long `redeliver` waits for an active job of the message to settle before refusing. */
 const REDELIVER_ACTIVE_WAIT_MS = 2_000;
 const REDELIVER_ACTIVE_POLL_MS = 25;
@@ -66,13 +71,46 @@ export interface BullMqBrokerOptions {
    */
   readonly dedupeWindowMs?: number;
   /**
-   * How long a worker holds a message before another may take it, renewed while it runs, in ms.
-   * @defaultValue 30000
+   * How long a worker's hold on a message (its BullMQ job lock) lasts unless renewed, in ms: after a
+   * worker dies, its messages wait this long at most before a stalled check may give them to another.
+   *
+   * @remarks
+   * A live worker renews the lock every {@link BullMqBrokerOptions.lockRenewMs}, however long its
+   * handler runs, so this is not a handler time-out. What it bounds is how long a worker may go without
+   * renewing: a process killed, a Redis outage or network cut, or an event loop blocked for longer (a
+   * synchronous, CPU-bound handler) loses its locks; another worker then takes the messages, and each
+   * such delivery taken and never settled counts as an attempt (a message that keeps crashing its
+   * workers is dead-lettered as `worker-crashed` once its attempts run out, whatever BullMQ's own
+   * stalled limit). Raise it if handlers block the event loop for seconds or if Redis outages of a few
+   * seconds must not spend attempts; lower it (with `stalledIntervalMs`) to hand a dead worker's
+   * messages on sooner. A dead worker's message is back in about `lockDurationMs + 2 *
+   * stalledIntervalMs` at worst (10 s with the defaults). At least 1000.
+   *
+   * @defaultValue 5000
    */
   readonly lockDurationMs?: number;
   /**
-   * How often workers look for messages whose worker died, in ms.
-   * @defaultValue 30000
+   * How often a worker renews the locks of the messages it holds, in ms; less than `lockDurationMs`.
+   *
+   * @remarks
+   * BullMQ's lock timer ticks every half of this and renews each held lock at most once a tick; each
+   * renewal is one Redis script per queue worker with held messages, whatever their number. The gap
+   * between this and `lockDurationMs` is how late a renewal may run (a slow event-loop turn, a slow
+   * Redis) before the lock is lost. At least 100.
+   *
+   * @defaultValue half of `lockDurationMs` (2500)
+   */
+  readonly lockRenewMs?: number;
+  /**
+   * How often workers look for messages whose worker died (locks gone), in ms.
+   *
+   * @remarks
+   * Each queue's workers run one Redis script per interval (one of them does the check; the others'
+   * find it done), so an idle endpoint of Q queues costs about Q / interval scripts per second per
+   * process. A lock that lapsed is noticed by the second check after it lapsed at the latest. At least
+   * 100.
+   *
+   * @defaultValue 2500
    */
   readonly stalledIntervalMs?: number;
   /**
@@ -128,6 +166,7 @@ export class BullMqBroker implements MessageBroker {
   readonly #partitions: number;
   readonly #dedupeWindowMs: number;
   readonly #lockDurationMs: number;
+  readonly #lockRenewMs: number;
   readonly #stalledIntervalMs: number;
   readonly #publishTimeoutMs: number;
   readonly #failedRetentionMs: number;
@@ -156,8 +195,9 @@ export class BullMqBroker implements MessageBroker {
     this.#prefix = options.prefix ?? '{harrier}';
     this.#partitions = options.partitions ?? 8;
     this.#dedupeWindowMs = options.dedupeWindowMs ?? 86_400_000;
-    this.#lockDurationMs = options.lockDurationMs ?? 30_000;
-    this.#stalledIntervalMs = options.stalledIntervalMs ?? 30_000;
+    this.#lockDurationMs = options.lockDurationMs ?? DEFAULT_LOCK_DURATION_MS;
+    this.#lockRenewMs = options.lockRenewMs ?? Math.floor(this.#lockDurationMs / 2);
+    this.#stalledIntervalMs = options.stalledIntervalMs ?? DEFAULT_STALLED_INTERVAL_MS;
     this.#publishTimeoutMs = options.publishTimeoutMs ?? 5_000;
     this.#failedRetentionMs = options.failedRetentionMs ?? 604_800_000;
     this.#failedRetentionCount = options.failedRetentionCount ?? 10_000;
@@ -173,6 +213,7 @@ export class BullMqBroker implements MessageBroker {
     assertWhole(this.#dedupeWindowMs, 'dedupeWindowMs', 1, 'e.g. 86400000 for 24 hours');
     assertWhole(this.#failedRetentionMs, 'failedRetentionMs', 0, 'e.g. 604800000 for 7 days');
     assertWhole(this.#failedRetentionCount, 'failedRetentionCount', 0, 'e.g. 10000 (0 keeps none)');
+    assertLockTimings(this.#lockDurationMs, this.#lockRenewMs, this.#stalledIntervalMs);
     this.#layout = new QueueLayout(this.#prefix, this.#partitions);
     this.#jobDefaults = jobOptionDefaults({
       dedupeWindowMs: this.#dedupeWindowMs,
@@ -449,6 +490,7 @@ export class BullMqBroker implements MessageBroker {
         prefix: this.#prefix,
         layout: this.#layout,
         lockDurationMs: this.#lockDurationMs,
+        lockRenewMs: this.#lockRenewMs,
         stalledIntervalMs: this.#stalledIntervalMs,
         clock: this.#clock,
         logger: this.#logger,
@@ -597,6 +639,32 @@ function assertWhole(value: number, option: string, min: number, example: string
     throw new HarrierError(
       'invalid-option',
       `BullMqBroker option ${option} is ${String(value)}: it must be a whole number of at least ${min}, ${example}`,
+    );
+  }
+}
+
+/**
+ * @throws HarrierError `invalid-option` unless the lock timings are whole numbers of at least their
+ * minimum and the lock is renewed before it expires.
+ */
+function assertLockTimings(lockDurationMs: number, lockRenewMs: number, stalledIntervalMs: number): void {
+  assertWhole(
+    lockDurationMs,
+    'lockDurationMs',
+    1_000,
+    'e.g. 5000 (a lock under a second is lost to one slow event-loop turn)',
+  );
+  assertWhole(
+    lockRenewMs,
+    'lockRenewMs',
+    100,
+    `e.g. ${Math.floor(lockDurationMs / 2)} (half of lockDurationMs)`,
+  );
+  assertWhole(stalledIntervalMs, 'stalledIntervalMs', 100, 'e.g. 2500');
+  if (lockRenewMs >= lockDurationMs) {
+    throw new HarrierError(
+      'invalid-option',
+      `BullMqBroker option lockRenewMs is ${lockRenewMs}: it must be less than lockDurationMs (${lockDurationMs}), since a lock renewed after it expired is lost; e.g. ${Math.floor(lockDurationMs / 2)} (half of lockDurationMs), or leave it out`,
     );
   }
 }

@@ -36,6 +36,7 @@ export interface BullMqReceiverContext {
   readonly prefix: string;
   readonly layout: QueueLayout;
   readonly lockDurationMs: number;
+  readonly lockRenewMs: number;
   readonly stalledIntervalMs: number;
   readonly clock: Clock;
   readonly logger: Logger;
@@ -185,7 +186,10 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
             prefix,
             concurrency,
             lockDuration: this.#context.lockDurationMs,
+            lockRenewTime: this.#context.lockRenewMs,
             stalledInterval: this.#context.stalledIntervalMs,
+            // A stalled job (its worker died) always goes back to wait: the crash counts as an attempt
+            // through `stalledCounter`, and the dispatcher dead-letters it once the attempts run out.
             maxStalledCount: KEEP_ATTEMPTS,
             settings: { backoffStrategy: () => 1_000 },
             runRetryDelay: 1_000,

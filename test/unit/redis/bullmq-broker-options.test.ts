@@ -22,12 +22,42 @@ describe('BullMqBroker', () => {
       ['failedRetentionMs', Number.POSITIVE_INFINITY],
       ['dedupeWindowMs', 0],
       ['dedupeWindowMs', 1.5],
+      ['lockDurationMs', 999],
+      ['lockDurationMs', 2_500.5],
+      ['lockRenewMs', 99],
+      ['lockRenewMs', Number.NaN],
+      ['stalledIntervalMs', 0],
+      ['stalledIntervalMs', Number.POSITIVE_INFINITY],
     ] as const)('when %s is %s', (option, value) => {
       it('throws invalid-option naming the option and what it takes', () => {
         const error = constructionError({ [option]: value });
         expect(HarrierError.is(error) && error.code).toBe('invalid-option');
         expect((error as Error).message).toContain(`option ${option} is ${String(value)}`);
         expect((error as Error).message).toContain('must be a whole number of at least');
+      });
+    });
+
+    describe('when lockRenewMs is not less than lockDurationMs', () => {
+      it('throws invalid-option saying the lock would expire first and what to set', () => {
+        const error = constructionError({ lockDurationMs: 4_000, lockRenewMs: 4_000 });
+        expect(HarrierError.is(error) && error.code).toBe('invalid-option');
+        expect((error as Error).message).toContain('option lockRenewMs is 4000');
+        expect((error as Error).message).toContain('must be less than lockDurationMs (4000)');
+        expect((error as Error).message).toContain('e.g. 2000');
+      });
+    });
+
+    describe('when lockRenewMs is left out and lockDurationMs is set', () => {
+      it('accepts it (renewing at half the lock duration)', () => {
+        expect(constructionError({ lockDurationMs: 1_000 })).toBeUndefined();
+      });
+    });
+
+    describe('when lockRenewMs alone is set beyond the default lock duration', () => {
+      it('throws invalid-option naming the default lock duration', () => {
+        const error = constructionError({ lockRenewMs: 6_000 });
+        expect(HarrierError.is(error) && error.code).toBe('invalid-option');
+        expect((error as Error).message).toContain('must be less than lockDurationMs (5000)');
       });
     });
 
