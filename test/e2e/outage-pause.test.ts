@@ -1,5 +1,5 @@
 /**
- * Outages pause, they do not dead-letter: an app process (fixtures/outage-app.ts) runs inbox handlers
+ * Outages pause, they do not dead-letter: an app process (fixtures/outage-pause-app.ts) runs inbox handlers
  * in PostgreSQL, an outbox relay and a PostgreSQL projection while its PostgreSQL is stopped for
  * 60 s, then while its dead-letter store's Redis is stopped for 60 s, with 5,000 messages flowing.
  * The test starts its own PostgreSQL and both Redis servers, since it stops them.
@@ -15,10 +15,10 @@ import { startPostgresServer, type LocalPostgres } from '../helpers/local-postgr
 import { waitFor } from '../helpers/local-redis.js';
 import { freshPrefix } from '../helpers/redis.js';
 import { RedisServer } from './fixtures/fault-harness.js';
-import { Credit } from './fixtures/outage-messages.js';
+import { Credit } from './fixtures/outage-pause-messages.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const APP = fileURLToPath(new URL('./fixtures/outage-app.ts', import.meta.url));
+const APP = fileURLToPath(new URL('./fixtures/outage-pause-app.ts', import.meta.url));
 const SCHEMA = 'outage';
 const TOTAL = 5_000;
 const OUTAGE_MS = 60_000;
