@@ -201,7 +201,7 @@ export class OutboxRelay {
       );
     }
     postgresTables(options.schema);
-    const handle = openPool(relayConnection(options.connection));
+    const handle = openPool(relayConnection(options.connection), options.logger ?? consoleLogger);
     let relay: OutboxRelay;
     try {
       relay = new OutboxRelay(options, handle);
