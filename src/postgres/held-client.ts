@@ -21,10 +21,25 @@ export interface HeldClient {
  * crashes the process, however the pool is set up. The error is kept (see {@link HeldClient.lost})
  * so the caller's next statement fails as a lost connection, and the client is destroyed on release
  * rather than handed to the next caller.
+ *
+ * The listener is attached in the pool's callback, in the turn the pool stops listening: a session
+ * ended as it opened arrives in the same read as its first ReadyForQuery, before the continuation
+ * of an awaited `pool.connect()` could attach one.
  * @param onLost - called once with the error the client emitted while held
  */
-export async function holdClient(pool: pg.Pool, onLost?: (error: Error) => void): Promise<HeldClient> {
-  const client = await pool.connect();
+export function holdClient(pool: pg.Pool, onLost?: (error: Error) => void): Promise<HeldClient> {
+  return new Promise((resolve, reject) => {
+    pool.connect((error, client) => {
+      if (client === undefined) {
+        reject(error ?? new Error('pg Pool.connect gave neither a client nor an error'));
+        return;
+      }
+      resolve(hold(client, onLost));
+    });
+  });
+}
+
+function hold(client: pg.PoolClient, onLost: ((error: Error) => void) | undefined): HeldClient {
   let lost: Error | undefined;
   const listener = (error: Error): void => {
     if (lost !== undefined) return;
