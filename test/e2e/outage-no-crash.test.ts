@@ -243,10 +243,19 @@ describe('Outages of PostgreSQL and Redis', () => {
       );
       expect(await query('SELECT 1 FROM harrier.outbox')).toEqual([]);
 
-      for (const p of processes) {
-        expect(crashes(p), `${p.name} recorded what would have ended it:\n${p.output()}`).toEqual([]);
-        expect(p.running, `${p.name} is still running:\n${p.output()}`).toBe(true);
-      }
+      const counts = Object.fromEntries(
+        processes.map((p) => {
+          const lines = crashes(p);
+          const count = (event: CrashLine['event']) => lines.filter((line) => line.event === event).length;
+          return [p.name, { uncaught: count('uncaughtException'), unhandled: count('unhandledRejection') }];
+        }),
+      );
+      const none = { uncaught: 0, unhandled: 0 };
+      expect(
+        counts,
+        processes.map((p) => `${p.name}:\n${p.output()}\n${JSON.stringify(crashes(p))}`).join('\n'),
+      ).toEqual(Object.fromEntries(processes.map((p) => [p.name, none])));
+      for (const p of processes) expect(p.running, `${p.name} is still running:\n${p.output()}`).toBe(true);
       const handled = (await numbers('work')).size;
       console.info(
         JSON.stringify({
