@@ -29,6 +29,7 @@ import {
   type FileEventLogLostOffsets,
   type Location,
   type PartitionState,
+  type PendingAppend,
   type UidLine,
 } from './partition-state.js';
 import { acquireLock, releaseLock } from './pid-lock.js';
@@ -474,12 +475,24 @@ export class FileEventLog implements EventLog {
     void this.#serialize(state, () => this.#flush(state));
   }
 
-  /** Writes the queued appends as one batch: one write, one flush, then every ack. */
+  /**
+   * Writes the queued appends as one batch: one write, one flush, then every ack. Never rejects (it
+   * runs unawaited): whatever fails fails the batch's appends.
+   */
   async #flush(state: PartitionState): Promise<void> {
     state.flushScheduled = false;
     const batch = state.queue.splice(0, MAX_APPEND_BATCH);
     if (state.queue.length > 0) this.#scheduleFlush(state);
     if (batch.length === 0) return;
+    try {
+      await this.#writeBatch(state, batch);
+    } catch (error) {
+      // Appends already acked stay acked: settling a promise twice changes nothing.
+      for (const pending of batch) pending.reject(error);
+    }
+  }
+
+  async #writeBatch(state: PartitionState, batch: readonly PendingAppend[]): Promise<void> {
     if (state.failed !== undefined) {
       for (const pending of batch) pending.reject(state.failed);
       return;

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { HarrierError } from '../errors/harrier-error.js';
+import { holdClient } from './held-client.js';
 import { MIGRATIONS, SCHEMA_VERSION } from './migrations.js';
 import type { PostgresConnectionOptions } from './postgres-connection.js';
 import { openPool, postgresError } from './postgres-pool.js';
@@ -55,7 +56,8 @@ export async function migratePostgres(
   const tables = postgresTables(options.schema);
   const handle = openPool(connection);
   try {
-    const client = await handle.pool.connect();
+    const held = await holdClient(handle.pool);
+    const { client } = held;
     try {
       await client.query('BEGIN');
       try {
@@ -84,7 +86,7 @@ export async function migratePostgres(
         throw error;
       }
     } finally {
-      client.release();
+      held.release();
     }
   } catch (error) {
     throw postgresError(error, connection, `migrating schema "${tables.schema}"`);
@@ -98,12 +100,12 @@ export async function migratePostgres(
  * @throws HarrierError `schema-outdated` naming the migrate command when they are missing or behind.
  */
 export async function requireSchema(pool: pg.Pool, tables: PostgresTables, part: string): Promise<void> {
-  const client = await pool.connect();
+  const held = await holdClient(pool);
   let version: number;
   try {
-    version = await currentVersion(client, tables);
+    version = await currentVersion(held.client, tables);
   } finally {
-    client.release();
+    held.release();
   }
   if (version < SCHEMA_VERSION) {
     throw new HarrierError(

@@ -5,6 +5,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import type { OutgoingMessage } from '../messages/outgoing-message.js';
 import { fnv1a64 } from '../messages/partition.js';
+import { holdClient, type HeldClient } from './held-client.js';
 import { requireSchema } from './migrate-postgres.js';
 import { OUTBOX_LANES, outboxChannel, outgoingOfRow, type OutboxRow } from './outbox-rows.js';
 import { describePostgres, isPool, type PostgresConnectionOptions } from './postgres-connection.js';
@@ -157,7 +158,7 @@ export class OutboxRelay {
   readonly #logger: Logger;
   readonly #laneKey: number;
   readonly #memberKey: number;
-  #session: pg.PoolClient | undefined;
+  #session: HeldClient | undefined;
   #broken = false;
   #owned = new Set<number>();
   #notified = false;
@@ -201,7 +202,7 @@ export class OutboxRelay {
       );
     }
     postgresTables(options.schema);
-    const handle = openPool(relayConnection(options.connection));
+    const handle = openPool(relayConnection(options.connection), options.logger ?? consoleLogger);
     let relay: OutboxRelay;
     try {
       relay = new OutboxRelay(options, handle);
@@ -240,7 +241,7 @@ export class OutboxRelay {
     let failures = 0;
     while (!this.#stopping) {
       try {
-        const session = this.#session ?? (await this.#connect());
+        const session = this.#session?.client ?? (await this.#connect());
         this.#notified = false;
         // Rebalancing between batches too, so a relay with a backlog still gives lanes to a newcomer.
         for (;;) {
@@ -281,12 +282,12 @@ export class OutboxRelay {
 
   /** Opens the session that holds the locks and LISTENs. */
   async #connect(): Promise<pg.PoolClient> {
-    const client = await this.#handle.pool.connect();
     this.#broken = false;
-    client.on('error', () => {
+    const held = await holdClient(this.#handle.pool, () => {
       this.#broken = true;
       this.#waiter?.abort();
     });
+    const { client } = held;
     client.on('notification', () => {
       this.#notified = true;
       this.#waiter?.abort();
@@ -295,10 +296,10 @@ export class OutboxRelay {
       if (this.#listen) await client.query(`LISTEN "${outboxChannel(this.#tables)}"`);
       await client.query('SELECT pg_advisory_lock_shared($1, 0)', [this.#memberKey]);
     } catch (error) {
-      client.release(true);
+      held.release(true);
       throw error;
     }
-    this.#session = client;
+    this.#session = held;
     this.#owned = new Set();
     this.#nextRebalance = 0;
     return client;

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { HarrierError } from '../errors/harrier-error.js';
+import type { Logger } from '../logging/logger.js';
 import { describePostgres, isPool, type PostgresConnectionOptions } from './postgres-connection.js';
 
 /** A pool to use, and whether closing the part that opened it ends it. */
@@ -11,12 +12,22 @@ export interface PoolHandle {
   end(): Promise<void>;
 }
 
-/** The pool of `connection`: the given one (shared), or a new one. */
-export function openPool(connection: PostgresConnectionOptions): PoolHandle {
+/**
+ * The pool of `connection`: the given one (shared), or a new one.
+ * @param logger - where a new pool reports an idle connection the server ended
+ *   @defaultValue none (the pool drops the connection silently)
+ */
+export function openPool(connection: PostgresConnectionOptions, logger?: Logger): PoolHandle {
   if (isPool(connection)) return { pool: connection, owned: false, end: async () => {} };
   const pool = new pg.Pool(typeof connection === 'string' ? { connectionString: connection } : connection);
   // An idle client that loses its server emits on the pool; without a listener Node would crash.
-  pool.on('error', () => {});
+  // The pool has dropped the client already and opens a new one when next asked.
+  pool.on('error', (error: Error) => {
+    logger?.warn(
+      `An idle PostgreSQL connection to ${describePostgres(connection)} was lost; the pool opens a new one when needed`,
+      { error: error.message },
+    );
+  });
   let ended: Promise<void> | undefined;
   return {
     pool,
@@ -42,7 +53,10 @@ export function isPostgresUnavailable(error: unknown): boolean {
   if (typeof code === 'string' && (UNAVAILABLE_SQLSTATES.has(code) || UNAVAILABLE_ERRNOS.has(code)))
     return true;
   const message = error instanceof Error ? error.message : '';
-  return /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect/i.test(message);
+  // "... is not queryable": a client whose connection was lost (or ended) before this statement.
+  return /Connection terminated|connect ECONNREFUSED|timeout exceeded when trying to connect|is not queryable/i.test(
+    message,
+  );
 }
 
 /**

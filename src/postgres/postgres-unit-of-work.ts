@@ -9,6 +9,7 @@ import type {
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerKind } from '../handlers/handler-metadata.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
+import { holdClient, type HeldClient } from './held-client.js';
 import { requireSchema } from './migrate-postgres.js';
 import { writeOutboxRows } from './outbox-rows.js';
 import { raiseCheckpoint } from './postgres-checkpoint-store.js';
@@ -80,7 +81,11 @@ export interface PostgresUnitOfWorkOptions {
   readonly inboxPruneIntervalMs?: number;
   /** Source of `handled_at`, `created_at` and `updated_at` times and of the prune timer. @defaultValue the system clock */
   readonly clock?: Clock;
-  /** Where a failed periodic prune is reported. @defaultValue warnings and errors as JSON lines on stderr */
+  /**
+   * Where a failed periodic prune, a session PostgreSQL ended under a handler and a lost idle
+   * connection of the unit's own pool are reported.
+   * @defaultValue warnings and errors as JSON lines on stderr
+   */
   readonly logger?: Logger;
 }
 
@@ -165,7 +170,7 @@ class PostgresUnit implements PostgresUnitOfWork {
     this.#pruneEveryMs = options.inboxPruneIntervalMs ?? DEFAULT_INBOX_PRUNE_INTERVAL_MS;
     this.#clock = options.clock ?? systemClock;
     this.#logger = options.logger ?? consoleLogger;
-    this.#handle = openPool(options.connection);
+    this.#handle = openPool(options.connection, this.#logger);
   }
 
   ready(): Promise<void> {
@@ -189,12 +194,18 @@ class PostgresUnit implements PostgresUnitOfWork {
     }
     this.#checkOpen();
     await this.ready();
-    let client: pg.PoolClient;
+    let held: HeldClient;
     try {
-      client = await this.#handle.pool.connect();
+      held = await holdClient(this.#handle.pool, (error) => {
+        this.#logger.warn(
+          `PostgreSQL ended the session of handler "${call.handler}" in its transaction; the attempt fails and is retried`,
+          { handler: call.handler, messageId: call.context.messageId, error: error.message },
+        );
+      });
     } catch (error) {
       throw postgresError(error, this.#connection, `starting the transaction of handler "${call.handler}"`);
     }
+    const { client } = held;
     // A client whose connection may be broken is destroyed rather than returned to the pool.
     let broken: Error | undefined;
     try {
@@ -223,9 +234,12 @@ class PostgresUnit implements PostgresUnitOfWork {
       return result;
     } catch (error) {
       if (broken === undefined && isPostgresUnavailable(error) && error instanceof Error) broken = error;
-      throw postgresError(error, this.#connection, `running handler "${call.handler}" in a transaction`);
+      // The session was ended under the call: whatever the handler made of its failed statement, the
+      // cause is the lost connection, reported as such.
+      const cause = held.lost !== undefined && !isPostgresUnavailable(error) ? held.lost : error;
+      throw postgresError(cause, this.#connection, `running handler "${call.handler}" in a transaction`);
     } finally {
-      client.release(broken);
+      held.release(broken);
     }
   }
 

@@ -467,19 +467,23 @@ export class ProjectionRunner {
     return false;
   }
 
+  /**
+   * Commits the lane's completed offset; never rejects, since timers call it. A failed commit (the
+   * store unreachable) is logged and tried again `commitIntervalMs` later while the lane runs.
+   */
   async #commit(lane: Lane): Promise<void> {
     lane.cancelCommitTimer?.();
     lane.cancelCommitTimer = undefined;
     if (lane.completed <= lane.committed) return;
-    if (
-      lane.committed >= 0 &&
-      (await this.#o.checkpoints.get(lane.entry.name, lane.topic, lane.partition)) === undefined
-    ) {
-      // Reset from outside: leave it empty so the rebuild check sees it.
-      return;
-    }
-    const target = lane.completed;
     try {
+      if (
+        lane.committed >= 0 &&
+        (await this.#o.checkpoints.get(lane.entry.name, lane.topic, lane.partition)) === undefined
+      ) {
+        // Reset from outside: leave it empty so the rebuild check sees it.
+        return;
+      }
+      const target = lane.completed;
       lane.committed = await this.#o.checkpoints.commit(
         lane.entry.name,
         lane.topic,
@@ -493,6 +497,13 @@ export class ProjectionRunner {
         projection: lane.entry.name,
         error: toErrorInfo(error),
       });
+      // Without this, a lane that receives nothing more would leave its checkpoint behind until the stop.
+      if (lane.state === 'running' && !lane.abort.signal.aborted) {
+        lane.cancelCommitTimer ??= this.#clock.setTimer(
+          this.#o.commitIntervalMs ?? 1_000,
+          () => void this.#commit(lane),
+        );
+      }
     }
   }
 

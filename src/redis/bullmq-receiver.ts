@@ -167,7 +167,13 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
     // One command connection for every worker of this receiver (BullMQ gives each worker its own
     // blocking duplicate): queues + 1 connections instead of 2 per queue.
     const connection = this.#context.newClient({ maxRetriesPerRequest: null }, `workers:${endpoint}`);
-    connection.on('error', () => undefined);
+    // Connection errors repeat while Redis is away, and the workers report them already (below).
+    connection.on('error', (error: Error) => {
+      logger.debug('Redis connection of the workers failed; reconnecting', {
+        endpoint,
+        error: error.message,
+      });
+    });
     this.#clients.push(connection);
     for (const spec of this.#specs) {
       for (const { name, concurrency, handler, ordered } of layout.queuesFor(endpoint, spec, prefetch)) {

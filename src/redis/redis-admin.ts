@@ -301,6 +301,8 @@ export class RedisAdmin {
 
   async #jobCounts(name: string): Promise<JobCounts> {
     const queue = new Queue(name, { connection: this.#connection.client, prefix: this.#prefix });
+    // The failure reaches the caller through getJobCounts; unheard, BullMQ would print it to stderr.
+    queue.on('error', () => undefined);
     try {
       const counts = await this.#run(() => queue.getJobCounts(...QUEUE_STATES));
       return {

@@ -595,7 +595,11 @@ export class RedisEventLog implements EventLog {
 
   /** Runs one batch, kept in {@link #inFlight} until it settles. */
   #send(batch: readonly PendingAppend[]): void {
-    const sent = this.#appendBatch(batch);
+    // #appendBatch settles each append itself; should it still throw, the appends fail with it
+    // rather than the process with an unhandled rejection.
+    const sent = this.#appendBatch(batch).catch((error: unknown) => {
+      for (const pending of batch) pending.reject(error);
+    });
     this.#inFlight.add(sent);
     void sent.finally(() => this.#inFlight.delete(sent));
   }

@@ -282,6 +282,43 @@ describe('postgresUnitOfWork', () => {
     });
   });
 
+  describe('when PostgreSQL ends the session of a handler idle in its transaction', () => {
+    it('fails that attempt, destroys the client, keeps the process up, and the retry commits', async () => {
+      const warnings: string[] = [];
+      const logger = { ...silentLogger, warn: (message: string) => void warnings.push(message) };
+      const releasedWithError: unknown[] = [];
+      const onRelease = (error: unknown): void => {
+        if (error) releasedWithError.push(error);
+      };
+      pool.on('release', onRelease);
+      const bus = await bankBus(unit({ logger }));
+      beforeReturn = async () => {
+        if (attempts.length > 1) return;
+        // The handler's own backend, idle in its transaction: ended as a restart or an operator would.
+        const [backend] = await rows<{ pid: number }>(
+          `SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE $1`,
+          [`%"${schema}"%`],
+        );
+        if (backend === undefined) throw new Error('the handler has no transaction open');
+        await pool.query('SELECT pg_terminate_backend($1)', [backend.pid]);
+        await waitFor('the client to hear that its session ended', () => warnings.length > 0, {
+          timeoutMs: 10_000,
+        });
+      };
+      try {
+        await bus.send(Deposit, { account: 't', amount: 3 });
+        await bus.whenIdle();
+      } finally {
+        pool.off('release', onRelease);
+      }
+      expect(attempts).toEqual([1, 2]);
+      expect(warnings[0]).toMatch(/ended the session of handler "DepositHandler"/);
+      expect(releasedWithError).toHaveLength(1);
+      expect(await balance('t')).toBe(3);
+      expect(await rows(`SELECT attempt FROM "${schema}".entries`)).toEqual([{ attempt: 2 }]);
+    });
+  });
+
   describe('when a stop releases the delivery while the handler runs', () => {
     it('rolls back what the handler wrote instead of committing it', async () => {
       const bus = await bankBus(unit());
