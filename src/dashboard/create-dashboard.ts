@@ -22,7 +22,7 @@ import {
   type DashboardProjectionLag,
   type DashboardTopology,
 } from './dashboard-insight-pages.js';
-import { countMatches } from './dashboard-count.js';
+import { countBeside, countMatches } from './dashboard-count.js';
 import { groupsBody, listBody, recordBody } from './dashboard-pages.js';
 import { parseListQuery } from './dashboard-query.js';
 import { TOKEN_GUESSES_PER_SECOND, TokenGuessLimit } from './token-guess-limit.js';
@@ -341,7 +341,15 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
         }),
         countMatches(store, query.filter),
       ]);
-      html(res, 200, 'Dead letters', listBody(query, { page: records, total }, view), '/', query.params);
+      const shown = countBeside(total, records, query.cursor === undefined);
+      html(
+        res,
+        200,
+        'Dead letters',
+        listBody(query, { page: records, total: shown }, view),
+        '/',
+        query.params,
+      );
       return;
     }
     if (url.pathname === '/groups') {
