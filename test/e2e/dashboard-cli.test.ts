@@ -129,7 +129,15 @@ describe('harrier dashboard', () => {
   });
 
   it('refuses a token under 16 characters (usage, exit 2), naming the fix', async () => {
-    const run = start([
+    /** The exit code, or 'listening' (then stopped) when the command started the server instead. */
+    const outcome = async (run: ReturnType<typeof start>) => {
+      try {
+        return await Promise.race([run.exit, run.firstLine.then(() => 'listening' as const)]);
+      } finally {
+        run.child.kill('SIGTERM');
+      }
+    };
+    const given = start([
       'dashboard',
       '--host',
       '0.0.0.0',
@@ -140,13 +148,13 @@ describe('harrier dashboard', () => {
       '--redis-url',
       redisUrl,
     ]);
-    expect(await run.exit).toBe(2);
-    expect(run.stderr()).toContain('The token (--token) has 1 character,');
-    expect(run.stderr()).toContain('at least 16');
+    expect(await outcome(given)).toBe(2);
+    expect(given.stderr()).toContain('The token (--token) has 1 character,');
+    expect(given.stderr()).toContain('at least 16');
     const fromEnv = start(['dashboard', '--port', '0', '--redis-url', redisUrl], {
       HARRIER_DASHBOARD_TOKEN: 'short',
     });
-    expect(await fromEnv.exit).toBe(2);
+    expect(await outcome(fromEnv)).toBe(2);
     expect(fromEnv.stderr()).toContain('HARRIER_DASHBOARD_TOKEN');
   });
 
