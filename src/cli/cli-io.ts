@@ -27,6 +27,8 @@ export const ExitCode = {
   /** Redis or PostgreSQL could not be reached. */
   redisUnavailable: 3,
   nothingMatched: 4,
+  /** `postgres migrate`: the schema holds a table of one of Harrier's names that Harrier did not create. */
+  schemaConflict: 5,
 } as const;
 
 /** Ends a command with an exit code and a message for stderr. */
