@@ -107,6 +107,7 @@ export { HarrierTokens, createBus } from './bus/index.js';
 export type {
   BusOptions,
   MessageBus,
+  MessageBusWithProjections,
   MessageScopeOptions,
   PrepareOptions,
   ScheduleOptions,

@@ -8,6 +8,7 @@ export {
   dispatcherOf,
   type BusOptions,
   type MessageBus,
+  type MessageBusWithProjections,
   type ScheduleOptions,
   type PrepareOptions,
 } from './message-bus.js';

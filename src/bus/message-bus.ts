@@ -317,7 +317,10 @@ export interface MessageBus {
   start(): Promise<void>;
   /** Graceful stop: stops taking work, drains within the grace period, closes the broker and store. */
   stop(options?: StopOptions & { readonly closeBroker?: boolean }): Promise<void>;
-  /** The projection runner, when the bus has an event log. */
+  /**
+   * The projection runner, when the bus has an event log: a bus that {@link createBus} made with
+   * `eventLog` is typed {@link MessageBusWithProjections}, where it is always defined.
+   */
   readonly projections: ProjectionRunner | undefined;
   /**
    * Replays dead letters into their subscriptions (same message id, fresh attempts).
@@ -332,6 +335,19 @@ export interface MessageBus {
    * `rate` and `onResult` are passed through, paced by this bus's clock.
    */
   replayDeadLetters(ids: readonly string[], options?: ReplayRunOptions): Promise<ReplayResult[]>;
+}
+
+/**
+ * A bus made with an `eventLog`: its `@Projection`s are fed from the log by its `projections` runner.
+ *
+ * @remarks
+ * What {@link createBus} returns when its options name an `eventLog`, so
+ * `bus.projections.whenCaughtUp()` needs no `!`. A bus whose options are only known as
+ * {@link BusOptions} is a {@link MessageBus}, whose `projections` may be undefined.
+ */
+export interface MessageBusWithProjections extends MessageBus {
+  /** The projection runner: checkpoints, status, rebuild, `whenCaughtUp`. */
+  readonly projections: ProjectionRunner;
 }
 
 class HarrierBus implements MessageBus {
@@ -789,6 +805,8 @@ class HarrierBus implements MessageBus {
  * await bus.send(PlaceOrder, { orderId: 'o-1', items: ['book'] });
  * ```
  */
+export function createBus(options: BusOptions & { readonly eventLog: EventLog }): MessageBusWithProjections;
+export function createBus(options?: BusOptions): MessageBus;
 export function createBus(options: BusOptions = {}): MessageBus {
   return new HarrierBus(options);
 }

@@ -220,6 +220,7 @@ export function exitOf(error: unknown): CliExit {
   ) {
     return new CliExit(ExitCode.redisUnavailable, error.message);
   }
+  if (HarrierError.is(error, 'schema-conflict')) return new CliExit(ExitCode.schemaConflict, error.message);
   if (
     HarrierError.is(error) &&
     (error.code === 'invalid-cursor' || error.code === 'invalid-argument' || error.code === 'invalid-option')

@@ -27,6 +27,8 @@ export const ExitCode = {
   /** Redis or PostgreSQL could not be reached. */
   redisUnavailable: 3,
   nothingMatched: 4,
+  /** `postgres migrate`: the schema holds a table of one of Harrier's names that Harrier did not create. */
+  schemaConflict: 5,
 } as const;
 
 /** Ends a command with an exit code and a message for stderr. */
@@ -77,6 +79,24 @@ export async function runSubcommand(
 /** A selector that matched nothing: exit code 4. */
 export function nothingMatched(message: string): CliExit {
   return new CliExit(ExitCode.nothingMatched, message);
+}
+
+/**
+ * Lets a command outlive the reader of `stream` (`harrier sagas list --json | head -1`): once the
+ * pipe is closed, what is still written is dropped, and the command finishes and exits with its
+ * own code, instead of dying on the unhandled `EPIPE` with a stack trace.
+ *
+ * @remarks
+ * Finishing, rather than exiting at the first failed write, keeps a command that changes things
+ * (`dlq replay --all | head`) from stopping half way; only its output is lost. Any other write
+ * error stays fatal, as before.
+ */
+export function dropOutputWhenReaderGone(stream: NodeJS.WritableStream): void {
+  stream.on('error', (error: NodeJS.ErrnoException) => {
+    // Once the stream is destroyed by EPIPE, Node fails later writes with ERR_STREAM_DESTROYED.
+    if (error.code === 'EPIPE' || error.code === 'ERR_STREAM_DESTROYED') return;
+    throw error;
+  });
 }
 
 /** Writes one JSON line. */

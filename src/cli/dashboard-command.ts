@@ -1,6 +1,11 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createDashboard, isLoopbackHost, type DashboardReplay } from '../dashboard/index.js';
+import {
+  MIN_TOKEN_LENGTH,
+  createDashboard,
+  isLoopbackHost,
+  type DashboardReplay,
+} from '../dashboard/index.js';
 import { replayDeadLetters } from '../dead-letters/replay-dead-letters.js';
 import { silentLogger } from '../logging/logger.js';
 import { signerOf } from './dlq/dlq-replay-command.js';
@@ -20,8 +25,9 @@ URL (--json: {"url": ...}).
 Options:
   --host <host>       address to listen on (default: 127.0.0.1); any other than loopback needs a token
   --port <port>       port to listen on, 0 for a free one (default: 8080)
-  --token <secret>    secret the browser must present (default: $HARRIER_DASHBOARD_TOKEN); open the
-                      URL once with ?token=<secret> and a cookie keeps it
+  --token <secret>    secret the browser must present, at least 16 characters (default:
+                      $HARRIER_DASHBOARD_TOKEN); open the URL once with ?token=<secret> and a
+                      cookie keeps it
   --allow-actions     allow pages to replay and purge dead letters (read-only without it); a replay
                       is the one of harrier dlq replay, recorded as by dashboard
   --signing-keys <k>  with --allow-actions: comma-separated hex keys (default $HARRIER_SIGNING_KEYS);
@@ -68,6 +74,11 @@ export async function dashboardCommand(
   if (token === undefined && !isLoopbackHost(host)) {
     throw usageError(
       `--host ${host} is reachable from other machines, so a token is required: pass --token <secret> (or set HARRIER_DASHBOARD_TOKEN), or use --host 127.0.0.1`,
+    );
+  }
+  if (token !== undefined && token.length < MIN_TOKEN_LENGTH) {
+    throw usageError(
+      `The token (${values.token === undefined ? 'HARRIER_DASHBOARD_TOKEN' : '--token'}) has ${token.length} character${token.length === 1 ? '' : 's'}, and one under ${MIN_TOKEN_LENGTH} can be guessed: pass a random one of at least ${MIN_TOKEN_LENGTH}, e.g. --token "$(openssl rand -base64 24)"`,
     );
   }
   const allowActions = values['allow-actions'] === true;

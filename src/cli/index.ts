@@ -27,7 +27,8 @@ Run \`harrier <command> --help\` for a command's options.
 
 ${GLOBAL_HELP}
 
-Exit codes: 0 ok, 1 some items failed, 2 usage error, 3 Redis or PostgreSQL unreachable, 4 nothing matched.
+Exit codes: 0 ok, 1 some items failed, 2 usage error, 3 Redis or PostgreSQL unreachable, 4 nothing matched,
+5 the PostgreSQL schema holds tables of Harrier's names that are not Harrier's (postgres migrate).
 `;
 
 function defaultIo(): CliIo {
@@ -39,8 +40,8 @@ function defaultIo(): CliIo {
  *
  * @remarks
  * The `harrier` bin calls this with `process.argv.slice(2)`; tests and tools can call it directly
- * with their own streams. Exit codes: 0 ok, 1 some items failed, 2 usage error, 3 Redis
- * unreachable, 4 nothing matched.
+ * with their own streams. Exit codes: 0 ok, 1 some items failed, 2 usage error, 3 Redis or
+ * PostgreSQL unreachable, 4 nothing matched, 5 a PostgreSQL schema conflict ({@link ExitCode}).
  *
  * @example
  * ```ts

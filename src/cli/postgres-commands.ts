@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { HarrierError } from '../errors/harrier-error.js';
 import { loadPostgresLayer } from '../postgres/load-postgres-layer.js';
 import { describePostgresUrl } from '../postgres/postgres-connection.js';
 import { help } from './cli-args.js';
@@ -24,7 +25,9 @@ const MIGRATE_HELP = `Usage: harrier postgres migrate [--database-url URL] [--sc
 Creates the schema and Harrier's tables in it, or applies the steps a newer Harrier added, in one
 transaction (concurrent runs wait for each other). Harrier never migrates at start-up: run this in a
 deploy step. Prints the version before and after and each step applied; running it again applies
-nothing. Exit codes: 0 ok, 2 usage error, 3 PostgreSQL unreachable.
+nothing. Exit codes: 0 ok, 2 usage error, 3 PostgreSQL unreachable, 5 the schema already holds a
+table of one of Harrier's names that Harrier did not create (the app's own migrations or outbox):
+pass another --schema. With --json a failure is a JSON line too: {"schema", "error": {code, message}}.
 
 ${CONNECTION_HELP}
 `;
@@ -71,7 +74,19 @@ async function migrateCommand(argv: readonly string[], io: CliIo): Promise<numbe
   }
   const json = values.json ?? io.stdout.isTTY !== true;
   const { migratePostgres } = await loadPostgresLayer();
-  const report = await migratePostgres(url, values.schema === undefined ? {} : { schema: values.schema });
+  let report;
+  try {
+    report = await migratePostgres(url, values.schema === undefined ? {} : { schema: values.schema });
+  } catch (error) {
+    // A script reading --json gets a line for a failure too; stderr and the exit code are as always.
+    if (json && HarrierError.is(error)) {
+      writeJson(io.stdout, {
+        schema: values.schema ?? 'harrier',
+        error: { code: error.code, message: error.message },
+      });
+    }
+    throw error;
+  }
   if (json) {
     writeJson(io.stdout, report);
   } else if (report.applied.length === 0) {

@@ -8,6 +8,7 @@ import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import {
   STYLESHEET,
+  barePage,
   escapeHtml,
   maskSecrets,
   page,
@@ -21,9 +22,10 @@ import {
   type DashboardProjectionLag,
   type DashboardTopology,
 } from './dashboard-insight-pages.js';
-import { countMatches } from './dashboard-count.js';
+import { countBeside, countMatches } from './dashboard-count.js';
 import { groupsBody, listBody, recordBody } from './dashboard-pages.js';
 import { parseListQuery } from './dashboard-query.js';
+import { TOKEN_GUESSES_PER_SECOND, TokenGuessLimit } from './token-guess-limit.js';
 
 /** Options of {@link createDashboard}. */
 export interface DashboardOptions {
@@ -36,7 +38,9 @@ export interface DashboardOptions {
   readonly host?: string;
   /**
    * The secret a browser must present: the `x-harrier-token` header, `Authorization: Bearer`, or the
-   * cookie set when a page is first opened with `?token=`.
+   * cookie set when a page is first opened with `?token=`. At least {@link MIN_TOKEN_LENGTH}
+   * characters; each client address may present {@link TOKEN_GUESSES_PER_SECOND} wrong ones a
+   * second, then gets 429 until its allowance refills.
    * @defaultValue undefined (no check; only allowed on loopback)
    */
   readonly token?: string;
@@ -63,8 +67,9 @@ export interface DashboardOptions {
   /** Where the records come from, shown in the header; passwords in URLs are masked. */
   readonly source?: string;
   /**
-   * The clock of relative time windows (`since=1h`) and of replay jobs: with `replay`, pass the
-   * bus's clock, so a job's start compares with the replay times the bus records.
+   * The clock of relative time windows (`since=1h`), of replay jobs and of the limit on wrong
+   * tokens: with `replay`, pass the bus's clock, so a job's start compares with the replay times the
+   * bus records.
    * @defaultValue Date.now
    */
   readonly now?: () => number;
@@ -87,6 +92,9 @@ export type DashboardHandler = (req: IncomingMessage, res: ServerResponse) => vo
 
 /** Name of the cookie that carries the token after a `?token=` visit. */
 export const TOKEN_COOKIE = 'harrier_dashboard_token';
+
+/** The shortest `token` {@link createDashboard} accepts: shorter ones can be guessed. */
+export const MIN_TOKEN_LENGTH = 16;
 
 /** True for a host that only this machine can reach. */
 export function isLoopbackHost(host: string): boolean {
@@ -129,7 +137,8 @@ function presentedToken(req: IncomingMessage): string | undefined {
  * shown at `/replays/:job`) or purge, behind same-origin and CSRF checks. Every value is escaped, and
  * pages carry a strict Content-Security-Policy (no scripts). See docs/dashboard.md.
  *
- * @throws HarrierError `invalid-option` when `host` is not loopback and no `token` is given.
+ * @throws HarrierError `invalid-option` when `host` is not loopback and no `token` is given, or when
+ * `token` is shorter than {@link MIN_TOKEN_LENGTH} characters.
  *
  * @example
  * ```ts
@@ -147,11 +156,18 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
       `createDashboard: host "${host}" is reachable from other machines, so a token is required: pass token (e.g. crypto.randomBytes(24).toString('base64url')), or host '127.0.0.1'`,
     );
   }
+  if (token !== undefined && token.length < MIN_TOKEN_LENGTH) {
+    throw new HarrierError(
+      'invalid-option',
+      `createDashboard: the token has ${token.length} character${token.length === 1 ? '' : 's'}, and one under ${MIN_TOKEN_LENGTH} can be guessed: pass a random one of at least ${MIN_TOKEN_LENGTH} (e.g. crypto.randomBytes(24).toString('base64url'), 32 characters)`,
+    );
+  }
   const frame = {
     source: options.source === undefined ? undefined : maskSecrets(options.source),
     allowActions: options.allowActions === true,
   };
   const tokenDigest = token === undefined ? undefined : digest(token);
+  const guesses = new TokenGuessLimit();
   const now = options.now ?? Date.now;
   const store = options.deadLetters;
   const actions = frame.allowActions
@@ -174,6 +190,11 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
   ): void {
     const frameOf: PageFrame = { ...frame, title, current, filters, ...(refresh ? { refresh } : {}) };
     send(res, status, page(frameOf, body), 'text/html; charset=utf-8');
+  }
+
+  /** A page for a visitor not known yet: nothing about the store, no navigation. */
+  function bare(res: ServerResponse, status: number, title: string, body: string, extra = {}): void {
+    send(res, status, barePage(title, body), 'text/html; charset=utf-8', extra);
   }
 
   function responder(res: ServerResponse): ActionResponder {
@@ -211,7 +232,19 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://dashboard.invalid');
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://dashboard.invalid');
+    } catch {
+      // An absolute-form target that is no URL (`GET http://[`): the client's mistake, not the store's.
+      bare(
+        res,
+        400,
+        'Bad request',
+        '<h1>Bad request</h1><p>The request names no page of this dashboard.</p>',
+      );
+      return;
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD' && req.method !== 'POST') {
       send(res, 405, 'Method not allowed\n', 'text/plain; charset=utf-8', { allow: 'GET, HEAD, POST' });
       return;
@@ -225,13 +258,34 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
       );
       return;
     }
+    // The one page a visitor without the token may load: the sign-in page is styled by it.
+    if (url.pathname === '/dashboard.css' && req.method !== 'POST') {
+      send(res, 200, STYLESHEET, 'text/css; charset=utf-8');
+      return;
+    }
+    const client = req.socket.remoteAddress ?? '';
+    if (tokenDigest !== undefined) {
+      const waitMs = guesses.waitMs(client, now());
+      if (waitMs > 0) {
+        req.resume();
+        bare(
+          res,
+          429,
+          'Too many tries',
+          `<h1>Too many wrong tokens</h1><p>This address presented more than ${TOKEN_GUESSES_PER_SECOND} wrong tokens a second: try again in a moment.</p>`,
+          { 'retry-after': String(Math.ceil(waitMs / 1000)) },
+        );
+        return;
+      }
+    }
     const queryToken = url.searchParams.get('token');
     if (tokenDigest !== undefined && queryToken !== null && req.method !== 'POST') {
       if (!authorized(queryToken)) {
-        html(
+        guesses.wrong(client, now());
+        bare(
           res,
           401,
-          'Token required',
+          'Sign in',
           '<h1>Wrong token</h1><p>Open the dashboard with the token it was started with.</p>',
         );
         return;
@@ -245,12 +299,16 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
       });
       return;
     }
-    if (!authorized(presentedToken(req))) {
-      html(
+    const given = presentedToken(req);
+    if (!authorized(given)) {
+      // A visit without a token is no guess; only a wrong one spends the address's tries.
+      if (given !== undefined) guesses.wrong(client, now());
+      req.resume();
+      bare(
         res,
         401,
-        'Token required',
-        '<h1>Token required</h1><p>Open the dashboard once as <code>/?token=&lt;token&gt;</code>, or send the <code>x-harrier-token</code> header.</p>',
+        'Sign in',
+        '<h1>Sign in</h1><p>Open the dashboard once as <code>/?token=&lt;token&gt;</code>, or send the <code>x-harrier-token</code> header.</p>',
       );
       return;
     }
@@ -270,10 +328,6 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
     const csrf = actions?.csrf.forRequest(req);
     if (csrf?.setCookie !== undefined) res.setHeader('set-cookie', csrf.setCookie);
     const view = csrf === undefined ? undefined : actions?.view(csrf.token);
-    if (url.pathname === '/dashboard.css') {
-      send(res, 200, STYLESHEET, 'text/css; charset=utf-8');
-      return;
-    }
     if (url.pathname === '/') {
       const query = parseListQuery(url.searchParams, now());
       if (query.problems.length > 0) {
@@ -287,7 +341,15 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
         }),
         countMatches(store, query.filter),
       ]);
-      html(res, 200, 'Dead letters', listBody(query, { page: records, total }, view), '/', query.params);
+      const shown = countBeside(total, records, query.cursor === undefined);
+      html(
+        res,
+        200,
+        'Dead letters',
+        listBody(query, { page: records, total: shown }, view),
+        '/',
+        query.params,
+      );
       return;
     }
     if (url.pathname === '/groups') {

@@ -1,4 +1,4 @@
-import type { DeadLetterFilter, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import type { DeadLetterFilter, DeadLetterPage, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 
 /** How many records a search counts at most, in pages of this size. */
 export const SEARCH_COUNT_PAGE = 500;
@@ -37,4 +37,23 @@ export async function countMatches(store: DeadLetterStore, filter: DeadLetterFil
     if (cursor === undefined) return { n, complete: true };
   }
   return { n, complete: false };
+}
+
+/**
+ * The count to show beside `page`, one page of the same filter's list: never fewer than the page
+ * shows.
+ *
+ * @remarks
+ * A search's count reads the first pages of the list, and a store may end a search page after a
+ * bounded number of records read (RedisDeadLetterStore: 10,000), so the count can stop before a match
+ * that a later page, reached through `More`, shows. That page's matches are then a better lower bound.
+ * A page that starts at the beginning and ends the list holds every match, so its length is exact.
+ *
+ * @param fromStart - whether `page` was read without a cursor.
+ */
+export function countBeside(count: MatchCount, page: DeadLetterPage, fromStart: boolean): MatchCount {
+  const shown = page.records.length;
+  if (fromStart && page.next === undefined) return { n: shown, complete: true };
+  // Also when the count was exact: a page with more means records were added since, so "at least".
+  return count.n >= shown ? count : { n: shown, complete: false };
 }

@@ -26,7 +26,7 @@ export function isoTime(ms: number | undefined): string {
 /** The stylesheet every page links (served at `/dashboard.css`, so the CSP needs no inline style). */
 export const STYLESHEET = `body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
 header{background:#1d2330;color:#fff;padding:.6rem 1rem;display:flex;flex-wrap:wrap;gap:1rem;align-items:baseline}
-header a{color:#fff;text-decoration:none;font-weight:600}header .meta{color:#b8c0d0;font-size:12px}
+header a,header .brand{color:#fff;text-decoration:none;font-weight:600}header .meta{color:#b8c0d0;font-size:12px}
 header nav{display:flex;gap:.9rem}header nav a{color:#d5dbe6;font-weight:400}header nav a:hover{color:#fff;text-decoration:underline}
 header nav strong{color:#fff;border-bottom:2px solid #7fb0ff}
 main{padding:1rem}h1{font-size:18px;margin:0 0 .8rem}h2{font-size:15px;margin:1.2rem 0 .4rem}
@@ -95,6 +95,20 @@ export function page(frame: PageFrame, body: string): string {
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 ${frame.refresh === true ? '<meta http-equiv="refresh" content="1">' : ''}<title>${escapeHtml(frame.title)} · Harrier</title><link rel="stylesheet" href="/dashboard.css"></head>
 <body><header><a href="/">Harrier</a>${nav(frame)}<span class="meta">${mode}${source}</span></header>
+<main>${body}</main></body></html>
+`;
+}
+
+/**
+ * A page shown before the visitor is known (the sign-in page, a refused request): styled like the
+ * others but without navigation or the header's source and mode, so it tells a stranger nothing about
+ * the store. `body` must already be escaped HTML.
+ */
+export function barePage(title: string, body: string): string {
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<title>${escapeHtml(title)} · Harrier</title><link rel="stylesheet" href="/dashboard.css"></head>
+<body><header><span class="brand">Harrier</span></header>
 <main>${body}</main></body></html>
 `;
 }

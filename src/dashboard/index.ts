@@ -1,4 +1,5 @@
 export {
+  MIN_TOKEN_LENGTH,
   TOKEN_COOKIE,
   createDashboard,
   isLoopbackHost,
@@ -6,6 +7,7 @@ export {
   type DashboardOptions,
 } from './create-dashboard.js';
 export { CSRF_COOKIE, CSRF_FIELD } from './dashboard-csrf.js';
+export { TOKEN_GUESSES_PER_SECOND } from './token-guess-limit.js';
 export type { DashboardReplay } from './replay-jobs.js';
 export type {
   DashboardEndpoint,

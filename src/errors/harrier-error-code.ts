@@ -47,6 +47,7 @@ export const HARRIER_ERROR_CODES = [
   'saga-conflict',
   'saga-corrupt',
   'saga-not-found',
+  'schema-conflict',
   'schema-outdated',
   'settle-timeout',
   'stale-delivery',

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { HarrierError } from '../errors/harrier-error.js';
+import { foreignTables, type ForeignTable } from './foreign-tables.js';
 import { holdClient } from './held-client.js';
 import { MIGRATIONS, SCHEMA_VERSION } from './migrations.js';
 import type { PostgresConnectionOptions } from './postgres-connection.js';
@@ -38,6 +39,24 @@ async function currentVersion(client: pg.ClientBase, tables: PostgresTables): Pr
   return result.rows[0]?.version ?? 0;
 }
 
+/** The `schema-conflict` error for the tables of `schema` Harrier would take for its own. */
+function schemaConflict(schema: string, foreign: readonly ForeignTable[]): HarrierError {
+  const named = foreign.map((table) =>
+    table.missingColumns === undefined
+      ? `"${table.name}"`
+      : `"${table.name}" (no ${table.missingColumns.join(' or ')} column)`,
+  );
+  const held =
+    named.length === 1
+      ? `a table ${named[0] ?? ''} that Harrier did not create`
+      : `tables that Harrier did not create: ${named.join(', ')}`;
+  const other = schema === 'harrier' ? 'harrier_bus' : 'harrier';
+  return new HarrierError(
+    'schema-conflict',
+    `PostgreSQL schema "${schema}" already holds ${held}. Harrier keeps its migrations, outbox, inbox, checkpoints and sagas tables in a schema of their own: migrate another one, e.g. \`harrier postgres migrate --schema ${other}\` or migratePostgres(connection, { schema: '${other}' }), and give every harrier/postgres part the same schema option. Nothing was changed`,
+  );
+}
+
 /**
  * Creates or upgrades Harrier's tables (outbox, inbox, checkpoints, sagas) in `schema`: every step
  * not applied yet, in one transaction, under a lock so concurrent calls apply each step once.
@@ -47,7 +66,9 @@ async function currentVersion(client: pg.ClientBase, tables: PostgresTables): Pr
  * migrate`. The parts check the version when they start and refuse a schema that is behind with
  * `schema-outdated`. See docs/postgres.md.
  * @throws HarrierError `invalid-option` for a bad schema name, `postgres-unavailable` when the
- * server cannot be reached.
+ * server cannot be reached, `schema-conflict` (changing nothing) when the schema already holds a
+ * table of one of Harrier's names that Harrier did not create, e.g. the application's own
+ * `migrations` or `outbox`.
  */
 export async function migratePostgres(
   connection: PostgresConnectionOptions,
@@ -64,6 +85,8 @@ export async function migratePostgres(
         await client.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [
           `harrier-migrate:${tables.schema}`,
         ]);
+        const foreign = await foreignTables(client, tables);
+        if (foreign.length > 0) throw schemaConflict(tables.schema, foreign);
         await client.query(`CREATE SCHEMA IF NOT EXISTS ${tables.quotedSchema}`);
         await client.query(
           `CREATE TABLE IF NOT EXISTS ${tables.migrations} (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,

@@ -1,9 +1,14 @@
 import type { PostgresTables } from './postgres-schema.js';
 
+/** A table of Harrier's schema that a migration step creates. */
+export type HarrierTableName = 'outbox' | 'inbox' | 'checkpoints' | 'sagas';
+
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
   readonly version: number;
   readonly name: string;
+  /** The tables the step creates: one that exists before the step is applied is not Harrier's. */
+  readonly tables: readonly HarrierTableName[];
   /** The statements, for the tables of one schema. */
   sql(tables: PostgresTables): string;
 }
@@ -19,6 +24,7 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
     name: 'outbox, inbox, checkpoints, sagas',
+    tables: ['outbox', 'inbox', 'checkpoints', 'sagas'],
     sql: (t) => `
       CREATE TABLE IF NOT EXISTS ${t.outbox} (
         seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -139,13 +139,17 @@ describe('dashboard actions in a real browser, on Redis', () => {
   });
 
   it('requires a token off loopback: none -> 401, ?token= -> in', async () => {
-    const guarded = await serveDashboard({ deadLetters: store, host: '0.0.0.0', token: 'pa55-w0rd' });
+    const guarded = await serveDashboard({
+      deadLetters: store,
+      host: '0.0.0.0',
+      token: 'pa55-w0rd-pa55-w0rd',
+    });
     try {
       const page = await browser.newPage();
       const refused = await page.goto(`${guarded.url}/`);
       expect(refused?.status()).toBe(401);
-      expect(await page.locator('h1').textContent()).toBe('Token required');
-      const admitted = await page.goto(`${guarded.url}/groups?token=pa55-w0rd`);
+      expect(await page.locator('h1').textContent()).toBe('Sign in');
+      const admitted = await page.goto(`${guarded.url}/groups?token=pa55-w0rd-pa55-w0rd`);
       expect(admitted?.status()).toBe(200);
       expect(page.url()).toBe(`${guarded.url}/groups`);
       expect(await page.locator('[data-testid=groups] tbody tr').count()).toBe(2);

@@ -42,11 +42,11 @@ describe('harrier dashboard', () => {
 
   it('exits 0 on SIGINT, and with a token, refuses a browser without it', async () => {
     const run = start(['dashboard', '--port', '0', '--json', '--redis-url', redisUrl, '--prefix', prefix], {
-      HARRIER_DASHBOARD_TOKEN: 'from-env',
+      HARRIER_DASHBOARD_TOKEN: 'from-the-environment',
     });
     const { url } = JSON.parse(await run.firstLine) as { url: string };
     expect((await fetch(url)).status).toBe(401);
-    expect((await fetch(url, { headers: { 'x-harrier-token': 'from-env' } })).status).toBe(200);
+    expect((await fetch(url, { headers: { 'x-harrier-token': 'from-the-environment' } })).status).toBe(200);
     run.child.kill('SIGINT');
     expect(await run.exit).toBe(0);
   });
@@ -126,6 +126,36 @@ describe('harrier dashboard', () => {
     const run = start(['dashboard', '--host', '0.0.0.0', '--port', '0', '--redis-url', redisUrl]);
     expect(await run.exit).toBe(2);
     expect(run.stderr()).toContain('pass --token <secret>');
+  });
+
+  it('refuses a token under 16 characters (usage, exit 2), naming the fix', async () => {
+    /** The exit code, or 'listening' (then stopped) when the command started the server instead. */
+    const outcome = async (run: ReturnType<typeof start>) => {
+      try {
+        return await Promise.race([run.exit, run.firstLine.then(() => 'listening' as const)]);
+      } finally {
+        run.child.kill('SIGTERM');
+      }
+    };
+    const given = start([
+      'dashboard',
+      '--host',
+      '0.0.0.0',
+      '--port',
+      '0',
+      '--token',
+      'a',
+      '--redis-url',
+      redisUrl,
+    ]);
+    expect(await outcome(given)).toBe(2);
+    expect(given.stderr()).toContain('The token (--token) has 1 character,');
+    expect(given.stderr()).toContain('at least 16');
+    const fromEnv = start(['dashboard', '--port', '0', '--redis-url', redisUrl], {
+      HARRIER_DASHBOARD_TOKEN: 'short',
+    });
+    expect(await outcome(fromEnv)).toBe(2);
+    expect(fromEnv.stderr()).toContain('HARRIER_DASHBOARD_TOKEN');
   });
 
   it('refuses a bad port (usage, exit 2)', async () => {

@@ -98,8 +98,8 @@ describe('createDashboard actions: hosts, group status and confirmed counts', ()
       expect(await status(`DASH.internal`)).toBe(200);
       expect(await status(`evil.example:${port}`)).toBe(403);
       await served.close();
-      served = await serveDashboard({ deadLetters: store, token: 's3cret' });
-      expect(await status(`evil.example:${port}`, { 'x-harrier-token': 's3cret' })).toBe(200);
+      served = await serveDashboard({ deadLetters: store, token: 's3cret-s3cret-s3cret' });
+      expect(await status(`evil.example:${port}`, { 'x-harrier-token': 's3cret-s3cret-s3cret' })).toBe(200);
     });
   });
 

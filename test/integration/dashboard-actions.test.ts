@@ -284,7 +284,7 @@ describe('createDashboard actions', () => {
 
     it('applies the token gate to POST too', async () => {
       const { bus, records } = await busWithDeadLetters(1);
-      await serve(bus, { token: 's3cret' });
+      await serve(bus, { token: 's3cret-s3cret-s3cret' });
       const client = new Client(served?.url ?? '');
       const res = await client.post('/actions/purge', [
         ['id', records[0]?.id ?? ''],

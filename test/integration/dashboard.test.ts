@@ -1,5 +1,12 @@
+import { request } from 'node:http';
+import { connect } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createDashboard, isLoopbackHost } from '../../src/dashboard/index.js';
+import {
+  MIN_TOKEN_LENGTH,
+  TOKEN_GUESSES_PER_SECOND,
+  createDashboard,
+  isLoopbackHost,
+} from '../../src/dashboard/index.js';
 import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { deadLetter, serveDashboard, type ServedDashboard } from '../helpers/dashboard.js';
@@ -368,20 +375,20 @@ describe('createDashboard: safety', () => {
       expect(isLoopbackHost(host)).toBe(true);
       expect(() => createDashboard({ deadLetters, host })).not.toThrow();
     }
-    expect(() => createDashboard({ deadLetters, host: '0.0.0.0', token: 't' })).not.toThrow();
+    expect(() => createDashboard({ deadLetters, host: '0.0.0.0', token: 'a-token-of-16-chr' })).not.toThrow();
   });
 
   it('checks the token from a header, a bearer, or the cookie a ?token= visit sets', async () => {
-    served = await serveDashboard({ deadLetters: await storeWith(1), token: 'open-sesame' });
+    served = await serveDashboard({ deadLetters: await storeWith(1), token: 'open-sesame-please' });
     const bare = await get('/');
     expect(bare.status).toBe(401);
     expect(bare.text).not.toContain('dl-0000');
     expect((await get('/', { headers: { 'x-harrier-token': 'wrong' } })).status).toBe(401);
-    expect((await get('/', { headers: { 'x-harrier-token': 'open-sesame' } })).status).toBe(200);
-    expect((await get('/', { headers: { authorization: 'Bearer open-sesame' } })).status).toBe(200);
+    expect((await get('/', { headers: { 'x-harrier-token': 'open-sesame-please' } })).status).toBe(200);
+    expect((await get('/', { headers: { authorization: 'Bearer open-sesame-please' } })).status).toBe(200);
     expect((await get('/?token=wrong')).status).toBe(401);
 
-    const visit = await get('/records/dl-0000?token=open-sesame&x=1');
+    const visit = await get('/records/dl-0000?token=open-sesame-please&x=1');
     expect(visit.status).toBe(303);
     expect(visit.res.headers.get('location')).toBe('/records/dl-0000?x=1');
     const cookie = visit.res.headers.get('set-cookie') ?? '';
@@ -390,6 +397,131 @@ describe('createDashboard: safety', () => {
     const after = await get('/records/dl-0000', { headers: { cookie: cookie.split(';')[0] ?? '' } });
     expect(after.status).toBe(200);
     expect(after.text).toContain('failure 0');
-    expect(after.text).not.toContain('open-sesame');
+    expect(after.text).not.toContain('open-sesame-please');
+  });
+});
+
+/** Sends `head` as the raw request (request line and headers) and resolves with the whole answer. */
+function rawRequest(head: string): Promise<string> {
+  if (served === undefined) throw new Error('no dashboard served');
+  const { port } = new URL(served.url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), '127.0.0.1', () => {
+      socket.end(head);
+    });
+    let answer = '';
+    socket.setEncoding('utf8').on('data', (chunk: string) => (answer += chunk));
+    socket.once('error', reject);
+    socket.once('close', () => {
+      resolve(answer);
+    });
+  });
+}
+
+/** GET `path` from the local address `from` (any of 127.0.0.0/8), resolving with the status. */
+function getFrom(from: string, path: string, headers: Record<string, string> = {}): Promise<number> {
+  if (served === undefined) throw new Error('no dashboard served');
+  const url = new URL(path, served.url);
+  return new Promise((resolve, reject) => {
+    const req = request(url, { localAddress: from, headers }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.once('error', reject);
+    req.end();
+  });
+}
+
+describe('createDashboard: a request', () => {
+  describe('when its target is no URL', () => {
+    it('answers 400 with a short page, not a store failure', async () => {
+      served = await serveDashboard({
+        deadLetters: await storeWith(1),
+        source: 'redis://db.internal {shop}',
+      });
+      const answer = await rawRequest(
+        'GET http://[ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n',
+      );
+      expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+      expect(answer).toContain('<h1>Bad request</h1>');
+      expect(answer).not.toContain('store failed');
+      expect(answer).not.toContain('db.internal');
+    });
+  });
+});
+
+describe('createDashboard: signing in', () => {
+  const token = 'sign-in-token-0123456789';
+
+  describe('when a request has no token or a wrong one', () => {
+    it('answers 401 with a styled sign-in page that tells nothing about the store', async () => {
+      served = await serveDashboard({
+        deadLetters: await storeWith(1),
+        token,
+        allowActions: true,
+        source: 'redis://ops:pw@db.internal:6379 {shop}',
+      });
+      for (const init of [{}, { headers: { 'x-harrier-token': 'a-wrong-token-123456' } }]) {
+        const { status, text } = await get('/', init);
+        expect(status).toBe(401);
+        expect(text).toContain('<h1>Sign in</h1>');
+        expect(text).toContain('<link rel="stylesheet" href="/dashboard.css">');
+        for (const secret of ['db.internal', '{shop}', 'actions allowed', 'read-only', 'Groups']) {
+          expect(text).not.toContain(secret);
+        }
+      }
+      const wrongVisit = await get('/?token=a-wrong-token-123456');
+      expect(wrongVisit.status).toBe(401);
+      expect(wrongVisit.text).not.toContain('db.internal');
+      const css = await get('/dashboard.css');
+      expect(css.status).toBe(200);
+      expect(css.res.headers.get('content-type')).toBe('text/css; charset=utf-8');
+      expect(css.text).toContain('header');
+    });
+  });
+
+  describe('when the token is too short to be secret', () => {
+    it(`refuses one under ${MIN_TOKEN_LENGTH} characters with invalid-option, naming the fix`, () => {
+      const deadLetters = new InMemoryDeadLetterStore();
+      for (const host of ['0.0.0.0', '127.0.0.1']) {
+        let thrown: unknown;
+        try {
+          createDashboard({ deadLetters, host, token: 'a' });
+        } catch (error) {
+          thrown = error;
+        }
+        expect(HarrierError.is(thrown, 'invalid-option')).toBe(true);
+        expect((thrown as Error).message).toContain(`at least ${MIN_TOKEN_LENGTH}`);
+      }
+      expect(() =>
+        createDashboard({ deadLetters, host: '0.0.0.0', token: 'x'.repeat(MIN_TOKEN_LENGTH) }),
+      ).not.toThrow();
+    });
+  });
+
+  describe(`when an address presents more than ${TOKEN_GUESSES_PER_SECOND} wrong tokens a second`, () => {
+    it('answers 429 with Retry-After, even to the right token, until its allowance refills', async () => {
+      let now = Date.UTC(2026, 1, 1);
+      served = await serveDashboard({ deadLetters: await storeWith(1), token, now: () => now });
+      const wrong = { headers: { 'x-harrier-token': 'a-wrong-token-123456' } };
+      const right = { headers: { 'x-harrier-token': token } };
+      // A visit without a token is no guess.
+      for (let n = 0; n < 10; n++) expect((await get('/')).status).toBe(401);
+      for (let n = 0; n < TOKEN_GUESSES_PER_SECOND; n++) expect((await get('/', wrong)).status).toBe(401);
+      const refused = await get('/', right);
+      expect(refused.status).toBe(429);
+      expect(refused.res.headers.get('retry-after')).toBe('1');
+      expect(refused.text).not.toContain('dl-0000');
+      expect((await get('/?token=a-wrong-token-123456')).status).toBe(429);
+      // Another address keeps its own allowance.
+      expect(await getFrom('127.0.0.2', '/', { 'x-harrier-token': token })).toBe(200);
+
+      now += 1000 / TOKEN_GUESSES_PER_SECOND;
+      expect((await get('/', right)).status).toBe(200);
+      expect((await get('/', wrong)).status).toBe(401);
+      expect((await get('/', right)).status).toBe(429);
+      now += 1000;
+      expect((await get('/', right)).status).toBe(200);
+    });
   });
 });

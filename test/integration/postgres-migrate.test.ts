@@ -64,6 +64,35 @@ describe('migratePostgres', () => {
     expect(rows.rowCount).toBe(MIGRATIONS.length);
   });
 
+  describe("when the schema already holds an application's own table of a Harrier name", () => {
+    it('refuses with schema-conflict naming each such table and the --schema fix, changing nothing', async () => {
+      await pool.query(`CREATE SCHEMA "${schema}"`);
+      // As TypeORM and many apps name them.
+      await pool.query(
+        `CREATE TABLE "${schema}".migrations (id serial PRIMARY KEY, "timestamp" bigint NOT NULL, name varchar NOT NULL)`,
+      );
+      await pool.query(`CREATE TABLE "${schema}".outbox (id serial PRIMARY KEY, payload jsonb NOT NULL)`);
+      const error = await migratePostgres(databaseUrl, { schema }).catch((e: unknown) => e);
+      expect(HarrierError.is(error, 'schema-conflict')).toBe(true);
+      const message = (error as Error).message;
+      expect(message).toContain(`schema "${schema}"`);
+      expect(message).toContain('"migrations" (no version or applied_at column)');
+      expect(message).toContain('"outbox"');
+      expect(message).toContain('--schema harrier');
+      expect(await tablesOf(schema)).toEqual(['migrations', 'outbox']);
+    });
+
+    it('names the one table that clashes when Harrier has not migrated the schema before', async () => {
+      await pool.query(`CREATE SCHEMA "${schema}"`);
+      await pool.query(`CREATE TABLE "${schema}".outbox (id serial PRIMARY KEY, payload jsonb NOT NULL)`);
+      const error = await migratePostgres(pool, { schema }).catch((e: unknown) => e);
+      expect(HarrierError.is(error, 'schema-conflict')).toBe(true);
+      expect((error as Error).message).toContain('a table "outbox" that Harrier did not create');
+      expect((error as Error).message).not.toContain('"migrations"');
+      expect(await tablesOf(schema)).toEqual(['outbox']);
+    });
+  });
+
   it('leaves a shared pool open', async () => {
     await migratePostgres(pool, { schema });
     expect((await pool.query('SELECT 1 AS one')).rows[0]).toEqual({ one: 1 });
@@ -141,6 +170,27 @@ describe('harrier postgres migrate', () => {
       databaseUrl,
     ]);
     expect(result.code).toBe(2);
+  });
+
+  it("exits 5 naming the table when the schema holds the application's own migrations table", async () => {
+    await pool.query(`CREATE SCHEMA "${schema}"`);
+    await pool.query(
+      `CREATE TABLE "${schema}".migrations (id serial PRIMARY KEY, name text NOT NULL, run_on timestamp)`,
+    );
+    const text = await harrier(['postgres', 'migrate', '--schema', schema, '--database-url', databaseUrl]);
+    expect(text.code).toBe(5);
+    expect(text.stderr).toMatch(
+      /^harrier: PostgreSQL schema "t_[0-9a-f]+" already holds a table "migrations"/,
+    );
+    expect(text.stderr).toContain('--schema harrier');
+    const json = await harrier(['postgres', 'migrate', '--schema', schema, '--json'], {
+      DATABASE_URL: databaseUrl,
+    });
+    expect(json.code).toBe(5);
+    expect(JSON.parse(json.stdout)).toEqual({
+      schema,
+      error: { code: 'schema-conflict', message: expect.stringContaining('"migrations"') as unknown },
+    });
   });
 
   it('exits 3 when PostgreSQL cannot be reached', async () => {

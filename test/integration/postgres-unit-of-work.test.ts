@@ -437,7 +437,7 @@ describe('postgresUnitOfWork', () => {
       const bus = await projectionBus(store);
       await bus.start();
       for (const amount of [1, 2, 3]) await bus.publish(Deposited, { account: 'p', amount });
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
       // The runner's own commit waits for 1000 events or 60 s: the checkpoint came with each event.
       expect(await store.get('balances-view', 'bank', 0)).toBe(2);
       expect(await balance('p')).toBe(6);
@@ -451,7 +451,7 @@ describe('postgresUnitOfWork', () => {
       const bus = await projectionBus(new InMemoryCheckpointStore());
       await bus.start();
       for (const amount of [1, 2, 4, 8, 16]) await bus.publish(Deposited, { account: 'q', amount });
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
       expect(applied).toHaveLength(2);
       expect(await balance('q')).toBe(24);
       expect(await store.get('balances-view', 'bank', 0)).toBe(4);
@@ -464,7 +464,7 @@ describe('postgresUnitOfWork', () => {
       const bus = await projectionBus(store);
       await bus.start();
       for (const amount of [1, 2, 4]) await bus.publish(Deposited, { account: 'r', amount });
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
       expect(await balance('r')).toBe(5);
       expect(await bus.deadLetters.count()).toBe(1);
       // The poison event is skipped by the runner: the next one's commit carries the checkpoint past it.

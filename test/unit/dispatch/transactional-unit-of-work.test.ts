@@ -195,13 +195,13 @@ describe('BusOptions.unitOfWork', () => {
       await logged.start();
       await logged.publish(Paid, { orderId: 'o-1' });
       await logged.publish(Paid, { orderId: 'o-2' });
-      await logged.projections!.whenCaughtUp();
+      await logged.projections.whenCaughtUp();
       expect(applied).toEqual(['o-2']);
       expect(unit.calls.filter((c) => c.kind === 'projection').map((c) => c.position)).toEqual([
         { topic: 'uow', partition: 0, offset: 0 },
         { topic: 'uow', partition: 0, offset: 1 },
       ]);
-      const [status] = await logged.projections!.status();
+      const [status] = await logged.projections.status();
       expect(status?.partitions[0]?.completed).toBe(1);
     });
   });

@@ -111,11 +111,11 @@ describe('ProjectionRunner', () => {
       await bus.publish(Deposited, { account: 'a', amount: 10 });
       await bus.publish(Withdrawn, { account: 'a', amount: 3 });
       await bus.publish(Deposited, { account: 'b', amount: 5 });
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
       expect(balances.snapshot()).toEqual({ a: 7, b: 5 });
       const counts = await Promise.all([0, 1, 2, 3].map((p) => log.endOffset('bank', p)));
       expect(counts.reduce((x, y) => x + y, 0)).toBe(3);
-      const status = await bus.projections!.status();
+      const status = await bus.projections.status();
       expect(status[0]?.partitions.every((p) => p.lag === 0 && p.state === 'running')).toBe(true);
     });
   });
@@ -127,11 +127,11 @@ describe('ProjectionRunner', () => {
       for (let i = 1; i <= 20; i++) {
         await bus.publish(i % 3 === 0 ? Withdrawn : Deposited, { account: `acc-${i % 5}`, amount: i });
       }
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
       const live = balances.snapshot();
       balances.byAccount.set('garbage', 999);
-      await bus.projections!.rebuild('balances');
-      await bus.projections!.whenCaughtUp('balances');
+      await bus.projections.rebuild('balances');
+      await bus.projections.whenCaughtUp('balances');
       expect(balances.snapshot()).toEqual(live);
       expect((await checkpoints.list('balances')).length).toBeGreaterThan(0);
     });
@@ -139,7 +139,7 @@ describe('ProjectionRunner', () => {
     it('names the projections there are when the name is unknown', async () => {
       const { bus } = setup();
       await bus.start();
-      await expect(bus.projections!.rebuild('nope')).rejects.toThrow(/the projections are balances/);
+      await expect(bus.projections.rebuild('nope')).rejects.toThrow(/the projections are balances/);
     });
   });
 
@@ -150,7 +150,7 @@ describe('ProjectionRunner', () => {
       const first = setup({ log, checkpoints });
       await first.bus.start();
       for (let i = 1; i <= 6; i++) await first.bus.publish(Deposited, { account: 'a', amount: i });
-      await first.bus.projections!.whenCaughtUp();
+      await first.bus.projections.whenCaughtUp();
       await first.bus.stop({ closeBroker: false });
       buses.splice(buses.indexOf(first.bus), 1);
       expect(await checkpoints.get('balances', 'bank', 0)).toBe(5);
@@ -158,7 +158,7 @@ describe('ProjectionRunner', () => {
       const second = setup({ log, checkpoints });
       await second.bus.start();
       await second.bus.publish(Deposited, { account: 'a', amount: 100 });
-      await second.bus.projections!.whenCaughtUp();
+      await second.bus.projections.whenCaughtUp();
       expect(second.balances.snapshot()).toEqual({ a: 100 });
     });
   });
@@ -171,7 +171,7 @@ describe('ProjectionRunner', () => {
       // Two events: fewer than commitEvery (3), so only the stop commits them.
       await bus.publish(Deposited, { account: 'a', amount: 1 });
       await bus.publish(Deposited, { account: 'a', amount: 2 });
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
       expect(await checkpoints.get('balances', 'bank', 0)).toBeUndefined();
 
       await bus.stop({ closeBroker: false });
@@ -220,14 +220,14 @@ describe('ProjectionRunner', () => {
       const { bus, balances, checkpoints } = setup();
       await bus.start();
       for (let i = 1; i <= 5; i++) await bus.publish(Deposited, { account: 'a', amount: i });
-      await bus.projections!.whenCaughtUp();
-      await bus.projections!.stop();
-      await bus.projections!.start();
+      await bus.projections.whenCaughtUp();
+      await bus.projections.stop();
+      await bus.projections.start();
       const live = balances.snapshot();
       balances.byAccount.set('stale', 1);
       await checkpoints.reset('balances');
-      expect(await bus.projections!.checkExternalRebuilds()).toEqual(['balances']);
-      await bus.projections!.whenCaughtUp('balances');
+      expect(await bus.projections.checkExternalRebuilds()).toEqual(['balances']);
+      await bus.projections.whenCaughtUp('balances');
       expect(balances.snapshot()).toEqual(live);
     });
   });
@@ -239,12 +239,12 @@ describe('ProjectionRunner', () => {
       const { bus } = setup({ log, checkpoints });
       await bus.start();
       for (let i = 1; i <= 4; i++) await bus.publish(Deposited, { account: 'a', amount: i });
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
       await bus.stop({ closeBroker: false });
       buses.splice(0);
       await checkpoints.reset('balances');
       await checkpoints.commit('balances', 'bank', 0, 1, Date.now());
-      const removed = await bus.projections!.maintain(Date.now() + 60_000);
+      const removed = await bus.projections.maintain(Date.now() + 60_000);
       expect(removed).toBe(2);
       expect((await log.read('bank', 0, 0, 10)).map((r) => r.offset)).toEqual([2, 3]);
     });
@@ -257,7 +257,7 @@ describe('ProjectionRunner', () => {
       await bus.publish(Deposited, { account: 'a', amount: 1 });
       const poisonId = await bus.publish(Deposited, { account: 'a', amount: 13 });
       await bus.publish(Deposited, { account: 'a', amount: 2 });
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
       expect(balances.snapshot()).toEqual({ a: 3 });
       const [record] = (await bus.deadLetters.list()).records;
       expect(record).toMatchObject({
@@ -370,10 +370,10 @@ describe('ProjectionRunner', () => {
       await bus.publish(Deposited, { account: 'a', amount: 13 });
       await bus.publish(Deposited, { account: 'a', amount: 2 });
       await expect
-        .poll(async () => (await bus.projections!.status())[0]?.partitions.find((p) => p.state === 'halted'))
+        .poll(async () => (await bus.projections.status())[0]?.partitions.find((p) => p.state === 'halted'))
         .toBeDefined();
       expect(balances.snapshot()).toEqual({ a: 1 });
-      const halted = (await bus.projections!.status())[0]!.partitions.find((p) => p.state === 'halted')!;
+      const halted = (await bus.projections.status())[0]!.partitions.find((p) => p.state === 'halted')!;
       expect(halted.lag).toBe(2);
     });
   });
@@ -395,7 +395,7 @@ describe('ProjectionRunner on the handler pipeline', () => {
       });
       await bus.start();
       await bus.publish(Deposited, { account: 'a', amount: 10 });
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
 
       expect(balances.snapshot()).toEqual({ a: 10 });
       expect(seen).toEqual(['before projection balances bank.Deposited', 'after balances ok']);
@@ -425,7 +425,7 @@ describe('ProjectionRunner on the handler pipeline', () => {
       });
       await bus.broker.publish(forged.outgoing);
       await expect.poll(() => bus.deadLetters.count()).toBe(2);
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
 
       const records = (await bus.deadLetters.list()).records;
       const byHandler = (handler: string): DeadLetterRecord | undefined =>
@@ -465,7 +465,7 @@ describe('ProjectionRunner on the handler pipeline', () => {
       buses.push(bus);
       await bus.start();
       await bus.publish(Deposited, { account: 'a', amount: 1 });
-      await bus.projections!.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
 
       const [record] = (await bus.deadLetters.list()).records;
       expect(record).toMatchObject({
@@ -550,7 +550,7 @@ describe('MessageBus with an event log', () => {
       const second = make();
       buses.push(second);
       await second.start();
-      await second.projections!.whenCaughtUp();
+      await second.projections.whenCaughtUp();
       expect(applied).toBe(1);
     });
   });

@@ -358,7 +358,7 @@ describe('harrierMetrics', () => {
         }).map((point) => point.value);
       expect(await lag()).toEqual([3]);
       release();
-      await bus.projections?.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
       expect(await lag()).toEqual([0]);
     });
   });

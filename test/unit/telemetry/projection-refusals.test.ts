@@ -79,7 +79,7 @@ describe('telemetry of a projection fed from the event log', () => {
       await bus.publish(Withdrawn, { account: 'a', amount: 2 });
       await bus.publish(Deposited, { account: 'a', amount: 3 });
       await expect.poll(() => applied).toBe(1);
-      await bus.projections?.whenCaughtUp();
+      await bus.projections.whenCaughtUp();
       expect(await deadLetterCount(reader)).toBe(0);
       expect(await bus.deadLetters.count()).toBe(0);
       const processed = exporter.getFinishedSpans().filter((s) => s.name.startsWith('process '));
@@ -122,7 +122,7 @@ describe('telemetry of a projection fed from the event log', () => {
         now: Date.now(),
         logPosition: { topic: 'bankr', partition: 0, offset: 0 },
       });
-      const refusal = await bus.projections?.replayDeadLetter(record);
+      const refusal = await bus.projections.replayDeadLetter(record);
       expect(refusal?.code).toBe('malformed');
       expect(await deadLetterCount(reader)).toBe(0);
     } finally {

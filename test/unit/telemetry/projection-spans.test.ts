@@ -80,7 +80,7 @@ describe('harrierTracing', () => {
     const ok = await bus.publish(Deposited, { account: ACCOUNT, amount: 1 });
     const flaky = await bus.publish(Deposited, { account: ACCOUNT, amount: 7 });
     const poison = await bus.publish(Deposited, { account: ACCOUNT, amount: 13 });
-    await bus.projections!.whenCaughtUp();
+    await bus.projections.whenCaughtUp();
     return { bus, ok, flaky, poison };
   }
 
