@@ -123,7 +123,7 @@ describe('ProjectionRunner', () => {
       expect(await checkpoints.get('totals', 'bank', paused[0]!.projection!.partition)).toBeUndefined();
 
       model.down = false;
-      await bus.projections!.whenCaughtUp('totals');
+      await bus.projections.whenCaughtUp('totals');
       expect(model.totals.get('a')).toBe(expected);
       expect(await deadLetters.count()).toBe(0);
       expect(resumed).toHaveLength(1);
@@ -144,11 +144,11 @@ describe('ProjectionRunner', () => {
       expect(model.totals.get('a')).toBe(5);
 
       deadLetters.down = false;
-      await bus.projections!.whenCaughtUp('totals');
+      await bus.projections.whenCaughtUp('totals');
       expect(model.totals.get('a')).toBe(12);
       const dead = await deadLetters.list();
       expect(dead.records.map((r) => r.reason)).toEqual(['projection-failed']);
-      const status = await bus.projections!.status();
+      const status = await bus.projections.status();
       expect(status[0]?.partitions.every((p) => p.state === 'running')).toBe(true);
     });
   });

@@ -105,7 +105,7 @@ describe('ProjectionRunner', () => {
         buses.push(bus);
         await bus.start();
         await bus.publish(Counted, { n: 1 });
-        await bus.projections!.whenCaughtUp();
+        await bus.projections.whenCaughtUp();
         clock.advance(1_000);
         await waitFor('the first commit', async () => (await store.get('counter', 'counts', 0)) === 0, {
           timeoutMs: 5_000,
@@ -113,7 +113,7 @@ describe('ProjectionRunner', () => {
 
         store.down = true;
         await bus.publish(Counted, { n: 2 });
-        await bus.projections!.whenCaughtUp();
+        await bus.projections.whenCaughtUp();
         // The commit reads the stored checkpoint first (a reset from outside): that read fails.
         clock.advance(1_000);
         await waitFor('the failed commit to be reported', () => errors.length > 0, { timeoutMs: 5_000 });
