@@ -203,6 +203,13 @@ class PostgresUnit implements PostgresUnitOfWork {
       try {
         result = await this.#inTransaction(client, call);
       } catch (error) {
+        if (HarrierError.is(error, 'handler-timeout')) {
+          // The timed-out handler may still run a statement on this client, and a ROLLBACK would
+          // queue behind it (holding the delivery's slot as long): the client is closed instead,
+          // which rolls the transaction back in the server, and what the handler sends later fails.
+          broken = error;
+          throw error;
+        }
         await client.query('ROLLBACK').catch((rollbackError: unknown) => {
           broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
         });
@@ -351,7 +358,9 @@ class PostgresUnit implements PostgresUnitOfWork {
  * - `execute`: as a delivery, without the inbox.
  *
  * Any error rolls back and is rethrown, so the pipeline retries or dead-letters as usual; a call
- * whose delivery a stop released is rolled back too. The schema is checked on the first call
+ * whose delivery a stop released is rolled back too. A call past its time-out (HarrierError
+ * `handler-timeout`) never commits: its connection is closed at once, which rolls the transaction
+ * back in the server, even while the handler still runs a statement on it. The schema is checked on the first call
  * (`schema-outdated` naming the migrate command); nothing is migrated.
  *
  * @example
