@@ -48,21 +48,40 @@ describe('Timeouts', () => {
 
   describe('.clear', () => {
     describe('when the last pending time-out is cleared', () => {
-      it('cancels the clock timer and never calls it', () => {
+      it('never calls it, and the timer left runs out once without arming another', () => {
         const clock = new ManualClock(0);
         const timeouts = new Timeouts(clock);
         let fired = 0;
         const first = timeouts.set(100, () => fired++);
         const second = timeouts.set(100, () => fired++);
         timeouts.clear(first);
-        expect(clock.nextTimerAt()).toBe(100);
         timeouts.clear(second);
         timeouts.clear(second);
 
-        expect(clock.nextTimerAt()).toBeUndefined();
+        expect(timeouts.pending).toBe(0);
         clock.advance(1000);
         expect(fired).toBe(0);
-        expect(timeouts.pending).toBe(0);
+        expect(clock.nextTimerAt()).toBeUndefined();
+      });
+    });
+
+    describe('when calls set and clear their time-outs one after the other', () => {
+      it('arms one clock timer for all of them, not one per call', () => {
+        const clock = new CountingClock(0);
+        const timeouts = new Timeouts(clock);
+        let fired = 0;
+        for (let i = 0; i < 1000; i++) {
+          timeouts.clear(timeouts.set(1000, () => fired++));
+          clock.advance(1);
+        }
+        const last = timeouts.set(1000, () => fired++);
+        clock.advance(500);
+
+        expect(clock.timersSet).toBe(2);
+        expect(fired).toBe(0);
+        clock.advance(1000);
+        expect(fired).toBe(1);
+        expect(last.at).toBe(2000);
       });
     });
 
