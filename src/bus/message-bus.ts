@@ -191,6 +191,18 @@ export interface BusOptions {
    */
   readonly settleTimeoutMs?: number;
   /**
+   * How long a handler call (with its middleware) may run, in ms, where its decorator sets no
+   * `timeoutMs`. Past it, the call's `ctx.signal` aborts with HarrierError `handler-timeout` and its
+   * attempt fails with that error: retried by the retry policy and dead-lettered after the last
+   * attempt (`handler-failed`, or `projection-failed` for a projection), its slot freed at once;
+   * `execute` rejects with it. JavaScript cannot stop the call: what it returns or throws afterwards
+   * is logged and ignored, what it recorded is discarded, and a `postgresUnitOfWork` transaction is
+   * rolled back. Only a call that returns a promise is timed, on the bus's `clock`. Above 0 and at
+   * most 2147483647. See docs/handlers.md.
+   * @defaultValue 300000 (5 minutes)
+   */
+  readonly handlerTimeoutMs?: number;
+  /**
    * Encodes outgoing envelopes: a low-level hook; use `signing` to sign them. Not together with
    * `signing`.
    * @defaultValue JSON
@@ -471,6 +483,7 @@ class HarrierBus implements MessageBus {
       ...(options.hooks !== undefined ? { hooks: options.hooks } : {}),
       ...(options.unitOfWork !== undefined ? { unitOfWork: options.unitOfWork } : {}),
       clock: this.#clock,
+      ...(options.handlerTimeoutMs !== undefined ? { handlerTimeoutMs: options.handlerTimeoutMs } : {}),
       logger,
       maxEnvelopeBytes: this.#maxBytes,
       encode: this.#encode,

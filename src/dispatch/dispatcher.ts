@@ -74,13 +74,16 @@ class InFlight implements PipelineInput {
   abort: AbortController | undefined = undefined;
   /** Why the delivery was aborted, once it was. */
   abortReason: unknown = undefined;
+  /** Why the handler's signal was aborted when its call ran past its time-out. */
+  timeoutReason: HarrierError | undefined = undefined;
   released = false;
   /** Set once a settle step on the broker (ack, nack, release) has begun for this delivery. */
   settling = false;
   /** A dead-lettering decided and not yet recorded: a stop sends it back with it, never plain. */
   decided: PendingDeadLetter | undefined = undefined;
   /** The handler's abort signal, made on first read (a function the handler context calls). */
-  readonly signal = (): AbortSignal => flightSignal(this);
+  readonly signal = (): AbortSignal =>
+    this.timeoutReason === undefined ? flightSignal(this) : AbortSignal.abort(this.timeoutReason);
 
   constructor(readonly delivery: Delivery) {
     this.body = delivery.body;
@@ -90,6 +93,17 @@ class InFlight implements PipelineInput {
   /** True once a stop released the delivery (see {@link PipelineInput.abandoned}). */
   abandoned(): boolean {
     return this.released;
+  }
+
+  /** Aborts the handler's signal: it ran past its time-out (see {@link PipelineInput.timedOut}). */
+  timedOut(reason: HarrierError): void {
+    this.timeoutReason = reason;
+    const abort = this.abort;
+    if (abort === undefined) return;
+    // The handler's signal ends here; the settle steps after it (which a stop cuts short through
+    // flightSignal) get a controller of their own, or a time-out would cut their pauses short.
+    this.abort = undefined;
+    abort.abort(reason);
   }
 }
 

@@ -20,6 +20,7 @@ import {
   uuidV7Text,
   uuidV7Time,
 } from '../messages/uuid-v7.js';
+import { CallSignal } from './call-signal.js';
 
 /** What a {@link HandlerContext} needs from whoever runs handlers: the same for every message. */
 export interface HandlerContextEnv {
@@ -227,6 +228,11 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
   readonly #idMs: number;
   /** The counter of the id taken at the call (when the caller gave none). */
   readonly #idCounter: number;
+  /**
+   * The call's own signal, made on the first read of `signal` or at a time-out: the signal given is
+   * the bus's, shared by every `execute`, which a time-out of one call must not abort.
+   */
+  #call: CallSignal | undefined;
 
   /**
    * @param payload - the payload as its schema parsed it (`checkMessage`).
@@ -251,6 +257,7 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
     this.recordedList = undefined;
     this.signalSource = signal;
     this.#envelope = undefined;
+    this.#call = undefined;
     this.#definition = definition;
     this.#payload = payload;
     this.#now = now;
@@ -271,6 +278,21 @@ export class LocalHandlerContext<P = unknown> extends HandlerContext<P> {
   /** The handled message, built on first read. */
   get envelope(): Envelope<P> {
     return this.#envelope ?? (this.#envelope = this.buildEnvelope());
+  }
+
+  /** The call's abort signal: aborted when the bus stops or the call runs past its time-out. */
+  override get signal(): AbortSignal {
+    return (this.#call ??= new CallSignal(this.signalSource)).signal;
+  }
+
+  /** Aborts the call's signal with `reason`: it ran past its time-out. */
+  timedOut(reason: unknown): void {
+    (this.#call ??= new CallSignal(this.signalSource)).timedOut(reason);
+  }
+
+  /** The call is over: its signal stops following the bus's. */
+  endCall(): void {
+    this.#call?.endCall();
   }
 
   /** The parsed payload, without building the envelope. */

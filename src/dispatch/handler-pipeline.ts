@@ -5,10 +5,12 @@ import {
   type OutgoingMessage,
 } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
+import { Timeouts, type Timeout } from '../clock/timeouts.js';
 import type { DeadLetterReason, DeadLetterRecord } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerKind } from '../handlers/handler-metadata.js';
 import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
+import { DEFAULT_HANDLER_TIMEOUT_MS, checkTimeoutMs } from '../handlers/handler-timeout.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { runObserved } from '../logging/run-observed.js';
 import {
@@ -21,6 +23,7 @@ import type { MessageDefinition, RetryOptions } from '../messages/definition.js'
 import type { Envelope } from '../messages/envelope.js';
 import type { EnvelopeEncoder } from '../messages/prepare-message.js';
 import type { SendOptions } from '../messages/send-options.js';
+import { CallSignal } from './call-signal.js';
 import {
   LocalHandlerContext,
   ReceivedHandlerContext,
@@ -35,7 +38,7 @@ import type {
   SagaInstanceInfo,
 } from './message-telemetry.js';
 import { composeMiddleware, type Middleware } from './middleware.js';
-import type { LogPosition, TransactionalUnitOfWork } from './transactional-unit-of-work.js';
+import type { LogPosition, TransactionalUnitOfWork, UnitOfWorkResult } from './transactional-unit-of-work.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
 import { isTransientFailure, type TransientClassifier } from './transient-failure.js';
 import type { OutageListener, OutageOptions, PausedEvent, ResumedEvent } from './outage-breaker.js';
@@ -138,6 +141,15 @@ export interface HandlerPipelineOptions {
   /** @defaultValue the system clock */
   readonly clock?: Clock;
   /**
+   * How long a handler call (with its middleware) may run, in ms of `clock` time, where its
+   * decorator sets no `timeoutMs`: past it, the call's signal aborts with HarrierError
+   * `handler-timeout` and the attempt fails with that error (retried, then dead-lettered), or
+   * `execute` rejects with it; what the call does afterwards is logged and ignored. Only a call that
+   * returns a promise is timed (a plain value has returned already). Above 0 and at most 2147483647.
+   * @defaultValue 300000 (5 minutes)
+   */
+  readonly handlerTimeoutMs?: number;
+  /**
    * Largest encoded envelope accepted, in bytes; larger ones are dead-lettered as `too-large`.
    * @defaultValue 1048576 (1 MiB)
    */
@@ -208,6 +220,13 @@ export interface PipelineInput {
   readonly handler?: HandlerEntry;
   /** The handler's abort signal, or a function that makes it on first read. */
   readonly signal: AbortSignal | (() => AbortSignal);
+  /**
+   * Aborts the handler's signal (`signal`, now or when it is made) with `reason`: the handler ran
+   * past its time-out. Give it when `signal` is the handler's own; a signal shared with other calls
+   * must not be aborted for one.
+   * @defaultValue none: the signal is not aborted by a time-out (the attempt still fails)
+   */
+  timedOut?(reason: HarrierError): void;
   /**
    * True once the run's result no longer matters (the delivery was released by a stop): checked
    * after the handler, before anything is committed.
@@ -291,6 +310,15 @@ export type PipelineOutcome =
 
 const ABANDONED: AbandonedOutcome = { kind: 'abandoned' };
 
+/**
+ * What a handler call's time-out aborts (the call's signal), and what is told when the call is over
+ * (a signal that followed a shared one stops following it).
+ */
+interface CallTarget {
+  timedOut?(reason: HarrierError): void;
+  endCall?(): void;
+}
+
 const NO_OUTGOING: readonly OutgoingMessage[] = Object.freeze([]);
 
 /** The dead-letter reason of a handler that failed for good, by handler kind. */
@@ -351,11 +379,27 @@ export class HandlerPipeline {
   /** The lookup and options of every decode, made once rather than per delivery. */
   readonly #definitionOf: (type: string) => MessageDefinition | undefined;
   readonly #decodeOptions: DecodeOptions;
+  /** The time-out of a handler whose decorator sets none. */
+  readonly #timeoutMs: number;
+  /** Bounds every handler call that returned a promise, with one clock timer for all of them. */
+  readonly #timeouts: Timeouts;
 
-  /** @throws HarrierError `invalid-option` for a bad `retry`. */
+  /**
+   * @throws HarrierError `invalid-option` for a bad `retry`, `handlerTimeoutMs` or a handler's
+   * `timeoutMs`.
+   */
   constructor(options: HandlerPipelineOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
+    this.#timeoutMs = options.handlerTimeoutMs ?? DEFAULT_HANDLER_TIMEOUT_MS;
+    checkTimeoutMs(this.#timeoutMs, 'handlerTimeoutMs');
+    // The decorators check theirs; metadata set another way is checked here, before any call.
+    for (const entry of options.registry.entries()) {
+      if (entry.options.timeoutMs !== undefined) {
+        checkTimeoutMs(entry.options.timeoutMs, `timeoutMs of handler "${entry.name}"`);
+      }
+    }
+    this.#timeouts = new Timeouts(this.#clock);
     this.#logger = options.logger ?? consoleLogger;
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
     const registry = options.registry;
@@ -571,7 +615,8 @@ export class HandlerPipeline {
         endpoint: this.#o.endpoint,
         inProcess: false,
         ...(input.position !== undefined ? { position: input.position } : {}),
-        run: () => this.#call(entry, definition, context, false),
+        run: () =>
+          this.#callBounded(entry, definition, context, envelope.type, envelope.payload, false, input),
         abandoned: () => input.abandoned?.() === true,
       });
       // A unit that answered 'ran' has committed (its inbox row too): publish even if a stop
@@ -618,7 +663,11 @@ export class HandlerPipeline {
       return this.#failed(entry, definition, envelope, policy, input, error);
     }
     if (thenable || context.recorded.length > 0) {
-      return this.#attemptAfter(entry, definition, envelope, policy, input, context, startedAt, result);
+      // Only a promise needs a deadline: a plain value has returned already (no timer for it).
+      const settled = thenable
+        ? this.#bounded(result as PromiseLike<unknown>, entry, context, input)
+        : result;
+      return this.#attemptAfter(entry, definition, envelope, policy, input, context, startedAt, settled);
     }
     // Nothing is committed, so a released delivery can drop the call.
     if (input.abandoned?.() === true) return ABANDONED;
@@ -703,8 +752,10 @@ export class HandlerPipeline {
     envelope: Envelope,
     signal: AbortSignal,
   ): Promise<unknown> {
-    const context = this.context(envelope, 1, entry, signal);
-    return this.#runLocalObserved(entry, definition, context, envelope.payload);
+    // `signal` is the caller's, shared by its calls: a time-out aborts a signal of this call's own.
+    const call = new CallSignal(signal);
+    const context = this.context(envelope, 1, entry, call.read);
+    return this.#runLocalObserved(entry, definition, context, envelope.payload, call);
   }
 
   /**
@@ -724,7 +775,7 @@ export class HandlerPipeline {
     options: SendOptions,
     signal: AbortSignal,
   ): Promise<unknown> {
-    let context: HandlerContext;
+    let context: LocalHandlerContext;
     try {
       context = new LocalHandlerContext(
         definition,
@@ -741,9 +792,10 @@ export class HandlerPipeline {
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       return Promise.reject(error);
     }
-    // Without telemetry there is nothing to observe: no closure, no guard.
-    if (this.#o.telemetry === undefined) return this.#runLocal(entry, definition, context, payload);
-    return this.#runLocalObserved(entry, definition, context, payload);
+    // Without telemetry there is nothing to observe: no closure, no guard. The context makes the
+    // call's own signal (the one given is the bus's) and is told of a time-out.
+    if (this.#o.telemetry === undefined) return this.#runLocal(entry, definition, context, payload, context);
+    return this.#runLocalObserved(entry, definition, context, payload, context);
   }
 
   #runLocalObserved(
@@ -751,9 +803,10 @@ export class HandlerPipeline {
     definition: MessageDefinition,
     context: HandlerContext,
     payload: unknown,
+    call: CallTarget,
   ): Promise<unknown> {
     const telemetry = this.#o.telemetry;
-    if (telemetry === undefined) return this.#runLocal(entry, definition, context, payload);
+    if (telemetry === undefined) return this.#runLocal(entry, definition, context, payload, call);
     const observation = this.#guard('process', () =>
       telemetry.process({
         envelope: context.envelope,
@@ -764,10 +817,10 @@ export class HandlerPipeline {
         inProcess: true,
       }),
     );
-    if (observation === undefined) return this.#runLocal(entry, definition, context, payload);
+    if (observation === undefined) return this.#runLocal(entry, definition, context, payload, call);
     return this.#observed(
       observation,
-      () => this.#runLocal(entry, definition, context, payload),
+      () => this.#runLocal(entry, definition, context, payload, call),
       () => HANDLED_END,
     );
   }
@@ -781,19 +834,22 @@ export class HandlerPipeline {
     definition: MessageDefinition,
     context: HandlerContext,
     payload: unknown,
+    call: CallTarget,
   ): Promise<unknown> {
     const unit = this.#o.unitOfWork;
-    if (unit !== undefined) return this.#runLocalInUnit(unit, entry, definition, context, payload);
+    if (unit !== undefined) return this.#runLocalInUnit(unit, entry, definition, context, payload, call);
     let result: unknown;
     try {
       result = this.#invoke(entry, definition, context, definition.type, payload, true);
       // Inside the try: reading `then` of the result may throw, which `execute` rejects with.
-      if (isThenable(result)) return this.#commitAfter(context, result);
+      if (isThenable(result)) return this.#commitAfter(context, this.#bounded(result, entry, context, call));
     } catch (error) {
+      call.endCall?.();
       // What was thrown is passed on as it is, as an async function would (Error or not).
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       return Promise.reject(error);
     }
+    call.endCall?.();
     // Committed only when there is something to publish: most calls record nothing.
     if (context.recorded.length > 0) return this.#commitAfter(context, result);
     // A void handler's calls all resolve alike, so they share one promise (none made per call).
@@ -813,18 +869,32 @@ export class HandlerPipeline {
     definition: MessageDefinition,
     context: HandlerContext,
     payload: unknown,
+    call: CallTarget,
   ): Promise<unknown> {
     let result: unknown;
-    const ended = await unit.run({
-      context,
-      handler: entry.name,
-      handlerKind: entry.kind,
-      endpoint: this.#o.endpoint,
-      inProcess: true,
-      run: async () =>
-        (result = await this.#invoke(entry, definition, context, definition.type, payload, true)),
-      abandoned: () => false,
-    });
+    let ended: UnitOfWorkResult;
+    try {
+      ended = await unit.run({
+        context,
+        handler: entry.name,
+        handlerKind: entry.kind,
+        endpoint: this.#o.endpoint,
+        inProcess: true,
+        run: async () =>
+          (result = await this.#callBounded(
+            entry,
+            definition,
+            context,
+            definition.type,
+            payload,
+            true,
+            call,
+          )),
+        abandoned: () => false,
+      });
+    } finally {
+      call.endCall?.();
+    }
     if (ended === 'ran') await this.#commit(context);
     return result;
   }
@@ -937,7 +1007,8 @@ export class HandlerPipeline {
       endpoint: this.#o.endpoint,
       signal: input.signal,
       env: this.#env(entry.kind),
-      invoke: (context) => this.#call(entry, definition, context, false),
+      invoke: (context) =>
+        this.#callBounded(entry, definition, context, envelope.type, envelope.payload, false, input),
       publish: async (messages) => {
         // A stop released the delivery meanwhile: publish nothing (the redelivery will).
         if (input.abandoned?.() === true) throw new HarrierError('stopping', 'The delivery was released');
@@ -1010,19 +1081,110 @@ export class HandlerPipeline {
   }
 
   /**
-   * Not async, so the invoker's promise is handed on as it is (one promise and its ticks less per
-   * call); what throws here still reaches the caller as a rejection.
+   * Middleware and the handler as a promise, bounded by the handler's time-out when it returns one
+   * (see {@link HandlerPipeline.#bounded}). Not async, so the invoker's promise is handed on as it
+   * is within the bound; what throws here still reaches the caller as a rejection.
    */
-  #call(
+  #callBounded(
     entry: HandlerEntry,
     definition: MessageDefinition,
     context: HandlerContext,
+    type: string,
+    payload: unknown,
     inProcess: boolean,
+    call: CallTarget,
   ): Promise<unknown> {
-    return promiseOf(() => {
-      const { type, payload } = context.envelope;
-      return this.#invoke(entry, definition, context, type, payload, inProcess);
+    let result: unknown;
+    try {
+      result = this.#invoke(entry, definition, context, type, payload, inProcess);
+      if (!isThenable(result)) return Promise.resolve(result);
+    } catch (error) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      return Promise.reject(error);
+    }
+    return this.#bounded(result, entry, context, call);
+  }
+
+  /**
+   * What a handler call returned, bounded by its time-out (`timeoutMs` of its decorator, else
+   * `handlerTimeoutMs`): settles as `result` does, or, once the time-out runs out first, aborts the
+   * call's signal and rejects with HarrierError `handler-timeout`. What the call returns or throws
+   * after that is logged and ignored.
+   *
+   * @remarks
+   * JavaScript cannot stop the call: it goes on until it settles (or for ever), but nothing waits
+   * for it, so its delivery's slot is free and its attempt counts. One clock timer serves every
+   * pending call ({@link Timeouts}); a call that returned a plain value never gets here.
+   */
+  #bounded(
+    result: PromiseLike<unknown>,
+    entry: HandlerEntry,
+    context: HandlerContext,
+    call: CallTarget,
+  ): Promise<unknown> {
+    const ms = entry.options.timeoutMs ?? this.#timeoutMs;
+    return new Promise((resolve, reject) => {
+      let timedOut = false;
+      const timeout = this.#timeouts.set(ms, () => {
+        timedOut = true;
+        const error = timeoutError(entry.name, ms, context);
+        try {
+          call.timedOut?.(error);
+        } catch {
+          // Only our own signal code runs here (abort listeners report their errors on their own).
+        }
+        reject(error);
+      });
+      try {
+        result.then(
+          (value) => {
+            if (timedOut) {
+              this.#late(entry, context, timeout, 'returned');
+              return;
+            }
+            this.#timeouts.clear(timeout);
+            call.endCall?.();
+            resolve(value);
+          },
+          (error: unknown) => {
+            if (timedOut) {
+              this.#late(entry, context, timeout, 'threw', error);
+              return;
+            }
+            this.#timeouts.clear(timeout);
+            call.endCall?.();
+            // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as thrown
+            reject(error);
+          },
+        );
+      } catch (error) {
+        // A thenable whose `then` throws: the handler's failure, as `await` would reject with it.
+        this.#timeouts.clear(timeout);
+        call.endCall?.();
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as thrown
+        reject(error);
+      }
     });
+  }
+
+  /** Logs a handler call that settled after its time-out: what it returned or threw is ignored. */
+  #late(
+    entry: HandlerEntry,
+    context: HandlerContext,
+    timeout: Timeout,
+    outcome: 'returned' | 'threw',
+    error?: unknown,
+  ): void {
+    try {
+      this.#logger.warn(`A handler ${outcome} after its time-out; ignored`, {
+        handler: entry.name,
+        messageId: context.messageId,
+        lateMs: this.#clock.now() - timeout.at,
+        ...(outcome === 'threw' ? { error: toErrorInfo(error) } : {}),
+      });
+    } catch {
+      // A logger that throws here would make an unhandled rejection of a call nobody waits for.
+    }
   }
 
   /**
@@ -1094,6 +1256,21 @@ export class HandlerPipeline {
       });
     }
   }
+}
+
+/** The error a handler call that ran past its time-out of `ms` fails with (its signal's reason). */
+function timeoutError(handler: string, ms: number, context: HandlerContext): HarrierError {
+  let message: string;
+  try {
+    message = ` on "${context.envelope.type}" (message ${context.messageId})`;
+  } catch {
+    // An execute context builds its envelope on first read; never let that stop the time-out.
+    message = '';
+  }
+  return new HarrierError(
+    'handler-timeout',
+    `Handler "${handler}" ran past its time-out of ${ms} ms${message}: its signal is aborted and what it does from now on is ignored. Make it finish sooner and pass ctx.signal to its I/O, or raise timeoutMs in its decorator's options (or handlerTimeoutMs of createBus)`,
+  );
 }
 
 /** What telemetry is told of an outcome decided at `now`. */

@@ -14,6 +14,7 @@ export const HARRIER_ERROR_CODES = [
   'dead-letter-corrupt',
   'duplicate-handler',
   'foreign-container',
+  'handler-timeout',
   'internal',
   'invalid-argument',
   'invalid-cursor',

@@ -14,6 +14,7 @@ import {
   type HandlerKind,
   type HandlerOptions,
 } from './handler-metadata.js';
+import { checkTimeoutMs } from './handler-timeout.js';
 import type { MessageContext } from './message-context.js';
 
 /** The contract of a command handler class. */
@@ -71,12 +72,21 @@ export function assertLegacyDecorator(decorator: string, context: unknown): void
   );
 }
 
+/** The type of a definition, for messages (anything else as `?`: the registry refuses it later). */
+function typeName(definition: unknown): string {
+  const type = (definition as { type?: unknown } | undefined)?.type;
+  return typeof type === 'string' ? type : '?';
+}
+
 function classDecorator(
   kind: HandlerKind,
   decorator: string,
   definitions: readonly unknown[],
   options: HandlerOptions,
 ) {
+  if (options.timeoutMs !== undefined) {
+    checkTimeoutMs(options.timeoutMs, `${decorator}(${definitions.map(typeName).join(', ')}) timeoutMs`);
+  }
   return (target: HandlerClass, ...rest: unknown[]): void => {
     assertLegacyDecorator(decorator, rest[0]);
     setHandlerMetadata(target, {
@@ -95,6 +105,7 @@ function classDecorator(
  * @remarks
  * The class's `handle` must take the command's payload, or the decorator does not compile.
  * @throws HarrierError `unsupported-decorators` when compiled without `experimentalDecorators`.
+ * @throws HarrierError `invalid-option` for a `timeoutMs` that is not above 0 and at most 2147483647.
  * @example
  * ```ts
  * @CommandHandler(PlaceOrder)
@@ -118,6 +129,7 @@ export function CommandHandler<D extends CommandDefinition>(
  * @remarks
  * The class's `handle` must take the query's payload, or the decorator does not compile.
  * @throws HarrierError `unsupported-decorators` when compiled without `experimentalDecorators`.
+ * @throws HarrierError `invalid-option` for a `timeoutMs` that is not above 0 and at most 2147483647.
  */
 export function QueryHandler<D extends QueryDefinition>(
   definition: D,
@@ -133,6 +145,7 @@ export function QueryHandler<D extends QueryDefinition>(
  * @remarks
  * The class's `handle` must take the payload of every event listed, or the decorator does not compile.
  * @throws HarrierError `unsupported-decorators` when compiled without `experimentalDecorators`.
+ * @throws HarrierError `invalid-option` for a `timeoutMs` that is not above 0 and at most 2147483647.
  */
 export function EventHandler<const D extends EventDefinition | readonly EventDefinition[]>(
   definition: D,
@@ -151,11 +164,13 @@ export function EventHandler<const D extends EventDefinition | readonly EventDef
  *
  * @param name - the projection's stable name (its subscription and checkpoint identity).
  * @throws HarrierError `unsupported-decorators` when compiled without `experimentalDecorators`.
+ * @throws HarrierError `invalid-option` for a `timeoutMs` that is not above 0 and at most 2147483647.
  */
 export function Projection(
   name: string,
   options: Omit<HandlerOptions, 'name'> = {},
 ): (target: HandlerClass) => void {
+  if (options.timeoutMs !== undefined) checkTimeoutMs(options.timeoutMs, `@Projection('${name}') timeoutMs`);
   return (target: HandlerClass, ...rest: unknown[]): void => {
     assertLegacyDecorator('@Projection', rest[0]);
     setHandlerMetadata(target, {

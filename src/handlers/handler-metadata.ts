@@ -15,6 +15,14 @@ export interface HandlerOptions {
    * @defaultValue the definition's, else the bus's (`DEFAULT_RETRY`: 8 attempts, 2 immediate, then 2.5 s base doubling, 60 s cap, 0.2 jitter)
    */
   readonly retry?: RetryOptions;
+  /**
+   * How long one call of this handler (with its middleware) may run, in ms, before its attempt fails
+   * with HarrierError `handler-timeout`: its signal aborts, the attempt is retried by the retry
+   * policy (dead-lettered after the last), and whatever the call does after that is ignored. Only a
+   * call that returns a promise is timed. Above 0 and at most 2147483647. See docs/handlers.md.
+   * @defaultValue the bus's `handlerTimeoutMs` (300000, 5 minutes)
+   */
+  readonly timeoutMs?: number;
 }
 
 /** A class that a handler decorator can decorate. */

@@ -208,12 +208,23 @@ class PostgresUnit implements PostgresUnitOfWork {
     const { client } = held;
     // A client whose connection may be broken is destroyed rather than returned to the pool.
     let broken: Error | undefined;
+    /** The end of a timed-out call's server process, released after (see #endBackend). */
+    let ending: Promise<void> | undefined;
     try {
       await client.query('BEGIN');
       let result: UnitOfWorkResult;
       try {
         result = await this.#inTransaction(client, call);
       } catch (error) {
+        if (HarrierError.is(error, 'handler-timeout')) {
+          // The timed-out handler may still run a statement on this client, and a ROLLBACK would
+          // queue behind it (holding the delivery's slot as long): the server process is ended
+          // instead, which rolls the transaction back and frees its locks (the inbox row the retry
+          // waits for) at once, and the client is destroyed, so what the handler sends later fails.
+          broken = error;
+          ending = this.#endBackend(client, call.handler);
+          throw error;
+        }
         await client.query('ROLLBACK').catch((rollbackError: unknown) => {
           broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
         });
@@ -239,8 +250,36 @@ class PostgresUnit implements PostgresUnitOfWork {
       const cause = held.lost !== undefined && !isPostgresUnavailable(error) ? held.lost : error;
       throw postgresError(cause, this.#connection, `running handler "${call.handler}" in a transaction`);
     } finally {
-      held.release(broken);
+      if (ending === undefined) held.release(broken);
+      else {
+        const reason = broken;
+        void ending.then(() => {
+          held.release(reason);
+        });
+      }
     }
+  }
+
+  /**
+   * Ends the server process of a timed-out call's connection (`pg_terminate_backend`, from another
+   * connection of the pool) while the client is still checked out, so it is surely that call's.
+   * Never rejects: when it fails, destroying the client still ends the transaction, once the server
+   * notices (after the statement running, if any).
+   */
+  #endBackend(client: pg.PoolClient, handler: string): Promise<void> {
+    const pid = (client as { processID?: unknown }).processID;
+    if (typeof pid !== 'number') return Promise.resolve();
+    // The client hears of its own end as an error event, possibly after it is released: never unheard.
+    client.on('error', () => undefined);
+    return this.#handle.pool.query('SELECT pg_terminate_backend($1)', [pid]).then(
+      () => undefined,
+      (error: unknown) => {
+        this.#logger.warn('Could not end the transaction of a timed-out handler; its connection is closed', {
+          handler,
+          error: toErrorInfo(error),
+        });
+      },
+    );
   }
 
   /** Runs the call inside the open transaction; returns how it ended (the caller commits or rolls back). */
@@ -365,7 +404,10 @@ class PostgresUnit implements PostgresUnitOfWork {
  * - `execute`: as a delivery, without the inbox.
  *
  * Any error rolls back and is rethrown, so the pipeline retries or dead-letters as usual; a call
- * whose delivery a stop released is rolled back too. The schema is checked on the first call
+ * whose delivery a stop released is rolled back too. A call past its time-out (HarrierError
+ * `handler-timeout`) never commits: its server process is ended at once (`pg_terminate_backend`
+ * from another connection of the pool) and its client destroyed, which rolls the transaction back
+ * and frees its locks, even while the handler still runs a statement on it. The schema is checked on the first call
  * (`schema-outdated` naming the migrate command); nothing is migrated.
  *
  * @example

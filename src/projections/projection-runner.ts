@@ -6,6 +6,7 @@ import { WakeList } from '../clock/wake-list.js';
 import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
 import type { DeadLetterRecord, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import type { ReplayRefusal } from '../dead-letters/replay-dead-letters.js';
+import { CallSignal } from '../dispatch/call-signal.js';
 import {
   HandlerPipeline,
   type DeadLetterOutcome,
@@ -565,15 +566,25 @@ export class ProjectionRunner {
       };
       // A stop during the backoff ends the retries: the record is left for the next start.
       if (signal.aborted) return { outcome: { kind: 'abandoned' }, facts };
-      const outcome = await this.#pipeline.run({
-        body,
-        facts,
-        handler: entry,
-        signal,
-        // Events of other types are skipped, not dead-lettered: #poison reports what it stores.
-        reportRefusal: false,
-        ...(position !== undefined ? { position } : {}),
-      });
+      // The lane's signal is shared by its events: a time-out aborts a signal of this attempt's own.
+      const call = new CallSignal(signal);
+      let outcome: PipelineOutcome;
+      try {
+        outcome = await this.#pipeline.run({
+          body,
+          facts,
+          handler: entry,
+          signal: call.read,
+          timedOut: (reason) => {
+            call.timedOut(reason);
+          },
+          // Events of other types are skipped, not dead-lettered: #poison reports what it stores.
+          reportRefusal: false,
+          ...(position !== undefined ? { position } : {}),
+        });
+      } finally {
+        call.endCall();
+      }
       // A handler that returned has applied its event, stop or not: it counts, and its checkpoint
       // moves. A stop only cancels what failed (the record is left for the next start).
       if (outcome.kind !== 'handled' && isAborted(signal)) return { outcome: { kind: 'abandoned' }, facts };

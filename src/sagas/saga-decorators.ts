@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import { assertLegacyDecorator } from '../handlers/decorators.js';
 import { setHandlerMetadata, type HandlerClass } from '../handlers/handler-metadata.js';
+import { checkTimeoutMs } from '../handlers/handler-timeout.js';
 import type { CommandDefinition, EventDefinition, PayloadOf } from '../messages/definition.js';
 import {
   addPendingSagaStep,
@@ -44,7 +45,7 @@ export interface SagaStepDescriptor<P> {
  * handler, one instance per step. See docs/sagas.md.
  * @throws HarrierError `unsupported-decorators` when compiled without `experimentalDecorators`.
  * @throws HarrierError `invalid-option` when `keepApplied`, `keepAppliedMs` or `conflictTries` is not a whole number
- * of at least 1.
+ * of at least 1, or `timeoutMs` is not above 0 and at most 2147483647.
  * @example
  * ```ts
  * @Saga('orders.Fulfilment', { state: z.object({ paid: z.boolean().default(false) }) })
@@ -59,6 +60,7 @@ export function Saga<S extends z.ZodType>(
   options: SagaOptions<S>,
 ): (target: HandlerClass) => void {
   sagaLimitsOf(name, options);
+  if (options.timeoutMs !== undefined) checkTimeoutMs(options.timeoutMs, `@Saga('${name}') timeoutMs`);
   return (target: HandlerClass, ...rest: unknown[]): void => {
     assertLegacyDecorator('@Saga', rest[0]);
     const steps = takePendingSagaSteps(target.prototype as object);
@@ -68,7 +70,11 @@ export function Saga<S extends z.ZodType>(
       target,
       name,
       routes: steps.map((step) => ({ definition: step.definition, method: step.method })),
-      options: { name, ...(options.retry !== undefined ? { retry: options.retry } : {}) },
+      options: {
+        name,
+        ...(options.retry !== undefined ? { retry: options.retry } : {}),
+        ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
+      },
     });
   };
 }

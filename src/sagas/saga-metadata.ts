@@ -40,6 +40,13 @@ export interface SagaOptions<S extends z.ZodType = z.ZodType> {
    */
   readonly retry?: RetryOptions;
   /**
+   * How long one step (the method's call) may run, in ms, before its attempt fails with HarrierError
+   * `handler-timeout` (retried by the retry policy, dead-lettered after the last attempt); the
+   * instance is not saved. Above 0 and at most 2147483647. See docs/handlers.md.
+   * @defaultValue the bus's `handlerTimeoutMs` (300000, 5 minutes)
+   */
+  readonly timeoutMs?: number;
+  /**
    * How many of its latest steps an instance remembers (the handled message id and the messages the
    * step recorded, bodies included), so that a redelivery of one of those messages publishes the
    * same messages again instead of running the step twice.

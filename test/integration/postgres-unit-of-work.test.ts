@@ -19,6 +19,7 @@ import {
   consoleLogger,
   silentLogger,
   uuidv7,
+  type BusOptions,
   type MessageBus,
   type MessageContext,
   type PayloadOf,
@@ -130,13 +131,17 @@ function unit(options: Partial<PostgresUnitOfWorkOptions> = {}): PostgresUnitOfW
 /** The virtual clock of each bus made by bankBus. */
 const clocks = new WeakMap<TestBus, ManualClock>();
 
-async function bankBus(unitOfWork: PostgresUnitOfWork | undefined): Promise<TestBus> {
+async function bankBus(
+  unitOfWork: PostgresUnitOfWork | undefined,
+  options: Pick<BusOptions, 'handlerTimeoutMs' | 'hooks'> = {},
+): Promise<TestBus> {
   const clock = new ManualClock();
   const bus = await createTestBus({
     clock,
     endpoint: 'bank',
     handlers: [DepositHandler, DepositedCounter, SwallowingHandler],
     ...(unitOfWork !== undefined ? { unitOfWork } : {}),
+    ...options,
   });
   clocks.set(bus, clock);
   buses.push(bus);
@@ -350,6 +355,121 @@ describe('postgresUnitOfWork', () => {
       expect(await balance('k')).toBeUndefined();
       expect(await rows(`SELECT count(*)::int AS n FROM "${schema}".inbox`)).toEqual([{ n: 0 }]);
       expect(await rows(`SELECT count(*)::int AS n FROM "${schema}".outbox`)).toEqual([{ n: 0 }]);
+    });
+  });
+
+  describe('when the handler runs past its time-out', () => {
+    /** Sessions of this test's schema still in a transaction (a call's transaction not ended). */
+    async function openTransactions(): Promise<number> {
+      const open = await rows(
+        `SELECT 1 FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' AND query LIKE $1`,
+        [`%"${schema}"%`],
+      );
+      return open.length;
+    }
+
+    it('rolls back what it wrote, even when it returns later, and the retry commits once', async () => {
+      const bus = await bankBus(unit(), { handlerTimeoutMs: 60_000 });
+      const clock = clocks.get(bus) as ManualClock;
+      let finish!: () => void;
+      const finished = new Promise<void>((resolve) => (finish = resolve));
+      let inside!: () => void;
+      const handlerInside = new Promise<void>((resolve) => (inside = resolve));
+      beforeReturn = async () => {
+        beforeReturn = undefined;
+        inside();
+        await finished;
+      };
+      await bus.send(Deposit, { account: 't', amount: 4 });
+      await handlerInside;
+
+      clock.advance(60_000);
+      // The retry waits 10 ms of the virtual clock, and the inbox row's lock until attempt 1 ended.
+      await waitFor(
+        'the retry to run',
+        () => {
+          clock.advance(10);
+          return attempts.length === 2;
+        },
+        { timeoutMs: 10_000 },
+      );
+      await bus.whenIdle();
+      // Attempt 1 returns now, long after its time-out: nothing of it may commit.
+      finish();
+      await waitFor('no transaction left open', async () => (await openTransactions()) === 0, {
+        timeoutMs: 10_000,
+      });
+
+      expect(attempts).toEqual([1, 2]);
+      expect(await balance('t')).toBe(4);
+      expect(await rows(`SELECT attempt FROM "${schema}".entries`)).toEqual([{ attempt: 2 }]);
+      expect(await rows(`SELECT count(*)::int AS n FROM "${schema}".inbox`)).toEqual([{ n: 1 }]);
+      expect(await rows(`SELECT count(*)::int AS n FROM "${schema}".outbox`)).toEqual([{ n: 1 }]);
+      expect(await bus.deadLetters.count()).toBe(0);
+    });
+
+    it('frees its slot at once while its statement still waits in the server, and never commits it', async () => {
+      // Another transaction holds the row the handler's first statement must wait for.
+      const blocker = await pool.connect();
+      try {
+        await blocker.query('BEGIN');
+        await blocker.query(`INSERT INTO "${schema}".balances (account, total) VALUES ('w', 100)`);
+        let retrying = 0;
+        const bus = await bankBus(unit(), {
+          handlerTimeoutMs: 60_000,
+          hooks: {
+            onRetrying: () => {
+              retrying++;
+            },
+          },
+        });
+        const clock = clocks.get(bus) as ManualClock;
+        await bus.send(Deposit, { account: 'w', amount: 5 });
+        await waitFor(
+          "the handler's statement to wait on the lock",
+          async () =>
+            (
+              await rows(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, [
+                `INSERT INTO "${schema}".balances%`,
+              ])
+            ).length > 0,
+          { timeoutMs: 10_000 },
+        );
+
+        clock.advance(60_000);
+        // A ROLLBACK sent on the timed-out call's connection would wait behind its statement: the
+        // attempt would end (and the retry start) only once the blocker ends.
+        await waitFor('the attempt to fail while the blocker still holds the row', () => retrying === 1, {
+          timeoutMs: 10_000,
+        });
+        // The retry's inbox row waited for attempt 1's only until its server process was ended.
+        await waitFor(
+          'the retry to run while the blocker still holds the row',
+          async () => {
+            clock.advance(10);
+            return (
+              (
+                await rows(
+                  `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+                  [`INSERT INTO "${schema}".balances%`],
+                )
+              ).length === 1 && attempts.length === 2
+            );
+          },
+          { timeoutMs: 10_000 },
+        );
+        await blocker.query('ROLLBACK');
+        await bus.whenIdle();
+
+        expect(attempts).toEqual([1, 2]);
+        expect(await balance('w')).toBe(5);
+        expect(await rows(`SELECT attempt FROM "${schema}".entries`)).toEqual([{ attempt: 2 }]);
+        const [record] = (await bus.deadLetters.list()).records;
+        expect(record).toBeUndefined();
+      } finally {
+        await blocker.query('ROLLBACK').catch(() => undefined);
+        blocker.release();
+      }
     });
   });
 
