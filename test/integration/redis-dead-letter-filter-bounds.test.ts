@@ -87,8 +87,10 @@ describe('RedisDeadLetterStore filter script bounds', () => {
     await addBigRecords();
     const [, entries] = await commandsDuring(admin, () => store.count({ text: 'no such text' }));
     const longest = Math.max(...scriptsOf(entries).map((e) => e[2])) / 1000;
-    // Each script reads a bounded number of bytes (FILTER_CHUNK_BYTES), so it blocks Redis briefly.
-    expect(longest).toBeLessThan(100);
+    // Each script reads a bounded number of bytes (FILTER_CHUNK_BYTES), so it blocks Redis briefly
+    // (one script reading all 100 MB would take seconds). The bound leaves room for a 2-core runner
+    // busy with other test files, which stretches a script's wall time.
+    expect(longest).toBeLessThan(250);
   }, 120_000);
 
   it('returns the records Node must judge in replies of bounded size', async () => {
