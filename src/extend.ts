@@ -71,10 +71,12 @@ export {
   HandlerContext,
   HandlerPipeline,
   MessagePublisher,
+  OutageBreaker,
   ReceivedHandlerContext,
   backoffDelay,
   composeMiddleware,
   isPermanent,
+  resolveOutageOptions,
   resolveRetryPolicy,
 } from './dispatch/index.js';
 export type {
@@ -85,6 +87,8 @@ export type {
   HandlerInvoker,
   HandlerPipelineOptions,
   MessagePublisherOptions,
+  OutageListener,
+  PausedOutcome,
   PipelineInput,
   PipelineOutcome,
   PipelineStep,

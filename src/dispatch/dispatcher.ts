@@ -77,6 +77,8 @@ class InFlight implements PipelineInput {
   /** Why the handler's signal was aborted when its call ran past its time-out. */
   timeoutReason: HarrierError | undefined = undefined;
   released = false;
+  /** Let through as the probe of a paused endpoint: its end, however it ends, ends the probe. */
+  probe = false;
   /** Set once a settle step on the broker (ack, nack, release) has begun for this delivery. */
   settling = false;
   /** A dead-lettering decided and not yet recorded: a stop sends it back with it, never plain. */
@@ -397,7 +399,7 @@ export class Dispatcher {
             await this.#giveBack(new InFlight(next.value));
             continue;
           }
-          this.#begin(next.value);
+          this.#begin(next.value, probe);
         }
       } catch (error) {
         if (over()) break;
@@ -469,8 +471,9 @@ export class Dispatcher {
     return new Promise((resolve) => this.#slotWaiters.push(resolve));
   }
 
-  #begin(delivery: Delivery): void {
+  #begin(delivery: Delivery, probe = false): void {
     const flight = new InFlight(delivery);
+    flight.probe = probe;
     this.#inFlight.add(flight);
     this.#changed();
     const { facts } = delivery;
@@ -615,6 +618,9 @@ export class Dispatcher {
 
   /** Frees a delivery's slot once it is processed. */
   #end(flight: InFlight): void {
+    // A probe that ended without a verdict on the dependency (its dead letter could not be stored, a
+    // failure of the dispatcher) lets the next probe go rather than leave the endpoint waiting.
+    if (flight.probe) this.#breaker.probeEnded();
     this.#inFlight.delete(flight);
     this.#slotWaiters.shift()?.();
     this.#changed();

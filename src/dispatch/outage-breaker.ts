@@ -189,12 +189,17 @@ export class OutageBreaker {
     }
   }
 
-  /** The probe ended without saying anything of the dependency (abandoned): let another go. */
+  /**
+   * The probe ended without saying anything of the dependency (abandoned, or its dead letter could
+   * not be stored): the next probe goes after the current wait, no longer.
+   */
   probeEnded(): void {
-    if (this.#probing) {
-      this.#probing = false;
-      this.#wakeAll();
-    }
+    if (!this.#probing) return;
+    this.#probing = false;
+    this.#state = 'open';
+    const delay = Math.min(this.#options.probeMaxMs, this.#options.probeBaseMs * 2 ** this.#failedProbes);
+    this.#probeAt = this.#clock.now() + delay;
+    this.#arm(delay);
   }
 
   /** Stops the timer and wakes every waiter (a stop). */

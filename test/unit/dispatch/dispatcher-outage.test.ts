@@ -1,8 +1,9 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   CommandHandler,
   InMemoryBroker,
   InMemoryDeadLetterStore,
+  ManualClock,
   TransientError,
   createBus,
   silentLogger,
@@ -11,6 +12,7 @@ import {
   type PausedEvent,
   type ResumedEvent,
 } from '../../../src/index.js';
+import { OutageBreaker } from '../../../src/extend.js';
 import { ReserveStock } from '../bus/fixtures.js';
 
 function waitFor(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
@@ -149,6 +151,85 @@ describe('Dispatcher', () => {
       expect(await deadLetters.count()).toBe(1);
       expect(paused).toHaveLength(0);
       expect(bus.paused).toBe(false);
+    });
+  });
+});
+
+describe('OutageBreaker', () => {
+  function breaker() {
+    const clock = new ManualClock(0);
+    const events: string[] = [];
+    const b = new OutageBreaker(
+      clock,
+      silentLogger,
+      { endpoint: 'shop' },
+      { probeBaseMs: 100, probeMaxMs: 400 },
+      {
+        paused: (e) => void events.push(`paused ${e.probeInMs}`),
+        resumed: (e) => void events.push(`resumed ${e.pausedMs} ${e.failedProbes}`),
+      },
+    );
+    return { clock, events, b, signal: new AbortController().signal };
+  }
+
+  describe('.admit', () => {
+    it('lets one probe through when it is due, doubles the wait after each failed probe up to probeMaxMs, and closes on success', async () => {
+      const { clock, events, b, signal } = breaker();
+      expect(await b.admit(signal)).toBe(true);
+      b.tripped(new Error('down'));
+      let admitted = false;
+      void b.admit(signal).then((ok) => (admitted = ok));
+      clock.advance(99);
+      await Promise.resolve();
+      expect(admitted).toBe(false);
+      clock.advance(1);
+      await vi.waitFor(() => {
+        expect(admitted).toBe(true);
+      });
+      // A second caller waits while the probe is out.
+      let second = false;
+      void b.admit(signal).then((ok) => (second = ok));
+      b.tripped(new Error('still down'));
+      clock.advance(199);
+      await Promise.resolve();
+      expect(second).toBe(false);
+      clock.advance(1);
+      await vi.waitFor(() => {
+        expect(second).toBe(true);
+      });
+      b.tripped(new Error('still down'));
+      b.admit(signal).catch(() => undefined);
+      clock.advance(400);
+      await Promise.resolve();
+      b.succeeded();
+      expect(b.isPaused()).toBe(false);
+      expect(events).toEqual(['paused 100', 'resumed 700 2']);
+    });
+
+    it('lets the next probe go after the current wait when a probe ends with no verdict', async () => {
+      const { clock, b, signal } = breaker();
+      b.tripped(new Error('down'));
+      clock.advance(100);
+      expect(await b.admit(signal)).toBe(true);
+      b.probeEnded();
+      let next = false;
+      void b.admit(signal).then((ok) => (next = ok));
+      clock.advance(99);
+      await Promise.resolve();
+      expect(next).toBe(false);
+      clock.advance(1);
+      await vi.waitFor(() => {
+        expect(next).toBe(true);
+      });
+    });
+
+    it('answers false at once when the signal aborts', async () => {
+      const { b } = breaker();
+      b.tripped(new Error('down'));
+      const abort = new AbortController();
+      const admitted = b.admit(abort.signal);
+      abort.abort();
+      expect(await admitted).toBe(false);
     });
   });
 });
