@@ -137,7 +137,7 @@ export interface BusOptions {
   /**
    * How an endpoint (or projection lane) paused by an outage probes for its end: the wait before the
    * first probe, doubling after each probe that meets the outage, up to `probeMaxMs`.
-   * @defaultValue `{ probeBaseMs: 1000, probeMaxMs: 15000 }`
+   * @defaultValue `{ probeBaseMs: 1000, probeMaxMs: 15000, maxProbesPerMessage: 10 }`
    */
   readonly outage?: OutageOptions;
   /** @defaultValue [] */

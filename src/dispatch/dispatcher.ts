@@ -20,9 +20,12 @@ import type { Envelope } from '../messages/envelope.js';
 import type { SendOptions } from '../messages/send-options.js';
 import {
   HandlerPipeline,
+  type DeadLetterOutcome,
   type HandlerPipelineOptions,
+  type PausedOutcome,
   type PipelineInput,
   type PipelineOutcome,
+  type RetryOutcome,
 } from './handler-pipeline.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { OutageBreaker, resolveOutageOptions } from './outage-breaker.js';
@@ -168,6 +171,15 @@ const STORE_RETRY: RetryPolicy = { ...DEFAULT_RETRY, immediate: 0, baseMs: 1_000
 const MARK_HANDLED_TRIES = 5;
 const MARK_HANDLED_PAUSE_MS = 50;
 
+/** Most messages whose meeting with an outage the dispatcher remembers (see `Dispatcher.#paused`). */
+const MAX_OUTAGE_SUSPECTS = 10_000;
+
+/** A message's identity in one subscription, for the memory of outages it met. */
+function suspectKey(delivery: Delivery): string {
+  const { facts } = delivery;
+  return `${facts.handler ?? ''}\u0000${facts.messageId ?? delivery.id}`;
+}
+
 /** How long `stop()` waits for the receiver to close once every delivery is settled, in ms. */
 export const RECEIVER_CLOSE_WAIT_MS = 5_000;
 
@@ -197,6 +209,12 @@ export class Dispatcher {
   readonly #slotWaiters: (() => void)[] = [];
   /** Pauses the receive loop while a dependency is unreachable (see {@link OutageBreaker}). */
   readonly #breaker: OutageBreaker;
+  /**
+   * Messages that met an outage, by message id and handler, with the breaker's generation then: one
+   * that meets it again after the endpoint resumed is at fault itself (see {@link Dispatcher.#paused}).
+   */
+  readonly #outageSuspects = new Map<string, { generation: number; probes: number }>();
+  readonly #maxProbesPerMessage: number;
   #receiverAbort: AbortController | undefined;
   #loop: Promise<void> | undefined;
   #stopping = false;
@@ -232,11 +250,13 @@ export class Dispatcher {
       );
     }
     this.#pipeline = new HandlerPipeline(options);
+    const outage = resolveOutageOptions(options.outage);
+    this.#maxProbesPerMessage = outage.maxProbesPerMessage;
     this.#breaker = new OutageBreaker(
       this.#clock,
       this.#logger,
       { endpoint: options.endpoint },
-      resolveOutageOptions(options.outage),
+      outage,
       this.#pipeline.outageListener,
     );
   }
@@ -270,6 +290,7 @@ export class Dispatcher {
   async start(): Promise<void> {
     if (this.#loop !== undefined) return;
     this.#stopping = false;
+    this.#breaker.reopen();
     await this.#o.broker.register(
       this.#o.endpoint,
       this.#o.registry.subscriptionSpecs({ projections: this.#o.projectionsViaBroker ?? true }),
@@ -361,6 +382,8 @@ export class Dispatcher {
   async #run(run: number): Promise<void> {
     const over = (): boolean => run !== this.#runs;
     let pause = 100;
+    /** A probe admitted and not yet handed to #begin: ended in `finally` if it never gets there. */
+    let probeOut = false;
     while (!over()) {
       const abort = new AbortController();
       this.#receiverAbort = abort;
@@ -377,8 +400,13 @@ export class Dispatcher {
           if (this.#inFlight.size >= this.#concurrency) await this.#acquireSlot();
           if (over()) break;
           // Paused by an outage: wait for the next probe (this loop's next delivery is the probe).
-          const probe = this.#breaker.isPaused();
-          if (probe && (!(await this.#breaker.admit(abort.signal)) || over())) break;
+          let probe = false;
+          if (this.#breaker.isPaused()) {
+            const admitted = await this.#breaker.admit(abort.signal);
+            if (admitted === 'stopped') break;
+            probe = probeOut = admitted === 'probe';
+            if (over()) break;
+          }
           const next = await iterator.next();
           if (next.done === true) {
             ended = true;
@@ -399,6 +427,7 @@ export class Dispatcher {
             await this.#giveBack(new InFlight(next.value));
             continue;
           }
+          probeOut = false;
           this.#begin(next.value, probe);
         }
       } catch (error) {
@@ -412,6 +441,12 @@ export class Dispatcher {
         pause = Math.min(pause * 2, 5_000);
         continue;
       } finally {
+        if (probeOut) {
+          // The probe never reached a handler (the receiver failed or ended, or a stop): the next
+          // one goes after the current wait.
+          probeOut = false;
+          this.#breaker.probeEnded();
+        }
         await iterator.return?.().catch(() => undefined);
       }
       // A receiver that ends on its own means the broker closed: nothing more will come.
@@ -500,6 +535,7 @@ export class Dispatcher {
       return;
     }
     if (this.#breaker.isPaused()) this.#breaker.succeeded();
+    this.#forgetSuspect(delivery);
     try {
       this.#pipeline.handled(outcome);
     } catch (error) {
@@ -544,15 +580,20 @@ export class Dispatcher {
       const outcome = await (early ?? this.#pipeline.run(flight));
       switch (outcome.kind) {
         case 'abandoned':
-          this.#breaker.probeEnded();
           return;
-        case 'paused':
-          // An outage, not the message's failure: back uncounted, and the endpoint pauses.
-          this.#breaker.tripped(outcome.error);
-          await this.#giveBack(flight);
+        case 'paused': {
+          const failure = this.#paused(flight, outcome);
+          if (failure === undefined) {
+            // An outage, not the message's failure: back uncounted, and the endpoint pauses.
+            await this.#giveBack(flight);
+            return;
+          }
+          await this.#settleFailure(flight, failure);
           return;
+        }
         case 'handled': {
           this.#breaker.succeeded();
+          this.#forgetSuspect(delivery);
           const ackResult = await (acked ?? this.#settle(flight, 'ack', this.#ack));
           // The handler ran it to success: that is the replay's outcome, whether the ack answered in
           // time or a retry of it was refused as stale (an ack that applied late looks the same as a
@@ -566,22 +607,10 @@ export class Dispatcher {
           return;
         }
         case 'retry':
-          // The handler failed on its own: whatever it depends on answered.
-          this.#breaker.succeeded();
-          await this.#settle(flight, 'nack', () =>
-            this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
-          );
-          this.#pipeline.retrying(outcome);
-          return;
         case 'dead-letter':
-          await this.#deadLetter(
-            flight,
-            outcome.handler,
-            outcome.reason,
-            outcome.error,
-            outcome.ordered,
-            outcome.thrown,
-          );
+          // The handler failed on its own: whatever it depends on answered.
+          if (outcome.kind === 'retry') this.#breaker.succeeded();
+          await this.#settleFailure(flight, outcome);
       }
     } catch (error) {
       await this.#unexpected(flight, error);
@@ -614,6 +643,74 @@ export class Dispatcher {
           : { retryAt, pendingDeadLetter: flight.decided },
       ),
     ).catch(() => undefined);
+  }
+
+  /** Settles a failure of the message: back with its retry time, or dead-lettered. */
+  async #settleFailure(flight: InFlight, outcome: RetryOutcome | DeadLetterOutcome): Promise<void> {
+    const { delivery } = flight;
+    if (outcome.kind === 'retry') {
+      await this.#settle(flight, 'nack', () =>
+        this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
+      );
+      this.#pipeline.retrying(outcome);
+      return;
+    }
+    await this.#deadLetter(
+      flight,
+      outcome.handler,
+      outcome.reason,
+      outcome.error,
+      outcome.ordered,
+      outcome.thrown,
+    );
+  }
+
+  /**
+   * Decides what an attempt that met an outage means: undefined when it is an outage (the endpoint
+   * pauses), or the message's failure to settle instead.
+   *
+   * @remarks
+   * A message may be at fault itself while its failure looks like an outage: a handler calling a
+   * host that only this message names, a query that makes the database end its session. Its attempt
+   * counts, so it retries with backoff and dead-letters at the end instead of pausing the endpoint at
+   * every probe for ever, when it meets the "outage" again after the endpoint resumed in between
+   * (other messages got through), or when it was the probe `maxProbesPerMessage` times in a row (it
+   * stays at the head of its queue, so no other message can show that the dependency answers). The
+   * memory of such messages is this process's, bounded to {@link MAX_OUTAGE_SUSPECTS}.
+   */
+  #paused(flight: InFlight, outcome: PausedOutcome): RetryOutcome | DeadLetterOutcome | undefined {
+    const key = suspectKey(flight.delivery);
+    const seen = this.#outageSuspects.get(key);
+    const generation = this.#breaker.generation;
+    const probes = (seen?.probes ?? 0) + (flight.probe ? 1 : 0);
+    const resumedSince = seen !== undefined && seen.generation !== generation;
+    this.#outageSuspects.delete(key);
+    if (resumedSince || probes >= this.#maxProbesPerMessage) {
+      this.#outageSuspects.set(key, { generation, probes: 0 });
+      this.#logger.warn(
+        resumedSince
+          ? 'A message keeps meeting an outage that other messages got through: its attempt counts'
+          : 'A message probed an outage too many times in a row: its attempt counts',
+        {
+          handler: outcome.handler,
+          messageId: outcome.envelope.id,
+          attempt: outcome.attempt,
+          error: outcome.errorInfo.message,
+        },
+      );
+      return outcome.failure();
+    }
+    this.#outageSuspects.set(key, { generation, probes });
+    if (this.#outageSuspects.size > MAX_OUTAGE_SUSPECTS) {
+      const oldest = this.#outageSuspects.keys().next();
+      if (oldest.done !== true) this.#outageSuspects.delete(oldest.value);
+    }
+    this.#breaker.tripped(outcome.error);
+    return undefined;
+  }
+
+  #forgetSuspect(delivery: Delivery): void {
+    if (this.#outageSuspects.size > 0) this.#outageSuspects.delete(suspectKey(delivery));
   }
 
   /** Frees a delivery's slot once it is processed. */

@@ -120,7 +120,7 @@ export interface HandlerPipelineOptions {
   readonly isTransient?: TransientClassifier;
   /**
    * How a paused endpoint or projection lane probes for the end of an outage.
-   * @defaultValue `{ probeBaseMs: 1000, probeMaxMs: 15000 }`
+   * @defaultValue `{ probeBaseMs: 1000, probeMaxMs: 15000, maxProbesPerMessage: 10 }`
    */
   readonly outage?: OutageOptions;
   /**
@@ -302,6 +302,12 @@ export interface PausedOutcome {
   readonly attempt: number;
   readonly error: unknown;
   readonly errorInfo: ErrorInfo;
+  /**
+   * The outcome as a failure of the message (a retry that counts, or a dead letter once out of
+   * attempts): what the caller settles instead when it finds the message itself at fault (it keeps
+   * meeting the "outage" while other messages get through).
+   */
+  readonly failure: () => RetryOutcome | DeadLetterOutcome;
 }
 
 /** How a run through the {@link HandlerPipeline} ended; the caller settles it. */
@@ -717,8 +723,31 @@ export class HandlerPipeline {
         attempt: facts.attempt,
         error: errorInfo.message,
       });
-      return { kind: 'paused', envelope, handler: entry.name, attempt: facts.attempt, error, errorInfo };
+      return {
+        kind: 'paused',
+        envelope,
+        handler: entry.name,
+        attempt: facts.attempt,
+        error,
+        errorInfo,
+        failure: () =>
+          this.#messageFailure(entry, definition, envelope, policy, facts, error, errorInfo, false),
+      };
     }
+    return this.#messageFailure(entry, definition, envelope, policy, facts, error, errorInfo, permanent);
+  }
+
+  /** The outcome of an attempt that failed on its own: a retry while attempts remain, else a dead letter. */
+  #messageFailure(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    policy: RetryPolicy,
+    facts: DeliveryFacts,
+    error: unknown,
+    errorInfo: ErrorInfo,
+    permanent: boolean,
+  ): RetryOutcome | DeadLetterOutcome {
     if (!permanent && facts.attempt < policy.attempts) {
       const retryAt = this.#clock.now() + backoffDelay(policy, facts.attempt, this.#o.random);
       this.#logger.warn('Handler failed; will retry', {

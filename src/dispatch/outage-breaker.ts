@@ -17,6 +17,14 @@ export interface OutageOptions {
    * @defaultValue 15000
    */
   readonly probeMaxMs?: number;
+  /**
+   * How many probes in a row one message may be, meeting the outage each time, before its attempt
+   * counts: the bound that keeps a message whose own failure looks like an outage (a host only it
+   * names) from holding a paused endpoint for ever. With the default probe waits, an outage shorter
+   * than about 2 minutes spends no attempt even of the message that probes it.
+   * @defaultValue 10
+   */
+  readonly maxProbesPerMessage?: number;
 }
 
 /** What paused: an endpoint's dispatcher, or one lane of a projection. */
@@ -34,13 +42,18 @@ export interface PausedEvent extends PauseSubject {
   readonly probeInMs: number;
 }
 
-/** A paused endpoint or lane got a message through: its dependency answers again. */
+/** A paused endpoint or lane got a message through (its dependency answers again), or stopped. */
 export interface ResumedEvent extends PauseSubject {
   /** How long it was paused, in ms. */
   readonly pausedMs: number;
   /** Probes that met the outage before one got through. */
   readonly failedProbes: number;
+  /** True when the endpoint or lane stopped while paused, rather than getting a message through. */
+  readonly stopped: boolean;
 }
+
+/** What {@link OutageBreaker.admit} answers: take a message, take it as the probe, or stop. */
+export type Admission = 'go' | 'probe' | 'stopped';
 
 /** Who hears of pauses and resumptions (the bus's hooks and telemetry). */
 export interface OutageListener {
@@ -55,6 +68,13 @@ const MAX_TIMER_MS = 2_147_483_647;
 export function resolveOutageOptions(options: OutageOptions | undefined): Required<OutageOptions> {
   const probeBaseMs = options?.probeBaseMs ?? 1_000;
   const probeMaxMs = options?.probeMaxMs ?? 15_000;
+  const maxProbesPerMessage = options?.maxProbesPerMessage ?? 10;
+  if (!Number.isInteger(maxProbesPerMessage) || maxProbesPerMessage < 1) {
+    throw new HarrierError(
+      'invalid-option',
+      `outage.maxProbesPerMessage is ${maxProbesPerMessage}: use a whole number of at least 1`,
+    );
+  }
   if (!Number.isFinite(probeBaseMs) || probeBaseMs <= 0 || probeBaseMs > MAX_TIMER_MS) {
     throw new HarrierError(
       'invalid-option',
@@ -67,7 +87,7 @@ export function resolveOutageOptions(options: OutageOptions | undefined): Requir
       `outage.probeMaxMs is ${probeMaxMs}: use a number of milliseconds from probeBaseMs (${probeBaseMs}) to ${MAX_TIMER_MS}`,
     );
   }
-  return { probeBaseMs, probeMaxMs };
+  return { probeBaseMs, probeMaxMs, maxProbesPerMessage };
 }
 
 /**
@@ -92,6 +112,10 @@ export class OutageBreaker {
   #probeAt = 0;
   /** The probe is out (half-open): nobody else may pass until it ends. */
   #probing = false;
+  /** Each resumption moves it on: a message that meets the outage again after one is suspect. */
+  #generation = 0;
+  /** Stopped: no pause begins and no timer is armed until {@link OutageBreaker.reopen}. */
+  #closed = false;
   readonly #waiters = new Set<() => void>();
   #cancelTimer: (() => void) | undefined;
 
@@ -114,21 +138,26 @@ export class OutageBreaker {
     return this.#state !== 'closed';
   }
 
+  /** How many times the breaker resumed: changes whenever messages got through after a pause. */
+  get generation(): number {
+    return this.#generation;
+  }
+
   /**
-   * Resolves when one more message may be taken: at once while closed; while paused, when the next
-   * probe is due and no other probe is out (that caller's message is the probe). Resolves early, as
-   * a refusal, when `signal` aborts.
-   * @returns true when the caller may take a message, false when `signal` aborted first.
+   * Resolves when one more message may be taken: at once while closed (`go`); while paused, when
+   * the next probe is due and no other probe is out (`probe`: that caller's message is the probe,
+   * and it must end it with {@link OutageBreaker.succeeded}, {@link OutageBreaker.tripped} or
+   * {@link OutageBreaker.probeEnded}). Resolves `stopped` as soon as `signal` aborts.
    */
-  async admit(signal: AbortSignal): Promise<boolean> {
+  async admit(signal: AbortSignal): Promise<Admission> {
     for (;;) {
-      if (signal.aborted) return false;
-      if (this.#state === 'closed') return true;
+      if (signal.aborted) return 'stopped';
+      if (this.#state === 'closed') return 'go';
       if (!this.#probing && this.#clock.now() >= this.#probeAt) {
         this.#state = 'half-open';
         this.#probing = true;
         this.#logger.info('Probing whether the dependency answers again', this.#fields());
-        return true;
+        return 'probe';
       }
       await this.#wait(signal);
     }
@@ -142,11 +171,12 @@ export class OutageBreaker {
     this.#state = 'closed';
     this.#probing = false;
     this.#failedProbes = 0;
+    this.#generation++;
     this.#cancelTimer?.();
     this.#cancelTimer = undefined;
     this.#logger.info('Resumed: the dependency answers again', { ...this.#fields(), pausedMs, failedProbes });
     this.#wakeAll();
-    this.#listener?.resumed({ ...this.#subject, pausedMs, failedProbes });
+    this.#listener?.resumed({ ...this.#subject, pausedMs, failedProbes, stopped: false });
   }
 
   /**
@@ -154,6 +184,9 @@ export class OutageBreaker {
    * taken before the pause began does not push the next probe back.
    */
   tripped(error: unknown): void {
+    // A stop is under way: what fails during its grace period goes back anyway, and a pause now
+    // would outlive the stop.
+    if (this.#closed) return;
     const now = this.#clock.now();
     let delay: number;
     if (this.#state === 'closed') {
@@ -202,14 +235,33 @@ export class OutageBreaker {
     this.#arm(delay);
   }
 
-  /** Stops the timer and wakes every waiter (a stop). */
+  /**
+   * Stops: the timer is cancelled, waiters wake, and a pause ends (reported as resumed with
+   * `stopped: true`, so a gauge of paused endpoints goes back to 0).
+   */
   close(): void {
+    this.#closed = true;
     this.#cancelTimer?.();
     this.#cancelTimer = undefined;
+    if (this.#state !== 'closed') {
+      const pausedMs = this.#clock.now() - this.#pausedAt;
+      const failedProbes = this.#failedProbes;
+      this.#state = 'closed';
+      this.#probing = false;
+      this.#failedProbes = 0;
+      this.#logger.info('Stopped while paused', { ...this.#fields(), pausedMs });
+      this.#listener?.resumed({ ...this.#subject, pausedMs, failedProbes, stopped: true });
+    }
     this.#wakeAll();
   }
 
+  /** Takes messages again after {@link OutageBreaker.close} (a restart), closed. */
+  reopen(): void {
+    this.#closed = false;
+  }
+
   #arm(delay: number): void {
+    if (this.#closed) return;
     this.#cancelTimer?.();
     this.#cancelTimer = this.#clock.setTimer(delay, () => {
       this.#cancelTimer = undefined;

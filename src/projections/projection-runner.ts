@@ -413,7 +413,7 @@ export class ProjectionRunner {
     // Each round reads the log from the last completed offset; an outage of the log ends a round and,
     // once a probe gets through, the next one picks up where it stopped.
     while (!signal.aborted && (await this.#read(lane))) {
-      if (!(await lane.breaker.admit(signal))) break;
+      if ((await lane.breaker.admit(signal)) === 'stopped') break;
     }
     lane.changes.wakeAll();
   }
@@ -591,7 +591,7 @@ export class ProjectionRunner {
       if (outcome.kind === 'paused') {
         if (breaker === undefined) return { outcome, facts };
         breaker.tripped(outcome.error);
-        if (!(await breaker.admit(signal))) return { outcome: { kind: 'abandoned' }, facts };
+        if ((await breaker.admit(signal)) === 'stopped') return { outcome: { kind: 'abandoned' }, facts };
         // The outage spent no attempt: the same one again.
         attempt--;
         continue;
@@ -711,13 +711,21 @@ export class ProjectionRunner {
         lane.breaker.succeeded();
         break;
       } catch (storeError) {
+        if (!isTransientFailure(storeError, this.#o.isTransient)) {
+          this.#logger.error('Could not store the dead letter of a projection event; halting the partition', {
+            projection: lane.entry.name,
+            offset: record.offset,
+            error: toErrorInfo(storeError),
+          });
+          return 'halt';
+        }
         this.#logger.error('Could not store the dead letter of a projection event; the lane pauses', {
           projection: lane.entry.name,
           offset: record.offset,
           error: toErrorInfo(storeError),
         });
         lane.breaker.tripped(storeError);
-        if (!(await lane.breaker.admit(lane.abort.signal))) return 'aborted';
+        if ((await lane.breaker.admit(lane.abort.signal)) === 'stopped') return 'aborted';
       }
     }
     // A handler failure was told to telemetry with its call; a refusal only now that it is stored.

@@ -12,7 +12,7 @@ import {
   type PausedEvent,
   type ResumedEvent,
 } from '../../../src/index.js';
-import { OutageBreaker } from '../../../src/extend.js';
+import { OutageBreaker, type Delivery, type ReceiverOptions } from '../../../src/extend.js';
 import { ReserveStock } from '../bus/fixtures.js';
 
 function waitFor(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
@@ -138,6 +138,127 @@ describe('Dispatcher', () => {
     });
   });
 
+  describe('when one message keeps meeting an "outage" that other messages get through', () => {
+    it('counts its attempts once it probed maxProbesPerMessage times in a row, dead-letters it, and leaves the endpoint running', async () => {
+      let badCalls = 0;
+      const handled: string[] = [];
+      @CommandHandler(ReserveStock)
+      class Handler {
+        handle(payload: { orderId: string }): void {
+          if (payload.orderId === 'gone-host') {
+            badCalls++;
+            // A webhook to a host that no longer exists: a socket error, for this message only.
+            throw Object.assign(new Error('getaddrinfo ENOTFOUND hooks.gone.example'), { code: 'ENOTFOUND' });
+          }
+          handled.push(payload.orderId);
+        }
+      }
+      const deadLetters = new InMemoryDeadLetterStore();
+      const broker = new InMemoryBroker();
+      bus = createBus({
+        broker,
+        deadLetters,
+        handlers: [Handler],
+        logger: silentLogger,
+        concurrency: 1,
+        retry: { attempts: 3, immediate: 2 },
+        outage: { probeBaseMs: 10, probeMaxMs: 20, maxProbesPerMessage: 3 },
+      });
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'gone-host' });
+      for (let i = 0; i < 5; i++) await bus.send(ReserveStock, { orderId: `o-${i}` });
+      await waitFor(
+        () => handled.length === 5 && broker.stats().ready === 0 && broker.stats().inFlight === 0,
+      );
+      const [record] = (await deadLetters.list()).records;
+      expect(record).toMatchObject({ reason: 'handler-failed', error: { code: 'ENOTFOUND' } });
+      // At the head of a concurrency-1 queue it is every probe: each 3rd probe in a row counts.
+      expect(badCalls).toBeGreaterThanOrEqual(3);
+      expect(record?.attemptCount).toBe(3);
+      expect(bus.paused).toBe(false);
+    });
+  });
+
+  describe('when one message meets an "outage" again after other messages got through', () => {
+    it('counts its attempt and dead-letters it at the end, without waiting for maxProbesPerMessage', async () => {
+      const handled: string[] = [];
+      @CommandHandler(ReserveStock)
+      class Handler {
+        async handle(payload: { orderId: string }): Promise<void> {
+          if (payload.orderId === 'gone-host') {
+            throw Object.assign(new Error('connect ECONNREFUSED 10.9.9.9:443'), { code: 'ECONNREFUSED' });
+          }
+          await new Promise((resolve) => setTimeout(resolve, 1));
+          handled.push(payload.orderId);
+        }
+      }
+      const deadLetters = new InMemoryDeadLetterStore();
+      const broker = new InMemoryBroker();
+      bus = createBus({
+        broker,
+        deadLetters,
+        handlers: [Handler],
+        logger: silentLogger,
+        concurrency: 4,
+        retry: { attempts: 3, immediate: 2 },
+        outage: { probeBaseMs: 10, probeMaxMs: 20, maxProbesPerMessage: 1_000 },
+      });
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'gone-host' });
+      for (let i = 0; i < 40; i++) await bus.send(ReserveStock, { orderId: `o-${i}` });
+      await waitFor(
+        () => handled.length === 40 && broker.stats().ready === 0 && broker.stats().inFlight === 0,
+      );
+      await waitFor(() => !bus!.paused);
+      expect((await deadLetters.list()).records.map((r) => r.attemptCount)).toEqual([3]);
+    });
+  });
+
+  describe('when the receiver fails just after the probe was let through', () => {
+    it('lets the next probe go instead of waiting for ever', async () => {
+      let down = true;
+      let failNext = false;
+      const handled: string[] = [];
+      @CommandHandler(ReserveStock)
+      class Handler {
+        handle(payload: { orderId: string }): void {
+          if (down) throw new TransientError('the database is down');
+          handled.push(payload.orderId);
+        }
+      }
+      class HiccupBroker extends InMemoryBroker {
+        override receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
+          const inner = super.receiver(options)[Symbol.asyncIterator]();
+          return {
+            [Symbol.asyncIterator]: () => ({
+              next: () => {
+                if (!failNext) return inner.next();
+                failNext = false;
+                return Promise.reject(new Error('receiver hiccup'));
+              },
+              return: () => inner.return?.() ?? Promise.resolve({ done: true, value: undefined }),
+            }),
+          };
+        }
+      }
+      const paused: PausedEvent[] = [];
+      bus = createBus({
+        broker: new HiccupBroker(),
+        handlers: [Handler],
+        logger: silentLogger,
+        outage: { probeBaseMs: 20, probeMaxMs: 40 },
+        hooks: { onPaused: (event) => void paused.push(event) },
+      });
+      await bus.start();
+      await bus.send(ReserveStock, { orderId: 'a' });
+      await waitFor(() => paused.length === 1);
+      failNext = true;
+      down = false;
+      await waitFor(() => handled.length === 1, 3_000);
+      expect(bus.paused).toBe(false);
+    });
+  });
+
   describe('when the handler fails on its own', () => {
     it('does not pause: the message spends its attempts and is dead-lettered', async () => {
       const dependency = new Dependency(() => new Error('order o-1 is malformed'));
@@ -163,7 +284,7 @@ describe('OutageBreaker', () => {
       clock,
       silentLogger,
       { endpoint: 'shop' },
-      { probeBaseMs: 100, probeMaxMs: 400 },
+      { probeBaseMs: 100, probeMaxMs: 400, maxProbesPerMessage: 10 },
       {
         paused: (e) => void events.push(`paused ${e.probeInMs}`),
         resumed: (e) => void events.push(`resumed ${e.pausedMs} ${e.failedProbes}`),
@@ -175,10 +296,10 @@ describe('OutageBreaker', () => {
   describe('.admit', () => {
     it('lets one probe through when it is due, doubles the wait after each failed probe up to probeMaxMs, and closes on success', async () => {
       const { clock, events, b, signal } = breaker();
-      expect(await b.admit(signal)).toBe(true);
+      expect(await b.admit(signal)).toBe('go');
       b.tripped(new Error('down'));
       let admitted = false;
-      void b.admit(signal).then((ok) => (admitted = ok));
+      void b.admit(signal).then((answer) => (admitted = answer === 'probe'));
       clock.advance(99);
       await Promise.resolve();
       expect(admitted).toBe(false);
@@ -188,7 +309,7 @@ describe('OutageBreaker', () => {
       });
       // A second caller waits while the probe is out.
       let second = false;
-      void b.admit(signal).then((ok) => (second = ok));
+      void b.admit(signal).then((answer) => (second = answer === 'probe'));
       b.tripped(new Error('still down'));
       clock.advance(199);
       await Promise.resolve();
@@ -210,10 +331,10 @@ describe('OutageBreaker', () => {
       const { clock, b, signal } = breaker();
       b.tripped(new Error('down'));
       clock.advance(100);
-      expect(await b.admit(signal)).toBe(true);
+      expect(await b.admit(signal)).toBe('probe');
       b.probeEnded();
       let next = false;
-      void b.admit(signal).then((ok) => (next = ok));
+      void b.admit(signal).then((answer) => (next = answer === 'probe'));
       clock.advance(99);
       await Promise.resolve();
       expect(next).toBe(false);
@@ -229,7 +350,7 @@ describe('OutageBreaker', () => {
       const abort = new AbortController();
       const admitted = b.admit(abort.signal);
       abort.abort();
-      expect(await admitted).toBe(false);
+      expect(await admitted).toBe('stopped');
     });
   });
 });
