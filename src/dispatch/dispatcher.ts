@@ -459,26 +459,17 @@ export class Dispatcher {
     flight.released = true;
     flight.abortReason = new HarrierError('stopping', 'The bus is stopping and the grace period ran out');
     flight.abort?.abort(flight.abortReason);
+    await this.#giveBack(flight);
+  }
+
+  /**
+   * Sends a delivery back to its queue unhandled, its attempt uncounted (a stop, or an outage paused
+   * the endpoint).
+   */
+  async #giveBack(flight: InFlight): Promise<void> {
     const { decided } = flight;
     // A decided dead letter goes back with its decision, so the next delivery records it
     // instead of running the handler again.
-    await this.#settle(
-      flight,
-      'release',
-      () =>
-        this.#o.broker.nack(
-          flight.delivery.id,
-          decided === undefined
-            ? { release: true }
-            : { retryAt: this.#clock.now(), pendingDeadLetter: decided },
-        ),
-      RELEASE_TRIES,
-    );
-  }
-
-  /** Sends a delivery back to its queue unhandled, its attempt uncounted (an outage paused the endpoint). */
-  async #giveBack(flight: InFlight): Promise<void> {
-    const { decided } = flight;
     await this.#settle(
       flight,
       'release',

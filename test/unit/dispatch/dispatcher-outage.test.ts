@@ -15,16 +15,14 @@ import {
 import { OutageBreaker, type Delivery, type ReceiverOptions } from '../../../src/extend.js';
 import { ReserveStock } from '../bus/fixtures.js';
 
-function waitFor(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const deadline = Date.now() + timeoutMs;
-    const tick = (): void => {
-      if (condition()) resolve();
-      else if (Date.now() > deadline) reject(new Error('condition not met in time'));
-      else setTimeout(tick, 2);
-    };
-    tick();
-  });
+/** Resolves once `condition` holds, checking every few ms; fails after `timeout` ms. */
+function waitFor(condition: () => boolean, timeout = 5_000): Promise<void> {
+  return vi.waitFor(
+    () => {
+      if (!condition()) throw new Error('condition not met in time');
+    },
+    { timeout, interval: 2 },
+  );
 }
 
 /** A dependency the handler calls: while `down`, calls fail as the given error says. */

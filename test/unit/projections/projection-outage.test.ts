@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import { Container, inject, injectable } from 'inversify';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import {
   InMemoryDeadLetterStore,
@@ -22,16 +22,14 @@ const Deposited = defineEvent('bank.Deposited', {
   partitionKey: 'account',
 });
 
-function waitFor(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const deadline = Date.now() + timeoutMs;
-    const tick = (): void => {
-      if (condition()) resolve();
-      else if (Date.now() > deadline) reject(new Error('condition not met in time'));
-      else setTimeout(tick, 2);
-    };
-    tick();
-  });
+/** Resolves once `condition` holds, checking every few ms; fails after `timeout` ms. */
+function waitFor(condition: () => boolean, timeout = 5_000): Promise<void> {
+  return vi.waitFor(
+    () => {
+      if (!condition()) throw new Error('condition not met in time');
+    },
+    { timeout, interval: 2 },
+  );
 }
 
 /** The read model's database: while `down`, every write fails as a lost connection does. */
