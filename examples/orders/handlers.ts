@@ -59,7 +59,7 @@ export class ReserveStockHandler implements HandlesCommand<typeof ReserveStock> 
 
 /**
  * Charges the customer's card when an order is placed. The gateway may time out: the error is
- * retried with backoff under the bus's retry policy (5 attempts). An order paid by bank transfer is
+ * retried with backoff under the example's retry policy (5 attempts). An order paid by bank transfer is
  * not charged: it waits for the customer's transfer (which, in the example, never comes).
  */
 @injectable()

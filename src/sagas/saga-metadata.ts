@@ -66,9 +66,9 @@ export interface SagaOptions<S extends z.ZodType = z.ZodType> {
    * longest time a delivery can be retried or redelivered after its step saved.
    *
    * @remarks
-   * The default of an hour covers Harrier's default retry policy (5 attempts, backoff capped at
-   * 60 s) and a stalled delivery's redelivery many times over; raise it for a saga whose retry
-   * policy spans longer.
+   * The default of an hour covers Harrier's default retry policy (8 attempts over about 77 s) and a
+   * stalled delivery's redelivery many times over; raise it for a saga whose retry policy spans
+   * longer.
    * @defaultValue 3600000, an hour ({@link SAGA_APPLIED_RETENTION_MS})
    */
   readonly keepAppliedMs?: number;
