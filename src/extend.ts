@@ -41,6 +41,7 @@ export type {
 } from './messages/index.js';
 export {
   MAX_ATTEMPT_HISTORY,
+  SETTLED,
   noRouteError,
   parseAttemptHistory,
   parsePendingDeadLetter,

@@ -21,4 +21,5 @@ export {
   type InMemoryBrokerStats,
 } from './in-memory-broker.js';
 export { noRouteError } from './no-route-error.js';
+export { SETTLED } from './settled.js';
 export { parseAttemptHistory, parsePendingDeadLetter, type ParsedHistory } from './delivery-facts.js';

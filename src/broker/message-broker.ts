@@ -202,9 +202,21 @@ export interface MessageBroker {
    * `requireRoute` is false); then none of the batch is published.
    */
   publishBatch(messages: readonly OutgoingMessage[]): Promise<void>;
-  /** Settles a delivery as handled. @throws StaleDeliveryError when the id is not current. */
+  /**
+   * Settles a delivery as handled.
+   *
+   * @remarks
+   * A broker whose ack is done by the time it returns (nothing left to wait for) may return the
+   * shared `SETTLED` promise from `harrier/extend`: the dispatcher then arms no deadline and awaits
+   * nothing. Any other promise is awaited within `settleTimeoutMs` and retried when it rejects or
+   * times out, so an ack that does I/O returns its own promise.
+   * @throws StaleDeliveryError when the id is not current.
+   */
   ack(deliveryId: string): Promise<void>;
-  /** Settles a delivery as failed. @throws StaleDeliveryError when the id is not current. */
+  /**
+   * Settles a delivery as failed; may return `SETTLED` as {@link MessageBroker.ack} may.
+   * @throws StaleDeliveryError when the id is not current.
+   */
   nack(deliveryId: string, options: NackOptions): Promise<void>;
   /** Puts a message back into one subscription with fresh attempts, ignoring the publish dedupe. */
   redeliver(target: RedeliveryTarget): Promise<void>;
