@@ -16,7 +16,6 @@ import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { consoleLogger, type LogFields, type Logger } from '../logging/logger.js';
 import type { MessageDefinition } from '../messages/definition.js';
-import type { Envelope } from '../messages/envelope.js';
 import type { SendOptions } from '../messages/send-options.js';
 import {
   HandlerPipeline,
@@ -345,22 +344,9 @@ export class Dispatcher {
   }
 
   /**
-   * Runs a handler for an envelope made in this process, with middleware, and publishes what it
-   * recorded once it succeeds.
-   */
-  invokeLocal(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    signal: AbortSignal,
-  ): Promise<unknown> {
-    // Not async: the pipeline's promise is handed on, without one more promise per execute.
-    return this.#pipeline.runLocal(entry, definition, envelope, signal);
-  }
-
-  /**
-   * As {@link Dispatcher.invokeLocal}, for a message `execute` checked (`checkMessage`) but has not
-   * built an envelope for: the handler's context builds it only when something reads it.
+   * Runs a handler for a message `execute` checked (`checkMessage`), in this process, with
+   * middleware, and publishes what it recorded once it succeeds; the handler's context builds the
+   * envelope only when something reads it.
    */
   invokeChecked(
     entry: HandlerEntry,

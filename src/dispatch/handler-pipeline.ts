@@ -23,7 +23,6 @@ import type { MessageDefinition, RetryOptions } from '../messages/definition.js'
 import type { Envelope } from '../messages/envelope.js';
 import type { EnvelopeEncoder } from '../messages/prepare-message.js';
 import type { SendOptions } from '../messages/send-options.js';
-import { CallSignal } from './call-signal.js';
 import {
   LocalHandlerContext,
   ReceivedHandlerContext,
@@ -772,25 +771,10 @@ export class HandlerPipeline {
   }
 
   /**
-   * Runs a handler for an envelope made in this process: context, middleware, invoke, commit; no
-   * decoding, verification or retries, and errors reach the caller.
-   */
-  runLocal(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    signal: AbortSignal,
-  ): Promise<unknown> {
-    // `signal` is the caller's, shared by its calls: a time-out aborts a signal of this call's own.
-    const call = new CallSignal(signal);
-    const context = this.context(envelope, 1, entry, call.read);
-    return this.#runLocalObserved(entry, definition, context, envelope.payload, call);
-  }
-
-  /**
-   * Runs a handler for a message `execute` made and checked (`checkMessage`): as
-   * {@link HandlerPipeline.runLocal}, with a {@link LocalHandlerContext} that builds the envelope
-   * (id, time, meta) only when the handler, a middleware, the unit of work or telemetry reads it.
+   * Runs a handler for a message `execute` made and checked (`checkMessage`): context,
+   * middleware, invoke, commit, with no decoding, verification or retries (errors reach the caller),
+   * and a {@link LocalHandlerContext} that builds the envelope (id, time, meta) only when the
+   * handler, a middleware, the unit of work or telemetry reads it.
    *
    * @param payload - the payload as its schema parsed it.
    * @param now - the clock time of the call (the envelope's time and its id's).
