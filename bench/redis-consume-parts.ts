@@ -7,7 +7,7 @@
  * one after the other. Run: `npm run bench:build && node .bench/bench/redis-consume-parts.js`.
  */
 import { isEnvelopeFrame } from '../src/messages/envelope.js';
-import { AsyncInbox } from '../src/redis/async-inbox.js';
+import { AsyncInbox } from '../src/broker/async-inbox.js';
 import { table } from './support.js';
 
 const FRAMES = 2_000_000;

@@ -20,7 +20,7 @@ import { Redis } from 'ioredis';
 import { silentLogger } from '../src/index.js';
 import { BullMqBroker } from '../src/redis/index.js';
 import { ReceiverWorker } from '../src/redis/receiver-worker.js';
-import { SlotBudget } from '../src/redis/slot-budget.js';
+import { SlotBudget } from '../src/broker/slot-budget.js';
 import { PlaceOrder, payloadOf } from './place-order.js';
 import { produceWithHarrier } from './produce-support.js';
 import { Counter, benchPrefix, deleteKeys, fmtRate, median, table } from './support.js';

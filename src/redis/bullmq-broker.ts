@@ -21,7 +21,7 @@ import { partitionOf } from '../messages/partition.js';
 import { addJobsChecked } from './add-jobs.js';
 import { createBrokerClient, type ClientSettings } from './broker-connection.js';
 import { BullMqReceiver } from './bullmq-receiver.js';
-import { EventRouteCache, parseRoutes, routesVersion, type Route } from './event-route-cache.js';
+import { EventRouteCache, parseRoutes, routesVersion, type Route } from '../broker/event-route-cache.js';
 import {
   jobOptionDefaults,
   jobOptions,
@@ -29,7 +29,7 @@ import {
   type JobData,
   type JobOptionDefaults,
 } from './job-data.js';
-import { ACK, PendingDeliveries, RELEASE, type Outcome } from './pending-deliveries.js';
+import { ACK, PendingDeliveries, RELEASE, type Outcome } from '../broker/pending-deliveries.js';
 import { assertQueueNamePart, baseQueueName, QueueLayout } from './queue-layout.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';

@@ -18,13 +18,13 @@ import { sleep } from '../clock/sleep.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { Logger } from '../logging/logger.js';
 import type { MessageKind } from '../messages/definition.js';
-import { AsyncInbox } from './async-inbox.js';
+import { AsyncInbox } from '../broker/async-inbox.js';
 import type { ClientSettings } from './broker-connection.js';
 import { KEEP_ATTEMPTS, readJobData, type JobData, type ParsedJobData } from './job-data.js';
-import { RELEASE, type Outcome, type Pending, type PendingDeliveries } from './pending-deliveries.js';
+import { RELEASE, type Outcome, type Pending, type PendingDeliveries } from '../broker/pending-deliveries.js';
 import { baseQueueName, kindOfQueue, type QueueLayout } from './queue-layout.js';
 import { ReceiverWorker } from './receiver-worker.js';
-import { SlotBudget } from './slot-budget.js';
+import { SlotBudget } from '../broker/slot-budget.js';
 
 /** How long closing a receiver waits for BullMQ's workers once none of its jobs is held any more. */
 const WORKER_CLOSE_GRACE_MS = 3_000;

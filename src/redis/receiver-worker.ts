@@ -1,5 +1,5 @@
 import { Job, Worker, type Processor, type WorkerOptions } from 'bullmq';
-import type { SlotBudget } from './slot-budget.js';
+import type { SlotBudget } from '../broker/slot-budget.js';
 
 /** The stored form of a job, as BullMQ reads it from Redis. */
 type JobJson = Parameters<typeof Job.fromJSON>[1];

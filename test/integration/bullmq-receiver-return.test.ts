@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import { describe, expect, inject, it } from 'vitest';
 import type { Delivery, OutgoingMessage } from '../../src/broker/message-broker.js';
 import { BullMqBroker } from '../../src/redis/index.js';
-import { PendingDeliveries } from '../../src/redis/pending-deliveries.js';
+import { PendingDeliveries } from '../../src/broker/pending-deliveries.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/local-redis.js';
 

@@ -1,6 +1,6 @@
-import type { AttemptRecord, PendingDeadLetter } from '../broker/message-broker.js';
+import type { AttemptRecord, PendingDeadLetter } from './message-broker.js';
 import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
-import { SETTLED } from '../broker/settled.js';
+import { SETTLED } from './settled.js';
 
 /** How the dispatcher (or the broker, on close or a lost lock) settled a delivery. */
 export type Outcome =

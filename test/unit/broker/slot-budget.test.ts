@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { SlotBudget } from '../../../src/redis/slot-budget.js';
+import { SlotBudget } from '../../../src/broker/slot-budget.js';
 
 describe('SlotBudget', () => {
   describe('.acquire', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { EventRouteCache, routesVersion, type Route } from '../../../src/redis/event-route-cache.js';
+import { EventRouteCache, routesVersion, type Route } from '../../../src/broker/event-route-cache.js';
 
 const route = (endpoint: string): Route => ({ endpoint, handler: 'audit', orderedTypes: [] });
 
