@@ -81,7 +81,7 @@ export interface OrdersBusOptions {
   readonly logger?: Logger;
   /**
    * Retry policy of handlers that set none.
-   * @defaultValue 5 attempts, no immediate retry, backoff from 100 ms, capped at 2 s (short, so the example's retries show in seconds)
+   * @defaultValue 5 attempts, no immediate retry, backoff from 250 ms, capped at 2 s (short, so the example's retries show in seconds, long enough that o-1002's stock is reserved before its payment gets through)
    */
   readonly retry?: RetryOptions;
   /**
@@ -156,7 +156,7 @@ export function createOrdersBus(options: OrdersBusOptions = {}): MessageBus {
             ...options.readModel,
           ],
     sagas: ORDERS_SAGAS,
-    retry: options.retry ?? { attempts: 5, immediate: 0, backoff: { baseMs: 100, maxMs: 2_000 } },
+    retry: options.retry ?? { attempts: 5, immediate: 0, backoff: { baseMs: 250, maxMs: 2_000 } },
     logger: options.logger ?? silentLogger,
     ...(options.broker !== undefined ? { broker: options.broker } : {}),
     ...(options.deadLetters !== undefined ? { deadLetters: options.deadLetters } : {}),
