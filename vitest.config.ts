@@ -8,7 +8,8 @@ export default defineConfig({
     hookTimeout: 30_000,
     pool: 'forks',
     // Most files wait on servers and child processes (the fault tests stop a database for a minute),
-    // not on the CPU: three at once keep the suite near half its serial time on a 2-core runner.
-    maxWorkers: 3,
+    // not on the CPU: two at once take the suite well under its serial time on a 2-core runner,
+    // without the load of three stretching the tests that time Redis.
+    maxWorkers: 2,
   },
 });

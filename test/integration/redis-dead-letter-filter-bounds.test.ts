@@ -86,11 +86,14 @@ describe('RedisDeadLetterStore filter script bounds', () => {
   it('never blocks Redis for long in one script, whatever the size of the records', async () => {
     await addBigRecords();
     const [, entries] = await commandsDuring(admin, () => store.count({ text: 'no such text' }));
-    const longest = Math.max(...scriptsOf(entries).map((e) => e[2])) / 1000;
-    // Each script reads a bounded number of bytes (FILTER_CHUNK_BYTES), so it blocks Redis briefly
-    // (one script reading all 100 MB would take seconds). The bound leaves room for a 2-core runner
-    // busy with other test files, which stretches a script's wall time.
-    expect(longest).toBeLessThan(250);
+    const scripts = scriptsOf(entries);
+    // Each script reads a bounded number of bytes (FILTER_CHUNK_BYTES, 2 MiB), so the 100 MB of
+    // records take many scripts, each blocking Redis briefly. The count says so whatever the load;
+    // the time only bounds it loosely, since other test files on a 2-core runner stretch a script's
+    // wall time (up to 270 ms seen, against under 100 ms alone).
+    expect(scripts.length).toBeGreaterThanOrEqual(34);
+    const longest = Math.max(...scripts.map((e) => e[2])) / 1000;
+    expect(longest).toBeLessThan(1_000);
   }, 120_000);
 
   it('returns the records Node must judge in replies of bounded size', async () => {
