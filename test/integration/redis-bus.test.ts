@@ -6,6 +6,7 @@ import { z } from 'zod';
 import {
   CommandHandler,
   EventHandler,
+  HarrierError,
   createBus,
   defineCommand,
   defineEvent,
@@ -512,6 +513,60 @@ describe('BullMqBroker', () => {
         expect(error.message).toContain('REDIS_URL');
         await broker.close();
       });
+    });
+  });
+
+  describe('when a handler never settles on an endpoint of concurrency 1', () => {
+    it('handles the other messages, and retries then dead-letters the hung one with handler-timeout', async () => {
+      const p = prefix();
+      const handled: string[] = [];
+      const hung: { attempt: number; signal: AbortSignal }[] = [];
+      @CommandHandler(Charge)
+      class ChargeHandler {
+        handle(payload: PayloadOf<typeof Charge>, ctx: MessageContext): Promise<void> {
+          if (payload.orderId === 'hung') {
+            hung.push({ attempt: ctx.attempt, signal: ctx.signal });
+            return new Promise(() => undefined);
+          }
+          handled.push(payload.orderId);
+          return Promise.resolve();
+        }
+      }
+      const bus = redisBus(p, {
+        endpoint: 'billing',
+        handlers: [ChargeHandler],
+        concurrency: 1,
+        handlerTimeoutMs: 300,
+        retry: { attempts: 3, immediate: 0, backoff: { baseMs: 50, jitter: 0 } },
+      });
+      await bus.start();
+      const hungId = await bus.send(Charge, { orderId: 'hung' });
+      for (const orderId of ['a', 'b', 'c', 'd']) await bus.send(Charge, { orderId });
+
+      await waitFor(async () => (await bus.deadLetters.count()) === 1 && handled.length === 4, 15_000);
+
+      expect(handled.sort()).toEqual(['a', 'b', 'c', 'd']);
+      expect(hung.map((h) => h.attempt)).toEqual([1, 2, 3]);
+      expect(hung.every((h) => HarrierError.is(h.signal.reason, 'handler-timeout'))).toBe(true);
+      const [record] = (await bus.deadLetters.list()).records;
+      expect(record).toMatchObject({
+        messageId: hungId,
+        endpoint: 'billing',
+        handler: 'ChargeHandler',
+        reason: 'handler-failed',
+        attemptCount: 3,
+        error: { code: 'handler-timeout' },
+      });
+      expect(record?.attempts.map((a) => a.error.code)).toEqual([
+        'handler-timeout',
+        'handler-timeout',
+        'handler-timeout',
+      ]);
+
+      // Nothing holds the endpoint's one slot: a stop needs none of its grace period.
+      const started = Date.now();
+      await bus.stop({ gracePeriodMs: 10_000 });
+      expect(Date.now() - started).toBeLessThan(5_000);
     });
   });
 });
