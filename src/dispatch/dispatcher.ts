@@ -1,3 +1,4 @@
+import { MAX_TIMER_MS } from '../clock/timeouts.js';
 import {
   toErrorInfo,
   type Delivery,
@@ -29,9 +30,6 @@ import {
 import type { MessagePublisher } from './message-publisher.js';
 import { OutageBreaker, resolveOutageOptions } from './outage-breaker.js';
 import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';
-
-/** The longest delay a Node timer takes as given (2^31 - 1 ms, about 24.8 days). */
-const MAX_TIMER_MS = 2_147_483_647;
 
 /** Options of {@link Dispatcher}. */
 export interface DispatcherOptions extends HandlerPipelineOptions {

@@ -1,3 +1,4 @@
+import { MAX_TIMER_MS } from '../clock/timeouts.js';
 import { toErrorInfo, type ErrorInfo } from '../broker/message-broker.js';
 import type { Clock } from '../clock/clock.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -60,9 +61,6 @@ export interface OutageListener {
   paused(event: PausedEvent): void;
   resumed(event: ResumedEvent): void;
 }
-
-/** The longest delay a Node timer takes as given (2^31 - 1 ms). */
-const MAX_TIMER_MS = 2_147_483_647;
 
 /** Checks {@link OutageOptions}. @throws HarrierError `invalid-option` naming the fix. */
 export function resolveOutageOptions(options: OutageOptions | undefined): Required<OutageOptions> {

@@ -7,7 +7,7 @@
  * handled or dead-lettered. The test starts its own PostgreSQL and redis-server, since it stops them.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -18,7 +18,8 @@ import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
 import { startPostgresServer, type LocalPostgres } from '../helpers/local-postgres.js';
 import { freshPrefix } from '../helpers/redis.js';
 import { RedisServer, tempDir, waitFor } from './fixtures/fault-harness.js';
-import { DoWork, PARTITIONS, WorkDone, type CrashLine } from './fixtures/outage-messages.js';
+import { readCrashes, type CrashLine } from './fixtures/fixture-process.js';
+import { DoWork, PARTITIONS, WorkDone } from './fixtures/outage-messages.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const OUTPUT_TAIL_CHARS = 20_000;
@@ -85,11 +86,7 @@ async function startChild(name: string, env: Record<string, string>): Promise<Ch
 
 /** What a child recorded instead of crashing. */
 function crashes(child: Child): CrashLine[] {
-  if (!existsSync(child.crashFile)) return [];
-  return readFileSync(child.crashFile, 'utf8')
-    .split('\n')
-    .filter((line) => line !== '')
-    .map((line) => JSON.parse(line) as CrashLine);
+  return readCrashes(child.crashFile);
 }
 
 describe('Outages of PostgreSQL and Redis', () => {

@@ -5,6 +5,9 @@
  * The test starts its own PostgreSQL and both Redis servers, since it stops them.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,6 +18,7 @@ import { startPostgresServer, type LocalPostgres } from '../helpers/local-postgr
 import { waitFor } from '../helpers/local-redis.js';
 import { freshPrefix } from '../helpers/redis.js';
 import { RedisServer } from './fixtures/fault-harness.js';
+import { readCrashes } from './fixtures/fixture-process.js';
 import { Credit } from './fixtures/outage-pause-messages.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -29,7 +33,6 @@ interface AppLine {
   readonly paused?: { readonly projection: string | null };
   readonly resumed?: { readonly projection: string | null };
   readonly deadLettered?: { readonly reason: string; readonly error: string };
-  readonly faults?: { readonly uncaught: number; readonly unhandled: number };
 }
 
 let postgres: LocalPostgres;
@@ -39,6 +42,7 @@ let pool: pg.Pool;
 let app: ChildProcess;
 let sender: MessageBus;
 const lines: AppLine[] = [];
+const crashFile = join(mkdtempSync(join(tmpdir(), 'harrier-outage-pause-')), 'crashes.jsonl');
 let output = '';
 
 beforeAll(async () => {
@@ -65,6 +69,7 @@ beforeAll(async () => {
       HARRIER_PREFIX: prefix,
       DATABASE_URL: postgres.url,
       SCHEMA,
+      CRASH_FILE: crashFile,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -157,7 +162,7 @@ describe('an app through a 60 s PostgreSQL outage, then a 60 s outage of its dea
     const outbox = await pool.query<{ n: string }>(`SELECT count(*) AS n FROM "${SCHEMA}".outbox`);
 
     const deadLettered = lines.filter((l) => l.deadLettered !== undefined);
-    const faults = lines.filter((l) => l.faults !== undefined);
+    const faults = readCrashes(crashFile);
     const paused = lines.filter((l) => l.paused !== undefined);
     const resumed = lines.filter((l) => l.resumed !== undefined);
     console.info(
