@@ -427,7 +427,7 @@ export class HandlerPipeline {
    *
    * @remarks
    * The dispatcher then acks in the same turn: no promise is made for the attempt and none is
-   * awaited (see the "Issue 16" consume section of docs/benchmarks.md). A throw of a bug here is the
+   * awaited (see the Redis section of docs/benchmarks.md). A throw of a bug here is the
    * caller's to catch.
    */
   runEager(input: PipelineInput): PipelineOutcome | Promise<PipelineOutcome> {
