@@ -1,5 +1,4 @@
 import type { Cluster, Redis } from 'ioredis';
-import { MAX_ATTEMPT_HISTORY, type AttemptRecord, type ErrorInfo } from '../broker/message-broker.js';
 import {
   MAX_REPLAY_HISTORY,
   type DeadLetterFilter,
@@ -9,9 +8,7 @@ import {
   type DeadLetterPage,
   type DeadLetterPageOptions,
   type DeadLetterRecord,
-  type DeadLetterStatus,
   type DeadLetterStore,
-  type LogPosition,
   type ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
 import {
@@ -26,7 +23,6 @@ import {
   selectsEveryDeadLetter,
 } from '../dead-letters/matches-dead-letter-filter.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import type { MessageKind } from '../messages/definition.js';
 import {
   connectionFor,
   evalScript,
@@ -38,6 +34,15 @@ import {
   type RedisScript,
 } from './redis-support.js';
 import type { RedisConnectionOptions } from './redis-connection.js';
+import { decodeChunkEntries, type ChunkEntry } from './dead-letters/chunk-entries.js';
+import { DeadLetterKeys } from './dead-letters/dead-letter-keys.js';
+import {
+  decodeRecord,
+  encodeRecordData,
+  encodeReplay,
+  encodeReplays,
+  RECORD_FIELDS,
+} from './dead-letters/record-codec.js';
 
 /** Options of {@link RedisDeadLetterStore}. */
 export interface RedisDeadLetterStoreOptions {
@@ -125,17 +130,7 @@ const FILTER_CHUNK_BYTES = 2 * 1024 * 1024;
 const TEXT_SCAN_BUDGET = 10_000;
 /** Ids per atomic batch in `remove`, so one script never blocks Redis for long. */
 const REMOVE_BATCH = 500;
-/** Stacks are capped at 4 KiB by `toErrorInfo`; enforced again on write. */
-const MAX_STACK_CHARS = 4096;
 const CURSOR_PREFIX = 'rdl1:';
-
-/**
- * A record is a hash: `data` (the JSON of every field an update replaces), `first` (firstFailedAt),
- * `status`, `replays` (newline-separated JSON entries, oldest first: JSON never holds a raw newline,
- * so scripts can append and trim without a JSON library that would round numbers) and `v`, a version
- * bumped by every write so a purge never deletes a record changed after it was read.
- */
-const RECORD_FIELDS = ['data', 'first', 'status', 'replays', 'v'] as const;
 
 /**
  * Lua shared by every script that writes records: the failure-group aggregates. `K` is the keyspace
@@ -546,142 +541,6 @@ const SCRIPTS = {
   count: redisScript(COUNT_SCRIPT),
 } as const;
 
-/** The JSON kept in a record's `data` field: every field an update replaces. */
-interface StoredData {
-  readonly id: string;
-  readonly messageId?: string;
-  readonly kind?: MessageKind;
-  readonly type?: string;
-  readonly endpoint: string;
-  readonly handler?: string;
-  readonly reason: string;
-  readonly error: ErrorInfo;
-  readonly attempts: readonly AttemptRecord[];
-  readonly attemptCount: number;
-  readonly lastFailedAt: number;
-  readonly fingerprint: string;
-  readonly envelope: string;
-  readonly partitionKey?: string;
-  readonly ordered: boolean;
-  readonly logPosition?: LogPosition;
-}
-
-/** One index entry as read back, with its record unless it vanished between writes. */
-interface ChunkEntry {
-  readonly id: string;
-  readonly seq: number;
-  readonly record: DeadLetterRecord | undefined;
-  readonly version: string | undefined;
-}
-
-/** An error with only the fields of {@link ErrorInfo}, its stack capped again. */
-function boundedError(error: ErrorInfo): ErrorInfo {
-  return {
-    name: error.name,
-    message: error.message,
-    ...(error.code !== undefined ? { code: error.code } : {}),
-    ...(error.stack !== undefined ? { stack: error.stack.slice(0, MAX_STACK_CHARS) } : {}),
-  };
-}
-
-function encodeData(record: DeadLetterRecord): string {
-  const data: StoredData = {
-    id: record.id,
-    ...(record.messageId !== undefined ? { messageId: record.messageId } : {}),
-    ...(record.kind !== undefined ? { kind: record.kind } : {}),
-    ...(record.type !== undefined ? { type: record.type } : {}),
-    endpoint: record.endpoint,
-    ...(record.handler !== undefined ? { handler: record.handler } : {}),
-    reason: record.reason,
-    error: boundedError(record.error),
-    // The record type promises these bounds, but a record built by hand or by another version may
-    // break them, and a Redis that holds 100000 records must not grow without limit.
-    attempts: record.attempts.slice(-MAX_ATTEMPT_HISTORY).map((attempt) => ({
-      attempt: attempt.attempt,
-      at: attempt.at,
-      error: boundedError(attempt.error),
-    })),
-    attemptCount: record.attemptCount,
-    lastFailedAt: record.lastFailedAt,
-    fingerprint: record.fingerprint,
-    envelope: record.envelope,
-    ...(record.partitionKey !== undefined ? { partitionKey: record.partitionKey } : {}),
-    ordered: record.ordered,
-    ...(record.logPosition !== undefined
-      ? {
-          logPosition: {
-            topic: record.logPosition.topic,
-            partition: record.logPosition.partition,
-            offset: record.logPosition.offset,
-          },
-        }
-      : {}),
-  };
-  return JSON.stringify(data);
-}
-
-function encodeReplay(replay: ReplayRecord): string {
-  return JSON.stringify({
-    at: replay.at,
-    ...(replay.by !== undefined ? { by: replay.by } : {}),
-    ...(replay.handledAt !== undefined ? { handledAt: replay.handledAt } : {}),
-  });
-}
-
-function decodeReplays(text: string): ReplayRecord[] {
-  if (text === '') return [];
-  return text.split('\n').map((line) => {
-    const entry = JSON.parse(line) as { at: number; by?: string; handledAt?: number };
-    return {
-      at: entry.at,
-      ...(entry.by !== undefined ? { by: entry.by } : {}),
-      ...(entry.handledAt !== undefined ? { handledAt: entry.handledAt } : {}),
-    };
-  });
-}
-
-function decodeRecord(
-  key: string,
-  data: string,
-  first: string,
-  status: string,
-  replays: string,
-): DeadLetterRecord {
-  let parsed: StoredData;
-  let replayList: ReplayRecord[];
-  try {
-    parsed = JSON.parse(data) as StoredData;
-    replayList = decodeReplays(replays);
-  } catch (error) {
-    throw new HarrierError(
-      'dead-letter-corrupt',
-      `Dead letter "${key}" in Redis is not valid JSON: something other than Harrier wrote to this key prefix; remove that record, and give the store a prefix of its own`,
-      { cause: error },
-    );
-  }
-  return {
-    id: parsed.id,
-    messageId: parsed.messageId,
-    kind: parsed.kind,
-    type: parsed.type,
-    endpoint: parsed.endpoint,
-    handler: parsed.handler,
-    reason: parsed.reason,
-    error: parsed.error,
-    attempts: parsed.attempts,
-    attemptCount: parsed.attemptCount,
-    firstFailedAt: Number(first),
-    lastFailedAt: parsed.lastFailedAt,
-    fingerprint: parsed.fingerprint,
-    envelope: parsed.envelope,
-    partitionKey: parsed.partitionKey,
-    ordered: parsed.ordered,
-    ...(parsed.logPosition !== undefined ? { logPosition: parsed.logPosition } : {}),
-    status: status as DeadLetterStatus,
-    replays: replayList,
-  };
-}
-
 /** The fields a group shows, kept beside its aggregates as JSON. */
 interface GroupSample {
   readonly type?: string;
@@ -903,15 +762,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
   readonly #client: Redis | Cluster;
   readonly #errors: RedisErrorContext;
   readonly #maxRecords: number;
-  /** Start of every key of the store, for messages. */
-  readonly #keyspace: string;
-  readonly #indexKey: string;
-  readonly #seqKey: string;
-  readonly #recordPrefix: string;
-  /** The record prefix as Lua must spell it: keys built in a script do not get ioredis's `keyPrefix`. */
-  readonly #scriptRecordPrefix: string;
-  /** The keyspace as Lua must spell it. */
-  readonly #scriptKeyspace: string;
+  readonly #keys: DeadLetterKeys;
   #closed = false;
 
   /** @throws HarrierError `invalid-option` when `prefix` is empty or `maxRecords` is not a positive integer. */
@@ -925,41 +776,36 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       );
     }
     this.#maxRecords = maxRecords;
-    this.#keyspace = `${prefix}:dlq:`;
-    this.#indexKey = `${this.#keyspace}index`;
-    this.#seqKey = `${this.#keyspace}seq`;
-    this.#recordPrefix = `${this.#keyspace}record:`;
 
     this.#connection = connectionFor(options.connection, options);
     this.#client = this.#connection.client;
+    this.#keys = new DeadLetterKeys(prefix, this.#client.options.keyPrefix ?? '');
     this.#errors = {
       connection: this.#connection,
       command: 'a dead-letter store command',
-      keyspace: this.#keyspace,
+      keyspace: this.#keys.keyspace,
     };
-    this.#scriptKeyspace = `${this.#client.options.keyPrefix ?? ''}${this.#keyspace}`;
-    this.#scriptRecordPrefix = `${this.#scriptKeyspace}record:`;
   }
 
   add(record: DeadLetterRecord): Promise<DeadLetterRecord> {
     return this.#run(async () => {
-      const key = this.#recordKey(record.id);
-      const data = encodeData(record);
+      const key = this.#keys.record(record.id);
+      const data = encodeRecordData(record);
       const reply = await this.#eval(
         SCRIPTS.add,
-        [key, this.#indexKey, this.#seqKey],
+        [key, this.#keys.index, this.#keys.seq],
         [
           record.id,
           data,
           String(record.firstFailedAt),
           record.status,
-          record.replays.slice(-MAX_REPLAY_HISTORY).map(encodeReplay).join('\n'),
+          encodeReplays(record.replays),
           String(this.#maxRecords),
-          this.#scriptRecordPrefix,
+          this.#keys.scriptRecordPrefix,
           record.fingerprint,
           String(record.lastFailedAt),
           encodeSample(record),
-          this.#scriptKeyspace,
+          this.#keys.scriptKeyspace,
           ...filterFieldArgs(record),
         ],
       );
@@ -971,7 +817,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
 
   get(id: string): Promise<DeadLetterRecord | undefined> {
     return this.#run(async () => {
-      const key = this.#recordKey(id);
+      const key = this.#keys.record(id);
       const [data, first, status, replays] = await this.#client.hmget(
         key,
         'data',
@@ -1029,7 +875,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
    */
   count(filter: DeadLetterFilter = {}): Promise<number> {
     return this.#run(async () => {
-      if (selectsEveryDeadLetter(filter)) return await this.#client.zcard(this.#indexKey);
+      if (selectsEveryDeadLetter(filter)) return await this.#client.zcard(this.#keys.index);
       // The group sets are scored by lastFailedAt, so a time window is a range of them.
       const { since: _since, until: _until, ...untimed } = filter;
       const statuses = aggregatedStatuses(untimed);
@@ -1037,9 +883,9 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         const n = Number(
           await this.#eval(
             SCRIPTS.count,
-            [this.#indexKey],
+            [this.#keys.index],
             [
-              this.#scriptKeyspace,
+              this.#keys.scriptKeyspace,
               statuses,
               filter.fingerprint ?? '',
               filter.since === undefined ? '-inf' : String(filter.since),
@@ -1076,9 +922,9 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         const state = filter.status ?? 'dead';
         const reply = (await this.#eval(
           SCRIPTS.groups,
-          [this.#indexKey, `${this.#keyspace}groups:${state}`],
+          [this.#keys.index, this.#keys.groups(state)],
           [
-            this.#scriptKeyspace,
+            this.#keys.scriptKeyspace,
             statuses,
             after === undefined ? '+inf' : String(after.lastSeen),
             after?.fingerprint ?? '',
@@ -1105,8 +951,8 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     return this.#run(async () => {
       const reply = await this.#eval(
         SCRIPTS.markReplayed,
-        [this.#recordKey(id)],
-        [encodeReplay(replay), String(MAX_REPLAY_HISTORY), id, this.#scriptKeyspace],
+        [this.#keys.record(id)],
+        [encodeReplay(replay), String(MAX_REPLAY_HISTORY), id, this.#keys.scriptKeyspace],
       );
       return reply === 1;
     });
@@ -1120,7 +966,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
    */
   markReplayHandled(id: string, at: number): Promise<boolean> {
     return this.#run(async () => {
-      const reply = await this.#eval(SCRIPTS.markReplayHandled, [this.#recordKey(id)], [String(at)]);
+      const reply = await this.#eval(SCRIPTS.markReplayHandled, [this.#keys.record(id)], [String(at)]);
       return reply === 1;
     });
   }
@@ -1132,8 +978,8 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       let n = 0;
       for (let i = 0; i < unique.length; i += REMOVE_BATCH) {
         const batch = unique.slice(i, i + REMOVE_BATCH);
-        const keys = [this.#indexKey, ...batch.map((id) => this.#recordKey(id))];
-        n += Number(await this.#eval(SCRIPTS.remove, keys, [this.#scriptKeyspace, ...batch]));
+        const keys = [this.#keys.index, ...batch.map((id) => this.#keys.record(id))];
+        n += Number(await this.#eval(SCRIPTS.remove, keys, [this.#keys.scriptKeyspace, ...batch]));
       }
       return n;
     });
@@ -1159,8 +1005,8 @@ export class RedisDeadLetterStore implements DeadLetterStore {
             matchesDeadLetterFilter(entry.record, filter),
         );
         if (doomed.length > 0) {
-          const keys = [this.#indexKey, ...doomed.map((entry) => this.#recordKey(entry.id))];
-          const args = [this.#scriptKeyspace, ...doomed.flatMap((entry) => [entry.id, entry.version])];
+          const keys = [this.#keys.index, ...doomed.map((entry) => this.#keys.record(entry.id))];
+          const args = [this.#keys.scriptKeyspace, ...doomed.flatMap((entry) => [entry.id, entry.version])];
           n += Number(await this.#eval(SCRIPTS.purge, keys, args));
         }
         const last = chunk.at(-1);
@@ -1178,10 +1024,6 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     if (this.#closed) return;
     this.#closed = true;
     await this.#connection.close();
-  }
-
-  #recordKey(id: string): string {
-    return `${this.#recordPrefix}${id}`;
   }
 
   /** Every chunk of a filter scan from the start of the index to its end. */
@@ -1210,9 +1052,9 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     const size = textMode === '' ? FILTER_CHUNK : TEXT_FILTER_CHUNK;
     const reply = (await this.#eval(
       SCRIPTS.filterScan,
-      [this.#indexKey],
+      [this.#keys.index],
       [
-        this.#scriptRecordPrefix,
+        this.#keys.scriptRecordPrefix,
         after === undefined ? '-inf' : `(${after}`,
         String(size),
         mode,
@@ -1232,7 +1074,10 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     const width = 3 + RECORD_FIELDS.length;
     const entries: FilterEntry[] = [];
     for (let i = 0; i + width <= records.length; i += width) {
-      const [entry] = this.#entriesOf([records[i], records[i + 1], ...records.slice(i + 3, i + width)]);
+      const [entry] = decodeChunkEntries(
+        [records[i], records[i + 1], ...records.slice(i + 3, i + width)],
+        this.#keys,
+      );
       if (entry?.record !== undefined) {
         entries.push({
           ...entry,
@@ -1270,33 +1115,10 @@ export class RedisDeadLetterStore implements DeadLetterStore {
   async #readChunk(after: number | undefined): Promise<ChunkEntry[]> {
     const reply = (await this.#eval(
       SCRIPTS.readChunk,
-      [this.#indexKey],
-      [after === undefined ? '-inf' : `(${after}`, String(SCAN_CHUNK), this.#scriptRecordPrefix],
+      [this.#keys.index],
+      [after === undefined ? '-inf' : `(${after}`, String(SCAN_CHUNK), this.#keys.scriptRecordPrefix],
     )) as unknown[];
-    return this.#entriesOf(reply);
-  }
-
-  /** The entries of a chunk script's reply: id, score, then the record's fields, per entry. */
-  #entriesOf(reply: readonly unknown[]): ChunkEntry[] {
-    // A missing field comes back as nil over RESP2 but may come back as false over RESP3.
-    const text = (value: unknown): string | undefined => (typeof value === 'string' ? value : undefined);
-    const width = 2 + RECORD_FIELDS.length;
-    const entries: ChunkEntry[] = [];
-    for (let i = 0; i + width <= reply.length; i += width) {
-      const [id, score, data, first, status, replays, version] = reply.slice(i, i + width).map(text);
-      if (id === undefined || score === undefined) continue;
-      const key = this.#recordKey(id);
-      entries.push({
-        id,
-        seq: Number(score),
-        record:
-          data === undefined
-            ? undefined
-            : decodeRecord(key, data, first ?? '0', status ?? 'dead', replays ?? ''),
-        version,
-      });
-    }
-    return entries;
+    return decodeChunkEntries(reply, this.#keys);
   }
 
   #eval(script: RedisScript, keys: readonly string[], args: readonly string[]): Promise<unknown> {
