@@ -2,7 +2,6 @@ import type { Cluster, Redis } from 'ioredis';
 import {
   MAX_REPLAY_HISTORY,
   type DeadLetterFilter,
-  type DeadLetterGroup,
   type DeadLetterGroupPage,
   type DeadLetterGroupPageOptions,
   type DeadLetterPage,
@@ -11,13 +10,7 @@ import {
   type DeadLetterStore,
   type ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
-import {
-  comesAfter,
-  decodeGroupCursor,
-  encodeGroupCursor,
-  groupPageLimit,
-  type GroupCursor,
-} from '../dead-letters/dead-letter-groups.js';
+import { decodeGroupCursor, groupPageLimit } from '../dead-letters/dead-letter-groups.js';
 import {
   matchesDeadLetterFilter,
   selectsEveryDeadLetter,
@@ -36,6 +29,10 @@ import {
 import type { RedisConnectionOptions } from './redis-connection.js';
 import { decodeChunkEntries, type ChunkEntry } from './dead-letters/chunk-entries.js';
 import { DeadLetterKeys } from './dead-letters/dead-letter-keys.js';
+import { decodeFilterChunk, isSelected, type FilterChunk } from './dead-letters/filter-chunk.js';
+import { aggregatedStatuses, decodeGroupsPage, encodeGroupSample } from './dead-letters/group-aggregates.js';
+import { GroupSums, groupWithSample, type SampleRef } from './dead-letters/group-sums.js';
+import { decodeListCursor, encodeListCursor } from './dead-letters/list-cursor.js';
 import {
   decodeRecord,
   encodeRecordData,
@@ -130,7 +127,6 @@ const FILTER_CHUNK_BYTES = 2 * 1024 * 1024;
 const TEXT_SCAN_BUDGET = 10_000;
 /** Ids per atomic batch in `remove`, so one script never blocks Redis for long. */
 const REMOVE_BATCH = 500;
-const CURSOR_PREFIX = 'rdl1:';
 
 /**
  * Lua shared by every script that writes records: the failure-group aggregates. `K` is the keyspace
@@ -541,38 +537,6 @@ const SCRIPTS = {
   count: redisScript(COUNT_SCRIPT),
 } as const;
 
-/** The fields a group shows, kept beside its aggregates as JSON. */
-interface GroupSample {
-  readonly type?: string;
-  readonly handler?: string;
-  readonly endpoint?: string;
-  readonly reason?: string;
-  readonly sampleError?: string;
-}
-
-function encodeSample(record: DeadLetterRecord): string {
-  const sample: GroupSample = {
-    ...(record.type !== undefined ? { type: record.type } : {}),
-    ...(record.handler !== undefined ? { handler: record.handler } : {}),
-    endpoint: record.endpoint,
-    reason: record.reason,
-    sampleError: record.error.message,
-  };
-  return JSON.stringify(sample);
-}
-
-/**
- * The statuses whose aggregates answer `filter` (space separated, as the scripts read them), or
- * undefined when it sets a field other than status and fingerprint, which only a scan can answer.
- */
-function aggregatedStatuses(filter: DeadLetterFilter): string | undefined {
-  const { status = 'dead', fingerprint: _fingerprint, ...rest } = filter;
-  // Checked at run time: a caller from JavaScript may spell an unset field as undefined.
-  const others: readonly unknown[] = Object.values(rest);
-  if (others.some((value) => value !== undefined)) return undefined;
-  return status === 'any' ? 'dead replayed' : status;
-}
-
 /** A filter value as the scripts take it: '' when undefined, else '=' and the value. */
 function optionalArg(value: string | number | undefined): string {
   return value === undefined ? '' : `=${value}`;
@@ -581,155 +545,6 @@ function optionalArg(value: string | number | undefined): string {
 /** The add script's filter field arguments (see FILTER_FIELDS_LUA). */
 function filterFieldArgs(record: DeadLetterRecord): string[] {
   return [record.endpoint, record.type, record.handler, record.reason].map(optionalArg);
-}
-
-function encodeCursor(seq: number): string {
-  return Buffer.from(`${CURSOR_PREFIX}${seq}`, 'utf8').toString('base64url');
-}
-
-function decodeCursor(cursor: string): number {
-  const text = Buffer.from(cursor, 'base64url').toString('utf8');
-  const digits = text.startsWith(CURSOR_PREFIX) ? text.slice(CURSOR_PREFIX.length) : '';
-  const seq = Number(digits);
-  if (!/^\d+$/.test(digits) || !Number.isSafeInteger(seq)) {
-    throw new HarrierError(
-      'invalid-cursor',
-      `Dead-letter cursor "${cursor}" was not issued by this store: pass the \`next\` of the previous page, or no cursor to start from the first page`,
-    );
-  }
-  return seq;
-}
-
-/** A page of groups from the groups script's reply (five values per group, at most limit + 1 groups). */
-function groupsPage(reply: readonly unknown[], limit: number): DeadLetterGroupPage {
-  const groups: DeadLetterGroup[] = [];
-  for (let i = 0; i + 5 <= reply.length; i += 5) {
-    const [fingerprint, count, first, last, json] = reply.slice(i, i + 5);
-    const sample = JSON.parse(String(json)) as GroupSample;
-    groups.push({
-      fingerprint: String(fingerprint),
-      count: Number(count),
-      firstSeen: Number(first),
-      lastSeen: Number(last),
-      ...(sample.type !== undefined ? { type: sample.type } : {}),
-      ...(sample.handler !== undefined ? { handler: sample.handler } : {}),
-      ...(sample.endpoint !== undefined ? { endpoint: sample.endpoint } : {}),
-      reason: sample.reason ?? '',
-      sampleError: sample.sampleError ?? '',
-    });
-  }
-  const page = groups.slice(0, limit);
-  const last = page.at(-1);
-  return {
-    groups: page,
-    next: groups.length > limit && last !== undefined ? encodeGroupCursor(last) : undefined,
-  };
-}
-
-/** A record the filter scan returned: selected by the script, or a candidate the caller must judge. */
-interface FilterEntry extends ChunkEntry {
-  readonly record: DeadLetterRecord;
-  readonly verdict: 'selected' | 'candidate';
-}
-
-/** One run of the filter scan, decoded. */
-interface FilterChunk {
-  /** Index entries read. */
-  readonly read: number;
-  /** Sequence of the last entry read, where the next run starts; undefined when none was read. */
-  readonly last: number | undefined;
-  /** Whether the index has nothing after `last`. */
-  readonly ended: boolean;
-  /** Records selected and counted by the script, not returned (`count` and `groups` modes). */
-  readonly selected: number;
-  readonly entries: readonly FilterEntry[];
-  /** Per-fingerprint sums of the selected records not returned (`groups` mode). */
-  readonly groups: readonly GroupSum[];
-}
-
-/** The record shown for a group: the latest by sequence, read at the end unless already at hand. */
-interface SampleRef {
-  readonly seq: number;
-  readonly id: string;
-  readonly record?: DeadLetterRecord;
-}
-
-/** One fingerprint's selected records, summed. */
-interface GroupSum {
-  readonly fingerprint: string;
-  readonly count: number;
-  readonly firstSeen: number;
-  readonly lastSeen: number;
-  readonly sample: SampleRef;
-}
-
-/** Whether the filter selects an entry the scan returned: the script said so, or the filter says so here. */
-function selected(entry: FilterEntry, filter: DeadLetterFilter): boolean {
-  return entry.verdict === 'selected' || matchesDeadLetterFilter(entry.record, filter);
-}
-
-/** Groups order: lastSeen descending, then fingerprint descending. */
-function byLastSeen(a: GroupCursor, b: GroupCursor): number {
-  if (a.lastSeen !== b.lastSeen) return b.lastSeen - a.lastSeen;
-  return a.fingerprint < b.fingerprint ? 1 : a.fingerprint > b.fingerprint ? -1 : 0;
-}
-
-/** Merges the per-chunk sums of a filter scan into failure groups. */
-class GroupSums {
-  readonly #sums = new Map<string, GroupSum>();
-
-  add(sum: GroupSum): void {
-    const old = this.#sums.get(sum.fingerprint);
-    if (old === undefined) {
-      this.#sums.set(sum.fingerprint, sum);
-      return;
-    }
-    this.#sums.set(sum.fingerprint, {
-      fingerprint: sum.fingerprint,
-      count: old.count + sum.count,
-      firstSeen: Math.min(old.firstSeen, sum.firstSeen),
-      lastSeen: Math.max(old.lastSeen, sum.lastSeen),
-      sample: sum.sample.seq >= old.sample.seq ? sum.sample : old.sample,
-    });
-  }
-
-  addRecord(record: DeadLetterRecord, seq: number): void {
-    this.add({
-      fingerprint: record.fingerprint,
-      count: 1,
-      firstSeen: record.firstFailedAt,
-      lastSeen: record.lastFailedAt,
-      sample: { seq, id: record.id, record },
-    });
-  }
-
-  /** The page of groups after `after`, in groups order. */
-  page(after: GroupCursor | undefined, limit: number): { groups: GroupSum[]; next: string | undefined } {
-    const selectedGroups = [...this.#sums.values()]
-      .filter((sum) => after === undefined || comesAfter(sum, after))
-      .sort(byLastSeen);
-    const groups = selectedGroups.slice(0, limit);
-    const last = groups.at(-1);
-    return {
-      groups,
-      next: selectedGroups.length > limit && last !== undefined ? encodeGroupCursor(last) : undefined,
-    };
-  }
-}
-
-/** A group as the store answers it, described by its sample record (empty when that vanished). */
-function groupWithSample(sum: GroupSum, sample: DeadLetterRecord | undefined): DeadLetterGroup {
-  return {
-    fingerprint: sum.fingerprint,
-    count: sum.count,
-    firstSeen: sum.firstSeen,
-    lastSeen: sum.lastSeen,
-    ...(sample?.type !== undefined ? { type: sample.type } : {}),
-    ...(sample?.handler !== undefined ? { handler: sample.handler } : {}),
-    ...(sample !== undefined ? { endpoint: sample.endpoint } : {}),
-    reason: sample?.reason ?? '',
-    sampleError: sample?.error.message ?? '',
-  };
 }
 
 /**
@@ -804,7 +619,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
           this.#keys.scriptRecordPrefix,
           record.fingerprint,
           String(record.lastFailedAt),
-          encodeSample(record),
+          encodeGroupSample(record),
           this.#keys.scriptKeyspace,
           ...filterFieldArgs(record),
         ],
@@ -841,7 +656,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         );
       }
       const records: DeadLetterRecord[] = [];
-      let from = page.cursor === undefined ? undefined : decodeCursor(page.cursor);
+      let from = page.cursor === undefined ? undefined : decodeListCursor(page.cursor);
       let lastSeq = 0;
       let read = 0;
       for (;;) {
@@ -849,8 +664,8 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         // the last match reports none.
         const chunk = await this.#filterChunk(filter, 'list', from, limit + 1 - records.length);
         for (const entry of chunk.entries) {
-          if (!selected(entry, filter)) continue;
-          if (records.length === limit) return { records, next: encodeCursor(lastSeq) };
+          if (!isSelected(entry, filter)) continue;
+          if (records.length === limit) return { records, next: encodeListCursor(lastSeq) };
           records.push(entry.record);
           lastSeq = entry.seq;
         }
@@ -860,7 +675,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         // A text search reads a bounded number of records per page, so a rare text still answers
         // quickly: the page then ends where the reading stopped, however few it holds.
         if (filter.text !== undefined && read >= TEXT_SCAN_BUDGET)
-          return { records, next: encodeCursor(from) };
+          return { records, next: encodeListCursor(from) };
       }
     });
   }
@@ -897,7 +712,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       }
       let n = 0;
       for await (const chunk of this.#filterChunks(filter, 'count')) {
-        n += chunk.selected + chunk.entries.filter((entry) => selected(entry, filter)).length;
+        n += chunk.selected + chunk.entries.filter((entry) => isSelected(entry, filter)).length;
       }
       return n;
     });
@@ -932,13 +747,13 @@ export class RedisDeadLetterStore implements DeadLetterStore {
             filter.fingerprint ?? '',
           ],
         )) as unknown[];
-        if (reply[0] === 1) return groupsPage(reply.slice(1), limit);
+        if (reply[0] === 1) return decodeGroupsPage(reply.slice(1), limit);
       }
       const sums = new GroupSums();
       for await (const chunk of this.#filterChunks(filter, 'groups')) {
         for (const sum of chunk.groups) sums.add(sum);
         for (const entry of chunk.entries) {
-          if (selected(entry, filter)) sums.addRecord(entry.record, entry.seq);
+          if (isSelected(entry, filter)) sums.addRecord(entry.record, entry.seq);
         }
       }
       const { groups, next } = sums.page(after, limit);
@@ -1050,7 +865,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     const needle = text?.toLowerCase() ?? '';
     const once = JSON.stringify(needle).slice(1, -1);
     const size = textMode === '' ? FILTER_CHUNK : TEXT_FILTER_CHUNK;
-    const reply = (await this.#eval(
+    const reply = await this.#eval(
       SCRIPTS.filterScan,
       [this.#keys.index],
       [
@@ -1069,42 +884,8 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         JSON.stringify(once).slice(1, -1),
         String(FILTER_CHUNK_BYTES),
       ],
-    )) as [number, unknown, number, number, unknown[], unknown[]];
-    const [read, last, ended, selectedCount, records, groups] = reply;
-    const width = 3 + RECORD_FIELDS.length;
-    const entries: FilterEntry[] = [];
-    for (let i = 0; i + width <= records.length; i += width) {
-      const [entry] = decodeChunkEntries(
-        [records[i], records[i + 1], ...records.slice(i + 3, i + width)],
-        this.#keys,
-      );
-      if (entry?.record !== undefined) {
-        entries.push({
-          ...entry,
-          record: entry.record,
-          verdict: records[i + 2] === 1 ? 'selected' : 'candidate',
-        });
-      }
-    }
-    const sums: GroupSum[] = [];
-    for (let i = 0; i + 6 <= groups.length; i += 6) {
-      const [fingerprint, count, first, lastSeen, seq, id] = groups.slice(i, i + 6);
-      sums.push({
-        fingerprint: String(fingerprint),
-        count: Number(count),
-        firstSeen: Number(first),
-        lastSeen: Number(lastSeen),
-        sample: { seq: Number(seq), id: String(id) },
-      });
-    }
-    return {
-      read,
-      last: typeof last === 'string' ? Number(last) : undefined,
-      ended: ended === 1,
-      selected: selectedCount,
-      entries,
-      groups: sums,
-    };
+    );
+    return decodeFilterChunk(reply, this.#keys);
   }
 
   /** The sample record of each group: the one it holds already, else read now (undefined if gone). */
