@@ -1,43 +1,46 @@
 import type { Cluster, Redis } from 'ioredis';
-import { MAX_ATTEMPT_HISTORY, type AttemptRecord, type ErrorInfo } from '../broker/message-broker.js';
-import {
-  MAX_REPLAY_HISTORY,
-  type DeadLetterFilter,
-  type DeadLetterGroup,
-  type DeadLetterGroupPage,
-  type DeadLetterGroupPageOptions,
-  type DeadLetterPage,
-  type DeadLetterPageOptions,
-  type DeadLetterRecord,
-  type DeadLetterStatus,
-  type DeadLetterStore,
-  type LogPosition,
-  type ReplayRecord,
+import { decodeGroupCursor, groupPageLimit } from '../dead-letters/dead-letter-groups.js';
+import type {
+  DeadLetterFilter,
+  DeadLetterGroupPage,
+  DeadLetterGroupPageOptions,
+  DeadLetterPage,
+  DeadLetterPageOptions,
+  DeadLetterRecord,
+  DeadLetterStore,
+  ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
-import {
-  comesAfter,
-  decodeGroupCursor,
-  encodeGroupCursor,
-  groupPageLimit,
-  type GroupCursor,
-} from '../dead-letters/dead-letter-groups.js';
 import {
   matchesDeadLetterFilter,
   selectsEveryDeadLetter,
 } from '../dead-letters/matches-dead-letter-filter.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import type { MessageKind } from '../messages/definition.js';
+import { decodeChunkEntries, type ChunkEntry } from './dead-letters/chunk-entries.js';
+import { DeadLetterKeys } from './dead-letters/dead-letter-keys.js';
+import { decodeFilterChunk, isSelected, type FilterChunk } from './dead-letters/filter-chunk.js';
+import { aggregatedStatuses, decodeGroupsPage } from './dead-letters/group-aggregates.js';
+import { GroupSums, groupWithSample, type SampleRef } from './dead-letters/group-sums.js';
+import { decodeListCursor, encodeListCursor } from './dead-letters/list-cursor.js';
+import { decodeRecord, encodeRecordData } from './dead-letters/record-codec.js';
+import { addScriptCall } from './dead-letters/scripts/add-script.js';
+import { countScriptCall } from './dead-letters/scripts/count-script.js';
+import { filterScanScriptCall, type FilterScanMode } from './dead-letters/scripts/filter-scan-script.js';
+import { groupsScriptCall } from './dead-letters/scripts/groups-script.js';
+import { markReplayHandledScriptCall } from './dead-letters/scripts/mark-replay-handled-script.js';
+import { markReplayedScriptCall } from './dead-letters/scripts/mark-replayed-script.js';
+import { purgeScriptCall } from './dead-letters/scripts/purge-script.js';
+import { readChunkScriptCall } from './dead-letters/scripts/read-chunk-script.js';
+import { removeScriptCall } from './dead-letters/scripts/remove-script.js';
+import type { ScriptCall } from './dead-letters/scripts/script-call.js';
+import type { RedisConnectionOptions } from './redis-connection.js';
 import {
   connectionFor,
   evalScript,
   keyPrefixOf,
-  redisScript,
   runCommand,
   type RedisConnection,
   type RedisErrorContext,
-  type RedisScript,
 } from './redis-support.js';
-import type { RedisConnectionOptions } from './redis-connection.js';
 
 /** Options of {@link RedisDeadLetterStore}. */
 export interface RedisDeadLetterStoreOptions {
@@ -104,774 +107,10 @@ const DEFAULT_PAGE_LIMIT = 100;
  * once, so that records written before the filter fields travel in replies of bounded size.
  */
 const SCAN_CHUNK = 200;
-/**
- * Index entries one filter scan script reads (see FILTER_SCAN_SCRIPT): enough that a count over
- * 100,000 records takes 13 round trips (on a busy host each costs tens of ms of scheduling). With
- * FILTER_CHUNK_BYTES this bounds how much one script reads, and so how long it blocks Redis: about
- * 40 ms on 2 shared cores for 8,000 small records (bench:dashboard).
- */
-const FILTER_CHUNK = 8000;
-/** The same for a text search, which lower-cases and may decode each record's JSON. */
-const TEXT_FILTER_CHUNK = 1000;
-/**
- * Bytes of record text one filter scan script reads (a text search's `data`) or returns (records it
- * sends back whole) before it stops and returns its cursor. A text search costs time per byte, not
- * per record, and an envelope may be a MiB: without this, 1,000 such records would block Redis for
- * seconds and a reply would be hundreds of MB. The script stops after the record that crosses it, so
- * one script reads at most this plus one record (about 20 ms a MiB of text on 2 shared cores).
- */
-const FILTER_CHUNK_BYTES = 2 * 1024 * 1024;
 /** Most records one page of a text search reads before it returns what it found and a cursor. */
 const TEXT_SCAN_BUDGET = 10_000;
 /** Ids per atomic batch in `remove`, so one script never blocks Redis for long. */
 const REMOVE_BATCH = 500;
-/** Stacks are capped at 4 KiB by `toErrorInfo`; enforced again on write. */
-const MAX_STACK_CHARS = 4096;
-const CURSOR_PREFIX = 'rdl1:';
-
-/**
- * A record is a hash: `data` (the JSON of every field an update replaces), `first` (firstFailedAt),
- * `status`, `replays` (newline-separated JSON entries, oldest first: JSON never holds a raw newline,
- * so scripts can append and trim without a JSON library that would round numbers) and `v`, a version
- * bumped by every write so a purge never deletes a record changed after it was read.
- */
-const RECORD_FIELDS = ['data', 'first', 'status', 'replays', 'v'] as const;
-
-/**
- * Lua shared by every script that writes records: the failure-group aggregates. `K` is the keyspace
- * as Lua spells it. Per fingerprint and status (`dead`, `replayed`) two sorted sets hold the ids of
- * its records, scored by lastFailedAt (`group:<status>:last:<fp>`) and firstFailedAt
- * (`group:<status>:first:<fp>`); `groups:<dead|replayed|any>` score each fingerprint by its latest
- * lastFailedAt; `group:sample:<fp>` holds the fields shown for the group; `grouped` counts the
- * records the aggregates hold, so a reader can tell whether records written before them exist.
- */
-const GROUP_LUA = `
-local function gkey(K, status, side, fp) return K .. 'group:' .. status .. ':' .. side .. ':' .. fp end
-local function refreshGroup(K, fp)
-  local best = nil
-  for _, status in ipairs({'dead', 'replayed'}) do
-    local top = redis.call('ZRANGE', gkey(K, status, 'last', fp), -1, -1, 'WITHSCORES')
-    if top[2] then
-      redis.call('ZADD', K .. 'groups:' .. status, top[2], fp)
-      if best == nil or tonumber(top[2]) > tonumber(best) then best = top[2] end
-    else
-      redis.call('ZREM', K .. 'groups:' .. status, fp)
-    end
-  end
-  if best then
-    redis.call('ZADD', K .. 'groups:any', best, fp)
-  else
-    redis.call('ZREM', K .. 'groups:any', fp)
-    redis.call('DEL', K .. 'group:sample:' .. fp)
-  end
-end
-local function unindexGroup(K, id, fp, status)
-  if not fp or not status then return end
-  local removed = redis.call('ZREM', gkey(K, status, 'last', fp), id)
-  redis.call('ZREM', gkey(K, status, 'first', fp), id)
-  if removed == 1 then redis.call('DECR', K .. 'grouped') end
-  refreshGroup(K, fp)
-end
-local function indexGroup(K, id, fp, status, first, last)
-  if redis.call('ZADD', gkey(K, status, 'last', fp), last, id) == 1 then redis.call('INCR', K .. 'grouped') end
-  redis.call('ZADD', gkey(K, status, 'first', fp), first, id)
-  refreshGroup(K, fp)
-end
-local function deleteRecord(K, key, id)
-  local old = redis.call('HMGET', key, 'fp', 'status')
-  local n = redis.call('DEL', key)
-  if n == 1 then unindexGroup(K, id, old[1], old[2]) end
-  return n
-end
-`;
-
-/**
- * Lua of the add script: the fields the filter scan reads instead of decoding `data`. `x` marks a
- * record that has them (records written by a Harrier from before them have none, and the scan leaves
- * those to Node); `x:ep` and `x:rs` hold endpoint and reason, `x:type` and `x:hd` type and handler,
- * absent when undefined. Arguments from `first` on: endpoint, type, handler, reason, each '' when
- * undefined and '=' then the value otherwise, so an empty string stays apart from undefined.
- */
-const FILTER_FIELDS_LUA = `
-local function setFilterFields(key, first)
-  local names = {'x:ep', 'x:type', 'x:hd', 'x:rs'}
-  redis.call('HSET', key, 'x', '1')
-  for i, name in ipairs(names) do
-    local arg = ARGV[first + i - 1]
-    if arg == '' then redis.call('HDEL', key, name) else redis.call('HSET', key, name, string.sub(arg, 2)) end
-  end
-end
-`;
-
-/**
- * KEYS: record, index, sequence. ARGV: id, data, firstFailedAt, status, replays, maxRecords,
- * record key prefix, fingerprint, lastFailedAt, group sample JSON, keyspace, then the filter fields
- * endpoint, type, handler and reason (see FILTER_FIELDS_LUA). Returns the stored firstFailedAt,
- * status and replays.
- */
-const ADD_SCRIPT = `${GROUP_LUA}${FILTER_FIELDS_LUA}
-local K = ARGV[11]
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local old = redis.call('HMGET', KEYS[1], 'fp', 'status', 'first')
-  unindexGroup(K, ARGV[1], old[1], old[2])
-  redis.call('HSET', KEYS[1], 'data', ARGV[2], 'status', 'dead', 'fp', ARGV[8], 'last', ARGV[9])
-  redis.call('HINCRBY', KEYS[1], 'v', 1)
-  indexGroup(K, ARGV[1], ARGV[8], 'dead', old[3], ARGV[9])
-  redis.call('SET', K .. 'group:sample:' .. ARGV[8], ARGV[10])
-  setFilterFields(KEYS[1], 12)
-  return redis.call('HMGET', KEYS[1], 'first', 'status', 'replays')
-end
-local seq = redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[1], 'data', ARGV[2], 'first', ARGV[3], 'status', ARGV[4], 'replays', ARGV[5], 'v', 1, 'fp', ARGV[8], 'last', ARGV[9])
-redis.call('ZADD', KEYS[2], seq, ARGV[1])
-setFilterFields(KEYS[1], 12)
-indexGroup(K, ARGV[1], ARGV[8], ARGV[4], ARGV[3], ARGV[9])
-redis.call('SET', K .. 'group:sample:' .. ARGV[8], ARGV[10])
-local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[6])
-if excess > 0 then
-  for _, old in ipairs(redis.call('ZRANGE', KEYS[2], 0, excess - 1)) do
-    deleteRecord(K, ARGV[7] .. old, old)
-  end
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, excess - 1)
-end
-return {ARGV[3], ARGV[4], ARGV[5]}
-`;
-
-/**
- * KEYS: record. ARGV: replay entry JSON, most entries kept, id, keyspace. Returns 1, or 0 when there
- * is no record.
- */
-const MARK_REPLAYED_SCRIPT = `${GROUP_LUA}
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local entries = {}
-for entry in string.gmatch(redis.call('HGET', KEYS[1], 'replays') or '', '[^\\n]+') do
-  entries[#entries + 1] = entry
-end
-entries[#entries + 1] = ARGV[1]
-local from = math.max(1, #entries - tonumber(ARGV[2]) + 1)
-local old = redis.call('HMGET', KEYS[1], 'fp', 'status', 'first', 'last')
-redis.call('HSET', KEYS[1], 'status', 'replayed', 'replays', table.concat(entries, '\\n', from))
-redis.call('HINCRBY', KEYS[1], 'v', 1)
-if old[1] and old[2] ~= 'replayed' then
-  unindexGroup(ARGV[4], ARGV[3], old[1], old[2])
-  indexGroup(ARGV[4], ARGV[3], old[1], 'replayed', old[3], old[4])
-end
-return 1
-`;
-
-/**
- * KEYS: index. ARGV: min score (ZRANGEBYSCORE syntax), count, record key prefix. Returns, per index
- * entry in order: id, score, then the record's fields (nil when the record is missing).
- */
-const READ_CHUNK_SCRIPT = `
-local entries = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-for i = 1, #entries, 2 do
-  out[#out + 1] = entries[i]
-  out[#out + 1] = entries[i + 1]
-  local fields = redis.call('HMGET', ARGV[3] .. entries[i], ${RECORD_FIELDS.map((f) => `'${f}'`).join(', ')})
-  for j = 1, ${RECORD_FIELDS.length} do out[#out + 1] = fields[j] end
-end
-return out
-`;
-
-/**
- * Reads up to a number of index entries in order and applies a filter to each record inside Redis,
- * from its filter fields (see FILTER_FIELDS_LUA) and, for a text search, its `data`, so that only
- * what the caller needs travels: in `list` mode the selected records, in `count` mode their number,
- * in `groups` mode their number, first and last failure and latest record per fingerprint. A record
- * the script cannot judge (one without filter fields, or a text that Lua cannot compare as
- * JavaScript does) is returned whole as a candidate, for the caller to apply the filter itself.
- *
- * KEYS: index. ARGV: record key prefix, min score (ZRANGEBYSCORE syntax), most entries to read,
- * mode (`list`, `count`, `groups`), most records to return (it stops reading there), status (`dead`,
- * `replayed`, `any`), then endpoint, type, handler, reason and fingerprint (each '' when unset, else
- * '=' and the value), since and until ('' when unset), text mode ('' for none, `lua`, or `node` for a
- * needle with other than printable ASCII), the needle lower-cased, the needle as JSON escapes it
- * once and twice, and the most bytes of record text to read or return (it stops after the record
- * that reaches it, see FILTER_CHUNK_BYTES). Returns {entries read, score of the last one read, whether the index ended,
- * records selected and not returned, records (per record: id, score, 1 when selected or 2 for a
- * candidate, then RECORD_FIELDS), groups (per fingerprint: fingerprint, count, first failure, last
- * failure, latest score, latest id)}.
- */
-const FILTER_SCAN_SCRIPT = `
-local function want(arg) if arg == '' then return nil end return string.sub(arg, 2) end
-local prefix, mode, most = ARGV[1], ARGV[4], tonumber(ARGV[5])
-local status = ARGV[6]
-local endpoint, mtype, handler, reason, fp = want(ARGV[7]), want(ARGV[8]), want(ARGV[9]), want(ARGV[10]), want(ARGV[11])
-local since, before = tonumber(ARGV[12]), tonumber(ARGV[13])
-local textMode, needle, once, twice = ARGV[14], ARGV[15], ARGV[16], ARGV[17]
-local byteBudget, bytes = tonumber(ARGV[18]), 0
--- JavaScript lower-cases KELVIN SIGN to k and CAPITAL I WITH DOT ABOVE to i and a dot; Lua leaves them.
-local function oddCase(text) return string.find(text, '\\226\\132\\170', 1, true) or string.find(text, '\\196\\176', 1, true) end
-local function holds(text)
-  return type(text) == 'string' and string.find(string.lower(text), needle, 1, true) ~= nil
-end
--- 0: no match, 1: match, 2: Node must decide.
-local function textVerdict(data)
-  if not data then return 0 end
-  bytes = bytes + #data
-  local odd = oddCase(data)
-  if not odd then
-    local lowered = string.lower(data)
-    if not (string.find(lowered, once, 1, true) or string.find(lowered, twice, 1, true)) then return 0 end
-  end
-  local ok, record = pcall(cjson.decode, data)
-  if odd or not ok or type(record) ~= 'table' or type(record.error) ~= 'table' then return 2 end
-  if holds(record.error.message) or holds(record.error.stack) or holds(record.envelope) then return 1 end
-  return 0
-end
--- Only the fields the filter and mode read: each one more costs every record of the walk.
-local names, slot = {'x', 'status'}, {}
-local function need(name) names[#names + 1] = name; slot[name] = #names end
-if fp or mode == 'groups' then need('fp') end
-if since or before or mode == 'groups' then need('last') end
-if endpoint then need('x:ep') end
-if mtype then need('x:type') end
-if handler then need('x:hd') end
-if reason then need('x:rs') end
-if mode == 'groups' then need('first') end
-local budget = tonumber(ARGV[3])
-local from = ARGV[2]
-local out, groups, byFp = {}, {}, {}
-local read, last, returned, selected, ended, full = 0, false, 0, 0, 0, false
--- Index entries in batches, so a run that stops early has not fetched the rest of its budget.
-while not full and read < budget do
-  local size = math.min(200, budget - read)
-  local entries = redis.call('ZRANGEBYSCORE', KEYS[1], from, '+inf', 'WITHSCORES', 'LIMIT', 0, size)
-  for i = 1, #entries, 2 do
-    local id, score = entries[i], entries[i + 1]
-    read = read + 1
-    last = score
-    local key = prefix .. id
-    local f = redis.call('HMGET', key, unpack(names))
-    local verdict = 0
-    if not f[1] then
-      if f[2] then verdict = 2 end
-    elseif (status == 'any' or f[2] == status)
-      and (not fp or f[slot['fp']] == fp)
-      and (not endpoint or f[slot['x:ep']] == endpoint)
-      and (not mtype or f[slot['x:type']] == mtype)
-      and (not handler or f[slot['x:hd']] == handler)
-      and (not reason or f[slot['x:rs']] == reason)
-      and (not since or tonumber(f[slot['last']]) >= since)
-      and (not before or tonumber(f[slot['last']]) < before) then
-      verdict = 1
-      if textMode == 'node' then verdict = 2
-      elseif textMode == 'lua' then verdict = textVerdict(redis.call('HGET', key, 'data')) end
-    end
-    if verdict == 2 or (verdict == 1 and mode == 'list') then
-      local fields = redis.call('HMGET', key, ${RECORD_FIELDS.map((f) => `'${f}'`).join(', ')})
-      out[#out + 1] = id
-      out[#out + 1] = score
-      out[#out + 1] = verdict
-      for j = 1, ${RECORD_FIELDS.length} do
-        out[#out + 1] = fields[j]
-        if fields[j] then bytes = bytes + #fields[j] end
-      end
-      returned = returned + 1
-    elseif verdict == 1 then
-      selected = selected + 1
-      if mode == 'groups' then
-        local group = f[slot['fp']]
-        local first, lastFailed, seq = tonumber(f[slot['first']]), tonumber(f[slot['last']]), tonumber(score)
-        local g = byFp[group]
-        if not g then
-          g = {group, 0, first, lastFailed, seq, id}
-          byFp[group] = g
-          groups[#groups + 1] = g
-        end
-        g[2] = g[2] + 1
-        if first < g[3] then g[3] = first end
-        if lastFailed > g[4] then g[4] = lastFailed end
-        if seq >= g[5] then g[5] = seq; g[6] = id end
-      end
-    end
-    -- Stopping here, not when the index ends, leaves ended 0: the caller resumes from last.
-    if returned >= most or bytes >= byteBudget then
-      full = true
-      break
-    end
-  end
-  if not full and #entries / 2 < size then
-    ended = 1
-    break
-  end
-  if last then from = '(' .. last end
-end
-local flat = {}
-for _, g in ipairs(groups) do
-  for j = 1, 6 do flat[#flat + 1] = g[j] end
-end
-return {read, last, ended, selected, out, flat}
-`;
-
-/**
- * KEYS: index, then one record key per id. ARGV: keyspace, then the ids. Returns how many records
- * existed.
- */
-const REMOVE_SCRIPT = `${GROUP_LUA}
-local n = 0
-for i = 2, #KEYS do
-  n = n + deleteRecord(ARGV[1], KEYS[i], ARGV[i])
-  redis.call('ZREM', KEYS[1], ARGV[i])
-end
-return n
-`;
-
-/**
- * KEYS: index, then one record key per id. ARGV: keyspace, then id and version pairs. Deletes each
- * record still at the version that was read; returns how many it deleted.
- */
-const PURGE_SCRIPT = `${GROUP_LUA}
-local n = 0
-for i = 2, #KEYS do
-  local id = ARGV[2 * i - 2]
-  if redis.call('HGET', KEYS[i], 'v') == ARGV[2 * i - 1] then
-    deleteRecord(ARGV[1], KEYS[i], id)
-    redis.call('ZREM', KEYS[1], id)
-    n = n + 1
-  end
-end
-return n
-`;
-
-/**
- * KEYS: index, groups index of the state asked for. ARGV: keyspace, statuses to sum (space
- * separated), max score ('+inf' or the cursor's lastSeen), cursor fingerprint ('' for none), limit,
- * fingerprint filter ('' for none). Returns {ready, then per group: fp, count, firstSeen, lastSeen,
- * sample JSON}, at most limit + 1 groups; ready is 0 when records without aggregates exist.
- */
-const GROUPS_SCRIPT = `
-local K = ARGV[1]
-if tonumber(redis.call('GET', K .. 'grouped') or '0') ~= redis.call('ZCARD', KEYS[1]) then return {0} end
-local statuses = {}
-for status in string.gmatch(ARGV[2], '%S+') do statuses[#statuses + 1] = status end
-local limit = tonumber(ARGV[5])
-local out = {1}
-local found = 0
-local function emit(fp, score)
-  local count, first = 0, nil
-  for _, status in ipairs(statuses) do
-    count = count + redis.call('ZCARD', K .. 'group:' .. status .. ':last:' .. fp)
-    local low = redis.call('ZRANGE', K .. 'group:' .. status .. ':first:' .. fp, 0, 0, 'WITHSCORES')
-    if low[2] and (first == nil or tonumber(low[2]) < tonumber(first)) then first = low[2] end
-  end
-  out[#out + 1] = fp
-  out[#out + 1] = count
-  out[#out + 1] = first or score
-  out[#out + 1] = score
-  out[#out + 1] = redis.call('GET', K .. 'group:sample:' .. fp) or '{}'
-  found = found + 1
-end
--- Whether a group sorts after the cursor (newest lastSeen first, then by fingerprint).
-local function afterCursor(fp, score)
-  if ARGV[3] == '+inf' then return true end
-  local s, max = tonumber(score), tonumber(ARGV[3])
-  if s ~= max then return s < max end
-  return ARGV[4] == '' or fp < ARGV[4]
-end
-if ARGV[6] ~= '' then
-  -- One fingerprint is one member: a lookup, where walking the set would cost every group.
-  local score = redis.call('ZSCORE', KEYS[2], ARGV[6])
-  if score and afterCursor(ARGV[6], score) then emit(ARGV[6], score) end
-  return out
-end
-local offset = 0
-while found <= limit do
-  local chunk = redis.call('ZREVRANGEBYSCORE', KEYS[2], ARGV[3], '-inf', 'WITHSCORES', 'LIMIT', offset, 200)
-  if #chunk == 0 then break end
-  offset = offset + #chunk / 2
-  for i = 1, #chunk, 2 do
-    local fp, score = chunk[i], chunk[i + 1]
-    local skip = ARGV[4] ~= '' and tonumber(score) == tonumber(ARGV[3]) and fp >= ARGV[4]
-    if not skip and found <= limit then emit(fp, score) end
-  end
-end
-return out
-`;
-
-/**
- * KEYS: index. ARGV: keyspace, statuses to sum (space separated), fingerprint ('' for all), then the
- * lowest and highest lastFailedAt (ZCOUNT syntax; the group sets are scored by it). Returns the
- * number of records, or -1 when records without aggregates exist.
- */
-const COUNT_SCRIPT = `
-local K = ARGV[1]
-if tonumber(redis.call('GET', K .. 'grouped') or '0') ~= redis.call('ZCARD', KEYS[1]) then return -1 end
-local n = 0
-for status in string.gmatch(ARGV[2], '%S+') do
-  if ARGV[3] ~= '' then
-    n = n + redis.call('ZCOUNT', K .. 'group:' .. status .. ':last:' .. ARGV[3], ARGV[4], ARGV[5])
-  else
-    for _, fp in ipairs(redis.call('ZRANGE', K .. 'groups:' .. status, 0, -1)) do
-      n = n + redis.call('ZCOUNT', K .. 'group:' .. status .. ':last:' .. fp, ARGV[4], ARGV[5])
-    end
-  end
-end
-return n
-`;
-
-/**
- * KEYS: record. ARGV: handledAt. Sets `handledAt` on the latest replay entry of a `replayed` record,
- * spliced into its JSON as text (no Lua JSON library, which would round numbers); keeps one already
- * set. Returns 1 when the latest replay is marked, 0 when there is no record, it is `dead` again,
- * or it has no replay.
- */
-const MARK_REPLAY_HANDLED_SCRIPT = `
-local state = redis.call('HMGET', KEYS[1], 'status', 'replays')
-if state[1] ~= 'replayed' or not state[2] or state[2] == '' then return 0 end
-local head, last = '', state[2]
-local cut = string.find(last, '\\n[^\\n]*$')
-if cut then
-  head = string.sub(last, 1, cut)
-  last = string.sub(last, cut + 1)
-end
-if string.find(last, '"handledAt":', 1, true) then return 1 end
-if string.sub(last, -1) ~= '}' then return 0 end
-redis.call('HSET', KEYS[1], 'replays', head .. string.sub(last, 1, -2) .. ',"handledAt":' .. ARGV[1] .. '}')
-redis.call('HINCRBY', KEYS[1], 'v', 1)
-return 1
-`;
-
-const SCRIPTS = {
-  add: redisScript(ADD_SCRIPT),
-  markReplayed: redisScript(MARK_REPLAYED_SCRIPT),
-  markReplayHandled: redisScript(MARK_REPLAY_HANDLED_SCRIPT),
-  readChunk: redisScript(READ_CHUNK_SCRIPT),
-  filterScan: redisScript(FILTER_SCAN_SCRIPT),
-  remove: redisScript(REMOVE_SCRIPT),
-  purge: redisScript(PURGE_SCRIPT),
-  groups: redisScript(GROUPS_SCRIPT),
-  count: redisScript(COUNT_SCRIPT),
-} as const;
-
-/** The JSON kept in a record's `data` field: every field an update replaces. */
-interface StoredData {
-  readonly id: string;
-  readonly messageId?: string;
-  readonly kind?: MessageKind;
-  readonly type?: string;
-  readonly endpoint: string;
-  readonly handler?: string;
-  readonly reason: string;
-  readonly error: ErrorInfo;
-  readonly attempts: readonly AttemptRecord[];
-  readonly attemptCount: number;
-  readonly lastFailedAt: number;
-  readonly fingerprint: string;
-  readonly envelope: string;
-  readonly partitionKey?: string;
-  readonly ordered: boolean;
-  readonly logPosition?: LogPosition;
-}
-
-/** One index entry as read back, with its record unless it vanished between writes. */
-interface ChunkEntry {
-  readonly id: string;
-  readonly seq: number;
-  readonly record: DeadLetterRecord | undefined;
-  readonly version: string | undefined;
-}
-
-/** An error with only the fields of {@link ErrorInfo}, its stack capped again. */
-function boundedError(error: ErrorInfo): ErrorInfo {
-  return {
-    name: error.name,
-    message: error.message,
-    ...(error.code !== undefined ? { code: error.code } : {}),
-    ...(error.stack !== undefined ? { stack: error.stack.slice(0, MAX_STACK_CHARS) } : {}),
-  };
-}
-
-function encodeData(record: DeadLetterRecord): string {
-  const data: StoredData = {
-    id: record.id,
-    ...(record.messageId !== undefined ? { messageId: record.messageId } : {}),
-    ...(record.kind !== undefined ? { kind: record.kind } : {}),
-    ...(record.type !== undefined ? { type: record.type } : {}),
-    endpoint: record.endpoint,
-    ...(record.handler !== undefined ? { handler: record.handler } : {}),
-    reason: record.reason,
-    error: boundedError(record.error),
-    // The record type promises these bounds, but a record built by hand or by another version may
-    // break them, and a Redis that holds 100000 records must not grow without limit.
-    attempts: record.attempts.slice(-MAX_ATTEMPT_HISTORY).map((attempt) => ({
-      attempt: attempt.attempt,
-      at: attempt.at,
-      error: boundedError(attempt.error),
-    })),
-    attemptCount: record.attemptCount,
-    lastFailedAt: record.lastFailedAt,
-    fingerprint: record.fingerprint,
-    envelope: record.envelope,
-    ...(record.partitionKey !== undefined ? { partitionKey: record.partitionKey } : {}),
-    ordered: record.ordered,
-    ...(record.logPosition !== undefined
-      ? {
-          logPosition: {
-            topic: record.logPosition.topic,
-            partition: record.logPosition.partition,
-            offset: record.logPosition.offset,
-          },
-        }
-      : {}),
-  };
-  return JSON.stringify(data);
-}
-
-function encodeReplay(replay: ReplayRecord): string {
-  return JSON.stringify({
-    at: replay.at,
-    ...(replay.by !== undefined ? { by: replay.by } : {}),
-    ...(replay.handledAt !== undefined ? { handledAt: replay.handledAt } : {}),
-  });
-}
-
-function decodeReplays(text: string): ReplayRecord[] {
-  if (text === '') return [];
-  return text.split('\n').map((line) => {
-    const entry = JSON.parse(line) as { at: number; by?: string; handledAt?: number };
-    return {
-      at: entry.at,
-      ...(entry.by !== undefined ? { by: entry.by } : {}),
-      ...(entry.handledAt !== undefined ? { handledAt: entry.handledAt } : {}),
-    };
-  });
-}
-
-function decodeRecord(
-  key: string,
-  data: string,
-  first: string,
-  status: string,
-  replays: string,
-): DeadLetterRecord {
-  let parsed: StoredData;
-  let replayList: ReplayRecord[];
-  try {
-    parsed = JSON.parse(data) as StoredData;
-    replayList = decodeReplays(replays);
-  } catch (error) {
-    throw new HarrierError(
-      'dead-letter-corrupt',
-      `Dead letter "${key}" in Redis is not valid JSON: something other than Harrier wrote to this key prefix; remove that record, and give the store a prefix of its own`,
-      { cause: error },
-    );
-  }
-  return {
-    id: parsed.id,
-    messageId: parsed.messageId,
-    kind: parsed.kind,
-    type: parsed.type,
-    endpoint: parsed.endpoint,
-    handler: parsed.handler,
-    reason: parsed.reason,
-    error: parsed.error,
-    attempts: parsed.attempts,
-    attemptCount: parsed.attemptCount,
-    firstFailedAt: Number(first),
-    lastFailedAt: parsed.lastFailedAt,
-    fingerprint: parsed.fingerprint,
-    envelope: parsed.envelope,
-    partitionKey: parsed.partitionKey,
-    ordered: parsed.ordered,
-    ...(parsed.logPosition !== undefined ? { logPosition: parsed.logPosition } : {}),
-    status: status as DeadLetterStatus,
-    replays: replayList,
-  };
-}
-
-/** The fields a group shows, kept beside its aggregates as JSON. */
-interface GroupSample {
-  readonly type?: string;
-  readonly handler?: string;
-  readonly endpoint?: string;
-  readonly reason?: string;
-  readonly sampleError?: string;
-}
-
-function encodeSample(record: DeadLetterRecord): string {
-  const sample: GroupSample = {
-    ...(record.type !== undefined ? { type: record.type } : {}),
-    ...(record.handler !== undefined ? { handler: record.handler } : {}),
-    endpoint: record.endpoint,
-    reason: record.reason,
-    sampleError: record.error.message,
-  };
-  return JSON.stringify(sample);
-}
-
-/**
- * The statuses whose aggregates answer `filter` (space separated, as the scripts read them), or
- * undefined when it sets a field other than status and fingerprint, which only a scan can answer.
- */
-function aggregatedStatuses(filter: DeadLetterFilter): string | undefined {
-  const { status = 'dead', fingerprint: _fingerprint, ...rest } = filter;
-  // Checked at run time: a caller from JavaScript may spell an unset field as undefined.
-  const others: readonly unknown[] = Object.values(rest);
-  if (others.some((value) => value !== undefined)) return undefined;
-  return status === 'any' ? 'dead replayed' : status;
-}
-
-/** A filter value as the scripts take it: '' when undefined, else '=' and the value. */
-function optionalArg(value: string | number | undefined): string {
-  return value === undefined ? '' : `=${value}`;
-}
-
-/** The add script's filter field arguments (see FILTER_FIELDS_LUA). */
-function filterFieldArgs(record: DeadLetterRecord): string[] {
-  return [record.endpoint, record.type, record.handler, record.reason].map(optionalArg);
-}
-
-function encodeCursor(seq: number): string {
-  return Buffer.from(`${CURSOR_PREFIX}${seq}`, 'utf8').toString('base64url');
-}
-
-function decodeCursor(cursor: string): number {
-  const text = Buffer.from(cursor, 'base64url').toString('utf8');
-  const digits = text.startsWith(CURSOR_PREFIX) ? text.slice(CURSOR_PREFIX.length) : '';
-  const seq = Number(digits);
-  if (!/^\d+$/.test(digits) || !Number.isSafeInteger(seq)) {
-    throw new HarrierError(
-      'invalid-cursor',
-      `Dead-letter cursor "${cursor}" was not issued by this store: pass the \`next\` of the previous page, or no cursor to start from the first page`,
-    );
-  }
-  return seq;
-}
-
-/** A page of groups from the groups script's reply (five values per group, at most limit + 1 groups). */
-function groupsPage(reply: readonly unknown[], limit: number): DeadLetterGroupPage {
-  const groups: DeadLetterGroup[] = [];
-  for (let i = 0; i + 5 <= reply.length; i += 5) {
-    const [fingerprint, count, first, last, json] = reply.slice(i, i + 5);
-    const sample = JSON.parse(String(json)) as GroupSample;
-    groups.push({
-      fingerprint: String(fingerprint),
-      count: Number(count),
-      firstSeen: Number(first),
-      lastSeen: Number(last),
-      ...(sample.type !== undefined ? { type: sample.type } : {}),
-      ...(sample.handler !== undefined ? { handler: sample.handler } : {}),
-      ...(sample.endpoint !== undefined ? { endpoint: sample.endpoint } : {}),
-      reason: sample.reason ?? '',
-      sampleError: sample.sampleError ?? '',
-    });
-  }
-  const page = groups.slice(0, limit);
-  const last = page.at(-1);
-  return {
-    groups: page,
-    next: groups.length > limit && last !== undefined ? encodeGroupCursor(last) : undefined,
-  };
-}
-
-/** A record the filter scan returned: selected by the script, or a candidate the caller must judge. */
-interface FilterEntry extends ChunkEntry {
-  readonly record: DeadLetterRecord;
-  readonly verdict: 'selected' | 'candidate';
-}
-
-/** One run of the filter scan, decoded. */
-interface FilterChunk {
-  /** Index entries read. */
-  readonly read: number;
-  /** Sequence of the last entry read, where the next run starts; undefined when none was read. */
-  readonly last: number | undefined;
-  /** Whether the index has nothing after `last`. */
-  readonly ended: boolean;
-  /** Records selected and counted by the script, not returned (`count` and `groups` modes). */
-  readonly selected: number;
-  readonly entries: readonly FilterEntry[];
-  /** Per-fingerprint sums of the selected records not returned (`groups` mode). */
-  readonly groups: readonly GroupSum[];
-}
-
-/** The record shown for a group: the latest by sequence, read at the end unless already at hand. */
-interface SampleRef {
-  readonly seq: number;
-  readonly id: string;
-  readonly record?: DeadLetterRecord;
-}
-
-/** One fingerprint's selected records, summed. */
-interface GroupSum {
-  readonly fingerprint: string;
-  readonly count: number;
-  readonly firstSeen: number;
-  readonly lastSeen: number;
-  readonly sample: SampleRef;
-}
-
-/** Whether the filter selects an entry the scan returned: the script said so, or the filter says so here. */
-function selected(entry: FilterEntry, filter: DeadLetterFilter): boolean {
-  return entry.verdict === 'selected' || matchesDeadLetterFilter(entry.record, filter);
-}
-
-/** Groups order: lastSeen descending, then fingerprint descending. */
-function byLastSeen(a: GroupCursor, b: GroupCursor): number {
-  if (a.lastSeen !== b.lastSeen) return b.lastSeen - a.lastSeen;
-  return a.fingerprint < b.fingerprint ? 1 : a.fingerprint > b.fingerprint ? -1 : 0;
-}
-
-/** Merges the per-chunk sums of a filter scan into failure groups. */
-class GroupSums {
-  readonly #sums = new Map<string, GroupSum>();
-
-  add(sum: GroupSum): void {
-    const old = this.#sums.get(sum.fingerprint);
-    if (old === undefined) {
-      this.#sums.set(sum.fingerprint, sum);
-      return;
-    }
-    this.#sums.set(sum.fingerprint, {
-      fingerprint: sum.fingerprint,
-      count: old.count + sum.count,
-      firstSeen: Math.min(old.firstSeen, sum.firstSeen),
-      lastSeen: Math.max(old.lastSeen, sum.lastSeen),
-      sample: sum.sample.seq >= old.sample.seq ? sum.sample : old.sample,
-    });
-  }
-
-  addRecord(record: DeadLetterRecord, seq: number): void {
-    this.add({
-      fingerprint: record.fingerprint,
-      count: 1,
-      firstSeen: record.firstFailedAt,
-      lastSeen: record.lastFailedAt,
-      sample: { seq, id: record.id, record },
-    });
-  }
-
-  /** The page of groups after `after`, in groups order. */
-  page(after: GroupCursor | undefined, limit: number): { groups: GroupSum[]; next: string | undefined } {
-    const selectedGroups = [...this.#sums.values()]
-      .filter((sum) => after === undefined || comesAfter(sum, after))
-      .sort(byLastSeen);
-    const groups = selectedGroups.slice(0, limit);
-    const last = groups.at(-1);
-    return {
-      groups,
-      next: selectedGroups.length > limit && last !== undefined ? encodeGroupCursor(last) : undefined,
-    };
-  }
-}
-
-/** A group as the store answers it, described by its sample record (empty when that vanished). */
-function groupWithSample(sum: GroupSum, sample: DeadLetterRecord | undefined): DeadLetterGroup {
-  return {
-    fingerprint: sum.fingerprint,
-    count: sum.count,
-    firstSeen: sum.firstSeen,
-    lastSeen: sum.lastSeen,
-    ...(sample?.type !== undefined ? { type: sample.type } : {}),
-    ...(sample?.handler !== undefined ? { handler: sample.handler } : {}),
-    ...(sample !== undefined ? { endpoint: sample.endpoint } : {}),
-    reason: sample?.reason ?? '',
-    sampleError: sample?.error.message ?? '',
-  };
-}
 
 /**
  * Keeps dead letters in Redis, so they outlive restarts and every process of an application sees the
@@ -903,15 +142,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
   readonly #client: Redis | Cluster;
   readonly #errors: RedisErrorContext;
   readonly #maxRecords: number;
-  /** Start of every key of the store, for messages. */
-  readonly #keyspace: string;
-  readonly #indexKey: string;
-  readonly #seqKey: string;
-  readonly #recordPrefix: string;
-  /** The record prefix as Lua must spell it: keys built in a script do not get ioredis's `keyPrefix`. */
-  readonly #scriptRecordPrefix: string;
-  /** The keyspace as Lua must spell it. */
-  readonly #scriptKeyspace: string;
+  readonly #keys: DeadLetterKeys;
   #closed = false;
 
   /** @throws HarrierError `invalid-option` when `prefix` is empty or `maxRecords` is not a positive integer. */
@@ -925,44 +156,22 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       );
     }
     this.#maxRecords = maxRecords;
-    this.#keyspace = `${prefix}:dlq:`;
-    this.#indexKey = `${this.#keyspace}index`;
-    this.#seqKey = `${this.#keyspace}seq`;
-    this.#recordPrefix = `${this.#keyspace}record:`;
 
     this.#connection = connectionFor(options.connection, options);
     this.#client = this.#connection.client;
+    this.#keys = new DeadLetterKeys(prefix, this.#client.options.keyPrefix ?? '');
     this.#errors = {
       connection: this.#connection,
       command: 'a dead-letter store command',
-      keyspace: this.#keyspace,
+      keyspace: this.#keys.keyspace,
     };
-    this.#scriptKeyspace = `${this.#client.options.keyPrefix ?? ''}${this.#keyspace}`;
-    this.#scriptRecordPrefix = `${this.#scriptKeyspace}record:`;
   }
 
   add(record: DeadLetterRecord): Promise<DeadLetterRecord> {
     return this.#run(async () => {
-      const key = this.#recordKey(record.id);
-      const data = encodeData(record);
-      const reply = await this.#eval(
-        SCRIPTS.add,
-        [key, this.#indexKey, this.#seqKey],
-        [
-          record.id,
-          data,
-          String(record.firstFailedAt),
-          record.status,
-          record.replays.slice(-MAX_REPLAY_HISTORY).map(encodeReplay).join('\n'),
-          String(this.#maxRecords),
-          this.#scriptRecordPrefix,
-          record.fingerprint,
-          String(record.lastFailedAt),
-          encodeSample(record),
-          this.#scriptKeyspace,
-          ...filterFieldArgs(record),
-        ],
-      );
+      const key = this.#keys.record(record.id);
+      const data = encodeRecordData(record);
+      const reply = await this.#eval(addScriptCall(this.#keys, record, data, this.#maxRecords));
       const [first, status, replays] = reply as [string, string, string];
       // Decoded from what was written, so the caller gets exactly what a later get() returns.
       return decodeRecord(key, data, first, status, replays);
@@ -971,7 +180,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
 
   get(id: string): Promise<DeadLetterRecord | undefined> {
     return this.#run(async () => {
-      const key = this.#recordKey(id);
+      const key = this.#keys.record(id);
       const [data, first, status, replays] = await this.#client.hmget(
         key,
         'data',
@@ -995,7 +204,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         );
       }
       const records: DeadLetterRecord[] = [];
-      let from = page.cursor === undefined ? undefined : decodeCursor(page.cursor);
+      let from = page.cursor === undefined ? undefined : decodeListCursor(page.cursor);
       let lastSeq = 0;
       let read = 0;
       for (;;) {
@@ -1003,8 +212,8 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         // the last match reports none.
         const chunk = await this.#filterChunk(filter, 'list', from, limit + 1 - records.length);
         for (const entry of chunk.entries) {
-          if (!selected(entry, filter)) continue;
-          if (records.length === limit) return { records, next: encodeCursor(lastSeq) };
+          if (!isSelected(entry, filter)) continue;
+          if (records.length === limit) return { records, next: encodeListCursor(lastSeq) };
           records.push(entry.record);
           lastSeq = entry.seq;
         }
@@ -1014,7 +223,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
         // A text search reads a bounded number of records per page, so a rare text still answers
         // quickly: the page then ends where the reading stopped, however few it holds.
         if (filter.text !== undefined && read >= TEXT_SCAN_BUDGET)
-          return { records, next: encodeCursor(from) };
+          return { records, next: encodeListCursor(from) };
       }
     });
   }
@@ -1029,29 +238,17 @@ export class RedisDeadLetterStore implements DeadLetterStore {
    */
   count(filter: DeadLetterFilter = {}): Promise<number> {
     return this.#run(async () => {
-      if (selectsEveryDeadLetter(filter)) return await this.#client.zcard(this.#indexKey);
+      if (selectsEveryDeadLetter(filter)) return await this.#client.zcard(this.#keys.index);
       // The group sets are scored by lastFailedAt, so a time window is a range of them.
       const { since: _since, until: _until, ...untimed } = filter;
       const statuses = aggregatedStatuses(untimed);
       if (statuses !== undefined) {
-        const n = Number(
-          await this.#eval(
-            SCRIPTS.count,
-            [this.#indexKey],
-            [
-              this.#scriptKeyspace,
-              statuses,
-              filter.fingerprint ?? '',
-              filter.since === undefined ? '-inf' : String(filter.since),
-              filter.until === undefined ? '+inf' : `(${filter.until}`,
-            ],
-          ),
-        );
+        const n = Number(await this.#eval(countScriptCall(this.#keys, filter, statuses)));
         if (n >= 0) return n;
       }
       let n = 0;
       for await (const chunk of this.#filterChunks(filter, 'count')) {
-        n += chunk.selected + chunk.entries.filter((entry) => selected(entry, filter)).length;
+        n += chunk.selected + chunk.entries.filter((entry) => isSelected(entry, filter)).length;
       }
       return n;
     });
@@ -1073,26 +270,16 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       const after = page.cursor === undefined ? undefined : decodeGroupCursor(page.cursor);
       const statuses = aggregatedStatuses(filter);
       if (statuses !== undefined) {
-        const state = filter.status ?? 'dead';
         const reply = (await this.#eval(
-          SCRIPTS.groups,
-          [this.#indexKey, `${this.#keyspace}groups:${state}`],
-          [
-            this.#scriptKeyspace,
-            statuses,
-            after === undefined ? '+inf' : String(after.lastSeen),
-            after?.fingerprint ?? '',
-            String(limit),
-            filter.fingerprint ?? '',
-          ],
+          groupsScriptCall(this.#keys, filter, statuses, after, limit),
         )) as unknown[];
-        if (reply[0] === 1) return groupsPage(reply.slice(1), limit);
+        if (reply[0] === 1) return decodeGroupsPage(reply.slice(1), limit);
       }
       const sums = new GroupSums();
       for await (const chunk of this.#filterChunks(filter, 'groups')) {
         for (const sum of chunk.groups) sums.add(sum);
         for (const entry of chunk.entries) {
-          if (selected(entry, filter)) sums.addRecord(entry.record, entry.seq);
+          if (isSelected(entry, filter)) sums.addRecord(entry.record, entry.seq);
         }
       }
       const { groups, next } = sums.page(after, limit);
@@ -1103,11 +290,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
 
   markReplayed(id: string, replay: ReplayRecord): Promise<boolean> {
     return this.#run(async () => {
-      const reply = await this.#eval(
-        SCRIPTS.markReplayed,
-        [this.#recordKey(id)],
-        [encodeReplay(replay), String(MAX_REPLAY_HISTORY), id, this.#scriptKeyspace],
-      );
+      const reply = await this.#eval(markReplayedScriptCall(this.#keys, id, replay));
       return reply === 1;
     });
   }
@@ -1120,7 +303,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
    */
   markReplayHandled(id: string, at: number): Promise<boolean> {
     return this.#run(async () => {
-      const reply = await this.#eval(SCRIPTS.markReplayHandled, [this.#recordKey(id)], [String(at)]);
+      const reply = await this.#eval(markReplayHandledScriptCall(this.#keys, id, at));
       return reply === 1;
     });
   }
@@ -1132,8 +315,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
       let n = 0;
       for (let i = 0; i < unique.length; i += REMOVE_BATCH) {
         const batch = unique.slice(i, i + REMOVE_BATCH);
-        const keys = [this.#indexKey, ...batch.map((id) => this.#recordKey(id))];
-        n += Number(await this.#eval(SCRIPTS.remove, keys, [this.#scriptKeyspace, ...batch]));
+        n += Number(await this.#eval(removeScriptCall(this.#keys, batch)));
       }
       return n;
     });
@@ -1159,9 +341,7 @@ export class RedisDeadLetterStore implements DeadLetterStore {
             matchesDeadLetterFilter(entry.record, filter),
         );
         if (doomed.length > 0) {
-          const keys = [this.#indexKey, ...doomed.map((entry) => this.#recordKey(entry.id))];
-          const args = [this.#scriptKeyspace, ...doomed.flatMap((entry) => [entry.id, entry.version])];
-          n += Number(await this.#eval(SCRIPTS.purge, keys, args));
+          n += Number(await this.#eval(purgeScriptCall(this.#keys, doomed)));
         }
         const last = chunk.at(-1);
         if (last === undefined || chunk.length < SCAN_CHUNK) return n;
@@ -1180,10 +360,6 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     await this.#connection.close();
   }
 
-  #recordKey(id: string): string {
-    return `${this.#recordPrefix}${id}`;
-  }
-
   /** Every chunk of a filter scan from the start of the index to its end. */
   async *#filterChunks(filter: DeadLetterFilter, mode: 'count' | 'groups'): AsyncGenerator<FilterChunk> {
     let from: number | undefined;
@@ -1195,71 +371,15 @@ export class RedisDeadLetterStore implements DeadLetterStore {
     }
   }
 
-  /** One run of the filter scan script (see FILTER_SCAN_SCRIPT) after sequence `after`. */
+  /** One run of the filter scan script (filter-scan-script.ts) after sequence `after`. */
   async #filterChunk(
     filter: DeadLetterFilter,
-    mode: 'list' | 'count' | 'groups',
+    mode: FilterScanMode,
     after: number | undefined,
     most: number,
   ): Promise<FilterChunk> {
-    const text = filter.text;
-    // Lua's lower() knows only ASCII, so only an ASCII needle can be compared in Redis.
-    const textMode = text === undefined ? '' : /^[\x20-\x7e]*$/.test(text) ? 'lua' : 'node';
-    const needle = text?.toLowerCase() ?? '';
-    const once = JSON.stringify(needle).slice(1, -1);
-    const size = textMode === '' ? FILTER_CHUNK : TEXT_FILTER_CHUNK;
-    const reply = (await this.#eval(
-      SCRIPTS.filterScan,
-      [this.#indexKey],
-      [
-        this.#scriptRecordPrefix,
-        after === undefined ? '-inf' : `(${after}`,
-        String(size),
-        mode,
-        String(most),
-        filter.status ?? 'dead',
-        ...[filter.endpoint, filter.type, filter.handler, filter.reason, filter.fingerprint].map(optionalArg),
-        filter.since === undefined ? '' : String(filter.since),
-        filter.until === undefined ? '' : String(filter.until),
-        textMode,
-        needle,
-        once,
-        JSON.stringify(once).slice(1, -1),
-        String(FILTER_CHUNK_BYTES),
-      ],
-    )) as [number, unknown, number, number, unknown[], unknown[]];
-    const [read, last, ended, selectedCount, records, groups] = reply;
-    const width = 3 + RECORD_FIELDS.length;
-    const entries: FilterEntry[] = [];
-    for (let i = 0; i + width <= records.length; i += width) {
-      const [entry] = this.#entriesOf([records[i], records[i + 1], ...records.slice(i + 3, i + width)]);
-      if (entry?.record !== undefined) {
-        entries.push({
-          ...entry,
-          record: entry.record,
-          verdict: records[i + 2] === 1 ? 'selected' : 'candidate',
-        });
-      }
-    }
-    const sums: GroupSum[] = [];
-    for (let i = 0; i + 6 <= groups.length; i += 6) {
-      const [fingerprint, count, first, lastSeen, seq, id] = groups.slice(i, i + 6);
-      sums.push({
-        fingerprint: String(fingerprint),
-        count: Number(count),
-        firstSeen: Number(first),
-        lastSeen: Number(lastSeen),
-        sample: { seq: Number(seq), id: String(id) },
-      });
-    }
-    return {
-      read,
-      last: typeof last === 'string' ? Number(last) : undefined,
-      ended: ended === 1,
-      selected: selectedCount,
-      entries,
-      groups: sums,
-    };
+    const reply = await this.#eval(filterScanScriptCall(this.#keys, filter, mode, after, most));
+    return decodeFilterChunk(reply, this.#keys);
   }
 
   /** The sample record of each group: the one it holds already, else read now (undefined if gone). */
@@ -1268,39 +388,12 @@ export class RedisDeadLetterStore implements DeadLetterStore {
   }
 
   async #readChunk(after: number | undefined): Promise<ChunkEntry[]> {
-    const reply = (await this.#eval(
-      SCRIPTS.readChunk,
-      [this.#indexKey],
-      [after === undefined ? '-inf' : `(${after}`, String(SCAN_CHUNK), this.#scriptRecordPrefix],
-    )) as unknown[];
-    return this.#entriesOf(reply);
+    const reply = (await this.#eval(readChunkScriptCall(this.#keys, after, SCAN_CHUNK))) as unknown[];
+    return decodeChunkEntries(reply, this.#keys);
   }
 
-  /** The entries of a chunk script's reply: id, score, then the record's fields, per entry. */
-  #entriesOf(reply: readonly unknown[]): ChunkEntry[] {
-    // A missing field comes back as nil over RESP2 but may come back as false over RESP3.
-    const text = (value: unknown): string | undefined => (typeof value === 'string' ? value : undefined);
-    const width = 2 + RECORD_FIELDS.length;
-    const entries: ChunkEntry[] = [];
-    for (let i = 0; i + width <= reply.length; i += width) {
-      const [id, score, data, first, status, replays, version] = reply.slice(i, i + width).map(text);
-      if (id === undefined || score === undefined) continue;
-      const key = this.#recordKey(id);
-      entries.push({
-        id,
-        seq: Number(score),
-        record:
-          data === undefined
-            ? undefined
-            : decodeRecord(key, data, first ?? '0', status ?? 'dead', replays ?? ''),
-        version,
-      });
-    }
-    return entries;
-  }
-
-  #eval(script: RedisScript, keys: readonly string[], args: readonly string[]): Promise<unknown> {
-    return evalScript(this.#client, script, keys, args);
+  #eval(call: ScriptCall): Promise<unknown> {
+    return evalScript(this.#client, call.script, call.keys, call.args);
   }
 
   /** Runs `body` on an open store and turns Redis's failures into {@link HarrierError}s. */
