@@ -48,6 +48,7 @@ export {
   toErrorInfo,
 } from './broker/index.js';
 export type {
+  BrokerCapabilities,
   Delivery,
   DeliveryFacts,
   NackOptions,

@@ -6,6 +6,7 @@ import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
 import {
   MAX_ATTEMPT_HISTORY,
   type AttemptRecord,
+  type BrokerCapabilities,
   type Delivery,
   type MessageBroker,
   type NackOptions,
@@ -86,6 +87,14 @@ interface StoredMessage {
   readonly replayOf: string | undefined;
   dueAt: number;
   deliveryId: string | undefined;
+  /** The receiver holding the current delivery, whose prefetch it counts against. */
+  holder: ReceiverSlots | undefined;
+}
+
+/** One receiver's unsettled deliveries and its prefetch. */
+interface ReceiverSlots {
+  held: number;
+  readonly prefetch: number;
 }
 
 class MemoryQueue {
@@ -100,8 +109,8 @@ class MemoryQueue {
   /** Messages held (ready, waiting or in flight). */
   stored = 0;
   inFlight = 0;
-  /** Messages waiting for their due time on a timer. */
-  delayed = 0;
+  /** Messages waiting for their due time on a timer (a set, so `redeliver` can find them). */
+  readonly delayed = new Set<StoredMessage>();
   /** Whether some endpoint registered to consume this queue. */
   consumed = false;
   /**
@@ -125,6 +134,9 @@ class MemoryQueue {
 const NO_HISTORY: readonly AttemptRecord[] = Object.freeze([]);
 
 const RECEIVER_DONE: IteratorReturnResult<undefined> = Object.freeze({ done: true, value: undefined });
+
+/** How long `redeliver` waits for a delivery of the message to settle before refusing, in ms. */
+const REDELIVER_IN_FLIGHT_WAIT_MS = 2_000;
 
 const keyOf = (message: OutgoingMessage): string => message.partitionKey ?? '';
 
@@ -267,15 +279,24 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   /**
-   * The deliveries of `endpoint`, one per `next()`, until the broker closes or `signal` aborts.
+   * The deliveries of `endpoint`, one per `next()`, until the broker closes or `signal` aborts; at
+   * most `prefetch` of them unsettled at once (a `next()` then waits for a settle).
    *
    * @remarks
    * A hand-written iterator, not an async generator: `next()` answers a ready delivery with one
    * resolved promise, where a generator's `yield` awaits its value and resumes through its own queue
    * of requests (two promises and three ticks more per delivery, measured on the send path).
+   * @throws HarrierError `not-registered` when `endpoint` has not called `register` on this broker.
    */
   receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
     const { endpoint, signal } = options;
+    if (!this.#endpointQueues.has(endpoint)) {
+      throw new HarrierError(
+        'not-registered',
+        `Endpoint "${endpoint}" has not registered its subscriptions: call register() first (bus.start() does)`,
+      );
+    }
+    const slots: ReceiverSlots = { held: 0, prefetch: Math.max(1, options.prefetch ?? 16) };
     let sinceYield = 0;
     let finished = false;
     const next = (): Promise<IteratorResult<Delivery>> => {
@@ -289,7 +310,8 @@ export class InMemoryBroker implements MessageBroker {
           sinceYield = 0;
           return nextTurn().then(next);
         }
-        const delivery = this.#take(endpoint);
+        // At its prefetch, the receiver waits like an idle one: a settle wakes it.
+        const delivery = slots.held < slots.prefetch ? this.#take(endpoint, slots) : undefined;
         if (delivery !== undefined) {
           sinceYield++;
           return Promise.resolve({ done: false, value: delivery });
@@ -398,16 +420,81 @@ export class InMemoryBroker implements MessageBroker {
     this.#changed();
   }
 
+  /**
+   * Puts a message back into one subscription with fresh attempts, unless the subscription still
+   * holds it.
+   *
+   * @remarks
+   * A message still queued (not delivered yet, or waiting for a retry) stays as it is: replaying a
+   * dead letter twice delivers it once. A delivery of it not settled yet is waited for (2 s on the
+   * broker's clock), as the dispatcher records a dead letter before it nacks the delivery.
+   * @throws HarrierError `message-in-flight` when the delivery stays unsettled throughout the wait.
+   */
   redeliver(target: RedeliveryTarget): Promise<void> {
-    return settle(() => {
+    return this.#redeliver(target, this.#clock.now() + REDELIVER_IN_FLIGHT_WAIT_MS);
+  }
+
+  #redeliver(target: RedeliveryTarget, waitUntil: number): Promise<void> {
+    let held: StoredMessage | undefined;
+    try {
       this.#assertOpen();
       const { message } = target;
       const queue =
         message.kind === 'command'
           ? this.#commandQueue(message.type)
           : this.#eventQueue(target.endpoint, target.handler);
-      this.#enqueue(queue, { ...message, deliverAt: undefined }, target.deadLetterId);
-      this.#changed();
+      held = this.#held(queue, message.id);
+      if (held === undefined) {
+        this.#enqueue(queue, { ...message, deliverAt: undefined }, target.deadLetterId);
+        this.#changed();
+        return SETTLED;
+      }
+    } catch (error) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      return Promise.reject(error);
+    }
+    const deliveryId = held.deliveryId;
+    if (deliveryId === undefined) return SETTLED;
+    return this.#settledWithin(deliveryId, waitUntil - this.#clock.now()).then((settled) => {
+      if (settled) return this.#redeliver(target, waitUntil);
+      throw new HarrierError(
+        'message-in-flight',
+        `message ${target.message.id} is still being handled in queue ${held.queue.name} (its delivery stayed unsettled for ${REDELIVER_IN_FLIGHT_WAIT_MS} ms): replay it again once it has settled`,
+      );
+    });
+  }
+
+  /** The message `id` that `queue` holds (ready, waiting, delayed or delivered), if any. */
+  #held(queue: MemoryQueue, id: string): StoredMessage | undefined {
+    // A scan, not an index kept per publish: replays are rare and the send path pays nothing.
+    for (let i = queue.readyHead; i < queue.ready.length; i++) {
+      const stored = queue.ready[i];
+      if (stored?.message.id === id) return stored;
+    }
+    for (const list of queue.keyed.values())
+      for (const stored of list) if (stored.message.id === id) return stored;
+    for (const stored of queue.delayed) if (stored.message.id === id) return stored;
+    for (const stored of this.#inFlight.values()) {
+      if (stored.queue === queue && stored.message.id === id) return stored;
+    }
+    return undefined;
+  }
+
+  /** Resolves true once `deliveryId` is settled (or the broker closed), false after `waitMs`. */
+  #settledWithin(deliveryId: string, waitMs: number): Promise<boolean> {
+    return new Promise<boolean>((resolve) => {
+      const done = (settled: boolean): void => {
+        this.#listeners.delete(check);
+        cancel();
+        resolve(settled);
+      };
+      const check = (): void => {
+        if (!this.#inFlight.has(deliveryId) || this.#closed) done(true);
+      };
+      const cancel = this.#clock.setTimer(Math.max(0, waitMs), () => {
+        done(false);
+      });
+      this.#listeners.add(check);
     });
   }
 
@@ -447,9 +534,9 @@ export class InMemoryBroker implements MessageBroker {
     return Promise.resolve(
       queues.map((queue) => ({
         queue: queue.name,
-        waiting: queue.stored - queue.inFlight - queue.delayed,
+        waiting: queue.stored - queue.inFlight - queue.delayed.size,
         active: queue.inFlight,
-        delayed: queue.delayed,
+        delayed: queue.delayed.size,
       })),
     );
   }
@@ -458,6 +545,24 @@ export class InMemoryBroker implements MessageBroker {
   onChange(listener: () => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
+  }
+
+  /**
+   * Delayed delivery, idempotent publish within `dedupeWindowMs`, per-key order, queue depths and
+   * redelivery; nothing survives the process or is shared with another one (each instance is a
+   * system of its own), and a delivery never settled is held until the broker closes.
+   */
+  capabilities(): BrokerCapabilities {
+    return {
+      delayedDelivery: true,
+      dedupeWindowMs: this.#dedupeWindowMs,
+      orderedDelivery: true,
+      queueDepths: true,
+      redeliver: true,
+      durable: false,
+      shared: false,
+      crashCounting: false,
+    };
   }
 
   #assertOpen(): void {
@@ -571,6 +676,7 @@ export class InMemoryBroker implements MessageBroker {
       replayOf,
       dueAt: message.deliverAt ?? 0,
       deliveryId: undefined,
+      holder: undefined,
     };
     queue.stored++;
     if (message.ordered === true) {
@@ -592,10 +698,10 @@ export class InMemoryBroker implements MessageBroker {
       this.#makeReady(stored);
       return;
     }
-    stored.queue.delayed++;
+    stored.queue.delayed.add(stored);
     const cancel = this.#clock.setTimer(delay, () => {
       this.#timers.delete(cancel);
-      stored.queue.delayed--;
+      stored.queue.delayed.delete(stored);
       if (!this.#closed) {
         this.#makeReady(stored);
         this.#changed();
@@ -636,16 +742,22 @@ export class InMemoryBroker implements MessageBroker {
     if (stored === undefined) throw new StaleDeliveryError(deliveryId);
     this.#inFlight.delete(deliveryId);
     stored.queue.inFlight--;
+    const holder = stored.holder;
+    if (holder !== undefined) {
+      stored.holder = undefined;
+      // A receiver waiting at its prefetch may take again.
+      if (holder.held-- === holder.prefetch) this.#wakeAll();
+    }
     return stored;
   }
 
-  #take(endpoint: string): Delivery | undefined {
+  #take(endpoint: string, slots: ReceiverSlots): Delivery | undefined {
     const queues = this.#endpointQueues.get(endpoint);
     if (queues === undefined || queues.length === 0) return undefined;
     if (this.#shuffled) {
       const stored = this.#takeAtRandom(queues);
       if (stored === undefined) return undefined;
-      const delivery = this.#deliver(endpoint, stored);
+      const delivery = this.#deliver(endpoint, stored, slots);
       this.#changed();
       return delivery;
     }
@@ -655,7 +767,7 @@ export class InMemoryBroker implements MessageBroker {
       const stored = this.#takeFrom(queue);
       if (stored !== undefined) {
         this.#rr = (this.#rr + i + 1) % queues.length;
-        const delivery = this.#deliver(endpoint, stored);
+        const delivery = this.#deliver(endpoint, stored, slots);
         this.#changed();
         return delivery;
       }
@@ -705,9 +817,11 @@ export class InMemoryBroker implements MessageBroker {
     return undefined;
   }
 
-  #deliver(endpoint: string, stored: StoredMessage): Delivery {
+  #deliver(endpoint: string, stored: StoredMessage, slots: ReceiverSlots): Delivery {
     const id = `d${++this.#deliveries}`;
     stored.deliveryId = id;
+    stored.holder = slots;
+    slots.held++;
     this.#inFlight.set(id, stored);
     stored.queue.inFlight++;
     const { message } = stored;

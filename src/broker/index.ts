@@ -2,6 +2,7 @@ export {
   MAX_ATTEMPT_HISTORY,
   toErrorInfo,
   type AttemptRecord,
+  type BrokerCapabilities,
   type Delivery,
   type DeliveryFacts,
   type ErrorInfo,

@@ -151,7 +151,8 @@ export interface ReceiverOptions {
   /** The endpoint whose subscriptions to receive. */
   readonly endpoint: string;
   /**
-   * How many deliveries may be unsettled at once; brokers that prefetch use it as their window.
+   * How many deliveries of this receiver may be unsettled at once: it takes more as they settle
+   * (brokers that prefetch use it as their window).
    * @defaultValue 16
    */
   readonly prefetch?: number;
@@ -172,13 +173,53 @@ export interface QueueDepth {
 }
 
 /**
+ * What a broker can do, as it declares it in {@link MessageBroker.capabilities}.
+ *
+ * @remarks
+ * The conformance suite skips the tests of what a broker lacks, naming the capability (`needs
+ * delayedDelivery`), and the bus reads the optional parts (`queueDepths`) only where declared. A
+ * broker declares what it does in every configuration it accepts: what depends on how its server
+ * is run (Redis persistence, say) is documented, not declared.
+ */
+export interface BrokerCapabilities {
+  /** `deliverAt`, and a `retryAt` in the future, are honoured: nothing is delivered before its time. */
+  readonly delayedDelivery: boolean;
+  /**
+   * How long a published message id is remembered per subscription to drop a second publish of it,
+   * in ms (idempotent publish); 0 when every publish delivers.
+   */
+  readonly dedupeWindowMs: number;
+  /**
+   * Messages of `ordered` definitions with one partition key are delivered one at a time in publish
+   * order, a retry holding its key, while other keys go ahead.
+   */
+  readonly orderedDelivery: boolean;
+  /** {@link MessageBroker.queueDepths} is implemented (telemetry's queue depth gauge reads it). */
+  readonly queueDepths: boolean;
+  /** {@link MessageBroker.redeliver} puts a message back into one subscription (dead-letter replay). */
+  readonly redeliver: boolean;
+  /** Queued messages survive a restart of the process: they are stored outside it. */
+  readonly durable: boolean;
+  /**
+   * Processes share the queues: a message published through one broker instance reaches a receiver
+   * of another instance on the same system (server and key prefix, database, virtual host).
+   */
+  readonly shared: boolean;
+  /**
+   * A delivery taken and never settled (its process died, its lease lapsed) goes back to its queue
+   * and counts as an attempt, so a message that keeps killing its workers runs out of attempts.
+   */
+  readonly crashCounting: boolean;
+}
+
+/**
  * The transport contract: the only thing Harrier needs from a broker.
  *
  * @remarks
- * Beyond DESIGN.md's `receiver`/`publish`/`publishBatch`/`ack`/`nack`/`close`, a broker has
- * `register` (subscriptions are registered at start-up so publishers need not know subscribers) and
- * `redeliver` (dead-letter replay into one subscription), and may have `queueDepths` (for telemetry).
- * See docs/architecture.md.
+ * Beyond DESIGN.md's `receiver`/`publish`/`publishBatch`/`ack`/`nack`/`close`/`capabilities`, a
+ * broker has `register` (subscriptions are registered at start-up so publishers need not know
+ * subscribers) and `redeliver` (dead-letter replay into one subscription), and may have
+ * `queueDepths` (for telemetry). See docs/architecture.md.
  */
 export interface MessageBroker {
   /**
@@ -188,7 +229,12 @@ export interface MessageBroker {
    * its queue, where commands wait for it).
    */
   register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void>;
-  /** Deliveries for one endpoint, until the signal aborts or the broker closes. */
+  /**
+   * Deliveries for one endpoint, until the signal aborts or the broker closes. The receiver holds at
+   * most `prefetch` unsettled deliveries and takes more as they settle.
+   * @throws HarrierError `not-registered` (from `receiver()` or its iterator's first `next()`) when
+   * the endpoint has not called {@link MessageBroker.register} on this broker.
+   */
   receiver(options: ReceiverOptions): AsyncIterable<Delivery>;
   /**
    * Publishes one message: a command to its queue, an event to one copy per subscription.
@@ -218,15 +264,28 @@ export interface MessageBroker {
    * @throws StaleDeliveryError when the id is not current.
    */
   nack(deliveryId: string, options: NackOptions): Promise<void>;
-  /** Puts a message back into one subscription with fresh attempts, ignoring the publish dedupe. */
+  /**
+   * Puts a message back into one subscription with fresh attempts, ignoring the publish dedupe.
+   *
+   * @remarks
+   * The subscription holds at most one copy of a message: when it still holds this one, waiting to
+   * be delivered or for a retry, nothing changes (it is delivered once, its attempts as they were).
+   * A delivery of it not settled yet is waited for (a few seconds), then the rule applies to what
+   * the settle left.
+   * @throws HarrierError `message-in-flight` when a delivery of the message stayed unsettled
+   * throughout that wait.
+   */
   redeliver(target: RedeliveryTarget): Promise<void>;
   /** Ends every receiver and releases the broker's resources. */
   close(): Promise<void>;
   /**
    * Messages in each queue an endpoint receives from, by state (telemetry's queue depth gauge).
-   * Optional: a broker that cannot count cheaply leaves it out.
+   * Optional: a broker that cannot count cheaply leaves it out and declares
+   * {@link BrokerCapabilities.queueDepths} false.
    */
   queueDepths?(endpoint: string): Promise<readonly QueueDepth[]>;
+  /** What this broker can do; the same record for the broker's whole life. */
+  capabilities(): BrokerCapabilities;
 }
 
 /** Builds an {@link ErrorInfo} from anything thrown. */

@@ -717,7 +717,8 @@ class HarrierBus implements MessageBus {
               ),
           }
         : {}),
-      ...(broker.queueDepths !== undefined
+      // Read only where the broker declares it counts: a method alone may be a stub.
+      ...(broker.queueDepths !== undefined && broker.capabilities().queueDepths
         ? { queueDepths: () => broker.queueDepths?.(endpoint) ?? Promise.resolve([]) }
         : {}),
     };

@@ -3,6 +3,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { Job, Queue } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import type {
+  BrokerCapabilities,
   Delivery,
   MessageBroker,
   NackOptions,
@@ -386,6 +387,15 @@ export class BullMqBroker implements MessageBroker {
     });
   }
 
+  /**
+   * Puts a message back into one subscription, as {@link MessageBroker.redeliver} says.
+   *
+   * @remarks
+   * A job of the message still waiting or delayed is left as it is. An active one is waited for
+   * (2 s, polling its state); an ordered message waiting for its retry keeps its job active (so no
+   * later message of its key overtakes it), so replaying it then is refused as `message-in-flight`
+   * once the wait is over.
+   */
   async redeliver(target: RedeliveryTarget): Promise<void> {
     this.#assertOpen();
     await this.#connected();
@@ -481,6 +491,27 @@ export class BullMqBroker implements MessageBroker {
       depths.set(queue, depth);
     });
     return [...depths.values()];
+  }
+
+  /**
+   * Everything: the queues live in Redis, shared by every broker on the same prefix, and a job whose
+   * lock lapsed (its worker died) goes back and counts as an attempt.
+   *
+   * @remarks
+   * `durable` holds across restarts of Harrier's processes; across a restart of Redis only with
+   * persistence on (AOF, see docs/redis.md).
+   */
+  capabilities(): BrokerCapabilities {
+    return {
+      delayedDelivery: true,
+      dedupeWindowMs: this.#dedupeWindowMs,
+      orderedDelivery: true,
+      queueDepths: true,
+      redeliver: true,
+      durable: true,
+      shared: true,
+      crashCounting: true,
+    };
   }
 
   /** A receiver of its own for each iteration; it leaves the broker's set once its iteration ends. */

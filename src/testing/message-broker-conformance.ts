@@ -1,12 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type {
-  Delivery,
-  ErrorInfo,
-  MessageBroker,
-  OutgoingMessage,
-  PendingDeadLetter,
-  SubscriptionSpec,
+import {
+  MAX_ATTEMPT_HISTORY,
+  type BrokerCapabilities,
+  type Delivery,
+  type ErrorInfo,
+  type MessageBroker,
+  type OutgoingMessage,
+  type PendingDeadLetter,
+  type QueueDepth,
+  type SubscriptionSpec,
 } from '../broker/message-broker.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { MessageKind } from '../messages/definition.js';
@@ -19,6 +22,28 @@ export interface MessageBrokerUnderTest {
   readonly broker: MessageBroker;
   /** Runs after the broker is closed, e.g. to delete the test's Redis keys or close a connection. */
   readonly cleanup?: () => Promise<void>;
+  /**
+   * Makes another broker on the same system as `broker` (the same server and key prefix, the same
+   * database), as a second process would, for the tests of a shared broker
+   * ({@link BrokerCapabilities.shared}); the suite closes each one before `cleanup` runs. Those
+   * tests skip, saying so, when it is left out.
+   * @defaultValue none
+   */
+  readonly sibling?: () => Promise<MessageBroker>;
+}
+
+/**
+ * A capability a conformance test needs: a boolean of {@link BrokerCapabilities} that must be true,
+ * or `dedupeWindowMs`, which must be above 0.
+ */
+type Need = keyof BrokerCapabilities;
+
+/** The needs among `needs` that `capabilities` lacks. */
+function lacking(capabilities: BrokerCapabilities, needs: readonly Need[]): Need[] {
+  return needs.filter((need) => {
+    const value = capabilities[need];
+    return typeof value === 'number' ? value <= 0 : !value;
+  });
 }
 
 /** How long to wait for something that should happen, in ms. */
@@ -45,6 +70,32 @@ function pick(deliveries: readonly Delivery[], predicate: (delivery: Delivery) =
   return found;
 }
 
+/** Polls `read` until `accept` holds or `timeoutMs` passes; returns the last value read. */
+async function eventually<T>(
+  read: () => Promise<T>,
+  accept: (value: T) => boolean,
+  timeoutMs = ARRIVES_WITHIN_MS,
+): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (accept(value) || Date.now() >= until) return value;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+/** The waiting, active and delayed messages of every queue in `depths`, added up. */
+function totalOf(depths: readonly QueueDepth[]): Omit<QueueDepth, 'queue'> {
+  return depths.reduce(
+    (total, depth) => ({
+      waiting: total.waiting + depth.waiting,
+      active: total.active + depth.active,
+      delayed: total.delayed + depth.delayed,
+    }),
+    { waiting: 0, active: 0, delayed: 0 },
+  );
+}
+
 /** True for a stale-delivery HarrierError (of any installed copy), with exactly that code. */
 const isStale = (error: unknown): boolean =>
   HarrierError.is(error, 'stale-delivery') && error.code === 'stale-delivery';
@@ -61,8 +112,11 @@ class Inbox {
   constructor(
     broker: MessageBroker,
     readonly endpoint: string,
+    prefetch?: number,
   ) {
-    this.#iterator = broker.receiver({ endpoint, signal: this.#controller.signal })[Symbol.asyncIterator]();
+    const options = { endpoint, signal: this.#controller.signal };
+    const receiver = broker.receiver(prefetch === undefined ? options : { ...options, prefetch });
+    this.#iterator = receiver[Symbol.asyncIterator]();
   }
 
   /** The next delivery; fails the test if none arrives within `timeoutMs`. */
@@ -149,12 +203,22 @@ class Inbox {
 class Fixture {
   readonly #suffix = randomUUID().replaceAll('-', '').slice(0, 12);
   readonly #inboxes: Inbox[] = [];
+  readonly #siblings: MessageBroker[] = [];
   #closed = false;
 
   constructor(
     readonly broker: MessageBroker,
     readonly cleanup: (() => Promise<void>) | undefined,
+    readonly makeSibling: (() => Promise<MessageBroker>) | undefined,
   ) {}
+
+  /** Another broker on the same system, closed after the test; undefined when the factory has none. */
+  async sibling(): Promise<MessageBroker | undefined> {
+    if (this.makeSibling === undefined) return undefined;
+    const sibling = await this.makeSibling();
+    this.#siblings.push(sibling);
+    return sibling;
+  }
 
   /** An endpoint name no other test uses. */
   endpoint(label: string): string {
@@ -166,9 +230,12 @@ class Fixture {
     return `conformance.t${this.#suffix}.${label}`;
   }
 
-  /** A receiver for `endpoint`, stopped after the test. */
-  inbox(endpoint: string): Inbox {
-    const inbox = new Inbox(this.broker, endpoint);
+  /** A receiver for `endpoint` (of `options.broker`, by default the broker under test), stopped after the test. */
+  inbox(
+    endpoint: string,
+    options: { readonly prefetch?: number; readonly broker?: MessageBroker } = {},
+  ): Inbox {
+    const inbox = new Inbox(options.broker ?? this.broker, endpoint, options.prefetch);
     this.#inboxes.push(inbox);
     return inbox;
   }
@@ -210,6 +277,7 @@ class Fixture {
   async dispose(): Promise<void> {
     try {
       await Promise.all(this.#inboxes.map((inbox) => inbox.stop()));
+      await Promise.all(this.#siblings.map((sibling) => sibling.close()));
       await this.close();
     } finally {
       await this.cleanup?.();
@@ -251,8 +319,19 @@ export function describeMessageBrokerConformance(
 
     beforeEach(async () => {
       const made = await factory();
-      fixture = new Fixture(made.broker, made.cleanup);
+      fixture = new Fixture(made.broker, made.cleanup, made.sibling);
     });
+
+    /**
+     * Called in a `describe`: its tests need `needs`, and skip on a broker whose `capabilities()`
+     * lacks one, with the note `needs <capability>` in the test report.
+     */
+    const requires = (...needs: Need[]): void => {
+      beforeEach(({ skip }) => {
+        const missing = lacking(f().broker.capabilities(), needs);
+        if (missing.length > 0) skip(`needs ${missing.join(', ')}`);
+      });
+    };
 
     afterEach(async () => {
       const current = fixture;
@@ -466,6 +545,8 @@ export function describeMessageBrokerConformance(
       });
 
       describe('when the same id is published twice', () => {
+        requires('dedupeWindowMs');
+
         it('delivers the event once per subscription', async () => {
           const { broker } = f();
           const endpoint = f().endpoint('reporting');
@@ -503,6 +584,8 @@ export function describeMessageBrokerConformance(
       });
 
       describe('when deliverAt is in the future', () => {
+        requires('delayedDelivery');
+
         it('does not deliver before deliverAt and delivers after it', async () => {
           const { broker } = f();
           const endpoint = f().endpoint('scheduler');
@@ -521,6 +604,8 @@ export function describeMessageBrokerConformance(
       });
 
       describe('when ordered messages share a partition key', () => {
+        requires('orderedDelivery');
+
         it('delivers them one at a time in publish order without holding up another key', async () => {
           const { broker } = f();
           const endpoint = f().endpoint('accounts');
@@ -614,6 +699,8 @@ export function describeMessageBrokerConformance(
       });
 
       describe('when it repeats an id already published', () => {
+        requires('dedupeWindowMs');
+
         it('delivers the message once per subscription', async () => {
           const { broker } = f();
           const endpoint = f().endpoint('orders');
@@ -692,6 +779,8 @@ export function describeMessageBrokerConformance(
 
     describe('.nack', () => {
       describe('when given retryAt', () => {
+        requires('delayedDelivery');
+
         it('redelivers no earlier than retryAt with the next attempt number and the error in history', async () => {
           const { broker } = f();
           const endpoint = f().endpoint('orders');
@@ -718,6 +807,8 @@ export function describeMessageBrokerConformance(
       });
 
       describe('when given retryAt with a pending dead letter', () => {
+        requires('redeliver');
+
         it('hands the pending dead letter back with the next delivery, and a replay starts without it', async () => {
           const { broker } = f();
           const endpoint = f().endpoint('orders');
@@ -793,6 +884,8 @@ export function describeMessageBrokerConformance(
       });
 
       describe('when an ordered message is retried', () => {
+        requires('orderedDelivery', 'delayedDelivery');
+
         it('keeps the next message of its key waiting but not the messages of other keys', async () => {
           const { broker } = f();
           const endpoint = f().endpoint('accounts');
@@ -834,6 +927,8 @@ export function describeMessageBrokerConformance(
     });
 
     describe('.redeliver', () => {
+      requires('redeliver');
+
       describe('when replaying an event into one subscription', () => {
         it('delivers it to that subscription only, with attempt 1, despite the publish dedupe', async () => {
           const { broker } = f();
@@ -1021,6 +1116,266 @@ export function describeMessageBrokerConformance(
 
           expect(await first.ends()).toBe(true);
           expect(await second.ends()).toBe(true);
+        });
+      });
+    });
+
+    describe('.capabilities', () => {
+      it('describes the broker with booleans and a dedupe window in whole ms, the same on every call', () => {
+        const { broker } = f();
+
+        const capabilities = broker.capabilities();
+
+        expect(capabilities).toEqual({
+          delayedDelivery: expect.any(Boolean) as boolean,
+          dedupeWindowMs: expect.any(Number) as number,
+          orderedDelivery: expect.any(Boolean) as boolean,
+          queueDepths: expect.any(Boolean) as boolean,
+          redeliver: expect.any(Boolean) as boolean,
+          durable: expect.any(Boolean) as boolean,
+          shared: expect.any(Boolean) as boolean,
+          crashCounting: expect.any(Boolean) as boolean,
+        });
+        expect(Number.isSafeInteger(capabilities.dedupeWindowMs)).toBe(true);
+        expect(capabilities.dedupeWindowMs).toBeGreaterThanOrEqual(0);
+        if (capabilities.queueDepths) expect(typeof broker.queueDepths).toBe('function');
+        expect(broker.capabilities()).toEqual(capabilities);
+      });
+    });
+
+    describe('.receiver of an endpoint that never registered', () => {
+      it('throws HarrierError not-registered, from receiver() or its first next()', async () => {
+        const { broker } = f();
+        const endpoint = f().endpoint('unregistered');
+        const stop = new AbortController();
+
+        const error = await failureOf(async () => {
+          const iterator = broker.receiver({ endpoint, signal: stop.signal })[Symbol.asyncIterator]();
+          let timer: ReturnType<typeof setTimeout> | undefined;
+          try {
+            const first = await Promise.race([
+              iterator.next(),
+              new Promise<'waiting'>((resolve) => {
+                timer = setTimeout(() => {
+                  resolve('waiting');
+                }, QUIET_MS);
+              }),
+            ]);
+            expect.fail(`receiver() of an unregistered endpoint answered ${JSON.stringify(first)}`);
+          } finally {
+            clearTimeout(timer);
+            stop.abort();
+          }
+        });
+
+        expectCode(error, 'not-registered');
+        expect((error as Error).message).toContain(`"${endpoint}"`);
+      });
+    });
+
+    describe('.receiver with a prefetch', () => {
+      describe('when it holds prefetch unsettled deliveries', () => {
+        it('takes no more until one of them settles', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint, { prefetch: 2 });
+          const messages = [1, 2, 3, 4].map(() => f().message('command', placeOrder));
+          for (const message of messages) await broker.publish(message);
+          const [first, second] = await inbox.take(2);
+          if (first === undefined || second === undefined) return expect.fail('two deliveries expected');
+
+          await inbox.expectNothingWithin();
+          await broker.ack(first.id);
+          const third = await inbox.next();
+          await inbox.expectNothingWithin();
+          await broker.nack(second.id, { release: true });
+          const fourth = await inbox.next();
+
+          await inbox.expectNothingWithin();
+          const ids = [first, second, third, fourth].map((d) => d.facts.messageId);
+          expect(new Set(ids.slice(0, 3)).size).toBe(3);
+          expect(messages.map((m) => m.id)).toEqual(expect.arrayContaining(ids));
+        });
+      });
+    });
+
+    describe('.redeliver of a message the subscription still holds', () => {
+      requires('redeliver');
+
+      describe('when it has not been delivered yet', () => {
+        it('leaves it queued: it is delivered once, with attempt 1', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+
+          await broker.redeliver({ endpoint, handler: 'commands', message });
+
+          const inbox = f().inbox(endpoint);
+          const delivery = await inbox.next();
+          expect(delivery.facts).toMatchObject({ messageId: message.id, attempt: 1, history: [] });
+          await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when it waits for a retry', () => {
+        requires('delayedDelivery');
+
+        it('leaves it waiting: it is delivered once more, with its attempt and history', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reporting');
+          const orderPlaced = f().type('OrderPlaced');
+          await f().events(endpoint, { countOrders: [orderPlaced] });
+          const inbox = f().inbox(endpoint);
+          const message = f().message('event', orderPlaced);
+          await broker.publish(message);
+          const first = await inbox.next();
+          const error: ErrorInfo = { name: 'Error', message: 'boom' };
+          await broker.nack(first.id, { retryAt: Date.now() + DELAY_MS, error });
+
+          await broker.redeliver({ endpoint, handler: 'countOrders', message });
+
+          const retried = await inbox.next();
+          expect(retried.facts).toMatchObject({ messageId: message.id, handler: 'countOrders', attempt: 2 });
+          expect(retried.facts.history).toEqual([{ attempt: 1, at: expect.any(Number) as number, error }]);
+          await broker.ack(retried.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when a delivery of it is not settled yet', () => {
+        it('waits for the settle, then replays what it left: here a dead letter, with attempt 1', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+          const first = await inbox.next();
+          let replayed = false;
+
+          const replay = broker
+            .redeliver({ endpoint, handler: 'commands', message, deadLetterId: 'dl-4' })
+            .then(() => {
+              replayed = true;
+            });
+
+          await inbox.expectNothingWithin();
+          expect(replayed).toBe(false);
+          await broker.nack(first.id, { deadLetter: 'handler-failed' });
+          await replay;
+          const again = await inbox.next();
+          expect(again.facts).toMatchObject({
+            messageId: message.id,
+            attempt: 1,
+            history: [],
+            replayOf: 'dl-4',
+          });
+          await broker.ack(again.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+    });
+
+    describe('attempt history', () => {
+      describe(`when a message failed more than MAX_ATTEMPT_HISTORY (${MAX_ATTEMPT_HISTORY}) times`, () => {
+        it('keeps the newest attempts, the oldest dropped', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          await broker.publish(f().message('command', placeOrder));
+          const failures = MAX_ATTEMPT_HISTORY + 2;
+
+          for (let attempt = 1; attempt <= failures; attempt++) {
+            const delivery = await inbox.next();
+            expect(delivery.facts.attempt).toBe(attempt);
+            expect(delivery.facts.history).toHaveLength(Math.min(attempt - 1, MAX_ATTEMPT_HISTORY));
+            const error: ErrorInfo = { name: 'Error', message: `failure ${attempt}` };
+            await broker.nack(delivery.id, { retryAt: Date.now(), error });
+          }
+
+          const last = await inbox.next();
+          expect(last.facts.attempt).toBe(failures + 1);
+          const kept = Array.from(
+            { length: MAX_ATTEMPT_HISTORY },
+            (_, i) => failures - MAX_ATTEMPT_HISTORY + 1 + i,
+          );
+          expect(last.facts.history.map((record) => record.attempt)).toEqual(kept);
+          expect(last.facts.history.map((record) => record.error.message)).toEqual(
+            kept.map((attempt) => `failure ${attempt}`),
+          );
+          await broker.ack(last.id);
+        });
+      });
+    });
+
+    describe('.queueDepths', () => {
+      requires('queueDepths', 'delayedDelivery');
+
+      it('counts the waiting, active and delayed messages of the endpoint', async () => {
+        const { broker } = f();
+        const endpoint = f().endpoint('orders');
+        const placeOrder = f().type('PlaceOrder');
+        await f().commands(endpoint, placeOrder);
+        await broker.publish(f().message('command', placeOrder));
+        await broker.publish(f().message('command', placeOrder));
+        await broker.publish(f().message('command', placeOrder, { deliverAt: Date.now() + 60_000 }));
+        const inbox = f().inbox(endpoint, { prefetch: 1 });
+        await inbox.next();
+
+        const totals = await eventually(
+          async () => {
+            if (broker.queueDepths === undefined)
+              return expect.fail('capabilities().queueDepths but no queueDepths');
+            return totalOf(await broker.queueDepths(endpoint));
+          },
+          (depth) => depth.waiting === 1 && depth.active === 1 && depth.delayed === 1,
+        );
+
+        expect(totals).toEqual({ waiting: 1, active: 1, delayed: 1 });
+      });
+    });
+
+    describe('two broker instances on one system', () => {
+      requires('shared');
+
+      describe('when messages are published through one and received through the other', () => {
+        it('delivers them, and the ack through the instance that delivered settles them', async ({
+          skip,
+        }) => {
+          const { broker } = f();
+          const other = await f().sibling();
+          if (other === undefined) return skip('needs MessageBrokerUnderTest.sibling');
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          const orderPlaced = f().type('OrderPlaced');
+          await other.register(endpoint, [
+            { handler: 'commands', kind: 'command', types: [placeOrder] },
+            { handler: 'onPlaced', kind: 'event', types: [orderPlaced] },
+          ]);
+          const inbox = f().inbox(endpoint, { broker: other });
+          const command = f().message('command', placeOrder);
+          const event = f().message('event', orderPlaced);
+
+          await broker.publish(command);
+          await broker.publish(event);
+
+          const deliveries = await inbox.take(2);
+          expect(deliveries.map((d) => d.facts.messageId).sort()).toEqual([command.id, event.id].sort());
+          expect(pick(deliveries, (d) => d.facts.messageId === event.id).facts.handler).toBe('onPlaced');
+          for (const delivery of deliveries) {
+            expect(delivery.body).toBe(delivery.facts.messageId === command.id ? command.body : event.body);
+            await other.ack(delivery.id);
+          }
+          await inbox.expectNothingWithin();
         });
       });
     });

@@ -12,6 +12,8 @@ describeMessageBrokerConformance('BullMqBroker', async () => {
   const broker = new BullMqBroker({ connection: redisUrl, prefix, partitions: 4 });
   return {
     broker,
+    // A second process on the same Redis and prefix.
+    sibling: () => Promise.resolve(new BullMqBroker({ connection: redisUrl, prefix, partitions: 4 })),
     cleanup: async () => {
       await broker.close();
       const client = new Redis(redisUrl);

@@ -45,12 +45,11 @@ function started(): { cluster: RedisCluster; shared: Cluster } {
 const freshPrefix = (): string => `{hrc-${randomUUID().slice(0, 8)}}`;
 
 describeMessageBrokerConformance('BullMqBroker on Redis Cluster', () => {
-  const broker = new BullMqBroker({
-    connection: { cluster: started().cluster.nodes },
-    prefix: freshPrefix(),
-    partitions: 4,
-  });
-  return Promise.resolve({ broker, cleanup: () => broker.close() });
+  const prefix = freshPrefix();
+  const make = (): BullMqBroker =>
+    new BullMqBroker({ connection: { cluster: started().cluster.nodes }, prefix, partitions: 4 });
+  const broker = make();
+  return Promise.resolve({ broker, sibling: () => Promise.resolve(make()), cleanup: () => broker.close() });
 });
 
 describeDeadLetterStoreConformance('RedisDeadLetterStore on Redis Cluster (given a Cluster client)', () =>
