@@ -30,8 +30,8 @@ export const GLOBAL_OPTIONS = {
 /** Help text of the options every command takes. */
 export const GLOBAL_HELP = `Connection and output:
   --url <url>         the Harrier system to operate; the scheme picks the backend:
-                      ${describeSchemes()} (default: $HARRIER_URL, else $REDIS_URL)
-  --redis-url <url>   the same as --url
+                      ${describeSchemes()} (default: $HARRIER_URL)
+  --redis-url <url>   the same as --url (default: $REDIS_URL)
   --redis-cluster <host:port,...>
                       a Redis Cluster instead: some of its nodes (default: $REDIS_CLUSTER)
   --prefix <prefix>   key prefix of the Harrier system (default: {harrier})
