@@ -45,6 +45,7 @@ export {
   noRouteError,
   parseAttemptHistory,
   parsePendingDeadLetter,
+  sumQueueDepths,
   toErrorInfo,
 } from './broker/index.js';
 export type {
@@ -131,7 +132,9 @@ export type {
   MaintenanceOptions,
   SubscribeOptions,
 } from './log/index.js';
-export type { ProjectionRunnerOptions } from './projections/index.js';
+export { checkpointLags, lagBehind } from './projections/index.js';
+export type { CheckpointLagSource, ProjectionRunnerOptions } from './projections/index.js';
+export { subscriptionDeadLetters } from './admin/index.js';
 export {
   DEFAULT_SAGA_PAGE_LIMIT,
   compareSagaPositions,

@@ -156,11 +156,21 @@ export type {
 } from './log/index.js';
 export { ProjectionRunner } from './projections/index.js';
 export type {
+  CheckpointLag,
   PartitionStatus,
   PoisonPolicy,
   ProjectionStatus,
   ResettableProjection,
 } from './projections/index.js';
+export type {
+  AdminBrokerOptions,
+  EndpointTopology,
+  StoreAdmin,
+  SubscriptionTopology,
+  SystemAdmin,
+  Topology,
+  TransportAdmin,
+} from './admin/index.js';
 export {
   DEFAULT_COMPLETED_RETENTION_MS,
   Handles,

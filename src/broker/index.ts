@@ -23,4 +23,5 @@ export {
 } from './in-memory-broker.js';
 export { noRouteError } from './no-route-error.js';
 export { SETTLED } from './settled.js';
+export { sumQueueDepths } from './sum-queue-depths.js';
 export { parseAttemptHistory, parsePendingDeadLetter, type ParsedHistory } from './delivery-facts.js';

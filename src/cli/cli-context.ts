@@ -1,12 +1,11 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { durationMs } from '../clock/duration.js';
 import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-letter-store.js';
+import type { SystemAdmin } from '../admin/system-admin.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import { loadRedisLayer } from '../redis/load-redis-layer.js';
-import type { RedisAdmin } from '../redis/redis-admin.js';
-import type { RedisConnectionOptions } from '../redis/redis-connection.js';
+import { backendFor, describeSchemes, openRedisSystem } from './backends.js';
 import { CliExit, ExitCode, usageError, type CliIo } from './cli-io.js';
-import { checkRedisUrl, isHost, isPort } from './redis-url.js';
+import { isHost, isPort } from './redis-url.js';
 
 /** What {@link parse} returns for `options` plus the global ones. */
 export type ParsedArgs<O extends NonNullable<ParseArgsConfig['options']>> = ReturnType<
@@ -20,6 +19,7 @@ export type ParsedArgs<O extends NonNullable<ParseArgsConfig['options']>> = Retu
 
 /** Options every command takes. */
 export const GLOBAL_OPTIONS = {
+  url: { type: 'string' },
   'redis-url': { type: 'string' },
   'redis-cluster': { type: 'string' },
   prefix: { type: 'string' },
@@ -29,7 +29,9 @@ export const GLOBAL_OPTIONS = {
 
 /** Help text of the options every command takes. */
 export const GLOBAL_HELP = `Connection and output:
-  --redis-url <url>   Redis to use (default: $REDIS_URL)
+  --url <url>         the Harrier system to operate; the scheme picks the backend:
+                      ${describeSchemes()} (default: $HARRIER_URL)
+  --redis-url <url>   the same as --url (default: $REDIS_URL)
   --redis-cluster <host:port,...>
                       a Redis Cluster instead: some of its nodes (default: $REDIS_CLUSTER)
   --prefix <prefix>   key prefix of the Harrier system (default: {harrier})
@@ -94,11 +96,15 @@ export interface ClusterSeed {
   readonly port: number;
 }
 
-/** What every command needs: where Redis is, the prefix, and the output mode. */
+/** What every command needs: the system to open, the prefix, and the output mode. */
 export interface CommandContext {
   readonly io: CliIo;
-  /** Where Redis is: the URL, or `{ cluster: seeds }`, as the Redis layer takes it. */
-  readonly connection: RedisConnectionOptions;
+  /** The backend the connection options picked, for messages: `Redis`. */
+  readonly backend: string;
+  /** Where the system is, as given (a URL, or `cluster host:port,...`); may hold a password. */
+  readonly where: string;
+  /** Loads the backend's layer and opens the system: see {@link openAdmin}. */
+  readonly connect: () => Promise<SystemAdmin>;
   readonly prefix: string;
   /** JSON lines instead of text. */
   readonly json: boolean;
@@ -121,14 +127,22 @@ function parseSeeds(text: string, source: string): ClusterSeed[] {
   });
 }
 
+/** The options that say where the system is; at most one of them is given. */
+const CONNECTION_OPTIONS = ['url', 'redis-url', 'redis-cluster'] as const;
+
+const given = (text: string | undefined): text is string => text !== undefined && text !== '';
+
 /**
- * Resolves the global options.
- * @throws CliExit (usage) when no Redis, or two kinds of Redis, are given, or the Redis URL or
- *   cluster nodes are malformed.
+ * Resolves the global options. The system is the first of `--url`, `--redis-url` (the same),
+ * `--redis-cluster`, then `$HARRIER_URL`, `$REDIS_CLUSTER`, `$REDIS_URL`; a URL's scheme picks the
+ * backend ({@link backendFor}).
+ * @throws CliExit (usage) when no system, or two connection options, are given, or the URL or
+ *   cluster nodes are malformed, or the URL's scheme is not one a backend takes.
  */
 export function contextOf(
   io: CliIo,
   values: {
+    url?: string | undefined;
     'redis-url'?: string | undefined;
     'redis-cluster'?: string | undefined;
     prefix?: string | undefined;
@@ -140,35 +154,46 @@ export function contextOf(
     throw usageError(`--prefix "${prefix}" must be non-empty and without ':', e.g. {harrier}`);
   }
   const json = values.json === true || io.stdout.isTTY !== true;
-  if (values['redis-url'] !== undefined && values['redis-cluster'] !== undefined) {
-    throw usageError('Pass either --redis-url or --redis-cluster, not both');
+  const flags = CONNECTION_OPTIONS.filter((option) => values[option] !== undefined);
+  if (flags.length > 1) {
+    throw usageError(`Pass either --${flags[0] ?? ''} or --${flags[1] ?? ''}, not both`);
   }
-  const clusterText =
-    values['redis-cluster'] ?? (values['redis-url'] === undefined ? io.env.REDIS_CLUSTER : undefined);
-  if (clusterText !== undefined && clusterText !== '') {
-    const source = values['redis-cluster'] === undefined ? 'REDIS_CLUSTER' : '--redis-cluster';
-    const cluster = parseSeeds(clusterText, source);
-    return { io, connection: { cluster }, prefix, json };
+  const cluster = (text: string, source: string): CommandContext => {
+    const seeds = parseSeeds(text, source);
+    return {
+      io,
+      backend: 'Redis',
+      where: `cluster ${text}`,
+      connect: () => openRedisSystem({ cluster: seeds }, prefix),
+      prefix,
+      json,
+    };
+  };
+  const onUrl = (url: string, source: string): CommandContext => {
+    const backend = backendFor(url, source);
+    return { io, backend: backend.name, where: url, connect: () => backend.open(url, prefix), prefix, json };
+  };
+  if (given(values.url)) return onUrl(values.url, '--url');
+  if (given(values['redis-url'])) return onUrl(values['redis-url'], '--redis-url');
+  if (given(values['redis-cluster'])) return cluster(values['redis-cluster'], '--redis-cluster');
+  if (flags.length === 0) {
+    if (given(io.env.HARRIER_URL)) return onUrl(io.env.HARRIER_URL, 'HARRIER_URL');
+    if (given(io.env.REDIS_CLUSTER)) return cluster(io.env.REDIS_CLUSTER, 'REDIS_CLUSTER');
+    if (given(io.env.REDIS_URL)) return onUrl(io.env.REDIS_URL, 'REDIS_URL');
   }
-  const redisUrl = values['redis-url'] ?? io.env.REDIS_URL;
-  if (redisUrl === undefined || redisUrl === '') {
-    throw usageError(
-      'No Redis to connect to: set REDIS_URL or pass --redis-url redis://host:6379 (for a Redis Cluster, REDIS_CLUSTER or --redis-cluster host:port,host:port)',
-    );
-  }
-  checkRedisUrl(redisUrl, values['redis-url'] === undefined ? 'REDIS_URL' : '--redis-url');
-  return { io, connection: redisUrl, prefix, json };
+  throw usageError(
+    `Nothing to connect to: set HARRIER_URL or pass --url with a URL of ${describeSchemes()}, e.g. --url redis://127.0.0.1:6379 (REDIS_URL and --redis-url work too; for a Redis Cluster, REDIS_CLUSTER or --redis-cluster host:port,host:port)`,
+  );
 }
 
 /**
- * The Redis layer's view of the system the command names: connected, and Redis answering PING.
- * Close it when done.
- * @throws HarrierError `missing-dependency` when bullmq or ioredis is not installed.
- * @throws HarrierError `redis-unavailable` when Redis cannot be reached.
+ * The system the command names, opened through its backend's layer (loaded now, with its
+ * drivers): connected, and the backend answering. Close it when done.
+ * @throws HarrierError `missing-dependency` when the backend's driver is not installed.
+ * @throws HarrierError `<backend>-unavailable` (`redis-unavailable`, ...) when it cannot be reached.
  */
-export async function openAdmin(ctx: CommandContext): Promise<RedisAdmin> {
-  const { openRedisAdmin } = await loadRedisLayer();
-  return openRedisAdmin(ctx.connection, { prefix: ctx.prefix });
+export function openAdmin(ctx: CommandContext): Promise<SystemAdmin> {
+  return ctx.connect();
 }
 
 /** `--since`/`--until`: an ISO date, or a duration before `now` such as `1h` or `2d`. */
@@ -214,11 +239,9 @@ export function narrows(filter: DeadLetterFilter): boolean {
 /** The exit for an error a command threw. */
 export function exitOf(error: unknown): CliExit {
   if (error instanceof CliExit) return error;
-  if (
-    HarrierError.is(error) &&
-    (error.code === 'redis-unavailable' || error.code === 'postgres-unavailable')
-  ) {
-    return new CliExit(ExitCode.redisUnavailable, error.message);
+  // Each backend names its unreachable error `<backend>-unavailable` (redis-, postgres-, ...).
+  if (HarrierError.is(error) && error.code.endsWith('-unavailable')) {
+    return new CliExit(ExitCode.unavailable, error.message);
   }
   if (HarrierError.is(error, 'schema-conflict')) return new CliExit(ExitCode.schemaConflict, error.message);
   if (

@@ -24,7 +24,9 @@ export const ExitCode = {
   ok: 0,
   someFailed: 1,
   usage: 2,
-  /** Redis or PostgreSQL could not be reached. */
+  /** The backend (Redis, PostgreSQL, ...) could not be reached. */
+  unavailable: 3,
+  /** @deprecated The same as {@link ExitCode.unavailable}: its name from when Redis was the only backend. */
   redisUnavailable: 3,
   nothingMatched: 4,
   /** `postgres migrate`: the schema holds a table of one of Harrier's names that Harrier did not create. */

@@ -15,7 +15,7 @@ import { isHost } from './redis-url.js';
 
 export const DASHBOARD_HELP = `Usage: harrier dashboard [--host 127.0.0.1] [--port 8080] [--token <secret>] [--allow-actions]
 
-Serves the dashboard (docs/dashboard.md) of the Harrier system on Redis until SIGINT or SIGTERM:
+Serves the dashboard (docs/dashboard.md) of the Harrier system until SIGINT or SIGTERM:
 the dead letters with filters and paging, failure groups, each record's envelope, error, attempts
 and replays; projections with their checkpoints, lag and dead letters (what \`harrier projections
 status\` shows); and the topology: endpoints, subscriptions and queue depths (what \`harrier
@@ -85,11 +85,7 @@ export async function dashboardCommand(
   const signer = allowActions ? signerOf(values['signing-keys'] ?? io.env.HARRIER_SIGNING_KEYS) : undefined;
   const ctx = contextOf(io, values);
   // Where the records come from, for the page header (createDashboard masks a password in it).
-  const where =
-    typeof ctx.connection === 'string'
-      ? ctx.connection
-      : `cluster ${values['redis-cluster'] ?? io.env.REDIS_CLUSTER ?? ''}`;
-  const source = `${where} ${ctx.prefix}`;
+  const source = `${ctx.where} ${ctx.prefix}`;
   const admin = await openAdmin(ctx);
   try {
     const store = admin.deadLetterStore();

@@ -12,8 +12,8 @@ export type { CliIo, CliOutput } from './cli-io.js';
 
 const HELP = `Usage: harrier <command> [options]
 
-Operate a Harrier system on Redis: dead letters (also as a web page), projections, sagas,
-topology; and Harrier's tables in PostgreSQL.
+Operate a Harrier system, on the backend its URL's scheme picks: dead letters (also as a web
+page), projections, sagas, topology; and Harrier's tables in PostgreSQL.
 
 Commands:
   dlq list | show | groups | replay | purge | export | import
@@ -27,7 +27,7 @@ Run \`harrier <command> --help\` for a command's options.
 
 ${GLOBAL_HELP}
 
-Exit codes: 0 ok, 1 some items failed, 2 usage error, 3 Redis or PostgreSQL unreachable, 4 nothing matched,
+Exit codes: 0 ok, 1 some items failed, 2 usage error, 3 the backend unreachable, 4 nothing matched,
 5 the PostgreSQL schema holds tables of Harrier's names that are not Harrier's (postgres migrate).
 `;
 
@@ -40,13 +40,14 @@ function defaultIo(): CliIo {
  *
  * @remarks
  * The `harrier` bin calls this with `process.argv.slice(2)`; tests and tools can call it directly
- * with their own streams. Exit codes: 0 ok, 1 some items failed, 2 usage error, 3 Redis or
- * PostgreSQL unreachable, 4 nothing matched, 5 a PostgreSQL schema conflict ({@link ExitCode}).
+ * with their own streams. Exit codes: 0 ok, 1 some items failed, 2 usage error, 3 the backend
+ * (Redis, PostgreSQL) unreachable, 4 nothing matched, 5 a PostgreSQL schema conflict
+ * ({@link ExitCode}).
  *
  * @example
  * ```ts
  * import { run } from 'harrier/cli';
- * const code = await run(['dlq', 'list', '--json', '--redis-url', 'redis://127.0.0.1:6379']);
+ * const code = await run(['dlq', 'list', '--json', '--url', 'redis://127.0.0.1:6379']);
  * ```
  */
 export async function run(argv: readonly string[], io: CliIo = defaultIo()): Promise<number> {

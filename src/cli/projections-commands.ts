@@ -21,17 +21,18 @@ ${GLOBAL_HELP}
 
 const STATUS_HELP = `Usage: harrier projections status [name] [--json]
 
-For each projection with checkpoints in Redis (RedisCheckpointStore), and each partition of the
-topics it reads: the checkpoint (last offset completed), the log's end offset (RedisEventLog) and
-the lag between them. Topics and partitions are discovered from the log (a SCAN of its keys) and
-the checkpoints, so a partition that never had an append nor a checkpoint does not show.
+For each projection with checkpoints in the system's checkpoint store, and each partition of the
+topics it reads: the checkpoint (last offset completed), the event log's end offset and the lag
+between them. Topics and partitions are discovered from the log and the checkpoints, so a
+partition that never had an append nor a checkpoint does not show.
 
 ${GLOBAL_HELP}
 `;
 
 const REBUILD_HELP = `Usage: harrier projections rebuild <name> [--json]
 
-Deletes every checkpoint of the projection in Redis. Running processes notice within their
+Deletes every checkpoint of the projection in the system's checkpoint store. Running processes
+notice within their
 rebuildCheckIntervalMs (5 s by default): each calls the projection's reset() and replays it from
 offset 0. Processes started later find no checkpoint and replay from 0 as well. Exits 4 when the
 projection has no checkpoints.

@@ -1,15 +1,10 @@
 import { isIPv6 } from 'node:net';
 import { usageError } from './cli-io.js';
+import { redactUrl, schemeOf } from './url-scheme.js';
 
 /** A host name or IPv4 address: dot-separated labels of letters, digits, '-' and '_'. */
 const HOST_NAME = /^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?$/;
-const SCHEME = /^([A-Za-z][A-Za-z0-9+.-]*):\/\//;
 const EXAMPLE = 'e.g. redis://127.0.0.1:6379 or rediss://:password@redis.example.com:6380/0';
-
-/** `text` with its user name and password hidden, for messages. */
-function redact(text: string): string {
-  return text.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/)[^/?#]*@/, '$1***@');
-}
 
 /** True for a host the CLI can connect to: a host name, an IPv4 address, or an IPv6 one in brackets. */
 export function isHost(host: string): boolean {
@@ -33,14 +28,14 @@ export function isPort(text: string): boolean {
  */
 export function checkRedisUrl(text: string, source: string): void {
   function fail(problem: string, fix: string): never {
-    throw usageError(`${source} "${redact(text)}" is not a valid Redis URL: ${problem}; ${fix}`);
+    throw usageError(`${source} "${redactUrl(text)}" is not a valid Redis URL: ${problem}; ${fix}`);
   }
   if (text.startsWith('/')) {
     // A Unix socket path, as ioredis takes it, with an optional ?db=<n>.
     checkDatabase(new URLSearchParams(text.slice(text.indexOf('?') + 1 || text.length)).get('db'), fail);
     return;
   }
-  const scheme = SCHEME.exec(text)?.[1]?.toLowerCase();
+  const scheme = schemeOf(text);
   if (scheme === undefined) {
     fail(
       'it has no scheme',

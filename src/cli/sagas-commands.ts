@@ -34,8 +34,8 @@ ${GLOBAL_HELP}
 
 const LIST_HELP = `Usage: harrier sagas list [saga] [--status active|completed|any] [--limit N] [--cursor C] [--json]
 
-Saga instances in Redis (RedisSagaStore), ordered by saga name then id, one page at a time; with a
-saga name, only its instances. Completed instances are listed until their retention runs out.
+Saga instances in the system's saga store, ordered by saga name then id, one page at a time; with
+a saga name, only its instances. Completed instances are listed until their retention runs out.
 In JSON mode each line is an instance without its state, and a last line {"next":"<cursor>"}
 follows when there is another page.
 

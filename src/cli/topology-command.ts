@@ -1,11 +1,12 @@
+import { subscriptionDeadLetters } from '../admin/subscription-dead-letters.js';
 import { GLOBAL_HELP, contextOf, noPositionals, openAdmin, parse } from './cli-context.js';
 import { ExitCode, formatTable, iso, writeJson, type CliIo } from './cli-io.js';
 
 export const TOPOLOGY_HELP = `Usage: harrier topology [--json]
 
 Lists every endpoint registered under the prefix (by its processes' brokers), its subscriptions,
-and the depth of each subscription's BullMQ queues (waiting, active, delayed, failed), partition
-queues of ordered types included.
+the depth of each subscription's queues (waiting, active, delayed), partition queues of ordered
+types included, and the dead letters the dead-letter store holds for each subscription.
 
 ${GLOBAL_HELP}
 `;
@@ -22,13 +23,15 @@ export async function topologyCommand(argv: readonly string[], io: CliIo): Promi
   const admin = await openAdmin(ctx);
   try {
     const topology = await admin.topology();
-    for (const endpoint of topology.unreadable) {
+    const store = admin.deadLetterStore();
+    for (const endpoint of topology.unreadable ?? []) {
       io.stderr.write(`endpoint "${endpoint}": its registration is not JSON; skipped\n`);
     }
     const lines: Record<string, unknown>[] = [];
     const rows: string[][] = [];
     for (const { endpoint, registeredAt, subscriptions } of topology.endpoints) {
       for (const { subscription: spec, queues, total } of subscriptions) {
+        const deadLetters = await subscriptionDeadLetters(store, endpoint, spec);
         lines.push({
           endpoint,
           registeredAt: registeredAt === undefined ? null : iso(registeredAt),
@@ -38,17 +41,18 @@ export async function topologyCommand(argv: readonly string[], io: CliIo): Promi
           orderedTypes: spec.orderedTypes ?? [],
           queues,
           total,
+          deadLetters,
         });
         rows.push([
           endpoint,
           spec.handler,
           spec.kind,
           spec.types.join(','),
-          `${queues[0]?.name ?? '-'}${queues.length > 1 ? ` (+${queues.length - 1})` : ''}`,
-          String(total.wait),
+          `${queues[0]?.queue ?? '-'}${queues.length > 1 ? ` (+${queues.length - 1})` : ''}`,
+          String(total.waiting),
           String(total.active),
           String(total.delayed),
-          String(total.failed),
+          String(deadLetters),
         ]);
       }
     }
@@ -59,7 +63,7 @@ export async function topologyCommand(argv: readonly string[], io: CliIo): Promi
     } else {
       io.stdout.write(
         formatTable(
-          ['ENDPOINT', 'HANDLER', 'KIND', 'TYPES', 'QUEUE', 'WAIT', 'ACTIVE', 'DELAYED', 'FAILED'],
+          ['ENDPOINT', 'HANDLER', 'KIND', 'TYPES', 'QUEUE', 'WAITING', 'ACTIVE', 'DELAYED', 'DEAD LETTERS'],
           rows,
         ),
       );

@@ -1,10 +1,12 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Topology } from '../admin/topology.js';
 import { DashboardActions, type ActionResponder } from './dashboard-actions.js';
 import { cookieValue } from './dashboard-csrf.js';
 import type { DashboardReplay } from './replay-jobs.js';
 import { deadLetterGroups } from '../dead-letters/dead-letter-groups.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import type { CheckpointLag } from '../projections/projection-lag.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import {
   STYLESHEET,
@@ -16,12 +18,7 @@ import {
   type NavPath,
   type PageFrame,
 } from './dashboard-html.js';
-import {
-  projectionsPage,
-  topologyPage,
-  type DashboardProjectionLag,
-  type DashboardTopology,
-} from './dashboard-insight-pages.js';
+import { projectionsPage, topologyPage } from './dashboard-insight-pages.js';
 import { countBeside, countMatches } from './dashboard-count.js';
 import { groupsBody, listBody, recordBody } from './dashboard-pages.js';
 import { parseListQuery } from './dashboard-query.js';
@@ -75,16 +72,18 @@ export interface DashboardOptions {
   readonly now?: () => number;
   /**
    * Reads the endpoints, subscriptions and queue depths `GET /topology` shows, on each visit:
-   * `() => admin.topology()` with a `RedisAdmin` of `harrier/redis`.
+   * `() => admin.topology()` with the `TransportAdmin` of the system's broker (a `RedisAdmin` of
+   * `harrier/redis`). Each subscription's dead letters are counted in `deadLetters`.
    * @defaultValue undefined (the page says what to pass)
    */
-  readonly topology?: () => Promise<DashboardTopology>;
+  readonly topology?: () => Promise<Topology>;
   /**
    * Reads the checkpoints and lags `GET /projections` shows, on each visit:
-   * `() => admin.projectionLags()` with a `RedisAdmin` of `harrier/redis`.
+   * `() => admin.projectionLags()` with the `StoreAdmin` of the system's stores (a `RedisAdmin` of
+   * `harrier/redis`).
    * @defaultValue undefined (the page says what to pass)
    */
-  readonly projections?: () => Promise<readonly DashboardProjectionLag[]>;
+  readonly projections?: () => Promise<readonly CheckpointLag[]>;
 }
 
 /** A request listener for `node:http`'s `createServer`. */
@@ -366,7 +365,7 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
       return;
     }
     if (url.pathname === '/topology') {
-      const shown = await topologyPage(options.topology);
+      const shown = await topologyPage(options.topology, store);
       html(res, shown.status, 'Topology', shown.body, '/topology');
       return;
     }

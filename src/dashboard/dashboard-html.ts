@@ -38,7 +38,7 @@ form.filters label{display:flex;flex-direction:column;font-size:12px;color:#4a53
 input,select,button{font:inherit;padding:.2rem .4rem}form.filters input{width:10rem}td.when{white-space:nowrap}.error{color:#a4161a}.muted{color:#6b7385}
 nav.paging{margin:.6rem 0;display:flex;gap:1rem}dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;background:#fff;padding:.6rem;border:1px solid #dde1e8}
 dt{font-weight:600}dd{margin:0}
-tr.failed td{background:#fdecec}td.failed{color:#a4161a;font-weight:600}tr.total td{font-weight:600;background:#eef0f4}
+tr.failed td{background:#fdecec}td.failed,td.failed a{color:#a4161a;font-weight:600}tr.total td{font-weight:600;background:#eef0f4}
 .status{display:inline-block;padding:0 .4rem;border-radius:3px;font-size:12px;font-weight:600}
 .status.ok{background:#e3f4e6;color:#1b6b2a}.status.behind{background:#fff1d6;color:#8a5300}.status.none{background:#eef0f4;color:#4a5366}
 section.insight{margin-bottom:1.4rem}form.actions{display:flex;gap:.4rem;align-items:center;margin:.4rem 0}`;

@@ -1,66 +1,11 @@
-import type { SubscriptionSpec } from '../broker/message-broker.js';
+import { subscriptionDeadLetters } from '../admin/subscription-dead-letters.js';
+import type { SubscriptionTopology, Topology } from '../admin/topology.js';
+import type { QueueDepth } from '../broker/message-broker.js';
+import { sumQueueDepths } from '../broker/sum-queue-depths.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import type { CheckpointLag } from '../projections/projection-lag.js';
 import { escapeHtml as h, isoTime, maskSecrets } from './dashboard-html.js';
 import { listHref } from './dashboard-query.js';
-
-/** Jobs of a queue (or a sum of queues) in each BullMQ state the topology page shows. */
-export interface DashboardJobCounts {
-  readonly wait: number;
-  readonly active: number;
-  readonly delayed: number;
-  readonly failed: number;
-}
-
-/** One queue of a subscription and its depth per state. */
-export interface DashboardQueueDepth extends DashboardJobCounts {
-  /** The queue's name as its broker names it. */
-  readonly name: string;
-}
-
-/** One subscription of an endpoint, with its queues (partition queues included) and their sums. */
-export interface DashboardSubscription {
-  readonly subscription: SubscriptionSpec;
-  /** The subscription's own queue first, then its partition queues. */
-  readonly queues: readonly DashboardQueueDepth[];
-  /** The sums over `queues`. */
-  readonly total: DashboardJobCounts;
-}
-
-/** An endpoint with its subscriptions. */
-export interface DashboardEndpoint {
-  readonly endpoint: string;
-  /** When a process of the endpoint last registered, ms since the epoch; undefined when unknown. */
-  readonly registeredAt?: number | undefined;
-  readonly subscriptions: readonly DashboardSubscription[];
-}
-
-/**
- * What the topology page shows: the shape of `RedisAdmin.topology()` from `harrier/redis`, so
- * `topology: () => admin.topology()` fits.
- */
-export interface DashboardTopology {
-  readonly endpoints: readonly DashboardEndpoint[];
-  /** Endpoints whose registration could not be read, named on the page. @defaultValue [] */
-  readonly unreadable?: readonly string[] | undefined;
-}
-
-/**
- * One projection on one partition, as the projections page shows it: the shape of
- * `RedisAdmin.projectionLags()` from `harrier/redis`.
- */
-export interface DashboardProjectionLag {
-  readonly projection: string;
-  readonly topic: string;
-  readonly partition: number;
-  /** The last offset completed; undefined when the projection has no checkpoint on this partition. */
-  readonly checkpoint?: number | undefined;
-  /** The partition's length in the log: the offset of its next record. */
-  readonly endOffset: number;
-  /** Records appended and not yet completed by the projection. */
-  readonly lag: number;
-  /** When the checkpoint was last raised, ms since the epoch; undefined when unknown. */
-  readonly updatedAt?: number | undefined;
-}
 
 /** A page's status and escaped body. */
 export interface InsightPage {
@@ -68,7 +13,7 @@ export interface InsightPage {
   readonly body: string;
 }
 
-const STATES = ['wait', 'active', 'delayed', 'failed'] as const;
+const DEPTHS = ['waiting', 'active', 'delayed'] as const;
 
 /**
  * The body of a page whose source was not given: 200, since the dashboard works as configured.
@@ -82,7 +27,7 @@ function notConfigured(title: string, option: string, call: string): InsightPage
       `<h1>${h(title)}</h1>`,
       `<p data-testid="not-configured">This dashboard was started without a ${h(option)} source. Pass <code>${h(option)}</code> to <code>createDashboard</code> to see it here, for example:</p>`,
       `<pre>${h(example)}</pre>`,
-      '<p class="muted"><code>harrier dashboard</code> passes it for a system on Redis.</p>',
+      '<p class="muted"><code>harrier dashboard</code> passes it, read from the system its URL names.</p>',
     ].join('\n'),
   };
 }
@@ -108,16 +53,35 @@ async function fromSource<T>(
   }
 }
 
-function counts(c: DashboardJobCounts): string {
-  return STATES.map(
-    (state) =>
-      `<td class="num${state === 'failed' && c.failed > 0 ? ' failed' : ''}">${h(String(c[state]))}</td>`,
-  ).join('');
+function depths(d: QueueDepth): string {
+  return DEPTHS.map((state) => `<td class="num">${h(String(d[state]))}</td>`).join('');
 }
 
-function subscriptionRows(s: DashboardSubscription): string[] {
+/** A subscription with the dead letters the store holds for it. */
+interface SubscriptionView {
+  readonly endpoint: string;
+  readonly topology: SubscriptionTopology;
+  readonly deadLetters: number;
+}
+
+/** The dead-letter count of a subscription: red, and a link to its records, when there are any. */
+function deadLettersCell(view: SubscriptionView, rowspan: string): string {
+  const text = h(String(view.deadLetters));
+  // A link to an empty list would only be a click to nowhere.
+  if (view.deadLetters === 0) return `<td class="num"${rowspan}>${text}</td>`;
+  const href = listHref(
+    new Map([
+      ['endpoint', view.endpoint],
+      ['handler', view.topology.subscription.handler],
+    ]),
+  );
+  return `<td class="num failed"${rowspan}><a href="${h(href)}" data-testid="subscription-dead-letters">${text}</a></td>`;
+}
+
+function subscriptionRows(view: SubscriptionView): string[] {
+  const s = view.topology;
   const spec = s.subscription;
-  const span = s.queues.length + (s.queues.length > 1 ? 1 : 0);
+  const span = Math.max(1, s.queues.length + (s.queues.length > 1 ? 1 : 0));
   const rowspan = span > 1 ? ` rowspan="${span}"` : '';
   const ordered = spec.orderedTypes ?? [];
   const about = [
@@ -126,35 +90,37 @@ function subscriptionRows(s: DashboardSubscription): string[] {
     `<td${rowspan}>${spec.types.map((t) => `<code>${h(t)}</code>`).join('<br>') || '-'}</td>`,
     `<td${rowspan}>${ordered.map((t) => `<code>${h(t)}</code>`).join('<br>') || '-'}</td>`,
   ].join('');
-  const cls = (c: DashboardJobCounts, extra = ''): string => {
-    const names = [extra, c.failed > 0 ? 'failed' : ''].filter((n) => n !== '').join(' ');
+  const dead = deadLettersCell(view, rowspan);
+  const cls = (extra = ''): string => {
+    const names = [extra, view.deadLetters > 0 ? 'failed' : ''].filter((n) => n !== '').join(' ');
     return names === '' ? '' : ` class="${names}"`;
   };
   if (s.queues.length === 0) {
-    return [`<tr${cls(s.total)}>${about}<td class="muted">no queue</td>${counts(s.total)}</tr>`];
+    return [`<tr${cls()}>${about}<td class="muted">no queue</td>${depths(s.total)}${dead}</tr>`];
   }
   const rows = s.queues.map(
-    (q, i) => `<tr${cls(q)}>${i === 0 ? about : ''}<td><code>${h(q.name)}</code></td>${counts(q)}</tr>`,
+    (q, i) =>
+      `<tr${cls()}>${i === 0 ? about : ''}<td><code>${h(q.queue)}</code></td>${depths(q)}${i === 0 ? dead : ''}</tr>`,
   );
-  if (s.queues.length > 1) rows.push(`<tr${cls(s.total, 'total')}><td>total</td>${counts(s.total)}</tr>`);
+  if (s.queues.length > 1) rows.push(`<tr${cls('total')}><td>total</td>${depths(s.total)}</tr>`);
   return rows;
 }
 
-function sum(all: readonly DashboardJobCounts[]): DashboardJobCounts {
-  const total = { wait: 0, active: 0, delayed: 0, failed: 0 };
-  for (const c of all) for (const state of STATES) total[state] += c[state];
-  return total;
-}
+const COUNT_HEADS = '<th>Waiting</th><th>Active</th><th>Delayed</th><th>Dead letters</th>';
 
-const COUNT_HEADS = '<th>Waiting</th><th>Active</th><th>Delayed</th><th>Failed</th>';
-
-/** The topology page: each endpoint, its subscriptions and their queues' depths. */
-export function topologyBody(topology: DashboardTopology): string {
+/**
+ * The topology page: each endpoint, its subscriptions, their queues' depths and the dead letters
+ * the store holds for each subscription.
+ */
+export function topologyBody(topology: Topology, views: readonly SubscriptionView[]): string {
   const parts = ['<h1>Topology</h1>'];
-  const subscriptions = topology.endpoints.flatMap((e) => e.subscriptions);
-  const total = sum(subscriptions.map((s) => s.total));
+  const total = sumQueueDepths(
+    '',
+    views.map((v) => v.topology.total),
+  );
+  const deadLetters = views.reduce((n, v) => n + v.deadLetters, 0);
   parts.push(
-    `<table data-testid="topology-total"><thead><tr><th>Endpoints</th><th>Subscriptions</th>${COUNT_HEADS}</tr></thead><tbody><tr${total.failed > 0 ? ' class="failed"' : ''}><td class="num">${h(String(topology.endpoints.length))}</td><td class="num">${h(String(subscriptions.length))}</td>${counts(total)}</tr></tbody></table>`,
+    `<table data-testid="topology-total"><thead><tr><th>Endpoints</th><th>Subscriptions</th>${COUNT_HEADS}</tr></thead><tbody><tr${deadLetters > 0 ? ' class="failed"' : ''}><td class="num">${h(String(topology.endpoints.length))}</td><td class="num">${h(String(views.length))}</td>${depths(total)}<td class="num${deadLetters > 0 ? ' failed' : ''}">${h(String(deadLetters))}</td></tr></tbody></table>`,
   );
   for (const name of topology.unreadable ?? []) {
     parts.push(
@@ -167,7 +133,7 @@ export function topologyBody(topology: DashboardTopology): string {
     );
   }
   for (const e of topology.endpoints) {
-    const rows = e.subscriptions.flatMap(subscriptionRows);
+    const rows = views.filter((v) => v.endpoint === e.endpoint).flatMap(subscriptionRows);
     const table =
       rows.length === 0
         ? '<p class="muted">No subscriptions.</p>'
@@ -182,11 +148,11 @@ export function topologyBody(topology: DashboardTopology): string {
 /** One projection's rows and the facts the page sums from them. */
 interface ProjectionView {
   readonly name: string;
-  readonly rows: readonly DashboardProjectionLag[];
+  readonly rows: readonly CheckpointLag[];
   readonly deadLetters: number;
 }
 
-function projectionStatus(rows: readonly DashboardProjectionLag[]): string {
+function projectionStatus(rows: readonly CheckpointLag[]): string {
   if (rows.every((r) => r.checkpoint === undefined)) {
     return '<span class="status none">no checkpoint yet</span>';
   }
@@ -196,7 +162,7 @@ function projectionStatus(rows: readonly DashboardProjectionLag[]): string {
     : `<span class="status behind">behind by ${h(String(lag))}</span>`;
 }
 
-function lastUpdate(rows: readonly DashboardProjectionLag[]): number | undefined {
+function lastUpdate(rows: readonly CheckpointLag[]): number | undefined {
   const times = rows.flatMap((r) => (r.updatedAt === undefined ? [] : [r.updatedAt]));
   return times.length === 0 ? undefined : Math.max(...times);
 }
@@ -237,15 +203,33 @@ export function projectionsBody(views: readonly ProjectionView[]): string {
   return parts.join('\n');
 }
 
-/** Renders `GET /topology` from its source, or says how to give one. */
+/**
+ * Renders `GET /topology` from its source, or says how to give one; each subscription's dead
+ * letters are counted in `store`.
+ */
 export async function topologyPage(
-  source: (() => Promise<DashboardTopology>) | undefined,
+  source: (() => Promise<Topology>) | undefined,
+  store: DeadLetterStore,
 ): Promise<InsightPage> {
   if (source === undefined) {
     return notConfigured('Topology', 'topology', 'topology');
   }
-  const read = await fromSource('topology', async () => topologyBody(await source()));
-  return 'failed' in read ? read.failed : { status: 200, body: read.value };
+  const read = await fromSource('topology', async () => {
+    const topology = await source();
+    const subscriptions = topology.endpoints.flatMap((e) =>
+      e.subscriptions.map((s) => ({ endpoint: e.endpoint, topology: s })),
+    );
+    return { topology, subscriptions };
+  });
+  if ('failed' in read) return read.failed;
+  const { topology, subscriptions } = read.value;
+  // Counted side by side, as the projections page counts its dead letters.
+  const counts = await Promise.all(
+    subscriptions.map((s) => subscriptionDeadLetters(store, s.endpoint, s.topology.subscription)),
+  );
+  const views = subscriptions.map((s, i) => ({ ...s, deadLetters: counts[i] ?? 0 }));
+  const body = await fromSource('topology', () => topologyBody(topology, views));
+  return 'failed' in body ? body.failed : { status: 200, body: body.value };
 }
 
 /**
@@ -258,14 +242,14 @@ export async function topologyPage(
  * count and its link filter by `handler`.
  */
 export async function projectionsPage(
-  source: (() => Promise<readonly DashboardProjectionLag[]>) | undefined,
+  source: (() => Promise<readonly CheckpointLag[]>) | undefined,
   store: DeadLetterStore,
 ): Promise<InsightPage> {
   if (source === undefined) {
     return notConfigured('Projections', 'projections', 'projectionLags');
   }
   const read = await fromSource('projections', async () => {
-    const byName = new Map<string, DashboardProjectionLag[]>();
+    const byName = new Map<string, CheckpointLag[]>();
     for (const row of await source())
       byName.set(row.projection, [...(byName.get(row.projection) ?? []), row]);
     return byName;

@@ -9,11 +9,3 @@ export {
 export { CSRF_COOKIE, CSRF_FIELD } from './dashboard-csrf.js';
 export { TOKEN_GUESSES_PER_SECOND } from './token-guess-limit.js';
 export type { DashboardReplay } from './replay-jobs.js';
-export type {
-  DashboardEndpoint,
-  DashboardJobCounts,
-  DashboardProjectionLag,
-  DashboardQueueDepth,
-  DashboardSubscription,
-  DashboardTopology,
-} from './dashboard-insight-pages.js';

@@ -6,3 +6,4 @@ export {
   type ProjectionStatus,
   type ResettableProjection,
 } from './projection-runner.js';
+export { checkpointLags, lagBehind, type CheckpointLag, type CheckpointLagSource } from './projection-lag.js';

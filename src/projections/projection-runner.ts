@@ -21,6 +21,7 @@ import type { CheckpointStore } from '../log/checkpoint-store.js';
 import type { LogPosition } from '../dispatch/transactional-unit-of-work.js';
 import type { EventLog, LogRecord } from '../log/event-log.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
+import { lagBehind } from './projection-lag.js';
 
 /**
  * What to do with an event a projection still cannot handle after its retries. Only message failures
@@ -324,7 +325,7 @@ export class ProjectionRunner {
           checkpoint,
           completed,
           endOffset,
-          lag: Math.max(0, endOffset - 1 - completed),
+          lag: lagBehind(endOffset, completed),
           state: lane?.state ?? 'stopped',
           ...(lane?.haltedAt !== undefined ? { haltedAt: lane.haltedAt } : {}),
         });

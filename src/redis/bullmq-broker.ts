@@ -14,6 +14,7 @@ import type {
   SubscriptionSpec,
 } from '../broker/message-broker.js';
 import { noRouteError } from '../broker/no-route-error.js';
+import { sumQueueDepths } from '../broker/sum-queue-depths.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { withDeadline } from '../clock/deadline.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -31,6 +32,7 @@ import {
   type JobOptionDefaults,
 } from './job-data.js';
 import { ACK, PendingDeliveries, RELEASE, type Outcome } from '../broker/pending-deliveries.js';
+import { DEPTH_STATES, queueDepthOf } from './queue-depth.js';
 import { assertQueueNamePart, baseQueueName, QueueLayout } from './queue-layout.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
@@ -477,20 +479,15 @@ export class BullMqBroker implements MessageBroker {
     await this.#connected();
     const names = this.queuesOf(endpoint);
     const counts = await this.#withTimeout(
-      Promise.all(names.map((name) => this.#queue(name).getJobCounts(...COUNTED_STATES))),
+      Promise.all(names.map((name) => this.#queue(name).getJobCounts(...DEPTH_STATES))),
       'count jobs',
     );
-    const depths = new Map<string, { queue: string; waiting: number; active: number; delayed: number }>();
+    const byQueue = new Map<string, QueueDepth[]>();
     names.forEach((name, index) => {
-      const count = counts[index] ?? {};
       const queue = baseQueueName(name);
-      const depth = depths.get(queue) ?? { queue, waiting: 0, active: 0, delayed: 0 };
-      depth.waiting += (count.wait ?? 0) + (count.prioritized ?? 0);
-      depth.active += count.active ?? 0;
-      depth.delayed += count.delayed ?? 0;
-      depths.set(queue, depth);
+      byQueue.set(queue, [...(byQueue.get(queue) ?? []), queueDepthOf(name, counts[index] ?? {})]);
     });
-    return [...depths.values()];
+    return [...byQueue].map(([queue, depths]) => sumQueueDepths(queue, depths));
   }
 
   /**
@@ -660,9 +657,6 @@ interface NewJob {
   readonly data: JobData;
   readonly opts: Record<string, unknown>;
 }
-
-/** The BullMQ job states {@link BullMqBroker.queueDepths} reads. */
-const COUNTED_STATES = ['wait', 'prioritized', 'active', 'delayed'] as const;
 
 /** @throws HarrierError `invalid-option` unless `value` is a whole number of at least `min`. */
 function assertWhole(value: number, option: string, min: number, example: string): void {

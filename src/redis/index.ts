@@ -18,15 +18,7 @@ import type { RedisEventLog as RedisEventLogClass } from './redis-event-log.js';
 import type { RedisSagaStore as RedisSagaStoreClass } from './redis-saga-store.js';
 
 export type { BullMqBrokerOptions } from './bullmq-broker.js';
-export type {
-  EndpointTopology,
-  JobCounts,
-  ProjectionLag,
-  QueueDepth,
-  RedisAdminOptions,
-  SubscriptionTopology,
-  Topology,
-} from './redis-admin.js';
+export type { RedisAdminOptions } from './redis-admin.js';
 export type {
   RedisClient,
   RedisClusterConnection,

@@ -1,9 +1,13 @@
 import { Queue } from 'bullmq';
-import type { SubscriptionSpec } from '../broker/message-broker.js';
+import type { SystemAdmin } from '../admin/system-admin.js';
+import type { EndpointTopology, SubscriptionTopology, Topology } from '../admin/topology.js';
+import type { QueueDepth, SubscriptionSpec } from '../broker/message-broker.js';
+import { sumQueueDepths } from '../broker/sum-queue-depths.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import type { Checkpoint } from '../log/checkpoint-store.js';
 import type { TopicSpec } from '../log/event-log.js';
+import { checkpointLags, type CheckpointLag } from '../projections/projection-lag.js';
 import { BullMqBroker, type BullMqBrokerOptions } from './bullmq-broker.js';
+import { DEPTH_STATES, queueDepthOf } from './queue-depth.js';
 import { QueueLayout } from './queue-layout.js';
 import { RedisCheckpointStore } from './redis-checkpoint-store.js';
 import type { RedisConnectionOptions } from './redis-connection.js';
@@ -20,58 +24,6 @@ export interface RedisAdminOptions {
    * @defaultValue '\{harrier\}'
    */
   readonly prefix?: string;
-}
-
-/** The BullMQ job states a {@link QueueDepth} counts. */
-export const QUEUE_STATES = ['wait', 'active', 'delayed', 'failed'] as const;
-
-/** Jobs in each state of {@link QUEUE_STATES}. */
-export type JobCounts = Record<(typeof QUEUE_STATES)[number], number>;
-
-/** One BullMQ queue of a subscription and how many jobs it holds per state. */
-export interface QueueDepth extends JobCounts {
-  /** The queue's name, as the broker names it (`cmd~<type>`, `evt~<endpoint>~<handler>`, `…~p<n>`). */
-  readonly name: string;
-}
-
-/** One subscription of a registered endpoint, with its queues (partition queues included). */
-export interface SubscriptionTopology {
-  readonly subscription: SubscriptionSpec;
-  /** The subscription's own queue first, then its partition queues when it has ordered types. */
-  readonly queues: readonly QueueDepth[];
-  /** The sums over {@link SubscriptionTopology.queues}. */
-  readonly total: JobCounts;
-}
-
-/** An endpoint as registered in Redis by its processes' brokers. */
-export interface EndpointTopology {
-  readonly endpoint: string;
-  /** When a process of the endpoint last registered, ms since the epoch; undefined when not recorded. */
-  readonly registeredAt: number | undefined;
-  readonly subscriptions: readonly SubscriptionTopology[];
-}
-
-/** What {@link RedisAdmin.topology} found. */
-export interface Topology {
-  /** Registered endpoints, by name. */
-  readonly endpoints: readonly EndpointTopology[];
-  /** Endpoints whose registration is not JSON (something else wrote it), skipped. */
-  readonly unreadable: readonly string[];
-}
-
-/** One (projection, topic, partition): its checkpoint, the log's end, and the lag between them. */
-export interface ProjectionLag {
-  readonly projection: string;
-  readonly topic: string;
-  readonly partition: number;
-  /** The last offset completed; undefined when the projection has no checkpoint on this partition. */
-  readonly checkpoint: number | undefined;
-  /** The partition's length in the log: the offset of its next record. */
-  readonly endOffset: number;
-  /** Records appended and not yet completed by the projection. */
-  readonly lag: number;
-  /** When the checkpoint was last raised, ms since the epoch; undefined when unknown. */
-  readonly updatedAt: number | undefined;
 }
 
 /**
@@ -95,15 +47,16 @@ export async function connectToolClient(connection: RedisConnectionOptions): Pro
 
 /**
  * The queries and parts a tool needs to operate a Harrier system on Redis (the `harrier` CLI, a
- * dashboard): topology, partition count, projection lag, and the stores, log and broker of the system,
- * all on one connection. Open one with {@link openRedisAdmin}; {@link RedisAdmin.close} closes
- * everything opened through it.
+ * dashboard): the {@link SystemAdmin} of Redis (topology, projection lag, and the stores and broker
+ * of the system), plus what only Redis has (partition count, the log's partitions, the log), all on
+ * one connection. Open one with {@link openRedisAdmin}; {@link RedisAdmin.close} closes everything
+ * opened through it.
  *
  * @remarks
  * It reads Redis only through the layouts of the parts that write it (the broker's queue names, the
  * log's keys), so a tool never repeats a key layout.
  */
-export class RedisAdmin {
+export class RedisAdmin implements SystemAdmin {
   readonly #connection: RedisConnection;
   readonly #options: RedisConnectionOptions;
   readonly #prefix: string;
@@ -148,7 +101,7 @@ export class RedisAdmin {
 
   /**
    * Every endpoint registered under the prefix, its subscriptions, and how many jobs each of their
-   * queues holds (waiting, active, delayed, failed), partition queues of ordered types included.
+   * queues holds (waiting, active, delayed), partition queues of ordered types included.
    */
   async topology(): Promise<Topology> {
     const layout = new QueueLayout(this.#prefix, (await this.partitionCount()) ?? 0);
@@ -167,10 +120,9 @@ export class RedisAdmin {
       for (const subscription of registered.subscriptions ?? []) {
         const queues: QueueDepth[] = [];
         for (const { name } of layout.queuesFor(endpoint, subscription)) {
-          queues.push({ name, ...(await this.#jobCounts(name)) });
+          queues.push(await this.#queueDepth(name));
         }
-        const total: JobCounts = { wait: 0, active: 0, delayed: 0, failed: 0 };
-        for (const queue of queues) for (const state of QUEUE_STATES) total[state] += queue[state];
+        const total = sumQueueDepths(queues[0]?.queue ?? '', queues);
         subscriptions.push({ subscription, queues, total });
       }
       endpoints.push({ endpoint, registeredAt: registered.registeredAt, subscriptions });
@@ -191,49 +143,12 @@ export class RedisAdmin {
    * every partition of the topics it reads: the partitions the log has appended to and those with a
    * checkpoint. Sorted by projection, topic and partition; empty when nothing matches.
    */
-  async projectionLags(projection?: string): Promise<ProjectionLag[]> {
-    const stored = await this.checkpointStore().list(projection);
-    const discovered = await this.logPartitions();
-    const partitionsOf = (topic: string): number[] => {
-      const set = new Set(discovered.get(topic) ?? []);
-      for (const cp of stored) if (cp.topic === topic) set.add(cp.partition);
-      return [...set].sort((a, b) => a - b);
-    };
-    const topics = [...new Set(stored.map((cp) => cp.topic))].sort();
-    const log = this.eventLog(
-      topics.map((name) => ({ name, partitions: Math.max(...partitionsOf(name), 0) + 1 })),
-    );
-    const ends = new Map<string, number>();
-    for (const topic of topics) {
-      for (const partition of partitionsOf(topic)) {
-        ends.set(`${topic}\u0000${partition}`, await log.endOffset(topic, partition));
-      }
-    }
-    const byProjection = new Map<string, Checkpoint[]>();
-    for (const cp of stored)
-      byProjection.set(cp.projection, [...(byProjection.get(cp.projection) ?? []), cp]);
-    const rows: ProjectionLag[] = [];
-    for (const name of [...byProjection.keys()].sort()) {
-      const own = byProjection.get(name) ?? [];
-      for (const topic of [...new Set(own.map((cp) => cp.topic))].sort()) {
-        for (const partition of partitionsOf(topic)) {
-          const cp = own.find((c) => c.topic === topic && c.partition === partition);
-          const endOffset = ends.get(`${topic}\u0000${partition}`) ?? 0;
-          // A checkpoint is the last offset completed, so the next one to read is checkpoint + 1.
-          const nextToRead = cp === undefined ? 0 : cp.offset + 1;
-          rows.push({
-            projection: name,
-            topic,
-            partition,
-            checkpoint: cp?.offset,
-            endOffset,
-            lag: Math.max(0, endOffset - nextToRead),
-            updatedAt: cp === undefined || cp.updatedAt === 0 ? undefined : cp.updatedAt,
-          });
-        }
-      }
-    }
-    return rows;
+  async projectionLags(projection?: string): Promise<CheckpointLag[]> {
+    return checkpointLags({
+      checkpoints: await this.checkpointStore().list(projection),
+      logPartitions: await this.logPartitions(),
+      log: (topics) => this.eventLog(topics),
+    });
   }
 
   /** The system's checkpoint store, on this admin's connection. */
@@ -299,18 +214,12 @@ export class RedisAdmin {
     if (this.#connection.owned) this.#connection.client.disconnect();
   }
 
-  async #jobCounts(name: string): Promise<JobCounts> {
+  async #queueDepth(name: string): Promise<QueueDepth> {
     const queue = new Queue(name, { connection: this.#connection.client, prefix: this.#prefix });
     // The failure reaches the caller through getJobCounts; unheard, BullMQ would print it to stderr.
     queue.on('error', () => undefined);
     try {
-      const counts = await this.#run(() => queue.getJobCounts(...QUEUE_STATES));
-      return {
-        wait: counts.wait ?? 0,
-        active: counts.active ?? 0,
-        delayed: counts.delayed ?? 0,
-        failed: counts.failed ?? 0,
-      };
+      return queueDepthOf(name, await this.#run(() => queue.getJobCounts(...DEPTH_STATES)));
     } finally {
       await queue.close();
     }

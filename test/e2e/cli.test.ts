@@ -334,7 +334,12 @@ describe('harrier CLI', () => {
 
       const topology = jsonLines((await harrier(['topology', ...p], env)).stdout);
       expect(topology).toEqual([
-        expect.objectContaining({ endpoint: 'counter', handler: 'CountHandler', kind: 'command' }),
+        expect.objectContaining({
+          endpoint: 'counter',
+          handler: 'CountHandler',
+          kind: 'command',
+          deadLetters: 3,
+        }),
       ]);
 
       const status = await harrier(['projections', 'status', ...p], env);
@@ -511,10 +516,13 @@ describe('harrier CLI', () => {
       expect(result.stderr).toContain('Redis could not be reached at redis://127.0.0.1:1');
     });
 
-    it('exits 2 naming REDIS_URL and --redis-url when neither is given', async () => {
+    it('exits 2 naming HARRIER_URL, --url and the schemes that work when no system is given', async () => {
       const result = await harrier(['topology'], {});
       expect(result.code).toBe(2);
-      expect(result.stderr).toContain('set REDIS_URL or pass --redis-url');
+      expect(result.stderr).toContain(
+        'set HARRIER_URL or pass --url with a URL of redis:// or rediss:// (Redis)',
+      );
+      expect(result.stderr).toContain('REDIS_URL and --redis-url work too');
     });
 
     it('exits 3 naming --redis-cluster when the cluster is unreachable', async () => {
@@ -534,6 +542,144 @@ describe('harrier CLI', () => {
       );
       expect(both.code).toBe(2);
       expect(both.stderr).toContain('either --redis-url or --redis-cluster');
+    });
+  });
+
+  describe('choosing the backend by URL scheme', () => {
+    it.each([
+      ['--url', ['--url', 'http://127.0.0.1:6379'], {}],
+      ['HARRIER_URL', [], { HARRIER_URL: 'http://127.0.0.1:6379' }],
+      ['--redis-url', ['--redis-url', 'http://127.0.0.1:6379'], {}],
+    ] as const)(
+      'exits 2 for an unknown scheme from %s, naming it and the schemes that work',
+      async (source, args, fromEnv) => {
+        for (const json of [['--json'], []]) {
+          const result = await harrier(['topology', ...args, ...json], fromEnv);
+          expect(result.code).toBe(2);
+          expect(result.stdout).toBe('');
+          expect(result.stderr).toBe(
+            `harrier: ${source} "http://127.0.0.1:6379" is not a valid URL: unknown scheme "http://"; use redis:// or rediss:// (Redis), e.g. redis://127.0.0.1:6379\n`,
+          );
+        }
+      },
+    );
+
+    it('opens Redis for redis:// from --url or HARRIER_URL, as from the --redis-url and REDIS_URL aliases', async () => {
+      const broker = new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger });
+      await broker.register('counter', [{ handler: 'CountHandler', kind: 'command', types: [Count.type] }]);
+      await broker.close();
+      const p = ['topology', '--prefix', prefix, '--json'];
+      const outputs = [];
+      for (const [args, fromEnv] of [
+        [['--url', redisUrl], {}],
+        [[], { HARRIER_URL: redisUrl }],
+        [['--redis-url', redisUrl], {}],
+        [[], { REDIS_URL: redisUrl }],
+        // HARRIER_URL comes first among the environment's.
+        [[], { HARRIER_URL: redisUrl, REDIS_URL: 'redis://127.0.0.1:1' }],
+      ] as const) {
+        const result = await harrier([...p, ...args], fromEnv);
+        expect(result.stderr).toBe('');
+        expect(result.code).toBe(0);
+        outputs.push(jsonLines(result.stdout));
+      }
+      expect(outputs[0]).toEqual([expect.objectContaining({ endpoint: 'counter', handler: 'CountHandler' })]);
+      for (const output of outputs) expect(output).toEqual(outputs[0]);
+    });
+
+    it('opens Redis over TLS for rediss://: an unreachable one exits 3 with the Redis message', async () => {
+      const result = await harrier(['dlq', 'list', '--url', 'rediss://:s3cret@127.0.0.1:1', '--json'], {});
+      expect(result.code).toBe(3);
+      expect(result.stderr).toContain('Redis could not be reached at rediss://:***@127.0.0.1:1');
+      expect(result.stderr).not.toContain('s3cret');
+    });
+
+    it('exits 2 when both --url and its alias --redis-url are given', async () => {
+      const result = await harrier(['topology', '--url', redisUrl, '--redis-url', redisUrl], {});
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain('Pass either --url or --redis-url, not both');
+    });
+  });
+
+  describe('topology --json', () => {
+    /** Publishes a command to `cmd~cli.Count` and dead-letters it in BullMQ only: a failed job, no record. */
+    async function failJobWithoutRecord(broker: BullMqBroker): Promise<void> {
+      await broker.publish({ id: uuidv7(), kind: 'command', type: Count.type, body: '{}' });
+      const stop = new AbortController();
+      const receiving = broker.receiver({ endpoint: 'counter', signal: stop.signal })[Symbol.asyncIterator]();
+      const delivery = await receiving.next();
+      if (delivery.done === true) throw new Error('the counter receiver ended');
+      await broker.nack(delivery.value.id, { deadLetter: 'handler-failed', error: failure });
+      stop.abort();
+      await receiving.return?.();
+    }
+
+    it("counts each subscription's dead letters in the dead-letter store, not in BullMQ's failed jobs", async () => {
+      const broker = new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger });
+      await broker.register('counter', [{ handler: 'CountHandler', kind: 'command', types: [Count.type] }]);
+      await failJobWithoutRecord(broker);
+      const queue = new Queue(`cmd~${Count.type}`, { connection: admin, prefix });
+      expect(await queue.getJobCounts('failed')).toEqual({ failed: 1 });
+      await queue.close();
+      await broker.close();
+      const p = ['topology', '--prefix', prefix, '--json'];
+      expect(jsonLines((await harrier(p, env)).stdout)).toEqual([
+        expect.objectContaining({ handler: 'CountHandler', deadLetters: 0 }),
+      ]);
+
+      // Two dead of counter's CountHandler, one replayed, one of a CountHandler in another endpoint.
+      const replayed = deadLetter(3);
+      await seed([deadLetter(1), deadLetter(2), replayed, { ...deadLetter(4), endpoint: 'elsewhere' }]);
+      await store.markReplayed(replayed.id, { at: Date.now(), by: 'test' });
+      expect(jsonLines((await harrier(p, env)).stdout)).toEqual([
+        expect.objectContaining({ handler: 'CountHandler', deadLetters: 2 }),
+      ]);
+    });
+
+    it("gives every queue and each subscription's total in the broker's one QueueDepth shape", async () => {
+      const broker = new BullMqBroker({ connection: redisUrl, prefix, partitions: 2, logger: silentLogger });
+      const subscription = {
+        handler: 'CountHandler',
+        kind: 'command',
+        types: [Count.type],
+        orderedTypes: [Count.type],
+      } as const;
+      await broker.register('counter', [subscription]);
+      for (const key of ['a', 'b', 'c']) {
+        await broker.publish({
+          id: uuidv7(),
+          kind: 'command',
+          type: Count.type,
+          body: '{}',
+          partitionKey: key,
+          ordered: true,
+        });
+      }
+      await broker.publish({
+        id: uuidv7(),
+        kind: 'command',
+        type: Count.type,
+        body: '{}',
+        deliverAt: Date.now() + 3_600_000,
+      });
+      const fromBroker = await broker.queueDepths('counter');
+      await broker.close();
+
+      const result = await harrier(['topology', '--prefix', prefix, '--json'], env);
+      expect(result.code).toBe(0);
+      const [line] = jsonLines(result.stdout);
+      const queues = line?.queues as Record<string, unknown>[];
+      expect(queues.map((q) => q.queue)).toEqual([
+        `cmd~${Count.type}`,
+        `cmd~${Count.type}~p0`,
+        `cmd~${Count.type}~p1`,
+      ]);
+      for (const depth of [...queues, line?.total]) {
+        expect(Object.keys(depth ?? {}).sort()).toEqual(['active', 'delayed', 'queue', 'waiting']);
+      }
+      // The subscription's total is the row the broker's own queueDepths gives for it.
+      expect(fromBroker).toEqual([line?.total]);
+      expect(line?.total).toEqual({ queue: `cmd~${Count.type}`, waiting: 3, active: 0, delayed: 1 });
     });
   });
 

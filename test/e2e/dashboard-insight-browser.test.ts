@@ -1,8 +1,9 @@
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { DashboardProjectionLag, DashboardTopology } from '../../src/dashboard/index.js';
+import type { Topology } from '../../src/admin/topology.js';
 import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
+import type { CheckpointLag } from '../../src/projections/projection-lag.js';
 import { launchBrowser, updateScreenshots } from '../helpers/browser.js';
 import { deadLetter, serveDashboard, type ServedDashboard } from '../helpers/dashboard.js';
 
@@ -20,9 +21,9 @@ interface BrowserWindow {
 }
 
 const at = (minute: number): number => Date.UTC(2026, 0, 31, 12, minute, 0);
-const idle = { wait: 0, active: 0, delayed: 0, failed: 0 };
+const idle = { waiting: 0, active: 0, delayed: 0 };
 
-const TOPOLOGY: DashboardTopology = {
+const TOPOLOGY: Topology = {
   endpoints: [
     {
       endpoint: 'billing',
@@ -30,13 +31,13 @@ const TOPOLOGY: DashboardTopology = {
       subscriptions: [
         {
           subscription: { handler: 'ChargeCard', kind: 'command', types: ['billing.ChargeCard'] },
-          queues: [{ name: 'cmd~billing.ChargeCard', wait: 12, active: 4, delayed: 1, failed: 3 }],
-          total: { wait: 12, active: 4, delayed: 1, failed: 3 },
+          queues: [{ queue: 'cmd~billing.ChargeCard', waiting: 12, active: 4, delayed: 1 }],
+          total: { queue: 'cmd~billing.ChargeCard', waiting: 12, active: 4, delayed: 1 },
         },
         {
           subscription: { handler: 'SendReceipt', kind: 'event', types: ['billing.CardCharged'] },
-          queues: [{ name: 'evt~billing~SendReceipt', ...idle, wait: 2 }],
-          total: { ...idle, wait: 2 },
+          queues: [{ queue: 'evt~billing~SendReceipt', ...idle, waiting: 2 }],
+          total: { queue: 'evt~billing~SendReceipt', ...idle, waiting: 2 },
         },
       ],
     },
@@ -52,16 +53,16 @@ const TOPOLOGY: DashboardTopology = {
             orderedTypes: ['orders.PlaceOrder'],
           },
           queues: [
-            { name: 'cmd~orders.PlaceOrder', ...idle, wait: 5, active: 2 },
-            { name: 'cmd~orders.PlaceOrder~p0', ...idle, wait: 1 },
-            { name: 'cmd~orders.PlaceOrder~p1', ...idle, delayed: 2 },
+            { queue: 'cmd~orders.PlaceOrder', ...idle, waiting: 5, active: 2 },
+            { queue: 'cmd~orders.PlaceOrder~p0', ...idle, waiting: 1 },
+            { queue: 'cmd~orders.PlaceOrder~p1', ...idle, delayed: 2 },
           ],
-          total: { wait: 6, active: 2, delayed: 2, failed: 0 },
+          total: { queue: 'cmd~orders.PlaceOrder', waiting: 6, active: 2, delayed: 2 },
         },
         {
           subscription: { handler: 'OrderHistory', kind: 'event', types: ['orders.OrderPlaced'] },
-          queues: [{ name: 'evt~orders~OrderHistory', ...idle }],
-          total: idle,
+          queues: [{ queue: 'evt~orders~OrderHistory', ...idle }],
+          total: { queue: 'evt~orders~OrderHistory', ...idle },
         },
       ],
     },
@@ -69,7 +70,7 @@ const TOPOLOGY: DashboardTopology = {
   unreadable: [],
 };
 
-const LAGS: DashboardProjectionLag[] = [
+const LAGS: CheckpointLag[] = [
   {
     projection: 'OrderSummary',
     topic: 'orders',
@@ -125,6 +126,16 @@ describe('the projections and topology pages in a real browser', () => {
         }),
       );
     }
+    for (const n of [3, 4, 5]) {
+      await store.add(
+        deadLetter(n, {
+          id: `dl-${n}`,
+          type: 'billing.ChargeCard',
+          endpoint: 'billing',
+          handler: 'ChargeCard',
+        }),
+      );
+    }
     served = await serveDashboard({
       deadLetters: store,
       source: 'redis://ops:hidden@redis.internal:6379 {shop}',
@@ -139,7 +150,7 @@ describe('the projections and topology pages in a real browser', () => {
     await served.close();
   });
 
-  it('opens Topology from the header and shows the queues, failed ones highlighted', async () => {
+  it('opens Topology from the header and shows the queues, subscriptions with dead letters highlighted', async () => {
     const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
     await page.goto(`${served.url}/`);
     await Promise.all([
@@ -151,14 +162,14 @@ describe('the projections and topology pages in a real browser', () => {
     expect(await billing.count()).toBe(2);
     const failedCell = billing.first().locator('td.failed');
     expect(await failedCell.textContent()).toBe('3');
-    // The highlight is visible, not just a class: the failed count is drawn in red.
+    // The highlight is visible, not just a class: the dead-letter count is drawn in red.
     expect(
       await failedCell.evaluate((el) => (globalThis as unknown as BrowserWindow).getComputedStyle(el).color),
     ).toBe('rgb(164, 22, 26)');
     const orders = page.locator('[data-testid=endpoint][data-endpoint=orders] tbody tr');
     // PlaceOrder's three queues and their total, then OrderHistory.
     expect(await orders.count()).toBe(5);
-    expect(await orders.nth(3).locator('td').allTextContents()).toEqual(['total', '6', '2', '2', '0']);
+    expect(await orders.nth(3).locator('td').allTextContents()).toEqual(['total', '6', '2', '2']);
     await screenshot(page, 'topology');
     await page.close();
   });

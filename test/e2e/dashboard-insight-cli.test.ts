@@ -42,7 +42,7 @@ describe('harrier dashboard: the projections and topology pages on Redis', () =>
     client = new Redis(redisUrl);
 
     // Topology: `shop` has messages waiting and delayed and nobody consuming them; `billing` had
-    // one command dead-lettered, which leaves its job failed in BullMQ.
+    // one command dead-lettered: its job is failed in BullMQ and its record is in the store.
     const broker = new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger });
     await broker.register('shop', [
       { handler: 'PlaceOrder', kind: 'command', types: ['insight.PlaceOrder'] },
@@ -100,7 +100,9 @@ describe('harrier dashboard: the projections and topology pages on Redis', () =>
     for (const n of [1, 2]) {
       await store.add(deadLetter(n, { handler: 'OrderTotals', reason: 'projection-failed', kind: 'event' }));
     }
+    // A PlaceOrder handler of another endpoint than shop's: not shop's dead letter.
     await store.add(deadLetter(3, { handler: 'PlaceOrder' }));
+    await store.add(deadLetter(4, { endpoint: 'billing', handler: 'Charge', type: 'insight.Charge' }));
     await store.close();
 
     run = startDashboardCli([
@@ -123,11 +125,11 @@ describe('harrier dashboard: the projections and topology pages on Redis', () =>
     client.disconnect();
   });
 
-  it('shows each endpoint’s subscriptions and queue depths, the failed queue highlighted', async () => {
+  it('shows each endpoint’s subscriptions, queue depths and dead letters, highlighting those with dead letters', async () => {
     const res = await fetch(new URL('/topology', url));
     expect(res.status).toBe(200);
     const html = await res.text();
-    // waiting 2 + 1 (shop), delayed 1 (shop), failed 1 (billing).
+    // waiting 2 + 1 (shop), delayed 1 (shop), 1 dead letter (billing's, from the store).
     expect(tableRows(html, 'topology-total')).toEqual([['2', '3', '3', '0', '1', '1']]);
     const endpoints = sections(html, 'endpoint');
     expect([...endpoints.keys()]).toEqual(['billing', 'shop']);

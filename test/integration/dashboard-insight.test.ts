@@ -1,10 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import type {
-  DashboardOptions,
-  DashboardProjectionLag,
-  DashboardTopology,
-} from '../../src/dashboard/index.js';
+import type { Topology } from '../../src/admin/topology.js';
+import type { DashboardOptions } from '../../src/dashboard/index.js';
 import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
+import type { CheckpointLag } from '../../src/projections/projection-lag.js';
 import { deadLetter, serveDashboard, tableRows as rows, type ServedDashboard } from '../helpers/dashboard.js';
 
 let served: ServedDashboard | undefined;
@@ -26,7 +24,7 @@ async function serve(options: Partial<DashboardOptions> = {}): Promise<void> {
 
 const REGISTERED = Date.UTC(2026, 0, 31, 12, 0, 0);
 
-const TOPOLOGY: DashboardTopology = {
+const TOPOLOGY: Topology = {
   endpoints: [
     {
       endpoint: 'billing',
@@ -34,8 +32,8 @@ const TOPOLOGY: DashboardTopology = {
       subscriptions: [
         {
           subscription: { handler: 'ChargeCard', kind: 'command', types: ['billing.ChargeCard'] },
-          queues: [{ name: 'cmd~billing.ChargeCard', wait: 3, active: 1, delayed: 0, failed: 0 }],
-          total: { wait: 3, active: 1, delayed: 0, failed: 0 },
+          queues: [{ queue: 'cmd~billing.ChargeCard', waiting: 3, active: 1, delayed: 0 }],
+          total: { queue: 'cmd~billing.ChargeCard', waiting: 3, active: 1, delayed: 0 },
         },
       ],
     },
@@ -51,10 +49,10 @@ const TOPOLOGY: DashboardTopology = {
             orderedTypes: ['orders.OrderPlaced'],
           },
           queues: [
-            { name: 'evt~orders~ShipOrder', wait: 1, active: 0, delayed: 2, failed: 0 },
-            { name: 'evt~orders~ShipOrder~p0', wait: 0, active: 0, delayed: 0, failed: 4 },
+            { queue: 'evt~orders~ShipOrder', waiting: 1, active: 0, delayed: 2 },
+            { queue: 'evt~orders~ShipOrder~p0', waiting: 0, active: 0, delayed: 0 },
           ],
-          total: { wait: 1, active: 0, delayed: 2, failed: 4 },
+          total: { queue: 'evt~orders~ShipOrder', waiting: 1, active: 0, delayed: 2 },
         },
       ],
     },
@@ -62,7 +60,21 @@ const TOPOLOGY: DashboardTopology = {
   unreadable: ['legacy'],
 };
 
-const LAGS: DashboardProjectionLag[] = [
+/**
+ * Four dead letters of ShipOrder in orders; a replayed one, and one of a ShipOrder handler in
+ * another endpoint, which the topology page does not count.
+ */
+async function storeWithShipOrderDeadLetters(): Promise<InMemoryDeadLetterStore> {
+  const store = new InMemoryDeadLetterStore();
+  const shipOrder = { endpoint: 'orders', handler: 'ShipOrder', kind: 'event' } as const;
+  for (const n of [1, 2, 3, 4]) await store.add(deadLetter(n, shipOrder));
+  await store.add(deadLetter(5, shipOrder));
+  await store.markReplayed('dl-0005', { at: REGISTERED, by: 'ops' });
+  await store.add(deadLetter(6, { ...shipOrder, endpoint: 'elsewhere' }));
+  return store;
+}
+
+const LAGS: CheckpointLag[] = [
   {
     projection: 'OrderSummary',
     topic: 'orders',
@@ -103,8 +115,11 @@ const LAGS: DashboardProjectionLag[] = [
 
 describe('createDashboard: the topology page', () => {
   describe('when given a topology source', () => {
-    it('shows each endpoint with its subscriptions, queue depths and totals', async () => {
-      await serve({ topology: () => Promise.resolve(TOPOLOGY) });
+    it('shows each endpoint with its subscriptions, queue depths, dead letters and totals', async () => {
+      await serve({
+        topology: () => Promise.resolve(TOPOLOGY),
+        deadLetters: await storeWithShipOrderDeadLetters(),
+      });
       const { status, text } = await get('/topology');
       expect(status).toBe(200);
       expect(rows(text, 'topology-total')).toEqual([['2', '2', '4', '1', '2', '4']]);
@@ -125,25 +140,40 @@ describe('createDashboard: the topology page', () => {
           '1',
           '0',
           '2',
-          '0',
+          '4',
         ],
-        ['evt~orders~ShipOrder~p0', '0', '0', '0', '4'],
-        ['total', '1', '0', '2', '4'],
+        ['evt~orders~ShipOrder~p0', '0', '0', '0'],
+        ['total', '1', '0', '2'],
       ]);
       expect(text).toContain('Endpoint <code>legacy</code>: its registration could not be read');
     });
 
-    it('highlights the queues with failed jobs, and only those', async () => {
-      await serve({ topology: () => Promise.resolve(TOPOLOGY) });
+    it('highlights the subscriptions with dead letters, and only those, linking to their records', async () => {
+      await serve({
+        topology: () => Promise.resolve(TOPOLOGY),
+        deadLetters: await storeWithShipOrderDeadLetters(),
+      });
       const { text } = await get('/topology');
       const failedRows = [...text.matchAll(/<tr class="[^"]*failed[^"]*">(.*?)<\/tr>/g)].map(
         (m) => m[1] ?? '',
       );
-      // The overall total, the p0 queue and ShipOrder's total.
-      expect(failedRows).toHaveLength(3);
+      // The overall total, and ShipOrder's two queues and its total.
+      expect(failedRows).toHaveLength(4);
       expect(failedRows.some((r) => r.includes('evt~orders~ShipOrder~p0'))).toBe(true);
       expect(failedRows.some((r) => r.includes('cmd~billing.ChargeCard'))).toBe(false);
-      expect(text.match(/<td class="num failed">4<\/td>/g)).toHaveLength(3);
+      expect(text.match(/<td class="num failed">4<\/td>/g)).toHaveLength(1);
+      const href = /<a href="([^"]+)" data-testid="subscription-dead-letters">4<\/a>/.exec(text)?.[1] ?? '';
+      const params = new URL(href.replaceAll('&amp;', '&'), 'http://x').searchParams;
+      expect([params.get('endpoint'), params.get('handler')]).toEqual(['orders', 'ShipOrder']);
+      const list = await get(href.replaceAll('&amp;', '&'));
+      expect(list.text).toContain('4 matching');
+    });
+
+    it('shows no dead letters and highlights nothing when the store holds none', async () => {
+      await serve({ topology: () => Promise.resolve(TOPOLOGY) });
+      const { text } = await get('/topology');
+      expect(rows(text, 'topology-total')).toEqual([['2', '2', '4', '1', '2', '0']]);
+      expect(text).not.toContain('class="failed"');
     });
 
     it('says when no endpoint has registered', async () => {
@@ -291,8 +321,8 @@ describe('createDashboard: hostile names on the insight pages', () => {
               subscriptions: [
                 {
                   subscription: { handler: evil, kind: 'event', types: [evil], orderedTypes: [evil] },
-                  queues: [{ name: evil, wait: 0, active: 0, delayed: 0, failed: 0 }],
-                  total: { wait: 0, active: 0, delayed: 0, failed: 0 },
+                  queues: [{ queue: evil, waiting: 0, active: 0, delayed: 0 }],
+                  total: { queue: evil, waiting: 0, active: 0, delayed: 0 },
                 },
               ],
             },
@@ -378,22 +408,22 @@ describe('createDashboard: numbers from a source on the insight pages', () => {
   it('escapes partition, checkpoint, offsets and lag on the projections page', async () => {
     const lags = [
       { projection: 'p', topic: 't', partition: evil, checkpoint: evil, endOffset: evil, lag: evil },
-    ] as DashboardProjectionLag[];
+    ] as CheckpointLag[];
     const text = await getWith({ projections: () => Promise.resolve(lags) }, '/projections');
     expect(text).not.toContain('<img');
   });
 
   it('escapes queue depths on the topology page', async () => {
-    const c = { wait: evil, active: 0, delayed: 0, failed: 0 };
-    const topology: DashboardTopology = {
+    const c = { waiting: evil, active: 0, delayed: 0 };
+    const topology: Topology = {
       endpoints: [
         {
           endpoint: 'e',
           subscriptions: [
             {
               subscription: { handler: 'h', kind: 'command', types: ['t'] },
-              queues: [{ name: 'q', ...c }],
-              total: c,
+              queues: [{ queue: 'q', ...c }],
+              total: { queue: 'q', ...c },
             },
           ],
         },

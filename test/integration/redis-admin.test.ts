@@ -113,12 +113,12 @@ describe('RedisAdmin', () => {
       expect(billing?.subscriptions).toEqual([
         {
           subscription: { kind: 'command', handler: 'ChargeHandler', types: ['billing.Charge'] },
-          queues: [{ name: 'cmd~billing.Charge', wait: 2, active: 0, delayed: 0, failed: 0 }],
-          total: { wait: 2, active: 0, delayed: 0, failed: 0 },
+          queues: [{ queue: 'cmd~billing.Charge', waiting: 2, active: 0, delayed: 0 }],
+          total: { queue: 'cmd~billing.Charge', waiting: 2, active: 0, delayed: 0 },
         },
       ]);
       const ordered = shipping?.subscriptions[0];
-      expect(ordered?.queues.map((q) => q.name)).toEqual([
+      expect(ordered?.queues.map((q) => q.queue)).toEqual([
         'evt~shipping~ShipOnPaid',
         'evt~shipping~ShipOnPaid~p0',
         'evt~shipping~ShipOnPaid~p1',
@@ -126,8 +126,8 @@ describe('RedisAdmin', () => {
         'evt~shipping~ShipOnPaid~p3',
       ]);
       // The ordered event waits in the partition queue of its key.
-      expect(ordered?.total).toEqual({ wait: 1, active: 0, delayed: 0, failed: 0 });
-      expect(ordered?.queues[0]?.wait).toBe(0);
+      expect(ordered?.total).toEqual({ queue: 'evt~shipping~ShipOnPaid', waiting: 1, active: 0, delayed: 0 });
+      expect(ordered?.queues[0]?.waiting).toBe(0);
     });
 
     it('reports a registration that is not JSON as unreadable and lists the others', async () => {
@@ -227,7 +227,7 @@ describe('RedisAdmin', () => {
       const opened = await admin(connection, prefix);
       expect(await opened.partitionCount()).toBe(4);
       const { endpoints } = await opened.topology();
-      expect(endpoints.map((e) => [e.endpoint, e.subscriptions[0]?.total.wait])).toEqual([
+      expect(endpoints.map((e) => [e.endpoint, e.subscriptions[0]?.total.waiting])).toEqual([
         ['billing', 2],
         ['shipping', 1],
       ]);
@@ -262,7 +262,7 @@ describe('RedisConnectionOptions', () => {
       const admin = await openRedisAdmin(client, { prefix });
       cleanups.push(() => admin.close());
       const { endpoints } = await admin.topology();
-      expect(endpoints[0]?.subscriptions[0]?.total.wait).toBe(1);
+      expect(endpoints[0]?.subscriptions[0]?.total.waiting).toBe(1);
     });
   });
 

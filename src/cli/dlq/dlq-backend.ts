@@ -15,7 +15,7 @@ export interface DlqBackend {
 
 /**
  * Runs `body` with the dead-letter store (and on demand a broker) of the system `ctx` names, both
- * opened through the Redis layer's admin, and closes them afterwards.
+ * opened through the admin of the backend its URL picked, and closes them afterwards.
  */
 export async function withDlqBackend<T>(
   ctx: CommandContext,

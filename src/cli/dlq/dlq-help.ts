@@ -3,7 +3,7 @@ import { GLOBAL_HELP, selectorHelp } from '../cli-context.js';
 /** Help of `harrier dlq`: its commands. */
 export const DLQ_HELP = `Usage: harrier dlq <command> [options]
 
-Inspect, replay and clean up dead letters kept in Redis (RedisDeadLetterStore).
+Inspect, replay and clean up the dead letters in the system's dead-letter store.
 
 Commands:
   list               list dead letters, filtered and paged

@@ -1,0 +1,5 @@
+export type { StoreAdmin } from './store-admin.js';
+export type { SystemAdmin } from './system-admin.js';
+export type { EndpointTopology, SubscriptionTopology, Topology } from './topology.js';
+export type { AdminBrokerOptions, TransportAdmin } from './transport-admin.js';
+export { subscriptionDeadLetters } from './subscription-dead-letters.js';

@@ -1,0 +1,33 @@
+import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import type { CheckpointStore } from '../log/checkpoint-store.js';
+import type { CheckpointLag } from '../projections/projection-lag.js';
+import type { SagaStore } from '../sagas/saga-store.js';
+
+/**
+ * What a tool reads and does on the stores of a Harrier system, whatever holds them: dead letters,
+ * projection checkpoints and their lag, saga instances.
+ *
+ * @remarks
+ * Each backend folder implements it next to its stores (`RedisAdmin` in `harrier/redis`); the
+ * stores it hands out are the system's own, on the admin's connection, and close with it.
+ */
+export interface StoreAdmin {
+  /** The system's dead-letter store. */
+  deadLetterStore(): DeadLetterStore;
+  /** The system's checkpoint store. */
+  checkpointStore(): CheckpointStore;
+  /**
+   * The system's saga store.
+   *
+   * @remarks
+   * Reading needs no retention; pass the application's `completedRetentionMs` only to save through it.
+   */
+  sagaStore(options?: { readonly completedRetentionMs?: number }): SagaStore;
+  /**
+   * Checkpoint, log end and lag of each projection with checkpoints (or of `projection` alone), per
+   * topic and partition, as {@link checkpointLags} computes them; empty when nothing matches.
+   */
+  projectionLags(projection?: string): Promise<CheckpointLag[]>;
+  /** Closes everything opened through this admin. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,95 @@
+import type { SystemAdmin } from '../admin/system-admin.js';
+import { loadRedisLayer } from '../redis/load-redis-layer.js';
+import type { RedisConnectionOptions } from '../redis/redis-connection.js';
+import { usageError } from './cli-io.js';
+import { checkRedisUrl } from './redis-url.js';
+import { redactUrl, schemeOf } from './url-scheme.js';
+
+/** A backend the `harrier` CLI operates a Harrier system on, picked by the scheme of its URL. */
+export interface CliBackend {
+  /** Its name in help and messages: `Redis`. */
+  readonly name: string;
+  /** The URL schemes that pick it, lower case and without `://`. */
+  readonly schemes: readonly string[];
+  /** Whether a path without a scheme (a Unix socket, `/run/redis.sock`) picks it. */
+  readonly socketPaths?: boolean;
+  /** A URL of it, for messages. */
+  readonly example: string;
+  /**
+   * Checks a URL that picked this backend before anything connects.
+   * @param source - where the URL came from, for the message: `--url`, `HARRIER_URL`, ...
+   * @throws CliExit (usage) naming `source`, the problem and the fix.
+   */
+  check(url: string, source: string): void;
+  /**
+   * Loads the backend's layer, drivers included, and opens the system under `prefix`.
+   * @throws HarrierError `missing-dependency` when a driver is not installed, `<backend>-unavailable`
+   *   when the backend cannot be reached.
+   */
+  open(url: string, prefix: string): Promise<SystemAdmin>;
+}
+
+/**
+ * Opens the Harrier system under `prefix` on Redis (a URL, or a Redis Cluster's seed nodes),
+ * loading bullmq and ioredis only now.
+ */
+export async function openRedisSystem(
+  connection: RedisConnectionOptions,
+  prefix: string,
+): Promise<SystemAdmin> {
+  const { openRedisAdmin } = await loadRedisLayer();
+  return openRedisAdmin(connection, { prefix });
+}
+
+/**
+ * Every backend the CLI knows. Adding one is one entry: its schemes, a check of its URLs, and an
+ * `open` that loads its layer with `import()` when a command connects, so that the CLI never loads
+ * a driver it does not use and `--help` needs none.
+ */
+export const BACKENDS: readonly CliBackend[] = [
+  {
+    name: 'Redis',
+    schemes: ['redis', 'rediss'],
+    socketPaths: true,
+    example: 'redis://127.0.0.1:6379',
+    check: checkRedisUrl,
+    open: openRedisSystem,
+  },
+];
+
+/** The schemes that work, for help and messages: `redis:// or rediss:// (Redis)`. */
+export function describeSchemes(backends: readonly CliBackend[] = BACKENDS): string {
+  return backends
+    .map((backend) => `${backend.schemes.map((scheme) => `${scheme}://`).join(' or ')} (${backend.name})`)
+    .join(', ');
+}
+
+/**
+ * The backend the scheme of `url` picks, once its URL check passed.
+ *
+ * @param source - where the URL came from, for messages: `--url`, `HARRIER_URL`, `--redis-url`, `REDIS_URL`.
+ * @throws CliExit (usage) naming `source` and the schemes that work when `url` has no scheme or one
+ *   no backend takes, or what the backend's check refuses.
+ */
+export function backendFor(
+  url: string,
+  source: string,
+  backends: readonly CliBackend[] = BACKENDS,
+): CliBackend {
+  const scheme = schemeOf(url);
+  const backend = url.startsWith('/')
+    ? backends.find((b) => b.socketPaths === true)
+    : backends.find((b) => scheme !== undefined && b.schemes.includes(scheme));
+  if (backend === undefined) {
+    const first = backends[0];
+    const example =
+      first === undefined
+        ? ''
+        : `, e.g. ${scheme === undefined && /^[^/:@]+:\d+$/.test(url) ? `${first.schemes[0] ?? ''}://${url}` : first.example}`;
+    throw usageError(
+      `${source} "${redactUrl(url)}" is not a valid URL: ${scheme === undefined ? 'it has no scheme' : `unknown scheme "${scheme}://"`}; use ${describeSchemes(backends)}${example}`,
+    );
+  }
+  backend.check(url, source);
+  return backend;
+}
