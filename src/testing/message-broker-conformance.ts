@@ -1141,6 +1141,30 @@ export function describeMessageBrokerConformance(
           await broker.ack(retried.id);
         });
       });
+
+      describe('when a message that ended unsettled is dead-lettered and redelivered', () => {
+        it('starts again at attempt 1 with no unsettled end', async ({ skip }) => {
+          const abandon = abandonOf(skip);
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+          await abandon(await inbox.next());
+          const crashed = await inbox.next(ARRIVES_WITHIN_MS * 2);
+          expect(crashed.facts.unsettledEnds).toBe(1);
+          await broker.nack(crashed.id, { deadLetter: 'worker-crashed' });
+
+          await broker.redeliver({ endpoint, handler: 'commands', message });
+
+          const replayed = await inbox.next();
+          expect(replayed.facts.attempt).toBe(1);
+          expect(replayed.facts.unsettledEnds ?? 0).toBe(0);
+          await broker.ack(replayed.id);
+        });
+      });
     });
 
     describe('.close', () => {
