@@ -86,9 +86,9 @@ export interface BullMqBrokerOptions {
    * handler runs, so this is not a handler time-out. What it bounds is how long a worker may go without
    * renewing: a process killed, a Redis outage or network cut, or an event loop blocked for longer (a
    * synchronous, CPU-bound handler) loses its locks; another worker then takes the messages, and each
-   * such delivery taken and never settled counts as an attempt (a message that keeps crashing its
-   * workers is dead-lettered as `worker-crashed` once its attempts run out, whatever BullMQ's own
-   * stalled limit). Raise it if handlers block the event loop for seconds or if Redis outages of a few
+   * such delivery taken and never settled counts as an attempt and an unsettled end (a message that
+   * keeps crashing its workers is dead-lettered as `worker-crashed` after the bus's `crashLimit` of
+   * them, 3 by default, whatever BullMQ's own stalled limit). Raise it if handlers block the event loop for seconds or if Redis outages of a few
    * seconds must not spend attempts; lower it (with `stalledIntervalMs`) to hand a dead worker's
    * messages on sooner. A dead worker's message is back in about `lockDurationMs + 2 *
    * stalledIntervalMs` at worst (10 s with the defaults). At least 1000.
