@@ -297,8 +297,12 @@ export class BullMqBroker implements MessageBroker {
     // Command types that need a route, and those among them this process has not seen yet: asked in
     // the same round trip as the events.
     const routed = new Set<string>();
-    for (const m of messages) if (m.kind !== 'event' && m.requireRoute !== false) routed.add(m.type);
-    const unrouted = new Set([...routed].filter((type) => !commandRoutes.knows(type)));
+    const unrouted = new Set<string>();
+    for (const m of messages) {
+      if (m.kind === 'event' || m.requireRoute === false) continue;
+      routed.add(m.type);
+      if (!commandRoutes.knows(m.type)) unrouted.add(m.type);
+    }
     const routes = new Map<string, readonly Route[]>();
     if (
       eventTypes.length > 0 ||
