@@ -71,14 +71,20 @@ export interface InMemoryBrokerStats {
   readonly waiting: number;
   /** Delivered and not yet settled. */
   readonly inFlight: number;
-  /** Held in command queues no endpoint has registered for yet (not counted as ready or waiting). */
+  /**
+   * Held in queues no endpoint consumes (not counted as ready or waiting): command types no endpoint
+   * has registered yet, subscriptions their endpoint registered no more.
+   */
   readonly unconsumed: number;
 }
 
 interface StoredMessage {
   readonly message: OutgoingMessage;
   readonly queue: MemoryQueue;
+  /** Failed attempts (`nack` with `retryAt`). */
   attemptsMade: number;
+  /** Deliveries given up unsettled ({@link InMemoryBroker.abandon}); each counts as an attempt too. */
+  unsettledEnds: number;
   /** Earlier failed attempts; made on the first failure (most messages never fail). */
   history: AttemptRecord[] | undefined;
   /** A dead-lettering decided by an earlier delivery that could not be recorded. */
@@ -111,8 +117,12 @@ class MemoryQueue {
   inFlight = 0;
   /** Messages waiting for their due time on a timer (a set, so `redeliver` can find them). */
   readonly delayed = new Set<StoredMessage>();
-  /** Whether some endpoint registered to consume this queue. */
+  /** Whether some endpoint registered to consume this queue (`consumers` is not empty). */
   consumed = false;
+  /** The endpoints whose registration includes this queue (for a command queue, maybe several). */
+  readonly consumers = new Set<string>();
+  /** The event types routed to this queue (an event subscription's queue). */
+  readonly routedTypes = new Set<string>();
   /**
    * Ids published to this queue within the dedupe window. Keyed by the id the message already holds:
    * a composite `id|queue` key made and kept a new 60-character string for every message, the bulk of
@@ -254,28 +264,48 @@ export class InMemoryBroker implements MessageBroker {
     });
   }
 
+  /**
+   * Replaces the queues and event routes of `endpoint` with those of `subscriptions`. A queue it no
+   * longer registers keeps its messages, unconsumed unless another endpoint registered it too (a
+   * command type), and comes back with them if the endpoint registers it again.
+   */
   #register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): void {
     this.#assertOpen();
-    const queues = this.#endpointQueues.get(endpoint) ?? [];
+    const queues: MemoryQueue[] = [];
+    const routes: [MemoryQueue, string][] = [];
     for (const sub of subscriptions) {
       if (sub.kind === 'command') {
         for (const type of sub.types) {
           const queue = this.#commandQueue(type);
-          queue.consumed = true;
           if (!queues.includes(queue)) queues.push(queue);
         }
       } else {
         const queue = this.#eventQueue(endpoint, sub.handler);
-        queue.consumed = true;
         if (!queues.includes(queue)) queues.push(queue);
-        for (const type of sub.types) {
-          const routes = this.#eventRoutes.get(type) ?? new Set<MemoryQueue>();
-          routes.add(queue);
-          this.#eventRoutes.set(type, routes);
-        }
+        for (const type of sub.types) routes.push([queue, type]);
       }
     }
+    for (const queue of this.#endpointQueues.get(endpoint) ?? []) {
+      queue.consumers.delete(endpoint);
+      queue.consumed = queue.consumers.size > 0;
+      // Only an event queue has routes, and only its own endpoint registers it.
+      for (const type of queue.routedTypes) this.#eventRoutes.get(type)?.delete(queue);
+      queue.routedTypes.clear();
+    }
+    for (const queue of queues) {
+      queue.consumers.add(endpoint);
+      queue.consumed = true;
+    }
+    for (const [queue, type] of routes) {
+      const typeRoutes = this.#eventRoutes.get(type) ?? new Set<MemoryQueue>();
+      typeRoutes.add(queue);
+      this.#eventRoutes.set(type, typeRoutes);
+      queue.routedTypes.add(type);
+    }
     this.#endpointQueues.set(endpoint, queues);
+    // A queue that came back (registered again) may hold ready messages: wake the receivers.
+    this.#wakeAll();
+    this.#changed();
   }
 
   /**
@@ -412,11 +442,30 @@ export class InMemoryBroker implements MessageBroker {
       stored.pendingDeadLetter = options.pendingDeadLetter ?? stored.pendingDeadLetter;
       if (options.error !== undefined) {
         const history = (stored.history ??= []);
-        history.push({ attempt: stored.attemptsMade, at: this.#clock.now(), error: options.error });
+        const attempt = stored.attemptsMade + stored.unsettledEnds;
+        history.push({ attempt, at: this.#clock.now(), error: options.error });
         if (history.length > MAX_ATTEMPT_HISTORY) history.shift();
       }
       this.#requeue(stored, options.retryAt);
     }
+    this.#changed();
+  }
+
+  /**
+   * Gives up an unsettled delivery as a worker that died holding it would: the message goes back to
+   * its queue at once, its next delivery's `attempt` and `unsettledEnds` one higher, and the id is
+   * refused from then on.
+   *
+   * @remarks
+   * For tests of what a crash does (the conformance suite, a test of a `crashLimit`): in one
+   * process nothing else leaves a delivery unsettled, since the queues die with the process, and a
+   * receiver whose iteration ends keeps its deliveries settleable (see `DeliveryFacts.unsettledEnds`).
+   * @throws StaleDeliveryError when the id is not current.
+   */
+  abandon(deliveryId: string): void {
+    const stored = this.#settle(deliveryId);
+    stored.unsettledEnds++;
+    this.#requeue(stored, this.#clock.now());
     this.#changed();
   }
 
@@ -561,7 +610,7 @@ export class InMemoryBroker implements MessageBroker {
       redeliver: true,
       durable: false,
       shared: false,
-      crashCounting: false,
+      crashCounting: true,
     };
   }
 
@@ -671,6 +720,7 @@ export class InMemoryBroker implements MessageBroker {
       message,
       queue,
       attemptsMade: 0,
+      unsettledEnds: 0,
       history: undefined,
       pendingDeadLetter: undefined,
       replayOf,
@@ -836,7 +886,8 @@ export class InMemoryBroker implements MessageBroker {
         type: message.type,
         endpoint,
         handler,
-        attempt: stored.attemptsMade + 1,
+        attempt: stored.attemptsMade + stored.unsettledEnds + 1,
+        unsettledEnds: stored.unsettledEnds,
         // A copy, as the history changes with later attempts; none is made for a first delivery.
         history: stored.history === undefined ? NO_HISTORY : [...stored.history],
         partitionKey: message.partitionKey,

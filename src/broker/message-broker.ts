@@ -61,8 +61,33 @@ export interface DeliveryFacts {
   readonly endpoint: string;
   /** The subscription's handler name; undefined for command queues (the dispatcher finds the handler by type). */
   readonly handler: string | undefined;
-  /** 1-based attempt number; a release (graceful stop, crash) does not count as an attempt. */
+  /**
+   * 1-based attempt number: the failed attempts (`nack` with `retryAt`) and the
+   * {@link DeliveryFacts.unsettledEnds | unsettled ends} so far, plus one. A release
+   * (`nack` with `release`: a graceful stop, an outage pause) does not count.
+   */
   readonly attempt: number;
+  /**
+   * How many earlier deliveries of this message were taken and never settled: their holder went
+   * away for good without acking, nacking or releasing them.
+   *
+   * @remarks
+   * Each such end also counts in {@link DeliveryFacts.attempt}, so a message that kills the worker
+   * handling it cannot crash-loop a fleet: the dispatcher dead-letters it as `worker-crashed` once
+   * this reaches the bus's `crashLimit`. What counts is broker-specific:
+   * - `BullMqBroker`: a job's lock that lapsed (its process died, or its event loop or its Redis
+   *   connection stalled past `lockDurationMs`) and was found by a stalled check: BullMQ's
+   *   `stalledCounter`, reset by a replay.
+   * - `InMemoryBroker`: a delivery given up with `InMemoryBroker.abandon` (the queues die with the
+   *   process, so nothing else can outlive its holder there).
+   *
+   * A receiver whose iteration ends is not such an end: its deliveries stay settleable by id, since
+   * a dispatcher ends its receiver before it drains the handlers still running (a graceful stop),
+   * and reopens a receiver that failed while its handlers go on.
+   * @defaultValue 0 (a broker that cannot tell still counts these ends in `attempt`, where the
+   *   retry policy's `attempts` bounds them)
+   */
+  readonly unsettledEnds?: number | undefined;
   /** Earlier failed attempts, newest last, at most {@link MAX_ATTEMPT_HISTORY}. */
   readonly history: readonly AttemptRecord[];
   /** Partition key as published. */
@@ -129,7 +154,10 @@ export type NackOptions =
     }
   /** Never deliver again: the caller has recorded the dead letter. */
   | { readonly deadLetter: string; readonly error?: ErrorInfo | undefined }
-  /** Give the message back unhandled (graceful stop); the attempt counter stays. */
+  /**
+   * Give the message back unhandled (graceful stop, outage pause); neither the attempt counter nor
+   * {@link DeliveryFacts.unsettledEnds} moves.
+   */
   | { readonly release: true };
 
 /** Where a replayed dead letter goes back to. */
@@ -223,10 +251,20 @@ export interface BrokerCapabilities {
  */
 export interface MessageBroker {
   /**
-   * Registers an endpoint's subscriptions; idempotent. Must resolve before that endpoint receives.
+   * Sets an endpoint's subscriptions to `subscriptions`, replacing what it registered before;
+   * idempotent. Must resolve before that endpoint receives; a receiver serves the subscriptions
+   * registered when it began.
+   *
+   * @remarks
    * A `command` subscription is also the route of its types: from then on `publish` accepts them
-   * from any publisher, for as long as the broker's state lasts (an endpoint that stopped still has
-   * its queue, where commands wait for it).
+   * from any publisher, for as long as the broker's state lasts or until the endpoint registers
+   * again without them (an endpoint that stopped keeps its routes: commands wait in the queue for
+   * it). A registration without an event subscription (or type) the endpoint had before stops
+   * copies of events published after it from going to that subscription; a registration without
+   * a command type stops routing it there, so `publish` refuses it with `no-route` unless another
+   * endpoint registered it (or `requireRoute` is false). Messages already queued for what was
+   * removed are kept, never deleted: they are delivered again if the endpoint registers it again
+   * (a rollback), and a broker shared by processes of other versions lets those drain them.
    */
   register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void>;
   /**

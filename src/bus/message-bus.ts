@@ -140,6 +140,17 @@ export interface BusOptions {
    * @defaultValue `{ probeBaseMs: 1000, probeMaxMs: 15000, maxProbesPerMessage: 10 }`
    */
   readonly outage?: OutageOptions;
+  /**
+   * How many times a message may end the worker handling it before it is dead-lettered as
+   * `worker-crashed`: its delivery taken and never settled because the process died (a crash, an
+   * out-of-memory kill, `process.exit` in a handler) or lost its hold on the message (on Redis, a
+   * job lock that lapsed). Its next delivery after that many is dead-lettered without running the
+   * handler, so one poison message cannot crash-loop every process of the endpoint. Each such end
+   * also counts as an attempt of the retry policy. A whole number of at least 1. See
+   * docs/retries-and-dead-letters.md.
+   * @defaultValue 3
+   */
+  readonly crashLimit?: number;
   /** @defaultValue [] */
   readonly middleware?: readonly Middleware[];
   /**
@@ -476,6 +487,7 @@ class HarrierBus implements MessageBus {
       ...(options.retry !== undefined ? { retry: options.retry } : {}),
       ...(options.isTransient !== undefined ? { isTransient: options.isTransient } : {}),
       ...(options.outage !== undefined ? { outage: options.outage } : {}),
+      ...(options.crashLimit !== undefined ? { crashLimit: options.crashLimit } : {}),
       ...(options.middleware !== undefined && options.middleware.length > 0
         ? { middleware: options.middleware }
         : {}),

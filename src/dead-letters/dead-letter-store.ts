@@ -13,6 +13,7 @@ export type DeadLetterReason =
   | 'too-large'
   | 'signature-invalid'
   | 'projection-failed'
+  | 'worker-crashed'
   | 'saga-not-found'
   | 'saga-completed'
   | (string & {});

@@ -127,6 +127,13 @@ export interface HandlerPipelineOptions {
    * @defaultValue `DEFAULT_RETRY`: 8 attempts, 2 immediate retries, then backoff 2.5 s base doubling, 60 s cap, 0.2 jitter
    */
   readonly retry?: RetryOptions;
+  /**
+   * How many deliveries of a message may end unsettled (`DeliveryFacts.unsettledEnds`: the worker
+   * holding it died, or lost its hold) before its next delivery is dead-lettered as
+   * `worker-crashed` without running the handler. A whole number of at least 1.
+   * @defaultValue 3
+   */
+  readonly crashLimit?: number;
   /** @defaultValue [] */
   readonly middleware?: readonly Middleware[];
   /**
@@ -326,6 +333,9 @@ interface CallTarget {
 
 const NO_OUTGOING: readonly OutgoingMessage[] = Object.freeze([]);
 
+/** See {@link HandlerPipelineOptions.crashLimit}. */
+const DEFAULT_CRASH_LIMIT = 3;
+
 /** The dead-letter reason of a handler that failed for good, by handler kind. */
 function failureReason(kind: HandlerKind): DeadLetterReason {
   return kind === 'projection' ? 'projection-failed' : 'handler-failed';
@@ -388,13 +398,21 @@ export class HandlerPipeline {
   readonly #timeoutMs: number;
   /** Bounds every handler call that returned a promise, with one clock timer for all of them. */
   readonly #timeouts: Timeouts;
+  readonly #crashLimit: number;
 
   /**
-   * @throws HarrierError `invalid-option` for a bad `retry`, `handlerTimeoutMs` or a handler's
-   * `timeoutMs`.
+   * @throws HarrierError `invalid-option` for a bad `retry`, `crashLimit`, `handlerTimeoutMs` or a
+   * handler's `timeoutMs`.
    */
   constructor(options: HandlerPipelineOptions) {
     this.#o = options;
+    this.#crashLimit = options.crashLimit ?? DEFAULT_CRASH_LIMIT;
+    if (!Number.isSafeInteger(this.#crashLimit) || this.#crashLimit < 1) {
+      throw new HarrierError(
+        'invalid-option',
+        `crashLimit is ${String(this.#crashLimit)}: use a whole number of at least 1, e.g. 3 (the default), the times a message may end its worker before it is dead-lettered as worker-crashed`,
+      );
+    }
     this.#clock = options.clock ?? systemClock;
     this.#timeoutMs = options.handlerTimeoutMs ?? DEFAULT_HANDLER_TIMEOUT_MS;
     checkTimeoutMs(this.#timeoutMs, 'handlerTimeoutMs');
@@ -470,6 +488,22 @@ export class HandlerPipeline {
           name: 'HandlerNotFoundError',
           message: `No handler for ${envelope.kind} "${envelope.type}"${subscription !== undefined ? ` in subscription "${subscription}"` : ''} on endpoint "${this.#o.endpoint}"`,
           code: 'no-handler',
+        },
+        definition.ordered,
+        envelope,
+      );
+    }
+    const crashes = facts.unsettledEnds ?? 0;
+    if (crashes >= this.#crashLimit) {
+      // The message ended its workers crashLimit times (each crash counted by the broker): no more.
+      return this.#refuse(
+        input,
+        entry.name,
+        'worker-crashed',
+        {
+          name: 'WorkerCrashedError',
+          message: `Delivered ${crashes} times to workers that stopped before settling it (crashed, or lost their hold): crashLimit is ${this.#crashLimit}; replay it once the handler no longer crashes on it`,
+          code: 'worker-crashed',
         },
         definition.ordered,
         envelope,

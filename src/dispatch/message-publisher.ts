@@ -83,8 +83,9 @@ export class MessagePublisher {
    *
    * @remarks
    * Until then such a command is published with `requireRoute: false` (it waits in its queue for
-   * `start()`), which takes a copy of the message; a broker keeps a registered route for as long as
-   * its state lasts, so after registration the copy (4% of the in-memory send path) is not needed.
+   * `start()`), which takes a copy of the message; a broker keeps a registered route until the
+   * endpoint registers without it, so after registration the copy (4% of the in-memory send path)
+   * is not needed.
    */
   routesRegistered(broker: MessageBroker, registry: HandlerRegistry): void {
     if (broker === this.#o.broker && registry === this.#o.registry) this.#routed = true;

@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Job, Queue } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
@@ -23,6 +22,7 @@ import { partitionOf } from '../messages/partition.js';
 import { addJobsChecked } from './add-jobs.js';
 import { createBrokerClient, type ClientSettings } from './broker-connection.js';
 import { BullMqReceiver } from './bullmq-receiver.js';
+import { CommandRouteCache } from '../broker/command-route-cache.js';
 import { EventRouteCache, parseRoutes, routesVersion, type Route } from '../broker/event-route-cache.js';
 import {
   jobOptionDefaults,
@@ -34,6 +34,7 @@ import {
 import { ACK, PendingDeliveries, RELEASE, type Outcome } from '../broker/pending-deliveries.js';
 import { DEPTH_STATES, queueDepthOf } from './queue-depth.js';
 import { assertQueueNamePart, baseQueueName, QueueLayout } from './queue-layout.js';
+import { registerEndpoint } from './register-endpoint.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
 
@@ -41,6 +42,12 @@ import { redisUnavailable } from './redis-errors.js';
 const DEFAULT_LOCK_DURATION_MS = 5_000;
 /** See {@link BullMqBrokerOptions.stalledIntervalMs}. */
 const DEFAULT_STALLED_INTERVAL_MS = 2_500;
+
+/**
+ * How long a publisher trusts the command routes it knows without reading the routes version again,
+ * in ms: the longest a command type another process's registration removed is still accepted.
+ */
+const COMMAND_ROUTE_MAX_AGE_MS = 1_000;
 
 /** How long `redeliver` waits for an active job of the message to settle before refusing. */
 const REDELIVER_ACTIVE_WAIT_MS = 2_000;
@@ -82,9 +89,9 @@ export interface BullMqBrokerOptions {
    * handler runs, so this is not a handler time-out. What it bounds is how long a worker may go without
    * renewing: a process killed, a Redis outage or network cut, or an event loop blocked for longer (a
    * synchronous, CPU-bound handler) loses its locks; another worker then takes the messages, and each
-   * such delivery taken and never settled counts as an attempt (a message that keeps crashing its
-   * workers is dead-lettered as `worker-crashed` once its attempts run out, whatever BullMQ's own
-   * stalled limit). Raise it if handlers block the event loop for seconds or if Redis outages of a few
+   * such delivery taken and never settled counts as an attempt and an unsettled end (a message that
+   * keeps crashing its workers is dead-lettered as `worker-crashed` after the bus's `crashLimit` of
+   * them, 3 by default, whatever BullMQ's own stalled limit). Raise it if handlers block the event loop for seconds or if Redis outages of a few
    * seconds must not spend attempts; lower it (with `stalledIntervalMs`) to hand a dead worker's
    * messages on sooner. A dead worker's message is back in about `lockDurationMs + 2 *
    * stalledIntervalMs` at worst (10 s with the defaults). At least 1000.
@@ -186,8 +193,8 @@ export class BullMqBroker implements MessageBroker {
   readonly #registered = new Map<string, SubscriptionSpec[]>();
   /** Event routes read by earlier publishes, valid while the routes version stays. */
   readonly #eventRoutes = new EventRouteCache();
-  /** Command types known to have a route; a route is never removed, so a hit stays true. */
-  readonly #commandRoutes = new Set<string>();
+  /** Command types known to have a route, at the routes version last read. */
+  readonly #commandRoutes = new CommandRouteCache(COMMAND_ROUTE_MAX_AGE_MS);
   readonly #receivers = new Set<BullMqReceiver>();
   #ready: Promise<void> | undefined;
   #partitionsChecked: Promise<void> | undefined;
@@ -244,30 +251,16 @@ export class BullMqBroker implements MessageBroker {
     assertQueueNamePart(endpoint, 'endpoint');
     await this.#checkPartitions();
     const client = await this.#connected();
-    const multi = client.multi();
-    const commandTypes = subscriptions.flatMap((sub) => (sub.kind === 'command' ? sub.types : []));
-    for (const sub of subscriptions) {
-      if (sub.kind !== 'event') continue;
-      const route: Route = { endpoint, handler: sub.handler, orderedTypes: sub.orderedTypes ?? [] };
-      for (const type of sub.types)
-        multi.hset(
-          this.#layout.key('routes', type),
-          this.#layout.subscriptionQueue(endpoint, sub.handler),
-          JSON.stringify(route),
-        );
-    }
-    multi.hset(
-      this.#layout.key('endpoints'),
-      endpoint,
-      JSON.stringify({ subscriptions, registeredAt: this.#clock.now() }),
+    // Publishers cache the routes they read until the routes version moves: a counter (what older
+    // builds read) and a stamp no registration repeats, so a version never comes back after Redis
+    // lost its data and registrations count from 1 again.
+    const version = await this.#withTimeout(
+      registerEndpoint(client, this.#layout, endpoint, subscriptions, this.#clock.now()),
+      'register subscriptions',
     );
-    // Publishers cache the routes they read until this version moves: a counter (what older builds
-    // read) and a stamp no registration repeats, so a version never comes back after Redis lost
-    // its data and registrations count from 1 again.
-    multi.incr(this.#layout.key('routes-version'));
-    multi.set(this.#layout.key('routes-stamp'), randomUUID());
-    await this.#withTimeout(multi.exec(), 'register subscriptions');
-    for (const type of commandTypes) this.#commandRoutes.add(type);
+    // This endpoint's command types are routed at the version it wrote; the others are read when sent.
+    this.#commandRoutes.confirm(version, this.#clock.now());
+    this.#commandRoutes.learn(subscriptions.flatMap((sub) => (sub.kind === 'command' ? sub.types : [])));
     // A partition queue is worked one job at a time across every process, not just per worker.
     const partitionQueues = subscriptions.flatMap((spec) =>
       this.#layout.queuesFor(endpoint, spec).filter((q) => q.ordered),
@@ -277,12 +270,8 @@ export class BullMqBroker implements MessageBroker {
         this.#withTimeout(this.#queue(q.name).setGlobalConcurrency(1), 'limit partition concurrency'),
       ),
     );
-    // Registration adds to what the endpoint registered before; a handler registered again replaces itself.
-    const merged = new Map(
-      (this.#registered.get(endpoint) ?? []).map((spec) => [`${spec.kind}/${spec.handler}`, spec]),
-    );
-    for (const spec of subscriptions) merged.set(`${spec.kind}/${spec.handler}`, spec);
-    this.#registered.set(endpoint, [...merged.values()]);
+    // Replaces what the endpoint registered before: its next receiver works these queues only.
+    this.#registered.set(endpoint, [...subscriptions]);
   }
 
   receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
@@ -306,14 +295,23 @@ export class BullMqBroker implements MessageBroker {
     await this.#checkPartitions();
     const client = await this.#connected();
     const eventTypes = [...new Set(messages.filter((m) => m.kind === 'event').map((m) => m.type))];
-    // Commands whose route this process has not seen yet: asked in the same round trip as the events.
+    const startedAt = this.#clock.now();
+    const commandRoutes = this.#commandRoutes;
+    // Command types that need a route, and those among them this process has not seen yet: asked in
+    // the same round trip as the events.
+    const routed = new Set<string>();
     const unrouted = new Set<string>();
     for (const m of messages) {
-      if (m.kind !== 'event' && m.requireRoute !== false && !this.#commandRoutes.has(m.type))
-        unrouted.add(m.type);
+      if (m.kind === 'event' || m.requireRoute === false) continue;
+      routed.add(m.type);
+      if (!commandRoutes.knows(m.type)) unrouted.add(m.type);
     }
     const routes = new Map<string, readonly Route[]>();
-    if (eventTypes.length > 0 || unrouted.size > 0) {
+    if (
+      eventTypes.length > 0 ||
+      unrouted.size > 0 ||
+      (routed.size > 0 && !commandRoutes.isFresh(startedAt))
+    ) {
       const pipeline = client.pipeline();
       // The version first: routes read after it in this pipeline are at least as new as it says.
       pipeline.get(this.#layout.key('routes-stamp'));
@@ -331,10 +329,16 @@ export class BullMqBroker implements MessageBroker {
       uncached.forEach((type, index) => {
         routes.set(type, parseRoutes(this.#reply(results, 2 + index) as Record<string, string>));
       });
+      const moved = commandRoutes.confirm(version, startedAt);
       if (unrouted.size > 0) this.#learnCommandRoutes(this.#reply(results, 2 + uncached.length) as string[]);
+      else if (moved && routed.size > 0) {
+        // A registration moved the version: the types known before are forgotten, read them again.
+        const endpoints = client.hvals(this.#layout.key('endpoints'));
+        this.#learnCommandRoutes(await this.#withTimeout(endpoints, 'read command routes'));
+      }
       // Every command is checked before any job is added: a refused batch publishes nothing. A miss
       // is never cached: the handler's endpoint may register any time.
-      for (const type of unrouted) if (!this.#commandRoutes.has(type)) throw noRouteError(type);
+      for (const type of routed) if (!commandRoutes.knows(type)) throw noRouteError(type);
       // Cached at an older version: read again (after `version`, so filed under it).
       const stale = eventTypes.filter((type) => !routes.has(type));
       if (stale.length > 0) {
@@ -429,6 +433,9 @@ export class BullMqBroker implements MessageBroker {
           existing.updateData({ ...toJobData(message, target.deadLetterId) }),
           'reset job data',
         );
+        // Fresh attempts: its stalls (deliveries that ended unsettled) count from 0 again, or a
+        // message dead-lettered as worker-crashed would die again at its first delivery.
+        await this.#withTimeout(this.#client.hdel(queue.toKey(message.id), 'stc'), 'reset stalled count');
         await this.#withTimeout(
           existing.retry('failed', { resetAttemptsMade: true, resetAttemptsStarted: true }),
           'retry job',
@@ -549,6 +556,7 @@ export class BullMqBroker implements MessageBroker {
 
   /** Adds the command types of every registered endpoint (values of the `endpoints` hash) to the cache. */
   #learnCommandRoutes(endpoints: readonly string[]): void {
+    const types: string[] = [];
     for (const json of endpoints) {
       let subscriptions: unknown;
       try {
@@ -559,9 +567,10 @@ export class BullMqBroker implements MessageBroker {
       if (!Array.isArray(subscriptions)) continue;
       for (const sub of subscriptions as Partial<SubscriptionSpec>[]) {
         if (sub.kind !== 'command' || !Array.isArray(sub.types)) continue;
-        for (const type of sub.types) if (typeof type === 'string') this.#commandRoutes.add(type);
+        for (const type of sub.types) if (typeof type === 'string') types.push(type);
       }
     }
+    this.#commandRoutes.learn(types);
   }
 
   async #addAll(queueName: string, jobs: NewJob[]): Promise<void> {

@@ -195,7 +195,8 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
             lockRenewTime: this.#context.lockRenewMs,
             stalledInterval: this.#context.stalledIntervalMs,
             // A stalled job (its worker died) always goes back to wait: the crash counts as an attempt
-            // through `stalledCounter`, and the dispatcher dead-letters it once the attempts run out.
+            // and an unsettled end through `stalledCounter`, and the dispatcher dead-letters it
+            // (`worker-crashed`) once those reach its crash limit.
             maxStalledCount: KEEP_ATTEMPTS,
             settings: { backoffStrategy: () => 1_000 },
             runRetryDelay: 1_000,
@@ -310,6 +311,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
           endpoint: this.#options.endpoint,
           handler: queue.handler,
           attempt: attemptOf(job, parsed),
+          unsettledEnds: stalledCountOf(job),
           history: parsed.history,
           partitionKey: parsed.partitionKey,
           queue: queue.base,
@@ -389,7 +391,16 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
 
 /** The attempt a delivery of `job` is: the failed ones recorded, the stalled ones, and this one. */
 function attemptOf(job: Job<JobData>, parsed: ParsedJobData): number {
-  return (parsed.attemptsMade ?? 0) + (job.stalledCounter > 0 ? job.stalledCounter : 0) + 1;
+  return (parsed.attemptsMade ?? 0) + stalledCountOf(job) + 1;
+}
+
+/**
+ * How often `job` was found stalled (its lock lapsed while active) and put back: the deliveries of it
+ * that ended unsettled.
+ */
+function stalledCountOf(job: Job<JobData>): number {
+  const count = job.stalledCounter;
+  return Number.isSafeInteger(count) && count > 0 ? count : 0;
 }
 
 /**

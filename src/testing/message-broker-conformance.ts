@@ -30,6 +30,14 @@ export interface MessageBrokerUnderTest {
    * @defaultValue none
    */
   readonly sibling?: () => Promise<MessageBroker>;
+  /**
+   * Makes the broker lose the holder of `delivery` as if the worker process holding it had died:
+   * nothing will ever settle it, and the broker must deliver the message again as an unsettled end
+   * (see `DeliveryFacts.unsettledEnds`). `InMemoryBroker`: `broker.abandon(delivery.id)`;
+   * `BullMqBroker`: delete the job's lock, as a lease that ran out (test/contract/bullmq-broker.test.ts).
+   * @defaultValue none: the tests of unsettled ends are skipped, saying so
+   */
+  readonly abandon?: (delivery: Delivery) => Promise<void>;
 }
 
 /**
@@ -204,12 +212,15 @@ class Fixture {
   readonly #suffix = randomUUID().replaceAll('-', '').slice(0, 12);
   readonly #inboxes: Inbox[] = [];
   readonly #siblings: MessageBroker[] = [];
+  /** What `commands`, `orderedCommands` and `events` registered, by endpoint. */
+  readonly #registered = new Map<string, SubscriptionSpec[]>();
   #closed = false;
 
   constructor(
     readonly broker: MessageBroker,
     readonly cleanup: (() => Promise<void>) | undefined,
     readonly makeSibling: (() => Promise<MessageBroker>) | undefined,
+    readonly abandon: ((delivery: Delivery) => Promise<void>) | undefined,
   ) {}
 
   /** Another broker on the same system, closed after the test; undefined when the factory has none. */
@@ -240,26 +251,37 @@ class Fixture {
     return inbox;
   }
 
-  /** Registers one command subscription for `types` on `endpoint`. */
+  /** Registers one command subscription for `types` on `endpoint`, beside what the test registered there. */
   async commands(endpoint: string, ...types: string[]): Promise<void> {
-    await this.broker.register(endpoint, [{ handler: 'commands', kind: 'command', types }]);
+    await this.#register(endpoint, [{ handler: 'commands', kind: 'command', types }]);
   }
 
   /** Registers an ordered command type on `endpoint` (declared in `orderedTypes`, as the registry does). */
   async orderedCommands(endpoint: string, ...types: string[]): Promise<void> {
-    await this.broker.register(endpoint, [
-      { handler: 'commands', kind: 'command', types, orderedTypes: types },
-    ]);
+    await this.#register(endpoint, [{ handler: 'commands', kind: 'command', types, orderedTypes: types }]);
   }
 
-  /** Registers event subscriptions on `endpoint`, one per handler. */
+  /** Registers event subscriptions on `endpoint`, one per handler, beside what the test registered there. */
   async events(endpoint: string, subscriptions: Record<string, string[]>): Promise<void> {
     const specs: SubscriptionSpec[] = Object.entries(subscriptions).map(([handler, types]) => ({
       handler,
       kind: 'event',
       types,
     }));
-    await this.broker.register(endpoint, specs);
+    await this.#register(endpoint, specs);
+  }
+
+  /**
+   * Registers `specs` on `endpoint` with the subscriptions this fixture registered there before (a
+   * spec of the same kind and handler replaced): `register` replaces an endpoint's subscriptions.
+   */
+  async #register(endpoint: string, specs: readonly SubscriptionSpec[]): Promise<void> {
+    const all = new Map(
+      (this.#registered.get(endpoint) ?? []).map((spec) => [`${spec.kind}/${spec.handler}`, spec]),
+    );
+    for (const spec of specs) all.set(`${spec.kind}/${spec.handler}`, spec);
+    this.#registered.set(endpoint, [...all.values()]);
+    await this.broker.register(endpoint, [...all.values()]);
   }
 
   /** A message with a fresh UUIDv7 id and an arbitrary, non-envelope body. */
@@ -319,7 +341,7 @@ export function describeMessageBrokerConformance(
 
     beforeEach(async () => {
       const made = await factory();
-      fixture = new Fixture(made.broker, made.cleanup, made.sibling);
+      fixture = new Fixture(made.broker, made.cleanup, made.sibling, made.abandon);
     });
 
     /**
@@ -358,6 +380,74 @@ export function describeMessageBrokerConformance(
           expect(deliveries.map((d) => d.facts.type).sort()).toEqual([command, event].sort());
           for (const delivery of deliveries) await broker.ack(delivery.id);
           await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when called again without one of the event subscriptions', () => {
+        it('gives that subscription no copy of later events, and keeps what it had for a registration that brings it back', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placed = f().type('OrderPlaced');
+          const both = [
+            { handler: 'audit', kind: 'event', types: [placed] },
+            { handler: 'mail', kind: 'event', types: [placed] },
+          ] as const;
+          await broker.register(endpoint, both);
+          const before = f().message('event', placed);
+          await broker.publish(before);
+
+          await broker.register(endpoint, [both[0]]);
+          const after = f().message('event', placed);
+          await broker.publish(after);
+
+          const auditOnly = f().inbox(endpoint);
+          const audited = await auditOnly.take(2);
+          expect(audited.map((d) => [d.facts.handler, d.facts.messageId]).sort()).toEqual(
+            [
+              ['audit', before.id],
+              ['audit', after.id],
+            ].sort(),
+          );
+          for (const delivery of audited) await broker.ack(delivery.id);
+          await auditOnly.expectNothingWithin();
+          await auditOnly.stop();
+
+          await broker.register(endpoint, both);
+          const again = f().inbox(endpoint);
+          const kept = await again.next();
+          expect([kept.facts.handler, kept.facts.messageId]).toEqual(['mail', before.id]);
+          await broker.ack(kept.id);
+          await again.expectNothingWithin();
+        });
+      });
+
+      describe('when called again without a command type', () => {
+        it('refuses that type with no-route until another endpoint registers it', async () => {
+          const { broker } = f();
+          const orders = f().endpoint('orders');
+          const billing = f().endpoint('billing');
+          const placeOrder = f().type('PlaceOrder');
+          const chargeCard = f().type('ChargeCard');
+          await broker.register(orders, [
+            { handler: 'commands', kind: 'command', types: [placeOrder, chargeCard] },
+          ]);
+          await broker.publish(f().message('command', chargeCard));
+
+          await broker.register(orders, [{ handler: 'commands', kind: 'command', types: [placeOrder] }]);
+
+          expectCode(await failureOf(() => broker.publish(f().message('command', chargeCard))), 'no-route');
+          await broker.publish(f().message('command', chargeCard, { requireRoute: false }));
+          await broker.publish(f().message('command', placeOrder));
+          const inbox = f().inbox(orders);
+          const delivery = await inbox.next();
+          expect(delivery.facts.type).toBe(placeOrder);
+          await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+
+          await broker.register(billing, [{ handler: 'commands', kind: 'command', types: [chargeCard] }]);
+          await broker.publish(f().message('command', chargeCard));
+          const charges = await f().inbox(billing).take(3);
+          expect(charges.map((d) => d.facts.type)).toEqual([chargeCard, chargeCard, chargeCard]);
         });
       });
     });
@@ -433,13 +523,16 @@ export function describeMessageBrokerConformance(
           expect(delivery.body).toBe(message.body);
           // `queue` is the broker's own name for the queue: any string, or none.
           expect(['string', 'undefined']).toContain(typeof delivery.facts.queue);
-          expect({ ...delivery.facts, queue: undefined }).toEqual({
+          // `unsettledEnds` may be left out for none.
+          const unsettledEnds = delivery.facts.unsettledEnds ?? 0;
+          expect({ ...delivery.facts, queue: undefined, unsettledEnds }).toEqual({
             messageId: message.id,
             kind: 'command',
             type: placeOrder,
             endpoint: orders,
             handler: undefined,
             attempt: 1,
+            unsettledEnds: 0,
             history: [],
             partitionKey: 'order-1',
             queue: undefined,
@@ -1080,6 +1173,92 @@ export function describeMessageBrokerConformance(
           await broker.publish(message);
           const delivery = await f().inbox(endpoint).next();
           expect(delivery.facts).toMatchObject({ messageId: message.id, attempt: 1 });
+        });
+      });
+    });
+
+    describe('unsettled ends', () => {
+      requires('crashCounting');
+      /** The factory's `abandon`, or skips the test: the hook is optional. */
+      const abandonOf = (skip: (note?: string) => void): ((delivery: Delivery) => Promise<void>) => {
+        const { abandon } = f();
+        if (abandon === undefined) {
+          skip(`${name}'s factory gives no abandon hook: the tests of unsettled ends need one`);
+          throw new Error('skipped');
+        }
+        return abandon;
+      };
+
+      describe('when the holder of a delivery goes away without settling it', () => {
+        it('delivers the message again with the next attempt and one unsettled end', async ({ skip }) => {
+          const abandon = abandonOf(skip);
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+          const first = await inbox.next();
+          expect(first.facts).toMatchObject({ messageId: message.id, attempt: 1 });
+          expect(first.facts.unsettledEnds ?? 0).toBe(0);
+
+          await abandon(first);
+
+          const again = await inbox.next(ARRIVES_WITHIN_MS * 2);
+          expect(again.facts).toMatchObject({ messageId: message.id, attempt: 2, unsettledEnds: 1 });
+          expect(again.body).toBe(message.body);
+          await broker.ack(again.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when a delivery is released, and the holder of the next one goes away', () => {
+        it('counts the end but not the release', async ({ skip }) => {
+          const abandon = abandonOf(skip);
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          await broker.publish(f().message('command', placeOrder));
+          await broker.nack((await inbox.next()).id, { release: true });
+          const released = await inbox.next();
+          expect(released.facts.attempt).toBe(1);
+          expect(released.facts.unsettledEnds ?? 0).toBe(0);
+
+          await abandon(released);
+          const abandoned = await inbox.next(ARRIVES_WITHIN_MS * 2);
+          expect(abandoned.facts).toMatchObject({ attempt: 2, unsettledEnds: 1 });
+          await broker.nack(abandoned.id, { retryAt: Date.now(), error: { name: 'Error', message: 'boom' } });
+          const retried = await inbox.next();
+          expect(retried.facts).toMatchObject({ attempt: 3, unsettledEnds: 1 });
+          expect(retried.facts.history.map((record) => record.attempt)).toEqual([2]);
+          await broker.ack(retried.id);
+        });
+      });
+
+      describe('when a message that ended unsettled is dead-lettered and redelivered', () => {
+        it('starts again at attempt 1 with no unsettled end', async ({ skip }) => {
+          const abandon = abandonOf(skip);
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+          await abandon(await inbox.next());
+          const crashed = await inbox.next(ARRIVES_WITHIN_MS * 2);
+          expect(crashed.facts.unsettledEnds).toBe(1);
+          await broker.nack(crashed.id, { deadLetter: 'worker-crashed' });
+
+          await broker.redeliver({ endpoint, handler: 'commands', message });
+
+          const replayed = await inbox.next();
+          expect(replayed.facts.attempt).toBe(1);
+          expect(replayed.facts.unsettledEnds ?? 0).toBe(0);
+          await broker.ack(replayed.id);
         });
       });
     });

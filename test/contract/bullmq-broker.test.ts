@@ -9,7 +9,15 @@ const redisUrl = inject('redisUrl');
 
 describeMessageBrokerConformance('BullMqBroker', async () => {
   const prefix = `{hrt-${randomUUID().slice(0, 8)}}`;
-  const broker = new BullMqBroker({ connection: redisUrl, prefix, partitions: 4 });
+  // Short stalled checks and renewals: a job whose lock is gone (see `abandon`) is back in its queue,
+  // and its old holder has let go of it, within a few hundred ms.
+  const broker = new BullMqBroker({
+    connection: redisUrl,
+    prefix,
+    partitions: 4,
+    stalledIntervalMs: 200,
+    lockRenewMs: 250,
+  });
   return {
     broker,
     // A second process on the same Redis and prefix.
@@ -19,6 +27,16 @@ describeMessageBrokerConformance('BullMqBroker', async () => {
       const client = new Redis(redisUrl);
       await deleteKeys(client, prefix);
       client.disconnect();
+    },
+    // The job's lock deleted, as a lease that ran out: the next stalled check puts the job back.
+    abandon: async (delivery) => {
+      const client = new Redis(redisUrl);
+      try {
+        const { queue, messageId } = delivery.facts;
+        await client.del(`${prefix}:${String(queue)}:${String(messageId)}:lock`);
+      } finally {
+        client.disconnect();
+      }
     },
   };
 });

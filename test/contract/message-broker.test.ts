@@ -1,8 +1,23 @@
-import { InMemoryBroker } from '../../src/broker/in-memory-broker.js';
-import { describeMessageBrokerConformance } from '../../src/testing/message-broker-conformance.js';
+import { InMemoryBroker, type InMemoryBrokerOptions } from '../../src/broker/in-memory-broker.js';
+import {
+  describeMessageBrokerConformance,
+  type MessageBrokerUnderTest,
+} from '../../src/testing/message-broker-conformance.js';
 
-describeMessageBrokerConformance('InMemoryBroker', async () => ({ broker: new InMemoryBroker() }));
+/** A fresh broker, whose `abandon` gives a delivery up as a dead worker would. */
+function underTest(options: InMemoryBrokerOptions = {}): MessageBrokerUnderTest {
+  const broker = new InMemoryBroker(options);
+  return {
+    broker,
+    abandon: (delivery) => {
+      broker.abandon(delivery.id);
+      return Promise.resolve();
+    },
+  };
+}
 
-describeMessageBrokerConformance('InMemoryBroker (shuffled)', async () => ({
-  broker: new InMemoryBroker({ deliveryOrder: 'shuffled' }),
-}));
+describeMessageBrokerConformance('InMemoryBroker', async () => underTest());
+
+describeMessageBrokerConformance('InMemoryBroker (shuffled)', async () =>
+  underTest({ deliveryOrder: 'shuffled' }),
+);

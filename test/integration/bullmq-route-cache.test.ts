@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import type { Delivery } from '../../src/broker/message-broker.js';
-import { silentLogger } from '../../src/index.js';
+import { ManualClock, silentLogger } from '../../src/index.js';
+import { expectCode, failureOf } from '../../src/testing/expect-code.js';
 import { BullMqBroker } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
@@ -116,6 +117,60 @@ describe('BullMqBroker', () => {
         expect(
           (await within(5_000, shipping(), 'event at the subscriber registered after the loss')).body,
         ).toBe('after');
+      });
+    });
+
+    describe('when another process registers an endpoint again without a subscription the publisher cached', () => {
+      it('gives the removed subscription no copy of the next event', async () => {
+        const prefix = freshPrefix();
+        const admin = new Redis(redisUrl);
+        cleanups.push(async () => {
+          await deleteKeys(admin, prefix);
+          admin.disconnect();
+        });
+        const both = [
+          { kind: 'event', handler: 'audit', types: [TYPE] },
+          { kind: 'event', handler: 'mail', types: [TYPE] },
+        ] as const;
+        await processBroker(prefix).register('billing', both);
+        const publisher = processBroker(prefix);
+        await publisher.publish(event('first'));
+        const waiting = (handler: string): Promise<number> =>
+          admin.llen(`${prefix}:evt~billing~${handler}:wait`);
+        expect([await waiting('audit'), await waiting('mail')]).toEqual([1, 1]);
+
+        await processBroker(prefix).register('billing', [both[0]]);
+        await publisher.publish(event('second'));
+
+        expect([await waiting('audit'), await waiting('mail')]).toEqual([2, 1]);
+      });
+    });
+
+    describe('when another process registers an endpoint again without a command type the publisher knew', () => {
+      it('still accepts the type for up to a second of its clock, then refuses it with no-route', async () => {
+        const prefix = freshPrefix();
+        const admin = new Redis(redisUrl);
+        cleanups.push(async () => {
+          await deleteKeys(admin, prefix);
+          admin.disconnect();
+        });
+        const COMMAND = 'routes.Charge';
+        const command = () => ({ id: randomUUID(), kind: 'command' as const, type: COMMAND, body: '{}' });
+        await processBroker(prefix).register('billing', [
+          { kind: 'command', handler: 'charge', types: [COMMAND] },
+        ]);
+        const clock = new ManualClock(Date.now());
+        const publisher = new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger, clock });
+        cleanups.push(() => publisher.close());
+        await publisher.publish(command());
+
+        await processBroker(prefix).register('billing', []);
+        clock.advance(999);
+        await publisher.publish(command());
+        clock.advance(1);
+
+        expectCode(await failureOf(() => publisher.publish(command())), 'no-route');
+        expect(await admin.llen(`${prefix}:cmd~${COMMAND}:wait`)).toBe(2);
       });
     });
 
