@@ -18,15 +18,10 @@ import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { consoleLogger, type LogFields, type Logger } from '../logging/logger.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { SendOptions } from '../messages/send-options.js';
-import {
-  HandlerPipeline,
-  type DeadLetterOutcome,
-  type HandlerPipelineOptions,
-  type PausedOutcome,
-  type PipelineInput,
-  type PipelineOutcome,
-  type RetryOutcome,
-} from './handler-pipeline.js';
+import { HandlerPipeline } from './handler-pipeline.js';
+import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
+import type { PipelineInput } from './pipeline-input.js';
+import type { DeadLetterOutcome, PausedOutcome, PipelineOutcome, RetryOutcome } from './pipeline-outcome.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { OutageBreaker, resolveOutageOptions } from './outage-breaker.js';
 import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';

@@ -9,7 +9,7 @@ import { Timeouts, type Timeout } from '../clock/timeouts.js';
 import type { DeadLetterReason, DeadLetterRecord } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerKind } from '../handlers/handler-metadata.js';
-import type { HandlerEntry, HandlerRegistry } from '../handlers/handler-registry.js';
+import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { DEFAULT_HANDLER_TIMEOUT_MS, checkTimeoutMs } from '../handlers/handler-timeout.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { runObserved } from '../logging/run-observed.js';
@@ -19,9 +19,8 @@ import {
   encodeEnvelope,
   type DecodeOptions,
 } from '../messages/codec.js';
-import type { MessageDefinition, RetryOptions } from '../messages/definition.js';
+import type { MessageDefinition } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
-import type { EnvelopeEncoder } from '../messages/prepare-message.js';
 import type { SendOptions } from '../messages/send-options.js';
 import {
   LocalHandlerContext,
@@ -29,291 +28,26 @@ import {
   type HandlerContext,
   type HandlerContextEnv,
 } from './handler-context.js';
-import type { MessagePublisher } from './message-publisher.js';
-import type {
-  MessageTelemetry,
-  ProcessEnd,
-  ProcessObservation,
-  SagaInstanceInfo,
-} from './message-telemetry.js';
-import { composeMiddleware, type Middleware } from './middleware.js';
-import type { LogPosition, TransactionalUnitOfWork, UnitOfWorkResult } from './transactional-unit-of-work.js';
+import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
+import type { ProcessEnd, ProcessObservation } from './message-telemetry.js';
+import { composeMiddleware } from './middleware.js';
+import type { OutageListener, PausedEvent, ResumedEvent } from './outage-breaker.js';
+import type { PipelineInput } from './pipeline-input.js';
+import {
+  ABANDONED,
+  NO_OUTGOING,
+  failureReason,
+  handledOutcome,
+  refused,
+  type DeadLetterOutcome,
+  type HandledOutcome,
+  type PipelineOutcome,
+  type RetryOutcome,
+} from './pipeline-outcome.js';
 import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
-import { isTransientFailure, type TransientClassifier } from './transient-failure.js';
-import type { OutageListener, OutageOptions, PausedEvent, ResumedEvent } from './outage-breaker.js';
-
-/**
- * Calls a handler method on an instance made for this message (the bus resolves it from DI).
- *
- * @remarks
- * Returns what the method returned: a promise, or a plain value when the handler returned one (no
- * promise is made for a synchronous handler). What it throws is the handler's failure, as a
- * rejection would be.
- */
-export type HandlerInvoker = (
-  entry: HandlerEntry,
-  method: string,
-  payload: unknown,
-  context: HandlerContext,
-) => unknown;
-
-/** Checks a received envelope's signature; returns a refusal reason, or undefined when it verifies. */
-export type EnvelopeVerifier = (body: string, envelope: Envelope) => string | undefined;
-
-/** A message was handled (and, from the broker, acknowledged). */
-export interface HandledEvent {
-  readonly envelope: Envelope;
-  readonly handler: string;
-  readonly attempt: number;
-  readonly durationMs: number;
-}
-
-/** A handler failed and its message will be tried again. */
-export interface RetryingEvent {
-  readonly envelope: Envelope;
-  readonly handler: string;
-  readonly attempt: number;
-  readonly error: unknown;
-  readonly retryAt: number;
-}
-
-/** A message was dead-lettered. */
-export interface DeadLetteredEvent {
-  readonly record: DeadLetterRecord;
-  /** The error thrown, or a description of the bad input. */
-  readonly error: unknown;
-}
-
-/**
- * Lifecycle hooks of every handler run (command and event handlers, projections); an error thrown
- * by a hook, or the rejection of an async one (TypeScript lets an async function stand for a `void`
- * one), is logged and ignored; nothing waits for an async hook.
- */
-export interface DispatchHooks {
-  onHandled?(event: HandledEvent): void;
-  onRetrying?(event: RetryingEvent): void;
-  onDeadLettered?(event: DeadLetteredEvent): void;
-  /** The endpoint, or a projection lane, paused: a dependency is unreachable (see `TransientError`). */
-  onPaused?(event: PausedEvent): void;
-  /** A paused endpoint or projection lane got a message through and takes messages again. */
-  onResumed?(event: ResumedEvent): void;
-}
-
-/** Options of {@link HandlerPipeline}: what every handler run needs, whoever settles it. */
-export interface HandlerPipelineOptions {
-  readonly registry: HandlerRegistry;
-  /** The endpoint handlers run for (named in contexts and dead letters). */
-  readonly endpoint: string;
-  readonly invoke: HandlerInvoker;
-  /**
-   * Commits what a handler recorded, after it succeeded.
-   * @defaultValue none: a handler that sends or publishes fails with HarrierError `internal`
-   */
-  readonly publisher?: MessagePublisher;
-  /**
-   * Classifies failures as outages of a dependency (true) or message failures (false); `undefined`
-   * leaves the error to Harrier's rules (`TransientError`, connection errors of PostgreSQL and Redis,
-   * socket errors). An outage pauses the endpoint and spends no attempt.
-   * @defaultValue Harrier's rules only (see `isTransientFailure`)
-   */
-  readonly isTransient?: TransientClassifier;
-  /**
-   * How a paused endpoint or projection lane probes for the end of an outage.
-   * @defaultValue `{ probeBaseMs: 1000, probeMaxMs: 15000, maxProbesPerMessage: 10 }`
-   */
-  readonly outage?: OutageOptions;
-  /**
-   * Retry policy where neither the handler nor the definition sets one.
-   * @defaultValue `DEFAULT_RETRY`: 8 attempts, 2 immediate retries, then backoff 2.5 s base doubling, 60 s cap, 0.2 jitter
-   */
-  readonly retry?: RetryOptions;
-  /** @defaultValue [] */
-  readonly middleware?: readonly Middleware[];
-  /**
-   * Observes every handler call and gives the traceparent of each message a handler records
-   * (harrier/telemetry's spans and metrics).
-   * @defaultValue none: no observation, and recorded messages carry the handled message's traceparent
-   */
-  readonly telemetry?: MessageTelemetry;
-  /** @defaultValue {} */
-  readonly hooks?: DispatchHooks;
-  /** @defaultValue the system clock */
-  readonly clock?: Clock;
-  /**
-   * How long a handler call (with its middleware) may run, in ms of `clock` time, where its
-   * decorator sets no `timeoutMs`: past it, the call's signal aborts with HarrierError
-   * `handler-timeout` and the attempt fails with that error (retried, then dead-lettered), or
-   * `execute` rejects with it; what the call does afterwards is logged and ignored. Only a call that
-   * returns a promise is timed (a plain value has returned already). Above 0 and at most 2147483647.
-   * @defaultValue 300000 (5 minutes)
-   */
-  readonly handlerTimeoutMs?: number;
-  /**
-   * Largest encoded envelope accepted, in bytes; larger ones are dead-lettered as `too-large`.
-   * @defaultValue 1048576 (1 MiB)
-   */
-  readonly maxEnvelopeBytes?: number;
-  /** @defaultValue JSON lines on stderr for warnings and errors */
-  readonly logger?: Logger;
-  /** Random source of backoff jitter. @defaultValue Math.random */
-  readonly random?: () => number;
-  /** Encodes envelopes of recorded messages. @defaultValue JSON */
-  readonly encode?: EnvelopeEncoder;
-  /** Verifies received envelopes. @defaultValue none (no signing) */
-  readonly verify?: EnvelopeVerifier;
-  /**
-   * How handlers of a kind are run and committed, where it differs from a plain call then commit
-   * (a saga step loads and saves its instance around the call).
-   * @defaultValue none (every kind: call, then commit)
-   */
-  readonly steps?: Partial<Record<HandlerKind, StepRunner>>;
-  /**
-   * The transaction command handlers, event handlers and projections run in, with what they record
-   * and the proof they ran (an outbox and inbox in the application's database).
-   * @defaultValue none: the handler runs, then the publisher commits what it recorded
-   */
-  readonly unitOfWork?: TransactionalUnitOfWork;
-}
-
-/** One handler call handed to a {@link StepRunner}: what it may run and commit, in its own way. */
-export interface PipelineStep {
-  readonly entry: HandlerEntry;
-  readonly definition: MessageDefinition;
-  readonly envelope: Envelope;
-  readonly attempt: number;
-  readonly endpoint: string;
-  /** The handler's abort signal, or a function that makes it on first read. */
-  readonly signal: AbortSignal | (() => AbortSignal);
-  /** What a context of this handler's kind needs (to construct a `ReceivedHandlerContext` or a subclass). */
-  readonly env: HandlerContextEnv;
-  /** Runs middleware and the handler with `context`. */
-  invoke(context: HandlerContext): Promise<unknown>;
-  /** Publishes messages a handler recorded (the unit of work's commit), idempotent by id. */
-  publish(messages: readonly OutgoingMessage[]): Promise<void>;
-  /** Tells telemetry which saga instance the step runs for (e.g. attributes of its span). */
-  sagaInstance?(instance: SagaInstanceInfo): void;
-}
-
-/** How a {@link StepRunner} ended a step that threw nothing. */
-export type StepResult =
-  | { readonly kind: 'handled'; readonly outgoing: readonly OutgoingMessage[] }
-  | { readonly kind: 'dead-letter'; readonly reason: DeadLetterReason; readonly error: ErrorInfo };
-
-/**
- * Runs one handler call of a kind in its own way: an error it throws is retried or dead-lettered
- * like a handler's.
- */
-export type StepRunner = (step: PipelineStep) => Promise<StepResult>;
-
-/** One received message to run through the pipeline. */
-export interface PipelineInput {
-  /** The envelope as received (bytes as text): decoded, size-checked and verified here. */
-  readonly body: string;
-  /** The delivery facts: attempt, earlier failures, subscription (`handler`). */
-  readonly facts: DeliveryFacts;
-  /**
-   * The handler to run.
-   * @defaultValue routed from the envelope: a command to its one handler, an event to the
-   *   subscription named in `facts.handler`
-   */
-  readonly handler?: HandlerEntry;
-  /** The handler's abort signal, or a function that makes it on first read. */
-  readonly signal: AbortSignal | (() => AbortSignal);
-  /**
-   * Aborts the handler's signal (`signal`, now or when it is made) with `reason`: the handler ran
-   * past its time-out. Give it when `signal` is the handler's own; a signal shared with other calls
-   * must not be aborted for one.
-   * @defaultValue none: the signal is not aborted by a time-out (the attempt still fails)
-   */
-  timedOut?(reason: HarrierError): void;
-  /**
-   * True once the run's result no longer matters (the delivery was released by a stop): checked
-   * after the handler, before anything is committed.
-   * @defaultValue never
-   */
-  readonly abandoned?: () => boolean;
-  /**
-   * The event's place in the log, for a projection fed by it (given to the unit of work).
-   * @defaultValue none
-   */
-  readonly position?: LogPosition;
-  /**
-   * Tell telemetry of a message refused before any handler ran as the pipeline refuses it. False
-   * when the caller may not dead-letter it (a projection's lane skips events of types it has no
-   * `@On` for): the caller then calls {@link HandlerPipeline.reportRefused} when it stores one.
-   * @defaultValue true
-   */
-  readonly reportRefusal?: boolean;
-}
-
-/** The handler succeeded and what it recorded was committed. */
-export interface HandledOutcome {
-  readonly kind: 'handled';
-  readonly envelope: Envelope;
-  readonly handler: string;
-  readonly attempt: number;
-  /** When the handler call started (clock time), for `durationMs`. */
-  readonly startedAt: number;
-  /** The messages the handler recorded, committed through the publisher. */
-  readonly outgoing: readonly OutgoingMessage[];
-}
-
-/** The handler failed and may succeed later. */
-export interface RetryOutcome {
-  readonly kind: 'retry';
-  readonly envelope: Envelope;
-  readonly handler: string;
-  readonly attempt: number;
-  /** When to try again (clock time). */
-  readonly retryAt: number;
-  readonly error: unknown;
-  readonly errorInfo: ErrorInfo;
-}
-
-/** The message is refused for good: bad input, no handler, or a handler out of attempts. */
-export interface DeadLetterOutcome {
-  readonly kind: 'dead-letter';
-  readonly reason: DeadLetterReason;
-  /** The handler the message died in, when one was found. */
-  readonly handler: string | undefined;
-  readonly error: ErrorInfo;
-  /** The error thrown, or the description of the bad input. */
-  readonly thrown: unknown;
-  /** Whether the message's definition asks for per-key order. */
-  readonly ordered: boolean;
-  /** The decoded envelope, when decoding got that far. */
-  readonly envelope: Envelope | undefined;
-}
-
-/** The run was abandoned (see {@link PipelineInput.abandoned}): nothing to settle. */
-export interface AbandonedOutcome {
-  readonly kind: 'abandoned';
-}
-
-/**
- * The attempt met an outage of a dependency (see `isTransientFailure`): the message is not at fault.
- * The caller gives the delivery back with its attempt uncounted and pauses.
- */
-export interface PausedOutcome {
-  readonly kind: 'paused';
-  readonly envelope: Envelope;
-  readonly handler: string;
-  readonly attempt: number;
-  readonly error: unknown;
-  readonly errorInfo: ErrorInfo;
-  /**
-   * The outcome as a failure of the message (a retry that counts, or a dead letter once out of
-   * attempts): what the caller settles instead when it finds the message itself at fault (it keeps
-   * meeting the "outage" while other messages get through).
-   */
-  readonly failure: () => RetryOutcome | DeadLetterOutcome;
-}
-
-/** How a run through the {@link HandlerPipeline} ended; the caller settles it. */
-export type PipelineOutcome =
-  HandledOutcome | RetryOutcome | DeadLetterOutcome | AbandonedOutcome | PausedOutcome;
-
-const ABANDONED: AbandonedOutcome = { kind: 'abandoned' };
+import type { PipelineStep, StepRunner } from './step-runner.js';
+import type { TransactionalUnitOfWork, UnitOfWorkResult } from './transactional-unit-of-work.js';
+import { isTransientFailure } from './transient-failure.js';
 
 /**
  * What a handler call's time-out aborts (the call's signal), and what is told when the call is over
@@ -322,13 +56,6 @@ const ABANDONED: AbandonedOutcome = { kind: 'abandoned' };
 interface CallTarget {
   timedOut?(reason: HarrierError): void;
   endCall?(): void;
-}
-
-const NO_OUTGOING: readonly OutgoingMessage[] = Object.freeze([]);
-
-/** The dead-letter reason of a handler that failed for good, by handler kind. */
-function failureReason(kind: HandlerKind): DeadLetterReason {
-  return kind === 'projection' ? 'projection-failed' : 'handler-failed';
 }
 
 /**
@@ -1329,25 +1056,3 @@ function promiseOf(call: () => unknown): Promise<unknown> {
 }
 
 const FROM_HANDLER = { origin: 'handler' } as const;
-
-/** The outcome of an attempt whose handler succeeded, with what it committed. */
-function handledOutcome(
-  entry: HandlerEntry,
-  envelope: Envelope,
-  attempt: number,
-  startedAt: number,
-  outgoing: readonly OutgoingMessage[],
-): HandledOutcome {
-  return { kind: 'handled', envelope, handler: entry.name, attempt, startedAt, outgoing };
-}
-
-function refused(
-  handler: string | undefined,
-  reason: DeadLetterReason,
-  error: ErrorInfo,
-  ordered: boolean,
-  envelope: Envelope | undefined,
-  thrown: unknown = error,
-): DeadLetterOutcome {
-  return { kind: 'dead-letter', reason, handler, error, thrown, ordered, envelope };
-}
