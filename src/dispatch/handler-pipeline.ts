@@ -12,7 +12,6 @@ import type { HandlerKind } from '../handlers/handler-metadata.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { DEFAULT_HANDLER_TIMEOUT_MS, checkTimeoutMs } from '../handlers/handler-timeout.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
-import { runObserved } from '../logging/run-observed.js';
 import {
   DEFAULT_MAX_ENVELOPE_BYTES,
   decodeEnvelope,
@@ -29,9 +28,10 @@ import {
   type HandlerContextEnv,
 } from './handler-context.js';
 import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
-import type { ProcessEnd, ProcessObservation } from './message-telemetry.js';
+import type { ProcessObservation } from './message-telemetry.js';
 import { composeMiddleware } from './middleware.js';
-import type { OutageListener, PausedEvent, ResumedEvent } from './outage-breaker.js';
+import { HANDLED_END, OutcomeReporter, processEnd } from './outcome-reporter.js';
+import type { OutageListener } from './outage-breaker.js';
 import type { PipelineInput } from './pipeline-input.js';
 import {
   ABANDONED,
@@ -115,6 +115,10 @@ export class HandlerPipeline {
   readonly #timeoutMs: number;
   /** Bounds every handler call that returned a promise, with one clock timer for all of them. */
   readonly #timeouts: Timeouts;
+  /** Tells hooks and telemetry how runs went. */
+  readonly #reporter: OutcomeReporter;
+  /** Tells the hooks and telemetry of pauses and resumptions (what an `OutageBreaker` reports). */
+  readonly outageListener: OutageListener;
 
   /**
    * @throws HarrierError `invalid-option` for a bad `retry`, `handlerTimeoutMs` or a handler's
@@ -133,6 +137,8 @@ export class HandlerPipeline {
     }
     this.#timeouts = new Timeouts(this.#clock);
     this.#logger = options.logger ?? consoleLogger;
+    this.#reporter = new OutcomeReporter(options, this.#clock, this.#logger);
+    this.outageListener = this.#reporter.outageListener;
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
     const registry = options.registry;
     this.#definitionOf = (type) => registry.definition(type);
@@ -219,21 +225,19 @@ export class HandlerPipeline {
         envelope,
       );
     }
-    const telemetry = this.#o.telemetry;
-    if (telemetry === undefined) return this.#attemptEager(entry, definition, envelope, policy, input);
-    const observation = this.#guard('process', () =>
-      telemetry.process({
-        envelope,
-        handler: entry.name,
-        handlerKind: entry.kind,
-        endpoint: this.#o.endpoint,
-        attempt: facts.attempt,
-        inProcess: false,
-        ...(input.position !== undefined ? { position: input.position } : {}),
-      }),
-    );
+    if (this.#o.telemetry === undefined)
+      return this.#attemptEager(entry, definition, envelope, policy, input);
+    const observation = this.#reporter.observe({
+      envelope,
+      handler: entry.name,
+      handlerKind: entry.kind,
+      endpoint: this.#o.endpoint,
+      attempt: facts.attempt,
+      inProcess: false,
+      ...(input.position !== undefined ? { position: input.position } : {}),
+    });
     if (observation === undefined) return this.#attemptEager(entry, definition, envelope, policy, input);
-    return this.#observed(
+    return this.#reporter.observed(
       observation,
       () => Promise.resolve(this.#attemptEager(entry, definition, envelope, policy, input, observation)),
       (outcome) => processEnd(outcome, this.#clock.now()),
@@ -254,51 +258,6 @@ export class HandlerPipeline {
     } catch (error) {
       return `the signature could not be checked: the verifier threw ${toErrorInfo(error).message}`;
     }
-  }
-
-  /**
-   * Runs a handler call inside telemetry's observation of it; a failing telemetry hook is logged and
-   * never changes the outcome (the call runs once either way).
-   */
-  async #observed<T>(
-    observation: ProcessObservation,
-    call: () => Promise<T>,
-    endOf: (result: T) => ProcessEnd,
-  ): Promise<T> {
-    let result: T;
-    try {
-      result = await runObserved(
-        (run) => observation.within(run),
-        call,
-        (error) => {
-          this.#telemetryFailed('within', error);
-        },
-      );
-    } catch (error) {
-      // execute() failed (or, for a delivery, a bug: the attempt settles all a handler does).
-      this.#guard('end', () => {
-        observation.end({ kind: 'failed', error });
-      });
-      throw error;
-    }
-    this.#guard('end', () => {
-      observation.end(endOf(result));
-    });
-    return result;
-  }
-
-  /** Calls a telemetry hook; logs what it throws, and returns undefined then. */
-  #guard<T>(hook: string, call: () => T): T | undefined {
-    try {
-      return call();
-    } catch (error) {
-      this.#telemetryFailed(hook, error);
-      return undefined;
-    }
-  }
-
-  #telemetryFailed(hook: string, error: unknown): void {
-    this.#logger.error(`Telemetry ${hook} threw; ignored`, { error: toErrorInfo(error) });
   }
 
   /** Runs the handler through its kind's step runner (a saga's) and decides the message's outcome. */
@@ -545,20 +504,17 @@ export class HandlerPipeline {
     payload: unknown,
     call: CallTarget,
   ): Promise<unknown> {
-    const telemetry = this.#o.telemetry;
-    if (telemetry === undefined) return this.#runLocal(entry, definition, context, payload, call);
-    const observation = this.#guard('process', () =>
-      telemetry.process({
-        envelope: context.envelope,
-        handler: entry.name,
-        handlerKind: entry.kind,
-        endpoint: this.#o.endpoint,
-        attempt: 1,
-        inProcess: true,
-      }),
-    );
+    if (this.#o.telemetry === undefined) return this.#runLocal(entry, definition, context, payload, call);
+    const observation = this.#reporter.observe({
+      envelope: context.envelope,
+      handler: entry.name,
+      handlerKind: entry.kind,
+      endpoint: this.#o.endpoint,
+      attempt: 1,
+      inProcess: true,
+    });
     if (observation === undefined) return this.#runLocal(entry, definition, context, payload, call);
-    return this.#observed(
+    return this.#reporter.observed(
       observation,
       () => this.#runLocal(entry, definition, context, payload, call),
       () => HANDLED_END,
@@ -658,45 +614,18 @@ export class HandlerPipeline {
 
   /** Reports a handled outcome once it is settled (acked, or completed in its lane). */
   handled(outcome: HandledOutcome): void {
-    this.#hook('onHandled', () =>
-      this.#o.hooks?.onHandled?.({
-        envelope: outcome.envelope,
-        handler: outcome.handler,
-        attempt: outcome.attempt,
-        durationMs: this.#clock.now() - outcome.startedAt,
-      }),
-    );
+    this.#reporter.handled(outcome);
   }
 
   /** Reports a retry once it is settled (nacked with its time, or waiting in its lane). */
   retrying(outcome: RetryOutcome): void {
-    this.#hook('onRetrying', () =>
-      this.#o.hooks?.onRetrying?.({
-        envelope: outcome.envelope,
-        handler: outcome.handler,
-        attempt: outcome.attempt,
-        error: outcome.error,
-        retryAt: outcome.retryAt,
-      }),
-    );
+    this.#reporter.retrying(outcome);
   }
 
   /** Reports a dead letter once it is stored. */
   deadLettered(record: DeadLetterRecord, error: unknown): void {
-    this.#hook('onDeadLettered', () => this.#o.hooks?.onDeadLettered?.({ record, error }));
+    this.#reporter.deadLettered(record, error);
   }
-
-  /** Tells the hooks and telemetry of pauses and resumptions (what an `OutageBreaker` reports). */
-  readonly outageListener: OutageListener = {
-    paused: (event: PausedEvent): void => {
-      this.#hook('onPaused', () => this.#o.hooks?.onPaused?.(event));
-      this.#guard('pauseChanged', () => this.#o.telemetry?.pauseChanged?.(event, true));
-    },
-    resumed: (event: ResumedEvent): void => {
-      this.#hook('onResumed', () => this.#o.hooks?.onResumed?.(event));
-      this.#guard('pauseChanged', () => this.#o.telemetry?.pauseChanged?.(event, false));
-    },
-  };
 
   /** Refuses a message before any handler ran, and tells telemetry unless the caller will. */
   #refuse(
@@ -717,18 +646,7 @@ export class HandlerPipeline {
    * `ProjectionRunner` calls it when it stores one; the pipeline itself for other callers).
    */
   reportRefused(outcome: DeadLetterOutcome, attempt: number): void {
-    const telemetry = this.#o.telemetry;
-    if (telemetry?.refused === undefined) return;
-    this.#guard('refused', () =>
-      telemetry.refused?.({
-        envelope: outcome.envelope,
-        handler: outcome.handler,
-        endpoint: this.#o.endpoint,
-        attempt,
-        reason: outcome.reason,
-        error: outcome.error,
-      }),
-    );
+    this.#reporter.refused(outcome, attempt);
   }
 
   #step(
@@ -756,7 +674,7 @@ export class HandlerPipeline {
       },
       sagaInstance: (instance) => {
         if (observation?.sagaInstance !== undefined) {
-          this.#guard('sagaInstance', () => observation.sagaInstance?.(instance));
+          this.#reporter.guard('sagaInstance', () => observation.sagaInstance?.(instance));
         }
       },
     };
@@ -975,27 +893,6 @@ export class HandlerPipeline {
     }
     await publisher.publish(messages, FROM_HANDLER);
   }
-
-  #hook(name: string, call: () => unknown): void {
-    let result: unknown;
-    try {
-      result = call();
-    } catch (error) {
-      this.#logger.error(`Hook ${name} threw; ignored`, { error: toErrorInfo(error) });
-      return;
-    }
-    // An async hook is allowed by the type (a promise is assignable to void): its rejection is
-    // logged the same way, never left to become an unhandled rejection that ends the process.
-    if (result instanceof Promise) {
-      result.catch((error: unknown) => {
-        try {
-          this.#logger.error(`Hook ${name} rejected; ignored`, { error: toErrorInfo(error) });
-        } catch {
-          // A logger that throws here would leave the rejection unhandled after all.
-        }
-      });
-    }
-  }
 }
 
 /** The error a handler call that ran past its time-out of `ms` fails with (its signal's reason). */
@@ -1012,29 +909,6 @@ function timeoutError(handler: string, ms: number, context: HandlerContext): Har
     `Handler "${handler}" ran past its time-out of ${ms} ms${message}: its signal is aborted and what it does from now on is ignored. Make it finish sooner and pass ctx.signal to its I/O, or raise timeoutMs in its decorator's options (or handlerTimeoutMs of createBus)`,
   );
 }
-
-/** What telemetry is told of an outcome decided at `now`. */
-function processEnd(outcome: PipelineOutcome, now: number): ProcessEnd {
-  switch (outcome.kind) {
-    case 'handled':
-      return HANDLED_END;
-    case 'retry':
-      return {
-        kind: 'retry',
-        error: outcome.error,
-        retryAt: outcome.retryAt,
-        delayMs: Math.max(0, outcome.retryAt - now),
-      };
-    case 'dead-letter':
-      return { kind: 'dead-letter', reason: outcome.reason, error: outcome.thrown };
-    case 'paused':
-      return { kind: 'paused', error: outcome.error };
-    case 'abandoned':
-      return ABANDONED;
-  }
-}
-
-const HANDLED_END: ProcessEnd = { kind: 'handled' };
 
 /** True for a promise or any other thenable (what `await` would wait for). */
 function isThenable(value: unknown): value is PromiseLike<unknown> {
