@@ -5,33 +5,22 @@ import {
   type OutgoingMessage,
 } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
-import { Timeouts, type Timeout } from '../clock/timeouts.js';
 import type { DeadLetterReason, DeadLetterRecord } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import type { HandlerKind } from '../handlers/handler-metadata.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
-import { DEFAULT_HANDLER_TIMEOUT_MS, checkTimeoutMs } from '../handlers/handler-timeout.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
-import {
-  DEFAULT_MAX_ENVELOPE_BYTES,
-  decodeEnvelope,
-  encodeEnvelope,
-  type DecodeOptions,
-} from '../messages/codec.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, type DecodeOptions } from '../messages/codec.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import type { SendOptions } from '../messages/send-options.js';
-import {
-  LocalHandlerContext,
-  ReceivedHandlerContext,
-  type HandlerContext,
-  type HandlerContextEnv,
-} from './handler-context.js';
+import { commitRecorded, publishRecorded } from './commit-recorded.js';
+import { HandlerCall, isThenable, type CallTarget } from './handler-call.js';
+import type { HandlerContext, LocalHandlerContext } from './handler-context.js';
+import { HandlerContextFactory } from './handler-context-factory.js';
 import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
 import type { ProcessObservation } from './message-telemetry.js';
-import { composeMiddleware } from './middleware.js';
-import { HANDLED_END, OutcomeReporter, processEnd } from './outcome-reporter.js';
 import type { OutageListener } from './outage-breaker.js';
+import { HANDLED_END, OutcomeReporter, processEnd } from './outcome-reporter.js';
 import type { PipelineInput } from './pipeline-input.js';
 import {
   ABANDONED,
@@ -50,44 +39,11 @@ import type { TransactionalUnitOfWork, UnitOfWorkResult } from './transactional-
 import { isTransientFailure } from './transient-failure.js';
 
 /**
- * What a handler call's time-out aborts (the call's signal), and what is told when the call is over
- * (a signal that followed a shared one stops following it).
- */
-interface CallTarget {
-  timedOut?(reason: HarrierError): void;
-  endCall?(): void;
-}
-
-/**
- * Why a projection may not send or publish: the fix is an event handler of the same event.
- *
- * @remarks
- * Projections are rebuilt by replaying the event log from offset 0, so a message sent from one would
- * be sent again on every rebuild (and on every replay of an uncommitted tail).
- */
-function refuseFromProjection(
-  verb: 'send' | 'publish',
-  definition: MessageDefinition,
-  context: HandlerContext,
-): HarrierError {
-  const event = context.envelope.type;
-  return new HarrierError(
-    'projection-publish',
-    `Projection "${context.handler}" called ctx.${verb}("${definition.type}") while handling "${event}": projections are rebuilt from offset 0 of the event log, so the message would be ${verb === 'send' ? 'sent' : 'published'} again on every rebuild. ${verb === 'send' ? 'Send' : 'Publish'} it from an @EventHandler(${event.split('.').pop() ?? event}) instead (it handles each event once)`,
-  );
-}
-
-/**
  * What `execute` of a void handler that recorded nothing returns: one fulfilled promise shared by
  * every such call (frozen, so no caller can hang properties on another's), which means two calls may
  * return the same promise object.
  */
 const RESOLVED_VOID: Promise<unknown> = Object.freeze(Promise.resolve(undefined));
-
-/** Handler kinds whose context refuses `send` and `publish`, with the error it throws. */
-const REFUSES_OUTGOING: Partial<Record<HandlerKind, HandlerContextEnv['refuse']>> = {
-  projection: refuseFromProjection,
-};
 
 /**
  * The one way a received message reaches a handler: decode, verify, route, retry policy, context,
@@ -104,17 +60,13 @@ export class HandlerPipeline {
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #maxBytes: number;
-  readonly #envs = new Map<HandlerKind, HandlerContextEnv>();
-  /** The context env of every handler kind that may send and publish (see {@link HandlerPipeline.#env}). */
-  readonly #plainEnv: HandlerContextEnv;
   readonly #policies = new WeakMap<HandlerEntry, Map<string, RetryPolicy>>();
   /** The lookup and options of every decode, made once rather than per delivery. */
   readonly #definitionOf: (type: string) => MessageDefinition | undefined;
   readonly #decodeOptions: DecodeOptions;
-  /** The time-out of a handler whose decorator sets none. */
-  readonly #timeoutMs: number;
-  /** Bounds every handler call that returned a promise, with one clock timer for all of them. */
-  readonly #timeouts: Timeouts;
+  /** Middleware and the handler, bounded by its time-out. */
+  readonly #call: HandlerCall;
+  readonly #contexts: HandlerContextFactory;
   /** Tells hooks and telemetry how runs went. */
   readonly #reporter: OutcomeReporter;
   /** Tells the hooks and telemetry of pauses and resumptions (what an `OutageBreaker` reports). */
@@ -127,23 +79,15 @@ export class HandlerPipeline {
   constructor(options: HandlerPipelineOptions) {
     this.#o = options;
     this.#clock = options.clock ?? systemClock;
-    this.#timeoutMs = options.handlerTimeoutMs ?? DEFAULT_HANDLER_TIMEOUT_MS;
-    checkTimeoutMs(this.#timeoutMs, 'handlerTimeoutMs');
-    // The decorators check theirs; metadata set another way is checked here, before any call.
-    for (const entry of options.registry.entries()) {
-      if (entry.options.timeoutMs !== undefined) {
-        checkTimeoutMs(entry.options.timeoutMs, `timeoutMs of handler "${entry.name}"`);
-      }
-    }
-    this.#timeouts = new Timeouts(this.#clock);
     this.#logger = options.logger ?? consoleLogger;
+    this.#call = new HandlerCall(options, this.#clock, this.#logger);
     this.#reporter = new OutcomeReporter(options, this.#clock, this.#logger);
     this.outageListener = this.#reporter.outageListener;
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
     const registry = options.registry;
     this.#definitionOf = (type) => registry.definition(type);
     this.#decodeOptions = { maxBytes: this.#maxBytes };
-    this.#plainEnv = this.#makeEnv(undefined);
+    this.#contexts = new HandlerContextFactory(options, this.#clock, this.#maxBytes);
     resolveRetryPolicy(options.retry);
   }
 
@@ -298,7 +242,7 @@ export class HandlerPipeline {
     const startedAt = this.#clock.now();
     let outgoing: readonly OutgoingMessage[];
     try {
-      const context = this.context(envelope, facts.attempt, entry, input.signal);
+      const context = this.#contexts.received(envelope, facts.attempt, entry, input.signal);
       const result = await unit.run({
         context,
         handler: entry.name,
@@ -307,12 +251,12 @@ export class HandlerPipeline {
         inProcess: false,
         ...(input.position !== undefined ? { position: input.position } : {}),
         run: () =>
-          this.#callBounded(entry, definition, context, envelope.type, envelope.payload, false, input),
+          this.#call.invokeBounded(entry, definition, context, envelope.type, envelope.payload, false, input),
         abandoned: () => input.abandoned?.() === true,
       });
       // A unit that answered 'ran' has committed (its inbox row too): publish even if a stop
       // released the delivery meanwhile, or the messages are lost.
-      if (result === 'ran') outgoing = await this.#commit(context);
+      if (result === 'ran') outgoing = await commitRecorded(this.#o.publisher, context);
       else if (result === 'stored') outgoing = context.recorded.map((p) => p.outgoing);
       else outgoing = [];
     } catch (error) {
@@ -342,11 +286,11 @@ export class HandlerPipeline {
     if (unit !== undefined) return this.#attemptInUnit(unit, entry, definition, envelope, policy, input);
     const { facts } = input;
     const startedAt = this.#clock.now();
-    const context = this.context(envelope, facts.attempt, entry, input.signal);
+    const context = this.#contexts.received(envelope, facts.attempt, entry, input.signal);
     let result: unknown;
     let thenable: boolean;
     try {
-      result = this.#invoke(entry, definition, context, envelope.type, envelope.payload, false);
+      result = this.#call.invoke(entry, definition, context, envelope.type, envelope.payload, false);
       // Inside the try: reading `then` of what the handler returned may throw, a failure of the
       // handler (as `await` would reject with it), never of the dispatcher.
       thenable = isThenable(result);
@@ -356,7 +300,7 @@ export class HandlerPipeline {
     if (thenable || context.recorded.length > 0) {
       // Only a promise needs a deadline: a plain value has returned already (no timer for it).
       const settled = thenable
-        ? this.#bounded(result as PromiseLike<unknown>, entry, context, input)
+        ? this.#call.bounded(result as PromiseLike<unknown>, entry, context, input)
         : result;
       return this.#attemptAfter(entry, definition, envelope, policy, input, context, startedAt, settled);
     }
@@ -380,7 +324,8 @@ export class HandlerPipeline {
     try {
       await result;
       if (input.abandoned?.() === true) return ABANDONED;
-      outgoing = context.recorded.length === 0 ? NO_OUTGOING : await this.#commit(context);
+      outgoing =
+        context.recorded.length === 0 ? NO_OUTGOING : await commitRecorded(this.#o.publisher, context);
     } catch (error) {
       return this.#failed(entry, definition, envelope, policy, input, error);
     }
@@ -476,16 +421,7 @@ export class HandlerPipeline {
   ): Promise<unknown> {
     let context: LocalHandlerContext;
     try {
-      context = new LocalHandlerContext(
-        definition,
-        payload,
-        now,
-        options,
-        this.#o.endpoint,
-        entry.name,
-        signal,
-        this.#env(entry.kind),
-      );
+      context = this.#contexts.local(entry, definition, payload, now, options, signal);
     } catch (error) {
       // The definition's partition key function threw: a rejection, as from prepareEnvelope before.
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
@@ -536,9 +472,10 @@ export class HandlerPipeline {
     if (unit !== undefined) return this.#runLocalInUnit(unit, entry, definition, context, payload, call);
     let result: unknown;
     try {
-      result = this.#invoke(entry, definition, context, definition.type, payload, true);
+      result = this.#call.invoke(entry, definition, context, definition.type, payload, true);
       // Inside the try: reading `then` of the result may throw, which `execute` rejects with.
-      if (isThenable(result)) return this.#commitAfter(context, this.#bounded(result, entry, context, call));
+      if (isThenable(result))
+        return this.#commitAfter(context, this.#call.bounded(result, entry, context, call));
     } catch (error) {
       call.endCall?.();
       // What was thrown is passed on as it is, as an async function would (Error or not).
@@ -555,7 +492,7 @@ export class HandlerPipeline {
   /** Waits for the handler's result, then commits what it recorded; resolves to the result. */
   async #commitAfter(context: HandlerContext, result: unknown): Promise<unknown> {
     const value = await result;
-    if (context.recorded.length > 0) await this.#commit(context);
+    if (context.recorded.length > 0) await commitRecorded(this.#o.publisher, context);
     return value;
   }
 
@@ -577,7 +514,7 @@ export class HandlerPipeline {
         endpoint: this.#o.endpoint,
         inProcess: true,
         run: async () =>
-          (result = await this.#callBounded(
+          (result = await this.#call.invokeBounded(
             entry,
             definition,
             context,
@@ -591,7 +528,7 @@ export class HandlerPipeline {
     } finally {
       call.endCall?.();
     }
-    if (ended === 'ran') await this.#commit(context);
+    if (ended === 'ran') await commitRecorded(this.#o.publisher, context);
     return result;
   }
 
@@ -602,14 +539,7 @@ export class HandlerPipeline {
     entry: HandlerEntry,
     signal: AbortSignal | (() => AbortSignal),
   ): HandlerContext {
-    return new ReceivedHandlerContext(
-      envelope,
-      attempt,
-      this.#o.endpoint,
-      entry.name,
-      signal,
-      this.#env(entry.kind),
-    );
+    return this.#contexts.received(envelope, attempt, entry, signal);
   }
 
   /** Reports a handled outcome once it is settled (acked, or completed in its lane). */
@@ -664,44 +594,19 @@ export class HandlerPipeline {
       attempt,
       endpoint: this.#o.endpoint,
       signal: input.signal,
-      env: this.#env(entry.kind),
+      env: this.#contexts.env(entry.kind),
       invoke: (context) =>
-        this.#callBounded(entry, definition, context, envelope.type, envelope.payload, false, input),
+        this.#call.invokeBounded(entry, definition, context, envelope.type, envelope.payload, false, input),
       publish: async (messages) => {
         // A stop released the delivery meanwhile: publish nothing (the redelivery will).
         if (input.abandoned?.() === true) throw new HarrierError('stopping', 'The delivery was released');
-        await this.#publish(entry.name, messages);
+        await publishRecorded(this.#o.publisher, entry.name, messages);
       },
       sagaInstance: (instance) => {
         if (observation?.sagaInstance !== undefined) {
           this.#reporter.guard('sagaInstance', () => observation.sagaInstance?.(instance));
         }
       },
-    };
-  }
-
-  /**
-   * The context env of a handler kind: one object for every kind that may send and publish, one
-   * per kind that refuses (a projection's), made once (read on every handler call).
-   */
-  #env(kind: HandlerKind): HandlerContextEnv {
-    const refuse = REFUSES_OUTGOING[kind];
-    if (refuse === undefined) return this.#plainEnv;
-    let env = this.#envs.get(kind);
-    if (env === undefined) {
-      env = this.#makeEnv(refuse);
-      this.#envs.set(kind, env);
-    }
-    return env;
-  }
-
-  #makeEnv(refuse: HandlerContextEnv['refuse']): HandlerContextEnv {
-    return {
-      now: () => this.#clock.now(),
-      maxBytes: this.#maxBytes,
-      encode: this.#o.encode ?? encodeEnvelope,
-      ...(this.#o.telemetry !== undefined ? { traceparent: this.#o.telemetry.traceparent } : {}),
-      ...(refuse !== undefined ? { refuse } : {}),
     };
   }
 
@@ -737,196 +642,4 @@ export class HandlerPipeline {
     }
     return policy;
   }
-
-  /**
-   * Middleware and the handler as a promise, bounded by the handler's time-out when it returns one
-   * (see {@link HandlerPipeline.#bounded}). Not async, so the invoker's promise is handed on as it
-   * is within the bound; what throws here still reaches the caller as a rejection.
-   */
-  #callBounded(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    context: HandlerContext,
-    type: string,
-    payload: unknown,
-    inProcess: boolean,
-    call: CallTarget,
-  ): Promise<unknown> {
-    let result: unknown;
-    try {
-      result = this.#invoke(entry, definition, context, type, payload, inProcess);
-      if (!isThenable(result)) return Promise.resolve(result);
-    } catch (error) {
-      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-      return Promise.reject(error);
-    }
-    return this.#bounded(result, entry, context, call);
-  }
-
-  /**
-   * What a handler call returned, bounded by its time-out (`timeoutMs` of its decorator, else
-   * `handlerTimeoutMs`): settles as `result` does, or, once the time-out runs out first, aborts the
-   * call's signal and rejects with HarrierError `handler-timeout`. What the call returns or throws
-   * after that is logged and ignored.
-   *
-   * @remarks
-   * JavaScript cannot stop the call: it goes on until it settles (or for ever), but nothing waits
-   * for it, so its delivery's slot is free and its attempt counts. One clock timer serves every
-   * pending call ({@link Timeouts}); a call that returned a plain value never gets here.
-   */
-  #bounded(
-    result: PromiseLike<unknown>,
-    entry: HandlerEntry,
-    context: HandlerContext,
-    call: CallTarget,
-  ): Promise<unknown> {
-    const ms = entry.options.timeoutMs ?? this.#timeoutMs;
-    return new Promise((resolve, reject) => {
-      let timedOut = false;
-      const timeout = this.#timeouts.set(ms, () => {
-        timedOut = true;
-        const error = timeoutError(entry.name, ms, context);
-        try {
-          call.timedOut?.(error);
-        } catch {
-          // Only our own signal code runs here (abort listeners report their errors on their own).
-        }
-        reject(error);
-      });
-      try {
-        result.then(
-          (value) => {
-            if (timedOut) {
-              this.#late(entry, context, timeout, 'returned');
-              return;
-            }
-            this.#timeouts.clear(timeout);
-            call.endCall?.();
-            resolve(value);
-          },
-          (error: unknown) => {
-            if (timedOut) {
-              this.#late(entry, context, timeout, 'threw', error);
-              return;
-            }
-            this.#timeouts.clear(timeout);
-            call.endCall?.();
-            // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as thrown
-            reject(error);
-          },
-        );
-      } catch (error) {
-        // A thenable whose `then` throws: the handler's failure, as `await` would reject with it.
-        this.#timeouts.clear(timeout);
-        call.endCall?.();
-        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as thrown
-        reject(error);
-      }
-    });
-  }
-
-  /** Logs a handler call that settled after its time-out: what it returned or threw is ignored. */
-  #late(
-    entry: HandlerEntry,
-    context: HandlerContext,
-    timeout: Timeout,
-    outcome: 'returned' | 'threw',
-    error?: unknown,
-  ): void {
-    try {
-      this.#logger.warn(`A handler ${outcome} after its time-out; ignored`, {
-        handler: entry.name,
-        messageId: context.messageId,
-        lateMs: this.#clock.now() - timeout.at,
-        ...(outcome === 'threw' ? { error: toErrorInfo(error) } : {}),
-      });
-    } catch {
-      // A logger that throws here would make an unhandled rejection of a call nobody waits for.
-    }
-  }
-
-  /**
-   * Middleware and the handler: what the handler returned (a plain value, or a promise), or a
-   * promise through the middleware. May throw (the callers turn it into a rejection).
-   */
-  #invoke(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    context: HandlerContext,
-    type: string,
-    payload: unknown,
-    inProcess: boolean,
-  ): unknown {
-    const method = entry.methods.get(type) ?? 'handle';
-    const middleware = this.#o.middleware;
-    if (middleware === undefined || middleware.length === 0) {
-      return this.#o.invoke(entry, method, payload, context);
-    }
-    return composeMiddleware(
-      middleware,
-      { definition, handler: entry.name, handlerKind: entry.kind, message: context, inProcess },
-      () => promiseOf(() => this.#o.invoke(entry, method, payload, context)),
-      (m, error) => {
-        this.#logger.error('Middleware after() threw; ignored', {
-          middleware: m.name ?? 'middleware',
-          error: toErrorInfo(error),
-        });
-      },
-    );
-  }
-
-  async #commit(context: HandlerContext): Promise<readonly OutgoingMessage[]> {
-    if (context.recorded.length === 0) return [];
-    const messages = context.recorded.map((p) => p.outgoing);
-    await this.#publish(context.handler, messages);
-    return messages;
-  }
-
-  async #publish(handler: string, messages: readonly OutgoingMessage[]): Promise<void> {
-    if (messages.length === 0) return;
-    const publisher = this.#o.publisher;
-    if (publisher === undefined) {
-      throw new HarrierError(
-        'internal',
-        `Handler "${handler}" recorded ${messages.length} message(s) but this pipeline has no publisher: give it one (HandlerPipelineOptions.publisher)`,
-      );
-    }
-    await publisher.publish(messages, FROM_HANDLER);
-  }
 }
-
-/** The error a handler call that ran past its time-out of `ms` fails with (its signal's reason). */
-function timeoutError(handler: string, ms: number, context: HandlerContext): HarrierError {
-  let message: string;
-  try {
-    message = ` on "${context.envelope.type}" (message ${context.messageId})`;
-  } catch {
-    // An execute context builds its envelope on first read; never let that stop the time-out.
-    message = '';
-  }
-  return new HarrierError(
-    'handler-timeout',
-    `Handler "${handler}" ran past its time-out of ${ms} ms${message}: its signal is aborted and what it does from now on is ignored. Make it finish sooner and pass ctx.signal to its I/O, or raise timeoutMs in its decorator's options (or handlerTimeoutMs of createBus)`,
-  );
-}
-
-/** True for a promise or any other thenable (what `await` would wait for). */
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return (
-    value instanceof Promise ||
-    (((typeof value === 'object' && value !== null) || typeof value === 'function') &&
-      typeof (value as { then?: unknown }).then === 'function')
-  );
-}
-
-/** What `call` returns, as a promise: a plain value resolved, a throw rejected. */
-function promiseOf(call: () => unknown): Promise<unknown> {
-  try {
-    return Promise.resolve(call());
-  } catch (error) {
-    // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-    return Promise.reject(error);
-  }
-}
-
-const FROM_HANDLER = { origin: 'handler' } as const;
