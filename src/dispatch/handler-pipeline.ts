@@ -5,11 +5,11 @@ import {
   type OutgoingMessage,
 } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
-import type { DeadLetterReason, DeadLetterRecord } from '../dead-letters/dead-letter-store.js';
+import type { DeadLetterRecord } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
-import { DEFAULT_MAX_ENVELOPE_BYTES, decodeEnvelope, type DecodeOptions } from '../messages/codec.js';
+import { DEFAULT_MAX_ENVELOPE_BYTES } from '../messages/codec.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import type { SendOptions } from '../messages/send-options.js';
@@ -18,6 +18,7 @@ import { HandlerCall, isThenable, type CallTarget } from './handler-call.js';
 import type { HandlerContext, LocalHandlerContext } from './handler-context.js';
 import { HandlerContextFactory } from './handler-context-factory.js';
 import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
+import { MessageAdmission } from './message-admission.js';
 import type { ProcessObservation } from './message-telemetry.js';
 import type { OutageListener } from './outage-breaker.js';
 import { HANDLED_END, OutcomeReporter, processEnd } from './outcome-reporter.js';
@@ -33,7 +34,7 @@ import {
   type PipelineOutcome,
   type RetryOutcome,
 } from './pipeline-outcome.js';
-import { backoffDelay, isPermanent, resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
+import { backoffDelay, isPermanent, type RetryPolicy } from './retry-policy.js';
 import type { PipelineStep, StepRunner } from './step-runner.js';
 import type { TransactionalUnitOfWork, UnitOfWorkResult } from './transactional-unit-of-work.js';
 import { isTransientFailure } from './transient-failure.js';
@@ -60,10 +61,8 @@ export class HandlerPipeline {
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #maxBytes: number;
-  readonly #policies = new WeakMap<HandlerEntry, Map<string, RetryPolicy>>();
-  /** The lookup and options of every decode, made once rather than per delivery. */
-  readonly #definitionOf: (type: string) => MessageDefinition | undefined;
-  readonly #decodeOptions: DecodeOptions;
+  /** Decode, signature, route and attempt limit: whether a message gets an attempt. */
+  readonly #admission: MessageAdmission<PipelineOutcome | Promise<PipelineOutcome>>;
   /** Middleware and the handler, bounded by its time-out. */
   readonly #call: HandlerCall;
   readonly #contexts: HandlerContextFactory;
@@ -84,11 +83,14 @@ export class HandlerPipeline {
     this.#reporter = new OutcomeReporter(options, this.#clock, this.#logger);
     this.outageListener = this.#reporter.outageListener;
     this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
-    const registry = options.registry;
-    this.#definitionOf = (type) => registry.definition(type);
-    this.#decodeOptions = { maxBytes: this.#maxBytes };
     this.#contexts = new HandlerContextFactory(options, this.#clock, this.#maxBytes);
-    resolveRetryPolicy(options.retry);
+    this.#admission = new MessageAdmission(
+      options,
+      this.#maxBytes,
+      this.#reporter,
+      (entry, definition, envelope, policy, input) =>
+        this.#attempt(entry, definition, envelope, policy, input),
+    );
   }
 
   /** Runs one received message; never throws for anything the message or its handler does. */
@@ -108,75 +110,26 @@ export class HandlerPipeline {
    * caller's to catch.
    */
   runEager(input: PipelineInput): PipelineOutcome | Promise<PipelineOutcome> {
-    const { facts } = input;
-    const registry = this.#o.registry;
-    const decoded = decodeEnvelope(input.body, this.#definitionOf, this.#decodeOptions);
-    if (!decoded.ok) {
-      const type = decoded.envelope?.type;
-      return this.#refuse(
-        input,
-        input.handler?.name ??
-          facts.handler ??
-          (type === undefined ? undefined : registry.singleHandler(type)?.name),
-        decoded.reason,
-        { name: 'MessageDecodeError', message: decoded.message, code: decoded.reason },
-        type === undefined ? false : (registry.definition(type)?.ordered ?? false),
-        decoded.envelope,
-      );
-    }
-    const { envelope, definition } = decoded;
-    const refusal = this.#verify(input.body, envelope);
-    if (refusal !== undefined) {
-      return this.#refuse(
-        input,
-        input.handler?.name ?? facts.handler ?? registry.singleHandler(envelope.type)?.name,
-        'signature-invalid',
-        { name: 'SignatureError', message: refusal, code: 'signature-invalid' },
-        definition.ordered,
-        envelope,
-      );
-    }
-    const entry = this.#route(envelope, facts, input.handler);
-    if (entry === undefined) {
-      const subscription = input.handler?.name ?? facts.handler;
-      return this.#refuse(
-        input,
-        subscription,
-        'no-handler',
-        {
-          name: 'HandlerNotFoundError',
-          message: `No handler for ${envelope.kind} "${envelope.type}"${subscription !== undefined ? ` in subscription "${subscription}"` : ''} on endpoint "${this.#o.endpoint}"`,
-          code: 'no-handler',
-        },
-        definition.ordered,
-        envelope,
-      );
-    }
-    const policy = this.#policy(entry, definition);
-    if (facts.attempt > policy.attempts) {
-      // Only a worker that died mid-handler gets here (its crash counted as an attempt): stop the loop.
-      const last = facts.history[facts.history.length - 1]?.error;
-      return this.#refuse(
-        input,
-        entry.name,
-        failureReason(entry.kind),
-        last ?? {
-          name: 'WorkerCrashedError',
-          message: `Attempt ${facts.attempt} of at most ${policy.attempts}: the workers handling this message stopped before settling it`,
-          code: 'worker-crashed',
-        },
-        definition.ordered,
-        envelope,
-      );
-    }
-    if (this.#o.telemetry === undefined)
+    return this.#admission.admit(input);
+  }
+
+  /** Runs an admitted message's attempt, observed by telemetry when there is telemetry. */
+  #attempt(
+    entry: HandlerEntry,
+    definition: MessageDefinition,
+    envelope: Envelope,
+    policy: RetryPolicy,
+    input: PipelineInput,
+  ): PipelineOutcome | Promise<PipelineOutcome> {
+    if (this.#o.telemetry === undefined) {
       return this.#attemptEager(entry, definition, envelope, policy, input);
+    }
     const observation = this.#reporter.observe({
       envelope,
       handler: entry.name,
       handlerKind: entry.kind,
       endpoint: this.#o.endpoint,
-      attempt: facts.attempt,
+      attempt: input.facts.attempt,
       inProcess: false,
       ...(input.position !== undefined ? { position: input.position } : {}),
     });
@@ -186,22 +139,6 @@ export class HandlerPipeline {
       () => Promise.resolve(this.#attemptEager(entry, definition, envelope, policy, input, observation)),
       (outcome) => processEnd(outcome, this.#clock.now()),
     );
-  }
-
-  /**
-   * Why the envelope's signature is refused, or undefined when it passes (or nothing verifies). A
-   * verifier that throws refuses the message with what it threw: the message is dead-lettered as
-   * `signature-invalid`, where it can be replayed once the verifier works, instead of leaving the
-   * delivery unsettled.
-   */
-  #verify(body: string, envelope: Envelope): string | undefined {
-    const verify = this.#o.verify;
-    if (verify === undefined) return undefined;
-    try {
-      return verify(body, envelope);
-    } catch (error) {
-      return `the signature could not be checked: the verifier threw ${toErrorInfo(error).message}`;
-    }
   }
 
   /** Runs the handler through its kind's step runner (a saga's) and decides the message's outcome. */
@@ -557,20 +494,6 @@ export class HandlerPipeline {
     this.#reporter.deadLettered(record, error);
   }
 
-  /** Refuses a message before any handler ran, and tells telemetry unless the caller will. */
-  #refuse(
-    input: PipelineInput,
-    handler: string | undefined,
-    reason: DeadLetterReason,
-    error: ErrorInfo,
-    ordered: boolean,
-    envelope: Envelope | undefined,
-  ): DeadLetterOutcome {
-    const outcome = refused(handler, reason, error, ordered, envelope);
-    if (input.reportRefusal !== false) this.reportRefused(outcome, input.facts.attempt);
-    return outcome;
-  }
-
   /**
    * Tells telemetry of a message refused before any handler ran, once it is dead-lettered (the
    * `ProjectionRunner` calls it when it stores one; the pipeline itself for other callers).
@@ -608,38 +531,5 @@ export class HandlerPipeline {
         }
       },
     };
-  }
-
-  #route(
-    envelope: Envelope,
-    facts: DeliveryFacts,
-    given: HandlerEntry | undefined,
-  ): HandlerEntry | undefined {
-    if (given !== undefined) return given.methods.has(envelope.type) ? given : undefined;
-    if (envelope.kind === 'event') {
-      if (facts.handler === undefined) return undefined;
-      const entry = this.#o.registry.subscription(facts.handler);
-      return entry?.methods.has(envelope.type) === true ? entry : undefined;
-    }
-    if (envelope.kind === 'command') {
-      const entry = this.#o.registry.singleHandler(envelope.type);
-      return entry?.kind === 'command' || entry?.kind === 'saga' ? entry : undefined;
-    }
-    return undefined;
-  }
-
-  /** The retry policy of a handler for a definition, resolved once. */
-  #policy(entry: HandlerEntry, definition: MessageDefinition): RetryPolicy {
-    let byType = this.#policies.get(entry);
-    if (byType === undefined) {
-      byType = new Map();
-      this.#policies.set(entry, byType);
-    }
-    let policy = byType.get(definition.type);
-    if (policy === undefined) {
-      policy = resolveRetryPolicy(entry.options.retry, definition.retry, this.#o.retry);
-      byType.set(definition.type, policy);
-    }
-    return policy;
   }
 }
