@@ -1,50 +1,22 @@
-import {
-  toErrorInfo,
-  type DeliveryFacts,
-  type ErrorInfo,
-  type OutgoingMessage,
-} from '../broker/message-broker.js';
-import { systemClock, type Clock } from '../clock/clock.js';
+import { systemClock } from '../clock/clock.js';
 import type { DeadLetterRecord } from '../dead-letters/dead-letter-store.js';
-import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
-import { consoleLogger, type Logger } from '../logging/logger.js';
+import { consoleLogger } from '../logging/logger.js';
 import { DEFAULT_MAX_ENVELOPE_BYTES } from '../messages/codec.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { Envelope } from '../messages/envelope.js';
 import type { SendOptions } from '../messages/send-options.js';
-import { commitRecorded, publishRecorded } from './commit-recorded.js';
-import { HandlerCall, isThenable, type CallTarget } from './handler-call.js';
-import type { HandlerContext, LocalHandlerContext } from './handler-context.js';
+import { HandlerAttempt } from './handler-attempt.js';
+import { HandlerCall } from './handler-call.js';
+import type { HandlerContext } from './handler-context.js';
 import { HandlerContextFactory } from './handler-context-factory.js';
 import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
+import { LocalExecution } from './local-execution.js';
 import { MessageAdmission } from './message-admission.js';
-import type { ProcessObservation } from './message-telemetry.js';
 import type { OutageListener } from './outage-breaker.js';
-import { HANDLED_END, OutcomeReporter, processEnd } from './outcome-reporter.js';
+import { OutcomeReporter } from './outcome-reporter.js';
 import type { PipelineInput } from './pipeline-input.js';
-import {
-  ABANDONED,
-  NO_OUTGOING,
-  failureReason,
-  handledOutcome,
-  refused,
-  type DeadLetterOutcome,
-  type HandledOutcome,
-  type PipelineOutcome,
-  type RetryOutcome,
-} from './pipeline-outcome.js';
-import { backoffDelay, isPermanent, type RetryPolicy } from './retry-policy.js';
-import type { PipelineStep, StepRunner } from './step-runner.js';
-import type { TransactionalUnitOfWork, UnitOfWorkResult } from './transactional-unit-of-work.js';
-import { isTransientFailure } from './transient-failure.js';
-
-/**
- * What `execute` of a void handler that recorded nothing returns: one fulfilled promise shared by
- * every such call (frozen, so no caller can hang properties on another's), which means two calls may
- * return the same promise object.
- */
-const RESOLVED_VOID: Promise<unknown> = Object.freeze(Promise.resolve(undefined));
+import type { DeadLetterOutcome, HandledOutcome, PipelineOutcome, RetryOutcome } from './pipeline-outcome.js';
 
 /**
  * The one way a received message reaches a handler: decode, verify, route, retry policy, context,
@@ -57,16 +29,10 @@ const RESOLVED_VOID: Promise<unknown> = Object.freeze(Promise.resolve(undefined)
  * once it is final. Nothing here knows who delivered the message.
  */
 export class HandlerPipeline {
-  readonly #o: HandlerPipelineOptions;
-  readonly #clock: Clock;
-  readonly #logger: Logger;
-  readonly #maxBytes: number;
-  /** Decode, signature, route and attempt limit: whether a message gets an attempt. */
+  /** Decode, signature, route and attempt limit: whether a message gets an attempt at all. */
   readonly #admission: MessageAdmission<PipelineOutcome | Promise<PipelineOutcome>>;
-  /** Middleware and the handler, bounded by its time-out. */
-  readonly #call: HandlerCall;
+  readonly #local: LocalExecution;
   readonly #contexts: HandlerContextFactory;
-  /** Tells hooks and telemetry how runs went. */
   readonly #reporter: OutcomeReporter;
   /** Tells the hooks and telemetry of pauses and resumptions (what an `OutageBreaker` reports). */
   readonly outageListener: OutageListener;
@@ -76,21 +42,21 @@ export class HandlerPipeline {
    * `timeoutMs`.
    */
   constructor(options: HandlerPipelineOptions) {
-    this.#o = options;
-    this.#clock = options.clock ?? systemClock;
-    this.#logger = options.logger ?? consoleLogger;
-    this.#call = new HandlerCall(options, this.#clock, this.#logger);
-    this.#reporter = new OutcomeReporter(options, this.#clock, this.#logger);
+    const clock = options.clock ?? systemClock;
+    const logger = options.logger ?? consoleLogger;
+    const maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
+    const call = new HandlerCall(options, clock, logger);
+    this.#reporter = new OutcomeReporter(options, clock, logger);
     this.outageListener = this.#reporter.outageListener;
-    this.#maxBytes = options.maxEnvelopeBytes ?? DEFAULT_MAX_ENVELOPE_BYTES;
-    this.#contexts = new HandlerContextFactory(options, this.#clock, this.#maxBytes);
+    this.#contexts = new HandlerContextFactory(options, clock, maxBytes);
+    const attempt = new HandlerAttempt(options, clock, logger, call, this.#contexts, this.#reporter);
     this.#admission = new MessageAdmission(
       options,
-      this.#maxBytes,
+      maxBytes,
       this.#reporter,
-      (entry, definition, envelope, policy, input) =>
-        this.#attempt(entry, definition, envelope, policy, input),
+      (entry, definition, envelope, policy, input) => attempt.run(entry, definition, envelope, policy, input),
     );
+    this.#local = new LocalExecution(options, call, this.#contexts, this.#reporter);
   }
 
   /** Runs one received message; never throws for anything the message or its handler does. */
@@ -113,231 +79,6 @@ export class HandlerPipeline {
     return this.#admission.admit(input);
   }
 
-  /** Runs an admitted message's attempt, observed by telemetry when there is telemetry. */
-  #attempt(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    policy: RetryPolicy,
-    input: PipelineInput,
-  ): PipelineOutcome | Promise<PipelineOutcome> {
-    if (this.#o.telemetry === undefined) {
-      return this.#attemptEager(entry, definition, envelope, policy, input);
-    }
-    const observation = this.#reporter.observe({
-      envelope,
-      handler: entry.name,
-      handlerKind: entry.kind,
-      endpoint: this.#o.endpoint,
-      attempt: input.facts.attempt,
-      inProcess: false,
-      ...(input.position !== undefined ? { position: input.position } : {}),
-    });
-    if (observation === undefined) return this.#attemptEager(entry, definition, envelope, policy, input);
-    return this.#reporter.observed(
-      observation,
-      () => Promise.resolve(this.#attemptEager(entry, definition, envelope, policy, input, observation)),
-      (outcome) => processEnd(outcome, this.#clock.now()),
-    );
-  }
-
-  /** Runs the handler through its kind's step runner (a saga's) and decides the message's outcome. */
-  async #attemptSteps(
-    runner: StepRunner,
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    policy: RetryPolicy,
-    input: PipelineInput,
-    observation: ProcessObservation | undefined,
-  ): Promise<PipelineOutcome> {
-    const { facts } = input;
-    const startedAt = this.#clock.now();
-    let outgoing: readonly OutgoingMessage[];
-    try {
-      const result = await runner(this.#step(entry, definition, envelope, facts.attempt, input, observation));
-      if (result.kind === 'dead-letter') {
-        return refused(entry.name, result.reason, result.error, definition.ordered, envelope);
-      }
-      outgoing = result.outgoing;
-    } catch (error) {
-      return this.#failed(entry, definition, envelope, policy, input, error);
-    }
-    return handledOutcome(entry, envelope, facts.attempt, startedAt, outgoing);
-  }
-
-  /** Runs the handler inside the unit of work and decides the message's outcome. */
-  async #attemptInUnit(
-    unit: TransactionalUnitOfWork,
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    policy: RetryPolicy,
-    input: PipelineInput,
-  ): Promise<PipelineOutcome> {
-    const { facts } = input;
-    const startedAt = this.#clock.now();
-    let outgoing: readonly OutgoingMessage[];
-    try {
-      const context = this.#contexts.received(envelope, facts.attempt, entry, input.signal);
-      const result = await unit.run({
-        context,
-        handler: entry.name,
-        handlerKind: entry.kind,
-        endpoint: this.#o.endpoint,
-        inProcess: false,
-        ...(input.position !== undefined ? { position: input.position } : {}),
-        run: () =>
-          this.#call.invokeBounded(entry, definition, context, envelope.type, envelope.payload, false, input),
-        abandoned: () => input.abandoned?.() === true,
-      });
-      // A unit that answered 'ran' has committed (its inbox row too): publish even if a stop
-      // released the delivery meanwhile, or the messages are lost.
-      if (result === 'ran') outgoing = await commitRecorded(this.#o.publisher, context);
-      else if (result === 'stored') outgoing = context.recorded.map((p) => p.outgoing);
-      else outgoing = [];
-    } catch (error) {
-      return this.#failed(entry, definition, envelope, policy, input, error);
-    }
-    return handledOutcome(entry, envelope, facts.attempt, startedAt, outgoing);
-  }
-
-  /**
-   * Runs the handler (through its step runner or unit of work when there is one) and decides the
-   * message's outcome: with neither, without a promise when the handler returns a plain value and
-   * records nothing (the outcome is known in this turn).
-   */
-  #attemptEager(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    policy: RetryPolicy,
-    input: PipelineInput,
-    observation?: ProcessObservation,
-  ): PipelineOutcome | Promise<PipelineOutcome> {
-    const runner = this.#o.steps?.[entry.kind];
-    if (runner !== undefined) {
-      return this.#attemptSteps(runner, entry, definition, envelope, policy, input, observation);
-    }
-    const unit = this.#o.unitOfWork;
-    if (unit !== undefined) return this.#attemptInUnit(unit, entry, definition, envelope, policy, input);
-    const { facts } = input;
-    const startedAt = this.#clock.now();
-    const context = this.#contexts.received(envelope, facts.attempt, entry, input.signal);
-    let result: unknown;
-    let thenable: boolean;
-    try {
-      result = this.#call.invoke(entry, definition, context, envelope.type, envelope.payload, false);
-      // Inside the try: reading `then` of what the handler returned may throw, a failure of the
-      // handler (as `await` would reject with it), never of the dispatcher.
-      thenable = isThenable(result);
-    } catch (error) {
-      return this.#failed(entry, definition, envelope, policy, input, error);
-    }
-    if (thenable || context.recorded.length > 0) {
-      // Only a promise needs a deadline: a plain value has returned already (no timer for it).
-      const settled = thenable
-        ? this.#call.bounded(result as PromiseLike<unknown>, entry, context, input)
-        : result;
-      return this.#attemptAfter(entry, definition, envelope, policy, input, context, startedAt, settled);
-    }
-    // Nothing is committed, so a released delivery can drop the call.
-    if (input.abandoned?.() === true) return ABANDONED;
-    return handledOutcome(entry, envelope, facts.attempt, startedAt, NO_OUTGOING);
-  }
-
-  /** The rest of {@link HandlerPipeline.#attemptEager} once the handler returned a promise or recorded. */
-  async #attemptAfter(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    policy: RetryPolicy,
-    input: PipelineInput,
-    context: HandlerContext,
-    startedAt: number,
-    result: unknown,
-  ): Promise<PipelineOutcome> {
-    let outgoing: readonly OutgoingMessage[];
-    try {
-      await result;
-      if (input.abandoned?.() === true) return ABANDONED;
-      outgoing =
-        context.recorded.length === 0 ? NO_OUTGOING : await commitRecorded(this.#o.publisher, context);
-    } catch (error) {
-      return this.#failed(entry, definition, envelope, policy, input, error);
-    }
-    return handledOutcome(entry, envelope, input.facts.attempt, startedAt, outgoing);
-  }
-
-  /** The outcome of an attempt whose handler (or commit) failed: a retry, or a dead letter. */
-  #failed(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    policy: RetryPolicy,
-    input: PipelineInput,
-    error: unknown,
-  ): PipelineOutcome {
-    const { facts } = input;
-    if (input.abandoned?.() === true) return ABANDONED;
-    const errorInfo = toErrorInfo(error);
-    const permanent = isPermanent(policy, error);
-    if (!permanent && isTransientFailure(error, this.#o.isTransient)) {
-      this.#logger.warn('Handler met an outage of a dependency; the attempt is not counted', {
-        handler: entry.name,
-        type: envelope.type,
-        messageId: envelope.id,
-        attempt: facts.attempt,
-        error: errorInfo.message,
-      });
-      return {
-        kind: 'paused',
-        envelope,
-        handler: entry.name,
-        attempt: facts.attempt,
-        error,
-        errorInfo,
-        failure: () =>
-          this.#messageFailure(entry, definition, envelope, policy, facts, error, errorInfo, false),
-      };
-    }
-    return this.#messageFailure(entry, definition, envelope, policy, facts, error, errorInfo, permanent);
-  }
-
-  /** The outcome of an attempt that failed on its own: a retry while attempts remain, else a dead letter. */
-  #messageFailure(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    policy: RetryPolicy,
-    facts: DeliveryFacts,
-    error: unknown,
-    errorInfo: ErrorInfo,
-    permanent: boolean,
-  ): RetryOutcome | DeadLetterOutcome {
-    if (!permanent && facts.attempt < policy.attempts) {
-      const retryAt = this.#clock.now() + backoffDelay(policy, facts.attempt, this.#o.random);
-      this.#logger.warn('Handler failed; will retry', {
-        handler: entry.name,
-        type: envelope.type,
-        messageId: envelope.id,
-        attempt: facts.attempt,
-        retryAt,
-        error: errorInfo.message,
-      });
-      return {
-        kind: 'retry',
-        envelope,
-        handler: entry.name,
-        attempt: facts.attempt,
-        retryAt,
-        error,
-        errorInfo,
-      };
-    }
-    return refused(entry.name, failureReason(entry.kind), errorInfo, definition.ordered, envelope, error);
-  }
-
   /**
    * Runs a handler for a message `execute` made and checked (`checkMessage`): context,
    * middleware, invoke, commit, with no decoding, verification or retries (errors reach the caller),
@@ -356,117 +97,7 @@ export class HandlerPipeline {
     options: SendOptions,
     signal: AbortSignal,
   ): Promise<unknown> {
-    let context: LocalHandlerContext;
-    try {
-      context = this.#contexts.local(entry, definition, payload, now, options, signal);
-    } catch (error) {
-      // The definition's partition key function threw: a rejection, as from prepareEnvelope before.
-      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-      return Promise.reject(error);
-    }
-    // Without telemetry there is nothing to observe: no closure, no guard. The context makes the
-    // call's own signal (the one given is the bus's) and is told of a time-out.
-    if (this.#o.telemetry === undefined) return this.#runLocal(entry, definition, context, payload, context);
-    return this.#runLocalObserved(entry, definition, context, payload, context);
-  }
-
-  #runLocalObserved(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    context: HandlerContext,
-    payload: unknown,
-    call: CallTarget,
-  ): Promise<unknown> {
-    if (this.#o.telemetry === undefined) return this.#runLocal(entry, definition, context, payload, call);
-    const observation = this.#reporter.observe({
-      envelope: context.envelope,
-      handler: entry.name,
-      handlerKind: entry.kind,
-      endpoint: this.#o.endpoint,
-      attempt: 1,
-      inProcess: true,
-    });
-    if (observation === undefined) return this.#runLocal(entry, definition, context, payload, call);
-    return this.#reporter.observed(
-      observation,
-      () => this.#runLocal(entry, definition, context, payload, call),
-      () => HANDLED_END,
-    );
-  }
-
-  /**
-   * Not async: a handler that returns a plain value and records nothing costs one resolved promise
-   * (the caller's), none for the invoker and none for this function.
-   */
-  #runLocal(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    context: HandlerContext,
-    payload: unknown,
-    call: CallTarget,
-  ): Promise<unknown> {
-    const unit = this.#o.unitOfWork;
-    if (unit !== undefined) return this.#runLocalInUnit(unit, entry, definition, context, payload, call);
-    let result: unknown;
-    try {
-      result = this.#call.invoke(entry, definition, context, definition.type, payload, true);
-      // Inside the try: reading `then` of the result may throw, which `execute` rejects with.
-      if (isThenable(result))
-        return this.#commitAfter(context, this.#call.bounded(result, entry, context, call));
-    } catch (error) {
-      call.endCall?.();
-      // What was thrown is passed on as it is, as an async function would (Error or not).
-      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-      return Promise.reject(error);
-    }
-    call.endCall?.();
-    // Committed only when there is something to publish: most calls record nothing.
-    if (context.recorded.length > 0) return this.#commitAfter(context, result);
-    // A void handler's calls all resolve alike, so they share one promise (none made per call).
-    return result === undefined ? RESOLVED_VOID : Promise.resolve(result);
-  }
-
-  /** Waits for the handler's result, then commits what it recorded; resolves to the result. */
-  async #commitAfter(context: HandlerContext, result: unknown): Promise<unknown> {
-    const value = await result;
-    if (context.recorded.length > 0) await commitRecorded(this.#o.publisher, context);
-    return value;
-  }
-
-  async #runLocalInUnit(
-    unit: TransactionalUnitOfWork,
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    context: HandlerContext,
-    payload: unknown,
-    call: CallTarget,
-  ): Promise<unknown> {
-    let result: unknown;
-    let ended: UnitOfWorkResult;
-    try {
-      ended = await unit.run({
-        context,
-        handler: entry.name,
-        handlerKind: entry.kind,
-        endpoint: this.#o.endpoint,
-        inProcess: true,
-        run: async () =>
-          (result = await this.#call.invokeBounded(
-            entry,
-            definition,
-            context,
-            definition.type,
-            payload,
-            true,
-            call,
-          )),
-        abandoned: () => false,
-      });
-    } finally {
-      call.endCall?.();
-    }
-    if (ended === 'ran') await commitRecorded(this.#o.publisher, context);
-    return result;
+    return this.#local.run(entry, definition, payload, now, options, signal);
   }
 
   /** The context of one handler call; a projection's refuses `send` and `publish`. */
@@ -500,36 +131,5 @@ export class HandlerPipeline {
    */
   reportRefused(outcome: DeadLetterOutcome, attempt: number): void {
     this.#reporter.refused(outcome, attempt);
-  }
-
-  #step(
-    entry: HandlerEntry,
-    definition: MessageDefinition,
-    envelope: Envelope,
-    attempt: number,
-    input: PipelineInput,
-    observation: ProcessObservation | undefined,
-  ): PipelineStep {
-    return {
-      entry,
-      definition,
-      envelope,
-      attempt,
-      endpoint: this.#o.endpoint,
-      signal: input.signal,
-      env: this.#contexts.env(entry.kind),
-      invoke: (context) =>
-        this.#call.invokeBounded(entry, definition, context, envelope.type, envelope.payload, false, input),
-      publish: async (messages) => {
-        // A stop released the delivery meanwhile: publish nothing (the redelivery will).
-        if (input.abandoned?.() === true) throw new HarrierError('stopping', 'The delivery was released');
-        await publishRecorded(this.#o.publisher, entry.name, messages);
-      },
-      sagaInstance: (instance) => {
-        if (observation?.sagaInstance !== undefined) {
-          this.#reporter.guard('sagaInstance', () => observation.sagaInstance?.(instance));
-        }
-      },
-    };
   }
 }
