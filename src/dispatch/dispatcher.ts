@@ -1,30 +1,35 @@
-import { MAX_TIMER_MS } from '../clock/timeouts.js';
 import {
   toErrorInfo,
   type Delivery,
-  type DeliveryFacts,
   type ErrorInfo,
   type MessageBroker,
   type PendingDeadLetter,
 } from '../broker/message-broker.js';
-import { SETTLED } from '../broker/settled.js';
 import { systemClock, type Clock } from '../clock/clock.js';
-import { Deadlines, settlesWithin } from '../clock/deadline.js';
+import { settlesWithin } from '../clock/deadline.js';
 import { sleep } from '../clock/sleep.js';
 import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
 import type { DeadLetterReason, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
-import { consoleLogger, type LogFields, type Logger } from '../logging/logger.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import { loggingNeverThrows } from '../logging/logging-never-throws.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { SendOptions } from '../messages/send-options.js';
+import {
+  DeliverySettler,
+  SEND_BACK_RETRY,
+  SETTLE_DONE,
+  type SettleResult,
+  type SettleStep,
+} from './delivery-settler.js';
+import { backoffDelay } from './retry-policy.js';
 import { HandlerPipeline } from './handler-pipeline.js';
 import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
-import type { PipelineInput } from './pipeline-input.js';
-import type { DeadLetterOutcome, PausedOutcome, PipelineOutcome, RetryOutcome } from './pipeline-outcome.js';
+import { InFlight } from './in-flight.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { OutageBreaker, resolveOutageOptions } from './outage-breaker.js';
-import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';
+import type { DeadLetterOutcome, PausedOutcome, PipelineOutcome, RetryOutcome } from './pipeline-outcome.js';
 
 /** Options of {@link Dispatcher}. */
 export interface DispatcherOptions extends HandlerPipelineOptions {
@@ -58,75 +63,6 @@ export interface DispatcherOptions extends HandlerPipelineOptions {
   readonly projectionsViaBroker?: boolean;
 }
 
-/**
- * A delivery being processed, and the pipeline's input for it: one object per delivery where an
- * input object and its `abandoned` closure were made beside it.
- */
-class InFlight implements PipelineInput {
-  readonly body: string;
-  readonly facts: DeliveryFacts;
-  /** Made only when the handler reads its signal (see {@link flightSignal}). */
-  abort: AbortController | undefined = undefined;
-  /** Why the delivery was aborted, once it was. */
-  abortReason: unknown = undefined;
-  /** Why the handler's signal was aborted when its call ran past its time-out. */
-  timeoutReason: HarrierError | undefined = undefined;
-  released = false;
-  /** Let through as the probe of a paused endpoint: its end, however it ends, ends the probe. */
-  probe = false;
-  /** Set once a settle step on the broker (ack, nack, release) has begun for this delivery. */
-  settling = false;
-  /** A dead-lettering decided and not yet recorded: a stop sends it back with it, never plain. */
-  decided: PendingDeadLetter | undefined = undefined;
-  /** The handler's abort signal, made on first read (a function the handler context calls). */
-  readonly signal = (): AbortSignal =>
-    this.timeoutReason === undefined ? flightSignal(this) : AbortSignal.abort(this.timeoutReason);
-
-  constructor(readonly delivery: Delivery) {
-    this.body = delivery.body;
-    this.facts = delivery.facts;
-  }
-
-  /** True once a stop released the delivery (see {@link PipelineInput.abandoned}). */
-  abandoned(): boolean {
-    return this.released;
-  }
-
-  /** Aborts the handler's signal: it ran past its time-out (see {@link PipelineInput.timedOut}). */
-  timedOut(reason: HarrierError): void {
-    this.timeoutReason = reason;
-    const abort = this.abort;
-    if (abort === undefined) return;
-    // The handler's signal ends here; the settle steps after it (which a stop cuts short through
-    // flightSignal) get a controller of their own, or a time-out would cut their pauses short.
-    this.abort = undefined;
-    abort.abort(reason);
-  }
-}
-
-/** The handler's abort signal of a delivery, made on first read. */
-function flightSignal(flight: InFlight): AbortSignal {
-  if (flight.abort === undefined) {
-    flight.abort = new AbortController();
-    if (flight.released) flight.abort.abort(flight.abortReason);
-  }
-  return flight.abort.signal;
-}
-
-/** `logger`, its calls made safe: a logger that throws is ignored, as a throwing hook is. */
-function loggingNeverThrows(logger: Logger): Logger {
-  const call =
-    (level: keyof Logger) =>
-    (message: string, fields?: LogFields): void => {
-      try {
-        logger[level](message, fields);
-      } catch {
-        // Nothing to report it to.
-      }
-    };
-  return { debug: call('debug'), info: call('info'), warn: call('warn'), error: call('error') };
-}
-
 /** Options of {@link Dispatcher.stop}. */
 export interface StopOptions {
   /**
@@ -136,34 +72,33 @@ export interface StopOptions {
   readonly gracePeriodMs?: number;
 }
 
-/** How a settle step ended: done, refused as stale, or failed every try. */
-type SettleResult = 'done' | 'stale' | 'failed';
-
-const SETTLE_DONE: Promise<SettleResult> = Promise.resolve('done');
-
-/** Tries of an ack or a nack before the dispatcher gives up on it (the broker redelivers). */
-const SETTLE_ATTEMPTS = 8;
-
-/** Tries of releasing a delivery still running when the grace period of `stop()` ran out. */
-const RELEASE_TRIES = 2;
-
 /**
  * Tries of storing a dead letter before the delivery goes back to its queue with backoff, the
  * dead-lettering kept beside it for the next delivery to record.
  */
 export const DEAD_LETTER_STORE_TRIES = 3;
 
-/** Backoff of a delivery whose dead letter could not be stored: 1 s doubling to 60 s, jitter 0.2. */
-const STORE_RETRY: RetryPolicy = { ...DEFAULT_RETRY, immediate: 0, baseMs: 1_000 };
+/** Storing a dead letter: it settles nothing on the broker, so a dispatcher failure after it still nacks. */
+const STORE_DEAD_LETTER: SettleStep = {
+  name: 'dead-letter store',
+  tries: DEAD_LETTER_STORE_TRIES,
+  settlesOnBroker: false,
+  endsOnRelease: true,
+};
 
 /**
- * Tries of marking a replay handled while its record is not marked replayed yet, and the first pause
- * between them (doubling): the replay marks the record right after it sent the message back.
+ * Marking a replay handled, tried while its record is not marked replayed yet, with a first pause
+ * between tries that doubles: the replay marks the record right after it sent the message back.
  */
-const MARK_HANDLED_TRIES = 5;
+const MARK_REPLAY_HANDLED: SettleStep = {
+  name: 'marking the replay handled',
+  tries: 5,
+  settlesOnBroker: false,
+  endsOnRelease: true,
+};
 const MARK_HANDLED_PAUSE_MS = 50;
 
-/** Most messages whose meeting with an outage the dispatcher remembers (see `Dispatcher.#paused`). */
+/** Most messages whose meeting with an outage is remembered. */
 const MAX_OUTAGE_SUSPECTS = 10_000;
 
 /** A message's identity in one subscription, for the memory of outages it met. */
@@ -190,14 +125,10 @@ export class Dispatcher {
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #concurrency: number;
-  readonly #settleTimeoutMs: number;
-  /** Bounds every settle step by `settleTimeoutMs`, with one timer for all of them. */
-  readonly #settleDeadlines: Deadlines;
+  /** Acks, nacks and gives back deliveries, each step bounded and retried. */
+  readonly #settler: DeliverySettler;
   readonly #inFlight = new Set<InFlight>();
   readonly #listeners = new Set<() => void>();
-  #settleWaits = 0;
-  /** The ack step of every handled delivery, made once. */
-  readonly #ack = (delivery: Delivery): Promise<void> => this.#o.broker.ack(delivery.id);
   readonly #slotWaiters: (() => void)[] = [];
   /** Pauses the receive loop while a dependency is unreachable (see {@link OutageBreaker}). */
   readonly #breaker: OutageBreaker;
@@ -222,19 +153,16 @@ export class Dispatcher {
     // otherwise send the delivery back after every attempt, never reaching its dead letter.
     this.#logger = loggingNeverThrows(options.logger ?? consoleLogger);
     this.#concurrency = options.concurrency ?? 16;
-    this.#settleTimeoutMs = options.settleTimeoutMs ?? 5_000;
-    // Node fires a timer of more than 2^31 - 1 ms after 1 ms, which would time out every step at once.
-    if (
-      !Number.isFinite(this.#settleTimeoutMs) ||
-      this.#settleTimeoutMs <= 0 ||
-      this.#settleTimeoutMs > MAX_TIMER_MS
-    ) {
-      throw new HarrierError(
-        'invalid-option',
-        `settleTimeoutMs is ${this.#settleTimeoutMs}: use a number of milliseconds above 0 and at most ${MAX_TIMER_MS}`,
-      );
-    }
-    this.#settleDeadlines = new Deadlines(this.#settleTimeoutMs);
+    this.#settler = new DeliverySettler(
+      options.broker,
+      this.#clock,
+      this.#logger,
+      options.settleTimeoutMs ?? 5_000,
+      options.random,
+      () => {
+        this.#changed();
+      },
+    );
     if (!Number.isInteger(this.#concurrency) || this.#concurrency < 1) {
       throw new HarrierError(
         'invalid-option',
@@ -269,7 +197,7 @@ export class Dispatcher {
    * moves it forward for them).
    */
   get settleWaitCount(): number {
-    return this.#settleWaits;
+    return this.#settler.waitCount;
   }
 
   /** Calls `listener` whenever a delivery starts or settles; returns an unsubscribe function. */
@@ -403,7 +331,7 @@ export class Dispatcher {
           pause = 100;
           if (!probe && this.#breaker.isPaused()) {
             // Asked for before the pause began: back to its queue uncounted, not handled meanwhile.
-            await this.#giveBack(new InFlight(next.value));
+            await this.#settler.giveBack(new InFlight(next.value));
             continue;
           }
           probeOut = false;
@@ -435,32 +363,8 @@ export class Dispatcher {
 
   /** Sends a delivery back to its queue because the bus is stopping, ending its handler if it runs. */
   async #release(flight: InFlight): Promise<void> {
-    flight.released = true;
-    flight.abortReason = new HarrierError('stopping', 'The bus is stopping and the grace period ran out');
-    flight.abort?.abort(flight.abortReason);
-    await this.#giveBack(flight);
-  }
-
-  /**
-   * Sends a delivery back to its queue unhandled, its attempt uncounted (a stop, or an outage paused
-   * the endpoint).
-   */
-  async #giveBack(flight: InFlight): Promise<void> {
-    const { decided } = flight;
-    // A decided dead letter goes back with its decision, so the next delivery records it
-    // instead of running the handler again.
-    await this.#settle(
-      flight,
-      'release',
-      () =>
-        this.#o.broker.nack(
-          flight.delivery.id,
-          decided === undefined
-            ? { release: true }
-            : { retryAt: this.#clock.now(), pendingDeadLetter: decided },
-        ),
-      RELEASE_TRIES,
-    );
+    flight.release();
+    await this.#settler.giveBack(flight);
   }
 
   #isStopping(): boolean {
@@ -476,6 +380,7 @@ export class Dispatcher {
     return new Promise((resolve) => this.#slotWaiters.push(resolve));
   }
 
+  /** Takes a slot for a delivery and starts it: on the eager path unless it records an earlier verdict. */
   #begin(delivery: Delivery, probe = false): void {
     const flight = new InFlight(delivery);
     flight.probe = probe;
@@ -486,8 +391,15 @@ export class Dispatcher {
       void this.#process(flight, undefined);
       return;
     }
-    // The handler runs in this turn either way; when it returned a plain value and the broker's ack
-    // answers SETTLED, the delivery ends here too: no async function, promise or tick for it.
+    this.#eager(flight);
+  }
+
+  /**
+   * The fast eager path: the handler runs in this turn, and when it returned a plain value and the
+   * broker's ack answers SETTLED, the delivery ends here too: no async function, promise or tick for
+   * it. Anything else goes on in {@link Dispatcher.#process} with what was started here.
+   */
+  #eager(flight: InFlight): void {
     let outcome: PipelineOutcome | Promise<PipelineOutcome>;
     try {
       outcome = this.#pipeline.runEager(flight);
@@ -499,13 +411,13 @@ export class Dispatcher {
       void this.#process(flight, outcome);
       return;
     }
-    const acked = this.#settle(flight, 'ack', this.#ack);
+    const acked = this.#settler.ack(flight);
     if (acked !== SETTLE_DONE) {
       void this.#process(flight, outcome, acked);
       return;
     }
     if (this.#breaker.isPaused()) this.#breaker.succeeded();
-    this.#forgetSuspect(delivery);
+    this.#forgetSuspect(flight.delivery);
     try {
       this.#pipeline.handled(outcome);
     } catch (error) {
@@ -555,7 +467,7 @@ export class Dispatcher {
           const failure = this.#paused(flight, outcome);
           if (failure === undefined) {
             // An outage, not the message's failure: back uncounted, and the endpoint pauses.
-            await this.#giveBack(flight);
+            await this.#settler.giveBack(flight);
             return;
           }
           await this.#settleFailure(flight, failure);
@@ -564,7 +476,7 @@ export class Dispatcher {
         case 'handled': {
           this.#breaker.succeeded();
           this.#forgetSuspect(delivery);
-          const ackResult = await (acked ?? this.#settle(flight, 'ack', this.#ack));
+          const ackResult = await (acked ?? this.#settler.ack(flight));
           // The handler ran it to success: that is the replay's outcome, whether the ack answered in
           // time or a retry of it was refused as stale (an ack that applied late looks the same as a
           // lost lock; if the message does come back and dies, the record is dead again and that
@@ -600,28 +512,13 @@ export class Dispatcher {
       deliveryId: flight.delivery.id,
       error: toErrorInfo(error),
     });
-    if (flight.settling || flight.released) return;
-    const retryAt =
-      this.#clock.now() + backoffDelay(STORE_RETRY, flight.delivery.facts.attempt, this.#o.random);
-    await this.#settle(flight, 'nack', () =>
-      this.#o.broker.nack(
-        flight.delivery.id,
-        // A dead letter decided already goes back with its decision, as on stop(): the next delivery
-        // records it instead of running the handler again.
-        flight.decided === undefined
-          ? { retryAt, error: toErrorInfo(error) }
-          : { retryAt, pendingDeadLetter: flight.decided },
-      ),
-    ).catch(() => undefined);
+    await this.#settler.afterFailure(flight, error);
   }
 
   /** Settles a failure of the message: back with its retry time, or dead-lettered. */
   async #settleFailure(flight: InFlight, outcome: RetryOutcome | DeadLetterOutcome): Promise<void> {
-    const { delivery } = flight;
     if (outcome.kind === 'retry') {
-      await this.#settle(flight, 'nack', () =>
-        this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
-      );
+      await this.#settler.retryAt(flight, outcome.retryAt, outcome.errorInfo);
       this.#pipeline.retrying(outcome);
       return;
     }
@@ -636,8 +533,8 @@ export class Dispatcher {
   }
 
   /**
-   * Decides what an attempt that met an outage means: undefined when it is an outage (the endpoint
-   * pauses), or the message's failure to settle instead.
+   * Decides what an attempt that met an outage means: undefined when it is an outage (the breaker
+   * trips and the endpoint pauses), or the message's failure to settle instead.
    *
    * @remarks
    * A message may be at fault itself while its failure looks like an outage: a handler calling a
@@ -693,6 +590,13 @@ export class Dispatcher {
     this.#changed();
   }
 
+  /**
+   * Dead-letters a delivery: stores its record, then nacks it for good; or, when the store failed,
+   * sends it back with the decision (see `settleTimeoutMs`). Never throws.
+   *
+   * @param pending - the decision an earlier delivery made and could not record: recorded as it was
+   *   decided (its attempt and time), not as this redelivery.
+   */
   async #deadLetter(
     flight: InFlight,
     handler: string | undefined,
@@ -728,12 +632,7 @@ export class Dispatcher {
       error,
       ...(handler !== undefined ? { handler } : {}),
     };
-    const stored = await this.#settle(
-      flight,
-      'dead-letter store',
-      () => this.#o.deadLetters.add(record),
-      DEAD_LETTER_STORE_TRIES,
-    );
+    const stored = await this.#settler.run(flight, STORE_DEAD_LETTER, () => this.#o.deadLetters.add(record));
     if (stored === 'stale' || flight.released) return;
     if (stored === 'failed') {
       // The dead-letter store is unreachable. The endpoint does not pause for it: messages that do
@@ -741,23 +640,18 @@ export class Dispatcher {
       // Never hold the delivery: it goes back to its queue with backoff, the decision kept beside it,
       // and a later delivery records the dead letter (the handler does not run again).
       const failures = pending === undefined ? 1 : Math.max(1, facts.attempt - pending.attempt + 1);
-      const retryAt = this.#clock.now() + backoffDelay(STORE_RETRY, failures, this.#o.random);
+      const retryAt = this.#clock.now() + backoffDelay(SEND_BACK_RETRY, failures, this.#o.random);
       this.#logger.error('The dead letter could not be stored; the message goes back to its queue', {
         deliveryId: delivery.id,
         messageId: record.messageId,
         reason,
         retryAt,
       });
-      await this.#settle(flight, 'nack', () =>
-        this.#o.broker.nack(delivery.id, {
-          retryAt,
-          pendingDeadLetter: flight.decided,
-        }),
-      );
+      await this.#settler.retryWithDecision(flight, retryAt);
       return;
     }
     this.#breaker.succeeded();
-    await this.#settle(flight, 'nack', () => this.#o.broker.nack(delivery.id, { deadLetter: reason, error }));
+    await this.#settler.deadLettered(flight, reason, error);
     this.#pipeline.deadLettered(record, thrown);
   }
 
@@ -778,13 +672,9 @@ export class Dispatcher {
     for (let attempt = 1; ; attempt++) {
       let marked: boolean;
       try {
-        marked = await this.#settleDeadlines.bound(
+        marked = await this.#settler.bounded(
           store.markReplayHandled(id, this.#clock.now()),
-          () =>
-            new HarrierError(
-              'settle-timeout',
-              `marking the replay handled took longer than ${this.#settleTimeoutMs} ms`,
-            ),
+          MARK_REPLAY_HANDLED,
         );
       } catch (error) {
         this.#logger.warn(
@@ -801,7 +691,7 @@ export class Dispatcher {
       // A removed record will not appear by waiting; a record still `dead` may be one whose replay
       // mark has not landed yet, and one marked meanwhile is tried again at once.
       const status =
-        attempt < MARK_HANDLED_TRIES && !flight.released
+        attempt < MARK_REPLAY_HANDLED.tries && !flight.released
           ? await store.get(id).then(
               (record) => record?.status,
               () => undefined,
@@ -816,101 +706,8 @@ export class Dispatcher {
       }
       if (status === 'replayed') continue;
       // Counted as a settle wait, so a test clock moves on for it as for a settle retry.
-      this.#settleWaits += 1;
-      this.#changed();
-      try {
-        await sleep(this.#clock, pause, flightSignal(flight));
-      } finally {
-        this.#settleWaits -= 1;
-      }
+      await this.#settler.pause(flight, MARK_REPLAY_HANDLED, pause);
       pause *= 2;
-    }
-  }
-
-  /**
-   * Runs a settle step, each try bounded by `settleTimeoutMs`, retrying with backoff; never throws.
-   * Stops early once the delivery is released by `stop()` (unless this is the release itself).
-   */
-  #settle(
-    flight: InFlight,
-    what: string,
-    step: (delivery: Delivery) => Promise<unknown>,
-    tries = SETTLE_ATTEMPTS,
-  ): Promise<SettleResult> {
-    if (what !== 'dead-letter store') flight.settling = true;
-    let first: Promise<unknown>;
-    try {
-      first = step(flight.delivery);
-    } catch (error) {
-      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-      first = Promise.reject(error);
-    }
-    // The broker's mark of a step done already (see SETTLED): nothing to wait for or bound, and no
-    // async function run for it.
-    if (first === SETTLED) return SETTLE_DONE;
-    return this.#settleTries(flight, what, step, tries, first);
-  }
-
-  async #settleTries(
-    flight: InFlight,
-    what: string,
-    step: (delivery: Delivery) => Promise<unknown>,
-    tries: number,
-    first: Promise<unknown>,
-  ): Promise<SettleResult> {
-    const { delivery } = flight;
-    let pause = 50;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const pending = attempt === 1 ? first : step(delivery);
-        // A step that has settled already (a broker answering from memory) needs no deadline: its
-        // reaction runs before the continuation after one tick. Checking costs less than even the
-        // shared deadline queue, measured on the in-memory send path.
-        let settled = false;
-        const mark = (): void => {
-          settled = true;
-        };
-        void pending.then(mark, mark);
-        await Promise.resolve();
-        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by `mark` meanwhile
-        await (settled
-          ? pending
-          : this.#settleDeadlines.bound(
-              pending,
-              () =>
-                new HarrierError('settle-timeout', `${what} took longer than ${this.#settleTimeoutMs} ms`),
-            ));
-        return 'done';
-      } catch (error) {
-        if (HarrierError.is(error) && error.code === 'stale-delivery') {
-          this.#logger.warn(`${what} refused: the delivery is stale (redelivered elsewhere)`, {
-            deliveryId: delivery.id,
-          });
-          return 'stale';
-        }
-        if (attempt >= tries) {
-          this.#logger.error(`${what} failed ${attempt} times; giving up on it`, {
-            deliveryId: delivery.id,
-            error: toErrorInfo(error),
-          });
-          return 'failed';
-        }
-        this.#logger.error(`${what} failed; retrying`, {
-          deliveryId: delivery.id,
-          attempt,
-          error: toErrorInfo(error),
-        });
-        // A stop cuts the pause short, except for the release itself (the flight is released then).
-        this.#settleWaits += 1;
-        this.#changed();
-        try {
-          await sleep(this.#clock, pause, what === 'release' ? undefined : flightSignal(flight));
-        } finally {
-          this.#settleWaits -= 1;
-        }
-        pause = Math.min(pause * 2, 5_000);
-        if (flight.released && what !== 'release') return 'failed';
-      }
     }
   }
 
