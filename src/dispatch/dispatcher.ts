@@ -1,29 +1,16 @@
-import {
-  toErrorInfo,
-  type Delivery,
-  type ErrorInfo,
-  type MessageBroker,
-  type PendingDeadLetter,
-} from '../broker/message-broker.js';
+import { toErrorInfo, type Delivery, type MessageBroker } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { settlesWithin } from '../clock/deadline.js';
 import { sleep } from '../clock/sleep.js';
-import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
-import type { DeadLetterReason, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { loggingNeverThrows } from '../logging/logging-never-throws.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { SendOptions } from '../messages/send-options.js';
-import {
-  DeliverySettler,
-  SEND_BACK_RETRY,
-  SETTLE_DONE,
-  type SettleResult,
-  type SettleStep,
-} from './delivery-settler.js';
-import { backoffDelay } from './retry-policy.js';
+import { DeadLetterRecorder } from './dead-letter-recorder.js';
+import { DeliverySettler, SETTLE_DONE, type SettleResult } from './delivery-settler.js';
 import { HandlerPipeline } from './handler-pipeline.js';
 import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
 import { InFlight } from './in-flight.js';
@@ -72,32 +59,6 @@ export interface StopOptions {
   readonly gracePeriodMs?: number;
 }
 
-/**
- * Tries of storing a dead letter before the delivery goes back to its queue with backoff, the
- * dead-lettering kept beside it for the next delivery to record.
- */
-export const DEAD_LETTER_STORE_TRIES = 3;
-
-/** Storing a dead letter: it settles nothing on the broker, so a dispatcher failure after it still nacks. */
-const STORE_DEAD_LETTER: SettleStep = {
-  name: 'dead-letter store',
-  tries: DEAD_LETTER_STORE_TRIES,
-  settlesOnBroker: false,
-  endsOnRelease: true,
-};
-
-/**
- * Marking a replay handled, tried while its record is not marked replayed yet, with a first pause
- * between tries that doubles: the replay marks the record right after it sent the message back.
- */
-const MARK_REPLAY_HANDLED: SettleStep = {
-  name: 'marking the replay handled',
-  tries: 5,
-  settlesOnBroker: false,
-  endsOnRelease: true,
-};
-const MARK_HANDLED_PAUSE_MS = 50;
-
 /** Most messages whose meeting with an outage is remembered. */
 const MAX_OUTAGE_SUSPECTS = 10_000;
 
@@ -127,6 +88,7 @@ export class Dispatcher {
   readonly #concurrency: number;
   /** Acks, nacks and gives back deliveries, each step bounded and retried. */
   readonly #settler: DeliverySettler;
+  readonly #deadLetters: DeadLetterRecorder;
   readonly #inFlight = new Set<InFlight>();
   readonly #listeners = new Set<() => void>();
   readonly #slotWaiters: (() => void)[] = [];
@@ -178,6 +140,23 @@ export class Dispatcher {
       { endpoint: options.endpoint },
       outage,
       this.#pipeline.outageListener,
+    );
+    const pipeline = this.#pipeline;
+    const breaker = this.#breaker;
+    this.#deadLetters = new DeadLetterRecorder(
+      options.deadLetters,
+      this.#settler,
+      this.#clock,
+      this.#logger,
+      options.random,
+      {
+        storeAnswered: () => {
+          breaker.succeeded();
+        },
+        deadLettered: (record, thrown) => {
+          pipeline.deadLettered(record, thrown);
+        },
+      },
     );
   }
 
@@ -448,7 +427,7 @@ export class Dispatcher {
         // An earlier delivery decided to dead-letter this message and could not record it: record it
         // now, without running the handler again.
         const type = facts.type;
-        await this.#deadLetter(
+        await this.#deadLetters.record(
           flight,
           pending.handler,
           pending.reason,
@@ -483,7 +462,7 @@ export class Dispatcher {
           // outcome wins). A failed ack means it comes back, and its next delivery records the outcome.
           // Before the onHandled hook, so whoever hears "handled" reads the outcome too.
           if (facts.replayOf !== undefined && ackResult !== 'failed') {
-            await this.#markReplayHandled(flight, facts.replayOf);
+            await this.#deadLetters.markReplayHandled(flight, facts.replayOf);
           }
           this.#pipeline.handled(outcome);
           return;
@@ -522,7 +501,7 @@ export class Dispatcher {
       this.#pipeline.retrying(outcome);
       return;
     }
-    await this.#deadLetter(
+    await this.#deadLetters.record(
       flight,
       outcome.handler,
       outcome.reason,
@@ -588,127 +567,6 @@ export class Dispatcher {
     this.#inFlight.delete(flight);
     this.#slotWaiters.shift()?.();
     this.#changed();
-  }
-
-  /**
-   * Dead-letters a delivery: stores its record, then nacks it for good; or, when the store failed,
-   * sends it back with the decision (see `settleTimeoutMs`). Never throws.
-   *
-   * @param pending - the decision an earlier delivery made and could not record: recorded as it was
-   *   decided (its attempt and time), not as this redelivery.
-   */
-  async #deadLetter(
-    flight: InFlight,
-    handler: string | undefined,
-    reason: DeadLetterReason,
-    error: ErrorInfo,
-    ordered: boolean,
-    thrown: unknown = error,
-    pending?: PendingDeadLetter,
-  ): Promise<void> {
-    const { delivery } = flight;
-    const { facts } = delivery;
-    const record = buildDeadLetterRecord({
-      body: delivery.body,
-      // A pending dead-lettering is recorded as it was decided: its attempt, not this redelivery's.
-      facts: pending === undefined ? facts : { ...facts, attempt: pending.attempt },
-      handler,
-      reason,
-      error,
-      ordered,
-      now: pending?.at ?? this.#clock.now(),
-    });
-    this.#logger.warn('Message dead-lettered', {
-      reason,
-      handler,
-      type: record.type,
-      messageId: record.messageId,
-      error: error.message,
-    });
-    flight.decided = pending ?? {
-      reason,
-      attempt: facts.attempt,
-      at: record.lastFailedAt,
-      error,
-      ...(handler !== undefined ? { handler } : {}),
-    };
-    const stored = await this.#settler.run(flight, STORE_DEAD_LETTER, () => this.#o.deadLetters.add(record));
-    if (stored === 'stale' || flight.released) return;
-    if (stored === 'failed') {
-      // The dead-letter store is unreachable. The endpoint does not pause for it: messages that do
-      // not fail need no store, and this one waits in its queue with the decision beside it.
-      // Never hold the delivery: it goes back to its queue with backoff, the decision kept beside it,
-      // and a later delivery records the dead letter (the handler does not run again).
-      const failures = pending === undefined ? 1 : Math.max(1, facts.attempt - pending.attempt + 1);
-      const retryAt = this.#clock.now() + backoffDelay(SEND_BACK_RETRY, failures, this.#o.random);
-      this.#logger.error('The dead letter could not be stored; the message goes back to its queue', {
-        deliveryId: delivery.id,
-        messageId: record.messageId,
-        reason,
-        retryAt,
-      });
-      await this.#settler.retryWithDecision(flight, retryAt);
-      return;
-    }
-    this.#breaker.succeeded();
-    await this.#settler.deadLettered(flight, reason, error);
-    this.#pipeline.deadLettered(record, thrown);
-  }
-
-  /**
-   * Records in the dead-letter store that the replayed dead letter `id` was handled; best effort:
-   * never throws and never changes how the delivery settled (it is acked already).
-   *
-   * @remarks
-   * The replay sends the message back before it marks the record replayed (so a crash never leaves a
-   * record marked with nothing sent), so a fast consumer can get here first and find the record
-   * still `dead`: the mark is tried again a few times, briefly, before it gives up and the replay
-   * shows as pending.
-   */
-  async #markReplayHandled(flight: InFlight, id: string): Promise<void> {
-    const store = this.#o.deadLetters;
-    if (store.markReplayHandled === undefined) return;
-    let pause = MARK_HANDLED_PAUSE_MS;
-    for (let attempt = 1; ; attempt++) {
-      let marked: boolean;
-      try {
-        marked = await this.#settler.bounded(
-          store.markReplayHandled(id, this.#clock.now()),
-          MARK_REPLAY_HANDLED,
-        );
-      } catch (error) {
-        this.#logger.warn(
-          'Could not record that a replayed message was handled; its replay shows as pending',
-          {
-            deadLetterId: id,
-            deliveryId: flight.delivery.id,
-            error: toErrorInfo(error),
-          },
-        );
-        return;
-      }
-      if (marked) return;
-      // A removed record will not appear by waiting; a record still `dead` may be one whose replay
-      // mark has not landed yet, and one marked meanwhile is tried again at once.
-      const status =
-        attempt < MARK_REPLAY_HANDLED.tries && !flight.released
-          ? await store.get(id).then(
-              (record) => record?.status,
-              () => undefined,
-            )
-          : undefined;
-      if (status === undefined) {
-        this.#logger.debug('A replayed message was handled but its dead letter is not marked replayed', {
-          deadLetterId: id,
-          deliveryId: flight.delivery.id,
-        });
-        return;
-      }
-      if (status === 'replayed') continue;
-      // Counted as a settle wait, so a test clock moves on for it as for a settle retry.
-      await this.#settler.pause(flight, MARK_REPLAY_HANDLED, pause);
-      pause *= 2;
-    }
   }
 
   #whenNoneInFlight(): Promise<void> {
