@@ -70,19 +70,19 @@ export class DeliverySettler {
    * `SETTLED` (done already): the caller may then end the delivery in this turn.
    */
   ack(flight: InFlight): Promise<SettleResult> {
-    return this.run(flight, SettleSteps.ack, this.#ack);
+    return this.run(flight, BROKER_STEPS.ack, this.#ack);
   }
 
   /** Sends a delivery back to be tried again at `retryAt`, its attempt counted. */
   retryAt(flight: InFlight, retryAt: number, error: ErrorInfo): Promise<SettleResult> {
-    return this.run(flight, SettleSteps.nack, () =>
+    return this.run(flight, BROKER_STEPS.nack, () =>
       this.#broker.nack(flight.delivery.id, { retryAt, error }),
     );
   }
 
   /** Ends a delivery whose dead letter is stored: the broker never delivers it again. */
   deadLettered(flight: InFlight, reason: string, error: ErrorInfo): Promise<SettleResult> {
-    return this.run(flight, SettleSteps.nack, () =>
+    return this.run(flight, BROKER_STEPS.nack, () =>
       this.#broker.nack(flight.delivery.id, { deadLetter: reason, error }),
     );
   }
@@ -92,7 +92,7 @@ export class DeliverySettler {
    * delivered again at `retryAt` and recorded then, without running the handler again.
    */
   retryWithDecision(flight: InFlight, retryAt: number): Promise<SettleResult> {
-    return this.run(flight, SettleSteps.nack, () =>
+    return this.run(flight, BROKER_STEPS.nack, () =>
       this.#broker.nack(flight.delivery.id, { retryAt, pendingDeadLetter: flight.decided }),
     );
   }
@@ -105,7 +105,7 @@ export class DeliverySettler {
     const { decided } = flight;
     // A decided dead letter goes back with its decision, so the next delivery records it
     // instead of running the handler again.
-    return this.run(flight, SettleSteps.release, () =>
+    return this.run(flight, BROKER_STEPS.release, () =>
       this.#broker.nack(
         flight.delivery.id,
         decided === undefined
@@ -124,7 +124,7 @@ export class DeliverySettler {
     if (flight.settling || flight.released) return;
     const retryAt =
       this.#clock.now() + backoffDelay(SEND_BACK_RETRY, flight.delivery.facts.attempt, this.#random);
-    await this.run(flight, SettleSteps.nack, () =>
+    await this.run(flight, BROKER_STEPS.nack, () =>
       this.#broker.nack(
         flight.delivery.id,
         // A dead letter decided already goes back with its decision, as on stop(): the next delivery
@@ -259,8 +259,8 @@ const SETTLE_ATTEMPTS = 8;
 /** Tries of releasing a delivery still running when the grace period of `stop()` ran out. */
 const RELEASE_TRIES = 2;
 
-/** The settle steps on the broker. */
-export const SettleSteps = {
+/** The steps that settle a delivery on the broker. */
+const BROKER_STEPS = {
   ack: { name: 'ack', tries: SETTLE_ATTEMPTS, settlesOnBroker: true, endsOnRelease: true },
   nack: { name: 'nack', tries: SETTLE_ATTEMPTS, settlesOnBroker: true, endsOnRelease: true },
   release: { name: 'release', tries: RELEASE_TRIES, settlesOnBroker: true, endsOnRelease: false },

@@ -16,7 +16,8 @@ import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
 import { InFlight } from './in-flight.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { OutageBreaker, resolveOutageOptions } from './outage-breaker.js';
-import type { DeadLetterOutcome, PausedOutcome, PipelineOutcome, RetryOutcome } from './pipeline-outcome.js';
+import { OutageSuspects } from './outage-suspects.js';
+import type { DeadLetterOutcome, PipelineOutcome, RetryOutcome } from './pipeline-outcome.js';
 
 /** Options of {@link Dispatcher}. */
 export interface DispatcherOptions extends HandlerPipelineOptions {
@@ -59,15 +60,6 @@ export interface StopOptions {
   readonly gracePeriodMs?: number;
 }
 
-/** Most messages whose meeting with an outage is remembered. */
-const MAX_OUTAGE_SUSPECTS = 10_000;
-
-/** A message's identity in one subscription, for the memory of outages it met. */
-function suspectKey(delivery: Delivery): string {
-  const { facts } = delivery;
-  return `${facts.handler ?? ''}\u0000${facts.messageId ?? delivery.id}`;
-}
-
 /** How long `stop()` waits for the receiver to close once every delivery is settled, in ms. */
 export const RECEIVER_CLOSE_WAIT_MS = 5_000;
 
@@ -94,12 +86,8 @@ export class Dispatcher {
   readonly #slotWaiters: (() => void)[] = [];
   /** Pauses the receive loop while a dependency is unreachable (see {@link OutageBreaker}). */
   readonly #breaker: OutageBreaker;
-  /**
-   * Messages that met an outage, by message id and handler, with the breaker's generation then: one
-   * that meets it again after the endpoint resumed is at fault itself (see {@link Dispatcher.#paused}).
-   */
-  readonly #outageSuspects = new Map<string, { generation: number; probes: number }>();
-  readonly #maxProbesPerMessage: number;
+  /** Whether an attempt that met an outage is the outage's or the message's own failure. */
+  readonly #suspects: OutageSuspects;
   #receiverAbort: AbortController | undefined;
   #loop: Promise<void> | undefined;
   #stopping = false;
@@ -133,7 +121,6 @@ export class Dispatcher {
     }
     this.#pipeline = new HandlerPipeline(options);
     const outage = resolveOutageOptions(options.outage);
-    this.#maxProbesPerMessage = outage.maxProbesPerMessage;
     this.#breaker = new OutageBreaker(
       this.#clock,
       this.#logger,
@@ -141,6 +128,7 @@ export class Dispatcher {
       outage,
       this.#pipeline.outageListener,
     );
+    this.#suspects = new OutageSuspects(this.#breaker, this.#logger, outage.maxProbesPerMessage);
     const pipeline = this.#pipeline;
     const breaker = this.#breaker;
     this.#deadLetters = new DeadLetterRecorder(
@@ -396,7 +384,7 @@ export class Dispatcher {
       return;
     }
     if (this.#breaker.isPaused()) this.#breaker.succeeded();
-    this.#forgetSuspect(flight.delivery);
+    this.#suspects.forget(flight.delivery);
     try {
       this.#pipeline.handled(outcome);
     } catch (error) {
@@ -443,7 +431,7 @@ export class Dispatcher {
         case 'abandoned':
           return;
         case 'paused': {
-          const failure = this.#paused(flight, outcome);
+          const failure = this.#suspects.paused(flight, outcome);
           if (failure === undefined) {
             // An outage, not the message's failure: back uncounted, and the endpoint pauses.
             await this.#settler.giveBack(flight);
@@ -454,7 +442,7 @@ export class Dispatcher {
         }
         case 'handled': {
           this.#breaker.succeeded();
-          this.#forgetSuspect(delivery);
+          this.#suspects.forget(delivery);
           const ackResult = await (acked ?? this.#settler.ack(flight));
           // The handler ran it to success: that is the replay's outcome, whether the ack answered in
           // time or a retry of it was refused as stale (an ack that applied late looks the same as a
@@ -509,54 +497,6 @@ export class Dispatcher {
       outcome.ordered,
       outcome.thrown,
     );
-  }
-
-  /**
-   * Decides what an attempt that met an outage means: undefined when it is an outage (the breaker
-   * trips and the endpoint pauses), or the message's failure to settle instead.
-   *
-   * @remarks
-   * A message may be at fault itself while its failure looks like an outage: a handler calling a
-   * host that only this message names, a query that makes the database end its session. Its attempt
-   * counts, so it retries with backoff and dead-letters at the end instead of pausing the endpoint at
-   * every probe for ever, when it meets the "outage" again after the endpoint resumed in between
-   * (other messages got through), or when it was the probe `maxProbesPerMessage` times in a row (it
-   * stays at the head of its queue, so no other message can show that the dependency answers). The
-   * memory of such messages is this process's, bounded to {@link MAX_OUTAGE_SUSPECTS}.
-   */
-  #paused(flight: InFlight, outcome: PausedOutcome): RetryOutcome | DeadLetterOutcome | undefined {
-    const key = suspectKey(flight.delivery);
-    const seen = this.#outageSuspects.get(key);
-    const generation = this.#breaker.generation;
-    const probes = (seen?.probes ?? 0) + (flight.probe ? 1 : 0);
-    const resumedSince = seen !== undefined && seen.generation !== generation;
-    this.#outageSuspects.delete(key);
-    if (resumedSince || probes >= this.#maxProbesPerMessage) {
-      this.#outageSuspects.set(key, { generation, probes: 0 });
-      this.#logger.warn(
-        resumedSince
-          ? 'A message keeps meeting an outage that other messages got through: its attempt counts'
-          : 'A message probed an outage too many times in a row: its attempt counts',
-        {
-          handler: outcome.handler,
-          messageId: outcome.envelope.id,
-          attempt: outcome.attempt,
-          error: outcome.errorInfo.message,
-        },
-      );
-      return outcome.failure();
-    }
-    this.#outageSuspects.set(key, { generation, probes });
-    if (this.#outageSuspects.size > MAX_OUTAGE_SUSPECTS) {
-      const oldest = this.#outageSuspects.keys().next();
-      if (oldest.done !== true) this.#outageSuspects.delete(oldest.value);
-    }
-    this.#breaker.tripped(outcome.error);
-    return undefined;
-  }
-
-  #forgetSuspect(delivery: Delivery): void {
-    if (this.#outageSuspects.size > 0) this.#outageSuspects.delete(suspectKey(delivery));
   }
 
   /** Frees a delivery's slot once it is processed. */
