@@ -27,6 +27,11 @@ import type { DeadLetterOutcome, HandledOutcome, PipelineOutcome, RetryOutcome }
  * the `ProjectionRunner` in its lane (retry in place, checkpoint, poison policy); both report the
  * settled outcome back ({@link HandlerPipeline.handled} and friends) so the lifecycle hooks fire
  * once it is final. Nothing here knows who delivered the message.
+ *
+ * The pipeline puts its parts together: {@link MessageAdmission} (decode, signature, route, attempt
+ * limit), {@link HandlerAttempt} (one run of the handler and its outcome), {@link HandlerCall}
+ * (middleware, the handler, its time-out), {@link OutcomeReporter} (hooks and telemetry) and
+ * {@link LocalExecution} (`execute`).
  */
 export class HandlerPipeline {
   /** Decode, signature, route and attempt limit: whether a message gets an attempt at all. */
