@@ -1,6 +1,6 @@
 import { getClassMetadata, injectable as coreInjectable } from '@inversifyjs/core';
 import { Container, injectable, type Newable } from 'inversify';
-import type { HandlerInvoker } from '../dispatch/handler-pipeline.js';
+import type { HandlerInvoker } from '../dispatch/handler-pipeline-options.js';
 import type { HandlerContext } from '../dispatch/handler-context.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';

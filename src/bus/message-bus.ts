@@ -13,11 +13,8 @@ import {
 } from '../dead-letters/replay-dead-letters.js';
 import { Dispatcher, type StopOptions } from '../dispatch/dispatcher.js';
 import { NO_OPTIONS } from '../dispatch/handler-context.js';
-import type {
-  DispatchHooks,
-  EnvelopeVerifier,
-  HandlerPipelineOptions,
-} from '../dispatch/handler-pipeline.js';
+import type { DispatchHooks } from '../dispatch/dispatch-hooks.js';
+import type { EnvelopeVerifier, HandlerPipelineOptions } from '../dispatch/handler-pipeline-options.js';
 import { MessagePublisher } from '../dispatch/message-publisher.js';
 import type { Middleware } from '../dispatch/middleware.js';
 import type { OutageOptions } from '../dispatch/outage-breaker.js';

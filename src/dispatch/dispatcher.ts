@@ -1,35 +1,23 @@
-import { MAX_TIMER_MS } from '../clock/timeouts.js';
-import {
-  toErrorInfo,
-  type Delivery,
-  type DeliveryFacts,
-  type ErrorInfo,
-  type MessageBroker,
-  type PendingDeadLetter,
-} from '../broker/message-broker.js';
-import { SETTLED } from '../broker/settled.js';
+import { toErrorInfo, type Delivery, type MessageBroker } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
-import { Deadlines, settlesWithin } from '../clock/deadline.js';
+import { settlesWithin } from '../clock/deadline.js';
 import { sleep } from '../clock/sleep.js';
-import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
-import type { DeadLetterReason, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
+import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
-import { consoleLogger, type LogFields, type Logger } from '../logging/logger.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import { loggingNeverThrows } from '../logging/logging-never-throws.js';
 import type { MessageDefinition } from '../messages/definition.js';
 import type { SendOptions } from '../messages/send-options.js';
-import {
-  HandlerPipeline,
-  type DeadLetterOutcome,
-  type HandlerPipelineOptions,
-  type PausedOutcome,
-  type PipelineInput,
-  type PipelineOutcome,
-  type RetryOutcome,
-} from './handler-pipeline.js';
+import { DeadLetterRecorder } from './dead-letter-recorder.js';
+import { DeliverySettler, SETTLE_DONE, type SettleResult } from './delivery-settler.js';
+import { HandlerPipeline } from './handler-pipeline.js';
+import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
+import { InFlight } from './in-flight.js';
 import type { MessagePublisher } from './message-publisher.js';
 import { OutageBreaker, resolveOutageOptions } from './outage-breaker.js';
-import { DEFAULT_RETRY, backoffDelay, type RetryPolicy } from './retry-policy.js';
+import { OutageSuspects } from './outage-suspects.js';
+import type { DeadLetterOutcome, PipelineOutcome, RetryOutcome } from './pipeline-outcome.js';
 
 /** Options of {@link Dispatcher}. */
 export interface DispatcherOptions extends HandlerPipelineOptions {
@@ -63,75 +51,6 @@ export interface DispatcherOptions extends HandlerPipelineOptions {
   readonly projectionsViaBroker?: boolean;
 }
 
-/**
- * A delivery being processed, and the pipeline's input for it: one object per delivery where an
- * input object and its `abandoned` closure were made beside it.
- */
-class InFlight implements PipelineInput {
-  readonly body: string;
-  readonly facts: DeliveryFacts;
-  /** Made only when the handler reads its signal (see {@link flightSignal}). */
-  abort: AbortController | undefined = undefined;
-  /** Why the delivery was aborted, once it was. */
-  abortReason: unknown = undefined;
-  /** Why the handler's signal was aborted when its call ran past its time-out. */
-  timeoutReason: HarrierError | undefined = undefined;
-  released = false;
-  /** Let through as the probe of a paused endpoint: its end, however it ends, ends the probe. */
-  probe = false;
-  /** Set once a settle step on the broker (ack, nack, release) has begun for this delivery. */
-  settling = false;
-  /** A dead-lettering decided and not yet recorded: a stop sends it back with it, never plain. */
-  decided: PendingDeadLetter | undefined = undefined;
-  /** The handler's abort signal, made on first read (a function the handler context calls). */
-  readonly signal = (): AbortSignal =>
-    this.timeoutReason === undefined ? flightSignal(this) : AbortSignal.abort(this.timeoutReason);
-
-  constructor(readonly delivery: Delivery) {
-    this.body = delivery.body;
-    this.facts = delivery.facts;
-  }
-
-  /** True once a stop released the delivery (see {@link PipelineInput.abandoned}). */
-  abandoned(): boolean {
-    return this.released;
-  }
-
-  /** Aborts the handler's signal: it ran past its time-out (see {@link PipelineInput.timedOut}). */
-  timedOut(reason: HarrierError): void {
-    this.timeoutReason = reason;
-    const abort = this.abort;
-    if (abort === undefined) return;
-    // The handler's signal ends here; the settle steps after it (which a stop cuts short through
-    // flightSignal) get a controller of their own, or a time-out would cut their pauses short.
-    this.abort = undefined;
-    abort.abort(reason);
-  }
-}
-
-/** The handler's abort signal of a delivery, made on first read. */
-function flightSignal(flight: InFlight): AbortSignal {
-  if (flight.abort === undefined) {
-    flight.abort = new AbortController();
-    if (flight.released) flight.abort.abort(flight.abortReason);
-  }
-  return flight.abort.signal;
-}
-
-/** `logger`, its calls made safe: a logger that throws is ignored, as a throwing hook is. */
-function loggingNeverThrows(logger: Logger): Logger {
-  const call =
-    (level: keyof Logger) =>
-    (message: string, fields?: LogFields): void => {
-      try {
-        logger[level](message, fields);
-      } catch {
-        // Nothing to report it to.
-      }
-    };
-  return { debug: call('debug'), info: call('info'), warn: call('warn'), error: call('error') };
-}
-
 /** Options of {@link Dispatcher.stop}. */
 export interface StopOptions {
   /**
@@ -139,42 +58,6 @@ export interface StopOptions {
    * @defaultValue 10000
    */
   readonly gracePeriodMs?: number;
-}
-
-/** How a settle step ended: done, refused as stale, or failed every try. */
-type SettleResult = 'done' | 'stale' | 'failed';
-
-const SETTLE_DONE: Promise<SettleResult> = Promise.resolve('done');
-
-/** Tries of an ack or a nack before the dispatcher gives up on it (the broker redelivers). */
-const SETTLE_ATTEMPTS = 8;
-
-/** Tries of releasing a delivery still running when the grace period of `stop()` ran out. */
-const RELEASE_TRIES = 2;
-
-/**
- * Tries of storing a dead letter before the delivery goes back to its queue with backoff, the
- * dead-lettering kept beside it for the next delivery to record.
- */
-export const DEAD_LETTER_STORE_TRIES = 3;
-
-/** Backoff of a delivery whose dead letter could not be stored: 1 s doubling to 60 s, jitter 0.2. */
-const STORE_RETRY: RetryPolicy = { ...DEFAULT_RETRY, immediate: 0, baseMs: 1_000 };
-
-/**
- * Tries of marking a replay handled while its record is not marked replayed yet, and the first pause
- * between them (doubling): the replay marks the record right after it sent the message back.
- */
-const MARK_HANDLED_TRIES = 5;
-const MARK_HANDLED_PAUSE_MS = 50;
-
-/** Most messages whose meeting with an outage the dispatcher remembers (see `Dispatcher.#paused`). */
-const MAX_OUTAGE_SUSPECTS = 10_000;
-
-/** A message's identity in one subscription, for the memory of outages it met. */
-function suspectKey(delivery: Delivery): string {
-  const { facts } = delivery;
-  return `${facts.handler ?? ''}\u0000${facts.messageId ?? delivery.id}`;
 }
 
 /** How long `stop()` waits for the receiver to close once every delivery is settled, in ms. */
@@ -195,23 +78,16 @@ export class Dispatcher {
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #concurrency: number;
-  readonly #settleTimeoutMs: number;
-  /** Bounds every settle step by `settleTimeoutMs`, with one timer for all of them. */
-  readonly #settleDeadlines: Deadlines;
+  /** Acks, nacks and gives back deliveries, each step bounded and retried. */
+  readonly #settler: DeliverySettler;
+  readonly #deadLetters: DeadLetterRecorder;
   readonly #inFlight = new Set<InFlight>();
   readonly #listeners = new Set<() => void>();
-  #settleWaits = 0;
-  /** The ack step of every handled delivery, made once. */
-  readonly #ack = (delivery: Delivery): Promise<void> => this.#o.broker.ack(delivery.id);
   readonly #slotWaiters: (() => void)[] = [];
   /** Pauses the receive loop while a dependency is unreachable (see {@link OutageBreaker}). */
   readonly #breaker: OutageBreaker;
-  /**
-   * Messages that met an outage, by message id and handler, with the breaker's generation then: one
-   * that meets it again after the endpoint resumed is at fault itself (see {@link Dispatcher.#paused}).
-   */
-  readonly #outageSuspects = new Map<string, { generation: number; probes: number }>();
-  readonly #maxProbesPerMessage: number;
+  /** Whether an attempt that met an outage is the outage's or the message's own failure. */
+  readonly #suspects: OutageSuspects;
   #receiverAbort: AbortController | undefined;
   #loop: Promise<void> | undefined;
   #stopping = false;
@@ -227,19 +103,16 @@ export class Dispatcher {
     // otherwise send the delivery back after every attempt, never reaching its dead letter.
     this.#logger = loggingNeverThrows(options.logger ?? consoleLogger);
     this.#concurrency = options.concurrency ?? 16;
-    this.#settleTimeoutMs = options.settleTimeoutMs ?? 5_000;
-    // Node fires a timer of more than 2^31 - 1 ms after 1 ms, which would time out every step at once.
-    if (
-      !Number.isFinite(this.#settleTimeoutMs) ||
-      this.#settleTimeoutMs <= 0 ||
-      this.#settleTimeoutMs > MAX_TIMER_MS
-    ) {
-      throw new HarrierError(
-        'invalid-option',
-        `settleTimeoutMs is ${this.#settleTimeoutMs}: use a number of milliseconds above 0 and at most ${MAX_TIMER_MS}`,
-      );
-    }
-    this.#settleDeadlines = new Deadlines(this.#settleTimeoutMs);
+    this.#settler = new DeliverySettler(
+      options.broker,
+      this.#clock,
+      this.#logger,
+      options.settleTimeoutMs ?? 5_000,
+      options.random,
+      () => {
+        this.#changed();
+      },
+    );
     if (!Number.isInteger(this.#concurrency) || this.#concurrency < 1) {
       throw new HarrierError(
         'invalid-option',
@@ -248,13 +121,30 @@ export class Dispatcher {
     }
     this.#pipeline = new HandlerPipeline(options);
     const outage = resolveOutageOptions(options.outage);
-    this.#maxProbesPerMessage = outage.maxProbesPerMessage;
     this.#breaker = new OutageBreaker(
       this.#clock,
       this.#logger,
       { endpoint: options.endpoint },
       outage,
       this.#pipeline.outageListener,
+    );
+    this.#suspects = new OutageSuspects(this.#breaker, this.#logger, outage.maxProbesPerMessage);
+    const pipeline = this.#pipeline;
+    const breaker = this.#breaker;
+    this.#deadLetters = new DeadLetterRecorder(
+      options.deadLetters,
+      this.#settler,
+      this.#clock,
+      this.#logger,
+      options.random,
+      {
+        storeAnswered: () => {
+          breaker.succeeded();
+        },
+        deadLettered: (record, thrown) => {
+          pipeline.deadLettered(record, thrown);
+        },
+      },
     );
   }
 
@@ -274,7 +164,7 @@ export class Dispatcher {
    * moves it forward for them).
    */
   get settleWaitCount(): number {
-    return this.#settleWaits;
+    return this.#settler.waitCount;
   }
 
   /** Calls `listener` whenever a delivery starts or settles; returns an unsubscribe function. */
@@ -408,7 +298,7 @@ export class Dispatcher {
           pause = 100;
           if (!probe && this.#breaker.isPaused()) {
             // Asked for before the pause began: back to its queue uncounted, not handled meanwhile.
-            await this.#giveBack(new InFlight(next.value));
+            await this.#settler.giveBack(new InFlight(next.value));
             continue;
           }
           probeOut = false;
@@ -440,32 +330,8 @@ export class Dispatcher {
 
   /** Sends a delivery back to its queue because the bus is stopping, ending its handler if it runs. */
   async #release(flight: InFlight): Promise<void> {
-    flight.released = true;
-    flight.abortReason = new HarrierError('stopping', 'The bus is stopping and the grace period ran out');
-    flight.abort?.abort(flight.abortReason);
-    await this.#giveBack(flight);
-  }
-
-  /**
-   * Sends a delivery back to its queue unhandled, its attempt uncounted (a stop, or an outage paused
-   * the endpoint).
-   */
-  async #giveBack(flight: InFlight): Promise<void> {
-    const { decided } = flight;
-    // A decided dead letter goes back with its decision, so the next delivery records it
-    // instead of running the handler again.
-    await this.#settle(
-      flight,
-      'release',
-      () =>
-        this.#o.broker.nack(
-          flight.delivery.id,
-          decided === undefined
-            ? { release: true }
-            : { retryAt: this.#clock.now(), pendingDeadLetter: decided },
-        ),
-      RELEASE_TRIES,
-    );
+    flight.release();
+    await this.#settler.giveBack(flight);
   }
 
   #isStopping(): boolean {
@@ -481,6 +347,7 @@ export class Dispatcher {
     return new Promise((resolve) => this.#slotWaiters.push(resolve));
   }
 
+  /** Takes a slot for a delivery and starts it: on the eager path unless it records an earlier verdict. */
   #begin(delivery: Delivery, probe = false): void {
     const flight = new InFlight(delivery);
     flight.probe = probe;
@@ -491,8 +358,15 @@ export class Dispatcher {
       void this.#process(flight, undefined);
       return;
     }
-    // The handler runs in this turn either way; when it returned a plain value and the broker's ack
-    // answers SETTLED, the delivery ends here too: no async function, promise or tick for it.
+    this.#eager(flight);
+  }
+
+  /**
+   * The fast eager path: the handler runs in this turn, and when it returned a plain value and the
+   * broker's ack answers SETTLED, the delivery ends here too: no async function, promise or tick for
+   * it. Anything else goes on in {@link Dispatcher.#process} with what was started here.
+   */
+  #eager(flight: InFlight): void {
     let outcome: PipelineOutcome | Promise<PipelineOutcome>;
     try {
       outcome = this.#pipeline.runEager(flight);
@@ -504,13 +378,13 @@ export class Dispatcher {
       void this.#process(flight, outcome);
       return;
     }
-    const acked = this.#settle(flight, 'ack', this.#ack);
+    const acked = this.#settler.ack(flight);
     if (acked !== SETTLE_DONE) {
       void this.#process(flight, outcome, acked);
       return;
     }
     if (this.#breaker.isPaused()) this.#breaker.succeeded();
-    this.#forgetSuspect(delivery);
+    this.#suspects.forget(flight.delivery);
     try {
       this.#pipeline.handled(outcome);
     } catch (error) {
@@ -541,7 +415,7 @@ export class Dispatcher {
         // An earlier delivery decided to dead-letter this message and could not record it: record it
         // now, without running the handler again.
         const type = facts.type;
-        await this.#deadLetter(
+        await this.#deadLetters.record(
           flight,
           pending.handler,
           pending.reason,
@@ -557,10 +431,10 @@ export class Dispatcher {
         case 'abandoned':
           return;
         case 'paused': {
-          const failure = this.#paused(flight, outcome);
+          const failure = this.#suspects.paused(flight, outcome);
           if (failure === undefined) {
             // An outage, not the message's failure: back uncounted, and the endpoint pauses.
-            await this.#giveBack(flight);
+            await this.#settler.giveBack(flight);
             return;
           }
           await this.#settleFailure(flight, failure);
@@ -568,15 +442,15 @@ export class Dispatcher {
         }
         case 'handled': {
           this.#breaker.succeeded();
-          this.#forgetSuspect(delivery);
-          const ackResult = await (acked ?? this.#settle(flight, 'ack', this.#ack));
+          this.#suspects.forget(delivery);
+          const ackResult = await (acked ?? this.#settler.ack(flight));
           // The handler ran it to success: that is the replay's outcome, whether the ack answered in
           // time or a retry of it was refused as stale (an ack that applied late looks the same as a
           // lost lock; if the message does come back and dies, the record is dead again and that
           // outcome wins). A failed ack means it comes back, and its next delivery records the outcome.
           // Before the onHandled hook, so whoever hears "handled" reads the outcome too.
           if (facts.replayOf !== undefined && ackResult !== 'failed') {
-            await this.#markReplayHandled(flight, facts.replayOf);
+            await this.#deadLetters.markReplayHandled(flight, facts.replayOf);
           }
           this.#pipeline.handled(outcome);
           return;
@@ -605,32 +479,17 @@ export class Dispatcher {
       deliveryId: flight.delivery.id,
       error: toErrorInfo(error),
     });
-    if (flight.settling || flight.released) return;
-    const retryAt =
-      this.#clock.now() + backoffDelay(STORE_RETRY, flight.delivery.facts.attempt, this.#o.random);
-    await this.#settle(flight, 'nack', () =>
-      this.#o.broker.nack(
-        flight.delivery.id,
-        // A dead letter decided already goes back with its decision, as on stop(): the next delivery
-        // records it instead of running the handler again.
-        flight.decided === undefined
-          ? { retryAt, error: toErrorInfo(error) }
-          : { retryAt, pendingDeadLetter: flight.decided },
-      ),
-    ).catch(() => undefined);
+    await this.#settler.afterFailure(flight, error);
   }
 
   /** Settles a failure of the message: back with its retry time, or dead-lettered. */
   async #settleFailure(flight: InFlight, outcome: RetryOutcome | DeadLetterOutcome): Promise<void> {
-    const { delivery } = flight;
     if (outcome.kind === 'retry') {
-      await this.#settle(flight, 'nack', () =>
-        this.#o.broker.nack(delivery.id, { retryAt: outcome.retryAt, error: outcome.errorInfo }),
-      );
+      await this.#settler.retryAt(flight, outcome.retryAt, outcome.errorInfo);
       this.#pipeline.retrying(outcome);
       return;
     }
-    await this.#deadLetter(
+    await this.#deadLetters.record(
       flight,
       outcome.handler,
       outcome.reason,
@@ -638,54 +497,6 @@ export class Dispatcher {
       outcome.ordered,
       outcome.thrown,
     );
-  }
-
-  /**
-   * Decides what an attempt that met an outage means: undefined when it is an outage (the endpoint
-   * pauses), or the message's failure to settle instead.
-   *
-   * @remarks
-   * A message may be at fault itself while its failure looks like an outage: a handler calling a
-   * host that only this message names, a query that makes the database end its session. Its attempt
-   * counts, so it retries with backoff and dead-letters at the end instead of pausing the endpoint at
-   * every probe for ever, when it meets the "outage" again after the endpoint resumed in between
-   * (other messages got through), or when it was the probe `maxProbesPerMessage` times in a row (it
-   * stays at the head of its queue, so no other message can show that the dependency answers). The
-   * memory of such messages is this process's, bounded to {@link MAX_OUTAGE_SUSPECTS}.
-   */
-  #paused(flight: InFlight, outcome: PausedOutcome): RetryOutcome | DeadLetterOutcome | undefined {
-    const key = suspectKey(flight.delivery);
-    const seen = this.#outageSuspects.get(key);
-    const generation = this.#breaker.generation;
-    const probes = (seen?.probes ?? 0) + (flight.probe ? 1 : 0);
-    const resumedSince = seen !== undefined && seen.generation !== generation;
-    this.#outageSuspects.delete(key);
-    if (resumedSince || probes >= this.#maxProbesPerMessage) {
-      this.#outageSuspects.set(key, { generation, probes: 0 });
-      this.#logger.warn(
-        resumedSince
-          ? 'A message keeps meeting an outage that other messages got through: its attempt counts'
-          : 'A message probed an outage too many times in a row: its attempt counts',
-        {
-          handler: outcome.handler,
-          messageId: outcome.envelope.id,
-          attempt: outcome.attempt,
-          error: outcome.errorInfo.message,
-        },
-      );
-      return outcome.failure();
-    }
-    this.#outageSuspects.set(key, { generation, probes });
-    if (this.#outageSuspects.size > MAX_OUTAGE_SUSPECTS) {
-      const oldest = this.#outageSuspects.keys().next();
-      if (oldest.done !== true) this.#outageSuspects.delete(oldest.value);
-    }
-    this.#breaker.tripped(outcome.error);
-    return undefined;
-  }
-
-  #forgetSuspect(delivery: Delivery): void {
-    if (this.#outageSuspects.size > 0) this.#outageSuspects.delete(suspectKey(delivery));
   }
 
   /** Frees a delivery's slot once it is processed. */
@@ -696,227 +507,6 @@ export class Dispatcher {
     this.#inFlight.delete(flight);
     this.#slotWaiters.shift()?.();
     this.#changed();
-  }
-
-  async #deadLetter(
-    flight: InFlight,
-    handler: string | undefined,
-    reason: DeadLetterReason,
-    error: ErrorInfo,
-    ordered: boolean,
-    thrown: unknown = error,
-    pending?: PendingDeadLetter,
-  ): Promise<void> {
-    const { delivery } = flight;
-    const { facts } = delivery;
-    const record = buildDeadLetterRecord({
-      body: delivery.body,
-      // A pending dead-lettering is recorded as it was decided: its attempt, not this redelivery's.
-      facts: pending === undefined ? facts : { ...facts, attempt: pending.attempt },
-      handler,
-      reason,
-      error,
-      ordered,
-      now: pending?.at ?? this.#clock.now(),
-    });
-    this.#logger.warn('Message dead-lettered', {
-      reason,
-      handler,
-      type: record.type,
-      messageId: record.messageId,
-      error: error.message,
-    });
-    flight.decided = pending ?? {
-      reason,
-      attempt: facts.attempt,
-      at: record.lastFailedAt,
-      error,
-      ...(handler !== undefined ? { handler } : {}),
-    };
-    const stored = await this.#settle(
-      flight,
-      'dead-letter store',
-      () => this.#o.deadLetters.add(record),
-      DEAD_LETTER_STORE_TRIES,
-    );
-    if (stored === 'stale' || flight.released) return;
-    if (stored === 'failed') {
-      // The dead-letter store is unreachable. The endpoint does not pause for it: messages that do
-      // not fail need no store, and this one waits in its queue with the decision beside it.
-      // Never hold the delivery: it goes back to its queue with backoff, the decision kept beside it,
-      // and a later delivery records the dead letter (the handler does not run again).
-      const failures = pending === undefined ? 1 : Math.max(1, facts.attempt - pending.attempt + 1);
-      const retryAt = this.#clock.now() + backoffDelay(STORE_RETRY, failures, this.#o.random);
-      this.#logger.error('The dead letter could not be stored; the message goes back to its queue', {
-        deliveryId: delivery.id,
-        messageId: record.messageId,
-        reason,
-        retryAt,
-      });
-      await this.#settle(flight, 'nack', () =>
-        this.#o.broker.nack(delivery.id, {
-          retryAt,
-          pendingDeadLetter: flight.decided,
-        }),
-      );
-      return;
-    }
-    this.#breaker.succeeded();
-    await this.#settle(flight, 'nack', () => this.#o.broker.nack(delivery.id, { deadLetter: reason, error }));
-    this.#pipeline.deadLettered(record, thrown);
-  }
-
-  /**
-   * Records in the dead-letter store that the replayed dead letter `id` was handled; best effort:
-   * never throws and never changes how the delivery settled (it is acked already).
-   *
-   * @remarks
-   * The replay sends the message back before it marks the record replayed (so a crash never leaves a
-   * record marked with nothing sent), so a fast consumer can get here first and find the record
-   * still `dead`: the mark is tried again a few times, briefly, before it gives up and the replay
-   * shows as pending.
-   */
-  async #markReplayHandled(flight: InFlight, id: string): Promise<void> {
-    const store = this.#o.deadLetters;
-    if (store.markReplayHandled === undefined) return;
-    let pause = MARK_HANDLED_PAUSE_MS;
-    for (let attempt = 1; ; attempt++) {
-      let marked: boolean;
-      try {
-        marked = await this.#settleDeadlines.bound(
-          store.markReplayHandled(id, this.#clock.now()),
-          () =>
-            new HarrierError(
-              'settle-timeout',
-              `marking the replay handled took longer than ${this.#settleTimeoutMs} ms`,
-            ),
-        );
-      } catch (error) {
-        this.#logger.warn(
-          'Could not record that a replayed message was handled; its replay shows as pending',
-          {
-            deadLetterId: id,
-            deliveryId: flight.delivery.id,
-            error: toErrorInfo(error),
-          },
-        );
-        return;
-      }
-      if (marked) return;
-      // A removed record will not appear by waiting; a record still `dead` may be one whose replay
-      // mark has not landed yet, and one marked meanwhile is tried again at once.
-      const status =
-        attempt < MARK_HANDLED_TRIES && !flight.released
-          ? await store.get(id).then(
-              (record) => record?.status,
-              () => undefined,
-            )
-          : undefined;
-      if (status === undefined) {
-        this.#logger.debug('A replayed message was handled but its dead letter is not marked replayed', {
-          deadLetterId: id,
-          deliveryId: flight.delivery.id,
-        });
-        return;
-      }
-      if (status === 'replayed') continue;
-      // Counted as a settle wait, so a test clock moves on for it as for a settle retry.
-      this.#settleWaits += 1;
-      this.#changed();
-      try {
-        await sleep(this.#clock, pause, flightSignal(flight));
-      } finally {
-        this.#settleWaits -= 1;
-      }
-      pause *= 2;
-    }
-  }
-
-  /**
-   * Runs a settle step, each try bounded by `settleTimeoutMs`, retrying with backoff; never throws.
-   * Stops early once the delivery is released by `stop()` (unless this is the release itself).
-   */
-  #settle(
-    flight: InFlight,
-    what: string,
-    step: (delivery: Delivery) => Promise<unknown>,
-    tries = SETTLE_ATTEMPTS,
-  ): Promise<SettleResult> {
-    if (what !== 'dead-letter store') flight.settling = true;
-    let first: Promise<unknown>;
-    try {
-      first = step(flight.delivery);
-    } catch (error) {
-      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-      first = Promise.reject(error);
-    }
-    // The broker's mark of a step done already (see SETTLED): nothing to wait for or bound, and no
-    // async function run for it.
-    if (first === SETTLED) return SETTLE_DONE;
-    return this.#settleTries(flight, what, step, tries, first);
-  }
-
-  async #settleTries(
-    flight: InFlight,
-    what: string,
-    step: (delivery: Delivery) => Promise<unknown>,
-    tries: number,
-    first: Promise<unknown>,
-  ): Promise<SettleResult> {
-    const { delivery } = flight;
-    let pause = 50;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const pending = attempt === 1 ? first : step(delivery);
-        // A step that has settled already (a broker answering from memory) needs no deadline: its
-        // reaction runs before the continuation after one tick. Checking costs less than even the
-        // shared deadline queue, measured on the in-memory send path.
-        let settled = false;
-        const mark = (): void => {
-          settled = true;
-        };
-        void pending.then(mark, mark);
-        await Promise.resolve();
-        // eslint-disable-next-line @typescript-eslint/no-unnecessary-condition -- set by `mark` meanwhile
-        await (settled
-          ? pending
-          : this.#settleDeadlines.bound(
-              pending,
-              () =>
-                new HarrierError('settle-timeout', `${what} took longer than ${this.#settleTimeoutMs} ms`),
-            ));
-        return 'done';
-      } catch (error) {
-        if (HarrierError.is(error) && error.code === 'stale-delivery') {
-          this.#logger.warn(`${what} refused: the delivery is stale (redelivered elsewhere)`, {
-            deliveryId: delivery.id,
-          });
-          return 'stale';
-        }
-        if (attempt >= tries) {
-          this.#logger.error(`${what} failed ${attempt} times; giving up on it`, {
-            deliveryId: delivery.id,
-            error: toErrorInfo(error),
-          });
-          return 'failed';
-        }
-        this.#logger.error(`${what} failed; retrying`, {
-          deliveryId: delivery.id,
-          attempt,
-          error: toErrorInfo(error),
-        });
-        // A stop cuts the pause short, except for the release itself (the flight is released then).
-        this.#settleWaits += 1;
-        this.#changed();
-        try {
-          await sleep(this.#clock, pause, what === 'release' ? undefined : flightSignal(flight));
-        } finally {
-          this.#settleWaits -= 1;
-        }
-        pause = Math.min(pause * 2, 5_000);
-        if (flight.released && what !== 'release') return 'failed';
-      }
-    }
   }
 
   #whenNoneInFlight(): Promise<void> {

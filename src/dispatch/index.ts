@@ -1,24 +1,17 @@
 export { Dispatcher, type DispatcherOptions, type StopOptions } from './dispatcher.js';
-export {
-  HandlerPipeline,
-  type AbandonedOutcome,
-  type DeadLetteredEvent,
-  type DeadLetterOutcome,
-  type DispatchHooks,
-  type EnvelopeVerifier,
-  type HandledEvent,
-  type HandledOutcome,
-  type HandlerInvoker,
-  type HandlerPipelineOptions,
-  type PipelineInput,
-  type PausedOutcome,
-  type PipelineOutcome,
-  type PipelineStep,
-  type RetryingEvent,
-  type RetryOutcome,
-  type StepResult,
-  type StepRunner,
-} from './handler-pipeline.js';
+export { HandlerPipeline } from './handler-pipeline.js';
+export type { EnvelopeVerifier, HandlerInvoker, HandlerPipelineOptions } from './handler-pipeline-options.js';
+export type { PipelineInput } from './pipeline-input.js';
+export type {
+  AbandonedOutcome,
+  DeadLetterOutcome,
+  HandledOutcome,
+  PausedOutcome,
+  PipelineOutcome,
+  RetryOutcome,
+} from './pipeline-outcome.js';
+export type { PipelineStep, StepResult, StepRunner } from './step-runner.js';
+export type { DeadLetteredEvent, DispatchHooks, HandledEvent, RetryingEvent } from './dispatch-hooks.js';
 export { HandlerContext, ReceivedHandlerContext } from './handler-context.js';
 export { MessagePublisher, type MessagePublisherOptions, type PublishOptions } from './message-publisher.js';
 export type {

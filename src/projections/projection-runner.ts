@@ -7,12 +7,9 @@ import { buildDeadLetterRecord } from '../dead-letters/dead-letter-record.js';
 import type { DeadLetterRecord, DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import type { ReplayRefusal } from '../dead-letters/replay-dead-letters.js';
 import { CallSignal } from '../dispatch/call-signal.js';
-import {
-  HandlerPipeline,
-  type DeadLetterOutcome,
-  type HandlerPipelineOptions,
-  type PipelineOutcome,
-} from '../dispatch/handler-pipeline.js';
+import { HandlerPipeline } from '../dispatch/handler-pipeline.js';
+import type { HandlerPipelineOptions } from '../dispatch/handler-pipeline-options.js';
+import type { DeadLetterOutcome, PipelineOutcome } from '../dispatch/pipeline-outcome.js';
 import { OutageBreaker, resolveOutageOptions } from '../dispatch/outage-breaker.js';
 import { isTransientFailure } from '../dispatch/transient-failure.js';
 import { HarrierError } from '../errors/harrier-error.js';

@@ -1,6 +1,6 @@
 import { systemClock, type Clock } from '../clock/clock.js';
 import { ReceivedHandlerContext } from '../dispatch/handler-context.js';
-import type { PipelineStep, StepResult, StepRunner } from '../dispatch/handler-pipeline.js';
+import type { PipelineStep, StepResult, StepRunner } from '../dispatch/step-runner.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { UnrecoverableError } from '../errors/unrecoverable-error.js';
 import type { HandlerClass } from '../handlers/handler-metadata.js';

@@ -28,7 +28,8 @@ import {
   type Delivery,
   type NackOptions,
 } from '../../../src/extend.js';
-import { DEAD_LETTER_STORE_TRIES, RECEIVER_CLOSE_WAIT_MS } from '../../../src/dispatch/dispatcher.js';
+import { DEAD_LETTER_STORE_TRIES } from '../../../src/dispatch/dead-letter-recorder.js';
+import { RECEIVER_CLOSE_WAIT_MS } from '../../../src/dispatch/dispatcher.js';
 import { ReserveStock } from '../bus/fixtures.js';
 
 /** An in-memory broker whose first `failures` acks and nacks reject, as a flaky network would. */
