@@ -41,10 +41,13 @@ export type {
 } from './messages/index.js';
 export {
   MAX_ATTEMPT_HISTORY,
+  QUEUE_SEPARATOR,
   SETTLED,
+  commandQueue,
   noRouteError,
   parseAttemptHistory,
   parsePendingDeadLetter,
+  subscriptionQueue,
   sumQueueDepths,
   toErrorInfo,
 } from './broker/index.js';

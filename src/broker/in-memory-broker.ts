@@ -18,6 +18,7 @@ import {
   type SubscriptionSpec,
 } from './message-broker.js';
 import { noRouteError } from './no-route-error.js';
+import { commandQueue, subscriptionQueue } from './queue-names.js';
 import { SETTLED } from './settled.js';
 import { isSeed, newSeed, seededRandom } from './seeded-random.js';
 
@@ -81,6 +82,12 @@ export interface InMemoryBrokerStats {
 interface StoredMessage {
   readonly message: OutgoingMessage;
   readonly queue: MemoryQueue;
+  /**
+   * Whether it waits behind earlier messages of its key, in its queue's lane: an ordered message
+   * queued where an endpoint consumes it (a command queued before any endpoint registered its type
+   * waits for none, as on Redis).
+   */
+  readonly keyed: boolean;
   /** Failed attempts (`nack` with `retryAt`). */
   attemptsMade: number;
   /** Deliveries given up unsettled ({@link InMemoryBroker.abandon}); each counts as an attempt too. */
@@ -103,15 +110,44 @@ interface ReceiverSlots {
   readonly prefetch: number;
 }
 
+/**
+ * The ordered messages of one endpoint's commands, or of one event subscription, per partition key:
+ * one FIFO list per key across every queue and message type the lane serves.
+ *
+ * @remarks
+ * A lane, not a queue, is what keeps per-key order: an endpoint's command types have a queue each
+ * (their names, depths and dedupe windows stay per type) and share the endpoint's one command lane,
+ * so a `CancelOrder` of a key waits for the `PlaceOrder` of that key sent before it. An event
+ * subscription has one queue for all its types, and a lane of its own.
+ */
+class OrderedLane {
+  /** Messages per partition key, FIFO; only the head may be delivered. */
+  readonly keyed = new Map<string, StoredMessage[]>();
+  /** Keys whose head is deliverable now. */
+  readonly readyKeys = new Set<string>();
+}
+
+/** What an endpoint takes its deliveries from. */
+interface EndpointSources {
+  /** Its command types' queues and its event subscriptions' queues: their unordered messages. */
+  readonly queues: readonly MemoryQueue[];
+  /** Its command lane and its subscriptions' lanes: their ordered messages. */
+  readonly lanes: readonly OrderedLane[];
+}
+
 class MemoryQueue {
   /** Unordered messages deliverable now, FIFO. */
   readonly ready: StoredMessage[] = [];
   readyHead = 0;
-  /** Ordered messages per partition key, FIFO; only the head may be delivered. */
-  readonly keyed = new Map<string, StoredMessage[]>();
-  /** Keys whose head is deliverable now. */
-  readonly readyKeys = new Set<string>();
-  pickKeyedFirst = false;
+  /**
+   * Where this queue's ordered messages wait for their key: an event queue's own lane; for a command
+   * queue, the command lane of its owner, or a lane of its own once no endpoint consumes it.
+   */
+  lane: OrderedLane | undefined;
+  /** The endpoint whose command lane a command queue's ordered messages are in. */
+  owner: string | undefined;
+  /** This queue's messages that are the ready head of their key in {@link MemoryQueue.lane}. */
+  readyKeyed = 0;
   /** Messages held (ready, waiting or in flight). */
   stored = 0;
   inFlight = 0;
@@ -137,7 +173,7 @@ class MemoryQueue {
   ) {}
 
   readyCount(): number {
-    return this.ready.length - this.readyHead + this.readyKeys.size;
+    return this.ready.length - this.readyHead + this.readyKeyed;
   }
 }
 
@@ -149,6 +185,19 @@ const RECEIVER_DONE: IteratorReturnResult<undefined> = Object.freeze({ done: tru
 const REDELIVER_IN_FLIGHT_WAIT_MS = 2_000;
 
 const keyOf = (message: OutgoingMessage): string => message.partitionKey ?? '';
+
+/** Takes the head of a lane's key whose head became deliverable first. */
+function takeKeyed(lane: OrderedLane): StoredMessage | undefined {
+  for (const key of lane.readyKeys) {
+    lane.readyKeys.delete(key);
+    const head = lane.keyed.get(key)?.[0];
+    if (head !== undefined) {
+      head.queue.readyKeyed--;
+      return head;
+    }
+  }
+  return undefined;
+}
 
 /** Takes the oldest unordered ready message of a queue. */
 function takeHead(queue: MemoryQueue): StoredMessage | undefined {
@@ -179,8 +228,9 @@ export const PUBLISH_YIELD_BACKLOG = 1024;
  *
  * @remarks
  * It has the semantics of the Redis broker (fan-out per subscription, per-key order with retries
- * inside the key, idempotent publish within a window, delays, stale delivery ids refused), so tests
- * and `npm start` exercise the same behaviour. Nothing survives the process. By default it delivers
+ * inside the key, across an endpoint's command types and across a subscription's event types,
+ * idempotent publish within a window, delays, stale delivery ids refused, the same queue names), so
+ * tests and `npm start` exercise the same behaviour. Nothing survives the process. By default it delivers
  * in publish order, which Redis does not promise for messages that are not `ordered`;
  * `deliveryOrder: 'shuffled'` delivers them in a seeded random order instead.
  */
@@ -209,10 +259,14 @@ export class InMemoryBroker implements MessageBroker {
    */
   #lastExpiry = -Infinity;
   readonly #queues = new Map<string, MemoryQueue>();
-  /** The queue of each command type, by the type string: no `command:` name made per publish. */
+  /** The queue of each command type, by the type string: no `cmd~` name made per publish. */
   readonly #commandQueues = new Map<string, MemoryQueue>();
   readonly #eventRoutes = new Map<string, Set<MemoryQueue>>();
   readonly #endpointQueues = new Map<string, MemoryQueue[]>();
+  /** What each registered endpoint takes from: its queues and lanes. */
+  readonly #sources = new Map<string, EndpointSources>();
+  /** Each endpoint's command lane, shared by the command queues it owns. */
+  readonly #commandLanes = new Map<string, OrderedLane>();
   readonly #inFlight = new Map<string, StoredMessage>();
   readonly #waiters = new WakeList();
   readonly #listeners = new Set<() => void>();
@@ -268,6 +322,14 @@ export class InMemoryBroker implements MessageBroker {
    * Replaces the queues and event routes of `endpoint` with those of `subscriptions`. A queue it no
    * longer registers keeps its messages, unconsumed unless another endpoint registered it too (a
    * command type), and comes back with them if the endpoint registers it again.
+   *
+   * @remarks
+   * A command queue's ordered messages wait in the command lane of its owner, the endpoint that
+   * registered it first among those consuming it: that endpoint's ordered commands keep their order
+   * per key whatever their type, as on Redis, where they share the endpoint's partition queues.
+   * Another endpoint registering the type too takes its unordered messages only (a command type
+   * has one handler in a system). When the owner stops consuming the queue, its ordered messages
+   * move to the next consumer's lane, or to a lane of the queue's own while nobody consumes it.
    */
   #register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): void {
     this.#assertOpen();
@@ -302,10 +364,70 @@ export class InMemoryBroker implements MessageBroker {
       this.#eventRoutes.set(type, typeRoutes);
       queue.routedTypes.add(type);
     }
+    const previous = this.#endpointQueues.get(endpoint) ?? [];
     this.#endpointQueues.set(endpoint, queues);
+    for (const queue of new Set([...previous, ...queues])) {
+      if (queue.handler === undefined) this.#assignOwner(queue);
+    }
+    const lanes: OrderedLane[] = [];
+    if (queues.some((queue) => queue.handler === undefined)) lanes.push(this.#commandLane(endpoint));
+    for (const queue of queues) if (queue.handler !== undefined && queue.lane) lanes.push(queue.lane);
+    this.#sources.set(endpoint, { queues, lanes });
     // A queue that came back (registered again) may hold ready messages: wake the receivers.
     this.#wakeAll();
     this.#changed();
+  }
+
+  /** Keeps a command queue's owner among its consumers, moving its ordered messages with it. */
+  #assignOwner(queue: MemoryQueue): void {
+    const { owner } = queue;
+    if (owner !== undefined && queue.consumers.has(owner)) return;
+    const next = queue.consumers.values().next();
+    queue.owner = next.done === true ? undefined : next.value;
+    const lane = queue.owner === undefined ? new OrderedLane() : this.#commandLane(queue.owner);
+    if (queue.lane === undefined) queue.lane = lane;
+    else this.#moveToLane(queue, lane);
+  }
+
+  #commandLane(endpoint: string): OrderedLane {
+    let lane = this.#commandLanes.get(endpoint);
+    if (lane === undefined) {
+      lane = new OrderedLane();
+      this.#commandLanes.set(endpoint, lane);
+    }
+    return lane;
+  }
+
+  /**
+   * Moves `queue`'s ordered messages from its lane to `lane`, in their order, behind what `lane`
+   * holds of their keys: the messages left behind in the old lane and the ones moved are each
+   * scheduled again when they become the head of their key.
+   */
+  #moveToLane(queue: MemoryQueue, lane: OrderedLane): void {
+    const from = queue.lane;
+    queue.lane = lane;
+    if (from === undefined || from === lane) return;
+    for (const [key, list] of [...from.keyed]) {
+      const moving = list.filter((stored) => stored.queue === queue);
+      if (moving.length === 0) continue;
+      const head = list[0] as StoredMessage;
+      const staying = list.filter((stored) => stored.queue !== queue);
+      if (head.queue === queue && from.readyKeys.delete(key)) queue.readyKeyed--;
+      if (staying.length === 0) from.keyed.delete(key);
+      else {
+        from.keyed.set(key, staying);
+        if (staying[0] !== head) this.#schedule(staying[0] as StoredMessage);
+      }
+      const target = lane.keyed.get(key);
+      if (target === undefined) {
+        lane.keyed.set(key, moving);
+        const first = moving[0] as StoredMessage;
+        // A delivery in flight or a timer pending makes it ready (or not) in its own time.
+        if (first.deliveryId === undefined && !queue.delayed.has(first)) this.#schedule(first);
+      } else {
+        target.push(...moving);
+      }
+    }
   }
 
   /**
@@ -520,8 +642,8 @@ export class InMemoryBroker implements MessageBroker {
       const stored = queue.ready[i];
       if (stored?.message.id === id) return stored;
     }
-    for (const list of queue.keyed.values())
-      for (const stored of list) if (stored.message.id === id) return stored;
+    for (const list of queue.lane?.keyed.values() ?? [])
+      for (const stored of list) if (stored.queue === queue && stored.message.id === id) return stored;
     for (const stored of queue.delayed) if (stored.message.id === id) return stored;
     for (const stored of this.#inFlight.values()) {
       if (stored.queue === queue && stored.message.id === id) return stored;
@@ -631,7 +753,7 @@ export class InMemoryBroker implements MessageBroker {
   #commandQueue(type: string): MemoryQueue {
     let queue = this.#commandQueues.get(type);
     if (queue === undefined) {
-      queue = this.#queue(`command:${type}`);
+      queue = this.#queue(commandQueue(type));
       this.#commandQueues.set(type, queue);
     }
     return queue;
@@ -647,14 +769,16 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   /**
-   * The queue of `endpoint`'s subscription `handler`, named `event:<endpoint>:<handler>` but kept
-   * under both parts apart: a `:` in either never makes two subscriptions share one queue.
+   * The queue of `endpoint`'s subscription `handler`, with its own lane, named
+   * `evt~<endpoint>~<handler>` but kept under both parts apart: a `~` in either never makes two
+   * subscriptions share one queue.
    */
   #eventQueue(endpoint: string, handler: string): MemoryQueue {
     const key = JSON.stringify([endpoint, handler]);
     let queue = this.#queues.get(key);
     if (queue === undefined) {
-      queue = new MemoryQueue(`event:${endpoint}:${handler}`, handler);
+      queue = new MemoryQueue(subscriptionQueue(endpoint, handler), handler);
+      queue.lane = new OrderedLane();
       this.#queues.set(key, queue);
     }
     return queue;
@@ -716,9 +840,11 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   #enqueue(queue: MemoryQueue, message: OutgoingMessage, replayOf?: string): void {
+    const lane = message.ordered === true && queue.consumed ? queue.lane : undefined;
     const stored: StoredMessage = {
       message,
       queue,
+      keyed: lane !== undefined,
       attemptsMade: 0,
       unsettledEnds: 0,
       history: undefined,
@@ -729,11 +855,11 @@ export class InMemoryBroker implements MessageBroker {
       holder: undefined,
     };
     queue.stored++;
-    if (message.ordered === true) {
+    if (lane !== undefined) {
       const key = keyOf(message);
-      const list = queue.keyed.get(key) ?? [];
+      const list = lane.keyed.get(key) ?? [];
       list.push(stored);
-      queue.keyed.set(key, list);
+      lane.keyed.set(key, list);
       if (list.length === 1) this.#schedule(stored);
     } else {
       this.#schedule(stored);
@@ -761,8 +887,18 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   #makeReady(stored: StoredMessage): void {
-    if (stored.message.ordered === true) stored.queue.readyKeys.add(keyOf(stored.message));
-    else stored.queue.ready.push(stored);
+    if (stored.keyed) {
+      const lane = stored.queue.lane as OrderedLane;
+      const key = keyOf(stored.message);
+      // A timer set before the message moved lanes (its queue changed owner) may find it behind
+      // another message of its key, or made ready already: it is scheduled again as a head.
+      if (lane.keyed.get(key)?.[0] !== stored || stored.deliveryId !== undefined || lane.readyKeys.has(key))
+        return;
+      lane.readyKeys.add(key);
+      stored.queue.readyKeyed++;
+    } else {
+      stored.queue.ready.push(stored);
+    }
     this.#wakeAll();
   }
 
@@ -774,17 +910,21 @@ export class InMemoryBroker implements MessageBroker {
 
   #remove(stored: StoredMessage): void {
     stored.queue.stored--;
-    if (stored.message.ordered !== true) return;
+    if (!stored.keyed) return;
+    const lane = stored.queue.lane as OrderedLane;
     const key = keyOf(stored.message);
-    const list = stored.queue.keyed.get(key);
+    const list = lane.keyed.get(key);
     if (list === undefined) return;
-    list.shift();
+    // The head, but for a delivery whose queue moved lanes while it was in flight.
+    const at = list[0] === stored ? 0 : list.indexOf(stored);
+    if (at < 0) return;
+    list.splice(at, 1);
     if (list.length === 0) {
-      stored.queue.keyed.delete(key);
+      lane.keyed.delete(key);
       return;
     }
     const next = list[0];
-    if (next !== undefined) this.#schedule(next);
+    if (at === 0 && next !== undefined) this.#schedule(next);
   }
 
   #settle(deliveryId: string): StoredMessage {
@@ -802,46 +942,37 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   #take(endpoint: string, slots: ReceiverSlots): Delivery | undefined {
-    const queues = this.#endpointQueues.get(endpoint);
-    if (queues === undefined || queues.length === 0) return undefined;
-    if (this.#shuffled) {
-      const stored = this.#takeAtRandom(queues);
-      if (stored === undefined) return undefined;
-      const delivery = this.#deliver(endpoint, stored, slots);
-      this.#changed();
-      return delivery;
-    }
-    for (let i = 0; i < queues.length; i++) {
-      const queue = queues[(this.#rr + i) % queues.length];
-      if (queue === undefined) continue;
-      const stored = this.#takeFrom(queue);
+    const sources = this.#sources.get(endpoint);
+    if (sources === undefined) return undefined;
+    const stored = this.#shuffled ? this.#takeAtRandom(sources) : this.#takeInTurn(sources);
+    if (stored === undefined) return undefined;
+    const delivery = this.#deliver(endpoint, stored, slots);
+    this.#changed();
+    return delivery;
+  }
+
+  /** The next ready message, taking the endpoint's queues (unordered) and lanes (ordered) in turn. */
+  #takeInTurn({ queues, lanes }: EndpointSources): StoredMessage | undefined {
+    const count = queues.length + lanes.length;
+    for (let i = 0; i < count; i++) {
+      const at = (this.#rr + i) % count;
+      const stored =
+        at < queues.length
+          ? takeHead(queues[at] as MemoryQueue)
+          : takeKeyed(lanes[at - queues.length] as OrderedLane);
       if (stored !== undefined) {
-        this.#rr = (this.#rr + i + 1) % queues.length;
-        const delivery = this.#deliver(endpoint, stored, slots);
-        this.#changed();
-        return delivery;
+        this.#rr = (at + 1) % count;
+        return stored;
       }
     }
     return undefined;
   }
 
-  #takeFrom(queue: MemoryQueue): StoredMessage | undefined {
-    const takeKeyed = (): StoredMessage | undefined => {
-      for (const key of queue.readyKeys) {
-        queue.readyKeys.delete(key);
-        const head = queue.keyed.get(key)?.[0];
-        if (head !== undefined) return head;
-      }
-      return undefined;
-    };
-    queue.pickKeyedFirst = !queue.pickKeyedFirst;
-    return queue.pickKeyedFirst ? (takeKeyed() ?? takeHead(queue)) : (takeHead(queue) ?? takeKeyed());
-  }
-
-  /** Any ready message of `queues`, each as likely as the others (for an ordered key: its head). */
-  #takeAtRandom(queues: readonly MemoryQueue[]): StoredMessage | undefined {
+  /** Any ready message of the endpoint, each as likely as the others (for an ordered key: its head). */
+  #takeAtRandom({ queues, lanes }: EndpointSources): StoredMessage | undefined {
     let total = 0;
-    for (const queue of queues) total += queue.readyCount();
+    for (const queue of queues) total += queue.ready.length - queue.readyHead;
+    for (const lane of lanes) total += lane.readyKeys.size;
     if (total === 0) return undefined;
     let pick = Math.floor(this.#random() * total);
     for (const queue of queues) {
@@ -855,14 +986,18 @@ export class InMemoryBroker implements MessageBroker {
         return takeHead(queue);
       }
       pick -= unordered;
-      if (pick < queue.readyKeys.size) {
-        for (const key of queue.readyKeys) {
+    }
+    for (const lane of lanes) {
+      if (pick < lane.readyKeys.size) {
+        for (const key of lane.readyKeys) {
           if (pick-- > 0) continue;
-          queue.readyKeys.delete(key);
-          return queue.keyed.get(key)?.[0];
+          lane.readyKeys.delete(key);
+          const head = lane.keyed.get(key)?.[0];
+          if (head !== undefined) head.queue.readyKeyed--;
+          return head;
         }
       }
-      pick -= queue.readyKeys.size;
+      pick -= lane.readyKeys.size;
     }
     return undefined;
   }

@@ -22,6 +22,7 @@ export {
   type InMemoryBrokerStats,
 } from './in-memory-broker.js';
 export { noRouteError } from './no-route-error.js';
+export { QUEUE_SEPARATOR, commandQueue, subscriptionQueue } from './queue-names.js';
 export { SETTLED } from './settled.js';
 export { sumQueueDepths } from './sum-queue-depths.js';
 export { parseAttemptHistory, parsePendingDeadLetter, type ParsedHistory } from './delivery-facts.js';

@@ -176,7 +176,7 @@ describe('InMemoryBroker', () => {
       });
 
       it('may deliver a later message of another queue first, even when the first is ordered', async () => {
-        // Ordered is per queue (per command type on Redis): it says nothing across types.
+        // The cancel is not ordered: an ordered message before it holds up nothing but its own key.
         const firsts = new Set<string>();
         for (let seed = 1; seed <= 20; seed++) {
           const broker = await brokerWith({ deliveryOrder: 'shuffled', seed });
@@ -208,6 +208,97 @@ describe('InMemoryBroker', () => {
           interleavings.add(delivered.join(' '));
         }
         expect(interleavings.size).toBeGreaterThan(1);
+      });
+
+      it('keeps publish order within a key across the ordered command types of one endpoint', async () => {
+        const cancel = 'orders.CancelOrder';
+        const messages = ['o-1', 'o-2', 'o-3'].flatMap((key) => [
+          command({ body: `place ${key}`, partitionKey: key, ordered: true }),
+          command({ body: `cancel ${key}`, type: cancel, partitionKey: key, ordered: true }),
+        ]);
+        const interleavings = new Set<string>();
+        for (let seed = 1; seed <= 10; seed++) {
+          const broker = await brokerWith({ deliveryOrder: 'shuffled', seed });
+          const delivered = await deliveryOrderOf(broker, messages);
+          for (const key of ['o-1', 'o-2', 'o-3']) {
+            expect(delivered.filter((body) => body.endsWith(key))).toEqual([`place ${key}`, `cancel ${key}`]);
+          }
+          interleavings.add(delivered.join(', '));
+        }
+        expect(interleavings.size).toBeGreaterThan(1);
+      });
+    });
+
+    describe('when ordered commands are published before an endpoint registered their type', () => {
+      it('queues them unordered, and orders those published once the type is registered', async () => {
+        const broker = new InMemoryBroker({ deliveryOrder: 'shuffled', seed: 3 });
+        cleanups.push(() => broker.close());
+        const early = numbered(6, () => ({ partitionKey: 'k', ordered: true, requireRoute: false }));
+        for (const message of early) await broker.publish(message);
+        await broker.register(ENDPOINT, [
+          { handler: 'placeOrder', kind: 'command', types: [TYPE], orderedTypes: [TYPE] },
+        ]);
+        expect(broker.stats()).toMatchObject({ ready: 6, waiting: 0 });
+
+        for (const message of numbered(6, () => ({ partitionKey: 'k', ordered: true })))
+          await broker.publish(message);
+        expect(broker.stats()).toMatchObject({ ready: 7, waiting: 5 });
+      });
+    });
+
+    describe('when the endpoint that ordered a command type registers again without it', () => {
+      it('keeps that type’s ordered messages out of its lane, and gives them in order to the next endpoint registering it', async () => {
+        const broker = new InMemoryBroker();
+        cleanups.push(() => broker.close());
+        const cancel = 'orders.CancelOrder';
+        const spec = (...types: string[]) =>
+          types.map((type) => ({
+            handler: type,
+            kind: 'command' as const,
+            types: [type],
+            orderedTypes: [type],
+          }));
+        await broker.register(ENDPOINT, spec(TYPE, cancel));
+        for (const body of ['place 1', 'place 2'])
+          await broker.publish(command({ body, partitionKey: 'k', ordered: true }));
+        await broker.publish(command({ body: 'cancel 1', type: cancel, partitionKey: 'k', ordered: true }));
+
+        await broker.register(ENDPOINT, spec(cancel));
+        const first = await broker.receiver({ endpoint: ENDPOINT })[Symbol.asyncIterator]().next();
+        expect(first.done === true ? undefined : first.value.body).toBe('cancel 1');
+        if (first.done !== true) await broker.ack(first.value.id);
+        expect(broker.stats()).toMatchObject({ ready: 0, inFlight: 0, unconsumed: 2 });
+
+        await broker.register('billing', spec(TYPE));
+        const bodies: string[] = [];
+        const iterator = broker.receiver({ endpoint: 'billing' })[Symbol.asyncIterator]();
+        for (let i = 0; i < 2; i++) {
+          const next = await iterator.next();
+          if (next.done === true) throw new Error('receiver ended');
+          bodies.push(next.value.body);
+          expect(broker.stats().ready).toBe(0);
+          await broker.ack(next.value.id);
+        }
+        expect(bodies).toEqual(['place 1', 'place 2']);
+      });
+    });
+
+    describe('when a second endpoint registers a command type another endpoint registered first', () => {
+      it('gives the second its unordered messages only: the ordered ones wait in the first endpoint’s lane', async () => {
+        const broker = new InMemoryBroker();
+        cleanups.push(() => broker.close());
+        const spec = [
+          { handler: 'placeOrder', kind: 'command' as const, types: [TYPE], orderedTypes: [TYPE] },
+        ];
+        await broker.register(ENDPOINT, spec);
+        await broker.register('other', spec);
+        await broker.publish(command({ body: 'ordered', partitionKey: 'k', ordered: true }));
+        await broker.publish(command({ body: 'unordered' }));
+
+        const other = await broker.receiver({ endpoint: 'other' })[Symbol.asyncIterator]().next();
+        expect(other.done === true ? undefined : other.value.body).toBe('unordered');
+        const first = await broker.receiver({ endpoint: ENDPOINT })[Symbol.asyncIterator]().next();
+        expect(first.done === true ? undefined : first.value.body).toBe('ordered');
       });
     });
   });
@@ -429,13 +520,13 @@ describe('InMemoryBroker', () => {
       });
     });
 
-    describe('when two subscriptions would have the same queue name because of a `:`', () => {
+    describe('when two subscriptions would have the same queue name because of a `~`', () => {
       it('keeps them apart: each gets its own copy of an event, naming its own handler', async () => {
         const broker = new InMemoryBroker({ clock: new ManualClock() });
         const event: OutgoingMessage = { id: 'evt-1', kind: 'event', type: 'orders.OrderPlaced', body: 'e' };
-        // Both are named `event:a:b:c`.
-        await broker.register('a:b', [{ handler: 'c', kind: 'event', types: [event.type] }]);
-        await broker.register('a', [{ handler: 'b:c', kind: 'event', types: [event.type] }]);
+        // Both are named `evt~a~b~c`.
+        await broker.register('a~b', [{ handler: 'c', kind: 'event', types: [event.type] }]);
+        await broker.register('a', [{ handler: 'b~c', kind: 'event', types: [event.type] }]);
         cleanups.push(() => broker.close());
 
         await broker.publish(event);
@@ -445,8 +536,8 @@ describe('InMemoryBroker', () => {
           if (next.done === true) throw new Error('receiver ended');
           return next.value;
         };
-        expect((await first('a:b')).facts).toMatchObject({ endpoint: 'a:b', handler: 'c' });
-        expect((await first('a')).facts).toMatchObject({ endpoint: 'a', handler: 'b:c' });
+        expect((await first('a~b')).facts).toMatchObject({ endpoint: 'a~b', handler: 'c' });
+        expect((await first('a')).facts).toMatchObject({ endpoint: 'a', handler: 'b~c' });
       });
     });
 
@@ -534,17 +625,17 @@ describe('InMemoryBroker', () => {
         await broker.publish(command({ partitionKey: 'k', ordered: true }));
         await broker.publish(command({ partitionKey: 'k', ordered: true }));
         await broker.publish(command({ deliverAt: clock.now() + 100 }));
-        expect(await depth()).toEqual([{ queue: `command:${TYPE}`, waiting: 2, active: 0, delayed: 1 }]);
+        expect(await depth()).toEqual([{ queue: `cmd~${TYPE}`, waiting: 2, active: 0, delayed: 1 }]);
 
         const first = await take();
-        expect(await depth()).toEqual([{ queue: `command:${TYPE}`, waiting: 1, active: 1, delayed: 1 }]);
+        expect(await depth()).toEqual([{ queue: `cmd~${TYPE}`, waiting: 1, active: 1, delayed: 1 }]);
 
         await broker.nack(first.id, { retryAt: clock.now() + 50 });
-        expect(await depth()).toEqual([{ queue: `command:${TYPE}`, waiting: 1, active: 0, delayed: 2 }]);
+        expect(await depth()).toEqual([{ queue: `cmd~${TYPE}`, waiting: 1, active: 0, delayed: 2 }]);
 
         clock.advance(100);
         for (let i = 0; i < 3; i++) await broker.ack((await take()).id);
-        expect(await depth()).toEqual([{ queue: `command:${TYPE}`, waiting: 0, active: 0, delayed: 0 }]);
+        expect(await depth()).toEqual([{ queue: `cmd~${TYPE}`, waiting: 0, active: 0, delayed: 0 }]);
       });
     });
 
@@ -558,8 +649,8 @@ describe('InMemoryBroker', () => {
         ]);
         await broker.publish({ id: 'e-1', kind: 'event', type: 'orders.OrderPlaced', body: '{}' });
         expect(await broker.queueDepths('billing')).toEqual([
-          { queue: 'event:billing:invoice', waiting: 1, active: 0, delayed: 0 },
-          { queue: 'event:billing:audit', waiting: 1, active: 0, delayed: 0 },
+          { queue: 'evt~billing~invoice', waiting: 1, active: 0, delayed: 0 },
+          { queue: 'evt~billing~audit', waiting: 1, active: 0, delayed: 0 },
         ]);
         expect(await broker.queueDepths('nobody')).toEqual([]);
       });

@@ -1,4 +1,5 @@
 import 'reflect-metadata';
+import { isDeepStrictEqual } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -131,14 +132,19 @@ describe('createTestBus', () => {
   });
 
   describe('when an app needs one command type handled before another (PlaceOrder, then CancelOrder)', () => {
-    it('gets a wrong read model for some seeds even with ordered definitions: order is kept per type, as on Redis', async () => {
-      for (const ordered of [false, true]) {
-        let wrong = 0;
-        for (const seed of SEEDS) {
-          const statuses = await placeThenCancel(ordered, false).statusesAfterStory(seed);
-          if (JSON.stringify(statuses) !== JSON.stringify(ALL_CANCELLED)) wrong++;
-        }
-        expect(wrong, `ordered: ${ordered}`).toBeGreaterThan(0);
+    it('gets a wrong read model for some seeds when the commands are not ordered', async () => {
+      let wrong = 0;
+      for (const seed of SEEDS) {
+        const statuses = await placeThenCancel(false, false).statusesAfterStory(seed);
+        if (!isDeepStrictEqual(statuses, ALL_CANCELLED)) wrong++;
+      }
+      expect(wrong).toBeGreaterThan(0);
+    });
+
+    it('gets the right read model for every seed when both commands are ordered: one endpoint keeps a key in order across its command types', async () => {
+      for (const seed of SEEDS) {
+        const statuses = await placeThenCancel(true, false).statusesAfterStory(seed);
+        expect(statuses, `seed ${seed}`).toEqual(ALL_CANCELLED);
       }
     });
 
