@@ -22,7 +22,7 @@ import { partitionOf } from '../messages/partition.js';
 import { addJobsChecked } from './add-jobs.js';
 import { createBrokerClient, type ClientSettings } from './broker-connection.js';
 import { BullMqReceiver } from './bullmq-receiver.js';
-import { CommandRouteCache } from '../broker/command-route-cache.js';
+import { CommandRouteCache, parseCommandRoutes, type CommandRoute } from '../broker/command-route-cache.js';
 import { EventRouteCache, parseRoutes, routesVersion, type Route } from '../broker/event-route-cache.js';
 import {
   jobOptionDefaults,
@@ -33,7 +33,7 @@ import {
 } from './job-data.js';
 import { ACK, PendingDeliveries, RELEASE, type Outcome } from '../broker/pending-deliveries.js';
 import { DEPTH_STATES, queueDepthOf } from './queue-depth.js';
-import { assertQueueNamePart, baseQueueName, QueueLayout } from './queue-layout.js';
+import { assertQueueNamePart, QueueLayout, type QueueSpec } from './queue-layout.js';
 import { registerEndpoint } from './register-endpoint.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
@@ -70,8 +70,11 @@ export interface BullMqBrokerOptions {
    */
   readonly prefix?: string;
   /**
-   * Partition queues per ordered subscription; messages of one key always go to the same one. Every
-   * process sharing the prefix must use the same number (checked at start-up).
+   * Partition queues of each endpoint's ordered command types (one set per endpoint, shared by its
+   * types) and of each event subscription with ordered types; messages of one key always go to the
+   * same one. Each is worked one message at a time across all processes, so this is how many keys
+   * of an endpoint's ordered commands (or of a subscription's ordered events) are handled at once.
+   * Every process sharing the prefix must use the same number (checked at start-up).
    * @defaultValue 8
    */
   readonly partitions?: number;
@@ -165,9 +168,12 @@ export interface BullMqBrokerOptions {
  *
  * @remarks
  * Each command type has a queue, each event subscription (endpoint, handler) has a queue, and
- * ordered types go to one of `partitions` partition queues chosen by FNV-1a-64 of the key, each
- * worked one message at a time. Subscriptions are registered in Redis, so a publisher reads who
- * subscribes and adds one job per subscription, with the message id as job id and deduplication id.
+ * ordered messages go to one of `partitions` partition queues chosen by FNV-1a-64 of the key, each
+ * worked one message at a time: those of the subscription for events, and for commands those of
+ * the endpoint that handles the type, shared by all its ordered command types, so one key keeps its
+ * order across them (see {@link QueueLayout}). Subscriptions are registered in Redis, so a
+ * publisher reads who subscribes (and which endpoint handles a command type) and adds one job per
+ * subscription, with the message id as job id and deduplication id.
  * A worker's processor hands each job to the receiver and waits for the dispatcher's ack or nack,
  * so BullMQ's lock renewal and stalled-job recovery cover every delivery.
  */
@@ -195,6 +201,11 @@ export class BullMqBroker implements MessageBroker {
   readonly #eventRoutes = new EventRouteCache();
   /** Command types known to have a route, at the routes version last read. */
   readonly #commandRoutes = new CommandRouteCache(COMMAND_ROUTE_MAX_AGE_MS);
+  /**
+   * Per endpoint, the partition queues of its ordered command types in the layout of earlier builds
+   * (`cmd~<type>~p<n>`) that held jobs when it registered: its receivers work them too.
+   */
+  readonly #typePartitionQueues = new Map<string, QueueSpec[]>();
   readonly #receivers = new Set<BullMqReceiver>();
   #ready: Promise<void> | undefined;
   #partitionsChecked: Promise<void> | undefined;
@@ -260,10 +271,17 @@ export class BullMqBroker implements MessageBroker {
     );
     // This endpoint's command types are routed at the version it wrote; the others are read when sent.
     this.#commandRoutes.confirm(version, this.#clock.now());
-    this.#commandRoutes.learn(subscriptions.flatMap((sub) => (sub.kind === 'command' ? sub.types : [])));
+    const own = new Map<string, CommandRoute>();
+    for (const sub of subscriptions) {
+      if (sub.kind !== 'command') continue;
+      for (const type of sub.types)
+        own.set(type, { endpoint, ordered: (sub.orderedTypes ?? []).includes(type) });
+    }
+    this.#commandRoutes.learn(own);
+    const typePartitions = await this.#typePartitionsHoldingJobs(subscriptions);
     // A partition queue is worked one job at a time across every process, not just per worker.
-    const partitionQueues = subscriptions.flatMap((spec) =>
-      this.#layout.queuesFor(endpoint, spec).filter((q) => q.ordered),
+    const partitionQueues = [...this.#layout.queuesOf(endpoint, subscriptions), ...typePartitions].filter(
+      (q) => q.ordered,
     );
     await Promise.all(
       partitionQueues.map((q) =>
@@ -271,6 +289,7 @@ export class BullMqBroker implements MessageBroker {
       ),
     );
     // Replaces what the endpoint registered before: its next receiver works these queues only.
+    this.#typePartitionQueues.set(endpoint, typePartitions);
     this.#registered.set(endpoint, [...subscriptions]);
   }
 
@@ -282,7 +301,11 @@ export class BullMqBroker implements MessageBroker {
         `Endpoint "${options.endpoint}" has not registered its subscriptions: call register() first (bus.start() does)`,
       );
     }
-    return { [Symbol.asyncIterator]: () => this.#receive(options, specs) };
+    const queues = [
+      ...this.#layout.queuesOf(options.endpoint, specs, options.prefetch ?? 16),
+      ...(this.#typePartitionQueues.get(options.endpoint) ?? []),
+    ];
+    return { [Symbol.asyncIterator]: () => this.#receive(options, queues) };
   }
 
   async publish(message: OutgoingMessage): Promise<void> {
@@ -297,21 +320,22 @@ export class BullMqBroker implements MessageBroker {
     const eventTypes = [...new Set(messages.filter((m) => m.kind === 'event').map((m) => m.type))];
     const startedAt = this.#clock.now();
     const commandRoutes = this.#commandRoutes;
-    // Command types that need a route, and those among them this process has not seen yet: asked in
-    // the same round trip as the events.
+    // Command types that need a route (refused without one) or their endpoint (an ordered command
+    // goes to the partition queues of the endpoint that handles its type), and those among them this
+    // process has not seen yet: asked in the same round trip as the events.
     const routed = new Set<string>();
+    let looked = false;
     const unrouted = new Set<string>();
     for (const m of messages) {
-      if (m.kind === 'event' || m.requireRoute === false) continue;
-      routed.add(m.type);
+      if (m.kind === 'event') continue;
+      const needsRoute = m.requireRoute !== false;
+      if (!needsRoute && m.ordered !== true) continue;
+      if (needsRoute) routed.add(m.type);
+      looked = true;
       if (!commandRoutes.knows(m.type)) unrouted.add(m.type);
     }
     const routes = new Map<string, readonly Route[]>();
-    if (
-      eventTypes.length > 0 ||
-      unrouted.size > 0 ||
-      (routed.size > 0 && !commandRoutes.isFresh(startedAt))
-    ) {
+    if (eventTypes.length > 0 || unrouted.size > 0 || (looked && !commandRoutes.isFresh(startedAt))) {
       const pipeline = client.pipeline();
       // The version first: routes read after it in this pipeline are at least as new as it says.
       pipeline.get(this.#layout.key('routes-stamp'));
@@ -319,7 +343,7 @@ export class BullMqBroker implements MessageBroker {
       const uncached = this.#eventRoutes.uncached(eventTypes);
       for (const type of uncached) pipeline.hgetall(this.#layout.key('routes', type));
       // The endpoints hash is where register() records command types: read only on a cache miss.
-      if (unrouted.size > 0) pipeline.hvals(this.#layout.key('endpoints'));
+      if (unrouted.size > 0) pipeline.hgetall(this.#layout.key('endpoints'));
       const results = await this.#withTimeout(pipeline.exec(), 'read subscriptions');
       const version = routesVersion(
         this.#reply(results, 0) as string | null,
@@ -330,11 +354,13 @@ export class BullMqBroker implements MessageBroker {
         routes.set(type, parseRoutes(this.#reply(results, 2 + index) as Record<string, string>));
       });
       const moved = commandRoutes.confirm(version, startedAt);
-      if (unrouted.size > 0) this.#learnCommandRoutes(this.#reply(results, 2 + uncached.length) as string[]);
-      else if (moved && routed.size > 0) {
+      if (unrouted.size > 0) {
+        const endpoints = this.#reply(results, 2 + uncached.length) as Record<string, string>;
+        commandRoutes.learn(parseCommandRoutes(endpoints));
+      } else if (moved && looked) {
         // A registration moved the version: the types known before are forgotten, read them again.
-        const endpoints = client.hvals(this.#layout.key('endpoints'));
-        this.#learnCommandRoutes(await this.#withTimeout(endpoints, 'read command routes'));
+        const endpoints = client.hgetall(this.#layout.key('endpoints'));
+        commandRoutes.learn(parseCommandRoutes(await this.#withTimeout(endpoints, 'read command routes')));
       }
       // Every command is checked before any job is added: a refused batch publishes nothing. A miss
       // is never cached: the handler's endpoint may register any time.
@@ -367,10 +393,16 @@ export class BullMqBroker implements MessageBroker {
       };
       if (message.kind === 'event') {
         for (const r of routes.get(message.type) ?? []) {
-          add(this.#layout.placement(this.#layout.subscriptionQueue(r.endpoint, r.handler), message), job);
+          add(this.#layout.eventPlacement(r.endpoint, r.handler, message), job);
         }
       } else {
-        add(this.#layout.placement(this.#layout.commandQueue(message.type), message), job);
+        // Ordered only where the endpoint registered the type as ordered: no worker takes an
+        // endpoint's partition queues for a type it does not order (nor before any endpoint registered it).
+        const route = message.ordered === true ? commandRoutes.routeOf(message.type) : undefined;
+        add(
+          this.#layout.commandPlacement(message, route?.ordered === true ? route.endpoint : undefined),
+          job,
+        );
       }
     }
     await Promise.all([...byQueue].map(([queue, jobs]) => this.#addAll(queue, jobs)));
@@ -406,11 +438,16 @@ export class BullMqBroker implements MessageBroker {
     this.#assertOpen();
     await this.#connected();
     const { message } = target;
-    const base =
-      message.kind === 'command'
-        ? this.#layout.commandQueue(message.type)
-        : this.#layout.subscriptionQueue(target.endpoint, target.handler);
-    const queue = this.#queue(this.#layout.placement(base, message));
+    const queue = this.#queue(
+      message.kind === 'event'
+        ? this.#layout.eventPlacement(target.endpoint, target.handler, message)
+        : this.#layout.commandPlacement(
+            message,
+            message.ordered === true && (await this.#ordersCommand(target.endpoint, message.type))
+              ? target.endpoint
+              : undefined,
+          ),
+    );
     const existing = await this.#withTimeout(Job.fromId<JobData>(queue, message.id), 'find job');
     if (existing !== undefined) {
       let state = await this.#withTimeout(existing.getState(), 'read job state');
@@ -465,17 +502,23 @@ export class BullMqBroker implements MessageBroker {
     this.#client.disconnect();
   }
 
-  /** The queue names of one endpoint's subscriptions (for tooling and tests). */
+  /** The names of the queues one endpoint works (for tooling and tests). */
   queuesOf(endpoint: string): string[] {
-    return (this.#registered.get(endpoint) ?? []).flatMap((spec) =>
-      this.#layout.queuesFor(endpoint, spec).map((q) => q.name),
-    );
+    return this.#queueSpecsOf(endpoint).map((q) => q.name);
+  }
+
+  #queueSpecsOf(endpoint: string): QueueSpec[] {
+    return [
+      ...this.#layout.queuesOf(endpoint, this.#registered.get(endpoint) ?? []),
+      ...(this.#typePartitionQueues.get(endpoint) ?? []),
+    ];
   }
 
   /**
    * Jobs in each queue `endpoint` receives from, by state: one row per command type's queue and per
-   * event subscription's queue, its partition queues (ordered types) added in. `waiting` counts
-   * BullMQ's wait and prioritized jobs.
+   * event subscription's queue (its partition queues added in), and one for the partition queues
+   * its ordered command types share, `cmd~<endpoint>~ordered`. `waiting` counts BullMQ's wait and
+   * prioritized jobs.
    *
    * @remarks
    * One `getJobCounts` script per BullMQ queue, all sent at once on the producer connection (so
@@ -484,15 +527,14 @@ export class BullMqBroker implements MessageBroker {
   async queueDepths(endpoint: string): Promise<readonly QueueDepth[]> {
     this.#assertOpen();
     await this.#connected();
-    const names = this.queuesOf(endpoint);
+    const queues = this.#queueSpecsOf(endpoint);
     const counts = await this.#withTimeout(
-      Promise.all(names.map((name) => this.#queue(name).getJobCounts(...DEPTH_STATES))),
+      Promise.all(queues.map(({ name }) => this.#queue(name).getJobCounts(...DEPTH_STATES))),
       'count jobs',
     );
     const byQueue = new Map<string, QueueDepth[]>();
-    names.forEach((name, index) => {
-      const queue = baseQueueName(name);
-      byQueue.set(queue, [...(byQueue.get(queue) ?? []), queueDepthOf(name, counts[index] ?? {})]);
+    queues.forEach(({ name, group }, index) => {
+      byQueue.set(group, [...(byQueue.get(group) ?? []), queueDepthOf(name, counts[index] ?? {})]);
     });
     return [...byQueue].map(([queue, depths]) => sumQueueDepths(queue, depths));
   }
@@ -519,11 +561,10 @@ export class BullMqBroker implements MessageBroker {
   }
 
   /** A receiver of its own for each iteration; it leaves the broker's set once its iteration ends. */
-  #receive(options: ReceiverOptions, specs: readonly SubscriptionSpec[]): AsyncIterator<Delivery> {
+  #receive(options: ReceiverOptions, queues: readonly QueueSpec[]): AsyncIterator<Delivery> {
     const receiver: BullMqReceiver = new BullMqReceiver(
       {
         prefix: this.#prefix,
-        layout: this.#layout,
         lockDurationMs: this.#lockDurationMs,
         lockRenewMs: this.#lockRenewMs,
         stalledIntervalMs: this.#stalledIntervalMs,
@@ -533,7 +574,7 @@ export class BullMqBroker implements MessageBroker {
         newClient: (settings, role) => this.#newClient(settings, role),
       },
       options,
-      specs,
+      queues,
       () => this.#receivers.delete(receiver),
     );
     // Asked for once the broker is closed, a receiver ends at once like those the close ended: it
@@ -554,23 +595,35 @@ export class BullMqBroker implements MessageBroker {
     return value;
   }
 
-  /** Adds the command types of every registered endpoint (values of the `endpoints` hash) to the cache. */
-  #learnCommandRoutes(endpoints: readonly string[]): void {
-    const types: string[] = [];
-    for (const json of endpoints) {
-      let subscriptions: unknown;
-      try {
-        ({ subscriptions } = JSON.parse(json) as { subscriptions?: unknown });
-      } catch {
-        continue;
-      }
-      if (!Array.isArray(subscriptions)) continue;
-      for (const sub of subscriptions as Partial<SubscriptionSpec>[]) {
-        if (sub.kind !== 'command' || !Array.isArray(sub.types)) continue;
-        for (const type of sub.types) if (typeof type === 'string') types.push(type);
-      }
-    }
-    this.#commandRoutes.learn(types);
+  /** Whether `endpoint`'s registration in Redis lists command `type` among its ordered types. */
+  async #ordersCommand(endpoint: string, type: string): Promise<boolean> {
+    const registration = await this.#withTimeout(
+      this.#client.hget(this.#layout.key('endpoints'), endpoint),
+      'read the endpoint registration',
+    );
+    if (registration === null) return false;
+    return parseCommandRoutes({ [endpoint]: registration }).get(type)?.ordered === true;
+  }
+
+  /**
+   * The partition queues of `specs`' ordered command types in the layout of earlier builds (one set
+   * per type, `cmd~<type>~p<n>`) that hold jobs: an endpoint works them beside its own, so nothing
+   * queued there before an upgrade is left behind.
+   *
+   * @remarks
+   * One `EXISTS` per queue, of the BullMQ keys that hold unfinished jobs (an empty list or sorted
+   * set does not exist in Redis), all in one round trip at registration.
+   */
+  async #typePartitionsHoldingJobs(specs: readonly SubscriptionSpec[]): Promise<QueueSpec[]> {
+    const queues = [
+      ...new Set(specs.flatMap((spec) => (spec.kind === 'command' ? (spec.orderedTypes ?? []) : []))),
+    ].flatMap((type) => this.#layout.typePartitionQueues(type));
+    if (queues.length === 0) return [];
+    const pipeline = (await this.#connected()).pipeline();
+    for (const { name } of queues)
+      pipeline.exists(...UNFINISHED_JOB_KEYS.map((key) => `${this.#prefix}:${name}:${key}`));
+    const results = await this.#withTimeout(pipeline.exec(), 'look for jobs in per-type partition queues');
+    return queues.filter((_, index) => Number(this.#reply(results, index)) > 0);
   }
 
   async #addAll(queueName: string, jobs: NewJob[]): Promise<void> {
@@ -659,6 +712,9 @@ export class BullMqBroker implements MessageBroker {
       );
   }
 }
+
+/** The keys of a BullMQ queue that hold its unfinished jobs (BullMQ 5 and 6). */
+const UNFINISHED_JOB_KEYS = ['wait', 'paused', 'active', 'prioritized', 'delayed', 'waiting-children'];
 
 /** A job as `Queue.addBulk` takes it. */
 interface NewJob {

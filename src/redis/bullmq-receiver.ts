@@ -6,23 +6,18 @@ import {
   Worker,
 } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
-import {
-  MAX_ATTEMPT_HISTORY,
-  type Delivery,
-  type ReceiverOptions,
-  type SubscriptionSpec,
-} from '../broker/message-broker.js';
+import { MAX_ATTEMPT_HISTORY, type Delivery, type ReceiverOptions } from '../broker/message-broker.js';
+import { commandQueue } from '../broker/queue-names.js';
 import type { Clock } from '../clock/clock.js';
 import { settlesWithin } from '../clock/deadline.js';
 import { sleep } from '../clock/sleep.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { Logger } from '../logging/logger.js';
-import type { MessageKind } from '../messages/definition.js';
 import { AsyncInbox } from '../broker/async-inbox.js';
 import type { ClientSettings } from './broker-connection.js';
 import { KEEP_ATTEMPTS, readJobData, type JobData, type ParsedJobData } from './job-data.js';
 import { RELEASE, type Outcome, type Pending, type PendingDeliveries } from '../broker/pending-deliveries.js';
-import { baseQueueName, kindOfQueue, type QueueLayout } from './queue-layout.js';
+import type { QueueSpec } from './queue-layout.js';
 import { ReceiverWorker } from './receiver-worker.js';
 import { SlotBudget } from '../broker/slot-budget.js';
 
@@ -34,7 +29,6 @@ const DONE: IteratorReturnResult<undefined> = { done: true, value: undefined };
 /** What a receiver shares with the broker that made it. */
 export interface BullMqReceiverContext {
   readonly prefix: string;
-  readonly layout: QueueLayout;
   readonly lockDurationMs: number;
   readonly lockRenewMs: number;
   readonly stalledIntervalMs: number;
@@ -52,18 +46,6 @@ interface Held extends Pending {
 
 type Inbox = AsyncInbox<Held>;
 
-/** What a worker's processor knows of its queue, worked out once per worker rather than per job. */
-interface QueueOfWorker {
-  readonly name: string;
-  /** The name without its partition suffix ({@link baseQueueName}), as deliveries report it. */
-  readonly base: string;
-  /** The kind the name says, for jobs that carry none. */
-  readonly kind: MessageKind;
-  /** The subscription's handler; undefined for a command queue. */
-  readonly handler: string | undefined;
-  readonly ordered: boolean;
-}
-
 /**
  * One receiver of a {@link BullMqBroker}: the bridge from BullMQ's push (a worker per queue calling
  * a processor) to the broker's pull (`receiver()` yields deliveries).
@@ -75,7 +57,7 @@ interface QueueOfWorker {
 export class BullMqReceiver implements AsyncIterator<Delivery> {
   readonly #context: BullMqReceiverContext;
   readonly #options: ReceiverOptions;
-  readonly #specs: readonly SubscriptionSpec[];
+  readonly #queues: readonly QueueSpec[];
   readonly #inbox: Inbox = new AsyncInbox();
   /** Jobs this receiver holds across all its queues: never more than its prefetch. */
   readonly #budget: SlotBudget;
@@ -92,17 +74,20 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
   #waiting: Promise<IteratorResult<Delivery>> | undefined;
   readonly #onEnd: () => void;
 
-  /** @param onEnd - called once the iteration ends (closed, aborted or returned). */
+  /**
+   * @param queues - the queues of the endpoint to work, a worker each.
+   * @param onEnd - called once the iteration ends (closed, aborted or returned).
+   */
   constructor(
     context: BullMqReceiverContext,
     options: ReceiverOptions,
-    specs: readonly SubscriptionSpec[],
+    queues: readonly QueueSpec[],
     onEnd: () => void,
   ) {
     this.#context = context;
     this.#onEnd = onEnd;
     this.#options = options;
-    this.#specs = specs;
+    this.#queues = queues;
     this.#budget = new SlotBudget(options.prefetch ?? 16);
   }
 
@@ -162,8 +147,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
   /** Starts a worker per queue; their jobs become deliveries in the inbox. */
   #start(): void {
     const { endpoint } = this.#options;
-    const prefetch = this.#options.prefetch ?? 16;
-    const { prefix, layout, logger, pending } = this.#context;
+    const { prefix, logger, pending } = this.#context;
     // One command connection for every worker of this receiver (BullMQ gives each worker its own
     // blocking duplicate): queues + 1 connections instead of 2 per queue.
     const connection = this.#context.newClient({ maxRetriesPerRequest: null }, `workers:${endpoint}`);
@@ -175,50 +159,42 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
       });
     });
     this.#clients.push(connection);
-    for (const spec of this.#specs) {
-      for (const { name, concurrency, handler, ordered } of layout.queuesFor(endpoint, spec, prefetch)) {
-        const queue: QueueOfWorker = {
-          name,
-          base: baseQueueName(name),
-          kind: kindOfQueue(name),
-          handler,
-          ordered,
-        };
-        const worker = new ReceiverWorker<JobData>(
-          name,
-          (job, token) => this.#process(job, token ?? '', queue),
-          {
-            connection,
-            prefix,
-            concurrency,
-            lockDuration: this.#context.lockDurationMs,
-            lockRenewTime: this.#context.lockRenewMs,
-            stalledInterval: this.#context.stalledIntervalMs,
-            // A stalled job (its worker died) always goes back to wait: the crash counts as an attempt
-            // and an unsettled end through `stalledCounter`, and the dispatcher dead-letters it
-            // (`worker-crashed`) once those reach its crash limit.
-            maxStalledCount: KEEP_ATTEMPTS,
-            settings: { backoffStrategy: () => 1_000 },
-            runRetryDelay: 1_000,
-          },
-          this.#budget,
-        );
-        let lastWarned = 0;
-        worker.on('error', (error: Error) => {
-          // Connection errors repeat while Redis is away: warn at most every 10 s per worker.
-          const now = this.#context.clock.now();
-          if (now - lastWarned < 10_000) return;
-          lastWarned = now;
-          logger.warn('BullMQ worker error', { queue: name, error: error.message });
-        });
-        worker.on('lockRenewalFailed', (jobIds: string[]) => {
-          pending.lose(name, jobIds);
-        });
-        this.#workers.push(worker);
-        worker.run().catch((error: unknown) => {
-          worker.emit('error', error instanceof Error ? error : new Error(String(error)));
-        });
-      }
+    for (const queue of this.#queues) {
+      const { name, concurrency } = queue;
+      const worker = new ReceiverWorker<JobData>(
+        name,
+        (job, token) => this.#process(job, token ?? '', queue),
+        {
+          connection,
+          prefix,
+          concurrency,
+          lockDuration: this.#context.lockDurationMs,
+          lockRenewTime: this.#context.lockRenewMs,
+          stalledInterval: this.#context.stalledIntervalMs,
+          // A stalled job (its worker died) always goes back to wait: the crash counts as an attempt
+          // and an unsettled end through `stalledCounter`, and the dispatcher dead-letters it
+          // (`worker-crashed`) once those reach its crash limit.
+          maxStalledCount: KEEP_ATTEMPTS,
+          settings: { backoffStrategy: () => 1_000 },
+          runRetryDelay: 1_000,
+        },
+        this.#budget,
+      );
+      let lastWarned = 0;
+      worker.on('error', (error: Error) => {
+        // Connection errors repeat while Redis is away: warn at most every 10 s per worker.
+        const now = this.#context.clock.now();
+        if (now - lastWarned < 10_000) return;
+        lastWarned = now;
+        logger.warn('BullMQ worker error', { queue: name, error: error.message });
+      });
+      worker.on('lockRenewalFailed', (jobIds: string[]) => {
+        pending.lose(name, jobIds);
+      });
+      this.#workers.push(worker);
+      worker.run().catch((error: unknown) => {
+        worker.emit('error', error instanceof Error ? error : new Error(String(error)));
+      });
     }
   }
 
@@ -257,7 +233,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
    * @remarks
    * Kept to the acked case, which is almost every job: the other outcomes are {@link #afterOutcome}'s.
    */
-  async #process(job: Job<JobData>, token: string, queue: QueueOfWorker): Promise<void> {
+  async #process(job: Job<JobData>, token: string, queue: QueueSpec): Promise<void> {
     // Counted without a promise per job: close() waits for this to reach 0.
     this.#running++;
     try {
@@ -281,7 +257,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
   #deliver(
     job: Job<JobData>,
     token: string,
-    queue: QueueOfWorker,
+    queue: QueueSpec,
     parsed: ParsedJobData,
     round: number,
   ): Promise<Outcome> {
@@ -314,7 +290,9 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
           unsettledEnds: stalledCountOf(job),
           history: parsed.history,
           partitionKey: parsed.partitionKey,
-          queue: queue.base,
+          // A queue shared by command types reports each job's own type's queue, as its type's
+          // queue would: the dead letter's id does not depend on which queue the job went through.
+          queue: queue.reportedAs ?? commandQueue(job.name),
           // Set directly, not spread in: no object made per delivery for facts almost always absent.
           pendingDeadLetter: parsed.pendingDeadLetter,
           replayOf: parsed.replayOf,
@@ -330,7 +308,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
   async #afterOutcome(
     job: Job<JobData>,
     token: string,
-    queue: QueueOfWorker,
+    queue: QueueSpec,
     first: ParsedJobData,
     firstResult: Outcome,
   ): Promise<void> {

@@ -116,7 +116,7 @@ const NONE_DROPPED: readonly string[] = Object.freeze([]);
 /**
  * Reads job data leniently and never throws: anything pushed into a queue by something else still
  * becomes a delivery, and a malformed fact beside the envelope is dropped (and named in `dropped`).
- * `queueKind` is the kind its queue's name says ({@link kindOfQueue}), for jobs that carry none.
+ * `queueKind` is the kind of message its queue carries (`QueueSpec.kind`), for jobs that carry none.
  *
  * @remarks
  * Runs once per delivery: a job of today's shape (`b`, perhaps `p`, `o`, `r`) is read field by field

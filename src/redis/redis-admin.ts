@@ -8,7 +8,7 @@ import type { TopicSpec } from '../log/event-log.js';
 import { checkpointLags, type CheckpointLag } from '../projections/projection-lag.js';
 import { BullMqBroker, type BullMqBrokerOptions } from './bullmq-broker.js';
 import { DEPTH_STATES, queueDepthOf } from './queue-depth.js';
-import { QueueLayout } from './queue-layout.js';
+import { QueueLayout, type QueueSpec } from './queue-layout.js';
 import { RedisCheckpointStore } from './redis-checkpoint-store.js';
 import type { RedisConnectionOptions } from './redis-connection.js';
 import { RedisDeadLetterStore } from './redis-dead-letter-store.js';
@@ -16,6 +16,12 @@ import { redisUnavailable } from './redis-errors.js';
 import { RedisEventLog, scanLogPartitions } from './redis-event-log.js';
 import { RedisSagaStore } from './redis-saga-store.js';
 import { connectionFor, keyPrefixOf, runCommand, type RedisConnection } from './redis-support.js';
+
+/**
+ * The handler name under which {@link RedisAdmin.topology} lists the partition queues an endpoint's
+ * ordered command types share (they belong to no one command subscription).
+ */
+export const ORDERED_COMMANDS = '(ordered commands)';
 
 /** Options of {@link openRedisAdmin}. */
 export interface RedisAdminOptions {
@@ -101,7 +107,10 @@ export class RedisAdmin implements SystemAdmin {
 
   /**
    * Every endpoint registered under the prefix, its subscriptions, and how many jobs each of their
-   * queues holds (waiting, active, delayed), partition queues of ordered types included.
+   * queues holds (waiting, active, delayed), partition queues of ordered types included: those of
+   * an event subscription under it, those the endpoint's ordered command types share as one more
+   * entry after its subscriptions, a `command` subscription named {@link ORDERED_COMMANDS} whose
+   * types are those ordered types (its total is the `cmd~<endpoint>~ordered` row of `queueDepths`).
    */
   async topology(): Promise<Topology> {
     const layout = new QueueLayout(this.#prefix, (await this.partitionCount()) ?? 0);
@@ -117,13 +126,23 @@ export class RedisAdmin implements SystemAdmin {
         continue;
       }
       const subscriptions: SubscriptionTopology[] = [];
-      for (const subscription of registered.subscriptions ?? []) {
-        const queues: QueueDepth[] = [];
-        for (const { name } of layout.queuesFor(endpoint, subscription)) {
-          queues.push(await this.#queueDepth(name));
-        }
-        const total = sumQueueDepths(queues[0]?.queue ?? '', queues);
-        subscriptions.push({ subscription, queues, total });
+      const specs = registered.subscriptions ?? [];
+      for (const subscription of specs) {
+        subscriptions.push(
+          await this.#subscriptionTopology(subscription, layout.queuesFor(endpoint, subscription)),
+        );
+      }
+      const orderedCommands = [
+        ...new Set(specs.flatMap((spec) => (spec.kind === 'command' ? (spec.orderedTypes ?? []) : []))),
+      ];
+      if (orderedCommands.length > 0) {
+        const spec: SubscriptionSpec = {
+          handler: ORDERED_COMMANDS,
+          kind: 'command',
+          types: orderedCommands,
+          orderedTypes: orderedCommands,
+        };
+        subscriptions.push(await this.#subscriptionTopology(spec, layout.orderedCommandQueues(endpoint)));
       }
       endpoints.push({ endpoint, registeredAt: registered.registeredAt, subscriptions });
     }
@@ -212,6 +231,16 @@ export class RedisAdmin implements SystemAdmin {
     const opened = this.#opened.splice(0).reverse();
     await Promise.allSettled(opened.map((part) => part.close()));
     if (this.#connection.owned) this.#connection.client.disconnect();
+  }
+
+  /** A subscription's queues' depths, and their sum named after the group they belong to. */
+  async #subscriptionTopology(
+    subscription: SubscriptionSpec,
+    specs: readonly QueueSpec[],
+  ): Promise<SubscriptionTopology> {
+    const queues: QueueDepth[] = [];
+    for (const { name } of specs) queues.push(await this.#queueDepth(name));
+    return { subscription, queues, total: sumQueueDepths(specs[0]?.group ?? '', queues) };
   }
 
   async #queueDepth(name: string): Promise<QueueDepth> {

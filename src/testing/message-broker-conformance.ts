@@ -15,6 +15,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import type { MessageKind } from '../messages/definition.js';
 import { uuidv7 } from '../messages/uuid-v7.js';
 import { expectCode, failureOf } from './expect-code.js';
+import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
 
 /** A broker made fresh for one conformance test, and how to tidy up after it. */
 export interface MessageBrokerUnderTest {
@@ -729,6 +730,117 @@ export function describeMessageBrokerConformance(
           }
           await broker.ack(current.id);
           expect(seen).toEqual(['a1', 'a2', 'a3']);
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when ordered commands of two types of one endpoint share a partition key', () => {
+        /** An endpoint taking `PlaceOrder` and `CancelOrder`, each from its own handler, both ordered. */
+        async function shop(): Promise<{
+          inbox: Inbox;
+          place: (key: string, body: string) => OutgoingMessage;
+          cancel: (key: string, body: string) => OutgoingMessage;
+        }> {
+          const endpoint = f().endpoint('shop');
+          const placeType = f().type('PlaceOrder');
+          const cancelType = f().type('CancelOrder');
+          await f().broker.register(endpoint, [
+            { handler: 'placeOrder', kind: 'command', types: [placeType], orderedTypes: [placeType] },
+            { handler: 'cancelOrder', kind: 'command', types: [cancelType], orderedTypes: [cancelType] },
+          ]);
+          const ordered = (type: string) => (key: string, body: string) =>
+            f().message('command', type, { partitionKey: key, ordered: true, body });
+          return { inbox: f().inbox(endpoint), place: ordered(placeType), cancel: ordered(cancelType) };
+        }
+
+        it('holds the second type while the first is unsettled, delivers it after the ack, and holds up no other key', async () => {
+          const { broker } = f();
+          const { inbox, place, cancel } = await shop();
+
+          for (const message of [
+            place('order-1', 'place 1'),
+            cancel('order-1', 'cancel 1'),
+            cancel('order-2', 'cancel 2'),
+          ])
+            await broker.publish(message);
+
+          const first = await inbox.take(2);
+          expect(first.map((d) => d.body).sort()).toEqual(['cancel 2', 'place 1']);
+          // PlaceOrder's handler is slow: its delivery stays unsettled while the other key goes on.
+          await broker.ack(pick(first, (d) => d.body === 'cancel 2').id);
+          await inbox.expectNothingWithin(QUIET_MS);
+          await inbox.expectNothingWithin(QUIET_MS);
+          const placed = pick(first, (d) => d.body === 'place 1');
+          await broker.ack(placed.id);
+
+          const cancelled = await inbox.next();
+          expect(cancelled.body).toBe('cancel 1');
+          expect(cancelled.facts.attempt).toBe(1);
+          // However the broker orders them, each delivery names its own type's queue, or none.
+          for (const delivery of [placed, cancelled])
+            expect([undefined, commandQueue(delivery.facts.type ?? '')]).toContain(delivery.facts.queue);
+          await broker.ack(cancelled.id);
+          await inbox.expectNothingWithin();
+        });
+
+        it('keeps the second type waiting while the first waits for its retry', async () => {
+          const { broker } = f();
+          const { inbox, place, cancel } = await shop();
+          await broker.publish(place('order-1', 'place 1'));
+          await broker.publish(cancel('order-1', 'cancel 1'));
+
+          const placed = await inbox.next();
+          expect(placed.body).toBe('place 1');
+          const retryAt = Date.now() + DELAY_MS;
+          await broker.nack(placed.id, { retryAt, error: { name: 'Error', message: 'try later' } });
+
+          const retried = await inbox.next();
+          expect(retried.body).toBe('place 1');
+          expect(retried.facts.attempt).toBe(2);
+          expect(Date.now()).toBeGreaterThanOrEqual(retryAt);
+          await inbox.expectNothingWithin();
+          await broker.ack(retried.id);
+          const cancelled = await inbox.next();
+          expect(cancelled.body).toBe('cancel 1');
+          await broker.ack(cancelled.id);
+        });
+      });
+
+      describe('when ordered events of two types of one subscription share a partition key', () => {
+        it('holds the second type while the first is unsettled, delivers it after the ack, and holds up no other key', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reporting');
+          const placedType = f().type('OrderPlaced');
+          const cancelledType = f().type('OrderCancelled');
+          const types = [placedType, cancelledType];
+          await broker.register(endpoint, [
+            { handler: 'orderStatus', kind: 'event', types, orderedTypes: types },
+          ]);
+          const inbox = f().inbox(endpoint);
+          const event = (type: string, key: string, body: string): OutgoingMessage =>
+            f().message('event', type, { partitionKey: key, ordered: true, body });
+
+          for (const message of [
+            event(placedType, 'order-1', 'placed 1'),
+            event(cancelledType, 'order-1', 'cancelled 1'),
+            event(cancelledType, 'order-2', 'cancelled 2'),
+          ])
+            await broker.publish(message);
+
+          const first = await inbox.take(2);
+          expect(first.map((d) => d.body).sort()).toEqual(['cancelled 2', 'placed 1']);
+          await broker.ack(pick(first, (d) => d.body === 'cancelled 2').id);
+          await inbox.expectNothingWithin(QUIET_MS);
+          await inbox.expectNothingWithin(QUIET_MS);
+          const placed = pick(first, (d) => d.body === 'placed 1');
+          await broker.ack(placed.id);
+
+          const cancelled = await inbox.next();
+          expect(cancelled.body).toBe('cancelled 1');
+          expect(cancelled.facts).toMatchObject({ handler: 'orderStatus', attempt: 1 });
+          for (const delivery of [placed, cancelled])
+            expect([undefined, subscriptionQueue(endpoint, 'orderStatus')]).toContain(delivery.facts.queue);
+          await broker.ack(cancelled.id);
           await inbox.expectNothingWithin();
         });
       });

@@ -3,12 +3,33 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { createBus, silentLogger, type MessageBus } from '../../src/index.js';
+import { z } from 'zod';
+import {
+  CommandHandler,
+  EventHandler,
+  InMemoryBroker,
+  InMemoryDeadLetterStore,
+  UnrecoverableError,
+  createBus,
+  defineCommand,
+  defineEvent,
+  silentLogger,
+  uuidv7,
+  type DeadLetterStore,
+  type MessageBroker,
+  type MessageBus,
+} from '../../src/index.js';
 import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
 import { createTestBus } from '../../src/testing/index.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
-import { RIGHT_SHOP_MODEL, SHOP_DELIVERIES, shopApp, type ShopModel } from '../helpers/shop-app.js';
+import {
+  RIGHT_SHOP_MODEL,
+  SHOP_DELIVERIES,
+  orderLifecycleApp,
+  shopApp,
+  type ShopModel,
+} from '../helpers/shop-app.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const redisUrl = inject('redisUrl');
@@ -286,5 +307,149 @@ describe('the same app on both brokers', () => {
         expect(models[1]).toEqual(models[0]);
       });
     });
+  });
+
+  describe('an app that sends CancelOrder right after a slow PlaceOrder of the same order', () => {
+    describe('when both commands are ordered', () => {
+      let admin: Redis;
+      const prefixes: string[] = [];
+
+      beforeAll(() => {
+        admin = new Redis(redisUrl);
+      });
+
+      afterAll(async () => {
+        for (const prefix of prefixes) await deleteKeys(admin, prefix);
+        await admin.quit();
+      });
+
+      /** One run on a fresh bus of `broker`: PlaceOrder (300 ms) then CancelOrder for two orders. */
+      async function run(broker: MessageBroker): Promise<Record<string, string>> {
+        const app = orderLifecycleApp({ ordered: true, placeMs: 300 });
+        const orders = ['r-1', 'r-2'];
+        let handled = 0;
+        const bus = createBus({
+          endpoint: 'shop',
+          handlers: app.handlers,
+          broker,
+          logger: silentLogger,
+          hooks: {
+            onHandled: () => {
+              handled++;
+            },
+          },
+        });
+        try {
+          await bus.start();
+          await app.play(bus, orders);
+          const expected = orders.length * app.deliveriesPerOrder;
+          await waitFor('every message of the run to be handled', () => handled >= expected, {
+            timeoutMs: 20_000,
+            explain: () => `${handled} of ${expected} handled`,
+          });
+          return app.statuses();
+        } finally {
+          await bus.stop();
+        }
+      }
+
+      const CANCELLED = { 'r-1': 'cancelled', 'r-2': 'cancelled' };
+
+      it('ends every order cancelled on Redis, run after run', async () => {
+        for (let i = 0; i < 3; i++) {
+          const prefix = freshPrefix();
+          prefixes.push(prefix);
+          const broker = new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger });
+          expect(await run(broker), `run ${i + 1}`).toEqual(CANCELLED);
+        }
+      }, 90_000);
+
+      it('ends every order cancelled in memory, in publish order and shuffled, run after run', async () => {
+        for (let seed = 1; seed <= 3; seed++) {
+          for (const deliveryOrder of ['fifo', 'shuffled'] as const) {
+            const broker = new InMemoryBroker({ deliveryOrder, seed });
+            expect(await run(broker), `${deliveryOrder}, seed ${seed}`).toEqual(CANCELLED);
+          }
+        }
+      }, 60_000);
+    });
+  });
+
+  describe('a message dead-lettered on either broker', () => {
+    let admin: Redis;
+    const prefix = freshPrefix();
+
+    beforeAll(() => {
+      admin = new Redis(redisUrl);
+    });
+
+    afterAll(async () => {
+      await deleteKeys(admin, prefix);
+      await admin.quit();
+    });
+
+    it('gets the same dead-letter id on both: a command, an ordered command and an event subscription', async () => {
+      const schema = z.object({ orderId: z.string() });
+      const Charge = defineCommand('agree.Charge', { schema });
+      const Refund = defineCommand('agree.Refund', { schema, partitionKey: 'orderId', ordered: true });
+      const Paid = defineEvent('agree.Paid', { schema, partitionKey: 'orderId', ordered: true });
+
+      @CommandHandler(Charge)
+      class ChargeHandler {
+        handle(): void {
+          throw new UnrecoverableError('card declined');
+        }
+      }
+      @CommandHandler(Refund)
+      class RefundHandler {
+        handle(): void {
+          throw new UnrecoverableError('nothing to refund');
+        }
+      }
+      @EventHandler(Paid)
+      class Receipts {
+        handle(): void {
+          throw new UnrecoverableError('no printer');
+        }
+      }
+
+      const ids = { charge: uuidv7(), refund: uuidv7(), paid: uuidv7() };
+      /** The ids of the dead letters the three messages leave on a bus of `broker` and `store`. */
+      async function deadLetterIds(broker: MessageBroker, store: DeadLetterStore): Promise<string[]> {
+        const bus = createBus({
+          endpoint: 'billing',
+          handlers: [ChargeHandler, RefundHandler, Receipts],
+          broker,
+          deadLetters: store,
+          logger: silentLogger,
+        });
+        try {
+          await bus.start();
+          await bus.send(Charge, { orderId: 'o-1' }, { id: ids.charge });
+          await bus.send(Refund, { orderId: 'o-1' }, { id: ids.refund });
+          await bus.publish(Paid, { orderId: 'o-1' }, { id: ids.paid });
+          await waitFor('the three dead letters', async () => (await store.count()) === 3, {
+            timeoutMs: 20_000,
+          });
+          const { records } = await store.list();
+          return records.map((record) => record.id).sort();
+        } finally {
+          await bus.stop();
+        }
+      }
+
+      const inMemory = await deadLetterIds(new InMemoryBroker(), new InMemoryDeadLetterStore());
+      const redisStore = new RedisDeadLetterStore({ connection: redisUrl, prefix });
+      try {
+        const onRedis = await deadLetterIds(
+          new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger }),
+          redisStore,
+        );
+        expect(inMemory).toHaveLength(3);
+        expect(onRedis).toEqual(inMemory);
+      } finally {
+        await redisStore.close();
+      }
+    }, 60_000);
   });
 });

@@ -7,12 +7,14 @@
 import { z } from 'zod';
 import {
   CommandHandler,
+  EventHandler,
   On,
   Projection,
   defineCommand,
   defineEvent,
   type HandlerClass,
   type MessageBus,
+  type MessageContext,
   type PayloadOf,
 } from '../../src/index.js';
 
@@ -90,5 +92,66 @@ export function shopApp(ordered: boolean): ShopApp {
       }
     },
     model: () => ({ addresses: Object.fromEntries(addresses), statuses: Object.fromEntries(statuses) }),
+  };
+}
+
+/** The shop's order lifecycle: {@link orderLifecycleApp}. */
+export interface OrderLifecycleApp {
+  readonly handlers: HandlerClass[];
+  /** Sends `PlaceOrder` then at once `CancelOrder` for each order, one `send` after another. */
+  play(bus: MessageBus, orders: readonly string[]): Promise<void>;
+  /** Each order's status in the read model: `placed` or `cancelled`. */
+  statuses(): Record<string, string>;
+  /** Deliveries {@link OrderLifecycleApp.play} causes per order: two commands and two events. */
+  readonly deliveriesPerOrder: number;
+}
+
+/**
+ * PlaceOrder then CancelOrder for an order, as the shop sends them: each command's handler publishes
+ * its event (`OrderPlaced`, `OrderCancelled`), and one event handler keeps each order's status from
+ * both. Every message is keyed by order id and `ordered` as asked; PlaceOrder's handler takes
+ * `placeMs`. Right only if an order's CancelOrder is handled after its PlaceOrder.
+ */
+export function orderLifecycleApp(options: { ordered: boolean; placeMs: number }): OrderLifecycleApp {
+  const schema = z.object({ orderId: z.string() });
+  const keyed = { schema, partitionKey: 'orderId', ordered: options.ordered } as const;
+  const PlaceOrder = defineCommand('shop.PlaceOrder', keyed);
+  const CancelOrder = defineCommand('shop.CancelOrder', keyed);
+  const OrderPlaced = defineEvent('shop.OrderPlaced', keyed);
+  const OrderCancelled = defineEvent('shop.OrderCancelled', keyed);
+  const statuses = new Map<string, string>();
+
+  @CommandHandler(PlaceOrder)
+  class PlaceOrderHandler {
+    async handle(command: PayloadOf<typeof PlaceOrder>, ctx: MessageContext): Promise<void> {
+      await new Promise((resolve) => setTimeout(resolve, options.placeMs));
+      ctx.publish(OrderPlaced, command);
+    }
+  }
+
+  @CommandHandler(CancelOrder)
+  class CancelOrderHandler {
+    handle(command: PayloadOf<typeof CancelOrder>, ctx: MessageContext): void {
+      ctx.publish(OrderCancelled, command);
+    }
+  }
+
+  @EventHandler([OrderPlaced, OrderCancelled])
+  class OrderStatusHandler {
+    handle(event: PayloadOf<typeof OrderPlaced>, ctx: MessageContext): void {
+      statuses.set(event.orderId, ctx.envelope.type === OrderPlaced.type ? 'placed' : 'cancelled');
+    }
+  }
+
+  return {
+    handlers: [PlaceOrderHandler, CancelOrderHandler, OrderStatusHandler],
+    async play(bus, orders) {
+      for (const orderId of orders) {
+        await bus.send(PlaceOrder, { orderId });
+        await bus.send(CancelOrder, { orderId });
+      }
+    },
+    statuses: () => Object.fromEntries(statuses),
+    deliveriesPerOrder: 4,
   };
 }

@@ -48,7 +48,7 @@ const byQueue = (depths: readonly QueueDepth[]) => Object.fromEntries(depths.map
 describe('BullMqBroker', () => {
   describe('.queueDepths', () => {
     describe('when messages wait and are delayed, then are consumed', () => {
-      it('counts them per queue by state (partition queues added in), and zero once acked', async () => {
+      it('counts them per queue by state (a subscription’s partition queues added in, the endpoint’s ordered commands in a row of their own), and zero once acked', async () => {
         const b = broker();
         await b.register('shop', [
           { handler: 'place', kind: 'command', types: ['qd.Place'] },
@@ -65,7 +65,8 @@ describe('BullMqBroker', () => {
         ]);
         expect(byQueue(await b.queueDepths('shop'))).toEqual({
           'cmd~qd.Place': { queue: 'cmd~qd.Place', waiting: 2, active: 0, delayed: 1 },
-          'cmd~qd.Post': { queue: 'cmd~qd.Post', waiting: 2, active: 0, delayed: 0 },
+          'cmd~qd.Post': { queue: 'cmd~qd.Post', waiting: 0, active: 0, delayed: 0 },
+          'cmd~shop~ordered': { queue: 'cmd~shop~ordered', waiting: 2, active: 0, delayed: 0 },
           'evt~shop~audit': { queue: 'evt~shop~audit', waiting: 1, active: 0, delayed: 0 },
         });
 
@@ -91,6 +92,7 @@ describe('BullMqBroker', () => {
         expect(byQueue(await b.queueDepths('shop'))).toEqual({
           'cmd~qd.Place': { queue: 'cmd~qd.Place', waiting: 0, active: 0, delayed: 1 },
           'cmd~qd.Post': { queue: 'cmd~qd.Post', waiting: 0, active: 0, delayed: 0 },
+          'cmd~shop~ordered': { queue: 'cmd~shop~ordered', waiting: 0, active: 0, delayed: 0 },
           'evt~shop~audit': { queue: 'evt~shop~audit', waiting: 0, active: 0, delayed: 0 },
         });
       });

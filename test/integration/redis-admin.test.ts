@@ -130,6 +130,54 @@ describe('RedisAdmin', () => {
       expect(ordered?.queues[0]?.waiting).toBe(0);
     });
 
+    it('lists the partition queues of an endpoint’s ordered command types once, after its subscriptions', async () => {
+      const prefix = freshPrefix();
+      const broker = new BullMqBroker({ connection: redisUrl, prefix, partitions: 2, logger: silentLogger });
+      try {
+        await broker.register('shop', [
+          { kind: 'command', handler: 'PlaceHandler', types: ['shop.Place'], orderedTypes: ['shop.Place'] },
+          {
+            kind: 'command',
+            handler: 'CancelHandler',
+            types: ['shop.Cancel'],
+            orderedTypes: ['shop.Cancel'],
+          },
+          { kind: 'command', handler: 'NoteHandler', types: ['shop.Note'] },
+        ]);
+        for (const type of ['shop.Place', 'shop.Cancel'])
+          await broker.publish({
+            id: randomUUID(),
+            kind: 'command',
+            type,
+            body: '{}',
+            partitionKey: 'order-1',
+            ordered: true,
+          });
+      } finally {
+        await broker.close();
+      }
+
+      const [shop] = (await (await admin(redisUrl, prefix)).topology()).endpoints;
+      expect(
+        shop?.subscriptions.map(({ subscription, queues, total }) => [
+          subscription.handler,
+          subscription.types,
+          queues.map((q) => q.queue),
+          [total.queue, total.waiting],
+        ]),
+      ).toEqual([
+        ['PlaceHandler', ['shop.Place'], ['cmd~shop.Place'], ['cmd~shop.Place', 0]],
+        ['CancelHandler', ['shop.Cancel'], ['cmd~shop.Cancel'], ['cmd~shop.Cancel', 0]],
+        ['NoteHandler', ['shop.Note'], ['cmd~shop.Note'], ['cmd~shop.Note', 0]],
+        [
+          '(ordered commands)',
+          ['shop.Place', 'shop.Cancel'],
+          ['cmd~shop~ordered~p0', 'cmd~shop~ordered~p1'],
+          ['cmd~shop~ordered', 2],
+        ],
+      ]);
+    });
+
     it('reports a registration that is not JSON as unreadable and lists the others', async () => {
       const prefix = freshPrefix();
       await seedSystem(redisUrl, prefix);
