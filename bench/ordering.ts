@@ -2,16 +2,20 @@
  * What per-key ordering costs on Redis: one endpoint with {@link TYPES} command types, all ordered or
  * none, side by side in one run.
  *
- * Every command type has a queue; each ordered type adds `partitions` partition queues (BullMqBroker
- * option, default 8), and every queue gets a BullMQ Worker with a blocking connection of its own in
- * each process of the endpoint. For each set-up this script measures, on a fresh key prefix:
+ * Every command type has a queue; an endpoint with ordered command types adds one set of
+ * `partitions` partition queues (BullMqBroker option, default 8) that all its ordered types share,
+ * and every queue gets a BullMQ Worker with a blocking connection of its own in each process of the
+ * endpoint. For each set-up this script measures, on a fresh key prefix:
  *
  * - queues and connections: the BullMQ queues the endpoint works, and the Redis connections whose
  *   name starts with the prefix (`CLIENT LIST`: Harrier's own are `<prefix>:harrier:<role>`, BullMQ's
- *   blocking ones `<prefix>:<queue name in base64>`), counted while the bus runs;
+ *   blocking ones `<prefix>:<queue name in base64>`), counted while the bus runs; beside them, what
+ *   a layout with one partition set per ordered type would take (`types * (partitions + 1)` queues,
+ *   and a connection each plus two), the cost that sharing the set per endpoint avoids;
  * - consume msg/s: N messages (over the types in turn and {@link KEYS} partition keys) are published
- *   in chunks of {@link CHUNK} before the bus starts; timed from `bus.start()` until the `onHandled`
- *   hook has counted N (median of {@link ROUNDS} rounds); and how long `bus.start()` itself took;
+ *   in chunks of {@link CHUNK} once the endpoint has registered and before its bus starts; timed from
+ *   `bus.start()` until the `onHandled` hook has counted N (median of {@link ROUNDS} rounds); and how
+ *   long `bus.start()` itself took;
  * - Redis CPU per message during the consume (`INFO cpu`, user + sys of the server), and the commands
  *   per second Redis serves while the endpoint is idle for {@link IDLE_MS} ms (`INFO stats`, first
  *   round only): what the extra Workers cost when nothing happens.
@@ -19,12 +23,12 @@
  * The handler returns at once and the dispatcher's concurrency is {@link CONCURRENCY}, so the figures
  * are the broker's cost, not the application's.
  *
- * A second table runs the app that raised the question {@link STORY_RUNS} times on each broker:
- * PlaceOrder then CancelOrder for three orders, both keyed by order id, their events feeding a status
- * read model, with PlaceOrder's handler returning at once or after {@link SLOW_MS} ms, with and
- * without `ordered` on the two commands. It counts the runs whose read model is wrong (an order left
- * "placed") on Redis, on the in-memory broker in FIFO order, and on the in-memory broker shuffled
- * (seeds 1 to {@link STORY_RUNS}), as `createTestBus` delivers.
+ * A second table runs the shop app {@link STORY_RUNS} times on each broker: PlaceOrder then at once
+ * CancelOrder for three orders, both keyed by order id, their events feeding a status read model,
+ * with PlaceOrder's handler returning at once or after {@link SLOW_MS} ms, with and without `ordered`
+ * on the two commands. It counts the runs whose read model is wrong (an order left "placed") on
+ * Redis, on the in-memory broker in FIFO order, and on the in-memory broker shuffled (seeds 1 to
+ * {@link STORY_RUNS}), as `createTestBus` delivers. With `ordered`, every count must be 0.
  *
  * Run: `npm run bench:ordering` (it compiles src/ and bench/ with tsc into .bench/, then runs `node
  * .bench/bench/ordering.js`) against `REDIS_URL` (default redis://127.0.0.1:6379). BENCH_N changes N
@@ -51,7 +55,7 @@ import {
   type MessageContext,
   type PayloadOf,
 } from '../src/index.js';
-import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
+import { prepareMessage, type OutgoingMessage, type SubscriptionSpec } from '../src/extend.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
 import {
   adminClient,
@@ -76,7 +80,7 @@ const IDLE_MS = 10_000;
 const PARTITIONS = (process.env.BENCH_PARTITIONS ?? '8,1').split(',').map(Number);
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const STORY_RUNS = 4;
-const SLOW_MS = 5;
+const SLOW_MS = 300;
 /** A run that has not finished by then has lost messages: fail loudly instead of hanging. */
 const RUN_TIMEOUT_MS = 300_000;
 
@@ -98,6 +102,8 @@ interface Setup {
 
 interface Sample {
   readonly queues: number;
+  /** The queues of a layout with one partition set per ordered command type. */
+  readonly perTypeQueues: number;
   readonly connections: number;
   readonly consume: number;
   /** How long `bus.start()` took, in ms (registration, and a Worker for every queue). */
@@ -110,10 +116,14 @@ interface Sample {
 
 const schema = z.object({ orderId: z.string(), amount: z.number().int().positive() });
 
-/** The definitions and handlers of one set-up: {@link TYPES} command types, each with its handler. */
+/**
+ * The definitions and handlers of one set-up: {@link TYPES} command types, each with its handler,
+ * and the subscriptions `bus.start()` registers for them.
+ */
 function application(ordered: boolean): {
   definitions: CommandDefinition<string, typeof schema>[];
   handlers: HandlerClass[];
+  subscriptions: SubscriptionSpec[];
 } {
   const definitions = Array.from({ length: TYPES }, (_, t) =>
     defineCommand(`bench.Command${t}`, { schema, partitionKey: 'orderId', ordered }),
@@ -125,7 +135,13 @@ function application(ordered: boolean): {
     }
     return Handler;
   });
-  return { definitions, handlers };
+  const subscriptions = definitions.map(({ type }, t): SubscriptionSpec => ({
+    handler: `Command${t}Handler`,
+    kind: 'command',
+    types: [type],
+    orderedTypes: ordered ? [type] : [],
+  }));
+  return { definitions, handlers, subscriptions };
 }
 
 const newPrefix = (): string => benchPrefix();
@@ -151,12 +167,11 @@ async function produce(broker: BullMqBroker, definitions: readonly CommandDefini
     const messages: OutgoingMessage[] = [];
     for (let i = from; i < Math.min(N, from + CHUNK); i++) {
       const definition = definitions[i % TYPES] as CommandDefinition;
-      // Queued before the endpoint starts (to time a full backlog): no route is registered yet.
-      messages.push({
-        ...prepareMessage(definition, { orderId: `o-${i % KEYS}`, amount: 1 + (i % 10) }, {}, { now })
-          .outgoing,
-        requireRoute: false,
-      });
+      // Queued before the endpoint's bus starts (to time a full backlog), after it registered: an
+      // ordered command goes to the partition queues of the endpoint that registered its type.
+      messages.push(
+        prepareMessage(definition, { orderId: `o-${i % KEYS}`, amount: 1 + (i % 10) }, {}, { now }).outgoing,
+      );
     }
     await broker.publishBatch(messages);
   }
@@ -164,7 +179,7 @@ async function produce(broker: BullMqBroker, definitions: readonly CommandDefini
 
 async function run(setup: Setup, measureIdle: boolean): Promise<Sample> {
   const prefix = newPrefix();
-  const { definitions, handlers } = application(setup.ordered);
+  const { definitions, handlers, subscriptions } = application(setup.ordered);
   const handled = new Counter(RUN_TIMEOUT_MS);
   const broker = new BullMqBroker({
     connection: REDIS_URL,
@@ -185,6 +200,8 @@ async function run(setup: Setup, measureIdle: boolean): Promise<Sample> {
     },
   });
   try {
+    // What bus.start() registers, registered ahead so that the backlog is queued where it will be.
+    await broker.register('bench', subscriptions);
     await produce(broker, definitions);
     const cpuBefore = await redisCpuUs(admin);
     const started = performance.now();
@@ -194,6 +211,7 @@ async function run(setup: Setup, measureIdle: boolean): Promise<Sample> {
     const consume = N / ((performance.now() - started) / 1000);
     const redisCpuPerMessage = ((await redisCpuUs(admin)) - cpuBefore) / N;
     const queues = broker.queuesOf('bench').length;
+    const perTypeQueues = setup.ordered ? TYPES * (setup.partitions + 1) : TYPES;
     const connections = await connectionsOf(prefix);
     let idleCommands: number | undefined;
     if (measureIdle) {
@@ -204,7 +222,15 @@ async function run(setup: Setup, measureIdle: boolean): Promise<Sample> {
       // Minus the two INFO calls of this measurement.
       idleCommands = (after - before - 2) / ((performance.now() - idleStarted) / 1000);
     }
-    return { queues, connections, consume, startMs, redisCpuUs: redisCpuPerMessage, idleCommands };
+    return {
+      queues,
+      perTypeQueues,
+      connections,
+      consume,
+      startMs,
+      redisCpuUs: redisCpuPerMessage,
+      idleCommands,
+    };
   } finally {
     await bus.stop();
     await deleteKeys(admin, prefix);
@@ -338,10 +364,16 @@ async function main(): Promise<void> {
   const body = setups.map((setup) => {
     const list = samples.get(setup) ?? [];
     const consume = median(list.map((s) => s.consume));
+    const queues = list[0]?.queues ?? Number.NaN;
+    const connections = median(list.map((s) => s.connections));
+    const perTypeQueues = list[0]?.perTypeQueues ?? Number.NaN;
     return [
       setup.label,
-      String(list[0]?.queues ?? Number.NaN),
-      String(median(list.map((s) => s.connections))),
+      String(queues),
+      String(perTypeQueues),
+      String(connections),
+      // One blocking connection per queue, the rest (producer, workers' shared one) the same.
+      String(connections - queues + perTypeQueues),
       fmtRate(consume),
       `${(consume / base).toFixed(2)}x`,
       fmtRate(median(list.map((s) => s.startMs))),
@@ -354,7 +386,9 @@ async function main(): Promise<void> {
       [
         'endpoint',
         'queues',
+        'one set per type: queues',
         'Redis connections',
+        'one set per type: connections',
         'consume msg/s',
         'vs unordered',
         'bus.start() ms',
@@ -375,7 +409,10 @@ async function main(): Promise<void> {
     '\nConnections are per process of the endpoint; the producer connection is included (the bench publishes through the same broker).',
   );
   console.log(
-    `\nPlaceOrder then CancelOrder for 3 orders (one endpoint, both keyed by order id): runs of ${STORY_RUNS} with a wrong read model`,
+    "'one set per type' columns: what one partition set per ordered command type would take, instead of one per endpoint.",
+  );
+  console.log(
+    `\nPlaceOrder then at once CancelOrder for 3 orders (one endpoint, both keyed by order id): runs of ${STORY_RUNS} with a wrong read model`,
   );
   console.log(
     table(

@@ -6,7 +6,8 @@
  *
  * The worker is one endpoint, dispatcher concurrency {@link CONCURRENCY}, of one of two shapes: 4
  * command types (4 queues, a BullMQ Worker each), or 20 ordered command types over the default 8
- * partitions (180 queues, the ordered endpoint of bench/ordering.ts). Two states:
+ * partitions (28 queues: one per type and the 8 partition queues the endpoint's ordered types share,
+ * the ordered endpoint of bench/ordering.ts). Two states:
  *
  * - idle: nothing to do; what remains is BullMQ's stalled check (one script per queue per interval)
  *   and its blocking fetch, which times out and blocks again every few seconds (not a lock cost);

@@ -93,9 +93,11 @@ export interface DeliveryFacts {
   /** Partition key as published. */
   readonly partitionKey: string | undefined;
   /**
-   * The broker's name for the queue or subscription this delivery came from (for `BullMqBroker` the
-   * queue name without its partition suffix); part of a dead letter's identity, so the same job id in
-   * two queues never shares a record.
+   * The queue of the command type or event subscription this delivery came from, as every built-in
+   * broker names it (`commandQueue(type)`, `subscriptionQueue(endpoint, handler)`: `cmd~<type>`,
+   * `evt~<endpoint>~<handler>`), also when the broker carried it through a queue of its own (a
+   * partition queue); part of a dead letter's identity, so the same job id in two queues never
+   * shares a record, and the same message gets the same record id on every broker.
    * @defaultValue undefined (the endpoint and handler alone identify the subscription)
    */
   readonly queue?: string | undefined;

@@ -6,7 +6,8 @@ export const TOPOLOGY_HELP = `Usage: harrier topology [--json]
 
 Lists every endpoint registered under the prefix (by its processes' brokers), its subscriptions,
 the depth of each subscription's queues (waiting, active, delayed), partition queues of ordered
-types included, and the dead letters the dead-letter store holds for each subscription.
+types included (those an endpoint's ordered command types share in one more row, handler
+"(ordered commands)"), and the dead letters the dead-letter store holds for each subscription.
 
 ${GLOBAL_HELP}
 `;
