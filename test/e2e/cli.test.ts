@@ -667,19 +667,21 @@ describe('harrier CLI', () => {
 
       const result = await harrier(['topology', '--prefix', prefix, '--json'], env);
       expect(result.code).toBe(0);
-      const [line] = jsonLines(result.stdout);
+      const lines = jsonLines(result.stdout);
+      // The endpoint's ordered command types share their partition queues: one more line, after its subscriptions.
+      expect(lines.map((l) => l.handler)).toEqual(['CountHandler', '(ordered commands)']);
+      const [line, ordered] = lines;
       const queues = line?.queues as Record<string, unknown>[];
-      expect(queues.map((q) => q.queue)).toEqual([
-        `cmd~${Count.type}`,
-        `cmd~${Count.type}~p0`,
-        `cmd~${Count.type}~p1`,
-      ]);
-      for (const depth of [...queues, line?.total]) {
+      const partitions = ordered?.queues as Record<string, unknown>[];
+      expect(queues.map((q) => q.queue)).toEqual([`cmd~${Count.type}`]);
+      expect(partitions.map((q) => q.queue)).toEqual(['cmd~counter~ordered~p0', 'cmd~counter~ordered~p1']);
+      for (const depth of [...queues, line?.total, ...partitions, ordered?.total]) {
         expect(Object.keys(depth ?? {}).sort()).toEqual(['active', 'delayed', 'queue', 'waiting']);
       }
-      // The subscription's total is the row the broker's own queueDepths gives for it.
-      expect(fromBroker).toEqual([line?.total]);
-      expect(line?.total).toEqual({ queue: `cmd~${Count.type}`, waiting: 3, active: 0, delayed: 1 });
+      // Each total is the row the broker's own queueDepths gives for it.
+      expect(fromBroker).toEqual([line?.total, ordered?.total]);
+      expect(line?.total).toEqual({ queue: `cmd~${Count.type}`, waiting: 0, active: 0, delayed: 1 });
+      expect(ordered?.total).toEqual({ queue: 'cmd~counter~ordered', waiting: 3, active: 0, delayed: 0 });
     });
   });
 
