@@ -33,7 +33,7 @@ import {
 } from './job-data.js';
 import { ACK, PendingDeliveries, RELEASE, type Outcome } from '../broker/pending-deliveries.js';
 import { DEPTH_STATES, queueDepthOf } from './queue-depth.js';
-import { assertQueueNamePart, QueueLayout, type QueueSpec } from './queue-layout.js';
+import { assertQueueNamePart, orderedCommandTypes, QueueLayout, type QueueSpec } from './queue-layout.js';
 import { registerEndpoint } from './register-endpoint.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
@@ -202,10 +202,11 @@ export class BullMqBroker implements MessageBroker {
   /** Command types known to have a route, at the routes version last read. */
   readonly #commandRoutes = new CommandRouteCache(COMMAND_ROUTE_MAX_AGE_MS);
   /**
-   * Per endpoint, the partition queues of its ordered command types in the layout of earlier builds
-   * (`cmd~<type>~p<n>`) that held jobs when it registered: its receivers work them too.
+   * Per endpoint, queues it no longer fills that held jobs when it registered, which its receivers
+   * work too: the partition queues of its ordered command types in the layout of earlier builds
+   * (`cmd~<type>~p<n>`), and its own ordered-command partition queues once it orders no command type.
    */
-  readonly #typePartitionQueues = new Map<string, QueueSpec[]>();
+  readonly #leftoverQueues = new Map<string, QueueSpec[]>();
   readonly #receivers = new Set<BullMqReceiver>();
   #ready: Promise<void> | undefined;
   #partitionsChecked: Promise<void> | undefined;
@@ -278,9 +279,9 @@ export class BullMqBroker implements MessageBroker {
         own.set(type, { endpoint, ordered: (sub.orderedTypes ?? []).includes(type) });
     }
     this.#commandRoutes.learn(own);
-    const typePartitions = await this.#typePartitionsHoldingJobs(subscriptions);
+    const leftovers = await this.#leftoversHoldingJobs(endpoint, subscriptions);
     // A partition queue is worked one job at a time across every process, not just per worker.
-    const partitionQueues = [...this.#layout.queuesOf(endpoint, subscriptions), ...typePartitions].filter(
+    const partitionQueues = [...this.#layout.queuesOf(endpoint, subscriptions), ...leftovers].filter(
       (q) => q.ordered,
     );
     await Promise.all(
@@ -289,7 +290,7 @@ export class BullMqBroker implements MessageBroker {
       ),
     );
     // Replaces what the endpoint registered before: its next receiver works these queues only.
-    this.#typePartitionQueues.set(endpoint, typePartitions);
+    this.#leftoverQueues.set(endpoint, leftovers);
     this.#registered.set(endpoint, [...subscriptions]);
   }
 
@@ -303,7 +304,7 @@ export class BullMqBroker implements MessageBroker {
     }
     const queues = [
       ...this.#layout.queuesOf(options.endpoint, specs, options.prefetch ?? 16),
-      ...(this.#typePartitionQueues.get(options.endpoint) ?? []),
+      ...(this.#leftoverQueues.get(options.endpoint) ?? []),
     ];
     return { [Symbol.asyncIterator]: () => this.#receive(options, queues) };
   }
@@ -510,7 +511,7 @@ export class BullMqBroker implements MessageBroker {
   #queueSpecsOf(endpoint: string): QueueSpec[] {
     return [
       ...this.#layout.queuesOf(endpoint, this.#registered.get(endpoint) ?? []),
-      ...(this.#typePartitionQueues.get(endpoint) ?? []),
+      ...(this.#leftoverQueues.get(endpoint) ?? []),
     ];
   }
 
@@ -571,6 +572,7 @@ export class BullMqBroker implements MessageBroker {
         clock: this.#clock,
         logger: this.#logger,
         pending: this.#pending,
+        toTypeQueue: (job) => this.#toTypeQueue(job),
         newClient: (settings, role) => this.#newClient(settings, role),
       },
       options,
@@ -606,24 +608,39 @@ export class BullMqBroker implements MessageBroker {
   }
 
   /**
-   * The partition queues of `specs`' ordered command types in the layout of earlier builds (one set
-   * per type, `cmd~<type>~p<n>`) that hold jobs: an endpoint works them beside its own, so nothing
-   * queued there before an upgrade is left behind.
+   * The queues `endpoint` no longer fills that hold jobs: the partition queues of `specs`' ordered
+   * command types in the layout of earlier builds (one set per type, `cmd~<type>~p<n>`), and the
+   * endpoint's own ordered-command partition queues when `specs` order no command type. Its
+   * receivers work them beside its own queues, so nothing queued there is left behind (a job of a
+   * type it does not order goes on to its type's queue).
    *
    * @remarks
    * One `EXISTS` per queue, of the BullMQ keys that hold unfinished jobs (an empty list or sorted
    * set does not exist in Redis), all in one round trip at registration.
    */
-  async #typePartitionsHoldingJobs(specs: readonly SubscriptionSpec[]): Promise<QueueSpec[]> {
+  async #leftoversHoldingJobs(endpoint: string, specs: readonly SubscriptionSpec[]): Promise<QueueSpec[]> {
+    const ordered = orderedCommandTypes(specs);
     const queues = [
-      ...new Set(specs.flatMap((spec) => (spec.kind === 'command' ? (spec.orderedTypes ?? []) : []))),
-    ].flatMap((type) => this.#layout.typePartitionQueues(type));
+      ...[...ordered].flatMap((type) => this.#layout.typePartitionQueues(type)),
+      ...(ordered.size === 0 ? this.#layout.orderedCommandQueues(endpoint) : []),
+    ];
     if (queues.length === 0) return [];
     const pipeline = (await this.#connected()).pipeline();
     for (const { name } of queues)
       pipeline.exists(...UNFINISHED_JOB_KEYS.map((key) => `${this.#prefix}:${name}:${key}`));
-    const results = await this.#withTimeout(pipeline.exec(), 'look for jobs in per-type partition queues');
+    const results = await this.#withTimeout(pipeline.exec(), 'look for jobs in queues left over');
     return queues.filter((_, index) => Number(this.#reply(results, index)) > 0);
+  }
+
+  /**
+   * Adds `job` as it is (its id, data and attempts) to the queue of its command type: a job found in
+   * an endpoint's ordered-command partition queues that the endpoint does not order (any more).
+   */
+  async #toTypeQueue(job: Job<JobData>): Promise<void> {
+    const message = { id: job.id ?? '', kind: 'command' as const, type: job.name, body: '' };
+    await this.#addAll(this.#layout.commandQueue(job.name), [
+      { name: job.name, data: job.data, opts: jobOptions(message, this.#clock.now(), this.#jobDefaults) },
+    ]);
   }
 
   async #addAll(queueName: string, jobs: NewJob[]): Promise<void> {

@@ -36,6 +36,8 @@ export interface BullMqReceiverContext {
   readonly logger: Logger;
   /** The broker's unsettled deliveries, which its ack and nack settle. */
   readonly pending: PendingDeliveries;
+  /** Adds a job, as it is, to the queue of its command type (see {@link QueueSpec.types}). */
+  readonly toTypeQueue: (job: Job<JobData>) => Promise<void>;
   readonly newClient: (settings: ClientSettings, role: string) => Redis | Cluster;
 }
 
@@ -237,6 +239,11 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
     // Counted without a promise per job: close() waits for this to reach 0.
     this.#running++;
     try {
+      if (queue.types !== undefined && !queue.types.has(job.name)) {
+        // Not a type this endpoint orders (any more): completed here once it waits in its own queue.
+        await this.#context.toTypeQueue(job);
+        return;
+      }
       const jobId = job.id ?? '';
       const parsed = readJobData(job.data, jobId, queue.kind);
       if (parsed.dropped.length > 0) {

@@ -26,6 +26,13 @@ export interface QueueSpec {
    * subscription, or {@link QueueLayout.orderedCommands} of its endpoint.
    */
   readonly group: string;
+  /**
+   * For a queue shared by command types: the types the endpoint takes from it, its ordered command
+   * types. A job of another type (one the endpoint stopped ordering or handling) is moved to its
+   * type's queue instead, where it waits for a handler as any command of its type does.
+   * @defaultValue undefined (every job of the queue is the endpoint's)
+   */
+  readonly types?: ReadonlySet<string>;
 }
 
 /**
@@ -98,8 +105,9 @@ export class QueueLayout {
     const byName = new Map<string, QueueSpec>();
     for (const spec of specs)
       for (const queue of this.queuesFor(endpoint, spec, prefetch)) byName.set(queue.name, queue);
-    if (specs.some((spec) => spec.kind === 'command' && (spec.orderedTypes ?? []).length > 0))
-      for (const queue of this.orderedCommandQueues(endpoint)) byName.set(queue.name, queue);
+    const ordered = orderedCommandTypes(specs);
+    if (ordered.size > 0)
+      for (const queue of this.orderedCommandQueues(endpoint, ordered)) byName.set(queue.name, queue);
     return [...byName.values()];
   }
 
@@ -132,8 +140,8 @@ export class QueueLayout {
     return result;
   }
 
-  /** The partition queues `endpoint`'s ordered command types share. */
-  orderedCommandQueues(endpoint: string): QueueSpec[] {
+  /** The partition queues `endpoint`'s ordered command types (`types`) share. */
+  orderedCommandQueues(endpoint: string, types: ReadonlySet<string> = new Set()): QueueSpec[] {
     const group = this.orderedCommands(endpoint);
     return Array.from({ length: this.#partitions }, (_, p) => ({
       name: `${group}${QUEUE_SEPARATOR}p${p}`,
@@ -143,6 +151,7 @@ export class QueueLayout {
       ordered: true,
       reportedAs: undefined,
       group,
+      types,
     }));
   }
 
@@ -171,6 +180,11 @@ export class QueueLayout {
   #partition(base: string, message: OutgoingMessage): string {
     return `${base}${QUEUE_SEPARATOR}p${partitionOf(message.partitionKey ?? '', this.#partitions)}`;
   }
+}
+
+/** The command types `specs` take as ordered. */
+export function orderedCommandTypes(specs: readonly SubscriptionSpec[]): Set<string> {
+  return new Set(specs.flatMap((spec) => (spec.kind === 'command' ? (spec.orderedTypes ?? []) : [])));
 }
 
 /** @throws HarrierError `invalid-option` when `name` cannot be part of a queue name. */

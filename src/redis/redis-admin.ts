@@ -8,7 +8,7 @@ import type { TopicSpec } from '../log/event-log.js';
 import { checkpointLags, type CheckpointLag } from '../projections/projection-lag.js';
 import { BullMqBroker, type BullMqBrokerOptions } from './bullmq-broker.js';
 import { DEPTH_STATES, queueDepthOf } from './queue-depth.js';
-import { QueueLayout, type QueueSpec } from './queue-layout.js';
+import { orderedCommandTypes, QueueLayout, type QueueSpec } from './queue-layout.js';
 import { RedisCheckpointStore } from './redis-checkpoint-store.js';
 import type { RedisConnectionOptions } from './redis-connection.js';
 import { RedisDeadLetterStore } from './redis-dead-letter-store.js';
@@ -132,9 +132,7 @@ export class RedisAdmin implements SystemAdmin {
           await this.#subscriptionTopology(subscription, layout.queuesFor(endpoint, subscription)),
         );
       }
-      const orderedCommands = [
-        ...new Set(specs.flatMap((spec) => (spec.kind === 'command' ? (spec.orderedTypes ?? []) : []))),
-      ];
+      const orderedCommands = [...orderedCommandTypes(specs)];
       if (orderedCommands.length > 0) {
         const spec: SubscriptionSpec = {
           handler: ORDERED_COMMANDS,

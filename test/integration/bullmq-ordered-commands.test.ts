@@ -10,6 +10,7 @@ import type { Delivery, OutgoingMessage, QueueDepth } from '../../src/broker/mes
 import { ManualClock, silentLogger } from '../../src/index.js';
 import { BullMqBroker } from '../../src/redis/index.js';
 import { toJobData } from '../../src/redis/job-data.js';
+import { waitFor } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
@@ -77,6 +78,19 @@ async function firstDelivery(b: BullMqBroker, endpoint: string): Promise<Deliver
 }
 
 const orderedSpec = { handler: 'post', kind: 'command', types: [TYPE], orderedTypes: [TYPE] } as const;
+const OTHER = 'ordered.Close';
+
+/** Jobs waiting in the queue of command `type` under `p`, read with BullMQ. */
+async function waitingInTypeQueue(p: string, type: string): Promise<number> {
+  const admin = new Redis(redisUrl);
+  const queue = new Queue(`cmd~${type}`, { connection: admin, prefix: p });
+  try {
+    return (await queue.getJobCounts('wait')).wait ?? 0;
+  } finally {
+    await queue.close();
+    admin.disconnect();
+  }
+}
 
 describe('BullMqBroker', () => {
   describe('.publish', () => {
@@ -151,6 +165,53 @@ describe('BullMqBroker', () => {
           'cmd~ledger~ordered~p0',
           'cmd~ledger~ordered~p1',
         ]);
+      });
+    });
+  });
+
+  describe('.register', () => {
+    describe.each([
+      [
+        'still orders another command type',
+        [{ handler: 'close', kind: 'command', types: [OTHER], orderedTypes: [OTHER] }],
+      ],
+      ['orders no command type any more', [{ handler: 'close', kind: 'command', types: [OTHER] }]],
+    ] as const)('when an endpoint registers again without an ordered type, and %s', (_what, specs) => {
+      it('moves the type’s queued commands from its partition queues to the type’s queue, where they wait for a handler', async () => {
+        const p = prefix();
+        const consumer = broker(p);
+        await consumer.register('ledger', [orderedSpec]);
+        const message = ordered();
+        await broker(p).publish(message);
+        expect(await waiting(consumer, 'ledger')).toEqual({ 'cmd~ledger~ordered': 1 });
+
+        const restarted = broker(p);
+        await restarted.register('ledger', specs);
+        const stop = new AbortController();
+        const deliveries = restarted.receiver({ endpoint: 'ledger', signal: stop.signal });
+        const iterator = deliveries[Symbol.asyncIterator]();
+        const taken = iterator.next();
+        cleanups.push(async () => {
+          stop.abort();
+          await taken;
+          await iterator.return?.();
+        });
+        await waitFor(
+          'the command in its type’s queue',
+          async () => (await waitingInTypeQueue(p, TYPE)) === 1,
+          {
+            timeoutMs: 10_000,
+          },
+        );
+        expect(await waiting(restarted, 'ledger')).toEqual({});
+
+        const accounts = broker(p);
+        await accounts.register('accounts', [orderedSpec]);
+        expect((await firstDelivery(accounts, 'accounts')).facts).toMatchObject({
+          messageId: message.id,
+          queue: `cmd~${TYPE}`,
+          attempt: 1,
+        });
       });
     });
   });
