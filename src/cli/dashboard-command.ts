@@ -8,7 +8,7 @@ import {
 } from '../dashboard/index.js';
 import { replayDeadLetters } from '../dead-letters/replay-dead-letters.js';
 import { silentLogger } from '../logging/logger.js';
-import { signerOf } from './dlq/dlq-replay-command.js';
+import { signerOf } from './dlq/index.js';
 import { GLOBAL_HELP, contextOf, noPositionals, openAdmin, parse } from './cli-context.js';
 import { CliExit, ExitCode, usageError, writeJson, type CliIo } from './cli-io.js';
 import { isHost } from './redis-url.js';

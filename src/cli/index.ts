@@ -1,7 +1,7 @@
 import { GLOBAL_HELP, exitOf } from './cli-context.js';
 import { ExitCode, type CliIo } from './cli-io.js';
 import { dashboardCommand } from './dashboard-command.js';
-import { dlqCommand } from './dlq/dlq-command.js';
+import { dlqCommand } from './dlq/index.js';
 import { postgresCommand } from './postgres-commands.js';
 import { projectionsCommand } from './projections-commands.js';
 import { sagasCommand } from './sagas-commands.js';

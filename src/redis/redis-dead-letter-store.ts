@@ -15,23 +15,34 @@ import {
   selectsEveryDeadLetter,
 } from '../dead-letters/matches-dead-letter-filter.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import { decodeChunkEntries, type ChunkEntry } from './dead-letters/chunk-entries.js';
-import { DeadLetterKeys } from './dead-letters/dead-letter-keys.js';
-import { decodeFilterChunk, isSelected, type FilterChunk } from './dead-letters/filter-chunk.js';
-import { aggregatedStatuses, decodeGroupsPage } from './dead-letters/group-aggregates.js';
-import { GroupSums, groupWithSample, type SampleRef } from './dead-letters/group-sums.js';
-import { decodeListCursor, encodeListCursor } from './dead-letters/list-cursor.js';
-import { decodeRecord, encodeRecordData } from './dead-letters/record-codec.js';
-import { addScriptCall } from './dead-letters/scripts/add-script.js';
-import { countScriptCall } from './dead-letters/scripts/count-script.js';
-import { filterScanScriptCall, type FilterScanMode } from './dead-letters/scripts/filter-scan-script.js';
-import { groupsScriptCall } from './dead-letters/scripts/groups-script.js';
-import { markReplayHandledScriptCall } from './dead-letters/scripts/mark-replay-handled-script.js';
-import { markReplayedScriptCall } from './dead-letters/scripts/mark-replayed-script.js';
-import { purgeScriptCall } from './dead-letters/scripts/purge-script.js';
-import { readChunkScriptCall } from './dead-letters/scripts/read-chunk-script.js';
-import { removeScriptCall } from './dead-letters/scripts/remove-script.js';
-import type { ScriptCall } from './dead-letters/scripts/script-call.js';
+import {
+  decodeChunkEntries,
+  DeadLetterKeys,
+  decodeFilterChunk,
+  isSelected,
+  aggregatedStatuses,
+  decodeGroupsPage,
+  GroupSums,
+  groupWithSample,
+  decodeListCursor,
+  encodeListCursor,
+  decodeRecord,
+  encodeRecordData,
+  addScriptCall,
+  countScriptCall,
+  filterScanScriptCall,
+  groupsScriptCall,
+  markReplayHandledScriptCall,
+  markReplayedScriptCall,
+  purgeScriptCall,
+  readChunkScriptCall,
+  removeScriptCall,
+  type ChunkEntry,
+  type FilterChunk,
+  type SampleRef,
+  type FilterScanMode,
+  type ScriptCall,
+} from './dead-letters/index.js';
 import type { RedisConnectionOptions } from './redis-connection.js';
 import {
   connectionFor,
