@@ -7,7 +7,7 @@ import type { Envelope } from '../messages/envelope.js';
 import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
 import type { OutcomeReporter } from './outcome-reporter.js';
 import type { PipelineInput } from './pipeline-input.js';
-import { failureReason, refused, type DeadLetterOutcome } from './pipeline-outcome.js';
+import { refused, type DeadLetterOutcome } from './pipeline-outcome.js';
 import { resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
 import { HarrierError } from '../errors/harrier-error.js';
 
@@ -127,15 +127,16 @@ export class MessageAdmission<R> {
     }
     const policy = this.#policy(entry, definition);
     if (facts.attempt > policy.attempts) {
-      // Only a worker that died mid-handler gets here (its crash counted as an attempt): stop the loop.
+      // Only a worker that died mid-handler gets here: the last attempt allowed ended unsettled (the
+      // pipeline dead-letters a failed last attempt itself), so the crash is what ended the message.
       const last = facts.history[facts.history.length - 1]?.error;
       return this.#refuse(
         input,
         entry.name,
-        failureReason(entry.kind),
-        last ?? {
+        'worker-crashed',
+        {
           name: 'WorkerCrashedError',
-          message: `Attempt ${facts.attempt} of at most ${policy.attempts}: the workers handling this message stopped before settling it`,
+          message: `Attempt ${facts.attempt} of at most ${policy.attempts}: the worker handling the last attempt stopped before settling it${last !== undefined ? `; the last failure before it: ${last.name}: ${last.message}` : ''}`,
           code: 'worker-crashed',
         },
         definition.ordered,

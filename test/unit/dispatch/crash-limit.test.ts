@@ -101,6 +101,24 @@ describe('Dispatcher', () => {
       });
     });
 
+    describe('when the last attempt the retry policy allows ended unsettled, below the limit', () => {
+      it('dead-letters the next delivery as worker-crashed, naming the attempts', async () => {
+        const { bus, attempts } = await crashedBefore(2, { crashLimit: 10, retry: { attempts: 2 } });
+        try {
+          expect(attempts).toEqual([]);
+          const [record] = (await bus.deadLetters.list()).records;
+          expect(record).toMatchObject({
+            reason: 'worker-crashed',
+            attemptCount: 3,
+            error: { name: 'WorkerCrashedError', code: 'worker-crashed' },
+          });
+          expect(record?.error.message).toContain('Attempt 3 of at most 2');
+        } finally {
+          await bus.stop();
+        }
+      });
+    });
+
     describe('when set to 1', () => {
       it('dead-letters the message after one unsettled end', async () => {
         const { bus, attempts } = await crashedBefore(1, { crashLimit: 1 });
