@@ -1,5 +1,5 @@
 /**
- * Which part of Harrier's job shape costs BullMQ's consume rate (issue 16): the same bare `Worker`
+ * Which part of Harrier's job shape costs BullMQ's consume rate: the same bare `Worker`
  * (concurrency {@link CONCURRENCY}, a processor that returns at once, as raw BullMQ in bench/redis.ts)
  * consumes N jobs of each variant below, each variant adding one part of what
  * `BullMqBroker.publishBatch` stores (src/redis/job-data.ts) to raw BullMQ's job:

@@ -1,5 +1,5 @@
 /**
- * "One parse per delivery instead of two" (issue 16), measured before anything is built: what a job
+ * "One parse per delivery instead of two", measured before anything is built: what a job
  * that stores the envelope as an object would save on consume, next to today's job that stores its
  * text.
  *
