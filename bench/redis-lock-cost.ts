@@ -11,9 +11,11 @@
  *
  * - idle: nothing to do; what remains is BullMQ's stalled check (one script per queue per interval)
  *   and its blocking fetch, which times out and blocks again every few seconds (not a lock cost);
- * - busy: {@link CONCURRENCY} messages (over the types in turn) held by handlers that sleep until the
- *   window ends, so every slot holds a job whose lock BullMQ renews, one script per queue worker
- *   with held jobs per renewal.
+ * - busy: messages held by handlers that sleep until the window ends, so every slot that can be
+ *   busy holds a job whose lock BullMQ renews, one script per queue worker with held jobs per
+ *   renewal: {@link CONCURRENCY} messages over the types in turn for the unordered shape, one per
+ *   partition ({@link PARTITIONS}, keys picked so each lands on its own) for the ordered one, whose
+ *   partition queues run one message at a time.
  *
  * For each (timings, state) on a fresh key prefix: the bus starts (and, busy, every handler has begun),
  * {@link SETTLE_MS} ms pass so start-up is not counted, then Redis's counters are read before and
@@ -40,11 +42,13 @@ import {
   type CommandDefinition,
   type HandlerClass,
 } from '../src/index.js';
-import { prepareMessage } from '../src/extend.js';
+import { partitionOf, prepareMessage } from '../src/extend.js';
 import { BullMqBroker, type BullMqBrokerOptions } from '../src/redis/index.js';
 import { benchPrefix, deleteKeys, startBenchRedis, table } from './support.js';
 
 const CONCURRENCY = 16;
+/** BullMqBroker's default partition count: the most messages the ordered shape can hold at once. */
+const PARTITIONS = 8;
 const WINDOW_MS = Number(process.env.BENCH_WINDOW_MS ?? 60_000);
 const SETTLE_MS = 3_000;
 /** A busy worker that has not begun every handler by then has lost messages: fail loudly. */
@@ -147,6 +151,23 @@ async function counters(admin: Redis): Promise<Counters> {
 
 const pause = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** How many messages a busy endpoint of `shape` holds at once. */
+function busyCount(shape: Shape): number {
+  return shape.ordered ? Math.min(PARTITIONS, CONCURRENCY) : CONCURRENCY;
+}
+
+/** `count` partition keys; for an ordered shape, each in a partition of its own. */
+function busyKeys(shape: Shape, count: number): string[] {
+  if (!shape.ordered) return Array.from({ length: count }, (_, n) => `k${n}`);
+  const byPartition = new Map<number, string>();
+  for (let n = 0; byPartition.size < count; n++) {
+    const key = `k${n}`;
+    const partition = partitionOf(key, PARTITIONS);
+    if (!byPartition.has(partition)) byPartition.set(partition, key);
+  }
+  return [...byPartition.values()];
+}
+
 async function measure(
   url: string,
   admin: Redis,
@@ -170,27 +191,22 @@ async function measure(
     await bus.start();
     if (state === 'busy') {
       const now = Date.now();
+      const held = busyCount(shape);
+      const keys = busyKeys(shape, held);
       await broker.publishBatch(
-        Array.from(
-          { length: CONCURRENCY },
-          // One message per type while there are enough: a partition queue runs one message at a time.
-          (_, n) =>
-            prepareMessage(
-              definitions[n % shape.types] as CommandDefinition,
-              { n, key: `k${n}` },
-              {},
-              { now },
-            ).outgoing,
+        keys.map(
+          // One message per type while there are enough.
+          (key, n) =>
+            prepareMessage(definitions[n % shape.types] as CommandDefinition, { n, key }, {}, { now })
+              .outgoing,
         ),
       );
       await new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => {
-          reject(
-            new Error(`Only ${hold.begun} of ${CONCURRENCY} handlers began within ${START_TIMEOUT_MS} ms`),
-          );
+          reject(new Error(`Only ${hold.begun} of ${held} handlers began within ${START_TIMEOUT_MS} ms`));
         }, START_TIMEOUT_MS);
         hold.onBegun = () => {
-          if (hold.begun < CONCURRENCY) return;
+          if (hold.begun < held) return;
           clearTimeout(timer);
           resolve();
         };
@@ -227,7 +243,7 @@ async function main(): Promise<void> {
       `Harrier lock-cost benchmark — ${hostname()}, Node ${process.version} (${process.platform}/${process.arch}, ${cpu}, ${cpus().length} CPUs), Redis ${version}`,
     );
     console.log(
-      `One worker process, concurrency ${CONCURRENCY}; busy = ${CONCURRENCY} handlers asleep for the whole window; window ${WINDOW_MS / 1000} s\n`,
+      `One worker process, concurrency ${CONCURRENCY}; busy = ${CONCURRENCY} handlers asleep for the whole window (${PARTITIONS} on the ordered endpoint, one per partition); window ${WINDOW_MS / 1000} s\n`,
     );
     const rows: string[][] = [];
     for (const shape of SHAPES) {
