@@ -721,7 +721,8 @@ export class InMemoryBroker implements MessageBroker {
   /**
    * Delayed delivery, idempotent publish within `dedupeWindowMs`, per-key order, queue depths and
    * redelivery; nothing survives the process or is shared with another one (each instance is a
-   * system of its own), and a delivery never settled is held until the broker closes.
+   * system of its own). A delivery never settled is held until the broker closes, unless
+   * {@link InMemoryBroker.abandon} gives it up as a dead worker would: that end is counted.
    */
   capabilities(): BrokerCapabilities {
     return {
