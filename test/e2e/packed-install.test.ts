@@ -7,14 +7,15 @@
  * createTestBus from harrier/testing under node:test.
  *
  * The package is staged in the temp dir (package.json, README, LICENSE, the `files` entries, and a
- * dist/ compiled there) instead of packing the repo, whose prepack would delete the dist/ that other
- * test files run the CLI from.
+ * dist/ that scripts/build.ts compiles there) instead of packing the repo, whose prepack would delete
+ * the dist/ that other test files run the CLI from.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, normalize } from 'node:path';
+import { dirname, join, normalize, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { deleteKeys } from '../helpers/redis.js';
@@ -22,6 +23,10 @@ import { deleteKeys } from '../helpers/redis.js';
 const redisUrl = inject('redisUrl');
 const root = join(import.meta.dirname, '..', '..');
 const tsc = join(root, 'node_modules', '@typescript', 'native', 'bin', 'tsc');
+const tsx = join(root, 'node_modules', '.bin', 'tsx');
+
+/** What the tarball may weigh (as `npm pack` reports its size): docs/installing.md#what-the-package-contains. */
+const MAX_PACKED_BYTES = 1_000_000;
 
 interface Run {
   readonly code: number | null;
@@ -241,6 +246,17 @@ describeCheckpointStoreConformance('InMemoryCheckpointStore', async () => ({ sto
 describeDeadLetterStoreConformance('InMemoryDeadLetterStore', async () => ({ store: new InMemoryDeadLetterStore() }));
 `;
 
+/** An error thrown inside the installed package, printed with its stack. */
+const THROW_MJS = `import { z } from 'zod';
+import { defineCommand } from 'harrier';
+
+try {
+  defineCommand('not a type!', { schema: z.object({}) });
+} catch (error) {
+  console.log(JSON.stringify({ code: error.code, stack: error.stack }));
+}
+`;
+
 /** What an implementer type-checks against: the contract from harrier, its helpers from harrier/extend. */
 const EXTEND_TS = `import type { MessageBroker } from 'harrier';
 import { decodeEnvelope, parseAttemptHistory, type Delivery } from 'harrier/extend';
@@ -316,6 +332,7 @@ function anchorsOf(markdown: string): Set<string> {
 let work: string;
 let stage: string;
 let packedFiles: string[];
+let packedBytes: number;
 let full: string;
 let bare: string;
 let fullInstall: Run;
@@ -324,14 +341,18 @@ beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'harrier-packed-'));
   stage = join(work, 'package');
   mkdirSync(stage);
+  // `files` entries starting with ! are exclusions, which npm pack applies to what is staged.
   for (const entry of ['package.json', 'README.md', 'LICENSE', ...rootPackage.files]) {
-    if (entry !== 'dist') cpSync(join(root, entry), join(stage, entry), { recursive: true });
+    if (entry !== 'dist' && !entry.startsWith('!')) {
+      cpSync(join(root, entry), join(stage, entry), { recursive: true });
+    }
   }
-  await ok('node', [tsc, '-p', join(root, 'tsconfig.build.json'), '--outDir', join(stage, 'dist')], root);
+  await ok(tsx, [join(root, 'scripts', 'build.ts'), join(stage, 'dist')], root);
   const packed = await ok('npm', ['pack', '--ignore-scripts', '--json', '--pack-destination', work], stage);
-  const [info] = JSON.parse(packed.stdout) as { filename: string; files: { path: string }[] }[];
+  const [info] = JSON.parse(packed.stdout) as { filename: string; size: number; files: { path: string }[] }[];
   if (info === undefined) throw new Error(`npm pack printed no package: ${packed.stdout}`);
   packedFiles = info.files.map((file) => file.path);
+  packedBytes = info.size;
   const tarball = join(work, info.filename);
 
   full = join(work, 'app-full');
@@ -347,6 +368,7 @@ beforeAll(async () => {
     writeFileSync(join(dir, 'main.ts'), MAIN_TS);
     writeFileSync(join(dir, 'redis.ts'), REDIS_TS);
     writeFileSync(join(dir, 'foreign.mjs'), FOREIGN_MJS);
+    writeFileSync(join(dir, 'throw.mjs'), THROW_MJS);
     writeFileSync(join(dir, 'import-redis.mjs'), IMPORT_REDIS_MJS);
     writeFileSync(join(dir, 'extend.ts'), EXTEND_TS);
     writeFileSync(join(dir, 'test-bus.test.mjs'), TEST_BUS_TEST_MJS);
@@ -360,13 +382,21 @@ afterAll(() => {
 });
 
 describe('the packed package', () => {
-  it('ships LICENSE, README, docs and dist, and neither src nor declaration maps', () => {
+  it(`weighs at most ${String(MAX_PACKED_BYTES / 1_000_000)} MB packed`, () => {
+    expect(packedBytes).toBeLessThanOrEqual(MAX_PACKED_BYTES);
+  });
+
+  it('ships LICENSE, README, docs, dist and src, and neither declaration maps nor screenshots', () => {
     expect(packedFiles).toEqual(
       expect.arrayContaining([
         'LICENSE',
         'README.md',
         'package.json',
         'docs/redis.md',
+        'docs/dashboard.md',
+        'docs/images/trace.svg',
+        'src/index.ts',
+        'src/redis/index.ts',
         'dist/index.js',
         'dist/index.d.ts',
         'dist/redis/index.js',
@@ -377,36 +407,45 @@ describe('the packed package', () => {
         'dist/cli/bin.js',
       ]),
     );
-    expect(packedFiles.filter((path) => path.startsWith('src/') || path.endsWith('.d.ts.map'))).toEqual([]);
+    expect(packedFiles.filter((path) => path.endsWith('.d.ts.map') || path.endsWith('.png'))).toEqual([]);
     expect(readFileSync(join(stage, 'LICENSE'), 'utf8')).toMatch(
       /^MIT License\n\nCopyright \(c\) \d{4} Harrier contributors/,
     );
   });
 
-  it('has source maps that carry every source they name', () => {
-    const maps = packedFiles.filter((path) => path.endsWith('.js.map'));
-    expect(maps.length).toBeGreaterThan(10);
-    for (const path of maps) {
-      const map = JSON.parse(readFileSync(join(stage, path), 'utf8')) as {
+  it('has a source map beside every script, naming the src/ files of the package it was built from', () => {
+    const scripts = packedFiles.filter((path) => path.endsWith('.js'));
+    expect(scripts.length).toBeGreaterThan(10);
+    const unmapped: string[] = [];
+    for (const script of scripts) {
+      if (!packedFiles.includes(`${script}.map`)) {
+        unmapped.push(`${script}: no map`);
+        continue;
+      }
+      const map = JSON.parse(readFileSync(join(stage, `${script}.map`), 'utf8')) as {
+        sourceRoot?: string;
         sources: string[];
-        sourcesContent?: (string | null)[];
+        sourcesContent?: unknown;
       };
-      expect({
-        path,
-        contents: map.sourcesContent?.filter((text) => typeof text === 'string').length,
-      }).toEqual({
-        path,
-        contents: map.sources.length,
-      });
+      const sources = map.sources.map((source) =>
+        normalize(join(dirname(script), map.sourceRoot ?? '', source)).replaceAll('\\', '/'),
+      );
+      if (sources.length !== 1 || !sources.every((source) => packedFiles.includes(source))) {
+        unmapped.push(`${script}: ${sources.join(', ')}`);
+      }
+      if (map.sourcesContent !== undefined) unmapped.push(`${script}: inlines its sources`);
     }
+    expect(unmapped).toEqual([]);
   });
 
-  it('has README and docs links that resolve to files and headings inside it', () => {
+  it('has README and docs links that resolve to files and headings inside it (screenshots: in the repository)', () => {
     const broken: string[] = [];
     for (const page of packedFiles.filter((path) => path.endsWith('.md'))) {
       for (const { path, anchor } of relativeLinks(readFileSync(join(stage, page), 'utf8'))) {
         const target = path === '' ? page : normalize(join(dirname(page), path)).replaceAll('\\', '/');
-        if (!packedFiles.includes(target)) broken.push(`${page} -> ${path}`);
+        if (target.startsWith('docs/images/') && target.endsWith('.png')) {
+          if (!existsSync(join(root, target))) broken.push(`${page} -> ${path}`);
+        } else if (!packedFiles.includes(target)) broken.push(`${page} -> ${path}`);
         else if (
           anchor !== undefined &&
           target.endsWith('.md') &&
@@ -477,6 +516,22 @@ describe('a decorated app on the installed package', () => {
         await admin.quit();
       }
     }, 60_000);
+
+    it('maps an error thrown inside the package to its src/ file and line under node --enable-source-maps', async () => {
+      const result = await ok('node', ['--enable-source-maps', 'throw.mjs'], full);
+      const { code, stack } = JSON.parse(result.stdout) as { code: string; stack: string };
+      expect(code).toBe('invalid-definition');
+      // Node names a mapped frame's file by its path, an unmapped one by its file: URL.
+      const frames = [...stack.matchAll(/^ {4}at .*\((\S+):(\d+):\d+\)$/gm)].map(([, file = '', line]) => ({
+        path: file.startsWith('file:') ? fileURLToPath(file) : file,
+        line: Number(line),
+      }));
+      const [thrower, caller] = frames;
+      expect(relative(join(full, 'node_modules', 'harrier'), thrower?.path ?? '')).toMatch(/^src\/.+\.ts$/);
+      expect(relative(join(full, 'node_modules', 'harrier'), caller?.path ?? '')).toMatch(/^src\/.+\.ts$/);
+      const source = readFileSync(thrower?.path ?? '', 'utf8').split('\n');
+      expect(source[(thrower?.line ?? 0) - 1]).toContain('throw new HarrierError(');
+    });
 
     it('prints the CLI help with npx harrier --help, and dlq list --help', async () => {
       const help = await run('npx', ['--no', '--', 'harrier', '--help'], full);
