@@ -7,6 +7,7 @@ import {
   createBus,
   defineCommand,
   silentLogger,
+  type DedupeMode,
   type HandlesCommand,
   type MessageBroker,
   type MessageBus,
@@ -18,10 +19,27 @@ export const PlaceOrder = defineCommand('bench.PlaceOrder', {
   schema: z.object({ orderId: z.string(), amount: z.number().int().positive() }),
 });
 
+/**
+ * The same command (same type, schema and handler) with `dedupe: 'while-queued'`: on Redis its jobs
+ * carry no deduplication id. A bus knows one of the two, never both.
+ */
+export const PlaceOrderWhileQueued = defineCommand(PlaceOrder.type, {
+  schema: PlaceOrder.schema,
+  dedupe: 'while-queued',
+});
+
 /** Its handler: reads the payload and returns. */
 @CommandHandler(PlaceOrder)
 export class PlaceOrderHandler implements HandlesCommand<typeof PlaceOrder> {
   handle(payload: PayloadOf<typeof PlaceOrder>): void {
+    if (payload.amount <= 0) throw new Error('unreachable');
+  }
+}
+
+/** The same handler, of {@link PlaceOrderWhileQueued}. */
+@CommandHandler(PlaceOrderWhileQueued)
+export class PlaceOrderWhileQueuedHandler implements HandlesCommand<typeof PlaceOrderWhileQueued> {
+  handle(payload: PayloadOf<typeof PlaceOrderWhileQueued>): void {
     if (payload.amount <= 0) throw new Error('unreachable');
   }
 }
@@ -32,12 +50,20 @@ export const payloadOf = (i: number): PayloadOf<typeof PlaceOrder> => ({
   amount: 1 + (i % 10),
 });
 
-/** A bus of endpoint `bench` on `broker` that handles PlaceOrder and calls `onHandled` after each ack. */
-export function placeOrderBus(broker: MessageBroker, concurrency: number, onHandled: () => void): MessageBus {
+/**
+ * A bus of endpoint `bench` on `broker` that handles PlaceOrder and calls `onHandled` after each ack;
+ * with `dedupe` 'while-queued', the PlaceOrder it knows is {@link PlaceOrderWhileQueued}.
+ */
+export function placeOrderBus(
+  broker: MessageBroker,
+  concurrency: number,
+  onHandled: () => void,
+  dedupe: DedupeMode = 'window',
+): MessageBus {
   return createBus({
     endpoint: 'bench',
     broker,
-    handlers: [PlaceOrderHandler],
+    handlers: [dedupe === 'window' ? PlaceOrderHandler : PlaceOrderWhileQueuedHandler],
     concurrency,
     logger: silentLogger,
     hooks: { onHandled },

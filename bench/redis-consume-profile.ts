@@ -8,8 +8,10 @@
  * round after a warm-up. Rows group by function; the last table groups by library. The bare worker's
  * table is the floor: what BullMQ, ioredis and the socket cost with Harrier's job shape.
  *
- * Run: `npm run bench:redis-consume-profile` (BENCH_N, default 20000; BENCH_BARE=1; BENCH_PROFILE_OUT
- * to also write the .cpuprofile for DevTools) against `REDIS_URL` (default redis://127.0.0.1:6379).
+ * Run: `npm run bench:redis-consume-profile` (BENCH_N, default 20000; BENCH_BARE=1; BENCH_DEDUPE=
+ * while-queued for the jobs of a definition with `dedupe: 'while-queued'`, no deduplication id;
+ * BENCH_PROFILE_OUT to also write the .cpuprofile for DevTools) against `REDIS_URL` (default
+ * redis://127.0.0.1:6379).
  */
 import 'reflect-metadata';
 import { writeFileSync } from 'node:fs';
@@ -20,11 +22,13 @@ import { Redis } from 'ioredis';
 import { silentLogger } from '../src/index.js';
 import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
 import { BullMqBroker } from '../src/redis/index.js';
-import { PlaceOrder, payloadOf, placeOrderBus } from './place-order.js';
+import { PlaceOrder, PlaceOrderWhileQueued, payloadOf, placeOrderBus } from './place-order.js';
 import { Counter, benchPrefix, deleteKeys, table } from './support.js';
 
 const N = Number(process.env.BENCH_N ?? 20_000);
 const BARE = process.env.BENCH_BARE === '1';
+const DEDUPE = process.env.BENCH_DEDUPE === 'while-queued' ? 'while-queued' : 'window';
+const DEFINITION = DEDUPE === 'window' ? PlaceOrder : PlaceOrderWhileQueued;
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 /** The profiler's sampling interval, µs. */
 const SAMPLING_US = 200;
@@ -51,9 +55,14 @@ async function run(n: number, profile: boolean): Promise<Profile | undefined> {
   const prefix = benchPrefix();
   const handled = new Counter(180_000);
   const broker = new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
-  const bus = placeOrderBus(broker, CONCURRENCY, () => {
-    handled.hit();
-  });
+  const bus = placeOrderBus(
+    broker,
+    CONCURRENCY,
+    () => {
+      handled.hit();
+    },
+    DEDUPE,
+  );
   const workerConnection = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   let worker: Worker | undefined;
   let result: Profile | undefined;
@@ -65,7 +74,7 @@ async function run(n: number, profile: boolean): Promise<Profile | undefined> {
       const now = Date.now();
       const messages: OutgoingMessage[] = [];
       for (let i = from; i < Math.min(n, from + 1000); i++) {
-        messages.push(prepareMessage(PlaceOrder, payloadOf(i), {}, { now }).outgoing);
+        messages.push(prepareMessage(DEFINITION, payloadOf(i), {}, { now }).outgoing);
       }
       await broker.publishBatch(messages);
     }
@@ -88,7 +97,7 @@ async function run(n: number, profile: boolean): Promise<Profile | undefined> {
     if (profile) result = (await session.post('Profiler.stop')).profile as Profile;
     const used = process.cpuUsage(cpu);
     console.log(
-      `${BARE ? 'bare Worker' : 'Harrier'}: ${Math.round(n / ((performance.now() - started) / 1000))} msg/s, CPU ${((used.user + used.system) / n).toFixed(1)} µs/msg${profile ? ' (profiled)' : ''}`,
+      `${BARE ? 'bare Worker' : 'Harrier'} (dedupe '${DEDUPE}'): ${Math.round(n / ((performance.now() - started) / 1000))} msg/s, CPU ${((used.user + used.system) / n).toFixed(1)} µs/msg${profile ? ' (profiled)' : ''}`,
     );
   } finally {
     await worker?.close();

@@ -27,6 +27,12 @@
  * consume rate is the most Harrier's broker could reach with that job shape if decoding, validation,
  * dispatch and dependency injection cost nothing.
  *
+ * Two more measure the opt-in `dedupe: 'while-queued'` of a definition (its jobs carry the message id as
+ * job id but no deduplication id, so a duplicate is dropped only while its job exists): "Harrier
+ * while-queued" is the Harrier system on that definition (same type, schema and handler), and "raw on
+ * while-queued jobs" the bare `Worker` on the jobs Harrier's broker writes for it. The target of that
+ * mode is consume at 0.95x raw BullMQ or better, by rate and by CPU.
+ *
  * A calibration run shows what the target leaves room for: raw BullMQ again, with a processor that
  * spends {@link SPIN_US} µs of CPU (a busy loop) on each job before it returns.
  *
@@ -51,7 +57,8 @@ import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { silentLogger } from '../src/index.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
-import { PlaceOrder, payloadOf, placeOrderBus } from './place-order.js';
+import type { DedupeMode } from '../src/index.js';
+import { PlaceOrder, PlaceOrderWhileQueued, payloadOf, placeOrderBus } from './place-order.js';
 import { CHUNK, produceRaw, produceWithHarrier, registerRoute } from './produce-support.js';
 import {
   adminClient,
@@ -76,6 +83,11 @@ const SPIN_US = Number(process.env.BENCH_SPIN_US ?? 10);
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 /** A run that has not finished by then has lost messages: fail loudly instead of hanging. */
 const RUN_TIMEOUT_MS = 180_000;
+/** What `dedupe: 'while-queued'` must reach against raw BullMQ, by rate and by CPU. */
+const WHILE_QUEUED_TARGET = 0.95;
+/** The PlaceOrder definition of each dedupe mode. */
+const definitionOf = (dedupe: DedupeMode): typeof PlaceOrder =>
+  dedupe === 'window' ? PlaceOrder : PlaceOrderWhileQueued;
 
 if (!Number.isInteger(N) || N < 1) {
   throw new Error(`BENCH_N must be a positive whole number, got "${process.env.BENCH_N ?? ''}"`);
@@ -113,27 +125,29 @@ async function jobBytes(prefix: string, queue: string): Promise<number> {
 }
 
 /**
- * Raw BullMQ: `Queue.addBulk` of the bare payload, then a bare `Worker`. With `harrierJobs`, the
- * jobs are published by Harrier's broker instead, and the same bare `Worker` consumes them.
+ * Raw BullMQ: `Queue.addBulk` of the bare payload, then a bare `Worker`. With `harrierJobs` (the
+ * dedupe mode of the definition), the jobs are published by Harrier's broker instead, and the same
+ * bare `Worker` consumes them.
  */
-async function rawBullMq(n = N, harrierJobs = false, spinUs = 0): Promise<Sample> {
+async function rawBullMq(n = N, harrierJobs: DedupeMode | false = false, spinUs = 0): Promise<Sample> {
   const rate = (ms: number): number => n / (ms / 1000);
   const prefix = newPrefix();
-  const name = harrierJobs ? `cmd~${PlaceOrder.type}` : 'bench';
+  const name = harrierJobs === false ? 'bench' : `cmd~${PlaceOrder.type}`;
   const producer = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   const consumer = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   const queue = new Queue(name, { connection: producer, prefix });
-  const broker = harrierJobs
-    ? new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger })
-    : undefined;
+  const broker =
+    harrierJobs === false
+      ? undefined
+      : new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
   let worker: Worker | undefined;
   try {
     if (broker !== undefined) await registerRoute(REDIS_URL, prefix, PlaceOrder.type);
     // Timed from a fresh client on every side: Harrier's broker connects on its first publish.
     let started = performance.now();
     await queue.waitUntilReady();
-    if (broker !== undefined) {
-      await produceWithHarrier(broker, PlaceOrder, payloadOf, n);
+    if (broker !== undefined && harrierJobs !== false) {
+      await produceWithHarrier(broker, definitionOf(harrierJobs), payloadOf, n);
     } else {
       await produceRaw(queue, PlaceOrder.type, payloadOf, n, false);
     }
@@ -196,18 +210,24 @@ async function rawWithIds(n = N): Promise<number> {
   }
 }
 
-async function harrier(n = N): Promise<Sample> {
+/** Harrier: `publishBatch`, then a bus handling PlaceOrder; `dedupe` is the definition's mode. */
+async function harrier(n = N, dedupe: DedupeMode = 'window'): Promise<Sample> {
   const rate = (ms: number): number => n / (ms / 1000);
   const prefix = newPrefix();
   const handled = new Counter(RUN_TIMEOUT_MS);
   const broker = new BullMqBroker({ connection: REDIS_URL, prefix, logger: silentLogger });
-  const bus = placeOrderBus(broker, CONCURRENCY, () => {
-    handled.hit();
-  });
+  const bus = placeOrderBus(
+    broker,
+    CONCURRENCY,
+    () => {
+      handled.hit();
+    },
+    dedupe,
+  );
   try {
     await registerRoute(REDIS_URL, prefix, PlaceOrder.type);
     let started = performance.now();
-    await produceWithHarrier(broker, PlaceOrder, payloadOf, n);
+    await produceWithHarrier(broker, definitionOf(dedupe), payloadOf, n);
     const produce = rate(performance.now() - started);
     const bytes = await jobBytes(prefix, `cmd~${PlaceOrder.type}`);
 
@@ -241,19 +261,25 @@ async function main(): Promise<void> {
   const began = performance.now();
   await rawBullMq(WARM_UP);
   await rawWithIds(WARM_UP);
-  await rawBullMq(WARM_UP, true);
+  await rawBullMq(WARM_UP, 'window');
   await harrier(WARM_UP);
+  await rawBullMq(WARM_UP, 'while-queued');
+  await harrier(WARM_UP, 'while-queued');
   const raw: Sample[] = [];
   const rawIds: number[] = [];
   const shaped: Sample[] = [];
   const ours: Sample[] = [];
+  const shapedWq: Sample[] = [];
+  const oursWq: Sample[] = [];
   const spun: Sample[] = [];
   // Rounds alternate the systems so drift (JIT, Redis memory, other load) spreads over all of them.
   for (let round = 0; round < ROUNDS; round++) {
     raw.push(await rawBullMq());
     rawIds.push(await rawWithIds());
-    shaped.push(await rawBullMq(N, true));
+    shaped.push(await rawBullMq(N, 'window'));
     ours.push(await harrier());
+    shapedWq.push(await rawBullMq(N, 'while-queued'));
+    oursWq.push(await harrier(N, 'while-queued'));
     if (SPIN_US > 0) spun.push(await rawBullMq(N, false, SPIN_US));
   }
 
@@ -261,7 +287,10 @@ async function main(): Promise<void> {
     const r = median(raw.map(pick));
     const j = median(shaped.map(pick));
     const h = median(ours.map(pick));
-    return [label, fmtRate(r), fmtRate(j), fmtRate(h), `${(j / r).toFixed(3)}x`, `${(h / r).toFixed(3)}x`];
+    const jw = median(shapedWq.map(pick));
+    const hw = median(oursWq.map(pick));
+    const x = (value: number): string => `${(value / r).toFixed(3)}x`;
+    return [label, fmtRate(r), fmtRate(j), fmtRate(h), fmtRate(jw), fmtRate(hw), x(j), x(h), x(jw), x(hw)];
   };
   const body = [
     row('produce msg/s', (s) => s.produce),
@@ -270,7 +299,23 @@ async function main(): Promise<void> {
     row('consume CPU us/msg (Redis server)', (s) => s.consumeRedisCpuUs),
     row('consume CPU us/msg (both)', (s) => s.consumeCpuUs + s.consumeRedisCpuUs),
   ];
-  console.log(table(['', 'raw BullMQ', "raw on Harrier's jobs", 'Harrier', 'jobs/raw', 'Harrier/raw'], body));
+  console.log(
+    table(
+      [
+        '',
+        'raw BullMQ',
+        "raw on Harrier's jobs",
+        'Harrier',
+        'raw on while-queued jobs',
+        'Harrier while-queued',
+        'jobs/raw',
+        'Harrier/raw',
+        'wq jobs/raw',
+        'Harrier wq/raw',
+      ],
+      body,
+    ),
+  );
 
   console.log('\nEvery round (msg/s):');
   console.log(
@@ -284,15 +329,22 @@ async function main(): Promise<void> {
         ['raw BullMQ consume', ...raw.map((s) => fmtRate(s.consume))],
         ["raw on Harrier's jobs consume", ...shaped.map((s) => fmtRate(s.consume))],
         ['Harrier    consume', ...ours.map((s) => fmtRate(s.consume))],
+        ['raw on while-queued jobs consume', ...shapedWq.map((s) => fmtRate(s.consume))],
+        ['Harrier while-queued consume', ...oursWq.map((s) => fmtRate(s.consume))],
         ['raw BullMQ consume CPU us/msg', ...raw.map((s) => fmtRate(s.consumeCpuUs))],
         ["raw on Harrier's jobs consume CPU us/msg", ...shaped.map((s) => fmtRate(s.consumeCpuUs))],
         ['Harrier    consume CPU us/msg', ...ours.map((s) => fmtRate(s.consumeCpuUs))],
+        ['Harrier while-queued consume CPU us/msg', ...oursWq.map((s) => fmtRate(s.consumeCpuUs))],
         ['raw BullMQ consume Redis CPU us/msg', ...raw.map((s) => s.consumeRedisCpuUs.toFixed(1))],
         [
           "raw on Harrier's jobs consume Redis CPU us/msg",
           ...shaped.map((s) => s.consumeRedisCpuUs.toFixed(1)),
         ],
         ['Harrier    consume Redis CPU us/msg', ...ours.map((s) => s.consumeRedisCpuUs.toFixed(1))],
+        [
+          'Harrier while-queued consume Redis CPU us/msg',
+          ...oursWq.map((s) => s.consumeRedisCpuUs.toFixed(1)),
+        ],
         ...(SPIN_US > 0
           ? [
               [`raw BullMQ + ${SPIN_US} us/job consume`, ...spun.map((s) => fmtRate(s.consume))],
@@ -321,6 +373,12 @@ async function main(): Promise<void> {
   const both = (s: Sample): number => s.consumeCpuUs + s.consumeRedisCpuUs;
   console.log(
     `Consume by CPU (this process + Redis per message; steadier than the rate on a shared host): Harrier ${(median(raw.map(both)) / median(ours.map(both))).toFixed(3)}x raw, a bare Worker on Harrier's jobs ${(median(raw.map(both)) / median(shaped.map(both))).toFixed(3)}x`,
+  );
+  const wqRate = median(oursWq.map((s) => s.consume)) / median(raw.map((s) => s.consume));
+  const wqCpu = median(raw.map(both)) / median(oursWq.map(both));
+  const wqMet = wqRate >= WHILE_QUEUED_TARGET && wqCpu >= WHILE_QUEUED_TARGET;
+  console.log(
+    `Target Harrier consume with dedupe 'while-queued' >= ${WHILE_QUEUED_TARGET}x raw BullMQ by rate and by CPU: ${wqMet ? 'met' : 'NOT met'} (rate ${wqRate.toFixed(3)}x, CPU ${wqCpu.toFixed(3)}x; every round by rate ${oursWq.map((s, i) => (s.consume / (raw[i]?.consume ?? Number.NaN)).toFixed(3)).join(' ')}, by CPU ${oursWq.map((s, i) => (both(raw[i] ?? s) / both(s)).toFixed(3)).join(' ')}; the default 'window': rate ${ratio.toFixed(3)}x, CPU ${(median(raw.map(both)) / median(ours.map(both))).toFixed(3)}x; a bare Worker on while-queued jobs: rate ${(median(shapedWq.map((s) => s.consume)) / median(raw.map((s) => s.consume))).toFixed(3)}x, CPU ${(median(raw.map(both)) / median(shapedWq.map(both))).toFixed(3)}x)`,
   );
   if (SPIN_US > 0) {
     const spunRatio = median(spun.map((s) => s.consume)) / median(raw.map((s) => s.consume));

@@ -39,6 +39,7 @@ export type {
   BackoffOptions,
   CommandDefinition,
   CommandOptions,
+  DedupeMode,
   DefinitionOptions,
   Envelope,
   EnvelopeMeta,

@@ -217,6 +217,14 @@ export interface BrokerCapabilities {
   /**
    * How long a published message id is remembered per subscription to drop a second publish of it,
    * in ms (idempotent publish); 0 when every publish delivers.
+   *
+   * @remarks
+   * The window of messages at the default {@link OutgoingMessage.dedupe}. A message with `dedupe:
+   * 'while-queued'` may be remembered only while the broker holds it (waiting, delayed, taken and
+   * not settled, or dead-lettered and kept), and at least that long when this is above 0: a second
+   * publish while the first copy is queued is dropped. A broker may keep the window for those
+   * messages too (the in-memory broker does); `BullMqBroker` does not, which is what makes them
+   * cheaper to consume.
    */
   readonly dedupeWindowMs: number;
   /**

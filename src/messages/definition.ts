@@ -51,6 +51,15 @@ export interface RetryOptions {
   readonly permanent?: (error: unknown) => boolean;
 }
 
+/**
+ * How long a broker drops a second publish of a message id (guarantee 5, idempotent publish):
+ * `'window'` for the broker's dedupe window after the first publish, `'while-queued'` only while the
+ * broker still holds the first copy. See {@link DefinitionOptions.dedupe}.
+ */
+export type DedupeMode = 'window' | 'while-queued';
+
+const DEDUPE_MODES: readonly DedupeMode[] = ['window', 'while-queued'];
+
 /** A partition key: the name of a payload field, or a function of the payload. */
 export type PartitionKeyOption<P> = (keyof P & string) | ((payload: P) => string);
 
@@ -74,6 +83,27 @@ export interface DefinitionOptions<S extends z.ZodType> {
    * @defaultValue the bus's retry policy
    */
   readonly retry?: RetryOptions;
+  /**
+   * How long a second publish of a message id is dropped: `'window'` for the broker's dedupe window
+   * after the first publish (`dedupeWindowMs`, 24 hours on `BullMqBroker`), `'while-queued'` only
+   * while the broker still holds the first copy (waiting, delayed, being handled, or dead-lettered
+   * and kept). Commands and events; queries are answered in-process and ignore it.
+   *
+   * @remarks
+   * `'while-queued'` is a throughput choice for Redis: `BullMqBroker` then stores no deduplication
+   * key per message (one Redis key with a time-to-live, written on publish and read again when the
+   * message is handled), and only the job id, which is the message id, drops a duplicate. It weakens
+   * idempotent publish for these messages: once the first copy has been handled (its job removed), a
+   * publish of the same id is delivered again. A publisher that retries after a time-out, an outbox
+   * relay or a saga step that re-publishes after a crash can then deliver a message twice, so give
+   * the receiving handlers an inbox (harrier/postgres) or make them idempotent. Set it on the
+   * definition both sides share: it is the receivers' guarantee that changes. The in-memory broker
+   * keeps its window for these messages too (a broker may always drop more duplicates), and the
+   * PostgreSQL outbox stores no mode, so what its relay publishes keeps the window.
+   *
+   * @defaultValue 'window'
+   */
+  readonly dedupe?: DedupeMode;
 }
 
 /** Options of {@link defineCommand}. */
@@ -124,6 +154,8 @@ export interface MessageDefinition<
   readonly schema: S;
   readonly ordered: boolean;
   readonly retry: RetryOptions | undefined;
+  /** How long a second publish of a message id is dropped ({@link DefinitionOptions.dedupe}). */
+  readonly dedupe: DedupeMode;
   /** Event-log topic (events only). */
   readonly topic: string | undefined;
   /** The partition key of a payload, or undefined when the definition has none. */
@@ -188,6 +220,13 @@ function create<K extends MessageKind, T extends string, S extends z.ZodType, R>
       `Definition "${type}" is ordered but has no partitionKey: order is kept per key, so pass partitionKey: 'someField' or a function of the payload`,
     );
   }
+  const dedupe = options.dedupe ?? 'window';
+  if (!DEDUPE_MODES.includes(dedupe)) {
+    throw new HarrierError(
+      'invalid-definition',
+      `Definition "${type}" has dedupe ${JSON.stringify(dedupe)}: use 'window' (the default: a second publish of an id is dropped for the broker's dedupe window) or 'while-queued' (only while the first copy is queued)`,
+    );
+  }
   const key = options.partitionKey;
   const partitionKeyOf =
     key === undefined
@@ -209,6 +248,7 @@ function create<K extends MessageKind, T extends string, S extends z.ZodType, R>
     schema: options.schema,
     ordered: options.ordered ?? false,
     retry: options.retry,
+    dedupe,
     topic: kind === 'event' ? (options.topic ?? (lastDot > 0 ? type.slice(0, lastDot) : type)) : undefined,
     partitionKeyOf,
     [definitionBrand]: true,

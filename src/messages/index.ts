@@ -6,6 +6,7 @@ export {
   type BackoffOptions,
   type CommandDefinition,
   type CommandOptions,
+  type DedupeMode,
   type DefinitionOptions,
   type EventDefinition,
   type EventOptions,

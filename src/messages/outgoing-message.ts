@@ -1,8 +1,11 @@
-import type { MessageKind } from './definition.js';
+import type { DedupeMode, MessageKind } from './definition.js';
 
 /** A message on its way to the broker. */
 export interface OutgoingMessage {
-  /** The envelope id; publishing the same id twice delivers it once per subscription. */
+  /**
+   * The envelope id; publishing the same id twice delivers it once per subscription (within the
+   * broker's dedupe window, or while the first copy is queued: see {@link OutgoingMessage.dedupe}).
+   */
   readonly id: string;
   readonly kind: MessageKind;
   readonly type: string;
@@ -35,4 +38,12 @@ export interface OutgoingMessage {
    * @defaultValue true
    */
   readonly requireRoute?: boolean | undefined;
+  /**
+   * How long a second publish of this id is dropped: `'while-queued'` only while the broker holds
+   * the first copy, which weakens idempotent publish for this message (see
+   * `DefinitionOptions.dedupe`); a broker may keep its window anyway. `prepareMessage` sets it from
+   * the definition.
+   * @defaultValue 'window' (the broker's `dedupeWindowMs`)
+   */
+  readonly dedupe?: DedupeMode | undefined;
 }

@@ -218,6 +218,8 @@ export function prepareMessage(
       // Only for telemetry's batch spans: without a provider nothing reads it (saga stores keep it).
       traceparent: context.traceparent === undefined ? undefined : traceparent,
       deliverAt: delayMs > 0 ? context.now + delayMs : undefined,
+      // Only the weaker mode is spelled out: a message at the default carries no field, as before.
+      dedupe: definition.dedupe === 'window' ? undefined : definition.dedupe,
     },
   };
 }

@@ -80,6 +80,13 @@ export interface BullMqBrokerOptions {
   readonly partitions?: number;
   /**
    * How long a published id is remembered per subscription to drop a second publish of it, in ms.
+   *
+   * @remarks
+   * Each message published at the default costs one Redis key with this time-to-live per
+   * subscription (see docs/redis.md#memory) and some consume speed. Messages of definitions with
+   * `dedupe: 'while-queued'` get no such key: a second publish of one of them is dropped only while
+   * its job exists, and delivered again once the first copy was handled.
+   *
    * @defaultValue 86400000 (24 hours)
    */
   readonly dedupeWindowMs?: number;
@@ -173,7 +180,8 @@ export interface BullMqBrokerOptions {
  * the endpoint that handles the type, shared by all its ordered command types, so one key keeps its
  * order across them (see {@link QueueLayout}). Subscriptions are registered in Redis, so a
  * publisher reads who subscribes (and which endpoint handles a command type) and adds one job per
- * subscription, with the message id as job id and deduplication id.
+ * subscription, with the message id as job id and, unless its definition's `dedupe` is
+ * `'while-queued'`, as deduplication id for `dedupeWindowMs`.
  * A worker's processor hands each job to the receiver and waits for the dispatcher's ack or nack,
  * so BullMQ's lock renewal and stalled-job recovery cover every delivery.
  */
@@ -546,7 +554,8 @@ export class BullMqBroker implements MessageBroker {
    *
    * @remarks
    * `durable` holds across restarts of Harrier's processes; across a restart of Redis only with
-   * persistence on (AOF, see docs/redis.md).
+   * persistence on (AOF, see docs/redis.md). `dedupeWindowMs` is the window of messages at the
+   * default `dedupe`; one with `dedupe: 'while-queued'` is deduplicated only while its job exists.
    */
   capabilities(): BrokerCapabilities {
     return {
@@ -637,7 +646,14 @@ export class BullMqBroker implements MessageBroker {
    * an endpoint's ordered-command partition queues that the endpoint does not order (any more).
    */
   async #toTypeQueue(job: Job<JobData>): Promise<void> {
-    const message = { id: job.id ?? '', kind: 'command' as const, type: job.name, body: '' };
+    const message: OutgoingMessage = {
+      id: job.id ?? '',
+      kind: 'command',
+      type: job.name,
+      body: '',
+      // Moved as it was published: a message without a deduplication id gets none here either.
+      dedupe: job.opts.deduplication === undefined ? 'while-queued' : undefined,
+    };
     await this.#addAll(this.#layout.commandQueue(job.name), [
       { name: job.name, data: job.data, opts: jobOptions(message, this.#clock.now(), this.#jobDefaults) },
     ]);

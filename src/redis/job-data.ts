@@ -74,7 +74,16 @@ export function jobOptionDefaults(settings: JobSettings): JobOptionDefaults {
   });
 }
 
-/** BullMQ job options for `message`: its id as job id and deduplication id, its delay, retention. */
+/**
+ * BullMQ job options for `message`: its id as job id and, unless its `dedupe` is `'while-queued'`,
+ * as deduplication id for the dedupe window; its delay, retention.
+ *
+ * @remarks
+ * The job id alone drops a second add of the id while the job exists. The deduplication id adds a
+ * key with a time-to-live that drops it for the window after the job was removed, at a price on
+ * every job: BullMQ writes the key on add and reads it again (`PTTL`, and `EXISTS` on its
+ * "dedup-next" key) when the job finishes.
+ */
 export function jobOptions(
   message: OutgoingMessage,
   now: number,
@@ -82,13 +91,15 @@ export function jobOptions(
 ): Record<string, unknown> {
   const opts: Record<string, unknown> = {
     jobId: message.id,
-    deduplication: { id: message.id, ttl: defaults.dedupeWindowMs },
     // Our dispatcher decides retries; BullMQ's own retry only catches a processor that crashed mid-settle.
     attempts: KEEP_ATTEMPTS,
     backoff: defaults.backoff,
     removeOnComplete: true,
     removeOnFail: defaults.removeOnFail,
   };
+  if (message.dedupe !== 'while-queued') {
+    opts.deduplication = { id: message.id, ttl: defaults.dedupeWindowMs };
+  }
   if (message.deliverAt !== undefined && message.deliverAt > now) opts.delay = message.deliverAt - now;
   return opts;
 }

@@ -677,6 +677,32 @@ export function describeMessageBrokerConformance(
         });
       });
 
+      describe("when the same id with dedupe 'while-queued' is published twice while the first is queued", () => {
+        requires('dedupeWindowMs');
+
+        it('delivers the event once per subscription and the command once', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('billing');
+          const invoiced = f().type('OrderInvoiced');
+          const charge = f().type('ChargeCard');
+          await f().commands(endpoint, charge);
+          await f().events(endpoint, { mailInvoice: [invoiced], bookRevenue: [invoiced] });
+          const event = f().message('event', invoiced, { dedupe: 'while-queued' });
+          const command = f().message('command', charge, { dedupe: 'while-queued' });
+
+          await broker.publishBatch([event, command]);
+          await broker.publishBatch([event, command]);
+
+          const inbox = f().inbox(endpoint);
+          const deliveries = await inbox.take(3);
+          expect(deliveries.map((d) => d.facts.handler ?? d.facts.type).sort()).toEqual(
+            ['bookRevenue', charge, 'mailInvoice'].sort(),
+          );
+          for (const delivery of deliveries) await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+
       describe('when deliverAt is in the future', () => {
         requires('delayedDelivery');
 

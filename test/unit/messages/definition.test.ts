@@ -71,6 +71,31 @@ describe('defineCommand / defineEvent / defineQuery', () => {
         expect(define('orders.Thing', { schema, ordered: true, partitionKey: 'orderId' }).ordered).toBe(true);
       });
     });
+
+    describe('when dedupe is given', () => {
+      it("keeps 'window' and 'while-queued', and defaults to 'window'", () => {
+        expect(define('orders.Thing', { schema }).dedupe).toBe('window');
+        expect(define('orders.Thing', { schema, dedupe: 'window' }).dedupe).toBe('window');
+        expect(define('orders.Thing', { schema, dedupe: 'while-queued' }).dedupe).toBe('while-queued');
+      });
+
+      it.each([
+        ['a misspelt mode', 'while_queued'],
+        ['a mode of another library', 'keep-last'],
+        ['a boolean', false],
+      ])('throws invalid-definition naming both modes for %s', (_case, dedupe) => {
+        let thrown: unknown;
+        try {
+          define('orders.Thing', { schema, dedupe: dedupe as never });
+        } catch (error) {
+          thrown = error;
+        }
+        expect(HarrierError.is(thrown) && thrown.code).toBe('invalid-definition');
+        expect((thrown as Error).message).toContain('"orders.Thing"');
+        expect((thrown as Error).message).toContain("'window'");
+        expect((thrown as Error).message).toContain("'while-queued'");
+      });
+    });
   });
 
   describe('defineCommand', () => {

@@ -52,3 +52,14 @@ describe('prepareMessage size limit', () => {
     }
   });
 });
+
+describe('prepareMessage dedupe', () => {
+  it("carries the definition's 'while-queued' to the broker, and nothing for the default window", () => {
+    const Weaker = defineCommand('prepare.Weaker', {
+      schema: z.object({ orderId: z.string() }),
+      dedupe: 'while-queued',
+    });
+    expect(prepareMessage(Weaker, { orderId: 'o-1' }, {}, { now: 1 }).outgoing.dedupe).toBe('while-queued');
+    expect(prepareMessage(PlaceOrder, { orderId: 'o-1' }, {}, { now: 1 }).outgoing.dedupe).toBeUndefined();
+  });
+});

@@ -30,6 +30,29 @@ describe('jobOptions', () => {
     });
   });
 
+  describe("when the message's dedupe is 'while-queued'", () => {
+    it('uses the message id as job id only, with no deduplication id', () => {
+      const opts = jobOptions(message({ dedupe: 'while-queued' }), 1_000, defaults);
+      expect(opts).toEqual({
+        jobId: message().id,
+        attempts: KEEP_ATTEMPTS,
+        backoff: { type: 'harrier' },
+        removeOnComplete: true,
+        removeOnFail: { age: 2, count: 7 },
+      });
+      expect(opts).not.toHaveProperty('deduplication');
+    });
+  });
+
+  describe("when the message's dedupe is 'window'", () => {
+    it('sets the deduplication id as a message without dedupe gets it', () => {
+      expect(jobOptions(message({ dedupe: 'window' }), 1_000, defaults).deduplication).toEqual({
+        id: message().id,
+        ttl: 60_000,
+      });
+    });
+  });
+
   describe('when the message is delivered later', () => {
     it('delays it by the time left, and not at all once that time has passed', () => {
       expect(jobOptions(message({ deliverAt: 1_250 }), 1_000, defaults).delay).toBe(250);
