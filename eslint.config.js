@@ -16,6 +16,7 @@ const LAYERS = [
   ['bus'],
   ['dashboard'],
   ['testing', 'redis', 'postgres'],
+  ['nestjs'],
   ['cli'],
 ];
 
@@ -57,9 +58,20 @@ const NO_OTEL = {
   message: 'Only src/telemetry may import @opentelemetry packages (an optional peer; docs/telemetry.md).',
 };
 
-/** The `no-restricted-imports` rule for `paths`, with OpenTelemetry unless `otel` is allowed. */
-function restrictImports(paths, otel = true) {
-  return { 'no-restricted-imports': ['error', otel ? { patterns: [NO_OTEL], paths } : { paths }] };
+/** Only src/nestjs may import Nest: optional peers, loaded only by "./nestjs" (docs/nestjs.md). */
+const NO_NEST = {
+  group: ['@nestjs/*'],
+  message:
+    'Only src/nestjs may import @nestjs packages (optional peers, loaded only by "./nestjs"; DESIGN.md layers).',
+};
+
+/**
+ * The `no-restricted-imports` rule for `paths`, with OpenTelemetry unless `otel` is allowed, and Nest
+ * unless `nest` is allowed.
+ */
+function restrictImports(paths, otel = true, nest = false) {
+  const patterns = [...(otel ? [NO_OTEL] : []), ...(nest ? [] : [NO_NEST])];
+  return { 'no-restricted-imports': ['error', { patterns, paths }] };
 }
 
 /** One config block per layer: its files may not import a folder of a higher layer. */
@@ -108,8 +120,16 @@ export default tseslint.config(
   },
   {
     files: ['src/**/*.ts'],
-    ignores: ['src/redis/**', 'src/telemetry/**'],
+    ignores: ['src/redis/**', 'src/telemetry/**', 'src/nestjs/**'],
     rules: restrictImports([NO_BULLMQ, NO_IOREDIS, NO_PG]),
+  },
+  {
+    files: ['src/nestjs/**/*.ts'],
+    rules: restrictImports(
+      [NO_BULLMQ, NO_IOREDIS, NO_INVERSIFY, NO_PG],
+      true,
+      true /* src/nestjs may import Nest */,
+    ),
   },
   {
     files: ['src/postgres/**/*.ts'],

@@ -14,7 +14,11 @@ import {
 import { Dispatcher, type StopOptions } from '../dispatch/dispatcher.js';
 import { NO_OPTIONS } from '../dispatch/handler-context.js';
 import type { DispatchHooks } from '../dispatch/dispatch-hooks.js';
-import type { EnvelopeVerifier, HandlerPipelineOptions } from '../dispatch/handler-pipeline-options.js';
+import type {
+  EnvelopeVerifier,
+  HandlerInvoker,
+  HandlerPipelineOptions,
+} from '../dispatch/handler-pipeline-options.js';
 import { MessagePublisher } from '../dispatch/message-publisher.js';
 import type { Middleware } from '../dispatch/middleware.js';
 import type { OutageOptions } from '../dispatch/outage-breaker.js';
@@ -171,6 +175,16 @@ export interface BusOptions {
    * @defaultValue `{}`
    */
   readonly messageScope?: MessageScopeOptions;
+  /**
+   * Makes (or finds) the handler instance for each message and calls its method, in place of
+   * resolving it from `container`: the seam for another injector (harrier/nestjs resolves handlers
+   * from Nest's). It gets the handler's registry entry, the method, the payload and the message's
+   * context, and returns what the method returned (a plain value or a promise); what it throws is
+   * the handler's failure. Not together with `messageScope`, which only the container uses.
+   * @throws HarrierError `invalid-option` from {@link createBus} when `messageScope` is given as well.
+   * @defaultValue resolves each handler from `container` as `messageScope` says
+   */
+  readonly invoke?: HandlerInvoker;
   /** @defaultValue the system clock */
   readonly clock?: Clock;
   /** @defaultValue warnings and errors as JSON lines on stderr */
@@ -479,7 +493,7 @@ class HarrierBus implements MessageBus {
     const pipeline: HandlerPipelineOptions = {
       registry: this.#registry,
       endpoint: this.endpoint,
-      invoke: containerInvoker(this.container, options.messageScope),
+      invoke: this.#invokerOf(options),
       publisher: this.publisher,
       ...(options.retry !== undefined ? { retry: options.retry } : {}),
       ...(options.isTransient !== undefined ? { isTransient: options.isTransient } : {}),
@@ -545,6 +559,24 @@ class HarrierBus implements MessageBus {
       concurrency: options.concurrency ?? 16,
       ...(options.settleTimeoutMs !== undefined ? { settleTimeoutMs: options.settleTimeoutMs } : {}),
     });
+  }
+
+  /** The given `invoke`, else the inversify container's invoker. */
+  #invokerOf(options: BusOptions): HandlerInvoker {
+    if (options.invoke === undefined) return containerInvoker(this.container, options.messageScope);
+    if (options.messageScope !== undefined) {
+      throw new HarrierError(
+        'invalid-option',
+        'messageScope cannot be combined with invoke: messageScope sets up the inversify container handlers are resolved from, and invoke replaces that resolution. Remove messageScope (scope handlers in the injector invoke resolves from), or remove invoke',
+      );
+    }
+    if (typeof options.invoke !== 'function') {
+      throw new HarrierError(
+        'invalid-option',
+        `invoke is ${withArticle(typeof options.invoke)}: pass a function (entry, method, payload, context) => result`,
+      );
+    }
+    return options.invoke;
   }
 
   send<D extends CommandDefinition>(
