@@ -74,8 +74,40 @@ function restrictImports(paths, otel = true, nest = false) {
   return { 'no-restricted-imports': ['error', { patterns, paths }] };
 }
 
-/** One config block per layer: its files may not import a folder of a higher layer. */
-const layerOrder = LAYERS.map((layer, index) => {
+/**
+ * A driver folder takes its driver's values from its peers module (required synchronously there, so
+ * that its entry point loads under `require(esm)` and a missing driver names its install), never
+ * from a static import; types come from `import type` as usual.
+ */
+const PEERS_MODULE = {
+  redis: [
+    ['bullmq', 'redis-peers.ts'],
+    ['ioredis', 'redis-peers.ts'],
+  ],
+  postgres: [['pg', 'postgres-peers.ts']],
+};
+
+/** zod's values come through the module that checks its version first (zod 3 fails at load otherwise). */
+const ZOD_MODULE = 'src/messages/supported-zod.ts';
+const ZOD_THROUGH_CHECK = {
+  name: 'zod',
+  allowTypeImports: true,
+  message: `Take z from ${ZOD_MODULE}, which checks that the installed zod is zod 4; import zod's types with \`import type\`.`,
+};
+
+/** The `paths` of `@typescript-eslint/no-restricted-imports` for a folder: its peers, and zod. */
+function restrictedPaths(folder) {
+  const peers = (PEERS_MODULE[folder] ?? []).map(([name, module]) => ({
+    name,
+    allowTypeImports: true,
+    message: `Take ${name}'s values from src/${folder}/${module} (a static import would break require() of the entry point); import its types with \`import type\`.`,
+  }));
+  return [...peers, ZOD_THROUGH_CHECK];
+}
+
+/** The `patterns` of `@typescript-eslint/no-restricted-imports` for the folders of `LAYERS[index]`. */
+function layerPatterns(index) {
+  const layer = LAYERS[index];
   const above = LAYERS.slice(index + 1).flat();
   const patterns =
     above.length === 0
@@ -87,11 +119,33 @@ const layerOrder = LAYERS.map((layer, index) => {
           },
         ];
   if (layer.includes('cli')) patterns.push(CLI_LAZY_REDIS, CLI_LAZY_POSTGRES, CLI_LAZY_TELEMETRY);
-  return {
-    files: layer.map((folder) => `src/${folder}/**/*.ts`),
-    rules: { '@typescript-eslint/no-restricted-imports': ['error', { patterns }] },
-  };
-});
+  return patterns;
+}
+
+/** One config block per folder: its files may not import a folder of a higher layer. */
+const layerOrder = LAYERS.flatMap((layer, index) =>
+  layer.map((folder) => ({
+    files: [`src/${folder}/**/*.ts`],
+    ignores: [ZOD_MODULE],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        { patterns: layerPatterns(index), paths: restrictedPaths(folder) },
+      ],
+    },
+  })),
+);
+
+/** The zod check itself imports zod. */
+const zodModule = {
+  files: [ZOD_MODULE],
+  rules: {
+    '@typescript-eslint/no-restricted-imports': [
+      'error',
+      { patterns: layerPatterns(LAYERS.findIndex((layer) => layer.includes('messages'))) },
+    ],
+  },
+};
 
 export default tseslint.config(
   { ignores: ['dist/**', '.bench/**', 'node_modules/**', 'coverage/**'] },
@@ -140,6 +194,7 @@ export default tseslint.config(
     rules: restrictImports([NO_PG]),
   },
   ...layerOrder,
+  zodModule,
   {
     files: [
       'src/messages/**/*.ts',

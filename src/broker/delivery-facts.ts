@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import { z } from '../messages/supported-zod.js';
 import {
   MAX_ATTEMPT_HISTORY,
   type AttemptRecord,

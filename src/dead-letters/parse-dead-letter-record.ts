@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import { z } from '../messages/supported-zod.js';
 import type { ErrorInfo } from '../broker/message-broker.js';
 import type { DeadLetterRecord } from './dead-letter-store.js';
 

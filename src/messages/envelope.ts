@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import { z } from './supported-zod.js';
 import { UUID_V7 } from './uuid-v7.js';
 
 /** The current envelope version. */

@@ -1,7 +1,8 @@
-import pg from 'pg';
+import type pg from 'pg';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { Logger } from '../logging/logger.js';
 import { describePostgres, isPool, type PostgresConnectionOptions } from './postgres-connection.js';
+import { pg as driver } from './postgres-peers.js';
 
 /** A pool to use, and whether closing the part that opened it ends it. */
 export interface PoolHandle {
@@ -19,7 +20,9 @@ export interface PoolHandle {
  */
 export function openPool(connection: PostgresConnectionOptions, logger?: Logger): PoolHandle {
   if (isPool(connection)) return { pool: connection, owned: false, end: async () => {} };
-  const pool = new pg.Pool(typeof connection === 'string' ? { connectionString: connection } : connection);
+  const pool = new driver.Pool(
+    typeof connection === 'string' ? { connectionString: connection } : connection,
+  );
   // An idle client that loses its server emits on the pool; without a listener Node would crash.
   // The pool has dropped the client already and opens a new one when next asked.
   pool.on('error', (error: Error) => {

@@ -1,4 +1,4 @@
-import { Cluster, Redis, type ClusterOptions } from 'ioredis';
+import type { ClusterOptions } from 'ioredis';
 import {
   isClusterClient,
   isRedisClient,
@@ -6,6 +6,7 @@ import {
   type RedisConnectionOptions,
   type RedisOptions,
 } from './redis-connection.js';
+import { ioredis } from './redis-peers.js';
 
 /** What the broker sets on each client it makes: how hard commands retry, and whether they queue. */
 export interface ClientSettings {
@@ -30,7 +31,7 @@ export function createBrokerClient(
   role: string,
 ): RedisClient {
   const connectionName = `${prefix}:harrier:${role}`;
-  if (typeof connection === 'string') return new Redis(connection, { connectionName, ...extra });
+  if (typeof connection === 'string') return new ioredis.Redis(connection, { connectionName, ...extra });
   if (isRedisClient(connection) || 'cluster' in connection) {
     const { enableOfflineQueue, lazyConnect, maxRetriesPerRequest } = extra;
     const withSettings = (options: ClusterOptions) => ({
@@ -40,7 +41,7 @@ export function createBrokerClient(
       redisOptions: { connectionName, ...options.redisOptions, maxRetriesPerRequest } as RedisOptions,
     });
     if (!isRedisClient(connection)) {
-      return new Cluster([...connection.cluster], withSettings(connection.options ?? {}));
+      return new ioredis.Cluster([...connection.cluster], withSettings(connection.options ?? {}));
     }
     if (isClusterClient(connection)) return connection.duplicate(undefined, withSettings(connection.options));
     return connection.duplicate({
@@ -49,5 +50,5 @@ export function createBrokerClient(
     });
   }
   const options: RedisOptions = { connectionName, ...connection, ...extra };
-  return new Redis(options);
+  return new ioredis.Redis(options);
 }

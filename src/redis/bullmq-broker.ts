@@ -1,5 +1,5 @@
 import { setTimeout as delay } from 'node:timers/promises';
-import { Job, Queue } from 'bullmq';
+import type { Job, Queue } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import type {
   BrokerCapabilities,
@@ -37,6 +37,7 @@ import { assertQueueNamePart, orderedCommandTypes, QueueLayout, type QueueSpec }
 import { registerEndpoint } from './register-endpoint.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
+import { bullmq } from './redis-peers.js';
 
 /** See {@link BullMqBrokerOptions.lockDurationMs}. */
 const DEFAULT_LOCK_DURATION_MS = 5_000;
@@ -457,7 +458,7 @@ export class BullMqBroker implements MessageBroker {
               : undefined,
           ),
     );
-    const existing = await this.#withTimeout(Job.fromId<JobData>(queue, message.id), 'find job');
+    const existing = await this.#withTimeout(bullmq.Job.fromId<JobData>(queue, message.id), 'find job');
     if (existing !== undefined) {
       let state = await this.#withTimeout(existing.getState(), 'read job state');
       // An active job of a dead letter is one the dispatcher has recorded and not yet failed: it
@@ -674,7 +675,7 @@ export class BullMqBroker implements MessageBroker {
   #queue(name: string): Queue {
     let queue = this.#queues.get(name);
     if (queue === undefined) {
-      queue = new Queue(name, { connection: this.#client, prefix: this.#prefix });
+      queue = new bullmq.Queue(name, { connection: this.#client, prefix: this.#prefix });
       queue.on('error', (error: Error) => {
         this.#logger.debug('BullMQ queue error', { queue: name, error: error.message });
       });

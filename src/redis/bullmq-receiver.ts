@@ -1,10 +1,4 @@
-import {
-  DelayedError,
-  Job,
-  UnrecoverableError as BullUnrecoverableError,
-  WaitingError,
-  Worker,
-} from 'bullmq';
+import type { Job, Worker } from 'bullmq';
 import type { Cluster, Redis } from 'ioredis';
 import { MAX_ATTEMPT_HISTORY, type Delivery, type ReceiverOptions } from '../broker/message-broker.js';
 import { commandQueue } from '../broker/queue-names.js';
@@ -19,6 +13,7 @@ import { KEEP_ATTEMPTS, readJobData, type JobData, type ParsedJobData } from './
 import { RELEASE, type Outcome, type Pending, type PendingDeliveries } from '../broker/pending-deliveries.js';
 import type { QueueSpec } from './queue-layout.js';
 import { ReceiverWorker } from './receiver-worker.js';
+import { bullmq } from './redis-peers.js';
 import { SlotBudget } from '../broker/slot-budget.js';
 
 /** How long closing a receiver waits for BullMQ's workers once none of its jobs is held any more. */
@@ -269,7 +264,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
     round: number,
   ): Promise<Outcome> {
     const inbox = this.#inbox;
-    if (inbox.closed) return job.moveToWait(token).then(() => Promise.reject(new WaitingError()));
+    if (inbox.closed) return job.moveToWait(token).then(() => Promise.reject(new bullmq.WaitingError()));
     const jobId = job.id ?? '';
     // The delivery id starts with the job's lock token (BullMQ's `<worker id>:<n>`). BullMQ hands the
     // same token on to the next job a worker slot fetches, even the same job again after a release, so
@@ -328,13 +323,13 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
         case 'ack':
           return;
         case 'dead':
-          throw new BullUnrecoverableError(`dead-lettered: ${result.reason}`);
+          throw new bullmq.UnrecoverableError(`dead-lettered: ${result.reason}`);
         case 'lost':
           // Another worker owns the job now; nothing this one does can settle it.
           throw new HarrierError('lock-lost', `Lost the lock of job ${jobId}`);
         case 'release':
           await job.moveToWait(token);
-          throw new WaitingError();
+          throw new bullmq.WaitingError();
         case 'retry': {
           const failed = (parsed.attemptsMade ?? 0) + 1;
           const history =
@@ -358,7 +353,7 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
           await job.updateData(next);
           if (!queue.ordered) {
             await job.moveToDelayed(wallClockIn(result.retryAt - clock.now()), token);
-            throw new DelayedError();
+            throw new bullmq.DelayedError();
           }
           // Ordered: keep the job (and its partition) until the retry, so no later message overtakes it.
           // The wait holds the partition, which no other receiver may work meanwhile, but not a slot:

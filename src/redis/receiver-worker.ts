@@ -1,5 +1,6 @@
-import { Job, Worker, type Processor, type WorkerOptions } from 'bullmq';
+import type { Job, Processor, WorkerOptions } from 'bullmq';
 import type { SlotBudget } from '../broker/slot-budget.js';
+import { bullmq } from './redis-peers.js';
 
 /** The stored form of a job, as BullMQ reads it from Redis. */
 type JobJson = Parameters<typeof Job.fromJSON>[1];
@@ -32,7 +33,7 @@ const NO_JOB = undefined as unknown as Job;
  * processor as a string and is dead-lettered as malformed, instead of failing inside BullMQ before
  * the processor and stalling forever.
  */
-export class ReceiverWorker<T> extends Worker<T> {
+export class ReceiverWorker<T> extends bullmq.Worker<T> {
   readonly #budget: SlotBudget;
   /** Tokens whose settled job passes its slot on to the job fetched next. */
   readonly #passedOn = new Set<string>();

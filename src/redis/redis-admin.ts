@@ -1,4 +1,3 @@
-import { Queue } from 'bullmq';
 import type { SystemAdmin } from '../admin/system-admin.js';
 import type { EndpointTopology, SubscriptionTopology, Topology } from '../admin/topology.js';
 import type { QueueDepth, SubscriptionSpec } from '../broker/message-broker.js';
@@ -13,6 +12,7 @@ import { RedisCheckpointStore } from './redis-checkpoint-store.js';
 import type { RedisConnectionOptions } from './redis-connection.js';
 import { RedisDeadLetterStore } from './redis-dead-letter-store.js';
 import { redisUnavailable } from './redis-errors.js';
+import { bullmq } from './redis-peers.js';
 import { RedisEventLog, scanLogPartitions } from './redis-event-log.js';
 import { RedisSagaStore } from './redis-saga-store.js';
 import { connectionFor, keyPrefixOf, runCommand, type RedisConnection } from './redis-support.js';
@@ -242,7 +242,7 @@ export class RedisAdmin implements SystemAdmin {
   }
 
   async #queueDepth(name: string): Promise<QueueDepth> {
-    const queue = new Queue(name, { connection: this.#connection.client, prefix: this.#prefix });
+    const queue = new bullmq.Queue(name, { connection: this.#connection.client, prefix: this.#prefix });
     // The failure reaches the caller through getJobCounts; unheard, BullMQ would print it to stderr.
     queue.on('error', () => undefined);
     try {

@@ -1,11 +1,10 @@
 /**
  * Everything of the Redis layer that needs bullmq or ioredis at run time, in one module that
- * `loadRedisLayer` (load-redis-layer.ts) imports with `import()` once it has checked that both are installed.
+ * `loadRedisLayer` (load-redis-layer.ts) imports with `import()` when the CLI first needs it.
  *
  * @remarks
  * Import this module only through `loadRedisLayer` (a type-only import is fine): a static import
- * would make bullmq and ioredis load when the importing module links, and a missing one would fail
- * there with ERR_MODULE_NOT_FOUND instead of the error that names `npm install bullmq ioredis`.
+ * would load bullmq and ioredis with the importing module, so the CLI would need them for `--help`.
  */
 export { BullMqBroker } from './bullmq-broker.js';
 export { RedisCheckpointStore } from './redis-checkpoint-store.js';

@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import { Cluster, Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
 import {
   describeConnection,
@@ -10,6 +9,7 @@ import {
   type RedisOptions,
 } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
+import { ioredis } from './redis-peers.js';
 
 /** A Lua script with its SHA1, for EVALSHA. */
 export interface RedisScript {
@@ -90,18 +90,18 @@ export function createClient(
   };
   const lazy = settings.lazyConnect === true ? { lazyConnect: true } : {};
   if (typeof connection === 'string') {
-    return new Redis(connection, { ...node, ...lazy, ...(retryStrategy ? { retryStrategy } : {}) });
+    return new ioredis.Redis(connection, { ...node, ...lazy, ...(retryStrategy ? { retryStrategy } : {}) });
   }
   if ('cluster' in connection) {
     const options = connection.options ?? {};
-    return new Cluster([...connection.cluster], {
+    return new ioredis.Cluster([...connection.cluster], {
       ...lazy,
       ...(retryStrategy ? { clusterRetryStrategy: retryStrategy } : {}),
       ...options,
       redisOptions: { ...node, ...options.redisOptions } as RedisOptions,
     });
   }
-  return new Redis({ ...node, ...lazy, ...(retryStrategy ? { retryStrategy } : {}), ...connection });
+  return new ioredis.Redis({ ...node, ...lazy, ...(retryStrategy ? { retryStrategy } : {}), ...connection });
 }
 
 /**

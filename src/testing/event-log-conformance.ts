@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { z } from 'zod';
+import { z } from '../messages/supported-zod.js';
 import type { AppendInput, EventLog, LogRecord, TopicSpec } from '../log/event-log.js';
 import { partitionOf } from '../messages/partition.js';
 import { uuidv7 } from '../messages/uuid-v7.js';

@@ -10,7 +10,6 @@
  * dist/ that scripts/build.ts compiles there) instead of packing the repo, whose prepack would delete
  * the dist/ that other test files run the CLI from.
  */
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { deleteKeys } from '../helpers/redis.js';
+import { ok, run, type Run } from '../helpers/run-command.js';
 
 const redisUrl = inject('redisUrl');
 const root = join(import.meta.dirname, '..', '..');
@@ -27,46 +27,6 @@ const tsx = join(root, 'node_modules', '.bin', 'tsx');
 
 /** What the tarball may weigh (as `npm pack` reports its size): docs/installing.md#what-the-package-contains. */
 const MAX_PACKED_BYTES = 1_000_000;
-
-interface Run {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-function run(
-  command: string,
-  args: readonly string[],
-  cwd: string,
-  env: Record<string, string> = {},
-): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, args, {
-      cwd,
-      env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? tmpdir(), ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
-    child.once('error', reject);
-    child.once('close', (code) => {
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
-
-/** Runs and throws with the output unless it exits 0. */
-async function ok(command: string, args: readonly string[], cwd: string): Promise<Run> {
-  const result = await run(command, args, cwd);
-  if (result.code !== 0) {
-    throw new Error(
-      `${command} ${args.join(' ')} exited ${String(result.code)}\n${result.stdout}\n${result.stderr}`,
-    );
-  }
-  return result;
-}
 
 /** The version of a package the repo has installed, so that the npm cache has it. */
 function installed(name: string): string {
@@ -197,12 +157,30 @@ try {
 }
 `;
 
-const IMPORT_REDIS_MJS = `try {
-  await import('harrier/redis');
-  console.log(JSON.stringify({ imported: true }));
-} catch (error) {
-  console.log(JSON.stringify({ name: error.name, code: error.code, message: error.message }));
+/** What `require()` of an entry point gives a CommonJS app: whether it loaded, else the error. */
+const REQUIRE_CJS = `const outcome = {};
+for (const entry of process.argv.slice(2)) {
+  try {
+    require(entry);
+    outcome[entry] = { loaded: true };
+  } catch (error) {
+    outcome[entry] = { name: error.name, code: error.code, message: error.message };
+  }
 }
+console.log(JSON.stringify(outcome));
+`;
+
+/** The same from an ES module, with \`import()\`. */
+const IMPORT_MJS = `const outcome = {};
+for (const entry of process.argv.slice(2)) {
+  try {
+    await import(entry);
+    outcome[entry] = { loaded: true };
+  } catch (error) {
+    outcome[entry] = { name: error.name, code: error.code, message: error.message };
+  }
+}
+console.log(JSON.stringify(outcome));
 `;
 
 /** A node:test file on harrier/testing, in plain JavaScript (decorators applied as functions). */
@@ -336,6 +314,8 @@ let packedBytes: number;
 let full: string;
 let bare: string;
 let fullInstall: Run;
+/** A directory with zod 3 in its node_modules. */
+let zod3: string;
 
 beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'harrier-packed-'));
@@ -357,9 +337,13 @@ beforeAll(async () => {
 
   full = join(work, 'app-full');
   bare = join(work, 'app-bare');
+  zod3 = join(work, 'zod3');
+  mkdirSync(zod3);
+  writeFileSync(join(zod3, 'package.json'), JSON.stringify({ name: 'zod3', private: true }));
   [fullInstall] = await Promise.all([
     installApp(full, tarball, ['inversify', 'zod', 'reflect-metadata', 'bullmq', 'ioredis', 'vitest']),
     installApp(bare, tarball, ['inversify', 'zod', 'reflect-metadata']),
+    ok('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', '--ignore-scripts', 'zod@3'], zod3),
   ]);
   for (const [dir, files] of [
     [full, ['main.ts', 'redis.ts', 'extend.ts']],
@@ -369,7 +353,8 @@ beforeAll(async () => {
     writeFileSync(join(dir, 'redis.ts'), REDIS_TS);
     writeFileSync(join(dir, 'foreign.mjs'), FOREIGN_MJS);
     writeFileSync(join(dir, 'throw.mjs'), THROW_MJS);
-    writeFileSync(join(dir, 'import-redis.mjs'), IMPORT_REDIS_MJS);
+    writeFileSync(join(dir, 'require.cjs'), REQUIRE_CJS);
+    writeFileSync(join(dir, 'import.mjs'), IMPORT_MJS);
     writeFileSync(join(dir, 'extend.ts'), EXTEND_TS);
     writeFileSync(join(dir, 'test-bus.test.mjs'), TEST_BUS_TEST_MJS);
     writeFileSync(join(dir, 'conformance.test.mjs'), CONFORMANCE_TEST_MJS);
@@ -594,6 +579,30 @@ describe('a decorated app on the installed package', () => {
     });
   });
 
+  describe('when Harrier resolves zod 3 (an install forced past the peer range)', () => {
+    it('fails to load with missing-dependency naming npm install zod@^4, from import and from require', async () => {
+      const own = join(full, 'node_modules', 'harrier', 'node_modules', 'zod');
+      cpSync(join(zod3, 'node_modules', 'zod'), own, { recursive: true });
+      try {
+        const expected = {
+          harrier: {
+            name: 'HarrierError',
+            code: 'missing-dependency',
+            message: expect.stringContaining('npm install zod@^4') as unknown,
+          },
+        };
+        expect(JSON.parse((await ok('node', ['import.mjs', 'harrier'], full)).stdout)).toMatchObject(
+          expected,
+        );
+        expect(JSON.parse((await ok('node', ['require.cjs', 'harrier'], full)).stdout)).toMatchObject(
+          expected,
+        );
+      } finally {
+        rmSync(join(full, 'node_modules', 'harrier', 'node_modules'), { recursive: true, force: true });
+      }
+    });
+  });
+
   describe('without bullmq and ioredis', () => {
     it('type-checks and runs the in-memory app', async () => {
       await ok('node', [tsc, '-p', 'tsconfig.json'], bare);
@@ -639,12 +648,31 @@ describe('a decorated app on the installed package', () => {
       expect(result.stdout).toMatch(/# fail 0/);
     }, 60_000);
 
-    it('rejects import("harrier/redis") with missing-dependency saying npm install bullmq ioredis', async () => {
-      const result = await ok('node', ['import-redis.mjs'], bare);
+    it('throws missing-dependency from require("harrier/redis") and, without pg, require("harrier/postgres")', async () => {
+      const result = await ok('node', ['require.cjs', 'harrier', 'harrier/redis', 'harrier/postgres'], bare);
       expect(JSON.parse(result.stdout)).toMatchObject({
-        name: 'HarrierError',
-        code: 'missing-dependency',
-        message: expect.stringContaining('npm install bullmq ioredis') as unknown,
+        harrier: { loaded: true },
+        'harrier/redis': {
+          name: 'HarrierError',
+          code: 'missing-dependency',
+          message: expect.stringContaining('npm install bullmq ioredis') as unknown,
+        },
+        'harrier/postgres': {
+          name: 'HarrierError',
+          code: 'missing-dependency',
+          message: expect.stringContaining('npm install pg') as unknown,
+        },
+      });
+    });
+
+    it('rejects import("harrier/redis") with missing-dependency saying npm install bullmq ioredis', async () => {
+      const result = await ok('node', ['import.mjs', 'harrier/redis'], bare);
+      expect(JSON.parse(result.stdout)).toMatchObject({
+        'harrier/redis': {
+          name: 'HarrierError',
+          code: 'missing-dependency',
+          message: expect.stringContaining('npm install bullmq ioredis') as unknown,
+        },
       });
     });
   });
