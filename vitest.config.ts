@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { SlowestFirst } from './test/slowest-first.js';
 
 export default defineConfig({
   test: {
@@ -11,5 +12,6 @@ export default defineConfig({
     // not on the CPU: two at once take the suite well under its serial time on a 2-core runner,
     // without the load of three stretching the tests that time Redis.
     maxWorkers: 2,
+    sequence: { sequencer: SlowestFirst },
   },
 });

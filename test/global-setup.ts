@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,12 +29,15 @@ function newestMtime(dir: string): number {
  * Builds dist/ once, before any test, when it is missing or older than src/: the CLI tests run the
  * built bin, and building here (not in each test file) means no test runs it while it is rewritten.
  */
-function ensureBuilt(): void {
+async function ensureBuilt(): Promise<void> {
   const bin = join(root, 'dist', 'cli', 'bin.js');
   if (existsSync(bin) && statSync(bin).mtimeMs >= newestMtime(join(root, 'src'))) return;
-  const result = spawnSync('npm', ['run', 'build'], { cwd: root, stdio: 'inherit', timeout: 300_000 });
-  if (!existsSync(bin))
-    throw new Error(`npm run build did not produce ${bin} (exit ${String(result.status)})`);
+  const status = await new Promise<number | null>((resolve, reject) => {
+    const build = spawn('npm', ['run', 'build'], { cwd: root, stdio: 'inherit', timeout: 300_000 });
+    build.once('error', reject);
+    build.once('exit', resolve);
+  });
+  if (!existsSync(bin)) throw new Error(`npm run build did not produce ${bin} (exit ${String(status)})`);
 }
 
 /** A real Redis: REDIS_URL when set, else a redis-server of our own; returns how to stop it. */
@@ -75,20 +78,22 @@ async function providePostgres(project: TestProject): Promise<() => void> {
 
 /**
  * Provides a real Redis and a real PostgreSQL to the tests: REDIS_URL / DATABASE_URL when set, else
- * servers of our own on free loopback ports in temp dirs.
+ * servers of our own on free loopback ports in temp dirs. Builds dist/ meanwhile, when it is stale.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
-  ensureBuilt();
-  const stopRedis = await provideRedis(project);
-  let stopPostgres: () => void;
-  try {
-    stopPostgres = await providePostgres(project);
-  } catch (error) {
-    stopRedis();
-    throw error;
+  const [built, redis, postgres] = await Promise.allSettled([
+    ensureBuilt(),
+    provideRedis(project),
+    providePostgres(project),
+  ]);
+  const stops = [redis, postgres].flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
+  for (const result of [built, redis, postgres]) {
+    if (result.status === 'rejected') {
+      for (const stop of stops) stop();
+      throw result.reason;
+    }
   }
   return async () => {
-    stopPostgres();
-    stopRedis();
+    for (const stop of stops.reverse()) stop();
   };
 }

@@ -1,16 +1,17 @@
 /**
  * Outages pause, they do not dead-letter: an app process (fixtures/outage-pause-app.ts) runs inbox handlers
- * in PostgreSQL, an outbox relay and a PostgreSQL projection while its PostgreSQL is stopped for
- * 60 s, then while its dead-letter store's Redis is stopped for 60 s, with 5,000 messages flowing.
- * The test starts its own PostgreSQL and both Redis servers, since it stops them.
+ * in PostgreSQL, an outbox relay and a PostgreSQL projection while one of its dependencies is stopped
+ * for 60 s with messages flowing: its PostgreSQL in one test, its dead-letter store's Redis in the
+ * other. Each test starts its own PostgreSQL and both Redis servers, since it stops one of them, and
+ * the two run at once: each spends most of its time waiting out its outage.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, it, type ExpectStatic, type OnTestFinishedHandler } from 'vitest';
 import { createBus, silentLogger, type MessageBus } from '../../src/index.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { BullMqBroker } from '../../src/redis/index.js';
@@ -24,7 +25,9 @@ import { Credit } from './fixtures/outage-pause-messages.js';
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const APP = fileURLToPath(new URL('./fixtures/outage-pause-app.ts', import.meta.url));
 const SCHEMA = 'outage';
-const TOTAL = 5_000;
+/** Credits sent before the outage, over {@link BEFORE_MS}. */
+const BEFORE = 1_000;
+const BEFORE_MS = 5_000;
 const OUTAGE_MS = 60_000;
 const ACCOUNTS = 40;
 
@@ -35,32 +38,60 @@ interface AppLine {
   readonly deadLettered?: { readonly reason: string; readonly error: string };
 }
 
-let postgres: LocalPostgres;
-let brokerRedis: RedisServer;
-let dlqRedis: RedisServer;
-let pool: pg.Pool;
-let app: ChildProcess;
-let sender: MessageBus;
-const lines: AppLine[] = [];
-const crashFile = join(mkdtempSync(join(tmpdir(), 'harrier-outage-pause-')), 'crashes.jsonl');
-let output = '';
+/** The app process, its servers and what it printed; everything is stopped when the test ends. */
+interface RunningApp {
+  readonly postgres: LocalPostgres;
+  readonly dlqRedis: RedisServer;
+  readonly pool: pg.Pool;
+  readonly app: ChildProcess;
+  readonly sender: MessageBus;
+  readonly lines: readonly AppLine[];
+  readonly crashFile: string;
+  output(): string;
+}
 
-beforeAll(async () => {
-  [postgres, brokerRedis, dlqRedis] = await Promise.all([
+/**
+ * Starts the servers, the app process and a sender bus, all stopped when the calling test ends
+ * (`onTestFinished` is that test's own: the tests run at once).
+ */
+async function startApp(
+  onTestFinished: (fn: OnTestFinishedHandler, timeout?: number) => void,
+): Promise<RunningApp> {
+  const [postgres, brokerRedis, dlqRedis] = await Promise.all([
     startPostgresServer('harrier-outage-pg-'),
     RedisServer.start({ appendOnly: false }),
     // AOF on: a dead letter written before the stop would survive it, so none can hide.
     RedisServer.start({ appendOnly: true }),
   ]);
-  pool = new pg.Pool({ connectionString: postgres.url, max: 4 });
+  const crashDir = mkdtempSync(join(tmpdir(), 'harrier-outage-pause-'));
+  const pool = new pg.Pool({ connectionString: postgres.url, max: 4 });
   pool.on('error', () => {});
+  const started: { app?: ChildProcess; sender?: MessageBus } = {};
+  onTestFinished(async () => {
+    await started.sender?.stop({ closeBroker: true }).catch(() => undefined);
+    const running = started.app;
+    if (running !== undefined && running.exitCode === null && running.signalCode === null) {
+      const exited = new Promise((resolve) => running.once('exit', resolve));
+      running.kill('SIGTERM');
+      await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
+      running.kill('SIGKILL');
+    }
+    await pool.end().catch(() => undefined);
+    postgres.stop();
+    await Promise.all([brokerRedis.destroy(), dlqRedis.destroy()]);
+    rmSync(crashDir, { recursive: true, force: true });
+  }, 60_000);
+
   await migratePostgres(pool, { schema: SCHEMA });
   await pool.query(`CREATE TABLE "${SCHEMA}".effects (n integer NOT NULL)`);
   await pool.query(
     `CREATE TABLE "${SCHEMA}".balances (account text PRIMARY KEY, events integer NOT NULL, total bigint NOT NULL)`,
   );
   const prefix = freshPrefix();
-  app = spawn(process.execPath, ['--import', 'tsx', APP], {
+  const crashFile = join(crashDir, 'crashes.jsonl');
+  const lines: AppLine[] = [];
+  let output = '';
+  const app = spawn(process.execPath, ['--import', 'tsx', APP], {
     cwd: ROOT,
     env: {
       ...process.env,
@@ -73,8 +104,9 @@ beforeAll(async () => {
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  started.app = app;
   let partial = '';
-  app.stdout?.on('data', (chunk: Buffer) => {
+  app.stdout.on('data', (chunk: Buffer) => {
     partial += chunk.toString();
     const complete = partial.split('\n');
     partial = complete.pop() ?? '';
@@ -82,37 +114,26 @@ beforeAll(async () => {
       if (text.startsWith('{')) lines.push(JSON.parse(text) as AppLine);
     }
   });
-  app.stderr?.on('data', (chunk: Buffer) => {
+  app.stderr.on('data', (chunk: Buffer) => {
     output = (output + chunk.toString()).slice(-8_000);
   });
   await waitFor('the app to start', () => lines.some((l) => l.ready === true), {
     timeoutMs: 60_000,
     explain: () => output,
   });
-  sender = createBus({
+  const sender = createBus({
     endpoint: 'teller',
     broker: new BullMqBroker({ connection: brokerRedis.url, prefix }),
     definitions: [Credit],
     logger: silentLogger,
   });
+  started.sender = sender;
   await sender.start();
-}, 120_000);
-
-afterAll(async () => {
-  await sender.stop({ closeBroker: true }).catch(() => undefined);
-  if (app.exitCode === null && app.signalCode === null) {
-    const exited = new Promise((resolve) => app.once('exit', resolve));
-    app.kill('SIGTERM');
-    await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
-    app.kill('SIGKILL');
-  }
-  await pool.end().catch(() => undefined);
-  postgres.stop();
-  await Promise.all([brokerRedis.destroy(), dlqRedis.destroy()]);
-}, 60_000);
+  return { postgres, dlqRedis, pool, app, sender, lines, crashFile, output: () => output };
+}
 
 /** Sends credits `from`..`to - 1` spread evenly over `spanMs` (0: at once). */
-async function sendCredits(from: number, to: number, spanMs: number): Promise<void> {
+async function sendCredits(sender: MessageBus, from: number, to: number, spanMs: number): Promise<void> {
   const started = Date.now();
   for (let n = from; n < to; n++) {
     await sender.send(Credit, { n, account: `acc-${n % ACCOUNTS}`, amount: n });
@@ -122,7 +143,14 @@ async function sendCredits(from: number, to: number, spanMs: number): Promise<vo
   }
 }
 
-async function counts(): Promise<{ effects: number; distinct: number; events: number; total: number }> {
+interface Counts {
+  readonly effects: number;
+  readonly distinct: number;
+  readonly events: number;
+  readonly total: number;
+}
+
+async function counts(pool: pg.Pool): Promise<Counts> {
   const effects = await pool.query<{ all: string; distinct: string }>(
     `SELECT count(*) AS all, count(DISTINCT n) AS distinct FROM "${SCHEMA}".effects`,
   );
@@ -137,45 +165,84 @@ async function counts(): Promise<{ effects: number; distinct: number; events: nu
   };
 }
 
-describe('an app through a 60 s PostgreSQL outage, then a 60 s outage of its dead-letter store', () => {
-  it('pauses and resumes: 0 dead letters, 0 skipped events, 0 lost, effects once, read model exact, the process alive', async () => {
-    await sendCredits(0, 1_000, 5_000);
+/**
+ * Waits until the app handled and projected all `total` credits, then checks that it lost, doubled
+ * and dead-lettered none, left nothing in its outbox, recorded nothing that would have crashed it,
+ * and still runs; returns its pause and resume lines.
+ */
+async function expectEveryCreditOnce(
+  running: RunningApp,
+  total: number,
+  expect: ExpectStatic,
+): Promise<{ paused: AppLine[]; resumed: AppLine[] }> {
+  const { pool, app, lines } = running;
+  let last = await counts(pool);
+  await waitFor(
+    'every credit handled once and projected once',
+    async () => {
+      last = await counts(pool).catch(() => last);
+      return last.effects >= total && last.events >= total;
+    },
+    { timeoutMs: 120_000, explain: () => `${JSON.stringify(last)}\n${running.output()}` },
+  );
+  const outbox = await pool.query<{ n: string }>(`SELECT count(*) AS n FROM "${SCHEMA}".outbox`);
 
-    postgres.halt();
-    await sendCredits(1_000, 2_500, OUTAGE_MS);
-    postgres.start();
+  const deadLettered = lines.filter((l) => l.deadLettered !== undefined);
+  const faults = readCrashes(running.crashFile);
+  const paused = lines.filter((l) => l.paused !== undefined);
+  const resumed = lines.filter((l) => l.resumed !== undefined);
+  console.info(
+    `[outage] ${paused.length} pauses (${paused.filter((l) => l.paused?.projection !== null).length} of projection lanes), ${resumed.length} resumptions, ${deadLettered.length} dead letters`,
+  );
+  expect(faults, JSON.stringify(faults.slice(0, 3))).toEqual([]);
+  expect(deadLettered, JSON.stringify(deadLettered.slice(0, 3))).toEqual([]);
+  expect(last).toEqual({ effects: total, distinct: total, events: total, total: (total * (total - 1)) / 2 });
+  expect(Number(outbox.rows[0]?.n)).toBe(0);
+  expect(app.exitCode).toBeNull();
+  expect(app.signalCode).toBeNull();
+  return { paused, resumed };
+}
 
-    await dlqRedis.kill('SIGKILL');
-    await sendCredits(2_500, TOTAL, OUTAGE_MS);
-    await dlqRedis.restart();
+describe.concurrent(
+  'an app with inbox handlers in PostgreSQL, an outbox relay and a PostgreSQL projection',
+  () => {
+    describe('when its PostgreSQL is stopped for 60 s while messages flow', () => {
+      it('pauses and resumes: 0 dead letters, 0 skipped events, 0 lost, effects once, read model exact, the process alive', async ({
+        expect,
+        onTestFinished,
+      }) => {
+        const running = await startApp(onTestFinished);
+        const total = BEFORE + 1_500;
+        await sendCredits(running.sender, 0, BEFORE, BEFORE_MS);
 
-    const expectedTotal = (TOTAL * (TOTAL - 1)) / 2;
-    let last = await counts();
-    await waitFor(
-      'every credit handled once and projected once',
-      async () => {
-        last = await counts().catch(() => last);
-        return last.effects >= TOTAL && last.events >= TOTAL;
-      },
-      { timeoutMs: 120_000, explain: () => `${JSON.stringify(last)}\n${output}` },
-    );
-    const outbox = await pool.query<{ n: string }>(`SELECT count(*) AS n FROM "${SCHEMA}".outbox`);
+        running.postgres.halt();
+        await sendCredits(running.sender, BEFORE, total, OUTAGE_MS);
+        running.postgres.start();
 
-    const deadLettered = lines.filter((l) => l.deadLettered !== undefined);
-    const faults = readCrashes(crashFile);
-    const paused = lines.filter((l) => l.paused !== undefined);
-    const resumed = lines.filter((l) => l.resumed !== undefined);
-    console.info(
-      `[outage] ${paused.length} pauses (${paused.filter((l) => l.paused?.projection !== null).length} of projection lanes), ${resumed.length} resumptions, ${deadLettered.length} dead letters`,
-    );
-    expect(faults, JSON.stringify(faults.slice(0, 3))).toEqual([]);
-    expect(deadLettered, JSON.stringify(deadLettered.slice(0, 3))).toEqual([]);
-    expect(last).toEqual({ effects: TOTAL, distinct: TOTAL, events: TOTAL, total: expectedTotal });
-    expect(Number(outbox.rows[0]?.n)).toBe(0);
-    // The PostgreSQL outage paused the endpoint and the projection, and both resumed.
-    expect(paused.some((l) => l.paused?.projection === null)).toBe(true);
-    expect(resumed.length).toBe(paused.length);
-    expect(app.exitCode).toBeNull();
-    expect(app.signalCode).toBeNull();
-  }, 360_000);
-});
+        const { paused, resumed } = await expectEveryCreditOnce(running, total, expect);
+        // The outage paused the endpoint and the projection, and both resumed.
+        expect(paused.some((l) => l.paused?.projection === null)).toBe(true);
+        expect(resumed.length).toBe(paused.length);
+      }, 360_000);
+    });
+
+    describe("when its dead-letter store's Redis is stopped for 60 s while messages flow", () => {
+      it('handles every message without a pause: 0 dead letters, 0 lost, effects once, read model exact, the process alive', async ({
+        expect,
+        onTestFinished,
+      }) => {
+        const running = await startApp(onTestFinished);
+        const total = BEFORE + 2_500;
+        await sendCredits(running.sender, 0, BEFORE, BEFORE_MS);
+
+        await running.dlqRedis.kill('SIGKILL');
+        await sendCredits(running.sender, BEFORE, total, OUTAGE_MS);
+        await running.dlqRedis.restart();
+
+        const { paused } = await expectEveryCreditOnce(running, total, expect);
+        // No message failed, so none needed the store: nothing paused.
+        expect(paused).toEqual([]);
+      }, 360_000);
+    });
+  },
+);

@@ -179,6 +179,9 @@ describe('Dispatcher on BullMqBroker', () => {
         const deadLetters = store();
         const second = bus(prefix, concurrency, deadLetters);
         await second.start();
+        // Each waits out its send-back backoff (doubling from 1 s) in the delayed set: let it come due
+        // now, as it would later on its own.
+        await queue.promoteJobs();
         await waitFor('both dead letters to be recorded', async () => (await deadLetters.count()) === 2, {
           timeoutMs: 90_000,
         });

@@ -1,11 +1,10 @@
-import type { Redis } from 'ioredis';
-import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
+import { Redis } from 'ioredis';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { buildDeadLetterRecord } from '../../src/dead-letters/dead-letter-record.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import { RedisDeadLetterStore } from '../../src/redis/redis-dead-letter-store.js';
-import { useSharedRedis } from '../helpers/redis.js';
-
-const redisUrl = inject('redisUrl');
+import { startRedisServer, type LocalRedis } from '../helpers/local-redis.js';
+import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 
 /** A dead letter whose envelope is near the default 1 MiB limit (a payload the bus accepts). */
 function bigDeadLetter(blob: string) {
@@ -62,20 +61,27 @@ const scriptsOf = (entries: SlowlogEntry[]) =>
   entries.filter((e) => String(e[3][0]).toLowerCase().startsWith('eval'));
 
 describe('RedisDeadLetterStore filter script bounds', () => {
-  const redis = useSharedRedis(redisUrl);
-  let fixture: { store: RedisDeadLetterStore; cleanup: () => Promise<void> };
-  let store: RedisDeadLetterStore;
+  // A server of its own: the tests read every command it ran from its slowlog, which they turn on
+  // for all commands, and 100 MB of records would weigh on the other files' server.
+  let server: LocalRedis;
   let admin: Redis;
-  beforeEach(async () => {
-    admin = redis.client;
-    fixture = await redis.withFreshPrefix((prefix) => ({
-      store: new RedisDeadLetterStore({ connection: redisUrl, prefix }),
-    }));
-    store = fixture.store;
+  let prefix: string;
+  let store: RedisDeadLetterStore;
+  beforeAll(async () => {
+    server = await startRedisServer('harrier-filter-bounds-');
+    admin = new Redis(server.url);
+  });
+  afterAll(async () => {
+    await admin.quit();
+    server.stop();
+  });
+  beforeEach(() => {
+    prefix = freshPrefix();
+    store = new RedisDeadLetterStore({ connection: server.url, prefix });
   });
   afterEach(async () => {
     await store.close();
-    await fixture.cleanup();
+    await deleteKeys(admin, prefix);
   });
 
   async function addBigRecords(): Promise<void> {

@@ -10,7 +10,8 @@ import {
   RedisDeadLetterStore,
   type RedisDeadLetterStoreOptions,
 } from '../../src/redis/redis-dead-letter-store.js';
-import { deleteKeys } from '../helpers/redis.js';
+import { startRedisServer, type LocalRedis } from '../helpers/local-redis.js';
+import { deleteKeys, fillWithOtherKeys, scanKeys } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
 const T0 = Date.UTC(2026, 0, 1);
@@ -87,14 +88,25 @@ describe('RedisDeadLetterStore', () => {
 
   /** How many record keys this test's prefix holds in Redis. */
   async function recordKeyCount(): Promise<number> {
-    let cursor = '0';
-    let n = 0;
-    do {
-      const [next, keys] = await admin.scan(cursor, 'MATCH', `${prefix}:dlq:record:*`, 'COUNT', 500);
-      cursor = next;
-      n += keys.length;
-    } while (cursor !== '0');
-    return n;
+    return (await scanKeys(admin, `${prefix}:dlq:record:*`)).length;
+  }
+
+  /**
+   * A store on a client with a keyPrefix, capped at 2 records, after 3 adds: it lists the newest 2,
+   * and `server` holds exactly 2 record keys under that keyPrefix.
+   */
+  async function trimsUnderKeyPrefix(url: string, server: Redis): Promise<void> {
+    const keyPrefix = `${prefix}:kp:`;
+    const client = new Redis(url, { keyPrefix });
+    try {
+      const store = open({ connection: client, prefix: '{harrier}', maxRecords: 2 });
+      const records = [deadLetter(), deadLetter(), deadLetter()];
+      for (const record of records) await store.add(record);
+      expect((await store.list()).records).toEqual(records.slice(1));
+      expect(await scanKeys(server, `${keyPrefix}{harrier}:dlq:record:*`)).toHaveLength(2);
+    } finally {
+      await client.quit();
+    }
   }
 
   describe('constructor', () => {
@@ -194,24 +206,27 @@ describe('RedisDeadLetterStore', () => {
     });
     describe('when the given client has a keyPrefix', () => {
       it('trims and lists under that keyPrefix', async () => {
-        const keyPrefix = `${prefix}:kp:`;
-        const client = new Redis(redisUrl, { keyPrefix });
-        try {
-          const store = open({ connection: client, prefix: '{harrier}', maxRecords: 2 });
-          const records = [deadLetter(), deadLetter(), deadLetter()];
-          for (const record of records) await store.add(record);
-          expect((await store.list()).records).toEqual(records.slice(1));
-          const [, keys] = await admin.scan(
-            '0',
-            'MATCH',
-            `${keyPrefix}{harrier}:dlq:record:*`,
-            'COUNT',
-            1000,
-          );
-          expect(keys).toHaveLength(2);
-        } finally {
-          await client.quit();
-        }
+        await trimsUnderKeyPrefix(redisUrl, admin);
+      });
+
+      describe('when the server holds 50,000 keys of other applications', () => {
+        let crowded: LocalRedis;
+        let crowdedAdmin: Redis;
+
+        beforeAll(async () => {
+          crowded = await startRedisServer('harrier-crowded-redis-');
+          crowdedAdmin = new Redis(crowded.url);
+          await fillWithOtherKeys(crowdedAdmin, 50_000);
+        });
+
+        afterAll(async () => {
+          await crowdedAdmin.quit();
+          crowded.stop();
+        });
+
+        it('trims and lists under that keyPrefix', async () => {
+          await trimsUnderKeyPrefix(crowded.url, crowdedAdmin);
+        });
       });
     });
   });

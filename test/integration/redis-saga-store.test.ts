@@ -1,8 +1,9 @@
 import { Redis } from 'ioredis';
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { RedisSagaStore } from '../../src/redis/redis-saga-store.js';
 import type { SagaWrite } from '../../src/sagas/saga-store.js';
 import { expectCode, failureOf } from '../../src/testing/expect-code.js';
+import { startRedisServer, type LocalRedis } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
@@ -96,8 +97,20 @@ describe(RedisSagaStore, () => {
       });
     });
     describe('when the instances hold many large applied steps', () => {
+      // A server of its own: the test counts the bytes the server sent, all clients together.
+      let server: LocalRedis;
+      let client: Redis;
+      beforeAll(async () => {
+        server = await startRedisServer('harrier-saga-bytes-');
+        client = new Redis(server.url);
+      });
+      afterAll(async () => {
+        await client.quit();
+        server.stop();
+      });
+
       it('reads neither their applied steps nor more instances than the page needs', async () => {
-        const store = open();
+        const store = new RedisSagaStore({ connection: client, prefix });
         // 64 steps of 4 KB each: 256 KB per instance, 52 MB over 200 instances.
         const body = 'x'.repeat(4096);
         const applied = Array.from({ length: 64 }, (_, n) => ({
@@ -113,7 +126,7 @@ describe(RedisSagaStore, () => {
           );
         }
         const sent = async (): Promise<number> =>
-          Number(/total_net_output_bytes:(\d+)/.exec(await redis.client.info('stats'))?.[1]);
+          Number(/total_net_output_bytes:(\d+)/.exec(await client.info('stats'))?.[1]);
 
         const before = await sent();
         const page = await store.list({ saga: 'fulfilment' }, { limit: 1 });
@@ -123,6 +136,7 @@ describe(RedisSagaStore, () => {
         expect(page.next).toBeDefined();
         expect(after - before).toBeLessThan(2 * 1024 * 1024);
         expect((await store.get('fulfilment', 'o-000'))?.applied).toHaveLength(64);
+        await store.close();
       });
     });
   });
