@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import type { Queue } from 'bullmq';
 import type { z } from 'zod';
 import { prepareMessage, type OutgoingMessage, type PreparedMessage } from '../src/extend.js';
-import type { MessageDefinition } from '../src/index.js';
+import type { MessageDefinition, SendOptions } from '../src/index.js';
 import { silentLogger } from '../src/index.js';
 import { BullMqBroker } from '../src/redis/index.js';
 import { jobOptionDefaults, jobOptions, toJobData } from '../src/redis/job-data.js';
@@ -59,15 +59,19 @@ export async function produceRaw(
   });
 }
 
-/** Adds N messages in chunks as Harrier does: `prepareMessage` (as `bus.send`) + `publishBatch`. */
+/**
+ * Adds N messages in chunks as Harrier does: `prepareMessage` (as `bus.send`, with `options`) +
+ * `publishBatch`.
+ */
 export async function produceWithHarrier(
   broker: BullMqBroker,
   definition: BenchCommand,
   payloadOf: (i: number) => unknown,
   n: number,
+  options: SendOptions = {},
 ): Promise<void> {
   await inChunks(n, (from, to, now) =>
-    broker.publishBatch(prepareChunk(definition, payloadOf, from, to, now).map((m) => m.outgoing)),
+    broker.publishBatch(prepareChunk(definition, payloadOf, from, to, now, options).map((m) => m.outgoing)),
   );
 }
 
@@ -103,9 +107,10 @@ function prepareChunk(
   from: number,
   to: number,
   now: number,
+  options: SendOptions = {},
 ): PreparedMessage[] {
   const prepared: PreparedMessage[] = [];
-  for (let i = from; i < to; i++) prepared.push(prepareMessage(definition, payloadOf(i), {}, { now }));
+  for (let i = from; i < to; i++) prepared.push(prepareMessage(definition, payloadOf(i), options, { now }));
   return prepared;
 }
 

@@ -50,11 +50,10 @@ import { Queue, Worker } from 'bullmq';
 import { BullMQOtel } from 'bullmq-otel';
 import { Redis } from 'ioredis';
 import { createBus, silentLogger, type MessageTelemetry } from '../src/index.js';
-import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
 import { harrierTracing } from '../src/telemetry/index.js';
 import { PlaceOrder, PlaceOrderHandler, payloadOf } from './place-order.js';
-import { CHUNK, registerRoute } from './produce-support.js';
+import { CHUNK, produceWithHarrier, registerRoute } from './produce-support.js';
 import {
   adminClient,
   benchPrefix,
@@ -255,16 +254,7 @@ async function prefillHarrier(prefix: string, n: number): Promise<void> {
   await registerRoute(redisUrl, prefix, PlaceOrder.type);
   const broker = new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger });
   try {
-    for (let from = 0; from < n; from += CHUNK) {
-      const now = Date.now();
-      const messages: OutgoingMessage[] = [];
-      for (let i = from; i < Math.min(n, from + CHUNK); i++) {
-        messages.push(
-          prepareMessage(PlaceOrder, payloadOf(i), { traceparent: PRODUCER_TRACEPARENT }, { now }).outgoing,
-        );
-      }
-      await broker.publishBatch(messages);
-    }
+    await produceWithHarrier(broker, PlaceOrder, payloadOf, n, { traceparent: PRODUCER_TRACEPARENT });
   } finally {
     await broker.close();
   }

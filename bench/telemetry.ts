@@ -56,10 +56,10 @@ import {
   type HandlesCommand,
   type PayloadOf,
 } from '../src/index.js';
-import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
 import { BullMqBroker, describeRedisUrl } from '../src/redis/index.js';
 import { harrierTracing } from '../src/telemetry/index.js';
 import { startRedisServer, type LocalRedis } from '../test/helpers/local-redis.js';
+import { produceWithHarrier } from './produce-support.js';
 import { Counter, benchPrefix, deleteKeys, fmtRate, median, table } from './support.js';
 
 function positiveInteger(name: string, fallback: number): number {
@@ -75,7 +75,6 @@ const N_MEMORY = positiveInteger('BENCH_MEMORY_N', 20_000);
 const ROUNDS = positiveInteger('BENCH_ROUNDS', 5);
 const WARM_UP = 2_000;
 const CONCURRENCY = 16;
-const CHUNK = 1_000;
 /** BENCH_ONLY=<path>-<side> runs one path on one side alone, to profile it. */
 const ONLY = ((): { readonly path: 'redis' | 'memory'; readonly side: 'on' | 'off' } | undefined => {
   const only = process.env.BENCH_ONLY;
@@ -215,16 +214,7 @@ async function prefill(prefix: string, n: number): Promise<void> {
     await broker.register('bench', [
       { handler: 'PlaceOrderHandler', kind: 'command', types: [PlaceOrder.type] },
     ]);
-    for (let from = 0; from < n; from += CHUNK) {
-      const now = Date.now();
-      const messages: OutgoingMessage[] = [];
-      for (let i = from; i < Math.min(n, from + CHUNK); i++) {
-        messages.push(
-          prepareMessage(PlaceOrder, payloadOf(i), { traceparent: PRODUCER_TRACEPARENT }, { now }).outgoing,
-        );
-      }
-      await broker.publishBatch(messages);
-    }
+    await produceWithHarrier(broker, PlaceOrder, payloadOf, n, { traceparent: PRODUCER_TRACEPARENT });
   } finally {
     await broker.close();
   }
