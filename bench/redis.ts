@@ -67,6 +67,7 @@ import {
   Counter,
   deleteKeys,
   fmtRate,
+  keysOf,
   median,
   redisCpuUs,
   table,
@@ -115,8 +116,7 @@ const admin = adminClient(REDIS_URL);
 
 /** Bytes of the `data` field of some job under `prefix`. */
 async function jobBytes(prefix: string, queue: string): Promise<number> {
-  const [, keys] = await admin.scan('0', 'MATCH', `${prefix}:${queue}:*`, 'COUNT', 1000);
-  for (const key of keys) {
+  for (const key of await keysOf(admin, `${prefix}:${queue}:`)) {
     if ((await admin.type(key)) !== 'hash') continue;
     const data = await admin.hget(key, 'data');
     if (data !== null) return Buffer.byteLength(data);
