@@ -7,6 +7,7 @@ import { PostgresBroker, type PostgresBrokerOptions } from '../../src/postgres/b
 import { brokerChannel } from '../../src/postgres/broker/broker-channel.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { postgresTables } from '../../src/postgres/postgres-schema.js';
+import { expectingLogger } from '../helpers/expected-warnings.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 
 const databaseUrl = inject('databaseUrl');
@@ -149,6 +150,53 @@ describe(PostgresBroker, () => {
         expect(delivered).not.toBe('timeout');
         expect((delivered as Delivery).body).toBe('after');
       });
+    });
+  });
+
+  describe('when PostgreSQL ends every session of the broker, as a restart does', () => {
+    it('keeps the receiver running, and it delivers what is published once sessions open again', async () => {
+      const schema = await migrated();
+      const applicationName = `hrt-${randomUUID().slice(0, 8)}`;
+      const logger = expectingLogger((message) =>
+        /lost|could not take messages|could not renew/.test(message),
+      );
+      const broker = brokerOn(schema, {
+        connection: { connectionString: databaseUrl, application_name: applicationName },
+        pollIntervalMs: 200,
+        logger,
+      });
+      await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+      const deliveries = receive(broker);
+      const publisher = brokerOn(schema);
+      await publisher.publish(command('before'));
+      const before = await within(deliveries, 5_000);
+      if (before === 'timeout') return expect.fail('no delivery before the restart');
+      await broker.ack(before.id);
+
+      const ended = await pool.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`,
+        [applicationName],
+      );
+      expect(ended.rowCount).toBeGreaterThan(0);
+      await publisher.publish(command('after'));
+
+      const after = await within(deliveries, 5_000);
+      expect(after).not.toBe('timeout');
+      expect((after as Delivery).body).toBe('after');
+      await broker.ack((after as Delivery).id);
+    });
+  });
+
+  describe('when PostgreSQL cannot be reached', () => {
+    it('rejects register with HarrierError postgres-unavailable', async () => {
+      const broker = brokerOn('harrier', {
+        connection: {
+          connectionString: 'postgres://postgres@127.0.0.1:1/postgres',
+          connectionTimeoutMillis: 2_000,
+        },
+      });
+      const error = await broker.register(ENDPOINT, []).catch((e: unknown) => e);
+      expect(HarrierError.is(error, 'postgres-unavailable')).toBe(true);
     });
   });
 
