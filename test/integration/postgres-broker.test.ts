@@ -200,6 +200,29 @@ describe(PostgresBroker, () => {
     });
   });
 
+  describe('.queueDepths', () => {
+    describe('when the endpoint registered through another broker', () => {
+      it('counts its queues as the routes table lists them', async () => {
+        const schema = await migrated();
+        const worker = brokerOn(schema);
+        await worker.register(ENDPOINT, [
+          { handler: 'commands', kind: 'command', types: [TYPE] },
+          { handler: 'audit', kind: 'event', types: ['orders.OrderPlaced'] },
+        ]);
+        await worker.publish(command());
+        await worker.publish({ ...command(), deliverAt: Date.now() + 60_000 });
+        await worker.publish({ id: randomUUID(), kind: 'event', type: 'orders.OrderPlaced', body: 'placed' });
+
+        const depths = await brokerOn(schema).queueDepths(ENDPOINT);
+
+        expect([...depths].sort((a, b) => a.queue.localeCompare(b.queue))).toEqual([
+          { queue: `cmd~${TYPE}`, waiting: 1, active: 0, delayed: 1 },
+          { queue: `evt~${ENDPOINT}~audit`, waiting: 1, active: 0, delayed: 0 },
+        ]);
+      });
+    });
+  });
+
   describe('leases', () => {
     describe('when the holder stops renewing its lease', () => {
       it('gives the message to another receiver with the next attempt and one unsettled end, and refuses the old holder', async () => {

@@ -351,11 +351,14 @@ export class PostgresBroker implements MessageBroker {
   /**
    * Messages in each queue `endpoint` receives from (each command type's, each event
    * subscription's), by state: `waiting` due now, `active` held by a receiver, `delayed` due later.
+   * The endpoint's subscriptions as this broker registered them, else as the `routes` table holds
+   * them (an endpoint registered by another process: an admin tool's view).
    */
   async queueDepths(endpoint: string): Promise<readonly QueueDepth[]> {
     this.#assertOpen();
     await this.#whenReady();
-    const queues = receiverLanes(endpoint, this.#registered.get(endpoint) ?? []).queues;
+    const specs = this.#registered.get(endpoint) ?? (await this.#registeredInDatabase(endpoint));
+    const queues = receiverLanes(endpoint, specs).queues;
     const now = this.#clock.now();
     const result = await this.#query('counting messages', (db) =>
       db.query<{ queue: string; waiting: number; active: number; delayed: number }>(
@@ -415,6 +418,18 @@ export class PostgresBroker implements MessageBroker {
       await this.#handle.end();
     })();
     return this.#closing;
+  }
+
+  /** An endpoint's subscriptions as the `routes` table holds them. */
+  async #registeredInDatabase(endpoint: string): Promise<SubscriptionSpec[]> {
+    const result = await this.#query('reading subscriptions', (db) =>
+      db.query<{ kind: 'command' | 'event'; handler: string; types: string[] }>(
+        `SELECT kind, handler, array_agg(type ORDER BY type) AS types FROM ${this.#tables.routes}
+          WHERE endpoint = $1 GROUP BY kind, handler`,
+        [endpoint],
+      ),
+    );
+    return result.rows.map((row) => ({ kind: row.kind, handler: row.handler, types: row.types }));
   }
 
   #receiverContext(): PostgresReceiverContext {
