@@ -250,6 +250,17 @@ describe(PostgresBroker, () => {
   });
 
   describe('.register', () => {
+    describe('when a handler name holds the queue separator', () => {
+      it('refuses it with HarrierError invalid-option naming a fix', async () => {
+        const broker = brokerOn(await migrated());
+        const error = await broker
+          .register(ENDPOINT, [{ handler: 'a~b', kind: 'event', types: ['orders.OrderPlaced'] }])
+          .catch((e: unknown) => e);
+        expect(HarrierError.is(error, 'invalid-option')).toBe(true);
+        expect((error as Error).message).toContain('e.g. "a-b"');
+      });
+    });
+
     describe('when the schema was never migrated', () => {
       it('rejects with HarrierError schema-outdated naming the migrate command', async () => {
         const schema = freshSchema();
