@@ -200,6 +200,49 @@ describe(PostgresBroker, () => {
     });
   });
 
+  describe('ordered commands taken by two brokers at once', () => {
+    it('hands each key to one receiver at a time, in publish order', async () => {
+      const schema = await migrated();
+      const brokersOf = [brokerOn(schema, { pollIntervalMs: 50 }), brokerOn(schema, { pollIntervalMs: 50 })];
+      for (const broker of brokersOf)
+        await broker.register(ENDPOINT, [
+          { handler: 'commands', kind: 'command', types: [TYPE], orderedTypes: [TYPE] },
+        ]);
+      const keys = ['a', 'b', 'c'];
+      const perKey = 8;
+      const messages = Array.from({ length: perKey }, (_, n) =>
+        keys.map((key) => ({ ...command(`${key}${n}`), partitionKey: key, ordered: true })),
+      ).flat();
+      await brokersOf[0]?.publishBatch(messages);
+      const handled = new Map<string, string[]>(keys.map((key) => [key, []]));
+      const busy = new Set<string>();
+      let overlaps = 0;
+      let done = 0;
+
+      await Promise.all(
+        brokersOf.map(async (broker) => {
+          const deliveries = receive(broker);
+          while (done < messages.length) {
+            const delivery = await within(deliveries, 200);
+            if (delivery === 'timeout') continue;
+            const key = delivery.facts.partitionKey ?? '';
+            if (busy.has(key)) overlaps++;
+            busy.add(key);
+            await new Promise((resolve) => setTimeout(resolve, 5));
+            handled.get(key)?.push(delivery.body);
+            busy.delete(key);
+            await broker.ack(delivery.id);
+            done++;
+          }
+        }),
+      );
+
+      expect(overlaps).toBe(0);
+      for (const key of keys)
+        expect(handled.get(key)).toEqual(Array.from({ length: perKey }, (_, n) => `${key}${n}`));
+    });
+  });
+
   describe('.queueDepths', () => {
     describe('when the endpoint registered through another broker', () => {
       it('counts its queues as the routes table lists them', async () => {
