@@ -315,6 +315,28 @@ describe(PostgresBroker, () => {
     });
   });
 
+  describe('.close', () => {
+    describe('when called while the broker is still starting', () => {
+      it('resolves, and leaves no LISTEN session behind', async () => {
+        const schema = await migrated();
+        const applicationName = `hrt-${randomUUID().slice(0, 8)}`;
+        const broker = new PostgresBroker({
+          connection: { connectionString: databaseUrl, application_name: applicationName },
+          schema,
+        });
+        const registering = broker.register(ENDPOINT, []).catch((error: unknown) => error);
+
+        await broker.close();
+        await registering;
+
+        const sessions = await pool.query(`SELECT pid FROM pg_stat_activity WHERE application_name = $1`, [
+          applicationName,
+        ]);
+        expect(sessions.rows).toEqual([]);
+      });
+    });
+  });
+
   describe('constructor', () => {
     it.each([
       [{ leaseMs: 100 }, /leaseMs is 100: it must be a whole number of at least 300/],

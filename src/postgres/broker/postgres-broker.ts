@@ -588,6 +588,7 @@ export class PostgresBroker implements MessageBroker {
       }
       if (this.#closed) return;
       await this.#listener.start();
+      if (this.#isClosed()) return;
       this.#armRenew();
       this.#armPrune();
     })().catch((error: unknown) => {
@@ -625,6 +626,11 @@ export class PostgresBroker implements MessageBroker {
       held.release(!rolledBack);
       throw postgresError(error, this.#connection, doing);
     }
+  }
+
+  /** Read through a call: close() flips it while an operation awaits. */
+  #isClosed(): boolean {
+    return this.#closed;
   }
 
   #assertOpen(): void {
