@@ -413,6 +413,10 @@ class HarrierBus implements MessageBus {
   readonly publisher: MessagePublisher;
   readonly #stopController = new AbortController();
   readonly #sagaStore: SagaStore | undefined;
+  /** The unit of work saga steps run in: set at start when the saga store joined it. */
+  #sagaUnit: TransactionalUnitOfWork | undefined;
+  /** Asks the saga store to join the unit of work (at start), when there are sagas and both. */
+  readonly #joinSagaUnit: (() => Promise<void>) | undefined;
   #state: 'created' | 'started' | 'stopped' = 'created';
   /** The definition `execute` ran last, and its handler entry (see {@link HarrierBus.execute}). */
   #lastDefinition: MessageDefinition | undefined;
@@ -519,11 +523,20 @@ class HarrierBus implements MessageBus {
                 store: this.#sagaStore ?? new InMemorySagaStore(),
                 clock: this.#clock,
                 logger,
+                unitOfWork: () => this.#sagaUnit,
               }),
             },
           }
         : {}),
     };
+    const unit = options.unitOfWork;
+    const sagaStore = this.#sagaStore;
+    this.#joinSagaUnit =
+      sagas.length > 0 && unit !== undefined && sagaStore?.joinUnitOfWork !== undefined
+        ? async () => {
+            this.#sagaUnit = (await sagaStore.joinUnitOfWork?.(unit)) === true ? unit : undefined;
+          }
+        : undefined;
     this.projections =
       this.#eventLog === undefined || this.#checkpoints === undefined
         ? undefined
@@ -713,6 +726,10 @@ class HarrierBus implements MessageBus {
     if (this.#state === 'stopped')
       throw new HarrierError('bus-stopped', 'This bus was stopped: create a new bus to start again');
     if (this.#state === 'started') return;
+    // Before anything starts: a saga store that cannot join the unit of work refuses the start.
+    await this.#joinSagaUnit?.();
+    // Another start() went first meanwhile, or a stop() came.
+    if (!this.#isCreated()) return;
     this.#state = 'started';
     await this.dispatcher.start();
     await this.projections?.start();
@@ -726,6 +743,10 @@ class HarrierBus implements MessageBus {
 
   #isStarted(): boolean {
     return this.#state === 'started';
+  }
+
+  #isCreated(): boolean {
+    return this.#state === 'created';
   }
 
   /** Calls a telemetry hook; logs what it throws (a broken integration must not stop the bus). */

@@ -331,6 +331,7 @@ export class HandlerAttempt {
       env: this.#contexts.env(entry.kind),
       invoke: (context) =>
         this.#call.invokeBounded(entry, definition, context, envelope.type, envelope.payload, false, input),
+      abandoned: () => input.abandoned?.() === true,
       publish: async (messages) => {
         // A stop released the delivery meanwhile: publish nothing (the redelivery will).
         if (input.abandoned?.() === true) throw new HarrierError('stopping', 'The delivery was released');

@@ -25,6 +25,8 @@ export interface PipelineStep {
   readonly env: HandlerContextEnv;
   /** Runs middleware and the handler with `context`. */
   invoke(context: HandlerContext): Promise<unknown>;
+  /** True once a stop released the delivery: nothing the step does from now on may commit. */
+  abandoned?(): boolean;
   /** Publishes messages a handler recorded (the unit of work's commit), idempotent by id. */
   publish(messages: readonly OutgoingMessage[]): Promise<void>;
   /** Tells telemetry which saga instance the step runs for (e.g. attributes of its span). */
