@@ -34,7 +34,11 @@ const running = new Set<ChildProcess>();
 
 function exitOf(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once('exit', () => resolve()));
+  return new Promise((resolve) =>
+    child.once('exit', () => {
+      resolve();
+    }),
+  );
 }
 
 async function startWorker(env: Record<string, string>): Promise<Worker> {
