@@ -242,7 +242,7 @@ async function tryInUnit(
   if (ended === 'skipped' || tried === undefined) return { kind: 'handled', outgoing: [] };
   // With an outbox (`stored`) what the step recorded was stored in the transaction; messages of an
   // earlier save found in the applied steps are published again, idempotent by id.
-  if (ended !== 'stored' || !tried.recorded) await step.publish(tried.publish);
+  if (ended !== 'stored' || !tried.recorded) await step.publish(tried.publish, { committed: true });
   return tried.result;
 }
 

@@ -210,6 +210,17 @@ describe('a saga step in postgresUnitOfWork with a PostgresSagaStore on its sche
     });
   });
 
+  describe('with outbox: false', () => {
+    it('commits the state, its rows and the inbox row, then the pipeline publishes what the step sent', async () => {
+      const store = sagaStore();
+      const bus = await packingBus(unit({ outbox: false }), store);
+      await bus.publish(ItemAdded, { order: 'o-9', item: 'tray' });
+      await bus.whenIdle();
+      expect(await visible()).toEqual({ sagas: 1, packed: 1, inbox: 1, outbox: 0 });
+      expect(bus.messagesOf(ShipItem).map((m) => m.payload)).toEqual([{ order: 'o-9', item: 'tray' }]);
+    });
+  });
+
   describe('when the step throws after its writes', () => {
     it('commits none of them, and the retry applies them once', async () => {
       failOnAttempts = new Set([1]);
@@ -249,6 +260,30 @@ describe('a saga step in postgresUnitOfWork with a PostgresSagaStore on its sche
       await bus.whenIdle();
       expect(await bus.deadLetters.count()).toBe(1);
       expect(await visible()).toEqual({ sagas: 0, packed: 0, inbox: 0, outbox: 0 });
+    });
+  });
+
+  describe('when a writer outside the unit saves the instance during the step', () => {
+    it('rolls the whole try back, its row included, and runs the step again on the fresh state', async () => {
+      const store = sagaStore();
+      const outsider = sagaStore();
+      const bus = await packingBus(unit(), store);
+      let tries = 0;
+      beforeWrite = async () => {
+        tries += 1;
+        if (tries > 1) return;
+        // Created from another connection after the step read no instance, before it saves.
+        await outsider.save(
+          { saga: SAGA, id: 'o-10', state: { items: 10 }, status: 'active', timeouts: [], now: 1 },
+          0,
+        );
+      };
+      await bus.publish(ItemAdded, { order: 'o-10', item: 'bowl' });
+      await bus.whenIdle();
+      expect(tries).toBe(2);
+      expect(attempts).toEqual([1, 1]);
+      expect(await instance(store, 'o-10')).toEqual({ version: 2, items: 11 });
+      expect(await visible()).toEqual({ sagas: 1, packed: 1, inbox: 1, outbox: 1 });
     });
   });
 
