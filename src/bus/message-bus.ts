@@ -90,7 +90,9 @@ export interface BusOptions {
    */
   readonly sagas?: readonly HandlerClass[];
   /**
-   * Where saga instances are stored (with `sagas`).
+   * Where saga instances are stored (with `sagas`). A store that joins the bus's `unitOfWork` at
+   * start (`PostgresSagaStore` with `postgresUnitOfWork`) keeps each step's instance in the unit's
+   * transaction.
    * @defaultValue a new {@link InMemorySagaStore} on the bus's clock
    */
   readonly sagaStore?: SagaStore;
@@ -166,7 +168,9 @@ export interface BusOptions {
   /**
    * The transaction handlers and projections run in, so their writes, the messages they record and
    * the proof that they ran commit together, e.g. `postgresUnitOfWork(...)` from harrier/postgres
-   * (outbox and inbox in the application's database). Saga steps do not run in it.
+   * (outbox and inbox in the application's database). Saga steps run in it when the saga store
+   * joins it at start (`SagaStore.joinUnitOfWork`: a `PostgresSagaStore` on the unit's database and
+   * schema; one elsewhere makes `start` reject); with other stores they run apart from it.
    * @defaultValue none: a handler runs, then what it recorded is published
    */
   readonly unitOfWork?: TransactionalUnitOfWork;
@@ -722,6 +726,12 @@ class HarrierBus implements MessageBus {
     );
   }
 
+  /**
+   * Starts consuming: asks the saga store to join the unit of work (when the bus has both), then
+   * starts the dispatcher and the projections.
+   * @throws what the saga store's `joinUnitOfWork` throws (`invalid-option` for a
+   * `PostgresSagaStore` on another database or schema than `postgresUnitOfWork`).
+   */
   async start(): Promise<void> {
     if (this.#state === 'stopped')
       throw new HarrierError('bus-stopped', 'This bus was stopped: create a new bus to start again');
