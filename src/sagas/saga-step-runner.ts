@@ -6,6 +6,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { UnrecoverableError } from '../errors/unrecoverable-error.js';
 import type { HandlerClass } from '../handlers/handler-metadata.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
+import type { OutgoingMessage } from '../messages/outgoing-message.js';
 import { KeyedLock } from './keyed-lock.js';
 import { SAGA_ID_HEADER, SAGA_NAME_HEADER, SagaStepContext } from './saga-context.js';
 import {
@@ -16,7 +17,6 @@ import {
   type SagaMetadata,
   type SagaStepMetadata,
 } from './saga-metadata.js';
-import type { OutgoingMessage } from '../messages/outgoing-message.js';
 import type {
   SagaAppliedStep,
   SagaStore,
