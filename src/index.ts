@@ -200,6 +200,7 @@ export type {
   SagaPageOptions,
   SagaStatus,
   SagaStore,
+  SagaStoreCall,
   SagaTimeoutRecord,
   SagaWrite,
   StartedByOptions,
