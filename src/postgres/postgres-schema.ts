@@ -28,6 +28,8 @@ export interface PostgresTables {
   readonly inbox: string;
   readonly checkpoints: string;
   readonly sagas: string;
+  /** Outbox rows the relay gave up on (`maxAttempts` failed tries, or malformed), kept for replay. */
+  readonly outboxParked: string;
 }
 
 /**
@@ -51,5 +53,6 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     inbox: `${q}.inbox`,
     checkpoints: `${q}.checkpoints`,
     sagas: `${q}.sagas`,
+    outboxParked: `${q}.outbox_parked`,
   };
 }
