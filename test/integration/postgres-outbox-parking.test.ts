@@ -1,0 +1,380 @@
+import { Redis } from 'ioredis';
+import type pg from 'pg';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import { z } from 'zod';
+import {
+  CommandHandler,
+  createBus,
+  defineCommand,
+  silentLogger,
+  type MessageBus,
+  type PayloadOf,
+} from '../../src/index.js';
+import { run } from '../../src/cli/index.js';
+import type { CliIo } from '../../src/cli/cli-io.js';
+import { HarrierError } from '../../src/errors/harrier-error.js';
+import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
+import {
+  startOutboxRelay,
+  type OutboxPublisher,
+  type OutboxRelay,
+  type OutboxRelayOptions,
+} from '../../src/postgres/outbox-relay.js';
+import { PostgresOutbox } from '../../src/postgres/postgres-outbox.js';
+import { PostgresOutboxAdmin } from '../../src/postgres/postgres-outbox-admin.js';
+import { BullMqBroker } from '../../src/redis/index.js';
+import { waitFor } from '../helpers/local-redis.js';
+import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+import { deleteKeys, freshPrefix } from '../helpers/redis.js';
+
+const databaseUrl = inject('databaseUrl');
+const redisUrl = inject('redisUrl');
+const { pool } = useSharedPostgres(databaseUrl);
+const WAIT = { timeoutMs: 15_000 };
+
+const Post = defineCommand('pk.Post', {
+  schema: z.object({ account: z.string(), n: z.number() }),
+  partitionKey: 'account',
+  ordered: true,
+});
+/** Handled by no endpoint until a test starts the shipping bus: publishing it fails with no-route. */
+const Ship = defineCommand('pk.Ship', {
+  schema: z.object({ account: z.string() }),
+  partitionKey: 'account',
+  ordered: true,
+});
+
+interface Setup {
+  readonly schema: string;
+  readonly prefix: string;
+  readonly bus: MessageBus;
+  readonly outbox: PostgresOutbox;
+  readonly posts: { account: string; n: number; at: number }[];
+  readonly shipped: string[];
+  relay(options?: Partial<OutboxRelayOptions>): Promise<OutboxRelay>;
+  /** Starts an endpoint that handles pk.Ship, so the command gets a route. */
+  startShipping(): Promise<void>;
+  admin(): PostgresOutboxAdmin;
+}
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function setUp(): Promise<Setup> {
+  const schema = freshSchema();
+  await migratePostgres(pool, { schema });
+  const prefix = freshPrefix();
+  const posts: { account: string; n: number; at: number }[] = [];
+  const shipped: string[] = [];
+  @CommandHandler(Post)
+  class Ledger {
+    handle(payload: PayloadOf<typeof Post>) {
+      posts.push({ ...payload, at: Date.now() });
+    }
+  }
+  @CommandHandler(Ship)
+  class Shipping {
+    handle(payload: PayloadOf<typeof Ship>) {
+      shipped.push(payload.account);
+    }
+  }
+  const busOf = (endpoint: string, handlers: (new () => object)[]): MessageBus =>
+    createBus({
+      endpoint,
+      broker: new BullMqBroker({ connection: redisUrl, prefix, partitions: 4, logger: silentLogger }),
+      handlers,
+      logger: silentLogger,
+    });
+  const bus = busOf('shop', [Ledger]);
+  await bus.start();
+  const buses: MessageBus[] = [bus];
+  const relays: OutboxRelay[] = [];
+  const admins: PostgresOutboxAdmin[] = [];
+  cleanups.push(async () => {
+    await Promise.all(relays.map((r) => r.stop()));
+    await Promise.all(admins.map((a) => a.close()));
+    await Promise.all(buses.map((b) => b.stop({ gracePeriodMs: 200 })));
+    const redis = new Redis(redisUrl);
+    await deleteKeys(redis, prefix);
+    redis.disconnect();
+    await dropSchema(pool, schema);
+  });
+  return {
+    schema,
+    prefix,
+    bus,
+    outbox: new PostgresOutbox(bus, { schema }),
+    posts,
+    shipped,
+    relay: async (options = {}) => {
+      const relay = await startOutboxRelay({
+        connection: pool,
+        publisher: bus.publisher,
+        schema,
+        logger: silentLogger,
+        pollIntervalMs: 50,
+        retryDelayMs: 10,
+        ...options,
+      });
+      relays.push(relay);
+      return relay;
+    },
+    startShipping: async () => {
+      const shipping = busOf('shipping', [Shipping]);
+      buses.push(shipping);
+      await shipping.start();
+    },
+    admin: () => {
+      const admin = new PostgresOutboxAdmin({ connection: pool, schema });
+      admins.push(admin);
+      return admin;
+    },
+  };
+}
+
+async function inTransaction(work: (client: pg.PoolClient) => Promise<void>): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    await work(client);
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+}
+
+/** One Ship of `account` then three Posts of the same key: one lane, the Ship first. */
+async function shipThenPosts(s: Setup, account: string): Promise<string> {
+  let shipId = '';
+  await inTransaction(async (client) => {
+    shipId = await s.outbox.send(client, Ship, { account });
+    for (const n of [1, 2, 3]) await s.outbox.send(client, Post, { account, n });
+  });
+  return shipId;
+}
+
+async function parkedRows(schema: string) {
+  const result = await pool.query<{
+    id: string;
+    message_id: string;
+    attempts: number;
+    reason: string;
+    error_code: string | null;
+    error: string;
+    first_failed_at: string;
+    last_failed_at: string;
+    parked_at: string;
+  }>(`SELECT * FROM "${schema}".outbox_parked ORDER BY id`);
+  return result.rows;
+}
+
+async function outboxAttempts(schema: string): Promise<{ message_id: string; attempts: number }[]> {
+  const result = await pool.query<{ message_id: string; attempts: number }>(
+    `SELECT message_id, attempts FROM "${schema}".outbox ORDER BY seq`,
+  );
+  return result.rows;
+}
+
+/** Runs the CLI in this process with captured output. */
+async function cli(argv: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  let stdout = '';
+  let stderr = '';
+  const io: CliIo = {
+    stdout: { write: (text: string) => (stdout += text), isTTY: false },
+    stderr: { write: (text: string) => (stderr += text) },
+    stdin: process.stdin,
+    env: { DATABASE_URL: databaseUrl },
+  };
+  const code = await run(argv, io);
+  return { code, stdout, stderr };
+}
+
+const jsonLines = (text: string): unknown[] =>
+  text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as unknown);
+
+describe('OutboxRelay parking', () => {
+  describe('when a command has no route', () => {
+    it('parks it after maxAttempts tries, and the rows behind it in its lane are relayed', async () => {
+      const s = await setUp();
+      const shipId = await shipThenPosts(s, 'acct-1');
+      const relay = await s.relay({ maxAttempts: 3 });
+      await waitFor('the posts behind it', () => s.posts.length === 3, WAIT);
+      const [parked, ...more] = await parkedRows(s.schema);
+      expect(more).toEqual([]);
+      expect(parked).toMatchObject({
+        message_id: shipId,
+        attempts: 3,
+        reason: 'failed',
+        error_code: 'no-route',
+      });
+      expect(parked!.error).toMatch(/route/i);
+      expect(Number(parked!.first_failed_at)).toBeLessThan(Number(parked!.last_failed_at));
+      expect(Number(parked!.parked_at)).toBe(Number(parked!.last_failed_at));
+      // Order per lane held until the row was parked.
+      // Order per lane held until the row was parked: tries at 0, 10 and 30 ms (retryDelayMs 10).
+      for (const post of s.posts) {
+        expect(post.at).toBeGreaterThanOrEqual(Number(parked!.first_failed_at) + 30);
+      }
+      expect(s.posts.map((p) => p.n)).toEqual([1, 2, 3]);
+      expect(await outboxAttempts(s.schema)).toEqual([]);
+      expect(relay.stats().parked).toBe(1);
+    });
+  });
+
+  describe('when a row that fails is malformed (its body is no envelope)', () => {
+    it('parks it at its first failure with reason malformed', async () => {
+      const s = await setUp();
+      await pool.query(
+        `INSERT INTO "${s.schema}".outbox (message_id, kind, type, body, lane, created_at)
+         VALUES ('m-1', 'command', 'pk.Nowhere', 'not json', 0, 0)`,
+      );
+      await s.relay({ maxAttempts: 5 });
+      await waitFor('the row to be parked', async () => (await parkedRows(s.schema)).length === 1, WAIT);
+      expect((await parkedRows(s.schema))[0]).toMatchObject({
+        message_id: 'm-1',
+        attempts: 1,
+        reason: 'malformed',
+        error_code: null,
+      });
+    });
+  });
+
+  describe('when the publisher reports an outage', () => {
+    it('never counts a try nor parks a row, and relays once the broker is back', async () => {
+      const s = await setUp();
+      let down = true;
+      let calls = 0;
+      const publisher: OutboxPublisher = {
+        publish: async (messages, options) => {
+          calls += 1;
+          if (down) throw new HarrierError('redis-unavailable', 'Redis at 127.0.0.1:1 is unreachable');
+          await s.bus.publisher.publish(messages, options);
+        },
+      };
+      await inTransaction(async (client) => {
+        for (const n of [1, 2]) await s.outbox.send(client, Post, { account: 'acct-2', n });
+      });
+      await s.relay({ publisher, maxAttempts: 2 });
+      await waitFor('many failed publishes', () => calls >= 8, WAIT);
+      expect(await parkedRows(s.schema)).toEqual([]);
+      expect((await outboxAttempts(s.schema)).map((row) => row.attempts)).toEqual([0, 0]);
+      down = false;
+      await waitFor('the posts', () => s.posts.length === 2, WAIT);
+      expect(await parkedRows(s.schema)).toEqual([]);
+    });
+  });
+
+  describe('when the relay restarts', () => {
+    it('keeps the tries counted before', async () => {
+      const s = await setUp();
+      const shipId = await shipThenPosts(s, 'acct-3');
+      const first = await s.relay({ maxAttempts: 1000 });
+      await waitFor(
+        'two counted tries',
+        async () => ((await outboxAttempts(s.schema))[0]?.attempts ?? 0) >= 2,
+        WAIT,
+      );
+      await first.stop();
+      const counted = (await outboxAttempts(s.schema))[0]!.attempts;
+      expect(await parkedRows(s.schema)).toEqual([]);
+      await s.relay({ maxAttempts: counted + 1 });
+      await waitFor('the row to be parked', async () => (await parkedRows(s.schema)).length === 1, WAIT);
+      expect((await parkedRows(s.schema))[0]).toMatchObject({ message_id: shipId, attempts: counted + 1 });
+    });
+  });
+});
+
+describe('PostgresOutboxAdmin', () => {
+  describe('.replayParked', () => {
+    it('puts the row back at the end of its lane, and it is relayed once a route exists', async () => {
+      const s = await setUp();
+      await shipThenPosts(s, 'acct-4');
+      const relay = await s.relay({ maxAttempts: 2 });
+      await waitFor('the posts', () => s.posts.length === 3, WAIT);
+      const admin = s.admin();
+      const { rows, next } = await admin.listParked();
+      expect(next).toBeUndefined();
+      expect(rows).toHaveLength(1);
+      const row = rows[0]!;
+      expect(row).toMatchObject({ type: 'pk.Ship', kind: 'command', attempts: 2, errorCode: 'no-route' });
+      expect(await admin.getParked(row.id)).toEqual(row);
+      await s.startShipping();
+      expect(await admin.replayParked(row.id)).toBe(true);
+      await waitFor('the shipment', () => s.shipped.length === 1, WAIT);
+      expect(s.shipped).toEqual(['acct-4']);
+      expect(await admin.countParked()).toBe(0);
+      expect(await admin.getParked(row.id)).toBeUndefined();
+      expect(await admin.replayParked(row.id)).toBe(false);
+      expect(relay.stats().parked).toBe(1);
+    });
+  });
+
+  describe('.listParked', () => {
+    it('pages by cursor, oldest parked first', async () => {
+      const s = await setUp();
+      const ids: string[] = [];
+      for (const account of ['a', 'b', 'c']) ids.push(await shipThenPosts(s, `acct-5${account}`));
+      await s.relay({ maxAttempts: 1 });
+      await waitFor('three parked rows', async () => (await parkedRows(s.schema)).length === 3, WAIT);
+      const admin = s.admin();
+      const first = await admin.listParked({ limit: 2 });
+      expect(first.rows).toHaveLength(2);
+      const second = await admin.listParked({ limit: 2, cursor: first.next! });
+      expect(second.next).toBeUndefined();
+      expect([...first.rows, ...second.rows].map((r) => r.messageId).sort()).toEqual([...ids].sort());
+      await expect(admin.listParked({ cursor: 'nope' })).rejects.toMatchObject({ code: 'invalid-cursor' });
+    });
+  });
+});
+
+describe('harrier postgres outbox', () => {
+  it('lists, shows, replays (one and --all) and deletes parked rows, in JSON', async () => {
+    const s = await setUp();
+    for (const account of ['a', 'b', 'c']) await shipThenPosts(s, `acct-6${account}`);
+    await s.relay({ maxAttempts: 1 });
+    await waitFor('three parked rows', async () => (await parkedRows(s.schema)).length === 3, WAIT);
+    const at = ['--schema', s.schema, '--json'];
+
+    const listed = await cli(['postgres', 'outbox', 'parked', ...at]);
+    expect(listed).toMatchObject({ code: 0, stderr: '' });
+    const rows = jsonLines(listed.stdout) as { id: string; type: string; errorCode: string }[];
+    expect(rows).toHaveLength(3);
+    expect(rows[0]).toMatchObject({ type: 'pk.Ship', errorCode: 'no-route', attempts: 1 });
+    const [one, two, three] = rows.map((r) => r.id);
+
+    const shown = await cli(['postgres', 'outbox', 'show', one!, ...at]);
+    expect(shown.code).toBe(0);
+    expect(jsonLines(shown.stdout)).toEqual([rows[0]]);
+
+    const missing = await cli(['postgres', 'outbox', 'show', '999999', ...at]);
+    expect(missing.code).toBe(4);
+    expect(jsonLines(missing.stdout)).toEqual([{ id: '999999', error: expect.objectContaining({}) }]);
+
+    const deleted = await cli(['postgres', 'outbox', 'delete', three!, ...at]);
+    expect(deleted.code).toBe(0);
+    expect(jsonLines(deleted.stdout)).toEqual([{ id: three, deleted: true }]);
+
+    await s.startShipping();
+    const replayed = await cli(['postgres', 'outbox', 'replay', one!, ...at]);
+    expect(replayed.code).toBe(0);
+    expect(jsonLines(replayed.stdout)).toEqual([{ id: one, replayed: true }]);
+    await waitFor('the first shipment', () => s.shipped.length === 1, WAIT);
+
+    const all = await cli(['postgres', 'outbox', 'replay', '--all', ...at]);
+    expect(all.code).toBe(0);
+    expect(jsonLines(all.stdout)).toEqual([{ replayed: 1 }]);
+    await waitFor('the second shipment', () => s.shipped.length === 2, WAIT);
+    expect(s.shipped.sort()).toEqual(['acct-6a', 'acct-6b']);
+    expect(two).toBeDefined();
+
+    const empty = await cli(['postgres', 'outbox', 'parked', ...at]);
+    expect(empty).toMatchObject({ code: 0, stdout: '' });
+    const usage = await cli(['postgres', 'outbox', 'replay', ...at]);
+    expect(usage.code).toBe(2);
+  });
+});
