@@ -14,6 +14,8 @@ import { run } from '../../src/cli/index.js';
 import type { CliIo } from '../../src/cli/cli-io.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
+import { MIGRATIONS } from '../../src/postgres/migrations.js';
+import { postgresTables } from '../../src/postgres/postgres-schema.js';
 import {
   startOutboxRelay,
   type OutboxPublisher,
@@ -349,11 +351,23 @@ describe('harrier postgres outbox', () => {
 
     const shown = await cli(['postgres', 'outbox', 'show', one!, ...at]);
     expect(shown.code).toBe(0);
-    expect(jsonLines(shown.stdout)).toEqual([rows[0]]);
+    const [detail, ...extra] = jsonLines(shown.stdout) as Record<string, unknown>[];
+    expect(extra).toEqual([]);
+    expect(detail).toMatchObject({ ...rows[0], ordered: true, topic: null });
+    expect(JSON.parse(detail!['body'] as string)).toMatchObject({
+      type: 'pk.Ship',
+      payload: { account: 'acct-6a' },
+    });
 
     const missing = await cli(['postgres', 'outbox', 'show', '999999', ...at]);
     expect(missing.code).toBe(4);
-    expect(jsonLines(missing.stdout)).toEqual([{ id: '999999', error: expect.objectContaining({}) }]);
+    expect(jsonLines(missing.stdout)).toEqual([
+      {
+        id: '999999',
+        error: { code: 'not-parked', message: expect.stringMatching(/No parked outbox row "999999"/) },
+      },
+    ]);
+    expect(missing.stderr).toMatch(/No parked outbox row "999999"/);
 
     const deleted = await cli(['postgres', 'outbox', 'delete', three!, ...at]);
     expect(deleted.code).toBe(0);
@@ -376,5 +390,33 @@ describe('harrier postgres outbox', () => {
     expect(empty).toMatchObject({ code: 0, stdout: '' });
     const usage = await cli(['postgres', 'outbox', 'replay', ...at]);
     expect(usage.code).toBe(2);
+  });
+});
+
+describe("migration 4 ('parked outbox rows')", () => {
+  it('upgrades a version-1 schema with rows in its outbox: they keep their place with 0 tries', async () => {
+    const schema = freshSchema();
+    cleanups.push(() => dropSchema(pool, schema));
+    const tables = postgresTables(schema);
+    await pool.query(`CREATE SCHEMA "${schema}"`);
+    await pool.query(
+      `CREATE TABLE ${tables.migrations} (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+    );
+    await pool.query(MIGRATIONS[0]!.sql(tables));
+    await pool.query(`INSERT INTO ${tables.migrations} (version, name) VALUES (1, 'step 1')`);
+    await pool.query(
+      `INSERT INTO ${tables.outbox} (message_id, kind, type, body, lane, created_at) VALUES ('m-old', 'event', 'x.Y', '{}', 3, 7)`,
+    );
+    const report = await migratePostgres(pool, { schema });
+    expect(report.from).toBe(1);
+    expect(report.applied.map((step) => step.name)).toContain('parked outbox rows');
+    const rows = await pool.query(
+      `SELECT message_id, attempts, first_failed_at, last_failed_at, last_error FROM ${tables.outbox}`,
+    );
+    expect(rows.rows).toEqual([
+      { message_id: 'm-old', attempts: 0, first_failed_at: null, last_failed_at: null, last_error: null },
+    ]);
+    const parked = await pool.query(`SELECT count(*)::int AS n FROM ${tables.outboxParked}`);
+    expect(parked.rows).toEqual([{ n: 0 }]);
   });
 });
