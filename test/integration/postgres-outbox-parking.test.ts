@@ -364,7 +364,10 @@ describe('harrier postgres outbox', () => {
     expect(jsonLines(missing.stdout)).toEqual([
       {
         id: '999999',
-        error: { code: 'not-parked', message: expect.stringMatching(/No parked outbox row "999999"/) },
+        error: {
+          code: 'not-parked',
+          message: expect.stringMatching(/No parked outbox row "999999"/) as unknown,
+        },
       },
     ]);
     expect(missing.stderr).toMatch(/No parked outbox row "999999"/);
