@@ -11,6 +11,9 @@ import {
   type PayloadOf,
 } from '../../src/index.js';
 import { run } from '../../src/cli/index.js';
+import { CSRF_COOKIE } from '../../src/dashboard/index.js';
+import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
+import { serveDashboard, tableRows, unescape } from '../helpers/dashboard.js';
 import type { CliIo } from '../../src/cli/cli-io.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
@@ -421,5 +424,55 @@ describe("migration 4 ('parked outbox rows')", () => {
     ]);
     const parked = await pool.query(`SELECT count(*)::int AS n FROM ${tables.outboxParked}`);
     expect(parked.rows).toEqual([{ n: 0 }]);
+  });
+});
+
+describe('createDashboard with an outbox', () => {
+  it('lists the parked rows at /outbox, linked from the header, and its Replay button puts one back', async () => {
+    const s = await setUp();
+    await shipThenPosts(s, 'acct-7');
+    await s.relay({ maxAttempts: 1 });
+    await waitFor('the parked row', async () => (await parkedRows(s.schema)).length === 1, WAIT);
+    const [parked] = await parkedRows(s.schema);
+    const served = await serveDashboard({
+      deadLetters: new InMemoryDeadLetterStore(),
+      allowActions: true,
+      outbox: s.admin(),
+    });
+    cleanups.push(() => served.close());
+    const page = await fetch(`${served.url}/outbox`);
+    const text = await page.text();
+    expect(page.status).toBe(200);
+    expect(text).toContain('<strong aria-current="page">Outbox</strong>');
+    const [row, ...more] = tableRows(text, 'parked-outbox');
+    expect(more).toEqual([]);
+    expect(row!.slice(0, 7)).toEqual([
+      parked!.id,
+      new Date(Number(parked!.parked_at)).toISOString(),
+      'pk.Ship',
+      'acct-7',
+      expect.stringMatching(/^\d+$/) as unknown,
+      '1',
+      expect.stringMatching(/^no-route: /) as unknown,
+    ]);
+    const cookie = (page.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+    expect(cookie.startsWith(`${CSRF_COOKIE}=`)).toBe(true);
+    const csrf = unescape(/name="csrf" value="([^"]+)"/.exec(text)?.[1] ?? '');
+    await s.startShipping();
+    const posted = await fetch(`${served.url}/actions/outbox-replay`, {
+      method: 'POST',
+      redirect: 'manual',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', origin: served.url, cookie },
+      body: new URLSearchParams([
+        ['csrf', csrf],
+        ['id', parked!.id],
+      ]).toString(),
+    });
+    expect(posted.status).toBe(303);
+    expect(posted.headers.get('location')).toBe('/outbox?replayed=1');
+    await waitFor('the shipment', () => s.shipped.length === 1, WAIT);
+    const after = await (await fetch(`${served.url}/outbox?replayed=1`)).text();
+    expect(after).toContain('data-testid="outbox-replayed"');
+    expect(after).toContain('data-testid="outbox-empty"');
   });
 });
