@@ -291,9 +291,8 @@ async function eachId(
       ok += 1;
       if (json) writeJson(io.stdout, { id, [done]: true });
       else io.stdout.write(`${done} ${id}\n`);
-    } else if (json) {
-      writeJson(io.stdout, { id, error: { code: 'not-parked', message: notParked(id) } });
     } else {
+      if (json) writeJson(io.stdout, { id, error: { code: 'not-parked', message: notParked(id) } });
       io.stderr.write(`harrier: ${notParked(id)}\n`);
     }
   }
