@@ -1,3 +1,7 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import type pg from 'pg';
 import { afterEach, describe, expect, inject, it } from 'vitest';
@@ -28,7 +32,7 @@ import {
 import { PostgresOutbox } from '../../src/postgres/postgres-outbox.js';
 import { PostgresOutboxAdmin } from '../../src/postgres/postgres-outbox-admin.js';
 import { BullMqBroker } from '../../src/redis/index.js';
-import { waitFor } from '../helpers/local-redis.js';
+import { freePort, pingRedis, waitFor } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 
@@ -272,6 +276,98 @@ describe('OutboxRelay parking', () => {
       await waitFor('the posts', () => s.posts.length === 2, WAIT);
       expect(await parkedRows(s.schema)).toEqual([]);
     });
+  });
+
+  describe("when the broker's Redis is stopped and started again", () => {
+    it('counts no try and parks nothing while it is down, and relays once it is back', async () => {
+      // A Redis of this test's own, with AOF on, so the routes the bus registered survive its restart.
+      const port = await freePort();
+      const dir = mkdtempSync(join(tmpdir(), 'harrier-park-redis-'));
+      let server: ChildProcess | undefined;
+      const startServer = async (): Promise<void> => {
+        server = spawn(
+          'redis-server',
+          ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--dir', dir],
+          { stdio: 'ignore' },
+        );
+        await waitFor('redis-server to answer', () => pingRedis(port), WAIT);
+      };
+      const stopServer = async (): Promise<void> => {
+        const running = server;
+        server = undefined;
+        if (running === undefined || running.exitCode !== null) return;
+        const exited = new Promise((resolve) => running.once('exit', resolve));
+        running.kill('SIGTERM');
+        await exited;
+      };
+      await startServer();
+      cleanups.push(async () => {
+        await stopServer();
+        rmSync(dir, { recursive: true, force: true });
+      });
+      const schema = freshSchema();
+      await migratePostgres(pool, { schema });
+      cleanups.push(() => dropSchema(pool, schema));
+      const posts: number[] = [];
+      @CommandHandler(Post)
+      class Ledger {
+        handle(payload: PayloadOf<typeof Post>) {
+          posts.push(payload.n);
+        }
+      }
+      const url = `redis://127.0.0.1:${port}`;
+      const bus = createBus({
+        endpoint: 'shop',
+        broker: new BullMqBroker({
+          connection: url,
+          prefix: freshPrefix(),
+          partitions: 4,
+          logger: silentLogger,
+        }),
+        handlers: [Ledger],
+        logger: silentLogger,
+      });
+      await bus.start();
+      const outbox = new PostgresOutbox(bus, { schema });
+      let heldBack = 0;
+      const relay = await startOutboxRelay({
+        connection: pool,
+        publisher: bus.publisher,
+        schema,
+        pollIntervalMs: 50,
+        maxAttempts: 2,
+        retryDelayMs: 10,
+        logger: {
+          ...silentLogger,
+          warn: (message: string) => {
+            if (message.includes('could not publish lane')) heldBack += 1;
+          },
+        },
+      });
+      cleanups.push(async () => {
+        await relay.stop();
+        await bus.stop({ gracePeriodMs: 200 });
+      });
+      const send = (n: number) =>
+        inTransaction(async (client) => {
+          await outbox.send(client, Post, { account: 'acct-r', n });
+        });
+      await send(1);
+      await waitFor('the first post', () => posts.length === 1, WAIT);
+      await stopServer();
+      await send(2);
+      await send(3);
+      await waitFor('the relay to fail on the outage several times', () => heldBack >= 4, {
+        timeoutMs: 60_000,
+      });
+      expect(await parkedRows(schema)).toEqual([]);
+      expect((await outboxAttempts(schema)).map((row) => row.attempts)).toEqual([0, 0]);
+      await startServer();
+      await waitFor('the posts after the outage', () => posts.length === 3, { timeoutMs: 60_000 });
+      expect(posts).toEqual([1, 2, 3]);
+      expect(await parkedRows(schema)).toEqual([]);
+      expect(relay.stats().parked).toBe(0);
+    }, 150_000);
   });
 
   describe('when the relay restarts', () => {
