@@ -79,7 +79,8 @@ export interface OutboxRelayOptions {
    */
   readonly maxAttempts?: number;
   /**
-   * The pause after a row's first failed try; it doubles after each one, up to 30 s.
+   * The pause after a row's first failed try; it doubles after each one, up to 30 s (or this
+   * value, when larger).
    * @defaultValue 1000
    */
   readonly retryDelayMs?: number;
@@ -173,9 +174,13 @@ export function relayLockKeys(tables: PostgresTables): { readonly lanes: number;
  * - **Waking.** LISTEN on {@link outboxChannel}; a commit that wrote rows notifies. Polling every
  *   `pollIntervalMs` covers a missed notification.
  * - **Failures.** A batch whose publish fails is published again lane by lane. A lane whose
- *   publish fails (e.g. `no-route`) keeps its rows and is held back on its own (100 ms doubling to 5 s) while the other lanes go
- *   on; its order is kept. A lost connection (PostgreSQL restarted) is reopened, and the lanes taken
- *   again.
+ *   publish fails keeps its rows and is held back on its own while the other lanes go on; its
+ *   order is kept. On an outage (the broker unreachable, the publisher closing) the lane waits,
+ *   100 ms doubling to 5 s, and no try counts. On any other failure (e.g. `no-route`) the lane is
+ *   published row by row up to the failing row, which gets a try counted in its row; after
+ *   `maxAttempts` tries (or at once when malformed) the row is parked (moved to `outbox_parked` in
+ *   the transaction that deletes it) and its lane goes on. A lost connection (PostgreSQL
+ *   restarted) is reopened, and the lanes taken again.
  */
 export class OutboxRelay {
   readonly #publisher: OutboxPublisher;
@@ -502,7 +507,8 @@ export class OutboxRelay {
         failures.push({ row, error, malformed });
         if (malformed === undefined && row.attempts + 1 < this.#maxAttempts) {
           // Counted, not parked: the lane waits for this row.
-          const pause = Math.min(ROW_RETRY_CAP_MS, this.#retryDelayMs * 2 ** Math.min(row.attempts, 16));
+          const cap = Math.max(ROW_RETRY_CAP_MS, this.#retryDelayMs);
+          const pause = Math.min(cap, this.#retryDelayMs * 2 ** Math.min(row.attempts, 16));
           this.#holdBack(lane, laneRows.slice(i), error, pause, row.attempts + 1);
           return published;
         }
