@@ -186,13 +186,16 @@ async function outboxAttempts(schema: string): Promise<{ message_id: string; att
   return result.rows;
 }
 
-/** Runs the CLI in this process with captured output. */
-async function cli(argv: readonly string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+/** Runs the CLI in this process with captured output (stderr a terminal with `stderrTty`). */
+async function cli(
+  argv: readonly string[],
+  stderrTty = false,
+): Promise<{ code: number; stdout: string; stderr: string }> {
   let stdout = '';
   let stderr = '';
   const io: CliIo = {
     stdout: { write: (text: string) => (stdout += text), isTTY: false },
-    stderr: { write: (text: string) => (stderr += text) },
+    stderr: { write: (text: string) => (stderr += text), isTTY: stderrTty },
     stdin: process.stdin,
     env: { DATABASE_URL: databaseUrl },
   };
@@ -570,5 +573,32 @@ describe('createDashboard with an outbox', () => {
     const after = await (await fetch(`${served.url}/outbox?replayed=1`)).text();
     expect(after).toContain('data-testid="outbox-replayed"');
     expect(after).toContain('data-testid="outbox-empty"');
+  });
+});
+
+describe('harrier postgres outbox replay --all', () => {
+  it('moves 250 parked rows back in transactions of 100, oldest parked first, drawing progress on a terminal', async () => {
+    const schema = freshSchema();
+    await migratePostgres(pool, { schema });
+    cleanups.push(() => dropSchema(pool, schema));
+    await pool.query(
+      `INSERT INTO "${schema}".outbox_parked (message_id, kind, type, body, ordered, lane, created_at, attempts,
+         reason, error_code, error, first_failed_at, last_failed_at, parked_at)
+       SELECT 'm-' || n, 'command', 'pk.Ship', '{}', true, 5, n, 10, 'failed', 'no-route', 'no route', n, n, n
+         FROM generate_series(1, 250) AS n`,
+    );
+    const replayed = await cli(['postgres', 'outbox', 'replay', '--all', '--schema', schema, '--json'], true);
+    expect(replayed.code).toBe(0);
+    expect(jsonLines(replayed.stdout)).toEqual([{ replayed: 250 }]);
+    expect(replayed.stderr).toContain('replaying [');
+    expect(replayed.stderr).toContain('250/250 100%');
+    const back = await pool.query<{ message_id: string; attempts: number }>(
+      `SELECT message_id, attempts FROM "${schema}".outbox ORDER BY seq`,
+    );
+    expect(back.rows.map((row) => row.message_id)).toEqual(
+      Array.from({ length: 250 }, (_, i) => `m-${i + 1}`),
+    );
+    expect(back.rows.every((row) => row.attempts === 0)).toBe(true);
+    expect(await parkedRows(schema)).toEqual([]);
   });
 });
