@@ -166,6 +166,12 @@ export type {
 export type {
   AdminBrokerOptions,
   EndpointTopology,
+  OutboxAdmin,
+  ParkedOutboxPage,
+  ParkedOutboxPageOptions,
+  ParkedOutboxReason,
+  ParkedOutboxRow,
+  ReplayAllParkedOptions,
   StoreAdmin,
   SubscriptionTopology,
   SystemAdmin,
