@@ -41,3 +41,5 @@ export type { PostgresCheckpointStoreOptions } from './postgres-checkpoint-store
 export { PostgresCheckpointStore } from './postgres-checkpoint-store.js';
 export type { PostgresSagaStoreOptions } from './postgres-saga-store.js';
 export { PostgresSagaStore } from './postgres-saga-store.js';
+export type { PostgresDeadLetterStoreOptions } from './dead-letters/postgres-dead-letter-store.js';
+export { PostgresDeadLetterStore } from './dead-letters/postgres-dead-letter-store.js';

@@ -1,7 +1,8 @@
+import { deadLettersMigrationSql } from './dead-letters/dead-letters-migration.js';
 import type { PostgresTables } from './postgres-schema.js';
 
 /** A table of Harrier's schema that a migration step creates. */
-export type HarrierTableName = 'outbox' | 'inbox' | 'checkpoints' | 'sagas';
+export type HarrierTableName = 'outbox' | 'inbox' | 'checkpoints' | 'sagas' | 'dead_letters';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -77,6 +78,12 @@ export const MIGRATIONS: readonly Migration[] = [
       );
       CREATE INDEX IF NOT EXISTS sagas_expires_at ON ${t.sagas} (expires_at) WHERE expires_at IS NOT NULL;
     `,
+  },
+  {
+    version: 3,
+    name: 'dead letters',
+    tables: ['dead_letters'],
+    sql: deadLettersMigrationSql,
   },
 ];
 

@@ -28,6 +28,12 @@ export interface PostgresTables {
   readonly inbox: string;
   readonly checkpoints: string;
   readonly sagas: string;
+  /** The dead letters of `PostgresDeadLetterStore`, one row per record. */
+  readonly deadLetters: string;
+  /** The sequence that orders dead-letter writes (a failure group's sample is its latest write). */
+  readonly deadLetterWrites: string;
+  /** The schema-qualified name of the trigram index of dead-letter text search, when it exists. */
+  readonly deadLetterSearchIndex: string;
 }
 
 /**
@@ -51,5 +57,8 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     inbox: `${q}.inbox`,
     checkpoints: `${q}.checkpoints`,
     sagas: `${q}.sagas`,
+    deadLetters: `${q}.dead_letters`,
+    deadLetterWrites: `${q}.dead_letter_writes`,
+    deadLetterSearchIndex: `${q}.dead_letters_search_trgm`,
   };
 }
