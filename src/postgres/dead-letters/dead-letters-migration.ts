@@ -51,6 +51,11 @@ export function deadLettersMigrationSql(t: PostgresTables): string {
     -- A group's sample: the row of its latest write.
     CREATE INDEX IF NOT EXISTS dead_letters_touched ON ${t.deadLetters} (touched);
     CREATE INDEX IF NOT EXISTS dead_letters_endpoint ON ${t.deadLetters} (endpoint, status, seq);
+    CREATE INDEX IF NOT EXISTS dead_letters_type ON ${t.deadLetters} (type, status, seq);
+    -- The filter fields are correlated (a type belongs to few endpoints): without these statistics a
+    -- combination that matches nothing is estimated at thousands of rows, and a page walks the table.
+    CREATE STATISTICS IF NOT EXISTS ${t.quotedSchema}.dead_letters_fields (mcv)
+      ON status, endpoint, type, handler, reason FROM ${t.deadLetters};
     CREATE INDEX IF NOT EXISTS dead_letters_last_failed_at ON ${t.deadLetters} (last_failed_at);
     DO $harrier$
     DECLARE
