@@ -7,7 +7,7 @@ import { ExitCode, runSubcommand, usageError, writeJson, type CliIo } from './cl
 
 const CONNECTION_HELP = `Connection and output:
   --database-url <url>  PostgreSQL to use (default: $DATABASE_URL), e.g. postgres://user:pass@host:5432/app
-  --schema <name>       schema of Harrier's tables (default: harrier)
+  --schema <name>       schema of Harrier's tables (default: $HARRIER_SCHEMA, else harrier)
   --json                one JSON line on stdout (the default when stdout is not a terminal)
   -h, --help            show this help`;
 
@@ -15,7 +15,8 @@ const CONNECTION_HELP = `Connection and output:
 export const POSTGRES_HELP = `Usage: harrier postgres <command> [options]
 
 Commands:
-  migrate            create or upgrade Harrier's tables (outbox, inbox, checkpoints, sagas)
+  migrate            create or upgrade Harrier's tables (outbox, inbox, checkpoints, sagas,
+                     dead_letters)
 
 ${CONNECTION_HELP}
 `;
@@ -76,7 +77,8 @@ async function migrateCommand(argv: readonly string[], io: CliIo): Promise<numbe
   const { migratePostgres } = await loadPostgresLayer();
   let report;
   try {
-    report = await migratePostgres(url, values.schema === undefined ? {} : { schema: values.schema });
+    const schema = values.schema ?? (io.env.HARRIER_SCHEMA === '' ? undefined : io.env.HARRIER_SCHEMA);
+    report = await migratePostgres(url, schema === undefined ? {} : { schema });
   } catch (error) {
     // A script reading --json gets a line for a failure too; stderr and the exit code are as always.
     if (json && HarrierError.is(error)) {

@@ -43,3 +43,5 @@ export type { PostgresSagaStoreOptions } from './postgres-saga-store.js';
 export { PostgresSagaStore } from './postgres-saga-store.js';
 export type { PostgresDeadLetterStoreOptions } from './dead-letters/postgres-dead-letter-store.js';
 export { PostgresDeadLetterStore } from './dead-letters/postgres-dead-letter-store.js';
+export type { PostgresAdminOptions } from './postgres-admin.js';
+export { openPostgresAdmin, PostgresAdmin } from './postgres-admin.js';
