@@ -252,6 +252,28 @@ describe('harrier CLI on PostgreSQL', () => {
       run.child.kill('SIGTERM');
       expect(await run.exit).toBe(0);
     });
+
+    it('refuses --allow-actions with exit 2: there is no PostgreSQL broker to replay through', async () => {
+      const result = await harrier(['dashboard', '--port', '0', '--allow-actions', ...p]);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toContain('no PostgreSQL broker');
+    });
+  });
+
+  describe('postgres migrate', () => {
+    it('takes the schema from HARRIER_SCHEMA', async () => {
+      const own = freshSchema();
+      try {
+        const result = await harrier(['postgres', 'migrate', '--json'], {
+          DATABASE_URL: databaseUrl,
+          HARRIER_SCHEMA: own,
+        });
+        expect(result.code).toBe(0);
+        expect(jsonLines(result.stdout)).toEqual([expect.objectContaining({ schema: own, from: 0 })]);
+      } finally {
+        await dropSchema(pool, own);
+      }
+    });
   });
 
   describe('connection', () => {
