@@ -1,3 +1,4 @@
+import type { SystemAdmin } from '../admin/system-admin.js';
 import { GLOBAL_HELP, contextOf, openAdmin, parse } from './cli-context.js';
 import {
   ExitCode,
@@ -24,7 +25,9 @@ const STATUS_HELP = `Usage: harrier projections status [name] [--json]
 For each projection with checkpoints in the system's checkpoint store, and each partition of the
 topics it reads: the checkpoint (last offset completed), the event log's end offset and the lag
 between them. Topics and partitions are discovered from the log and the checkpoints, so a
-partition that never had an append nor a checkpoint does not show.
+partition that never had an append nor a checkpoint does not show. PostgreSQL keeps checkpoints
+but no event log: on a postgres:// URL the checkpoints show alone (END and LAG "-", null in
+--json), with a note on stderr.
 
 ${GLOBAL_HELP}
 `;
@@ -63,20 +66,17 @@ async function statusCommand(argv: readonly string[], io: CliIo): Promise<number
   const name = positionals[0];
   const admin = await openAdmin(ctx);
   try {
-    const rows = (await admin.projectionLags(name)).map((lag) => ({
-      ...lag,
-      checkpoint: lag.checkpoint ?? null,
-      updatedAt: lag.updatedAt === undefined ? null : iso(lag.updatedAt),
-    }));
+    const rows = await statusRows(admin, name);
+    if (admin.eventLogNote !== undefined) io.stderr.write(`note: ${admin.eventLogNote}\n`);
     if (name !== undefined && rows.length === 0) {
-      throw nothingMatched(`Projection "${name}" has no checkpoints under prefix ${ctx.prefix}`);
+      throw nothingMatched(`Projection "${name}" has no checkpoints under ${ctx.scopeLabel}`);
     }
     if (ctx.json) {
       for (const row of rows) writeJson(io.stdout, row);
       return ExitCode.ok;
     }
     if (rows.length === 0) {
-      io.stdout.write(`No projection checkpoints under prefix ${ctx.prefix}.\n`);
+      io.stdout.write(`No projection checkpoints under ${ctx.scopeLabel}.\n`);
     } else {
       io.stdout.write(
         formatTable(
@@ -86,8 +86,8 @@ async function statusCommand(argv: readonly string[], io: CliIo): Promise<number
             r.topic,
             String(r.partition),
             r.checkpoint === null ? '-' : String(r.checkpoint),
-            String(r.endOffset),
-            String(r.lag),
+            r.endOffset === null ? '-' : String(r.endOffset),
+            r.lag === null ? '-' : String(r.lag),
             r.updatedAt ?? '-',
           ]),
         ),
@@ -116,7 +116,7 @@ async function rebuildCommand(argv: readonly string[], io: CliIo): Promise<numbe
     if (stored.length === 0) {
       const known = [...new Set((await checkpoints.list()).map((cp) => cp.projection))];
       throw nothingMatched(
-        `Projection "${name}" has no checkpoints under prefix ${ctx.prefix}${known.length > 0 ? `; known: ${known.join(', ')}` : ''}`,
+        `Projection "${name}" has no checkpoints under ${ctx.scopeLabel}${known.length > 0 ? `; known: ${known.join(', ')}` : ''}`,
       );
     }
     await checkpoints.reset(name);
@@ -128,4 +128,38 @@ async function rebuildCommand(argv: readonly string[], io: CliIo): Promise<numbe
   } finally {
     await admin.close();
   }
+}
+
+/** A row of `projections status`: log end and lag are null where the backend keeps no event log. */
+interface StatusRow {
+  readonly projection: string;
+  readonly topic: string;
+  readonly partition: number;
+  readonly checkpoint: number | null;
+  readonly endOffset: number | null;
+  readonly lag: number | null;
+  readonly updatedAt: string | null;
+}
+
+/**
+ * The rows of `projections status`: each checkpoint with the log's end and the lag, or, on a
+ * backend that keeps no event log (see `StoreAdmin.eventLogNote`), the stored checkpoints alone.
+ */
+async function statusRows(admin: SystemAdmin, name: string | undefined): Promise<StatusRow[]> {
+  if (admin.eventLogNote !== undefined) {
+    return (await admin.checkpointStore().list(name)).map((cp) => ({
+      projection: cp.projection,
+      topic: cp.topic,
+      partition: cp.partition,
+      checkpoint: cp.offset,
+      endOffset: null,
+      lag: null,
+      updatedAt: cp.updatedAt === 0 ? null : iso(cp.updatedAt),
+    }));
+  }
+  return (await admin.projectionLags(name)).map((lag) => ({
+    ...lag,
+    checkpoint: lag.checkpoint ?? null,
+    updatedAt: lag.updatedAt === undefined ? null : iso(lag.updatedAt),
+  }));
 }

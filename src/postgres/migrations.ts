@@ -1,8 +1,17 @@
+import { deadLettersMigrationSql } from './dead-letters/dead-letters-migration.js';
 import type { PostgresTables } from './postgres-schema.js';
 
 /** A table of Harrier's schema that a migration step creates. */
 export type HarrierTableName =
-  'outbox' | 'inbox' | 'checkpoints' | 'sagas' | 'queue' | 'routes' | 'dedupe' | 'outbox_parked';
+  | 'outbox'
+  | 'inbox'
+  | 'checkpoints'
+  | 'sagas'
+  | 'queue'
+  | 'routes'
+  | 'dedupe'
+  | 'dead_letters'
+  | 'outbox_parked';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -133,6 +142,12 @@ export const MIGRATIONS: readonly Migration[] = [
       );
       CREATE INDEX IF NOT EXISTS dedupe_expires_at ON ${t.dedupe} (expires_at);
     `,
+  },
+  {
+    version: 3,
+    name: 'dead letters',
+    tables: ['dead_letters'],
+    sql: deadLettersMigrationSql,
   },
   {
     version: 4,

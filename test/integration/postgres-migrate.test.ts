@@ -50,6 +50,7 @@ describe('migratePostgres', () => {
     });
     expect(await tablesOf(schema)).toEqual([
       'checkpoints',
+      'dead_letters',
       'dedupe',
       'inbox',
       'migrations',
