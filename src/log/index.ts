@@ -9,7 +9,13 @@ export type {
   TopicInfo,
   TopicSpec,
 } from './event-log.js';
-export type { Checkpoint, CheckpointStore } from './checkpoint-store.js';
+export type {
+  Checkpoint,
+  CheckpointStore,
+  CommitOptions,
+  ProjectionGeneration,
+  RebuildMarker,
+} from './checkpoint-store.js';
 export { checkPartition, checkSchema, indexTopics, partitionFor, topicInfo, topicOf } from './topics.js';
 export { InMemoryEventLog, type InMemoryEventLogOptions } from './in-memory-event-log.js';
 export { InMemoryCheckpointStore } from './in-memory-checkpoint-store.js';

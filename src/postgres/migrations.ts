@@ -1,7 +1,7 @@
 import type { PostgresTables } from './postgres-schema.js';
 
 /** A table of Harrier's schema that a migration step creates. */
-export type HarrierTableName = 'outbox' | 'inbox' | 'checkpoints' | 'sagas';
+export type HarrierTableName = 'outbox' | 'inbox' | 'checkpoints' | 'sagas' | 'projection_generations';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -76,6 +76,23 @@ export const MIGRATIONS: readonly Migration[] = [
         PRIMARY KEY (saga, id)
       );
       CREATE INDEX IF NOT EXISTS sagas_expires_at ON ${t.sagas} (expires_at) WHERE expires_at IS NOT NULL;
+    `,
+  },
+  {
+    version: 5,
+    name: 'projection rebuild marker',
+    tables: ['projection_generations'],
+    // One row per projection ever rebuilt, reset or projected in a unit of work: its generation
+    // (raised by every rebuild, checked by every conditional checkpoint commit) and the marker of a
+    // rebuild under way (rebuild_id set from its start until its reset() succeeded).
+    sql: (t) => `
+      CREATE TABLE IF NOT EXISTS ${t.projectionGenerations} (
+        projection text COLLATE "C" PRIMARY KEY,
+        generation bigint NOT NULL DEFAULT 0,
+        rebuild_id text,
+        rebuild_started_at bigint,
+        CHECK ((rebuild_id IS NULL) = (rebuild_started_at IS NULL))
+      );
     `,
   },
 ];

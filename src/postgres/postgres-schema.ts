@@ -28,6 +28,8 @@ export interface PostgresTables {
   readonly inbox: string;
   readonly checkpoints: string;
   readonly sagas: string;
+  /** Each projection's generation and rebuild marker. */
+  readonly projectionGenerations: string;
 }
 
 /**
@@ -51,5 +53,6 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     inbox: `${q}.inbox`,
     checkpoints: `${q}.checkpoints`,
     sagas: `${q}.sagas`,
+    projectionGenerations: `${q}.projection_generations`,
   };
 }
