@@ -8,6 +8,7 @@ import {
   type CommitOptions,
   type ProjectionGeneration,
 } from '../log/checkpoint-store.js';
+import { holdClient } from './held-client.js';
 import { requireSchema } from './migrate-postgres.js';
 import type { PostgresConnectionOptions } from './postgres-connection.js';
 import { openPool, postgresError, type PoolHandle } from './postgres-pool.js';
@@ -231,22 +232,26 @@ export class PostgresCheckpointStore implements CheckpointStore {
   /** Runs `action` in a transaction of a client of the pool: committed when it resolves. */
   async #transaction<T>(doing: string, action: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     return this.#use(doing, async (pool) => {
-      const client = await pool.connect();
+      // Held with an 'error' listener: a session the server ends while checked out must not crash.
+      const held = await holdClient(pool);
       let broken: Error | undefined;
       try {
-        await client.query('BEGIN');
+        await held.client.query('BEGIN');
         try {
-          const result = await action(client);
-          await client.query('COMMIT');
+          const result = await action(held.client);
+          await held.client.query('COMMIT');
           return result;
         } catch (error) {
-          await client.query('ROLLBACK').catch((rollbackError: unknown) => {
+          await held.client.query('ROLLBACK').catch((rollbackError: unknown) => {
             broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
           });
           throw error;
         }
+      } catch (error) {
+        // A lost session is reported as such, whatever the statement made of it.
+        throw held.lost ?? error;
       } finally {
-        client.release(broken);
+        held.release(broken);
       }
     });
   }
