@@ -151,6 +151,8 @@ export class ProjectionRunner {
   readonly #rebuilding = new Set<string>();
   /** Restarts of projections rebuilt elsewhere, under way (stop awaits them). */
   readonly #restarts = new Map<string, Promise<void>>();
+  /** Projections stopped by a rebuild or restart that failed (its `reset()`, the store): the check starts them again. */
+  readonly #pendingStarts = new Set<string>();
   #cancelRebuildCheck: (() => void) | undefined;
   #started = false;
   /** Aborted by stop: ends a wait for another process's rebuild. */
@@ -188,6 +190,12 @@ export class ProjectionRunner {
    */
   async checkExternalRebuilds(): Promise<string[]> {
     const restarted: string[] = [];
+    for (const name of [...this.#pendingStarts]) {
+      if (!this.#started || this.#rebuilding.has(name) || this.#restarts.has(name)) continue;
+      this.#pendingStarts.delete(name);
+      restarted.push(name);
+      await this.#restartStopped(name);
+    }
     for (const [name, lanes] of [...this.#lanes]) {
       if (this.#rebuilding.has(name) || this.#restarts.has(name)) continue;
       const running = lanes[0]?.generation;
@@ -209,7 +217,6 @@ export class ProjectionRunner {
     const under = this.#restarts.get(name);
     if (under !== undefined) return under;
     if (this.#rebuilding.has(name)) return Promise.resolve();
-    const entry = this.#entry(name);
     this.#logger.warn(
       'Projection was rebuilt or reset elsewhere: its lanes stop without committing, and it restarts from its new checkpoints',
       {
@@ -222,18 +229,30 @@ export class ProjectionRunner {
     const restart = (async () => {
       try {
         await this.#stopProjection(name);
-        if (this.#started) await this.#startProjection(entry);
-      } catch (error) {
-        this.#logger.error('Restarting a projection rebuilt elsewhere failed; the next check tries again', {
-          projection: name,
-          error: toErrorInfo(error),
-        });
+        await this.#restartStopped(name);
       } finally {
         this.#restarts.delete(name);
       }
     })();
     this.#restarts.set(name, restart);
     return restart;
+  }
+
+  /**
+   * Starts a stopped projection again while the runner runs; never rejects: a failure (its
+   * `reset()`, the store) is logged and the periodic check tries again.
+   */
+  async #restartStopped(name: string): Promise<void> {
+    if (!this.#started) return;
+    try {
+      await this.#startProjection(this.#entry(name));
+    } catch (error) {
+      this.#pendingStarts.add(name);
+      this.#logger.error('Starting a projection after a rebuild failed; the next rebuild check tries again', {
+        projection: name,
+        error: toErrorInfo(error),
+      });
+    }
   }
 
   #scheduleRebuildCheck(): void {
@@ -253,6 +272,7 @@ export class ProjectionRunner {
   /** Stops every lane and commits what was completed. */
   async stop(): Promise<void> {
     this.#started = false;
+    this.#pendingStarts.clear();
     this.#life.abort();
     this.#cancelRebuildCheck?.();
     await Promise.all([...this.#restarts.values()]);
@@ -284,8 +304,16 @@ export class ProjectionRunner {
 
   async #rebuild(entry: HandlerEntry, name: string): Promise<void> {
     await this.#restarts.get(name);
+    this.#pendingStarts.delete(name);
     await this.#stopProjection(name);
-    const generation = await this.#completeRebuild(entry, undefined);
+    let generation: number;
+    try {
+      generation = await this.#completeRebuild(entry, undefined);
+    } catch (error) {
+      // The marker stays set: the periodic check (or the next start) completes the rebuild.
+      if (this.#started) this.#pendingStarts.add(name);
+      throw error;
+    }
     if (this.#started) await this.#startProjection(entry, generation);
   }
 

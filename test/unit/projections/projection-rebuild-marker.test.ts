@@ -161,6 +161,27 @@ describe('ProjectionRunner rebuild marker', () => {
     });
   });
 
+  describe('when reset() fails in a running bus', () => {
+    it('keeps the projection stopped with its marker set until the next check completes the rebuild', async () => {
+      const b = bus(0);
+      await b.start();
+      const live = await publish(b, 9);
+      failResets = 1;
+      await expect(b.projections?.rebuild('sums')).rejects.toThrow('read model unreachable');
+      expect((await checkpoints.generation('sums')).rebuild).toBeDefined();
+      expect((await b.projections?.status())?.[0]?.generation).toBeUndefined();
+      expect(await b.projections?.checkExternalRebuilds()).toEqual(['sums']);
+      await b.projections?.whenCaughtUp();
+      expect(Object.fromEntries(sums)).toEqual(live);
+      expect(await checkpoints.generation('sums')).toEqual({
+        projection: 'sums',
+        generation: 2,
+        rebuild: undefined,
+      });
+      expect((await b.projections?.status())?.[0]?.generation).toBe(2);
+    });
+  });
+
   describe('when the projection is rebuilt from outside while it runs (no periodic check)', () => {
     it('refuses the stale commit, restarts the projection, completes the rebuild and ends exact', async () => {
       const b = bus(0);
