@@ -11,6 +11,17 @@ export interface Checkpoint {
   readonly updatedAt: number;
 }
 
+/**
+ * How the id of a rebuild asked from outside ({@link CheckpointStore.reset}) begins: no runner works
+ * on it yet, so a runner takes it over at once, where it waits a while for a runner's own rebuild.
+ */
+export const REQUESTED_REBUILD_PREFIX = 'requested:';
+
+/** Whether a marker is one {@link CheckpointStore.reset} set (asked from outside, no runner on it). */
+export function isRequestedRebuild(marker: RebuildMarker): boolean {
+  return marker.id.startsWith(REQUESTED_REBUILD_PREFIX);
+}
+
 /** A rebuild under way: set before a projection's checkpoints go, cleared once its `reset()` succeeded. */
 export interface RebuildMarker {
   /** Names this rebuild: only it clears the marker ({@link CheckpointStore.endRebuild}). */
@@ -68,7 +79,8 @@ export interface CheckpointStore {
   list(projection?: string): Promise<Checkpoint[]>;
   /**
    * Asks for a rebuild from outside the processes that run the projection (`harrier projections
-   * rebuild`): as {@link beginRebuild} with an id of the store's own, stamped with the wall clock.
+   * rebuild`): as {@link beginRebuild} with an id of the store's own starting with
+   * {@link REQUESTED_REBUILD_PREFIX}, stamped with the wall clock.
    * The marker stays set until a runner has run the projection's `reset()` and cleared it.
    */
   reset(projection: string): Promise<void>;

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { HarrierError } from '../errors/harrier-error.js';
 import {
   projectionRebuiltError,
+  REQUESTED_REBUILD_PREFIX,
   type Checkpoint,
   type CheckpointStore,
   type CommitOptions,
@@ -82,7 +83,7 @@ export class InMemoryCheckpointStore implements CheckpointStore {
   }
 
   async reset(projection: string): Promise<void> {
-    await this.beginRebuild(projection, randomUUID(), Date.now());
+    await this.beginRebuild(projection, `${REQUESTED_REBUILD_PREFIX}${randomUUID()}`, Date.now());
   }
 
   generation(projection: string): Promise<ProjectionGeneration> {

@@ -3,6 +3,7 @@ import type pg from 'pg';
 import { HarrierError } from '../errors/harrier-error.js';
 import {
   checkCheckpointOffset,
+  REQUESTED_REBUILD_PREFIX,
   type Checkpoint,
   type CheckpointStore,
   type CommitOptions,
@@ -171,7 +172,7 @@ export class PostgresCheckpointStore implements CheckpointStore {
   }
 
   async reset(projection: string): Promise<void> {
-    await this.beginRebuild(projection, randomUUID(), Date.now());
+    await this.beginRebuild(projection, `${REQUESTED_REBUILD_PREFIX}${randomUUID()}`, Date.now());
   }
 
   async generation(projection: string): Promise<ProjectionGeneration> {

@@ -15,7 +15,7 @@ import { OutageBreaker, resolveOutageOptions } from '../dispatch/outage-breaker.
 import { isTransientFailure } from '../dispatch/transient-failure.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
-import type { CheckpointStore } from '../log/checkpoint-store.js';
+import { isRequestedRebuild, type CheckpointStore } from '../log/checkpoint-store.js';
 import type { LogPosition } from '../dispatch/transactional-unit-of-work.js';
 import type { EventLog, LogRecord } from '../log/event-log.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
@@ -155,6 +155,8 @@ export class ProjectionRunner {
   readonly #pendingStarts = new Set<string>();
   #cancelRebuildCheck: (() => void) | undefined;
   #started = false;
+  /** Ids of this runner's rebuilds whose `reset()` failed: their markers are taken over at once. */
+  readonly #failedRebuilds = new Set<string>();
   /** Aborted by stop: ends a wait for another process's rebuild. */
   #life = new AbortController();
 
@@ -245,7 +247,7 @@ export class ProjectionRunner {
   async #restartStopped(name: string): Promise<void> {
     if (!this.#started) return;
     try {
-      await this.#startProjection(this.#entry(name));
+      await this.#startProjection(this.#entry(name), undefined, true);
     } catch (error) {
       this.#pendingStarts.add(name);
       this.#logger.error('Starting a projection after a rebuild failed; the next rebuild check tries again', {
@@ -308,7 +310,7 @@ export class ProjectionRunner {
     await this.#stopProjection(name);
     let generation: number;
     try {
-      generation = await this.#completeRebuild(entry, undefined);
+      generation = await this.#completeRebuild(entry, 'begin');
     } catch (error) {
       // The marker stays set: the periodic check (or the next start) completes the rebuild.
       if (this.#started) this.#pendingStarts.add(name);
@@ -320,45 +322,70 @@ export class ProjectionRunner {
   /**
    * Runs a rebuild to its end and returns the generation to project at.
    *
-   * @param replacing - undefined: begin a rebuild of our own; else the id of a marker found set,
-   *   taken over (when another process took it over first, its rebuild is waited for, up to
-   *   `rebuildTakeoverMs`, then taken over in turn).
+   * @remarks
+   * `how` says what to do first: `'begin'` a rebuild of our own (whatever is under way); take over
+   * the rebuild whose marker has the given id (a start finding a rebuild cut short); or `'wait'` for
+   * the one under way. A marker asked for from outside ({@link isRequestedRebuild}) is taken over at
+   * once; one of another runner is waited for (checked every 200 ms) and taken over only after
+   * `rebuildTakeoverMs`, since its process may still be in its `reset()`. When our own rebuild was
+   * taken over during our `reset()` and has ended since, our `reset()` may have emptied what that
+   * rebuild projected: we begin another one (its generation makes those lanes restart).
    */
-  async #completeRebuild(entry: HandlerEntry, replacing: string | undefined): Promise<number> {
+  async #completeRebuild(
+    entry: HandlerEntry,
+    how: 'begin' | 'wait' | { readonly takeOver: string },
+  ): Promise<number> {
     const { name } = entry;
     const store = this.#o.checkpoints;
-    /** The rebuild to begin or take over; null: wait for the one under way. */
-    let target: string | undefined | null = replacing;
+    let next: 'begin' | 'wait' | { readonly takeOver: string } = how;
     let waiting: { readonly id: string; readonly since: number } | undefined;
     for (;;) {
-      if (target !== null) {
+      if (next !== 'wait') {
         const id = randomUUID();
-        const begun = await store.beginRebuild(name, id, this.#clock.now(), target);
+        const replacing = next === 'begin' ? undefined : next.takeOver;
+        const begun = await store.beginRebuild(name, id, this.#clock.now(), replacing);
         if (begun !== undefined) {
-          await this.#resetReadModel(entry);
+          try {
+            await this.#resetReadModel(entry);
+          } catch (error) {
+            this.#failedRebuilds.add(id);
+            throw error;
+          }
           if (await store.endRebuild(name, id)) {
             this.#logger.info('Projection rebuilt: it replays from offset 0', {
               projection: name,
               generation: begun.generation,
             });
+            if (replacing !== undefined) this.#failedRebuilds.delete(replacing);
             return begun.generation;
+          }
+          if ((await store.generation(name)).rebuild === undefined) {
+            this.#logger.warn(
+              'A rebuild of the projection elsewhere took ours over and ended while our reset() ran: rebuilding again',
+              { projection: name },
+            );
+            next = 'begin';
+            continue;
           }
         }
       }
       const stored = await store.generation(name);
       if (stored.rebuild === undefined) return stored.generation;
-      // Another process is rebuilding it (it took the marker over): wait for it to finish, and take
-      // it over only when it seems to have died.
+      if (isRequestedRebuild(stored.rebuild) || this.#failedRebuilds.has(stored.rebuild.id)) {
+        next = { takeOver: stored.rebuild.id };
+        continue;
+      }
+      // Another runner is rebuilding it: wait for it, and take it over only when it seems to have died.
       if (waiting?.id !== stored.rebuild.id) waiting = { id: stored.rebuild.id, since: this.#clock.now() };
       if (this.#clock.now() - waiting.since >= (this.#o.rebuildTakeoverMs ?? 30_000)) {
         this.#logger.warn('A rebuild of the projection elsewhere did not end in time: taking it over', {
           projection: name,
           rebuildId: stored.rebuild.id,
         });
-        target = stored.rebuild.id;
+        next = { takeOver: stored.rebuild.id };
         continue;
       }
-      target = null;
+      next = 'wait';
       if (this.#life.signal.aborted) {
         throw new HarrierError(
           'stopping',
@@ -513,9 +540,11 @@ export class ProjectionRunner {
   /**
    * Starts a projection's lanes from its checkpoints at its stored generation (or at `generation`,
    * the one a rebuild here just ended at). A projection whose rebuild marker is set (a rebuild was
-   * cut short, or is asked for by `harrier projections rebuild`) has the rebuild completed first.
+   * cut short, or is asked for by `harrier projections rebuild`) has the rebuild completed first:
+   * taken over at once on a start of the runner (`restart` false: a marker left by a crash), waited
+   * for when restarting after a rebuild elsewhere (see {@link ProjectionRunner.#completeRebuild}).
    */
-  async #startProjection(entry: HandlerEntry, generation?: number): Promise<void> {
+  async #startProjection(entry: HandlerEntry, generation?: number, restart = false): Promise<void> {
     let at = generation;
     if (at === undefined) {
       const stored = await this.#o.checkpoints.generation(entry.name);
@@ -525,7 +554,7 @@ export class ProjectionRunner {
           'Projection has a rebuild marker set (a rebuild was cut short or asked for): completing the rebuild before projecting',
           { projection: entry.name, rebuildId: stored.rebuild.id, generation: stored.generation },
         );
-        at = await this.#completeRebuild(entry, stored.rebuild.id);
+        at = await this.#completeRebuild(entry, restart ? 'wait' : { takeOver: stored.rebuild.id });
       }
     }
     const lanes: Lane[] = [];

@@ -4,6 +4,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import {
   checkCheckpointOffset,
   projectionRebuiltError,
+  REQUESTED_REBUILD_PREFIX,
   type Checkpoint,
   type CheckpointStore,
   type CommitOptions,
@@ -247,7 +248,7 @@ export class RedisCheckpointStore implements CheckpointStore {
   }
 
   async reset(projection: string): Promise<void> {
-    await this.beginRebuild(projection, randomUUID(), Date.now());
+    await this.beginRebuild(projection, `${REQUESTED_REBUILD_PREFIX}${randomUUID()}`, Date.now());
   }
 
   generation(projection: string): Promise<ProjectionGeneration> {

@@ -93,7 +93,7 @@ afterEach(async () => {
   await Promise.all(buses.splice(0).map((b) => b.stop()));
 });
 
-function bus(rebuildCheckIntervalMs = 0): MessageBus {
+function bus(rebuildCheckIntervalMs = 0, rebuildTakeoverMs = 30_000): MessageBus {
   const made = createBus({
     endpoint: 'marker',
     handlers: [Sums],
@@ -101,7 +101,7 @@ function bus(rebuildCheckIntervalMs = 0): MessageBus {
     eventLog: log,
     checkpoints,
     logger: silentLogger,
-    projections: { commitEvery: 1, rebuildCheckIntervalMs },
+    projections: { commitEvery: 1, rebuildCheckIntervalMs, rebuildTakeoverMs },
   });
   buses.push(made);
   return made;
@@ -205,6 +205,50 @@ describe('ProjectionRunner rebuild marker', () => {
       for (const [partition, end] of ends.entries()) {
         if (end > 0) expect(await checkpoints.get('sums', 'marker', partition)).toBe(end - 1);
       }
+    });
+  });
+
+  describe('when another runner is rebuilding the projection', () => {
+    it('waits for that rebuild to end and replays from its checkpoints, without a reset() of its own', async () => {
+      const b = bus(0);
+      await b.start();
+      const live = await publish(b, 6);
+      steps.length = 0;
+      // Another runner's rebuild (an id of a runner, not one asked from outside), in its reset().
+      await checkpoints.beginRebuild('sums', 'other-runner', Date.now());
+      sums.clear();
+      steps.length = 0;
+      const restarted = b.projections?.checkExternalRebuilds();
+      await expect.poll(async () => (await b.projections?.status())?.[0]?.generation).toBeUndefined();
+      // Not noted in `steps`: the other runner's step, not this one's.
+      await InMemoryCheckpointStore.prototype.endRebuild.call(checkpoints, 'sums', 'other-runner');
+      expect(await restarted).toEqual(['sums']);
+      await b.projections?.whenCaughtUp();
+      expect(steps.filter((step) => step !== 'commit')).toEqual([]);
+      expect(Object.fromEntries(sums)).toEqual(live);
+      expect((await b.projections?.status())?.[0]?.generation).toBe(1);
+    });
+
+    it('takes the rebuild over once it stays under way longer than rebuildTakeoverMs', async () => {
+      const b = bus(0, 50);
+      await b.start();
+      const live = await publish(b, 6);
+      steps.length = 0;
+      await checkpoints.beginRebuild('sums', 'dead-runner', Date.now());
+      steps.length = 0;
+      expect(await b.projections?.checkExternalRebuilds()).toEqual(['sums']);
+      await b.projections?.whenCaughtUp();
+      expect(steps.filter((step) => step !== 'commit')).toEqual([
+        'beginRebuild(replacing)',
+        'reset()',
+        'endRebuild',
+      ]);
+      expect(Object.fromEntries(sums)).toEqual(live);
+      expect(await checkpoints.generation('sums')).toEqual({
+        projection: 'sums',
+        generation: 2,
+        rebuild: undefined,
+      });
     });
   });
 
