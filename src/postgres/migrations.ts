@@ -11,7 +11,8 @@ export type HarrierTableName =
   | 'routes'
   | 'dedupe'
   | 'dead_letters'
-  | 'outbox_parked';
+  | 'outbox_parked'
+  | 'projection_generations';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -184,6 +185,23 @@ export const MIGRATIONS: readonly Migration[] = [
         parked_at bigint NOT NULL
       );
       CREATE INDEX IF NOT EXISTS outbox_parked_message_id ON ${t.outboxParked} (message_id);
+    `,
+  },
+  {
+    version: 5,
+    name: 'projection rebuild marker',
+    tables: ['projection_generations'],
+    // One row per projection ever rebuilt, reset or projected in a unit of work: its generation
+    // (raised by every rebuild, checked by every conditional checkpoint commit) and the marker of a
+    // rebuild under way (rebuild_id set from its start until its reset() succeeded).
+    sql: (t) => `
+      CREATE TABLE IF NOT EXISTS ${t.projectionGenerations} (
+        projection text COLLATE "C" PRIMARY KEY,
+        generation bigint NOT NULL DEFAULT 0,
+        rebuild_id text,
+        rebuild_started_at bigint,
+        CHECK ((rebuild_id IS NULL) = (rebuild_started_at IS NULL))
+      );
     `,
   },
 ];

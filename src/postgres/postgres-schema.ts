@@ -42,6 +42,8 @@ export interface PostgresTables {
   readonly deadLetterWrites: string;
   /** The schema-qualified name of the trigram index of dead-letter text search, when it exists. */
   readonly deadLetterSearchIndex: string;
+  /** Each projection's generation and rebuild marker. */
+  readonly projectionGenerations: string;
 }
 
 /**
@@ -72,5 +74,6 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     deadLetters: `${q}.dead_letters`,
     deadLetterWrites: `${q}.dead_letter_writes`,
     deadLetterSearchIndex: `${q}.dead_letters_search_trgm`,
+    projectionGenerations: `${q}.projection_generations`,
   };
 }

@@ -16,6 +16,7 @@ import { raiseCheckpoint } from './postgres-checkpoint-store.js';
 import type { PostgresConnectionOptions } from './postgres-connection.js';
 import { isPostgresUnavailable, openPool, postgresError, type PoolHandle } from './postgres-pool.js';
 import { postgresTables, type PostgresTables } from './postgres-schema.js';
+import { holdGeneration } from './projection-generation-rows.js';
 import { beginSession, endSession } from './postgres-session.js';
 
 /** Default of {@link PostgresUnitOfWorkOptions.inboxRetentionMs}: 7 days. */
@@ -322,6 +323,11 @@ class PostgresUnit implements PostgresUnitOfWork {
     const { position } = call;
     if (call.handlerKind === 'projection' && position !== undefined) {
       const at = { projection: call.handler, topic: position.topic, partition: position.partition };
+      // The generation row first (shared), as every checkpoint writer locks it: a rebuild waits for
+      // this transaction, and this one refuses to commit over a rebuild that came first.
+      if (position.generation !== undefined) {
+        await holdGeneration(client, this.#tables, at.projection, position.generation);
+      }
       // Serialises the lane across processes even before its checkpoint row exists.
       await client.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [
         `harrier-checkpoint:${JSON.stringify([this.schema, at.projection, at.topic, at.partition])}`,
@@ -433,9 +439,10 @@ class PostgresUnit implements PostgresUnitOfWork {
  *   the row is there already, roll back and answer `skipped` (the delivery is acked, the handler not
  *   run); run the handler, which reaches the transaction through {@link postgresSession}; with the
  *   outbox, insert what it recorded into the outbox; COMMIT (`stored` with the outbox, else `ran`);
- * - a projection call fed by the event log: BEGIN; lock the checkpoint of (projection, topic,
- *   partition); when it is at or past the event's offset, roll back and answer `skipped`; run; raise
- *   the checkpoint to the offset; COMMIT (`ran`). A replayed dead letter (no position) runs in a
+ * - a projection call fed by the event log: BEGIN; hold the projection's generation row (shared) and
+ *   roll back with `projection-rebuilt` when it is not the lane's generation or a rebuild is under
+ *   way; lock the checkpoint of (projection, topic, partition); when it is at or past the event's
+ *   offset, roll back and answer `skipped`; run; raise the checkpoint to the offset; COMMIT (`ran`). A replayed dead letter (no position) runs in a
  *   transaction without the checkpoint;
  * - a saga step (with a `PostgresSagaStore` that joined the unit at the bus's start): as a command
  *   delivery, the step reading its instance (locked until COMMIT) and saving it in the transaction;

@@ -56,6 +56,7 @@ describe('migratePostgres', () => {
       'migrations',
       'outbox',
       'outbox_parked',
+      'projection_generations',
       'queue',
       'routes',
       'sagas',
