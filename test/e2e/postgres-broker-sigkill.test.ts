@@ -143,6 +143,7 @@ describe('PostgresBroker with a worker killed by SIGKILL', () => {
       }
       const comeBack = [...heldByA].map((id) => firstStartInB.get(id));
       const latestComeBack = Math.max(...comeBack.map((l) => (l?.startedAt ?? Infinity) - crashedAt));
+      const earliestComeBack = Math.min(...comeBack.map((l) => (l?.startedAt ?? -Infinity) - crashedAt));
 
       expect(heldByA.size, 'A held deliveries when it died').toBeGreaterThan(0);
       expect(
@@ -151,6 +152,10 @@ describe('PostgresBroker with a worker killed by SIGKILL', () => {
       ).toBe(true);
       expect(latestComeBack, 'ms from the kill to the last of them starting in B').toBeLessThanOrEqual(
         LEASE_MS + PICK_UP_SLACK_MS,
+      );
+      // Not before the lease ran out: the dead process renewed it at most a third of leaseMs before it died.
+      expect(earliestComeBack, 'ms from the kill to the first of them starting in B').toBeGreaterThanOrEqual(
+        (2 * LEASE_MS) / 3,
       );
       // The attempt that died counts (DESIGN.md: a delivery taken and never settled is an attempt).
       expect(firstStartInB.get(messages[CRASH_AT]?.id ?? '')?.attempt).toBe(2);
