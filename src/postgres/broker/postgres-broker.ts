@@ -478,11 +478,18 @@ export class PostgresBroker implements MessageBroker {
     if (this.#closed) {
       throw new HarrierError('broker-closed', 'The PostgreSQL broker is closed: its deliveries went back to their queues');
     }
-    const done = await this.#query('settling a delivery', (db) => apply(db, parsed.seq, parsed.token));
-    const held = this.#held.get(deliveryId);
-    if (held !== undefined) {
-      this.#held.delete(deliveryId);
-      held.receiver.settled();
+    let done: boolean;
+    try {
+      done = await this.#query('settling a delivery', (db) => apply(db, parsed.seq, parsed.token));
+    } finally {
+      // Settled or not, the handler is done with it: a settle that failed is tried again by the
+      // dispatcher under the same token (which needs no entry here) or given up on, and then only
+      // the lease running out brings the message back, so it must no longer be renewed.
+      const held = this.#held.get(deliveryId);
+      if (held !== undefined) {
+        this.#held.delete(deliveryId);
+        held.receiver.settled();
+      }
     }
     if (!done) throw new StaleDeliveryError(deliveryId);
   }
