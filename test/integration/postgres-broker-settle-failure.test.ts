@@ -63,9 +63,8 @@ describe('PostgresBroker', () => {
       await broker.register('settle', [{ handler: 'Work', kind: 'command', types: [TYPE] }]);
       const id = randomUUID();
       await broker.publish({ id, kind: 'command', type: TYPE, body: '{}' });
-      const iterator = broker
-        .receiver({ endpoint: 'settle', prefetch: 1, signal: stop.signal })
-        [Symbol.asyncIterator]();
+      const deliveries = broker.receiver({ endpoint: 'settle', prefetch: 1, signal: stop.signal });
+      const iterator = deliveries[Symbol.asyncIterator]();
       const first = await nextWithin(iterator, 5_000);
       expect(first?.facts.messageId).toBe(id);
 
