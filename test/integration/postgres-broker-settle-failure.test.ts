@@ -27,7 +27,9 @@ afterEach(async () => {
 async function nextWithin(iterator: AsyncIterator<Delivery>, ms: number): Promise<Delivery | undefined> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<undefined>((resolve) => {
-    timer = setTimeout(resolve, ms);
+    timer = setTimeout(() => {
+      resolve(undefined);
+    }, ms);
   });
   try {
     const next = await Promise.race([iterator.next(), timeout]);
