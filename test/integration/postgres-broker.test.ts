@@ -200,6 +200,49 @@ describe(PostgresBroker, () => {
     });
   });
 
+  describe('ordered commands taken by two brokers at once', () => {
+    it('hands each key to one receiver at a time, in publish order', async () => {
+      const schema = await migrated();
+      const brokersOf = [brokerOn(schema, { pollIntervalMs: 50 }), brokerOn(schema, { pollIntervalMs: 50 })];
+      for (const broker of brokersOf)
+        await broker.register(ENDPOINT, [
+          { handler: 'commands', kind: 'command', types: [TYPE], orderedTypes: [TYPE] },
+        ]);
+      const keys = ['a', 'b', 'c'];
+      const perKey = 8;
+      const messages = Array.from({ length: perKey }, (_, n) =>
+        keys.map((key) => ({ ...command(`${key}${n}`), partitionKey: key, ordered: true })),
+      ).flat();
+      await brokersOf[0]?.publishBatch(messages);
+      const handled = new Map<string, string[]>(keys.map((key) => [key, []]));
+      const busy = new Set<string>();
+      let overlaps = 0;
+      let done = 0;
+
+      await Promise.all(
+        brokersOf.map(async (broker) => {
+          const deliveries = receive(broker);
+          while (done < messages.length) {
+            const delivery = await within(deliveries, 200);
+            if (delivery === 'timeout') continue;
+            const key = delivery.facts.partitionKey ?? '';
+            if (busy.has(key)) overlaps++;
+            busy.add(key);
+            await new Promise((resolve) => setTimeout(resolve, 5));
+            handled.get(key)?.push(delivery.body);
+            busy.delete(key);
+            await broker.ack(delivery.id);
+            done++;
+          }
+        }),
+      );
+
+      expect(overlaps).toBe(0);
+      for (const key of keys)
+        expect(handled.get(key)).toEqual(Array.from({ length: perKey }, (_, n) => `${key}${n}`));
+    });
+  });
+
   describe('.queueDepths', () => {
     describe('when the endpoint registered through another broker', () => {
       it('counts its queues as the routes table lists them', async () => {
@@ -250,6 +293,17 @@ describe(PostgresBroker, () => {
   });
 
   describe('.register', () => {
+    describe('when a handler name holds the queue separator', () => {
+      it('refuses it with HarrierError invalid-option naming a fix', async () => {
+        const broker = brokerOn(await migrated());
+        const error = await broker
+          .register(ENDPOINT, [{ handler: 'a~b', kind: 'event', types: ['orders.OrderPlaced'] }])
+          .catch((e: unknown) => e);
+        expect(HarrierError.is(error, 'invalid-option')).toBe(true);
+        expect((error as Error).message).toContain('e.g. "a-b"');
+      });
+    });
+
     describe('when the schema was never migrated', () => {
       it('rejects with HarrierError schema-outdated naming the migrate command', async () => {
         const schema = freshSchema();
@@ -257,6 +311,28 @@ describe(PostgresBroker, () => {
         const error = await broker.register(ENDPOINT, []).catch((e: unknown) => e);
         expect(HarrierError.is(error, 'schema-outdated')).toBe(true);
         expect((error as Error).message).toContain(`harrier postgres migrate --schema ${schema}`);
+      });
+    });
+  });
+
+  describe('.close', () => {
+    describe('when called while the broker is still starting', () => {
+      it('resolves, and leaves no LISTEN session behind', async () => {
+        const schema = await migrated();
+        const applicationName = `hrt-${randomUUID().slice(0, 8)}`;
+        const broker = new PostgresBroker({
+          connection: { connectionString: databaseUrl, application_name: applicationName },
+          schema,
+        });
+        const registering = broker.register(ENDPOINT, []).catch((error: unknown) => error);
+
+        await broker.close();
+        await registering;
+
+        const sessions = await pool.query(`SELECT pid FROM pg_stat_activity WHERE application_name = $1`, [
+          applicationName,
+        ]);
+        expect(sessions.rows).toEqual([]);
       });
     });
   });

@@ -41,6 +41,8 @@ export class BrokerListener {
 
   /** Starts listening in the background: resolves once the first session listens or failed to. */
   start(): Promise<void> {
+    // Closed before it started (the broker closed while checking its schema): open nothing.
+    if (this.#stop.signal.aborted) return Promise.resolve();
     let first!: () => void;
     const started = new Promise<void>((resolve) => (first = resolve));
     this.#loop ??= this.#run(first);

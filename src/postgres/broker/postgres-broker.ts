@@ -27,7 +27,7 @@ import { brokerChannel } from './broker-channel.js';
 import { BrokerListener } from './broker-listener.js';
 import { insertMessages } from './insert-messages.js';
 import { deliveryOfRow, parseDeliveryId } from './queue-row.js';
-import { orderedCommandLane, receiverLanes } from './receiver-lanes.js';
+import { assertQueueNamePart, orderedCommandLane, receiverLanes } from './receiver-lanes.js';
 import { PostgresReceiver, type PostgresReceiverContext } from './postgres-receiver.js';
 import { deleteDelivered, readDelivered, releaseMany, renewLeases, returnDelivered } from './settle-rows.js';
 import { nextDue, takeRows } from './take-rows.js';
@@ -171,6 +171,8 @@ export class PostgresBroker implements MessageBroker {
 
   async register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void> {
     this.#assertOpen();
+    assertQueueNamePart(endpoint, 'endpoint');
+    for (const sub of subscriptions) assertQueueNamePart(sub.handler, 'handler name');
     await this.#whenReady();
     const rows: { kind: string; handler: string; type: string; ordered: boolean }[] = [];
     for (const sub of subscriptions) {
@@ -593,6 +595,7 @@ export class PostgresBroker implements MessageBroker {
       }
       if (this.#closed) return;
       await this.#listener.start();
+      if (this.#isClosed()) return;
       this.#armRenew();
       this.#armPrune();
     })().catch((error: unknown) => {
@@ -630,6 +633,11 @@ export class PostgresBroker implements MessageBroker {
       held.release(!rolledBack);
       throw postgresError(error, this.#connection, doing);
     }
+  }
+
+  /** Read through a call: close() flips it while an operation awaits. */
+  #isClosed(): boolean {
+    return this.#closed;
   }
 
   #assertOpen(): void {
