@@ -2,8 +2,9 @@
  * PostgresBroker through PostgreSQL restarts (DESIGN.md guarantee 11): the server the broker, the
  * inbox and the handlers' effects live in is restarted twice while a worker process handles and the
  * test publishes. An outage is not a message failure: the worker pauses and resumes by itself, no
- * process crashes, nothing is dead-lettered, every acknowledged message is applied once, and a
- * publish made while the server is away is refused with `postgres-unavailable` (or waits for it).
+ * process crashes, nothing is dead-lettered, no attempt is spent, every acknowledged message is
+ * applied once, and a publish made while the server is away is refused with `postgres-unavailable`
+ * (or waits for it).
  * The 60 s stop is postgres-broker-outage-60s.test.ts, a file of its own so the two run at once.
  */
 import { afterEach, describe, expect, inject, it } from 'vitest';
@@ -39,7 +40,7 @@ async function restartUnderLoad(running: OutageScene): Promise<void> {
 
 describe('PostgresBroker outages', () => {
   describe('when PostgreSQL is restarted twice while messages flow', () => {
-    it('rides them out: no crash, no dead letter, every acknowledged message applied once, refused publishes say postgres-unavailable', async () => {
+    it('rides them out: no crash, no dead letter, no attempt spent, every acknowledged message applied once, refused publishes say postgres-unavailable', async () => {
       const running = await startOutageScene(redisUrl);
       scene = running;
       const run = { abandoned: false };
