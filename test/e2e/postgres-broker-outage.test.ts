@@ -18,6 +18,13 @@ import { waitFor } from './fixtures/pg-broker-harness.js';
 
 const redisUrl = inject('redisUrl');
 const TOTAL = 600;
+/** The server is stopped once this many publishes are acknowledged (and some applied). */
+const RESTART_AT = [TOTAL / 4, TOTAL / 2];
+/**
+ * Publish n waits until restart i has stopped the server, so a publish always meets each outage:
+ * a producer that got through all of them before the stop would leave nothing to refuse.
+ */
+const HOLD_AT = RESTART_AT.map((at) => at + 50);
 
 let scene: OutageScene | undefined;
 
@@ -27,9 +34,10 @@ afterEach(async () => {
 });
 
 /** Restarts the server once the producer has felt it go: a publish refused or held for a second. */
-async function restartUnderLoad(running: OutageScene): Promise<void> {
+async function restartUnderLoad(running: OutageScene, halted: { count: number }): Promise<void> {
   const refusedBefore = running.refusals.length;
   running.postgres.halt();
+  halted.count += 1;
   await waitFor(
     'a publish to meet the stopped server',
     () => running.refusals.length > refusedBefore || running.pendingMs() >= 1_000,
@@ -44,20 +52,29 @@ describe('PostgresBroker outages', () => {
       const running = await startOutageScene(redisUrl);
       scene = running;
       const run = { abandoned: false };
+      const halted = { count: 0 };
       const publishing = (async () => {
-        for (let n = 0; n < TOTAL && !run.abandoned; n++) await running.publish(n);
+        for (let n = 0; n < TOTAL && !run.abandoned; n++) {
+          const hold = HOLD_AT.indexOf(n);
+          if (hold !== -1) {
+            await waitFor(`stop ${hold + 1} of the server`, () => halted.count > hold || run.abandoned, {
+              timeoutMs: 30_000,
+            });
+          }
+          await running.publish(n);
+        }
       })().then(
         () => undefined,
         (error: unknown) => (error instanceof Error ? error : new Error(String(error))),
       );
       try {
-        for (const at of [TOTAL / 4, TOTAL / 2]) {
+        for (const at of RESTART_AT) {
           await waitFor(
             `${at} messages acknowledged, some of them applied`,
             async () => running.acknowledged.length >= at && (await appliedCount(running)) >= at / 4,
             { timeoutMs: 20_000, explain: () => running.worker.output() },
           );
-          await restartUnderLoad(running);
+          await restartUnderLoad(running, halted);
         }
         const publishFailure = await publishing;
         if (publishFailure !== undefined) throw publishFailure;
