@@ -1,10 +1,13 @@
 import type pg from 'pg';
 import type { SystemAdmin } from '../admin/system-admin.js';
 import type { Topology } from '../admin/topology.js';
+import type { AdminBrokerOptions } from '../admin/transport-admin.js';
 import type { MessageBroker } from '../broker/message-broker.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { CheckpointLag } from '../projections/projection-lag.js';
+import { PostgresBroker } from './broker/postgres-broker.js';
 import { PostgresDeadLetterStore } from './dead-letters/postgres-dead-letter-store.js';
+import { PostgresOutboxAdmin } from './postgres-outbox-admin.js';
 import { isPool, type PostgresConnectionOptions } from './postgres-connection.js';
 import { PostgresCheckpointStore } from './postgres-checkpoint-store.js';
 import { openPool, postgresError, type PoolHandle } from './postgres-pool.js';
@@ -36,7 +39,7 @@ const DEFAULT_CONNECT_TIMEOUT_MS = 5000;
  * @remarks
  * PostgreSQL keeps no event log, so {@link PostgresAdmin.projectionLags} has no log end to compare
  * checkpoints with: it returns no rows and {@link PostgresAdmin.eventLogNote} says so. The topology
- * is read from the PostgreSQL broker's tables when the schema has them.
+ * and the broker to replay through are the PostgreSQL broker's, when endpoints registered with one.
  */
 export class PostgresAdmin implements SystemAdmin {
   readonly #handle: PoolHandle;
@@ -44,6 +47,7 @@ export class PostgresAdmin implements SystemAdmin {
   readonly #tables: PostgresTables;
   readonly #opened: { close(): Promise<void> }[] = [];
   #closed = false;
+  #outbox: PostgresOutboxAdmin | undefined;
 
   private constructor(handle: PoolHandle, connection: PostgresConnectionOptions, tables: PostgresTables) {
     this.#handle = handle;
@@ -94,7 +98,7 @@ export class PostgresAdmin implements SystemAdmin {
   async topology(): Promise<Topology> {
     this.#checkOpen();
     try {
-      return await postgresTopology(this.#handle.pool, this.#tables);
+      return await postgresTopology(this.#handle.pool, this.#tables, Date.now());
     } catch (error) {
       throw postgresError(error, this.#connection, 'reading the topology');
     }
@@ -123,17 +127,47 @@ export class PostgresAdmin implements SystemAdmin {
   }
 
   /**
-   * Rejects: this version has no PostgreSQL broker to send messages back through.
-   * @throws HarrierError `invalid-argument` naming what to do instead.
+   * A `PostgresBroker` of the system, on this admin's pool and schema, to send messages back through
+   * (`harrier dlq replay`, the dashboard's actions); closed with the admin.
+   * @throws HarrierError `invalid-argument` when no endpoint ever registered with a PostgresBroker in
+   *   the schema (the system's broker is elsewhere, e.g. Redis): replaying here would queue messages
+   *   nobody receives.
    */
-  broker(): Promise<MessageBroker> {
+  async broker(options: AdminBrokerOptions = {}): Promise<MessageBroker> {
     this.#checkOpen();
-    return Promise.reject(
-      new HarrierError(
+    let registered: boolean;
+    try {
+      const found = await this.#pool.query<{ present: boolean }>(
+        `SELECT to_regclass($1) IS NOT NULL AS present`,
+        [`${this.#tables.quotedSchema}.routes`],
+      );
+      registered =
+        found.rows[0]?.present === true &&
+        (await this.#pool.query(`SELECT 1 FROM ${this.#tables.routes} LIMIT 1`)).rows.length > 0;
+    } catch (error) {
+      throw postgresError(error, this.#connection, 'reading the registered endpoints');
+    }
+    if (!registered) {
+      throw new HarrierError(
         'invalid-argument',
-        `Cannot send dead letters back on PostgreSQL: this version of Harrier has no PostgreSQL broker to redeliver through. Replay from the application, with its own broker: replayDeadLetters({ store: new PostgresDeadLetterStore({ connection, schema: '${this.#tables.schema}' }), broker, ids })`,
-      ),
+        `Cannot send messages back through PostgreSQL: no endpoint registered with a PostgresBroker in schema "${this.#tables.schema}", so the system's broker is elsewhere. Replay where the broker is (e.g. \`harrier dlq replay --url redis://...\` when the dead letters are there), or from the application: replayDeadLetters({ store: new PostgresDeadLetterStore({ connection, schema: '${this.#tables.schema}' }), broker, ids })`,
+      );
+    }
+    return this.#track(
+      new PostgresBroker({
+        connection: this.#pool,
+        schema: this.#tables.schema,
+        ...(options.logger !== undefined ? { logger: options.logger } : {}),
+      }),
     );
+  }
+
+  /** The parked rows of the system's outbox, on this admin's pool. */
+  outboxAdmin(): PostgresOutboxAdmin {
+    this.#outbox ??= this.#track(
+      new PostgresOutboxAdmin({ connection: this.#pool, schema: this.#tables.schema }),
+    );
+    return this.#outbox;
   }
 
   /** Closes everything opened through this admin, then its pool (a pool passed in stays open). */

@@ -9,6 +9,7 @@ import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import {
   migratePostgres,
   PostgresCheckpointStore,
+  PostgresBroker,
   PostgresDeadLetterStore,
   PostgresSagaStore,
 } from '../../src/postgres/index.js';
@@ -176,10 +177,10 @@ describe('harrier CLI on PostgreSQL', () => {
       }
     });
 
-    it('refuses a replay with exit 2, naming the missing PostgreSQL broker, and replays nothing', async () => {
+    it('refuses a replay with exit 2 while no endpoint registered with a PostgresBroker, and replays nothing', async () => {
       const result = await harrier(['dlq', 'replay', records[0]?.id ?? '', ...p]);
       expect(result.code).toBe(2);
-      expect(result.stderr).toContain('no PostgreSQL broker');
+      expect(result.stderr).toContain('no endpoint registered with a PostgresBroker');
       expect(result.stderr).toContain('replayDeadLetters');
       const store = new PostgresDeadLetterStore({ connection: pool, schema });
       try {
@@ -222,6 +223,8 @@ describe('harrier CLI on PostgreSQL', () => {
           endOffset: null,
           lag: null,
           updatedAt: new Date(at).toISOString(),
+          generation: 0,
+          rebuilding: null,
         },
       ]);
       expect(status.stderr).toContain('PostgreSQL keeps no event log');
@@ -229,11 +232,11 @@ describe('harrier CLI on PostgreSQL', () => {
   });
 
   describe('topology', () => {
-    it('lists no endpoints and says that the schema has no broker tables', async () => {
+    it('lists no endpoints while none registered with a PostgresBroker, and says where to look', async () => {
       const topology = await harrier(['topology', ...p]);
       expect(topology.code).toBe(0);
       expect(topology.stdout).toBe('');
-      expect(topology.stderr).toContain(`schema "${schema}" has no PostgreSQL broker tables`);
+      expect(topology.stderr).toContain(`no endpoint registered with a PostgresBroker in schema "${schema}"`);
     });
   });
 
@@ -253,10 +256,62 @@ describe('harrier CLI on PostgreSQL', () => {
       expect(await run.exit).toBe(0);
     });
 
-    it('refuses --allow-actions with exit 2: there is no PostgreSQL broker to replay through', async () => {
+    it('refuses --allow-actions with exit 2 while no endpoint registered with a PostgresBroker', async () => {
       const result = await harrier(['dashboard', '--port', '0', '--allow-actions', ...p]);
       expect(result.code).toBe(2);
-      expect(result.stderr).toContain('no PostgreSQL broker');
+      expect(result.stderr).toContain('no endpoint registered with a PostgresBroker');
+    });
+  });
+
+  describe('with a PostgresBroker', () => {
+    /** The queue rows of a message, by queue. */
+    const queued = async (messageId: string): Promise<string[]> =>
+      (
+        await pool.query<{ queue: string }>(`SELECT queue FROM "${schema}".queue WHERE message_id = $1`, [
+          messageId,
+        ])
+      ).rows.map((row) => row.queue);
+
+    beforeAll(async () => {
+      const broker = new PostgresBroker({ connection: pool, schema });
+      try {
+        await broker.register('counter', [
+          { handler: 'CountHandler', kind: 'command', types: ['cli.Count'] },
+        ]);
+        await broker.register('audit', [{ handler: 'AuditCount', kind: 'event', types: ['cli.Counted'] }]);
+        // One command due later: a delayed row in the topology.
+        await broker.publish({
+          id: uuidv7(),
+          kind: 'command',
+          type: 'cli.Count',
+          body: '{}',
+          deliverAt: Date.now() + 3_600_000,
+        });
+      } finally {
+        await broker.close();
+      }
+    });
+
+    it('shows the registered endpoints, their subscriptions and queue depths in topology', async () => {
+      const topology = await harrier(['topology', ...p]);
+      expect(topology.code).toBe(0);
+      const lines = jsonLines(topology.stdout);
+      expect(lines).toEqual(
+        expect.arrayContaining([
+          expect.objectContaining({ endpoint: 'audit', handler: 'AuditCount', kind: 'event' }),
+          expect.objectContaining({ endpoint: 'counter', handler: 'CountHandler', kind: 'command' }),
+        ]),
+      );
+      expect(JSON.stringify(lines)).toContain('"delayed":1');
+      expect(topology.stderr).not.toContain('no endpoint registered');
+    });
+
+    it('replays a dead letter into its queue through the PostgresBroker', async () => {
+      const record = records[0];
+      if (record === undefined) throw new Error('no record');
+      const result = await harrier(['dlq', 'replay', record.id, ...p]);
+      expect(result.code).toBe(0);
+      expect(await queued(record.messageId ?? '')).toEqual(['cmd~cli.Count']);
     });
   });
 
