@@ -396,6 +396,7 @@ class HarrierBus implements MessageBus {
   }
   readonly projections: ProjectionRunner | undefined;
   readonly #eventLog: EventLog | undefined;
+  readonly #unitOfWork: TransactionalUnitOfWork | undefined;
   readonly #checkpoints: CheckpointStore | undefined;
   readonly #registry: HandlerRegistry;
   readonly #clock: Clock;
@@ -474,6 +475,7 @@ class HarrierBus implements MessageBus {
     if (!this.container.isBound(HarrierTokens.MessageBus))
       this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
     this.#eventLog = options.eventLog;
+    this.#unitOfWork = options.unitOfWork;
     this.#traceparent = options.telemetry?.traceparent;
     this.#telemetry = options.telemetry;
     this.publisher = new MessagePublisher({
@@ -713,6 +715,14 @@ class HarrierBus implements MessageBus {
     if (this.#state === 'stopped')
       throw new HarrierError('bus-stopped', 'This bus was stopped: create a new bus to start again');
     if (this.#state === 'started') return;
+    // Before anything starts: a unit that cannot work with this bus fails the start, which may be retried.
+    await this.#unitOfWork?.attach?.({
+      endpoint: this.endpoint,
+      broker: this.broker,
+      eventLog: this.#eventLog !== undefined,
+      forBroker: (message) => this.publisher.forBroker(message),
+    });
+    if (this.#state !== 'created') return;
     this.#state = 'started';
     await this.dispatcher.start();
     await this.projections?.start();

@@ -3,12 +3,14 @@ import { toErrorInfo } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import type {
   TransactionalUnitOfWork,
+  UnitOfWorkBus,
   UnitOfWorkCall,
   UnitOfWorkResult,
 } from '../dispatch/transactional-unit-of-work.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerKind } from '../handlers/handler-metadata.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
+import { BrokerHandoff, handoffTargetOf, type PostgresHandoffBroker } from './broker-handoff.js';
 import { holdClient, type HeldClient } from './held-client.js';
 import { requireSchema } from './migrate-postgres.js';
 import { writeOutboxRows } from './outbox-rows.js';
@@ -60,6 +62,19 @@ export interface PostgresUnitOfWorkOptions {
    * @defaultValue true
    */
   readonly outbox?: boolean;
+  /**
+   * The bus's `PostgresBroker`, when its tables are in this database: what a handler records is
+   * then inserted into the broker's queue in the handler's transaction (routes, dedupe, delays and
+   * fan-out as the broker's publish), with no outbox and no relay. See docs/postgres-outbox.md.
+   *
+   * @remarks
+   * `bus.start()` checks that the bus publishes through this broker, has no `eventLog`, and that the
+   * broker's pool reaches this unit's database; otherwise it fails with HarrierError
+   * `invalid-option` naming the fix. Not with `outbox: false`.
+   * @defaultValue none: recorded messages go to the outbox (or, with `outbox: false`, are published
+   *   by the pipeline after the commit)
+   */
+  readonly broker?: PostgresHandoffBroker;
   /**
    * The handler kinds whose calls run in a transaction; other calls run as without a unit.
    * `'query'` may be added (a query handler then reads in a transaction of its own).
@@ -126,6 +141,12 @@ function checkOptions(options: PostgresUnitOfWorkOptions): void {
       );
     }
   }
+  if (options.broker !== undefined && options.outbox === false) {
+    throw new HarrierError(
+      'invalid-option',
+      'postgresUnitOfWork: broker and outbox: false contradict each other (broker stores recorded messages in its queue in the transaction, outbox: false publishes them after the commit): remove one',
+    );
+  }
   for (const kind of options.kinds ?? []) {
     if (!WRAPPABLE_KINDS.includes(kind)) {
       throw new HarrierError(
@@ -149,6 +170,7 @@ class PostgresUnit implements PostgresUnitOfWork {
   readonly #tables: PostgresTables;
   readonly #inbox: boolean;
   readonly #outbox: boolean;
+  readonly #handoff: BrokerHandoff | undefined;
   readonly #kinds: ReadonlySet<HandlerKind>;
   readonly #retentionMs: number;
   readonly #pruneEveryMs: number;
@@ -165,12 +187,24 @@ class PostgresUnit implements PostgresUnitOfWork {
     this.#connection = options.connection;
     this.#inbox = options.inbox ?? true;
     this.#outbox = options.outbox ?? true;
+    this.#handoff = options.broker === undefined ? undefined : new BrokerHandoff(handoffTargetOf(options.broker));
     this.#kinds = new Set(options.kinds ?? ['command', 'event', 'projection']);
     this.#retentionMs = options.inboxRetentionMs ?? DEFAULT_INBOX_RETENTION_MS;
     this.#pruneEveryMs = options.inboxPruneIntervalMs ?? DEFAULT_INBOX_PRUNE_INTERVAL_MS;
     this.#clock = options.clock ?? systemClock;
     this.#logger = options.logger ?? consoleLogger;
     this.#handle = openPool(options.connection, this.#logger);
+  }
+
+  async attach(bus: UnitOfWorkBus): Promise<void> {
+    if (this.#handoff === undefined) return;
+    this.#checkOpen();
+    await this.ready();
+    try {
+      await this.#handoff.attach(bus, this.#handle.pool);
+    } catch (error) {
+      throw postgresError(error, this.#connection, "checking the broker's database");
+    }
   }
 
   ready(): Promise<void> {
@@ -312,6 +346,11 @@ class PostgresUnit implements PostgresUnitOfWork {
     }
     await this.#runCall(client, call);
     if (!this.#outbox || call.handlerKind === 'projection') return 'ran';
+    if (this.#handoff !== undefined) {
+      const recorded = call.context.recorded.map((p) => p.outgoing);
+      await this.#handoff.store(client, call.endpoint, recorded, this.#clock.now());
+      return 'stored';
+    }
     await writeOutboxRows(
       client,
       this.#tables,
