@@ -46,7 +46,7 @@ export interface PostgresUnitOfWorkOptions {
   readonly schema?: string;
   /**
    * Keep an inbox row per (subscription, message id) in each command and event handler's
-   * transaction, so a delivery whose transaction committed before is acked without running the
+   * transaction (and a projection's fed by the broker rather than an event log), so a delivery whose transaction committed before is acked without running the
    * handler again. The subscription is `<endpoint>/<handler name>`. `execute` calls (in process,
    * never redelivered) skip it.
    * @defaultValue true
@@ -157,9 +157,14 @@ function checkOptions(options: PostgresUnitOfWorkOptions): void {
   }
 }
 
-/** Whether a call takes an inbox row: a delivery (not `execute`) to a command or event handler. */
+/**
+ * Whether a call takes an inbox row: a delivery (not `execute`) to a command or event handler, or to
+ * a projection fed by the broker (a bus without an event log: no checkpoint to skip by).
+ */
 function takesInbox(call: UnitOfWorkCall): boolean {
-  return !call.inProcess && (call.handlerKind === 'command' || call.handlerKind === 'event');
+  if (call.inProcess) return false;
+  const kind = call.handlerKind;
+  return kind === 'command' || kind === 'event' || (kind === 'projection' && call.position === undefined);
 }
 
 class PostgresUnit implements PostgresUnitOfWork {
@@ -435,11 +440,13 @@ class PostgresUnit implements PostgresUnitOfWork {
  * - a command or event delivery: BEGIN; with the inbox, insert (subscription, message id), and when
  *   the row is there already, roll back and answer `skipped` (the delivery is acked, the handler not
  *   run); run the handler, which reaches the transaction through {@link postgresSession}; with the
- *   outbox, insert what it recorded into the outbox; COMMIT (`stored` with the outbox, else `ran`);
+ *   outbox, insert what it recorded into the outbox, or with `broker` into the broker's queue;
+ *   COMMIT (`stored` with the outbox or the broker, else `ran`);
  * - a projection call fed by the event log: BEGIN; lock the checkpoint of (projection, topic,
  *   partition); when it is at or past the event's offset, roll back and answer `skipped`; run; raise
- *   the checkpoint to the offset; COMMIT (`ran`). A replayed dead letter (no position) runs in a
- *   transaction without the checkpoint;
+ *   the checkpoint to the offset; COMMIT (`ran`). A projection call without a position (fed by the
+ *   broker on a bus without an event log, or replaying a dead letter) takes an inbox row as an event
+ *   handler does, without the checkpoint;
  * - `execute`: as a delivery, without the inbox.
  *
  * Any error rolls back and is rethrown, so the pipeline retries or dead-letters as usual; a call
