@@ -2,6 +2,7 @@ import type pg from 'pg';
 import type { MessageBroker, OutgoingMessage } from '../broker/message-broker.js';
 import type { UnitOfWorkBus } from '../dispatch/transactional-unit-of-work.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import type { PostgresBroker } from './broker/postgres-broker.js';
 import type { PostgresTables } from './postgres-schema.js';
 
 /**
@@ -18,9 +19,10 @@ export interface HandoffTarget {
   readonly pool: pg.Pool;
   /**
    * Inserts `messages` into the broker's queue with `client`, in its open transaction, exactly as
-   * the broker's `publishBatch` would (routes, `no-route`, dedupe, `deliverAt`, fan-out).
+   * the broker's `publishBatch` would (routes, `no-route`, dedupe, `deliverAt`, fan-out, times of
+   * the broker's clock).
    */
-  insert(client: pg.ClientBase, messages: readonly OutgoingMessage[], nowMs: number): Promise<unknown>;
+  insert(client: pg.ClientBase, messages: readonly OutgoingMessage[]): Promise<unknown>;
 }
 
 /** Which database a pool reaches: the server's system identifier and the database's name. */
@@ -111,12 +113,7 @@ export class BrokerHandoff {
    * @throws HarrierError `invalid-option` when the endpoint's bus never started (never attached);
    *   `no-route` as the broker's publish.
    */
-  async store(
-    client: pg.ClientBase,
-    endpoint: string,
-    messages: readonly OutgoingMessage[],
-    nowMs: number,
-  ): Promise<void> {
+  async store(client: pg.ClientBase, endpoint: string, messages: readonly OutgoingMessage[]): Promise<void> {
     if (messages.length === 0) return;
     const bus = this.#buses.get(endpoint);
     if (bus === undefined) {
@@ -128,7 +125,6 @@ export class BrokerHandoff {
     await this.#target.insert(
       client,
       messages.map((message) => bus.forBroker(message)),
-      nowMs,
     );
   }
 
@@ -150,21 +146,29 @@ export class BrokerHandoff {
   }
 }
 
-/** A broker the hand-off can insert into. */
-// PLACEHOLDER until PostgresBroker lands: then `PostgresBroker`.
-export type PostgresHandoffBroker = MessageBroker;
+/** The hand-off target of each PostgresBroker, registered by its constructor. */
+const targets = new WeakMap<object, HandoffTarget>();
+
+/**
+ * Makes `target.broker` usable as `postgresUnitOfWork({ broker })`: PostgresBroker's constructor
+ * calls it, so the unit reaches the broker's tables, pool, clock and dedupe window without them
+ * being public.
+ */
+export function registerHandoffTarget(target: HandoffTarget): void {
+  targets.set(target.broker, target);
+}
 
 /**
  * The {@link HandoffTarget} of a broker given as `postgresUnitOfWork({ broker })`.
- * @throws HarrierError `invalid-option` for a broker that does not keep its queues in PostgreSQL.
+ * @throws HarrierError `invalid-option` for a broker that is not a PostgresBroker.
  */
-export function handoffTargetOf(broker: PostgresHandoffBroker): HandoffTarget {
-  const target = (broker as { handoffTarget?: () => HandoffTarget }).handoffTarget;
-  if (typeof target !== 'function') {
+export function handoffTargetOf(broker: PostgresBroker): HandoffTarget {
+  const target = targets.get(broker);
+  if (target === undefined) {
     throw new HarrierError(
       'invalid-option',
-      'postgresUnitOfWork: broker must be a PostgresBroker (harrier/postgres): the unit inserts recorded messages into its tables. For another broker, leave the option out and run the outbox relay',
+      'postgresUnitOfWork: broker must be a PostgresBroker (harrier/postgres), whose queue the unit inserts recorded messages into. With another broker, leave the option out: the outbox and its relay publish what handlers record',
     );
   }
-  return target.call(broker);
+  return target;
 }

@@ -10,7 +10,8 @@ import type {
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerKind } from '../handlers/handler-metadata.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
-import { BrokerHandoff, handoffTargetOf, type PostgresHandoffBroker } from './broker-handoff.js';
+import type { PostgresBroker } from './broker/postgres-broker.js';
+import { BrokerHandoff, handoffTargetOf } from './broker-handoff.js';
 import { holdClient, type HeldClient } from './held-client.js';
 import { requireSchema } from './migrate-postgres.js';
 import { writeOutboxRows } from './outbox-rows.js';
@@ -74,7 +75,7 @@ export interface PostgresUnitOfWorkOptions {
    * @defaultValue none: recorded messages go to the outbox (or, with `outbox: false`, are published
    *   by the pipeline after the commit)
    */
-  readonly broker?: PostgresHandoffBroker;
+  readonly broker?: PostgresBroker;
   /**
    * The handler kinds whose calls run in a transaction; other calls run as without a unit.
    * `'query'` may be added (a query handler then reads in a transaction of its own).
@@ -192,7 +193,8 @@ class PostgresUnit implements PostgresUnitOfWork {
     this.#connection = options.connection;
     this.#inbox = options.inbox ?? true;
     this.#outbox = options.outbox ?? true;
-    this.#handoff = options.broker === undefined ? undefined : new BrokerHandoff(handoffTargetOf(options.broker));
+    this.#handoff =
+      options.broker === undefined ? undefined : new BrokerHandoff(handoffTargetOf(options.broker));
     this.#kinds = new Set(options.kinds ?? ['command', 'event', 'projection']);
     this.#retentionMs = options.inboxRetentionMs ?? DEFAULT_INBOX_RETENTION_MS;
     this.#pruneEveryMs = options.inboxPruneIntervalMs ?? DEFAULT_INBOX_PRUNE_INTERVAL_MS;
@@ -353,7 +355,7 @@ class PostgresUnit implements PostgresUnitOfWork {
     if (!this.#outbox || call.handlerKind === 'projection') return 'ran';
     if (this.#handoff !== undefined) {
       const recorded = call.context.recorded.map((p) => p.outgoing);
-      await this.#handoff.store(client, call.endpoint, recorded, this.#clock.now());
+      await this.#handoff.store(client, call.endpoint, recorded);
       return 'stored';
     }
     await writeOutboxRows(
