@@ -722,7 +722,8 @@ class HarrierBus implements MessageBus {
       eventLog: this.#eventLog !== undefined,
       forBroker: (message) => this.publisher.forBroker(message),
     });
-    if (this.#state !== 'created') return;
+    // A stop(), or another start(), while the unit attached.
+    if (!this.#isCreated()) return;
     this.#state = 'started';
     await this.dispatcher.start();
     await this.projections?.start();
@@ -732,6 +733,10 @@ class HarrierBus implements MessageBus {
     if (telemetry?.observe !== undefined) {
       this.#unobserve = this.#guardTelemetry('observe', () => telemetry.observe?.(this.#telemetrySources()));
     }
+  }
+
+  #isCreated(): boolean {
+    return this.#state === 'created';
   }
 
   #isStarted(): boolean {
