@@ -8,7 +8,8 @@
  * - the projection fed from an in-memory event log, writing its read model to the
  *   `order_summaries` table (postgres-read-model.ts), checkpoints in PostgresCheckpointStore, so
  *   the rows and the checkpoint of each event commit together;
- * - the fulfilment saga's instances in PostgresSagaStore.
+ * - the fulfilment saga's instances in PostgresSagaStore on the unit's schema, so each saga step
+ *   commits its state, its inbox row and its messages (outbox) in the unit's transaction.
  * The broker and the dead letters stay in memory.
  *
  * Run it with `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres npm run example:postgres`.

@@ -1,3 +1,11 @@
+export type {
+  OutboxAdmin,
+  ParkedOutboxPage,
+  ParkedOutboxPageOptions,
+  ParkedOutboxReason,
+  ParkedOutboxRow,
+  ReplayAllParkedOptions,
+} from './outbox-admin.js';
 export type { StoreAdmin } from './store-admin.js';
 export type { SystemAdmin } from './system-admin.js';
 export type { EndpointTopology, SubscriptionTopology, Topology } from './topology.js';

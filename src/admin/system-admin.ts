@@ -1,3 +1,4 @@
+import type { OutboxAdmin } from './outbox-admin.js';
 import type { StoreAdmin } from './store-admin.js';
 import type { TransportAdmin } from './transport-admin.js';
 
@@ -6,6 +7,11 @@ import type { TransportAdmin } from './transport-admin.js';
  * `harrier` CLI and `harrier dashboard` work on, whatever the backend.
  */
 export interface SystemAdmin extends StoreAdmin, TransportAdmin {
+  /**
+   * The parked rows of the system's transactional outbox, on this admin's connection (closed with
+   * it); absent when the backend has no outbox.
+   */
+  outboxAdmin?(): OutboxAdmin;
   /** Closes the stores, the broker and the connection opened through this admin. */
   close(): Promise<void>;
 }

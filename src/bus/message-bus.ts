@@ -90,7 +90,9 @@ export interface BusOptions {
    */
   readonly sagas?: readonly HandlerClass[];
   /**
-   * Where saga instances are stored (with `sagas`).
+   * Where saga instances are stored (with `sagas`). A store that joins the bus's `unitOfWork` at
+   * start (`PostgresSagaStore` with `postgresUnitOfWork`) keeps each step's instance in the unit's
+   * transaction.
    * @defaultValue a new {@link InMemorySagaStore} on the bus's clock
    */
   readonly sagaStore?: SagaStore;
@@ -166,7 +168,9 @@ export interface BusOptions {
   /**
    * The transaction handlers and projections run in, so their writes, the messages they record and
    * the proof that they ran commit together, e.g. `postgresUnitOfWork(...)` from harrier/postgres
-   * (outbox and inbox in the application's database). Saga steps do not run in it.
+   * (outbox and inbox in the application's database). Saga steps run in it when the saga store
+   * joins it at start (`SagaStore.joinUnitOfWork`: a `PostgresSagaStore` on the unit's database and
+   * schema; one elsewhere makes `start` reject); with other stores they run apart from it.
    * @defaultValue none: a handler runs, then what it recorded is published
    */
   readonly unitOfWork?: TransactionalUnitOfWork;
@@ -414,6 +418,10 @@ class HarrierBus implements MessageBus {
   readonly publisher: MessagePublisher;
   readonly #stopController = new AbortController();
   readonly #sagaStore: SagaStore | undefined;
+  /** The unit of work saga steps run in: set at start when the saga store joined it. */
+  #sagaUnit: TransactionalUnitOfWork | undefined;
+  /** Asks the saga store to join the unit of work (at start), when there are sagas and both. */
+  readonly #joinSagaUnit: (() => Promise<void>) | undefined;
   #state: 'created' | 'started' | 'stopped' = 'created';
   /** The definition `execute` ran last, and its handler entry (see {@link HarrierBus.execute}). */
   #lastDefinition: MessageDefinition | undefined;
@@ -521,11 +529,20 @@ class HarrierBus implements MessageBus {
                 store: this.#sagaStore ?? new InMemorySagaStore(),
                 clock: this.#clock,
                 logger,
+                unitOfWork: () => this.#sagaUnit,
               }),
             },
           }
         : {}),
     };
+    const unit = options.unitOfWork;
+    const sagaStore = this.#sagaStore;
+    this.#joinSagaUnit =
+      sagas.length > 0 && unit !== undefined && sagaStore?.joinUnitOfWork !== undefined
+        ? async () => {
+            this.#sagaUnit = (await sagaStore.joinUnitOfWork?.(unit)) === true ? unit : undefined;
+          }
+        : undefined;
     this.projections =
       this.#eventLog === undefined || this.#checkpoints === undefined
         ? undefined
@@ -711,18 +728,28 @@ class HarrierBus implements MessageBus {
     );
   }
 
+  /**
+   * Starts consuming: attaches the unit of work (`TransactionalUnitOfWork.attach`), asks the saga
+   * store to join it (when the bus has both), then starts the dispatcher and the projections.
+   * @throws what the unit's `attach` throws (`invalid-option` for a `postgresUnitOfWork({ broker })`
+   * that cannot hand messages to this bus's broker), and what the saga store's `joinUnitOfWork`
+   * throws (`invalid-option` for a `PostgresSagaStore` on another database or schema than
+   * `postgresUnitOfWork`).
+   */
   async start(): Promise<void> {
     if (this.#state === 'stopped')
       throw new HarrierError('bus-stopped', 'This bus was stopped: create a new bus to start again');
     if (this.#state === 'started') return;
-    // Before anything starts: a unit that cannot work with this bus fails the start, which may be retried.
+    // Before anything starts: a unit that cannot work with this bus (its hand-off to the broker), or
+    // a saga store that cannot join the unit of work, refuses the start, which may be retried.
     await this.#unitOfWork?.attach?.({
       endpoint: this.endpoint,
       broker: this.broker,
       eventLog: this.#eventLog !== undefined,
       forBroker: (message) => this.publisher.forBroker(message),
     });
-    // A stop(), or another start(), while the unit attached.
+    await this.#joinSagaUnit?.();
+    // Another start() went first meanwhile, or a stop() came.
     if (!this.#isCreated()) return;
     this.#state = 'started';
     await this.dispatcher.start();
@@ -735,12 +762,12 @@ class HarrierBus implements MessageBus {
     }
   }
 
-  #isCreated(): boolean {
-    return this.#state === 'created';
-  }
-
   #isStarted(): boolean {
     return this.#state === 'started';
+  }
+
+  #isCreated(): boolean {
+    return this.#state === 'created';
   }
 
   /** Calls a telemetry hook; logs what it throws (a broken integration must not stop the bus). */

@@ -102,6 +102,8 @@ export async function dashboardCommand(
           ...(signer !== undefined ? { verifySignature: (body: string) => signer.verify(body) } : {}),
         });
     }
+    // A backend with a transactional outbox (PostgreSQL) hands out its parked rows; others have none.
+    const outbox = admin.outboxAdmin?.();
     const handler = createDashboard({
       deadLetters: store,
       host,
@@ -110,6 +112,7 @@ export async function dashboardCommand(
       source,
       topology: () => admin.topology(),
       projections: () => admin.projectionLags(),
+      ...(outbox !== undefined ? { outbox } : {}),
       ...(token !== undefined ? { token } : {}),
     });
     const server = createServer(handler);

@@ -21,7 +21,7 @@ Commands:
   sagas list | show
   topology
   dashboard
-  postgres migrate
+  postgres migrate | outbox parked | outbox show | outbox replay | outbox delete
 
 Run \`harrier <command> --help\` for a command's options.
 

@@ -1,23 +1,19 @@
 import { parseArgs } from 'node:util';
 import { HarrierError } from '../errors/harrier-error.js';
 import { loadPostgresLayer } from '../postgres/load-postgres-layer.js';
-import { describePostgresUrl } from '../postgres/postgres-connection.js';
 import { help } from './cli-args.js';
+import { databaseUrlOf, POSTGRES_CONNECTION_HELP, POSTGRES_CONNECTION_OPTIONS } from './database-url.js';
+import { outboxCommand } from './postgres-outbox-commands.js';
 import { ExitCode, runSubcommand, usageError, writeJson, type CliIo } from './cli-io.js';
-
-const CONNECTION_HELP = `Connection and output:
-  --database-url <url>  PostgreSQL to use (default: $DATABASE_URL), e.g. postgres://user:pass@host:5432/app
-  --schema <name>       schema of Harrier's tables (default: harrier)
-  --json                one JSON line on stdout (the default when stdout is not a terminal)
-  -h, --help            show this help`;
 
 /** Help of `harrier postgres`. */
 export const POSTGRES_HELP = `Usage: harrier postgres <command> [options]
 
 Commands:
   migrate            create or upgrade Harrier's tables (outbox, inbox, checkpoints, sagas)
+  outbox parked      list the outbox rows the relay parked (see also show, replay, delete)
 
-${CONNECTION_HELP}
+${POSTGRES_CONNECTION_HELP}
 `;
 
 const MIGRATE_HELP = `Usage: harrier postgres migrate [--database-url URL] [--schema NAME] [--json]
@@ -29,19 +25,20 @@ nothing. Exit codes: 0 ok, 2 usage error, 3 PostgreSQL unreachable, 5 the schema
 table of one of Harrier's names that Harrier did not create (the app's own migrations or outbox):
 pass another --schema. With --json a failure is a JSON line too: {"schema", "error": {code, message}}.
 
-${CONNECTION_HELP}
+${POSTGRES_CONNECTION_HELP}
 `;
 
-const OPTIONS = {
-  'database-url': { type: 'string' },
-  schema: { type: 'string' },
-  json: { type: 'boolean' },
-  help: { type: 'boolean', short: 'h' },
-} as const;
+const OPTIONS = POSTGRES_CONNECTION_OPTIONS;
 
 /** Runs `harrier postgres ...`. */
 export function postgresCommand(argv: readonly string[], io: CliIo): Promise<number> {
-  return runSubcommand('postgres', POSTGRES_HELP, { migrate: migrateCommand }, argv, io);
+  return runSubcommand(
+    'postgres',
+    POSTGRES_HELP,
+    { migrate: migrateCommand, outbox: outboxCommand },
+    argv,
+    io,
+  );
 }
 
 async function migrateCommand(argv: readonly string[], io: CliIo): Promise<number> {
@@ -61,17 +58,7 @@ async function migrateCommand(argv: readonly string[], io: CliIo): Promise<numbe
   if (positionals.length > 0) {
     throw usageError(`\`postgres migrate\` takes no arguments, got "${positionals.join(' ')}"; see --help`);
   }
-  const url = values['database-url'] ?? io.env.DATABASE_URL;
-  if (url === undefined || url === '') {
-    throw usageError(
-      'No PostgreSQL to connect to: set DATABASE_URL or pass --database-url postgres://user@host:5432/database',
-    );
-  }
-  if (!/^postgres(ql)?:\/\//.test(url)) {
-    throw usageError(
-      `${values['database-url'] === undefined ? 'DATABASE_URL' : '--database-url'} "${describePostgresUrl(url)}" is not a postgres:// URL, e.g. postgres://user@host:5432/database`,
-    );
-  }
+  const url = databaseUrlOf(values['database-url'], io);
   const json = values.json ?? io.stdout.isTTY !== true;
   const { migratePostgres } = await loadPostgresLayer();
   let report;

@@ -1,5 +1,6 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { OutboxAdmin } from '../admin/outbox-admin.js';
 import type { Topology } from '../admin/topology.js';
 import { DashboardActions, type ActionResponder } from './dashboard-actions.js';
 import { cookieValue } from './dashboard-csrf.js';
@@ -19,6 +20,7 @@ import {
   type PageFrame,
 } from './dashboard-html.js';
 import { projectionsPage, topologyPage } from './dashboard-insight-pages.js';
+import { outboxPage } from './dashboard-outbox-page.js';
 import { countBeside, countMatches } from './dashboard-count.js';
 import { groupsBody, listBody, recordBody } from './dashboard-pages.js';
 import { parseListQuery } from './dashboard-query.js';
@@ -84,6 +86,13 @@ export interface DashboardOptions {
    * @defaultValue undefined (the page says what to pass)
    */
   readonly projections?: () => Promise<readonly CheckpointLag[]>;
+  /**
+   * The parked rows of the system's transactional outbox, shown at `GET /outbox` (linked from the
+   * header when given), each with a replay button under `allowActions`: a `PostgresOutboxAdmin` of
+   * `harrier/postgres`, or `admin.outboxAdmin?.()` of a system admin. The dashboard does not close it.
+   * @defaultValue undefined (no Outbox page in the header; `/outbox` says what to pass)
+   */
+  readonly outbox?: OutboxAdmin;
 }
 
 /** A request listener for `node:http`'s `createServer`. */
@@ -164,13 +173,14 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
   const frame = {
     source: options.source === undefined ? undefined : maskSecrets(options.source),
     allowActions: options.allowActions === true,
+    outbox: options.outbox !== undefined,
   };
   const tokenDigest = token === undefined ? undefined : digest(token);
   const guesses = new TokenGuessLimit();
   const now = options.now ?? Date.now;
   const store = options.deadLetters;
   const actions = frame.allowActions
-    ? new DashboardActions({ store, replay: options.replay, now })
+    ? new DashboardActions({ store, replay: options.replay, now, outbox: options.outbox })
     : undefined;
 
   function send(res: ServerResponse, status: number, body: string, type: string, extra = {}): void {
@@ -372,6 +382,17 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
     if (url.pathname === '/projections') {
       const shown = await projectionsPage(options.projections, store);
       html(res, shown.status, 'Projections', shown.body, '/projections');
+      return;
+    }
+    if (url.pathname === '/outbox') {
+      const replayed = Number(url.searchParams.get('replayed') ?? Number.NaN);
+      const shown = await outboxPage(
+        options.outbox,
+        url.searchParams.get('cursor') ?? undefined,
+        view?.csrf,
+        Number.isSafeInteger(replayed) && replayed >= 0 ? replayed : undefined,
+      );
+      html(res, shown.status, 'Outbox', shown.body, '/outbox');
       return;
     }
     const record = /^\/records\/([^/]+)$/.exec(url.pathname);

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import type { OutboxAdmin } from '../admin/outbox-admin.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import {
   backHref,
@@ -37,6 +38,8 @@ export interface DashboardActionsOptions {
   readonly replay: DashboardReplay | undefined;
   /** The clock replays are timed by: the bus's, so a job's start compares with its replay records. */
   readonly now: () => number;
+  /** The parked outbox rows `/actions/outbox-replay` moves back, when the dashboard has them. */
+  readonly outbox?: OutboxAdmin | undefined;
 }
 
 /** Why a request body could not be read as a form. */
@@ -96,6 +99,7 @@ export class DashboardActions {
   readonly #store: DeadLetterStore;
   readonly #replay: DashboardReplay | undefined;
   readonly #now: () => number;
+  readonly #outbox: OutboxAdmin | undefined;
   readonly #jobs = new ReplayJobs();
   /** The CSRF tokens of this dashboard instance. */
   readonly csrf = new CsrfTokens();
@@ -104,6 +108,7 @@ export class DashboardActions {
     this.#store = options.store;
     this.#replay = options.replay;
     this.#now = options.now;
+    this.#outbox = options.outbox;
   }
 
   /** What pages need to draw forms for the browser holding `csrfToken`. */
@@ -129,12 +134,16 @@ export class DashboardActions {
       refusedPage(respond, 403, 'Refused: CSRF token', csrf);
       return;
     }
+    if (path === '/actions/outbox-replay') {
+      await this.#replayOutbox(form, respond);
+      return;
+    }
     if (path !== '/actions/replay' && path !== '/actions/purge') {
       refusedPage(
         respond,
         404,
         'No such action',
-        `${path} is not an action: use /actions/replay or /actions/purge`,
+        `${path} is not an action: use /actions/replay, /actions/purge or /actions/outbox-replay`,
       );
       return;
     }
@@ -156,6 +165,28 @@ export class DashboardActions {
         respond,
       );
     }
+  }
+
+  /** Moves the parked outbox rows of the form's `id` fields back into the outbox. */
+  async #replayOutbox(form: URLSearchParams, respond: ActionResponder): Promise<void> {
+    const outbox = this.#outbox;
+    if (outbox === undefined) {
+      refusedPage(
+        respond,
+        404,
+        'No outbox',
+        'This dashboard was given no outbox: pass outbox (a PostgresOutboxAdmin of harrier/postgres) to createDashboard.',
+      );
+      return;
+    }
+    const ids = [...new Set(form.getAll('id').filter((id) => id !== ''))];
+    if (ids.length === 0) {
+      refusedPage(respond, 400, 'Nothing selected', 'Pick a parked row with its Replay button.');
+      return;
+    }
+    let replayed = 0;
+    for (const id of ids) if (await outbox.replayParked(id)) replayed += 1;
+    respond.seeOther(`/outbox?replayed=${replayed}`);
   }
 
   /** Serves GET /replays/:job. */

@@ -49,6 +49,7 @@ export const NAV_PAGES = [
   ['/groups', 'Groups'],
   ['/projections', 'Projections'],
   ['/topology', 'Topology'],
+  ['/outbox', 'Outbox'],
 ] as const;
 
 /** A page the header links. */
@@ -63,6 +64,8 @@ export interface PageFrame {
   /** Where the records come from, already masked (e.g. a Redis URL without its password). */
   readonly source: string | undefined;
   readonly allowActions: boolean;
+  /** Whether the header links the parked outbox rows (the dashboard was given an outbox). */
+  readonly outbox?: boolean;
   /** Reload the page every second (a replay in progress); a meta refresh, as the CSP allows no script. */
   readonly refresh?: boolean;
   /** The page shown, marked in the navigation; undefined for pages the header does not link. */
@@ -75,7 +78,8 @@ export interface PageFrame {
 }
 
 function nav(frame: PageFrame): string {
-  const links = NAV_PAGES.map(([path, label]) => {
+  const shown = NAV_PAGES.filter(([path]) => path !== '/outbox' || frame.outbox === true);
+  const links = shown.map(([path, label]) => {
     if (path === frame.current) return `<strong aria-current="page">${label}</strong>`;
     const keepsFilters = frame.current === '/' || frame.current === '/groups';
     const href =

@@ -331,9 +331,13 @@ export class HandlerAttempt {
       env: this.#contexts.env(entry.kind),
       invoke: (context) =>
         this.#call.invokeBounded(entry, definition, context, envelope.type, envelope.payload, false, input),
-      publish: async (messages) => {
-        // A stop released the delivery meanwhile: publish nothing (the redelivery will).
-        if (input.abandoned?.() === true) throw new HarrierError('stopping', 'The delivery was released');
+      abandoned: () => input.abandoned?.() === true,
+      publish: async (messages, options) => {
+        // A stop released the delivery meanwhile: publish nothing (the redelivery will), unless the
+        // step's transaction committed (its inbox row may make the redelivery skip the step).
+        if (options?.committed !== true && input.abandoned?.() === true) {
+          throw new HarrierError('stopping', 'The delivery was released');
+        }
         await publishRecorded(this.#o.publisher, entry.name, messages);
       },
       sagaInstance: (instance) => {

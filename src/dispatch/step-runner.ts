@@ -25,8 +25,14 @@ export interface PipelineStep {
   readonly env: HandlerContextEnv;
   /** Runs middleware and the handler with `context`. */
   invoke(context: HandlerContext): Promise<unknown>;
-  /** Publishes messages a handler recorded (the unit of work's commit), idempotent by id. */
-  publish(messages: readonly OutgoingMessage[]): Promise<void>;
+  /** True once a stop released the delivery: nothing the step does from now on may commit. */
+  abandoned?(): boolean;
+  /**
+   * Publishes messages a handler recorded (the unit of work's commit), idempotent by id; refuses
+   * (`stopping`) once a stop released the delivery, unless `committed` says the transaction that
+   * applied the step committed already (the redelivery may skip the step, so publish them anyway).
+   */
+  publish(messages: readonly OutgoingMessage[], options?: { readonly committed?: boolean }): Promise<void>;
   /** Tells telemetry which saga instance the step runs for (e.g. attributes of its span). */
   sagaInstance?(instance: SagaInstanceInfo): void;
 }

@@ -72,8 +72,10 @@ export type UnitOfWorkResult = 'ran' | 'stored' | 'skipped';
  * `postgresUnitOfWork`).
  *
  * @remarks
- * The pipeline hands every command handler, event handler and projection call (not saga steps,
- * whose state has its own store) to `run`. A unit that does not want a call runs it as is and
+ * The pipeline hands every command handler, event handler and projection call to `run`; the saga
+ * step runner hands it each try of a saga step when the saga store joined the unit at start
+ * (`SagaStore.joinUnitOfWork`), the store then reading and saving the instance in the unit's
+ * transaction through the call's context. A unit that does not want a call runs it as is and
  * returns `ran`. An error thrown by `run` fails the call like the handler's own error (retry, dead
  * letter); the unit must have rolled back by then. See docs/architecture.md.
  */

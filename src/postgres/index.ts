@@ -28,6 +28,8 @@ export {
 } from './postgres-outbox.js';
 export { OUTBOX_LANES, outboxChannel } from './outbox-rows.js';
 export { startOutboxRelay } from './outbox-relay.js';
+export type { PostgresOutboxAdminOptions } from './postgres-outbox-admin.js';
+export { PostgresOutboxAdmin } from './postgres-outbox-admin.js';
 
 export type { PostgresUnitOfWork, PostgresUnitOfWorkOptions } from './postgres-unit-of-work.js';
 export {

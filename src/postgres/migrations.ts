@@ -1,7 +1,8 @@
 import type { PostgresTables } from './postgres-schema.js';
 
 /** A table of Harrier's schema that a migration step creates. */
-export type HarrierTableName = 'outbox' | 'inbox' | 'checkpoints' | 'sagas' | 'queue' | 'routes' | 'dedupe';
+export type HarrierTableName =
+  'outbox' | 'inbox' | 'checkpoints' | 'sagas' | 'queue' | 'routes' | 'dedupe' | 'outbox_parked';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -131,6 +132,43 @@ export const MIGRATIONS: readonly Migration[] = [
         PRIMARY KEY (queue, message_id)
       );
       CREATE INDEX IF NOT EXISTS dedupe_expires_at ON ${t.dedupe} (expires_at);
+    `,
+  },
+  {
+    version: 4,
+    name: 'parked outbox rows',
+    tables: ['outbox_parked'],
+    // The outbox's new columns count a row's failed tries across relay restarts; a constant default
+    // makes ADD COLUMN a catalog change (no table rewrite) on PostgreSQL 11+.
+    sql: (t) => `
+      ALTER TABLE ${t.outbox}
+        ADD COLUMN IF NOT EXISTS attempts integer NOT NULL DEFAULT 0,
+        ADD COLUMN IF NOT EXISTS first_failed_at bigint,
+        ADD COLUMN IF NOT EXISTS last_failed_at bigint,
+        ADD COLUMN IF NOT EXISTS last_error text;
+
+      CREATE TABLE IF NOT EXISTS ${t.outboxParked} (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        message_id text NOT NULL,
+        kind text NOT NULL,
+        type text NOT NULL,
+        body text NOT NULL,
+        partition_key text,
+        ordered boolean NOT NULL,
+        lane integer NOT NULL,
+        topic text,
+        deliver_at bigint,
+        require_route boolean,
+        created_at bigint NOT NULL,
+        attempts integer NOT NULL,
+        reason text NOT NULL CHECK (reason IN ('failed', 'malformed')),
+        error_code text,
+        error text NOT NULL,
+        first_failed_at bigint NOT NULL,
+        last_failed_at bigint NOT NULL,
+        parked_at bigint NOT NULL
+      );
+      CREATE INDEX IF NOT EXISTS outbox_parked_message_id ON ${t.outboxParked} (message_id);
     `,
   },
 ];

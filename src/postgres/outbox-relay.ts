@@ -6,6 +6,7 @@ import { consoleLogger, type Logger } from '../logging/logger.js';
 import type { OutgoingMessage } from '../messages/outgoing-message.js';
 import { fnv1a64 } from '../messages/partition.js';
 import { holdClient, type HeldClient } from './held-client.js';
+import { isOutboxOutage, malformedOutboxRow } from './outbox-failure.js';
 import { requireSchema } from './migrate-postgres.js';
 import { OUTBOX_LANES, outboxChannel, outgoingOfRow, type OutboxRow } from './outbox-rows.js';
 import { describePostgres, isPool, type PostgresConnectionOptions } from './postgres-connection.js';
@@ -63,6 +64,27 @@ export interface OutboxRelayOptions {
    */
   readonly listen?: boolean;
   /**
+   * Tries of a row before the relay parks it: moves it to the `outbox_parked` table (in the
+   * transaction that removes it from the outbox), so the rows behind it in its lane go on. Only
+   * failures of the row count (a command with no route, a message the broker refuses); an outage
+   * (the broker or a store unreachable, the publisher stopping) never does. A malformed row is
+   * parked at its first failure. Tries are counted in the row, so they survive a restart.
+   *
+   * @remarks
+   * With {@link OutboxRelayOptions.retryDelayMs} at 1 s, ten tries span about two and a half
+   * minutes: long enough to ride out a consumer deploying its route, short enough that one bad row
+   * does not hold the messages behind it for long. Parked rows are replayed with `harrier postgres
+   * outbox replay` or {@link PostgresOutboxAdmin}.
+   * @defaultValue 10
+   */
+  readonly maxAttempts?: number;
+  /**
+   * The pause after a row's first failed try; it doubles after each one, up to 30 s (or this
+   * value, when larger).
+   * @defaultValue 1000
+   */
+  readonly retryDelayMs?: number;
+  /**
    * The clock of polling, rebalancing and retry pauses.
    * @defaultValue systemClock
    */
@@ -82,10 +104,21 @@ export interface OutboxRelayStats {
   readonly batches: number;
   /** The lanes this relay owns now. */
   readonly lanes: readonly number[];
+  /** Rows this relay moved to the parked rows. */
+  readonly parked: number;
 }
 
 const RETRY_BASE_MS = 100;
 const RETRY_CAP_MS = 5_000;
+const ROW_RETRY_CAP_MS = 30_000;
+
+/** A row's failed publish, as {@link OutboxRelay} records it once its lanes are done. */
+interface RowFailure {
+  readonly row: OutboxRow;
+  readonly error: unknown;
+  /** Why the row can never be published, when it is malformed. */
+  readonly malformed: string | undefined;
+}
 
 /**
  * The connection the relay opens: a URL or pool options get TCP keepalive (`keepAlive: true` unless
@@ -141,9 +174,13 @@ export function relayLockKeys(tables: PostgresTables): { readonly lanes: number;
  * - **Waking.** LISTEN on {@link outboxChannel}; a commit that wrote rows notifies. Polling every
  *   `pollIntervalMs` covers a missed notification.
  * - **Failures.** A batch whose publish fails is published again lane by lane. A lane whose
- *   publish fails (e.g. `no-route`) keeps its rows and is held back on its own (100 ms doubling to 5 s) while the other lanes go
- *   on; its order is kept. A lost connection (PostgreSQL restarted) is reopened, and the lanes taken
- *   again.
+ *   publish fails keeps its rows and is held back on its own while the other lanes go on; its
+ *   order is kept. On an outage (the broker unreachable, the publisher closing) the lane waits,
+ *   100 ms doubling to 5 s, and no try counts. On any other failure (e.g. `no-route`) the lane is
+ *   published row by row up to the failing row, which gets a try counted in its row; after
+ *   `maxAttempts` tries (or at once when malformed) the row is parked (moved to `outbox_parked` in
+ *   the transaction that deletes it) and its lane goes on. A lost connection (PostgreSQL
+ *   restarted) is reopened, and the lanes taken again.
  */
 export class OutboxRelay {
   readonly #publisher: OutboxPublisher;
@@ -151,6 +188,8 @@ export class OutboxRelay {
   readonly #handle: PoolHandle;
   readonly #connection: PostgresConnectionOptions;
   readonly #batchSize: number;
+  readonly #maxAttempts: number;
+  readonly #retryDelayMs: number;
   readonly #pollMs: number;
   readonly #rebalanceMs: number;
   readonly #listen: boolean;
@@ -168,6 +207,7 @@ export class OutboxRelay {
   #nextRebalance = 0;
   #published = 0;
   #batches = 0;
+  #parked = 0;
   /** Lanes whose last publish failed: not read again before `retryAt`. */
   readonly #heldBack = new Map<number, { failures: number; retryAt: number }>();
 
@@ -177,6 +217,8 @@ export class OutboxRelay {
     this.#tables = postgresTables(options.schema);
     this.#handle = handle;
     this.#batchSize = positive('batchSize', options.batchSize, 100, 10_000);
+    this.#maxAttempts = positive('maxAttempts', options.maxAttempts, 10, 1_000_000);
+    this.#retryDelayMs = positive('retryDelayMs', options.retryDelayMs, 1000, 3_600_000);
     this.#pollMs = positive('pollIntervalMs', options.pollIntervalMs, 1000, 3_600_000);
     this.#rebalanceMs = positive('rebalanceIntervalMs', options.rebalanceIntervalMs, 1000, 3_600_000);
     this.#listen = options.listen ?? true;
@@ -222,6 +264,7 @@ export class OutboxRelay {
       published: this.#published,
       batches: this.#batches,
       lanes: [...this.#owned].sort((a, b) => a - b),
+      parked: this.#parked,
     };
   }
 
@@ -371,20 +414,29 @@ export class OutboxRelay {
     await session.query('BEGIN; SET LOCAL synchronous_commit = off');
     try {
       const rows = await session.query<OutboxRow>(
-        `SELECT seq, message_id, kind, type, body, partition_key, ordered, lane, topic, deliver_at, require_route
+        `SELECT seq, message_id, kind, type, body, partition_key, ordered, lane, topic, deliver_at, require_route,
+                attempts
            FROM ${this.#tables.outbox} WHERE lane = ANY($1::int[])
           ORDER BY seq LIMIT $2 FOR UPDATE SKIP LOCKED`,
         [lanes, this.#batchSize],
       );
-      const published = await this.#publishRows(rows.rows);
+      const failures: RowFailure[] = [];
+      const published = await this.#publishRows(rows.rows, failures);
       if (published.length > 0) {
         await session.query(`DELETE FROM ${this.#tables.outbox} WHERE seq = ANY($1::bigint[])`, [
           published.map((row) => row.seq),
         ]);
       }
+      const parked: { failure: RowFailure; id: string }[] = [];
+      for (const failure of failures) {
+        const id = await this.#recordFailure(session, failure);
+        if (id !== undefined) parked.push({ failure, id });
+      }
       await session.query('COMMIT');
       this.#published += published.length;
       if (published.length > 0) this.#batches += 1;
+      this.#parked += parked.length;
+      for (const { failure, id } of parked) this.#logParked(failure, id);
       return rows.rows.length;
     } catch (error) {
       await session.query('ROLLBACK').catch(() => {
@@ -396,10 +448,12 @@ export class OutboxRelay {
 
   /**
    * Publishes `rows` in one publish; if that fails, lane by lane (side by side, each lane in seq
-   * order), holding back the lanes that fail. Returns the rows published. A lane published by the
-   * failed first attempt goes out again: the idempotent publish absorbs it.
+   * order), and in a lane whose publish failed for a reason of its rows, row by row up to the first
+   * row that fails. Returns the rows published; the failed rows that count go to `failures`. A lane
+   * stops at its first failure (held back) unless that row is to be parked, so order per lane holds.
+   * A row published by a failed attempt goes out again: the idempotent publish absorbs it.
    */
-  async #publishRows(rows: readonly OutboxRow[]): Promise<readonly OutboxRow[]> {
+  async #publishRows(rows: readonly OutboxRow[], failures: RowFailure[]): Promise<readonly OutboxRow[]> {
     if (rows.length === 0) return rows;
     try {
       await this.#publisher.publish(rows.map(outgoingOfRow), RELAY_ORIGIN);
@@ -421,27 +475,120 @@ export class OutboxRelay {
           this.#heldBack.delete(lane);
           return laneRows;
         } catch (error) {
-          this.#holdBack(lane, laneRows, error);
-          return [];
+          if (isOutboxOutage(error)) {
+            this.#holdBack(lane, laneRows, error);
+            return [];
+          }
         }
+        return this.#publishLaneRowByRow(lane, laneRows, failures);
       }),
     );
     return outcomes.flat();
   }
 
-  /** Holds `lane` back after a failed publish: 100 ms doubling to 5 s, its rows left in place. */
-  #holdBack(lane: number, rows: readonly OutboxRow[], error: unknown): void {
+  /** Publishes a lane's rows one at a time, up to the first that fails; see {@link #publishRows}. */
+  async #publishLaneRowByRow(
+    lane: number,
+    laneRows: readonly OutboxRow[],
+    failures: RowFailure[],
+  ): Promise<OutboxRow[]> {
+    const published: OutboxRow[] = [];
+    for (const [i, row] of laneRows.entries()) {
+      try {
+        await this.#publisher.publish([outgoingOfRow(row)], RELAY_ORIGIN);
+        published.push(row);
+        continue;
+      } catch (error) {
+        if (isOutboxOutage(error)) {
+          this.#holdBack(lane, laneRows.slice(i), error);
+          return published;
+        }
+        const malformed = malformedOutboxRow(row);
+        failures.push({ row, error, malformed });
+        if (malformed === undefined && row.attempts + 1 < this.#maxAttempts) {
+          // Counted, not parked: the lane waits for this row.
+          const cap = Math.max(ROW_RETRY_CAP_MS, this.#retryDelayMs);
+          const pause = Math.min(cap, this.#retryDelayMs * 2 ** Math.min(row.attempts, 16));
+          this.#holdBack(lane, laneRows.slice(i), error, pause, row.attempts + 1);
+          return published;
+        }
+        // Parked in this transaction: the rows behind it go on.
+      }
+    }
+    this.#heldBack.delete(lane);
+    return published;
+  }
+
+  /**
+   * Counts a failed try of `failure.row` in its row, or moves the row to the parked rows when it is
+   * malformed or has used its tries; returns the parked row's id then.
+   */
+  async #recordFailure(session: pg.PoolClient, failure: RowFailure): Promise<string | undefined> {
+    const { row, error, malformed } = failure;
+    const now = this.#clock.now();
+    const message = malformed ?? (error instanceof Error ? error.message : String(error));
+    const attempts = row.attempts + 1;
+    if (malformed === undefined && attempts < this.#maxAttempts) {
+      await session.query(
+        `UPDATE ${this.#tables.outbox}
+            SET attempts = $2, first_failed_at = coalesce(first_failed_at, $3), last_failed_at = $3, last_error = $4
+          WHERE seq = $1`,
+        [row.seq, attempts, now, message],
+      );
+      return undefined;
+    }
+    const code = malformed !== undefined ? null : HarrierError.is(error) ? error.code : null;
+    const parked = await session.query<{ id: string }>(
+      `WITH moved AS (DELETE FROM ${this.#tables.outbox} WHERE seq = $1 RETURNING *)
+       INSERT INTO ${this.#tables.outboxParked}
+         (message_id, kind, type, body, partition_key, ordered, lane, topic, deliver_at, require_route,
+          created_at, attempts, reason, error_code, error, first_failed_at, last_failed_at, parked_at)
+       SELECT message_id, kind, type, body, partition_key, ordered, lane, topic, deliver_at, require_route,
+              created_at, $2, $3, $4, $5, coalesce(first_failed_at, $6), $6, $6
+         FROM moved
+       RETURNING id`,
+      [row.seq, attempts, malformed !== undefined ? 'malformed' : 'failed', code, message, now],
+    );
+    return parked.rows[0]?.id;
+  }
+
+  #logParked({ row, error, malformed }: RowFailure, id: string): void {
+    this.#logger.error(
+      `Outbox relay parked message ${row.message_id} (${row.type}) ${malformed !== undefined ? 'as malformed' : `after ${row.attempts + 1} failed tries`}; the rows behind it in lane ${row.lane} go on. See it with \`harrier postgres outbox show ${id}\`, replay it with \`harrier postgres outbox replay ${id}\``,
+      {
+        parkedId: id,
+        lane: row.lane,
+        messageId: row.message_id,
+        type: row.type,
+        attempts: row.attempts + 1,
+        error: malformed ?? (error instanceof Error ? error.message : String(error)),
+      },
+    );
+  }
+
+  /**
+   * Holds `lane` back after a failed publish, its rows left in place: 100 ms doubling to 5 s for an
+   * outage, `pause` for a row's counted failure.
+   */
+  #holdBack(
+    lane: number,
+    rows: readonly OutboxRow[],
+    error: unknown,
+    pause?: number,
+    attempts?: number,
+  ): void {
     const failures = (this.#heldBack.get(lane)?.failures ?? 0) + 1;
-    const pause = Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 16));
-    this.#heldBack.set(lane, { failures, retryAt: this.#clock.now() + pause });
+    const wait = pause ?? Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 16));
+    this.#heldBack.set(lane, { failures, retryAt: this.#clock.now() + wait });
     this.#logger.warn(
-      `Outbox relay could not publish lane ${lane}; its rows stay in the outbox, the lane is retried in ${pause} ms and the other lanes go on`,
+      `Outbox relay could not publish lane ${lane}; its rows stay in the outbox, the lane is retried in ${wait} ms and the other lanes go on`,
       {
         lane,
         messageId: rows[0]?.message_id,
         type: rows[0]?.type,
         error: error instanceof Error ? error.message : String(error),
         failures,
+        ...(attempts !== undefined ? { attempts, maxAttempts: this.#maxAttempts } : {}),
       },
     );
   }

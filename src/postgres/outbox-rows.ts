@@ -36,6 +36,8 @@ export interface OutboxRow {
   readonly topic: string | null;
   readonly deliver_at: string | null;
   readonly require_route: boolean | null;
+  /** Failed tries so far that count toward parking (outages never count). */
+  readonly attempts: number;
 }
 
 /**

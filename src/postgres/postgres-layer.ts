@@ -5,6 +5,7 @@
  */
 export { migratePostgres } from './migrate-postgres.js';
 export { OutboxRelay, startOutboxRelay } from './outbox-relay.js';
+export { PostgresOutboxAdmin } from './postgres-outbox-admin.js';
 
 export {
   DEFAULT_INBOX_PRUNE_INTERVAL_MS,

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { systemClock, type Clock } from '../clock/clock.js';
+import type { TransactionalUnitOfWork } from '../dispatch/transactional-unit-of-work.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { SagaConflictError } from '../errors/saga-conflict-error.js';
 import {
@@ -15,12 +16,19 @@ import {
   type SagaPageOptions,
   type SagaStatus,
   type SagaStore,
+  type SagaStoreCall,
   type SagaWrite,
 } from '../sagas/saga-store.js';
 import { requireSchema } from './migrate-postgres.js';
-import type { PostgresConnectionOptions } from './postgres-connection.js';
+import { describePostgres, type PostgresConnectionOptions } from './postgres-connection.js';
 import { openPool, postgresError, type PoolHandle } from './postgres-pool.js';
 import { postgresTables, type PostgresTables } from './postgres-schema.js';
+import { sessionOf } from './postgres-session.js';
+import { unitTargetOf } from './postgres-unit-of-work.js';
+import { sameDatabase } from './same-database.js';
+
+/** What the store runs its statements on: its pool, or the transaction of a unit it joined. */
+type Queryable = Pick<pg.Pool, 'query'>;
 
 /** Options of {@link PostgresSagaStore}. */
 export interface PostgresSagaStoreOptions {
@@ -120,6 +128,8 @@ export class PostgresSagaStore implements SagaStore {
   #ready: Promise<void> | undefined;
   #nextSweepAt = Number.NEGATIVE_INFINITY;
   #closed = false;
+  /** The units of work whose transactions this store reads and saves in (see joinUnitOfWork). */
+  readonly #units = new WeakSet<object>();
 
   /**
    * @throws HarrierError `invalid-option` when `connection` is missing, `schema` is not a plain
@@ -140,11 +150,19 @@ export class PostgresSagaStore implements SagaStore {
     this.#handle = openPool(options.connection);
   }
 
-  get(saga: string, id: string): Promise<SagaInstance | undefined> {
-    return this.#run('reading a saga instance', async (pool) => {
+  get(saga: string, id: string, call?: SagaStoreCall): Promise<SagaInstance | undefined> {
+    const session = this.#sessionOf(call);
+    return this.#run('reading a saga instance', session, async (db) => {
       if (!storable(saga) || !storable(id)) return undefined;
-      const result = await pool.query<SagaRow>(
-        `SELECT ${COLUMNS} FROM ${this.#tables.sagas} WHERE saga = $1 AND id = $2 AND ${live(3)}`,
+      if (session !== undefined) {
+        // Serialises the steps of one instance across processes until the unit commits, even
+        // before its row exists (two first steps would otherwise both create it).
+        await db.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [
+          `harrier-saga:${JSON.stringify([this.#tables.schema, saga, id])}`,
+        ]);
+      }
+      const result = await db.query<SagaRow>(
+        `SELECT ${COLUMNS} FROM ${this.#tables.sagas} WHERE saga = $1 AND id = $2 AND ${live(3)}${session === undefined ? '' : ' FOR UPDATE'}`,
         [saga, id, this.#clock.now()],
       );
       const row = result.rows[0];
@@ -152,8 +170,9 @@ export class PostgresSagaStore implements SagaStore {
     });
   }
 
-  save(write: SagaWrite, expectedVersion: number): Promise<SagaInstance> {
-    return this.#run('saving a saga instance', async (pool) => {
+  save(write: SagaWrite, expectedVersion: number, call?: SagaStoreCall): Promise<SagaInstance> {
+    const session = this.#sessionOf(call);
+    return this.#run('saving a saga instance', session, async (db) => {
       const json = serializeSagaWrite(write, expectedVersion);
       if (!storable(write.saga) || !storable(write.id)) {
         throw new HarrierError(
@@ -177,7 +196,7 @@ export class PostgresSagaStore implements SagaStore {
         ];
         const result =
           expectedVersion === 0
-            ? await pool.query<SagaRow>(
+            ? await db.query<SagaRow>(
                 `INSERT INTO ${this.#tables.sagas} AS s
                    (saga, id, version, status, state, applied, timeouts, started_at, updated_at, completed_at, expires_at)
                  VALUES ($1, $2, 1, $3::text, $4, $5, $6, $7::bigint, $7::bigint,
@@ -190,7 +209,7 @@ export class PostgresSagaStore implements SagaStore {
                  RETURNING ${COLUMNS}`,
                 [...values, now],
               )
-            : await pool.query<SagaRow>(
+            : await db.query<SagaRow>(
                 `UPDATE ${this.#tables.sagas} AS s SET version = s.version + 1, status = $3::text,
                    state = $4, applied = $5, timeouts = $6, updated_at = $7::bigint,
                    completed_at = CASE WHEN $3::text = 'completed'
@@ -202,10 +221,12 @@ export class PostgresSagaStore implements SagaStore {
               );
         const row = result.rows[0];
         if (row !== undefined) {
-          await this.#sweepIfDue(pool);
+          // In a unit's transaction the sweep runs beside it (a failed statement would abort it).
+          if (session === undefined) await this.#sweepIfDue();
+          else void this.#sweepIfDue();
           return toInstance(row);
         }
-        const actual = await this.#versionOf(pool, write.saga, write.id);
+        const actual = await this.#versionOf(db, write.saga, write.id);
         // The row changed between the two statements and is back at the expected version: try again.
         if (actual !== expectedVersion || attempt === SAVE_ATTEMPTS) {
           throw new SagaConflictError(write.saga, write.id, expectedVersion, actual);
@@ -215,7 +236,7 @@ export class PostgresSagaStore implements SagaStore {
   }
 
   list(filter: SagaListFilter = {}, page: SagaPageOptions = {}): Promise<SagaPage> {
-    return this.#run('listing saga instances', async (pool) => {
+    return this.#run('listing saga instances', undefined, async (pool) => {
       const limit = sagaPageLimit(page.limit);
       const after = page.cursor === undefined ? undefined : decodeSagaCursor(page.cursor);
       if (
@@ -253,7 +274,7 @@ export class PostgresSagaStore implements SagaStore {
   }
 
   remove(saga: string, id: string): Promise<boolean> {
-    return this.#run('removing a saga instance', async (pool) => {
+    return this.#run('removing a saga instance', undefined, async (pool) => {
       if (!storable(saga) || !storable(id)) return false;
       const result = await pool.query<{ live: boolean }>(
         `DELETE FROM ${this.#tables.sagas} WHERE saga = $1 AND id = $2 RETURNING ${live(3)} AS live`,
@@ -271,10 +292,10 @@ export class PostgresSagaStore implements SagaStore {
    * time; call this from a maintenance job to empty the table of them at once.
    */
   prune(): Promise<number> {
-    return this.#run('pruning expired saga instances', async (pool) => {
+    return this.#run('pruning expired saga instances', undefined, async () => {
       let total = 0;
       for (;;) {
-        const deleted = await this.#sweep(pool);
+        const deleted = await this.#sweep();
         total += deleted;
         if (deleted < SWEEP_BATCH) return total;
       }
@@ -292,8 +313,8 @@ export class PostgresSagaStore implements SagaStore {
   }
 
   /** The live version of an instance, 0 when there is none. */
-  async #versionOf(pool: pg.Pool, saga: string, id: string): Promise<number> {
-    const result = await pool.query<{ version: string }>(
+  async #versionOf(db: Queryable, saga: string, id: string): Promise<number> {
+    const result = await db.query<{ version: string }>(
       `SELECT version::text AS version FROM ${this.#tables.sagas} WHERE saga = $1 AND id = $2 AND ${live(3)}`,
       [saga, id, this.#clock.now()],
     );
@@ -301,12 +322,12 @@ export class PostgresSagaStore implements SagaStore {
   }
 
   /** Deletes a batch of expired rows when the previous sweep is a minute old or found a full batch. */
-  async #sweepIfDue(pool: pg.Pool): Promise<void> {
+  async #sweepIfDue(): Promise<void> {
     const now = this.#clock.now();
-    if (now < this.#nextSweepAt) return;
+    if (now < this.#nextSweepAt || this.#closed) return;
     this.#nextSweepAt = now + SWEEP_INTERVAL_MS;
     try {
-      if ((await this.#sweep(pool)) === SWEEP_BATCH) this.#nextSweepAt = now;
+      if ((await this.#sweep()) === SWEEP_BATCH) this.#nextSweepAt = now;
     } catch {
       // The save committed; the next due sweep deletes what this one could not.
     }
@@ -316,8 +337,8 @@ export class PostgresSagaStore implements SagaStore {
    * Deletes up to {@link SWEEP_BATCH} expired rows, skipping rows another transaction holds (a
    * save re-creating the instance, another store's sweep); returns how many.
    */
-  async #sweep(pool: pg.Pool): Promise<number> {
-    const result = await pool.query(
+  async #sweep(): Promise<number> {
+    const result = await this.#handle.pool.query(
       `DELETE FROM ${this.#tables.sagas} WHERE (saga, id) IN (
          SELECT saga, id FROM ${this.#tables.sagas} WHERE expires_at <= $1
          ORDER BY expires_at LIMIT ${SWEEP_BATCH} FOR UPDATE SKIP LOCKED)
@@ -327,8 +348,57 @@ export class PostgresSagaStore implements SagaStore {
     return result.rowCount ?? 0;
   }
 
-  /** Runs `body` on an open store whose schema was checked, naming the server when it is unreachable. */
-  async #run<T>(doing: string, body: (pool: pg.Pool) => Promise<T>): Promise<T> {
+  /**
+   * Lets saga steps read and save their instance in the transaction of `unit`, when it is a
+   * `postgresUnitOfWork` that runs saga steps (`kinds`) on this store's database and schema.
+   *
+   * @remarks
+   * The bus calls it once at start. Another kind of unit, or one whose `kinds` leaves out `'saga'`,
+   * keeps the steps apart (false). A unit on another schema or database is refused: its
+   * transaction cannot hold this store's rows, and running apart from it would silently lose the
+   * guarantee the unit was given for.
+   * @throws HarrierError `invalid-option` for a unit on another schema or database, naming the fix;
+   * `postgres-unavailable`, `schema-outdated` as the first call of the store or the unit.
+   */
+  async joinUnitOfWork(unit: TransactionalUnitOfWork): Promise<boolean> {
+    const target = unitTargetOf(unit);
+    if (target === undefined || !target.sagas) return false;
+    const fix = `give PostgresSagaStore and postgresUnitOfWork the same connection and schema, or leave 'saga' out of the unit's kinds to keep saga state in its own transactions`;
+    if (target.schema !== this.#tables.schema) {
+      throw new HarrierError(
+        'invalid-option',
+        `PostgresSagaStore keeps saga instances in schema "${this.#tables.schema}" but postgresUnitOfWork runs in schema "${target.schema}", so a saga step cannot commit its state with its writes and messages: ${fix}`,
+      );
+    }
+    await target.ready();
+    const same = await this.#run("comparing its database with the unit of work's", undefined, () =>
+      sameDatabase(target.pool, this.#handle.pool),
+    );
+    if (!same) {
+      throw new HarrierError(
+        'invalid-option',
+        `PostgresSagaStore (${describePostgres(this.#connection)}) and postgresUnitOfWork (${describePostgres(target.connection)}) are on different databases, so a saga step cannot commit its state with its writes and messages: ${fix}`,
+      );
+    }
+    this.#units.add(unit);
+    return true;
+  }
+
+  /** The unit transaction a call runs in, when it runs in a unit this store joined. */
+  #sessionOf(call: SagaStoreCall | undefined): pg.ClientBase | undefined {
+    const session = call === undefined ? undefined : sessionOf(call.context);
+    return session !== undefined && this.#units.has(session.unit) ? session.client : undefined;
+  }
+
+  /**
+   * Runs `body` on an open store whose schema was checked, naming the server when it is
+   * unreachable: on `client` (a unit's transaction) when given, else on the store's pool.
+   */
+  async #run<T>(
+    doing: string,
+    client: pg.ClientBase | undefined,
+    body: (db: Queryable) => Promise<T>,
+  ): Promise<T> {
     if (this.#closed) {
       throw new HarrierError(
         'store-closed',
@@ -343,7 +413,7 @@ export class PostgresSagaStore implements SagaStore {
         throw error;
       });
       await this.#ready;
-      return await body(pool);
+      return await body(client ?? pool);
     } catch (error) {
       throw postgresError(error, this.#connection, doing);
     }

@@ -34,6 +34,8 @@ export interface PostgresTables {
   readonly routes: string;
   /** The PostgreSQL broker's published ids, for idempotent publish. */
   readonly dedupe: string;
+  /** Outbox rows the relay gave up on (`maxAttempts` failed tries, or malformed), kept for replay. */
+  readonly outboxParked: string;
 }
 
 /**
@@ -60,5 +62,6 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     queue: `${q}.queue`,
     routes: `${q}.routes`,
     dedupe: `${q}.dedupe`,
+    outboxParked: `${q}.outbox_parked`,
   };
 }

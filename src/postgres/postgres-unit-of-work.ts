@@ -27,8 +27,30 @@ export const DEFAULT_INBOX_RETENTION_MS = 7 * 24 * 60 * 60 * 1000;
 /** Default of {@link PostgresUnitOfWorkOptions.inboxPruneIntervalMs}: 1 hour. */
 export const DEFAULT_INBOX_PRUNE_INTERVAL_MS = 60 * 60 * 1000;
 
-/** The handler kinds a unit can wrap (saga steps have their own store and never reach a unit). */
-const WRAPPABLE_KINDS: readonly HandlerKind[] = ['command', 'event', 'projection', 'query'];
+/**
+ * The handler kinds a unit can wrap (saga steps reach it only when the bus's saga store joined it:
+ * a `PostgresSagaStore` on the unit's database and schema).
+ */
+const WRAPPABLE_KINDS: readonly HandlerKind[] = ['command', 'event', 'projection', 'saga', 'query'];
+
+/** What a `PostgresSagaStore` needs of a unit to join it: where its transactions run. */
+export interface UnitTarget {
+  readonly pool: pg.Pool;
+  readonly schema: string;
+  readonly connection: PostgresConnectionOptions;
+  /** Whether the unit runs saga steps (its `kinds`). */
+  readonly sagas: boolean;
+  /** Checks the unit's schema (see {@link PostgresUnitOfWork.ready}). */
+  ready(): Promise<void>;
+}
+
+/** The target of each unit {@link postgresUnitOfWork} made. */
+const targets = new WeakMap<object, UnitTarget>();
+
+/** Where `unit` runs its transactions, when {@link postgresUnitOfWork} made it; else undefined. */
+export function unitTargetOf(unit: object): UnitTarget | undefined {
+  return targets.get(unit);
+}
 
 /** Options of {@link postgresUnitOfWork}. */
 export interface PostgresUnitOfWorkOptions {
@@ -78,8 +100,10 @@ export interface PostgresUnitOfWorkOptions {
   readonly broker?: PostgresBroker;
   /**
    * The handler kinds whose calls run in a transaction; other calls run as without a unit.
-   * `'query'` may be added (a query handler then reads in a transaction of its own).
-   * @defaultValue ['command', 'event', 'projection']
+   * `'query'` may be added (a query handler then reads in a transaction of its own). `'saga'` takes
+   * effect only with a `PostgresSagaStore` on the unit's database and schema (checked when the bus
+   * starts); leave it out to keep saga state apart from the unit.
+   * @defaultValue ['command', 'event', 'projection', 'saga']
    */
   readonly kinds?: readonly HandlerKind[];
   /**
@@ -159,13 +183,18 @@ function checkOptions(options: PostgresUnitOfWorkOptions): void {
 }
 
 /**
- * Whether a call takes an inbox row: a delivery (not `execute`) to a command or event handler, or to
- * a projection fed by the broker (a bus without an event log: no checkpoint to skip by).
+ * Whether a call takes an inbox row: a delivery (not `execute`) to a command or event handler or a
+ * saga, or to a projection fed by the broker (a bus without an event log: no checkpoint to skip by).
  */
 function takesInbox(call: UnitOfWorkCall): boolean {
   if (call.inProcess) return false;
   const kind = call.handlerKind;
-  return kind === 'command' || kind === 'event' || (kind === 'projection' && call.position === undefined);
+  return (
+    kind === 'command' ||
+    kind === 'event' ||
+    kind === 'saga' ||
+    (kind === 'projection' && call.position === undefined)
+  );
 }
 
 class PostgresUnit implements PostgresUnitOfWork {
@@ -195,12 +224,19 @@ class PostgresUnit implements PostgresUnitOfWork {
     this.#outbox = options.outbox ?? true;
     this.#handoff =
       options.broker === undefined ? undefined : new BrokerHandoff(handoffTargetOf(options.broker));
-    this.#kinds = new Set(options.kinds ?? ['command', 'event', 'projection']);
+    this.#kinds = new Set(options.kinds ?? ['command', 'event', 'projection', 'saga']);
     this.#retentionMs = options.inboxRetentionMs ?? DEFAULT_INBOX_RETENTION_MS;
     this.#pruneEveryMs = options.inboxPruneIntervalMs ?? DEFAULT_INBOX_PRUNE_INTERVAL_MS;
     this.#clock = options.clock ?? systemClock;
     this.#logger = options.logger ?? consoleLogger;
     this.#handle = openPool(options.connection, this.#logger);
+    targets.set(this, {
+      pool: this.#handle.pool,
+      schema: this.schema,
+      connection: this.#connection,
+      sagas: this.#kinds.has('saga'),
+      ready: () => this.ready(),
+    });
   }
 
   async attach(bus: UnitOfWorkBus): Promise<void> {
@@ -369,7 +405,7 @@ class PostgresUnit implements PostgresUnitOfWork {
 
   /** Runs the handler with `client` as its session; refuses to commit an abandoned call. */
   async #runCall(client: pg.PoolClient, call: UnitOfWorkCall): Promise<void> {
-    beginSession(call.context, client);
+    beginSession(call.context, client, this);
     try {
       await call.run();
     } finally {
@@ -435,7 +471,9 @@ class PostgresUnit implements PostgresUnitOfWork {
 /**
  * A {@link TransactionalUnitOfWork} on PostgreSQL (`BusOptions.unitOfWork`): each command handler,
  * event handler and projection call runs in a transaction of the application's database, with the
- * inbox row that proves it ran, the outbox rows of what it recorded, and a projection's checkpoint.
+ * inbox row that proves it ran, the outbox rows of what it recorded, and a projection's checkpoint;
+ * so does each saga step when the bus's saga store is a `PostgresSagaStore` on the same database and
+ * schema, with its instance.
  *
  * @remarks
  * Per call (kinds in `kinds` only):
@@ -449,6 +487,9 @@ class PostgresUnit implements PostgresUnitOfWork {
  *   the checkpoint to the offset; COMMIT (`ran`). A projection call without a position (fed by the
  *   broker on a bus without an event log, or replaying a dead letter) takes an inbox row as an event
  *   handler does, without the checkpoint;
+ * - a saga step (with a `PostgresSagaStore` that joined the unit at the bus's start): as a command
+ *   delivery, the step reading its instance (locked until COMMIT) and saving it in the transaction;
+ *   a step that loses a compare-and-set rolls back and re-runs in a new transaction;
  * - `execute`: as a delivery, without the inbox.
  *
  * Any error rolls back and is rethrown, so the pipeline retries or dead-letters as usual; a call

@@ -18,6 +18,7 @@ export type {
   SagaPageOptions,
   SagaStatus,
   SagaStore,
+  SagaStoreCall,
   SagaTimeoutRecord,
   SagaWrite,
   SerializedSagaWrite,

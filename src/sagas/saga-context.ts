@@ -50,14 +50,18 @@ export interface SagaContext<S = unknown, P = unknown> extends MessageContext<P>
   complete(): void;
 }
 
-/** The {@link SagaContext} of one saga step (one try of it). */
+/**
+ * The {@link SagaContext} of one saga step (one try of it); the runner makes it before it reads the
+ * instance (a unit of work knows its transaction by it), then {@link SagaStepContext.load}s it.
+ */
 export class SagaStepContext<S = unknown, P = unknown>
   extends ReceivedHandlerContext<P>
   implements SagaContext<S, P>
 {
   state: S;
   completed = false;
-  readonly timeouts: SagaTimeoutRecord[];
+  readonly timeouts: SagaTimeoutRecord[] = [];
+  #isNew = true;
 
   constructor(
     envelope: Envelope<P>,
@@ -67,17 +71,29 @@ export class SagaStepContext<S = unknown, P = unknown>
     signal: AbortSignal | (() => AbortSignal),
     env: HandlerContextEnv,
     readonly sagaId: string,
-    readonly isNew: boolean,
-    state: S,
-    timeouts: readonly SagaTimeoutRecord[],
+    isNew = true,
+    state?: S,
+    timeouts: readonly SagaTimeoutRecord[] = [],
   ) {
     super(envelope, attempt, endpoint, saga, signal, env);
-    this.state = state;
-    this.timeouts = [...timeouts];
+    this.#isNew = isNew;
+    this.state = state as S;
+    this.timeouts.push(...timeouts);
     this.#now = env.now;
   }
 
   readonly #now: () => number;
+
+  get isNew(): boolean {
+    return this.#isNew;
+  }
+
+  /** Gives the step its instance as read: whether it is new, its state and its pending timeouts. */
+  load(isNew: boolean, state: S, timeouts: readonly SagaTimeoutRecord[]): void {
+    this.#isNew = isNew;
+    this.state = state;
+    this.timeouts.splice(0, this.timeouts.length, ...timeouts);
+  }
 
   setState(next: S): void {
     this.state = next;

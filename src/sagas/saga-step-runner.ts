@@ -1,10 +1,12 @@
 import { systemClock, type Clock } from '../clock/clock.js';
 import { ReceivedHandlerContext } from '../dispatch/handler-context.js';
 import type { PipelineStep, StepResult, StepRunner } from '../dispatch/step-runner.js';
+import type { TransactionalUnitOfWork, UnitOfWorkResult } from '../dispatch/transactional-unit-of-work.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { UnrecoverableError } from '../errors/unrecoverable-error.js';
 import type { HandlerClass } from '../handlers/handler-metadata.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
+import type { OutgoingMessage } from '../messages/outgoing-message.js';
 import { KeyedLock } from './keyed-lock.js';
 import { SAGA_ID_HEADER, SAGA_NAME_HEADER, SagaStepContext } from './saga-context.js';
 import {
@@ -15,7 +17,13 @@ import {
   type SagaMetadata,
   type SagaStepMetadata,
 } from './saga-metadata.js';
-import type { SagaAppliedStep, SagaStore, SagaTimeoutRecord } from './saga-store.js';
+import type {
+  SagaAppliedStep,
+  SagaStore,
+  SagaStoreCall,
+  SagaTimeoutRecord,
+  SagaWrite,
+} from './saga-store.js';
 
 /** Options of {@link createSagaStepRunner}. */
 export interface SagaStepRunnerOptions {
@@ -27,6 +35,12 @@ export interface SagaStepRunnerOptions {
   readonly clock?: Clock;
   /** @defaultValue warnings and errors as JSON lines on stderr */
   readonly logger?: Logger;
+  /**
+   * The unit of work each step runs in, read at every step: the bus answers the unit once the store
+   * joined it at start ({@link SagaStore.joinUnitOfWork}), else undefined.
+   * @defaultValue none: steps read and save through the store alone, then publish
+   */
+  readonly unitOfWork?: () => TransactionalUnitOfWork | undefined;
 }
 
 /** A `@Saga` class checked and indexed once. */
@@ -67,8 +81,12 @@ function compile(target: HandlerClass): CompiledSaga {
  * the store's compare-and-set decides: a step that lost re-runs on the fresh state, so no update is
  * lost. The state is saved before the step's messages are published, and their ids derive from the
  * saga, the saga id, the handled message and their position, so a redelivered message republishes
- * the same ids (which the idempotent publish drops) and never changes the state twice. See
- * docs/sagas.md.
+ * the same ids (which the idempotent publish drops) and never changes the state twice.
+ *
+ * With `unitOfWork` answering a unit, each try of a step is one call of the unit: the store reads
+ * and saves the instance in the unit's transaction (found through the step's context), beside the
+ * step's own writes, the inbox row and the outbox rows; a conflict rolls the whole try back before
+ * the step re-runs, and a step that dead-letters its message commits nothing. See docs/sagas.md.
  * @throws HarrierError `invalid-handler` for a class without `@Saga` or without `@StartedBy`.
  */
 export function createSagaStepRunner(options: SagaStepRunnerOptions): StepRunner {
@@ -93,7 +111,7 @@ export function createSagaStepRunner(options: SagaStepRunnerOptions): StepRunner
     const sagaId = correlate(saga, route, step);
     step.sagaInstance?.({ saga: saga.meta.name, id: sagaId });
     return lock.run(`${saga.meta.name}\u0000${sagaId}`, () =>
-      runStep({ saga, route, step, sagaId, store: options.store, clock, logger }),
+      runStep({ saga, route, step, sagaId, store: options.store, clock, logger }, options.unitOfWork?.()),
     );
   };
 }
@@ -146,82 +164,163 @@ interface StepRun {
   readonly logger: Logger;
 }
 
-async function runStep(run: StepRun): Promise<StepResult> {
-  const { saga, route, step, sagaId, store } = run;
-  const { envelope } = step;
+/** What one try of a step decided: its result, and the messages to publish once it is committed. */
+interface Tried {
+  readonly result: StepResult;
+  readonly publish: readonly OutgoingMessage[];
+  /** True when `publish` is what the step recorded in this try (a unit's outbox stored it). */
+  readonly recorded: boolean;
+}
+
+/** Ends a try in a unit of work whose transaction must not commit: the step dead-letters its message. */
+class DeadLetterDecided extends Error {
+  constructor(readonly result: StepResult) {
+    super('The saga step dead-letters its message');
+  }
+}
+
+async function runStep(run: StepRun, unit: TransactionalUnitOfWork | undefined): Promise<StepResult> {
+  const { saga, step, sagaId } = run;
   const name = saga.meta.name;
-  const isTimeout =
-    envelope.meta.headers[SAGA_NAME_HEADER] === name && envelope.meta.headers[SAGA_ID_HEADER] === sagaId;
   for (let attempt = 1; ; attempt++) {
-    const instance = await store.get(name, sagaId);
-    // A third-party store may leave `applied` out.
-    const earlier = instance?.applied ?? [];
-    const applied = earlier.find((a) => a.message === envelope.id);
-    if (applied !== undefined) {
-      // Saved by an earlier delivery of this message: publish its messages again (same ids).
-      await step.publish(applied.outgoing);
-      return { kind: 'handled', outgoing: applied.outgoing };
-    }
-    let timeouts: readonly SagaTimeoutRecord[] = instance?.timeouts ?? [];
-    if (isTimeout) {
-      // Fired already, or the instance completed (which drops its timeouts) or is gone: never again.
-      if (instance?.status !== 'active' || !timeouts.some((t) => t.id === envelope.id)) {
-        run.logger.info('Saga timeout no longer pending; dropped', {
-          saga: name,
-          sagaId,
-          type: envelope.type,
-          messageId: envelope.id,
-        });
-        return { kind: 'handled', outgoing: [] };
-      }
-      timeouts = timeouts.filter((t) => t.id !== envelope.id);
-    }
-    if (instance === undefined && !route.starts) {
-      return rule(run, 'onMissing', 'saga-not-found', `no instance "${sagaId}" exists`);
-    }
-    if (instance?.status === 'completed') {
-      return rule(run, 'onCompleted', 'saga-completed', `instance "${sagaId}" has completed`);
-    }
-    const before =
-      instance === undefined
-        ? parseState(saga, saga.meta.options.initial?.() ?? {}, 'initial state')
-        : parseStored(saga, instance.state);
     const context = new SagaStepContext(
-      envelope,
+      step.envelope,
       step.attempt,
       step.endpoint,
       name,
       step.signal,
       step.env,
       sagaId,
-      instance === undefined,
-      before,
-      timeouts,
     );
-    await step.invoke(context);
-    const state = parseState(saga, context.state, `state after "${envelope.type}"`);
-    const outgoing = context.recorded.map((p) => p.outgoing);
-    const now = run.clock.now();
     try {
-      await store.save(
-        {
-          saga: name,
-          id: sagaId,
-          state,
-          applied: keptApplied(run, [...earlier, { message: envelope.id, outgoing, at: now }], now),
-          status: context.completed ? 'completed' : 'active',
-          timeouts: context.completed ? [] : context.timeouts,
-          now,
-        },
-        instance?.version ?? 0,
-      );
+      if (unit === undefined) {
+        const tried = await tryStep(run, context, undefined);
+        await step.publish(tried.publish);
+        return tried.result;
+      }
+      return await tryInUnit(run, unit, context);
     } catch (error) {
       if (HarrierError.is(error, 'saga-conflict') && attempt < saga.limits.conflictTries) continue;
       throw error;
     }
-    await step.publish(outgoing);
-    return { kind: 'handled', outgoing };
   }
+}
+
+/**
+ * One try of a step in the unit of work's transaction: the instance read and saved in it, with the
+ * step's own writes, its inbox row and its outgoing messages (the outbox), committed together.
+ */
+async function tryInUnit(
+  run: StepRun,
+  unit: TransactionalUnitOfWork,
+  context: SagaStepContext,
+): Promise<StepResult> {
+  const { step } = run;
+  const box: { tried?: Tried } = {};
+  let ended: UnitOfWorkResult;
+  try {
+    ended = await unit.run({
+      context,
+      handler: step.entry.name,
+      handlerKind: 'saga',
+      endpoint: step.endpoint,
+      inProcess: false,
+      run: async () => {
+        const tried = await tryStep(run, context, { context });
+        // Rolled back: a replay of the dead letter must find no inbox row of this message.
+        if (tried.result.kind === 'dead-letter') throw new DeadLetterDecided(tried.result);
+        box.tried = tried;
+      },
+      abandoned: () => step.abandoned?.() === true,
+    });
+  } catch (error) {
+    if (error instanceof DeadLetterDecided) return error.result;
+    throw error;
+  }
+  const { tried } = box;
+  // Applied before (the inbox holds the message): its state, rows and messages committed then.
+  if (ended === 'skipped' || tried === undefined) return { kind: 'handled', outgoing: [] };
+  // With an outbox (`stored`) what the step recorded was stored in the transaction; messages of an
+  // earlier save found in the applied steps are published again, idempotent by id.
+  if (ended !== 'stored' || !tried.recorded) await step.publish(tried.publish, { committed: true });
+  return tried.result;
+}
+
+/**
+ * One try of a step: read the instance, decide, run the step and save by compare-and-set (rejects
+ * with `saga-conflict` when another step saved first). `call` is given in a unit of work.
+ */
+async function tryStep(
+  run: StepRun,
+  context: SagaStepContext,
+  call: SagaStoreCall | undefined,
+): Promise<Tried> {
+  const { saga, route, step, sagaId, store } = run;
+  const { envelope } = step;
+  const name = saga.meta.name;
+  const isTimeout =
+    envelope.meta.headers[SAGA_NAME_HEADER] === name && envelope.meta.headers[SAGA_ID_HEADER] === sagaId;
+  const instance = await (call === undefined ? store.get(name, sagaId) : store.get(name, sagaId, call));
+  // A third-party store may leave `applied` out.
+  const earlier = instance?.applied ?? [];
+  const applied = earlier.find((a) => a.message === envelope.id);
+  if (applied !== undefined) {
+    // Saved by an earlier delivery of this message: publish its messages again (same ids).
+    return {
+      result: { kind: 'handled', outgoing: applied.outgoing },
+      publish: applied.outgoing,
+      recorded: false,
+    };
+  }
+  let timeouts: readonly SagaTimeoutRecord[] = instance?.timeouts ?? [];
+  if (isTimeout) {
+    // Fired already, or the instance completed (which drops its timeouts) or is gone: never again.
+    if (instance?.status !== 'active' || !timeouts.some((t) => t.id === envelope.id)) {
+      run.logger.info('Saga timeout no longer pending; dropped', {
+        saga: name,
+        sagaId,
+        type: envelope.type,
+        messageId: envelope.id,
+      });
+      return { result: { kind: 'handled', outgoing: [] }, publish: [], recorded: false };
+    }
+    timeouts = timeouts.filter((t) => t.id !== envelope.id);
+  }
+  if (instance === undefined && !route.starts) {
+    return {
+      result: rule(run, 'onMissing', 'saga-not-found', `no instance "${sagaId}" exists`),
+      publish: [],
+      recorded: false,
+    };
+  }
+  if (instance?.status === 'completed') {
+    return {
+      result: rule(run, 'onCompleted', 'saga-completed', `instance "${sagaId}" has completed`),
+      publish: [],
+      recorded: false,
+    };
+  }
+  const before =
+    instance === undefined
+      ? parseState(saga, saga.meta.options.initial?.() ?? {}, 'initial state')
+      : parseStored(saga, instance.state);
+  context.load(instance === undefined, before, timeouts);
+  await step.invoke(context);
+  const state = parseState(saga, context.state, `state after "${envelope.type}"`);
+  const outgoing = context.recorded.map((p) => p.outgoing);
+  const now = run.clock.now();
+  const write: SagaWrite = {
+    saga: name,
+    id: sagaId,
+    state,
+    applied: keptApplied(run, [...earlier, { message: envelope.id, outgoing, at: now }], now),
+    status: context.completed ? 'completed' : 'active',
+    timeouts: context.completed ? [] : context.timeouts,
+    now,
+  };
+  const version = instance?.version ?? 0;
+  await (call === undefined ? store.save(write, version) : store.save(write, version, call));
+  return { result: { kind: 'handled', outgoing }, publish: outgoing, recorded: true };
 }
 
 /**

@@ -1,4 +1,6 @@
+import type { TransactionalUnitOfWork } from '../dispatch/transactional-unit-of-work.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import type { MessageContext } from '../handlers/message-context.js';
 import type { OutgoingMessage } from '../messages/outgoing-message.js';
 
 /** Whether a saga instance still takes messages (`active`) or has finished (`completed`). */
@@ -116,6 +118,19 @@ export interface SagaPage {
 }
 
 /**
+ * The saga step a {@link SagaStore.get} or {@link SagaStore.save} belongs to, when it runs in the
+ * bus's unit of work.
+ *
+ * @remarks
+ * A store that joined the unit (see {@link SagaStore.joinUnitOfWork}) finds the unit's transaction
+ * through the step's context and reads and writes in it; any other store ignores it.
+ */
+export interface SagaStoreCall {
+  /** The context of the saga step, which the unit of work knows its transaction by. */
+  readonly context: MessageContext;
+}
+
+/**
  * Where saga instances live between steps: one record per (saga, id), written by compare-and-set.
  *
  * @remarks
@@ -128,8 +143,13 @@ export interface SagaPage {
  * `harrier/testing/conformance` checks an implementation.
  */
 export interface SagaStore {
-  /** The instance, or undefined when it never existed, was removed or its retention ran out. */
-  get(saga: string, id: string): Promise<SagaInstance | undefined>;
+  /**
+   * The instance, or undefined when it never existed, was removed or its retention ran out.
+   *
+   * @param call - the saga step reading it, when it runs in the unit of work this store joined: the
+   * read then runs in the unit's transaction, and holds the instance until it commits.
+   */
+  get(saga: string, id: string, call?: SagaStoreCall): Promise<SagaInstance | undefined>;
   /**
    * Compare-and-set: `expectedVersion` 0 creates (fails if it exists); otherwise the stored version
    * must equal it. Returns the stored instance (version + 1).
@@ -137,8 +157,10 @@ export interface SagaStore {
    * @throws SagaConflictError (`saga-conflict`) when the stored version is not `expectedVersion`.
    * @throws HarrierError `invalid-argument` when the state is not JSON-serialisable or
    * `expectedVersion` is not a whole number from 0.
+   * @param call - the saga step saving it, when it runs in the unit of work this store joined: the
+   * write then commits with the unit's transaction, or not at all.
    */
-  save(write: SagaWrite, expectedVersion: number): Promise<SagaInstance>;
+  save(write: SagaWrite, expectedVersion: number, call?: SagaStoreCall): Promise<SagaInstance>;
   /**
    * One page of instances matching `filter`, ordered by saga name then id, without their applied
    * steps (a store should not read them: {@link SagaStore.get} returns them).
@@ -151,6 +173,16 @@ export interface SagaStore {
   remove(saga: string, id: string): Promise<boolean>;
   /** Releases the store's resources; later calls reject with `store-closed`. Closing twice is harmless. */
   close(): Promise<void>;
+  /**
+   * Whether saga steps can keep their instance in the transaction of the bus's unit of work: the bus
+   * asks once, at start, when it has both. True makes every step run in the unit (its state, its
+   * writes, its inbox row and outgoing messages commit together), passing its {@link SagaStoreCall}
+   * to `get` and `save`; false (or no method) keeps steps apart from the unit.
+   *
+   * @throws HarrierError `invalid-option` when the store could join this kind of unit but not this
+   * one (another database or schema), naming the fix.
+   */
+  joinUnitOfWork?(unit: TransactionalUnitOfWork): Promise<boolean>;
 }
 
 /** Default of `completedRetentionMs` in every Harrier saga store: 7 days. */

@@ -54,6 +54,7 @@ describe('migratePostgres', () => {
       'inbox',
       'migrations',
       'outbox',
+      'outbox_parked',
       'queue',
       'routes',
       'sagas',

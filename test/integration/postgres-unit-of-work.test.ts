@@ -631,10 +631,10 @@ describe('postgresUnitOfWork', () => {
       expect(make).toThrow(expect.objectContaining({ code: 'invalid-option' }));
     });
 
-    it('refuses saga as a kind', () => {
-      expect(() => postgresUnitOfWork({ connection: pool, kinds: ['saga'] })).toThrow(
-        expect.objectContaining({ code: 'invalid-option' }),
-      );
+    it('refuses a kind that is not a handler kind, naming the kinds it takes', () => {
+      const make = () => postgresUnitOfWork({ connection: pool, kinds: ['sagas' as 'saga'] });
+      expect(make).toThrow(expect.objectContaining({ code: 'invalid-option' }));
+      expect(make).toThrow(/command, event, projection, saga, query/);
     });
   });
 });
