@@ -7,7 +7,8 @@
  * - the projection fed by the broker (no event log: the hand-off bypasses it), writing its read
  *   model to the `order_summaries` table (postgres-read-model.ts) in that transaction, its inbox
  *   row making each event apply once;
- * - the fulfilment saga's instances in PostgresSagaStore.
+ * - the fulfilment saga's instances in PostgresSagaStore, each step in the unit too (its instance,
+ *   inbox row and the messages it sends commit together).
  *
  * Run it with `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres npm run example:postgres-only`.
  * ORDERS_EXAMPLE_SCHEMA names the schema the example owns (default `orders_pg_only`): each run drops
