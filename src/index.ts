@@ -147,11 +147,14 @@ export type {
 export { FileEventLog, InMemoryCheckpointStore, InMemoryEventLog } from './log/index.js';
 export type {
   CheckpointStore,
+  CommitOptions,
   EventLog,
   FileEventLogLostOffsets,
   FileEventLogOptions,
   FileEventLogRepair,
   InMemoryEventLogOptions,
+  ProjectionGeneration,
+  RebuildMarker,
   TopicInfo,
   TopicSpec,
 } from './log/index.js';

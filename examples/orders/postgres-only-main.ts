@@ -8,7 +8,8 @@
  *   model to the `order_summaries` table (postgres-read-model.ts) in that transaction, its inbox
  *   row making each event apply once;
  * - the fulfilment saga's instances in PostgresSagaStore, each step in the unit too (its instance,
- *   inbox row and the messages it sends commit together).
+ *   inbox row and the messages it sends commit together);
+ * - the dead letters in PostgresDeadLetterStore, replayed through the broker.
  *
  * Run it with `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres npm run example:postgres-only`.
  * ORDERS_EXAMPLE_SCHEMA names the schema the example owns (default `orders_pg_only`): each run drops
@@ -22,9 +23,10 @@
  * example's.
  */
 import pg from 'pg';
-import { InMemoryDeadLetterStore, silentLogger } from '../../src/index.js';
+import { silentLogger } from '../../src/index.js';
 import {
   PostgresBroker,
+  PostgresDeadLetterStore,
   PostgresSagaStore,
   describePostgresUrl,
   migratePostgres,
@@ -90,8 +92,7 @@ const activity = new BusActivity(print);
 const broker = new PostgresBroker({ connection: pool, schema, logger: silentLogger });
 const unitOfWork = postgresUnitOfWork({ connection: pool, schema, broker, logger: silentLogger });
 const sagaStore = new PostgresSagaStore({ connection: pool, schema });
-// SWITCH to PostgreSQL when PostgresDeadLetterStore is in harrier/postgres: new PostgresDeadLetterStore({ connection: pool, schema })
-const deadLetters = new InMemoryDeadLetterStore();
+const deadLetters = new PostgresDeadLetterStore({ connection: pool, schema });
 const bus = createOrdersBus({
   ...storyBusOptions(activity, crm, sagaStore),
   broker,
@@ -142,7 +143,7 @@ try {
   print(`The example failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
   process.exitCode = 1;
 } finally {
-  // Closes the broker too (its pool is the shared one, which stays open for the rest).
+  // Closes the broker, the saga store and the dead-letter store too (on the shared pool, left open).
   await bus.stop({ gracePeriodMs: 2_000 });
   await unitOfWork.close();
   await pool.end();

@@ -28,6 +28,13 @@ export interface StoreAdmin {
    * topic and partition, as {@link checkpointLags} computes them; empty when nothing matches.
    */
   projectionLags(projection?: string): Promise<CheckpointLag[]>;
+  /**
+   * Set by a backend that keeps no event log (PostgreSQL: the application's log is in Redis, a file
+   * or memory): {@link StoreAdmin.projectionLags} then has no log end to compare with and returns no
+   * rows, and a tool shows the checkpoints alone, with this note.
+   * @defaultValue undefined (the backend holds the event log)
+   */
+  readonly eventLogNote?: string | undefined;
   /** Closes everything opened through this admin. */
   close(): Promise<void>;
 }

@@ -34,4 +34,10 @@ export interface Topology {
    * @defaultValue []
    */
   readonly unreadable?: readonly string[] | undefined;
+  /**
+   * What the backend could not tell, for a tool to show beside the endpoints (e.g. that the system's
+   * broker keeps its registrations elsewhere).
+   * @defaultValue undefined (nothing to add)
+   */
+  readonly note?: string | undefined;
 }

@@ -269,12 +269,15 @@ export interface BusOptions {
   readonly checkpoints?: CheckpointStore;
   /**
    * How projections run (with `eventLog`).
-   * @defaultValue `{ onPoison: 'skip', commitEvery: 100, commitIntervalMs: 1000 }`
+   * @defaultValue `{ onPoison: 'skip', commitEvery: 100, commitIntervalMs: 1000,
+   *   rebuildCheckIntervalMs: 5000, rebuildTakeoverMs: 30000 }` (see ProjectionRunnerOptions)
    */
   readonly projections?: {
     readonly onPoison?: PoisonPolicy;
     readonly commitEvery?: number;
     readonly commitIntervalMs?: number;
+    readonly rebuildCheckIntervalMs?: number;
+    readonly rebuildTakeoverMs?: number;
   };
 }
 
@@ -559,6 +562,12 @@ class HarrierBus implements MessageBus {
               : {}),
             ...(options.projections?.commitIntervalMs !== undefined
               ? { commitIntervalMs: options.projections.commitIntervalMs }
+              : {}),
+            ...(options.projections?.rebuildCheckIntervalMs !== undefined
+              ? { rebuildCheckIntervalMs: options.projections.rebuildCheckIntervalMs }
+              : {}),
+            ...(options.projections?.rebuildTakeoverMs !== undefined
+              ? { rebuildTakeoverMs: options.projections.rebuildTakeoverMs }
               : {}),
           });
     const runner = this.projections;

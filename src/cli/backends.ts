@@ -1,7 +1,9 @@
 import type { SystemAdmin } from '../admin/system-admin.js';
+import { loadPostgresLayer } from '../postgres/load-postgres-layer.js';
 import { loadRedisLayer } from '../redis/load-redis-layer.js';
 import type { RedisConnectionOptions } from '../redis/redis-connection.js';
 import { usageError } from './cli-io.js';
+import { checkPostgresUrl } from './postgres-url.js';
 import { checkRedisUrl } from './redis-url.js';
 import { redactUrl, schemeOf } from './url-scheme.js';
 
@@ -22,12 +24,58 @@ export interface CliBackend {
    */
   check(url: string, source: string): void;
   /**
-   * Loads the backend's layer, drivers included, and opens the system under `prefix`.
+   * What names one Harrier system on this backend: the option that takes it (`prefix` on Redis,
+   * `schema` on PostgreSQL), the environment variable read when the option is not given, and the
+   * default.
+   */
+  readonly scope: CliScope;
+  /**
+   * Loads the backend's layer, drivers included, and opens the system named `scope` (its
+   * {@link CliBackend.scope}: a key prefix, a schema).
    * @throws HarrierError `missing-dependency` when a driver is not installed, `<backend>-unavailable`
    *   when the backend cannot be reached.
    */
-  open(url: string, prefix: string): Promise<SystemAdmin>;
+  open(url: string, scope: string): Promise<SystemAdmin>;
 }
+
+/** How a backend names one Harrier system among several on one server. */
+export interface CliScope {
+  /** The global option that takes it, without `--`. */
+  readonly option: 'prefix' | 'schema';
+  /** The environment variable read when the option is not given, if any. */
+  readonly env?: string;
+  /** The value when neither is given. */
+  readonly default: string;
+  /**
+   * Checks a value before anything connects.
+   * @throws CliExit (usage) naming the option and the fix.
+   */
+  check(value: string, source: string): void;
+}
+
+/** The Redis key prefix: `--prefix`, default `{harrier}`. */
+export const REDIS_SCOPE: CliScope = {
+  option: 'prefix',
+  default: '{harrier}',
+  check(value, source) {
+    if (value === '' || value.includes(':')) {
+      throw usageError(`${source} "${value}" must be non-empty and without ':', e.g. {harrier}`);
+    }
+  },
+};
+
+/**
+ * The PostgreSQL schema: `--schema`, else `$HARRIER_SCHEMA`, default `harrier` (the default of every
+ * PostgreSQL part).
+ */
+export const POSTGRES_SCOPE: CliScope = {
+  option: 'schema',
+  env: 'HARRIER_SCHEMA',
+  default: 'harrier',
+  // The PostgreSQL layer checks the name when it opens the system (`invalid-option`, exit 2): its
+  // rule lives there, and the CLI loads that layer only to connect.
+  check: () => undefined,
+};
 
 /**
  * Opens the Harrier system under `prefix` on Redis (a URL, or a Redis Cluster's seed nodes),
@@ -42,6 +90,14 @@ export async function openRedisSystem(
 }
 
 /**
+ * Opens the Harrier system in `schema` on PostgreSQL, loading pg only now.
+ */
+export async function openPostgresSystem(url: string, schema: string): Promise<SystemAdmin> {
+  const { openPostgresAdmin } = await loadPostgresLayer();
+  return openPostgresAdmin(url, { schema });
+}
+
+/**
  * Every backend the CLI knows. Adding one is one entry: its schemes, a check of its URLs, and an
  * `open` that loads its layer with `import()` when a command connects, so that the CLI never loads
  * a driver it does not use and `--help` needs none.
@@ -53,7 +109,16 @@ export const BACKENDS: readonly CliBackend[] = [
     socketPaths: true,
     example: 'redis://127.0.0.1:6379',
     check: checkRedisUrl,
+    scope: REDIS_SCOPE,
     open: openRedisSystem,
+  },
+  {
+    name: 'PostgreSQL',
+    schemes: ['postgres', 'postgresql'],
+    example: 'postgres://user:password@127.0.0.1:5432/app',
+    check: checkPostgresUrl,
+    scope: POSTGRES_SCOPE,
+    open: openPostgresSystem,
   },
 ];
 

@@ -3,9 +3,10 @@ import { durationMs } from '../clock/duration.js';
 import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-letter-store.js';
 import type { SystemAdmin } from '../admin/system-admin.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import { backendFor, describeSchemes, openRedisSystem } from './backends.js';
+import { REDIS_SCOPE, backendFor, describeSchemes, openRedisSystem, type CliScope } from './backends.js';
 import { CliExit, ExitCode, usageError, type CliIo } from './cli-io.js';
 import { isHost, isPort } from './redis-url.js';
+import { redactUrl } from './url-scheme.js';
 
 /** What {@link parse} returns for `options` plus the global ones. */
 export type ParsedArgs<O extends NonNullable<ParseArgsConfig['options']>> = ReturnType<
@@ -22,7 +23,9 @@ export const GLOBAL_OPTIONS = {
   url: { type: 'string' },
   'redis-url': { type: 'string' },
   'redis-cluster': { type: 'string' },
+  'database-url': { type: 'string' },
   prefix: { type: 'string' },
+  schema: { type: 'string' },
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies NonNullable<ParseArgsConfig['options']>;
@@ -34,7 +37,10 @@ export const GLOBAL_HELP = `Connection and output:
   --redis-url <url>   the same as --url (default: $REDIS_URL)
   --redis-cluster <host:port,...>
                       a Redis Cluster instead: some of its nodes (default: $REDIS_CLUSTER)
-  --prefix <prefix>   key prefix of the Harrier system (default: {harrier})
+  --database-url <url>
+                      a postgres:// URL, the same as --url (default: $DATABASE_URL)
+  --prefix <prefix>   Redis: key prefix of the Harrier system (default: {harrier})
+  --schema <name>     PostgreSQL: schema of the Harrier system (default: $HARRIER_SCHEMA, else harrier)
   --json              JSON lines on stdout (the default when stdout is not a terminal)
   -h, --help          show this help`;
 
@@ -96,16 +102,19 @@ export interface ClusterSeed {
   readonly port: number;
 }
 
-/** What every command needs: the system to open, the prefix, and the output mode. */
+/** What every command needs: the system to open, its scope, and the output mode. */
 export interface CommandContext {
   readonly io: CliIo;
-  /** The backend the connection options picked, for messages: `Redis`. */
+  /** The backend the connection options picked, for messages: `Redis`, `PostgreSQL`. */
   readonly backend: string;
   /** Where the system is, as given (a URL, or `cluster host:port,...`); may hold a password. */
   readonly where: string;
   /** Loads the backend's layer and opens the system: see {@link openAdmin}. */
   readonly connect: () => Promise<SystemAdmin>;
-  readonly prefix: string;
+  /** What names the system on its server: the Redis key prefix, the PostgreSQL schema. */
+  readonly scope: string;
+  /** The scope for messages: `prefix {harrier}`, `schema harrier`. */
+  readonly scopeLabel: string;
   /** JSON lines instead of text. */
   readonly json: boolean;
 }
@@ -128,61 +137,111 @@ function parseSeeds(text: string, source: string): ClusterSeed[] {
 }
 
 /** The options that say where the system is; at most one of them is given. */
-const CONNECTION_OPTIONS = ['url', 'redis-url', 'redis-cluster'] as const;
+const CONNECTION_OPTIONS = ['url', 'redis-url', 'redis-cluster', 'database-url'] as const;
 
 const given = (text: string | undefined): text is string => text !== undefined && text !== '';
 
+/** The global options {@link contextOf} reads. */
+export interface ConnectionValues {
+  url?: string | undefined;
+  'redis-url'?: string | undefined;
+  'redis-cluster'?: string | undefined;
+  'database-url'?: string | undefined;
+  prefix?: string | undefined;
+  schema?: string | undefined;
+  json?: boolean | undefined;
+}
+
 /**
- * Resolves the global options. The system is the first of `--url`, `--redis-url` (the same),
- * `--redis-cluster`, then `$HARRIER_URL`, `$REDIS_CLUSTER`, `$REDIS_URL`; a URL's scheme picks the
- * backend ({@link backendFor}).
- * @throws CliExit (usage) when no system, or two connection options, are given, or the URL or
- *   cluster nodes are malformed, or the URL's scheme is not one a backend takes.
+ * Resolves the global options: where the system is, which backend, its scope, the output mode.
+ *
+ * @remarks
+ * Where: at most one of the flags `--url`, `--redis-url` (the same), `--redis-cluster` and
+ * `--database-url` (a `postgres://` URL only); without one, `$HARRIER_URL`, else the backend's own
+ * variable: `$REDIS_CLUSTER` or `$REDIS_URL` (in that order) for Redis, `$DATABASE_URL` for
+ * PostgreSQL. When both a Redis variable and `$DATABASE_URL` are set (and no flag nor HARRIER_URL
+ * says which), the command refuses rather than guess which system to operate on. A URL's scheme
+ * picks the backend ({@link backendFor}).
+ *
+ * Scope: `--prefix` on Redis, `--schema` (else `$HARRIER_SCHEMA`) on PostgreSQL; the option of the
+ * other backend is refused.
+ *
+ * @throws CliExit (usage) when no system, or two connection options, or two backends' variables
+ *   are given, or the URL, cluster nodes or scope are malformed, or the URL's scheme is not one a
+ *   backend takes.
  */
-export function contextOf(
-  io: CliIo,
-  values: {
-    url?: string | undefined;
-    'redis-url'?: string | undefined;
-    'redis-cluster'?: string | undefined;
-    prefix?: string | undefined;
-    json?: boolean | undefined;
-  },
-): CommandContext {
-  const prefix = values.prefix ?? '{harrier}';
-  if (prefix === '' || prefix.includes(':')) {
-    throw usageError(`--prefix "${prefix}" must be non-empty and without ':', e.g. {harrier}`);
-  }
+export function contextOf(io: CliIo, values: ConnectionValues): CommandContext {
   const json = values.json === true || io.stdout.isTTY !== true;
   const flags = CONNECTION_OPTIONS.filter((option) => values[option] !== undefined);
   if (flags.length > 1) {
     throw usageError(`Pass either --${flags[0] ?? ''} or --${flags[1] ?? ''}, not both`);
   }
+  const scoped = (scope: CliScope, backend: string) => {
+    const other = scope.option === 'prefix' ? 'schema' : 'prefix';
+    if (values[other] !== undefined) {
+      throw usageError(
+        `--${other} does not apply to ${backend}: it names the system with --${scope.option}${scope.option === 'schema' ? ' (a PostgreSQL schema)' : ' (a Redis key prefix)'}`,
+      );
+    }
+    const fromFlag = values[scope.option];
+    const fromEnv = scope.env === undefined ? undefined : io.env[scope.env];
+    const value = fromFlag ?? (given(fromEnv) ? fromEnv : scope.default);
+    scope.check(
+      value,
+      fromFlag !== undefined || scope.env === undefined || !given(fromEnv) ? `--${scope.option}` : scope.env,
+    );
+    return { scope: value, scopeLabel: `${scope.option} ${value}` };
+  };
   const cluster = (text: string, source: string): CommandContext => {
     const seeds = parseSeeds(text, source);
+    const { scope, scopeLabel } = scoped(REDIS_SCOPE, 'Redis');
     return {
       io,
       backend: 'Redis',
       where: `cluster ${text}`,
-      connect: () => openRedisSystem({ cluster: seeds }, prefix),
-      prefix,
+      connect: () => openRedisSystem({ cluster: seeds }, scope),
+      scope,
+      scopeLabel,
       json,
     };
   };
-  const onUrl = (url: string, source: string): CommandContext => {
+  const onUrl = (url: string, source: string, only?: string): CommandContext => {
     const backend = backendFor(url, source);
-    return { io, backend: backend.name, where: url, connect: () => backend.open(url, prefix), prefix, json };
+    if (only !== undefined && backend.name !== only) {
+      throw usageError(
+        `${source} takes a ${only} URL (postgres://...), and "${redactUrl(url)}" is a ${backend.name} one: pass it with --url`,
+      );
+    }
+    const { scope, scopeLabel } = scoped(backend.scope, backend.name);
+    return {
+      io,
+      backend: backend.name,
+      where: url,
+      connect: () => backend.open(url, scope),
+      scope,
+      scopeLabel,
+      json,
+    };
   };
   if (given(values.url)) return onUrl(values.url, '--url');
   if (given(values['redis-url'])) return onUrl(values['redis-url'], '--redis-url');
   if (given(values['redis-cluster'])) return cluster(values['redis-cluster'], '--redis-cluster');
+  if (given(values['database-url'])) return onUrl(values['database-url'], '--database-url', 'PostgreSQL');
   if (flags.length === 0) {
-    if (given(io.env.HARRIER_URL)) return onUrl(io.env.HARRIER_URL, 'HARRIER_URL');
-    if (given(io.env.REDIS_CLUSTER)) return cluster(io.env.REDIS_CLUSTER, 'REDIS_CLUSTER');
-    if (given(io.env.REDIS_URL)) return onUrl(io.env.REDIS_URL, 'REDIS_URL');
+    const { env } = io;
+    if (given(env.HARRIER_URL)) return onUrl(env.HARRIER_URL, 'HARRIER_URL');
+    const redis = given(env.REDIS_CLUSTER) ? 'REDIS_CLUSTER' : given(env.REDIS_URL) ? 'REDIS_URL' : undefined;
+    if (redis !== undefined && given(env.DATABASE_URL)) {
+      throw usageError(
+        `Both ${redis} and DATABASE_URL are set, so the system to operate on is ambiguous: say which with --url (or HARRIER_URL), --redis-url or --database-url`,
+      );
+    }
+    if (given(env.REDIS_CLUSTER)) return cluster(env.REDIS_CLUSTER, 'REDIS_CLUSTER');
+    if (given(env.REDIS_URL)) return onUrl(env.REDIS_URL, 'REDIS_URL');
+    if (given(env.DATABASE_URL)) return onUrl(env.DATABASE_URL, 'DATABASE_URL', 'PostgreSQL');
   }
   throw usageError(
-    `Nothing to connect to: set HARRIER_URL or pass --url with a URL of ${describeSchemes()}, e.g. --url redis://127.0.0.1:6379 (REDIS_URL and --redis-url work too; for a Redis Cluster, REDIS_CLUSTER or --redis-cluster host:port,host:port)`,
+    `Nothing to connect to: set HARRIER_URL or pass --url with a URL of ${describeSchemes()}, e.g. --url redis://127.0.0.1:6379 (REDIS_URL and --redis-url work too; for a Redis Cluster, REDIS_CLUSTER or --redis-cluster host:port,host:port; for PostgreSQL, DATABASE_URL and --database-url)`,
   );
 }
 

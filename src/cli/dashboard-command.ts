@@ -85,7 +85,7 @@ export async function dashboardCommand(
   const signer = allowActions ? signerOf(values['signing-keys'] ?? io.env.HARRIER_SIGNING_KEYS) : undefined;
   const ctx = contextOf(io, values);
   // Where the records come from, for the page header (createDashboard masks a password in it).
-  const source = `${ctx.where} ${ctx.prefix}`;
+  const source = `${ctx.where} ${ctx.scope}`;
   const admin = await openAdmin(ctx);
   try {
     const store = admin.deadLetterStore();

@@ -151,7 +151,7 @@ async function listCommand(argv: readonly string[], io: CliIo): Promise<number> 
     return ExitCode.ok;
   }
   if (page.instances.length === 0) {
-    io.stdout.write(`No saga instances match under prefix ${ctx.prefix}.\n`);
+    io.stdout.write(`No saga instances match under ${ctx.scopeLabel}.\n`);
     return ExitCode.ok;
   }
   io.stdout.write(
@@ -188,7 +188,7 @@ async function showCommand(argv: readonly string[], io: CliIo): Promise<number> 
   }
   if (instance === undefined) {
     throw nothingMatched(
-      `No instance "${id}" of saga "${saga}" under prefix ${ctx.prefix}: list them with \`harrier sagas list ${saga}\``,
+      `No instance "${id}" of saga "${saga}" under ${ctx.scopeLabel}: list them with \`harrier sagas list ${saga}\``,
     );
   }
   if (ctx.json) {

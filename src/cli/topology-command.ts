@@ -28,6 +28,7 @@ export async function topologyCommand(argv: readonly string[], io: CliIo): Promi
     for (const endpoint of topology.unreadable ?? []) {
       io.stderr.write(`endpoint "${endpoint}": its registration is not JSON; skipped\n`);
     }
+    if (topology.note !== undefined) io.stderr.write(`note: ${topology.note}\n`);
     const lines: Record<string, unknown>[] = [];
     const rows: string[][] = [];
     for (const { endpoint, registeredAt, subscriptions } of topology.endpoints) {
@@ -60,7 +61,7 @@ export async function topologyCommand(argv: readonly string[], io: CliIo): Promi
     if (ctx.json) {
       for (const line of lines) writeJson(io.stdout, line);
     } else if (rows.length === 0) {
-      io.stdout.write(`No endpoints registered under prefix ${ctx.prefix}.\n`);
+      io.stdout.write(`No endpoints registered under ${ctx.scopeLabel}.\n`);
     } else {
       io.stdout.write(
         formatTable(

@@ -238,6 +238,9 @@ export class HandlerAttempt {
       else if (result === 'stored') outgoing = context.recorded.map((p) => p.outgoing);
       else outgoing = [];
     } catch (error) {
+      // The unit rolled back: the projection was rebuilt since its lane started, so the call's result
+      // no longer matters (the runner restarts the projection from its new checkpoints).
+      if (HarrierError.is(error, 'projection-rebuilt')) return ABANDONED;
       return this.#failed(entry, definition, envelope, policy, input, error);
     }
     return handledOutcome(entry, envelope, facts.attempt, startedAt, outgoing);

@@ -7,6 +7,13 @@ export interface LogPosition {
   readonly topic: string;
   readonly partition: number;
   readonly offset: number;
+  /**
+   * The projection's generation the lane started at: a unit commits the checkpoint only while the
+   * projection is still at it (no rebuild since), and otherwise rolls back with HarrierError
+   * `projection-rebuilt`.
+   * @defaultValue none: the checkpoint is raised whatever the generation
+   */
+  readonly generation?: number;
 }
 
 /** One handler call handed to a {@link TransactionalUnitOfWork}. */

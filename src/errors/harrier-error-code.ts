@@ -40,6 +40,7 @@ export const HARRIER_ERROR_CODES = [
   'partition-mismatch',
   'postgres-unavailable',
   'projection-publish',
+  'projection-rebuilt',
   'publish-failed',
   'redis-command-failed',
   'redis-unavailable',

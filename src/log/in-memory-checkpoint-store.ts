@@ -1,28 +1,42 @@
+import { randomUUID } from 'node:crypto';
 import { HarrierError } from '../errors/harrier-error.js';
-import type { Checkpoint, CheckpointStore } from './checkpoint-store.js';
+import {
+  projectionRebuiltError,
+  REQUESTED_REBUILD_PREFIX,
+  type Checkpoint,
+  type CheckpointStore,
+  type CommitOptions,
+  type ProjectionGeneration,
+} from './checkpoint-store.js';
 
 /**
  * A {@link CheckpointStore} held in process memory, for tests and single-process applications.
  *
  * @remarks
  * Checkpoints are lost when the process ends. A commit never lowers a stored value; only `reset`
- * removes a projection's checkpoints.
+ * and `beginRebuild` remove a projection's checkpoints (and raise its generation).
  */
 export class InMemoryCheckpointStore implements CheckpointStore {
   /** projection -> `${partition}:${topic}` -> checkpoint. */
   readonly #byProjection = new Map<string, Map<string, Checkpoint>>();
+  /** projection -> its generation and marker (only projections ever rebuilt or reset). */
+  readonly #generations = new Map<string, ProjectionGeneration>();
 
   get(projection: string, topic: string, partition: number): Promise<number | undefined> {
     return Promise.resolve(this.#byProjection.get(projection)?.get(keyOf(topic, partition))?.offset);
   }
 
-  /** @throws HarrierError `invalid-argument` when `offset` is not a whole number from 0. */
+  /**
+   * @throws HarrierError `invalid-argument` when `offset` is not a whole number from 0,
+   *   `projection-rebuilt` when `options.generation` is stale or a rebuild is under way.
+   */
   commit(
     projection: string,
     topic: string,
     partition: number,
     offset: number,
     nowMs: number,
+    options?: CommitOptions,
   ): Promise<number> {
     if (!Number.isInteger(offset) || offset < 0) {
       return Promise.reject(
@@ -31,6 +45,17 @@ export class InMemoryCheckpointStore implements CheckpointStore {
           `Checkpoint offset for projection "${projection}" on "${topic}"/${partition} is ${offset}: commit a whole number from 0 (the last offset completed)`,
         ),
       );
+    }
+    if (options?.generation !== undefined) {
+      const stored = this.#generationOf(projection);
+      if (stored.generation !== options.generation || stored.rebuild !== undefined) {
+        return Promise.reject(
+          projectionRebuiltError(projection, options.generation, {
+            generation: stored.generation,
+            rebuilding: stored.rebuild !== undefined,
+          }),
+        );
+      }
     }
     let checkpoints = this.#byProjection.get(projection);
     if (checkpoints === undefined) {
@@ -57,9 +82,48 @@ export class InMemoryCheckpointStore implements CheckpointStore {
     return Promise.resolve(all);
   }
 
-  reset(projection: string): Promise<void> {
+  async reset(projection: string): Promise<void> {
+    await this.beginRebuild(projection, `${REQUESTED_REBUILD_PREFIX}${randomUUID()}`, Date.now());
+  }
+
+  generation(projection: string): Promise<ProjectionGeneration> {
+    return Promise.resolve(this.#generationOf(projection));
+  }
+
+  /** @remarks Sorted by projection. */
+  generations(): Promise<ProjectionGeneration[]> {
+    return Promise.resolve(
+      [...this.#generations.values()].sort((a, b) => compare(a.projection, b.projection)),
+    );
+  }
+
+  beginRebuild(
+    projection: string,
+    id: string,
+    nowMs: number,
+    replacing?: string,
+  ): Promise<ProjectionGeneration | undefined> {
+    const stored = this.#generationOf(projection);
+    if (replacing !== undefined && stored.rebuild?.id !== replacing) return Promise.resolve(undefined);
+    const next: ProjectionGeneration = Object.freeze({
+      projection,
+      generation: stored.generation + 1,
+      rebuild: Object.freeze({ id, startedAt: nowMs }),
+    });
+    this.#generations.set(projection, next);
     this.#byProjection.delete(projection);
-    return Promise.resolve();
+    return Promise.resolve(next);
+  }
+
+  endRebuild(projection: string, id: string): Promise<boolean> {
+    const stored = this.#generationOf(projection);
+    if (stored.rebuild?.id !== id) return Promise.resolve(false);
+    this.#generations.set(projection, Object.freeze({ ...stored, rebuild: undefined }));
+    return Promise.resolve(true);
+  }
+
+  #generationOf(projection: string): ProjectionGeneration {
+    return this.#generations.get(projection) ?? { projection, generation: 0, rebuild: undefined };
   }
 
   lowest(topic: string, partition: number): Promise<number | undefined> {

@@ -1,6 +1,6 @@
 /**
- * The `harrier/postgres` entry point: the outbox and its relay, the inbox, and the checkpoint and
- * saga stores on PostgreSQL, in the application's own database.
+ * The `harrier/postgres` entry point: the outbox and its relay, the inbox, the checkpoint, saga and
+ * dead-letter stores on PostgreSQL, in the application's own database, and the admin tools open.
  *
  * @remarks
  * pg is an optional peer dependency, required synchronously by postgres-peers.ts when this module
@@ -46,3 +46,8 @@ export { PostgresSagaStore } from './postgres-saga-store.js';
 
 export type { PostgresBrokerOptions } from './broker/postgres-broker.js';
 export { PostgresBroker } from './broker/postgres-broker.js';
+
+export type { PostgresDeadLetterStoreOptions } from './dead-letters/postgres-dead-letter-store.js';
+export { PostgresDeadLetterStore } from './dead-letters/postgres-dead-letter-store.js';
+export type { PostgresAdminOptions } from './postgres-admin.js';
+export { openPostgresAdmin, PostgresAdmin } from './postgres-admin.js';

@@ -53,12 +53,12 @@ function schemaConflict(schema: string, foreign: readonly ForeignTable[]): Harri
   const other = schema === 'harrier' ? 'harrier_bus' : 'harrier';
   return new HarrierError(
     'schema-conflict',
-    `PostgreSQL schema "${schema}" already holds ${held}. Harrier keeps its migrations, outbox, inbox, checkpoints and sagas tables in a schema of their own: migrate another one, e.g. \`harrier postgres migrate --schema ${other}\` or migratePostgres(connection, { schema: '${other}' }), and give every harrier/postgres part the same schema option. Nothing was changed`,
+    `PostgreSQL schema "${schema}" already holds ${held}. Harrier keeps its tables (migrations, outbox, inbox, checkpoints, sagas, queue, routes, dedupe, dead_letters, outbox_parked) in a schema of their own: migrate another one, e.g. \`harrier postgres migrate --schema ${other}\` or migratePostgres(connection, { schema: '${other}' }), and give every harrier/postgres part the same schema option. Nothing was changed`,
   );
 }
 
 /**
- * Creates or upgrades Harrier's tables (outbox, inbox, checkpoints, sagas) in `schema`: every step
+ * Creates or upgrades Harrier's tables (outbox, inbox, checkpoints, sagas, dead_letters) in `schema`: every step
  * not applied yet, in one transaction, under a lock so concurrent calls apply each step once.
  *
  * @remarks

@@ -1,8 +1,18 @@
+import { deadLettersMigrationSql } from './dead-letters/dead-letters-migration.js';
 import type { PostgresTables } from './postgres-schema.js';
 
 /** A table of Harrier's schema that a migration step creates. */
 export type HarrierTableName =
-  'outbox' | 'inbox' | 'checkpoints' | 'sagas' | 'queue' | 'routes' | 'dedupe' | 'outbox_parked';
+  | 'outbox'
+  | 'inbox'
+  | 'checkpoints'
+  | 'sagas'
+  | 'queue'
+  | 'routes'
+  | 'dedupe'
+  | 'dead_letters'
+  | 'outbox_parked'
+  | 'projection_generations';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -135,6 +145,12 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
+    version: 3,
+    name: 'dead letters',
+    tables: ['dead_letters'],
+    sql: deadLettersMigrationSql,
+  },
+  {
     version: 4,
     name: 'parked outbox rows',
     tables: ['outbox_parked'],
@@ -169,6 +185,23 @@ export const MIGRATIONS: readonly Migration[] = [
         parked_at bigint NOT NULL
       );
       CREATE INDEX IF NOT EXISTS outbox_parked_message_id ON ${t.outboxParked} (message_id);
+    `,
+  },
+  {
+    version: 5,
+    name: 'projection rebuild marker',
+    tables: ['projection_generations'],
+    // One row per projection ever rebuilt, reset or projected in a unit of work: its generation
+    // (raised by every rebuild, checked by every conditional checkpoint commit) and the marker of a
+    // rebuild under way (rebuild_id set from its start until its reset() succeeded).
+    sql: (t) => `
+      CREATE TABLE IF NOT EXISTS ${t.projectionGenerations} (
+        projection text COLLATE "C" PRIMARY KEY,
+        generation bigint NOT NULL DEFAULT 0,
+        rebuild_id text,
+        rebuild_started_at bigint,
+        CHECK ((rebuild_id IS NULL) = (rebuild_started_at IS NULL))
+      );
     `,
   },
 ];

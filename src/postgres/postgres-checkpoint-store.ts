@@ -1,10 +1,26 @@
+import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { HarrierError } from '../errors/harrier-error.js';
-import { checkCheckpointOffset, type Checkpoint, type CheckpointStore } from '../log/checkpoint-store.js';
+import {
+  checkCheckpointOffset,
+  REQUESTED_REBUILD_PREFIX,
+  type Checkpoint,
+  type CheckpointStore,
+  type CommitOptions,
+  type ProjectionGeneration,
+} from '../log/checkpoint-store.js';
+import { holdClient } from './held-client.js';
 import { requireSchema } from './migrate-postgres.js';
 import type { PostgresConnectionOptions } from './postgres-connection.js';
 import { openPool, postgresError, type PoolHandle } from './postgres-pool.js';
 import { postgresTables, type PostgresTables } from './postgres-schema.js';
+import {
+  clearRebuildMarker,
+  holdGeneration,
+  raiseGeneration,
+  readGeneration,
+  readGenerations,
+} from './projection-generation-rows.js';
 
 /** Options of {@link PostgresCheckpointStore}. */
 export interface PostgresCheckpointStoreOptions {
@@ -66,8 +82,11 @@ interface CheckpointRow {
  * @remarks
  * One row per (projection, topic, partition). A commit is one upsert with `GREATEST`: it never
  * lowers a stored offset, so the ProjectionRunner's periodic commits (of offsets the unit already
- * committed) change nothing. The store checks the schema version on first use (`schema-outdated`
- * naming the migrate command) and never migrates.
+ * committed) change nothing. The generation and rebuild marker of each projection live in the
+ * `projection_generations` table: `beginRebuild` (and `reset`) raise the generation and remove the
+ * checkpoints in one transaction, and a commit given a generation holds that row (shared) while it
+ * raises the checkpoint, so a stale commit can never land after a rebuild. The store checks the
+ * schema version on first use (`schema-outdated` naming the migrate command) and never migrates.
  *
  * Failures reject with a {@link HarrierError}: `postgres-unavailable` when the server cannot be
  * reached, `schema-outdated`, `store-closed` after {@link PostgresCheckpointStore.close},
@@ -108,18 +127,30 @@ export class PostgresCheckpointStore implements CheckpointStore {
     return rows[0] === undefined ? undefined : Number(rows[0].offset);
   }
 
-  /** @throws HarrierError `invalid-argument` when `offset` is not a whole number from 0. */
+  /**
+   * @throws HarrierError `invalid-argument` when `offset` is not a whole number from 0,
+   *   `projection-rebuilt` when `options.generation` is stale or a rebuild is under way.
+   */
   async commit(
     projection: string,
     topic: string,
     partition: number,
     offset: number,
     nowMs: number,
+    options?: CommitOptions,
   ): Promise<number> {
     checkCheckpointOffset(projection, topic, partition, offset);
-    return this.#use('committing a checkpoint', (pool) =>
-      raiseCheckpoint(pool, this.#tables, { projection, topic, partition }, offset, nowMs),
-    );
+    const at = { projection, topic, partition };
+    const expected = options?.generation;
+    if (expected === undefined) {
+      return this.#use('committing a checkpoint', (pool) =>
+        raiseCheckpoint(pool, this.#tables, at, offset, nowMs),
+      );
+    }
+    return this.#transaction('committing a checkpoint', async (client) => {
+      await holdGeneration(client, this.#tables, projection, expected);
+      return raiseCheckpoint(client, this.#tables, at, offset, nowMs);
+    });
   }
 
   /** @remarks Sorted by projection, topic (byte order) and partition. */
@@ -141,11 +172,46 @@ export class PostgresCheckpointStore implements CheckpointStore {
   }
 
   async reset(projection: string): Promise<void> {
-    await this.#query(
-      'resetting checkpoints',
-      `DELETE FROM ${this.#tables.checkpoints} WHERE projection = $1`,
-      [projection],
+    await this.beginRebuild(projection, `${REQUESTED_REBUILD_PREFIX}${randomUUID()}`, Date.now());
+  }
+
+  async generation(projection: string): Promise<ProjectionGeneration> {
+    return this.#use('reading a projection generation', (pool) =>
+      readGeneration(pool, this.#tables, projection),
     );
+  }
+
+  /** @remarks Sorted by projection (byte order); projections run in a unit of work show at generation 0. */
+  async generations(): Promise<ProjectionGeneration[]> {
+    return this.#use('listing projection generations', (pool) => readGenerations(pool, this.#tables));
+  }
+
+  async beginRebuild(
+    projection: string,
+    id: string,
+    nowMs: number,
+    replacing?: string,
+  ): Promise<ProjectionGeneration | undefined> {
+    return this.#transaction('beginning a rebuild', async (client) => {
+      // The generation row first: the order every checkpoint writer locks in, so none deadlocks.
+      const raised = await raiseGeneration(
+        client,
+        this.#tables,
+        projection,
+        { id, startedAt: nowMs },
+        replacing,
+      );
+      if (raised !== undefined) await this.#removeCheckpoints(client, projection);
+      return raised;
+    });
+  }
+
+  async endRebuild(projection: string, id: string): Promise<boolean> {
+    return this.#use('ending a rebuild', (pool) => clearRebuildMarker(pool, this.#tables, projection, id));
+  }
+
+  async #removeCheckpoints(client: pg.ClientBase, projection: string): Promise<void> {
+    await client.query(`DELETE FROM ${this.#tables.checkpoints} WHERE projection = $1`, [projection]);
   }
 
   async lowest(topic: string, partition: number): Promise<number | undefined> {
@@ -162,6 +228,33 @@ export class PostgresCheckpointStore implements CheckpointStore {
   async close(): Promise<void> {
     this.#closed = true;
     await this.#handle.end();
+  }
+
+  /** Runs `action` in a transaction of a client of the pool: committed when it resolves. */
+  async #transaction<T>(doing: string, action: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    return this.#use(doing, async (pool) => {
+      // Held with an 'error' listener: a session the server ends while checked out must not crash.
+      const held = await holdClient(pool);
+      let broken: Error | undefined;
+      try {
+        await held.client.query('BEGIN');
+        try {
+          const result = await action(held.client);
+          await held.client.query('COMMIT');
+          return result;
+        } catch (error) {
+          await held.client.query('ROLLBACK').catch((rollbackError: unknown) => {
+            broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+          });
+          throw error;
+        }
+      } catch (error) {
+        // A lost session is reported as such, whatever the statement made of it.
+        throw held.lost ?? error;
+      } finally {
+        held.release(broken);
+      }
+    });
   }
 
   async #query<R extends pg.QueryResultRow>(doing: string, sql: string, values: unknown[]): Promise<R[]> {

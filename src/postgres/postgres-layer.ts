@@ -15,3 +15,5 @@ export {
 export { postgresSession } from './postgres-session.js';
 export { PostgresCheckpointStore } from './postgres-checkpoint-store.js';
 export { PostgresSagaStore } from './postgres-saga-store.js';
+export { PostgresDeadLetterStore } from './dead-letters/postgres-dead-letter-store.js';
+export { openPostgresAdmin, PostgresAdmin } from './postgres-admin.js';

@@ -36,6 +36,14 @@ export interface PostgresTables {
   readonly dedupe: string;
   /** Outbox rows the relay gave up on (`maxAttempts` failed tries, or malformed), kept for replay. */
   readonly outboxParked: string;
+  /** The dead letters of `PostgresDeadLetterStore`, one row per record. */
+  readonly deadLetters: string;
+  /** The sequence that orders dead-letter writes (a failure group's sample is its latest write). */
+  readonly deadLetterWrites: string;
+  /** The schema-qualified name of the trigram index of dead-letter text search, when it exists. */
+  readonly deadLetterSearchIndex: string;
+  /** Each projection's generation and rebuild marker. */
+  readonly projectionGenerations: string;
 }
 
 /**
@@ -63,5 +71,9 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     routes: `${q}.routes`,
     dedupe: `${q}.dedupe`,
     outboxParked: `${q}.outbox_parked`,
+    deadLetters: `${q}.dead_letters`,
+    deadLetterWrites: `${q}.dead_letter_writes`,
+    deadLetterSearchIndex: `${q}.dead_letters_search_trgm`,
+    projectionGenerations: `${q}.projection_generations`,
   };
 }

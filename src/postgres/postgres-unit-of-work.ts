@@ -19,6 +19,7 @@ import { raiseCheckpoint } from './postgres-checkpoint-store.js';
 import type { PostgresConnectionOptions } from './postgres-connection.js';
 import { isPostgresUnavailable, openPool, postgresError, type PoolHandle } from './postgres-pool.js';
 import { postgresTables, type PostgresTables } from './postgres-schema.js';
+import { holdGeneration } from './projection-generation-rows.js';
 import { beginSession, endSession } from './postgres-session.js';
 
 /** Default of {@link PostgresUnitOfWorkOptions.inboxRetentionMs}: 7 days. */
@@ -365,6 +366,11 @@ class PostgresUnit implements PostgresUnitOfWork {
     const { position } = call;
     if (call.handlerKind === 'projection' && position !== undefined) {
       const at = { projection: call.handler, topic: position.topic, partition: position.partition };
+      // The generation row first (shared), as every checkpoint writer locks it: a rebuild waits for
+      // this transaction, and this one refuses to commit over a rebuild that came first.
+      if (position.generation !== undefined) {
+        await holdGeneration(client, this.#tables, at.projection, position.generation);
+      }
       // Serialises the lane across processes even before its checkpoint row exists.
       await client.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [
         `harrier-checkpoint:${JSON.stringify([this.schema, at.projection, at.topic, at.partition])}`,
@@ -482,11 +488,12 @@ class PostgresUnit implements PostgresUnitOfWork {
  *   run); run the handler, which reaches the transaction through {@link postgresSession}; with the
  *   outbox, insert what it recorded into the outbox, or with `broker` into the broker's queue;
  *   COMMIT (`stored` with the outbox or the broker, else `ran`);
- * - a projection call fed by the event log: BEGIN; lock the checkpoint of (projection, topic,
- *   partition); when it is at or past the event's offset, roll back and answer `skipped`; run; raise
- *   the checkpoint to the offset; COMMIT (`ran`). A projection call without a position (fed by the
- *   broker on a bus without an event log, or replaying a dead letter) takes an inbox row as an event
- *   handler does, without the checkpoint;
+ * - a projection call fed by the event log: BEGIN; hold the projection's generation row (shared) and
+ *   roll back with `projection-rebuilt` when it is not the lane's generation or a rebuild is under
+ *   way; lock the checkpoint of (projection, topic, partition); when it is at or past the event's
+ *   offset, roll back and answer `skipped`; run; raise the checkpoint to the offset; COMMIT (`ran`).
+ *   A projection call without a position (fed by the broker on a bus without an event log, or
+ *   replaying a dead letter) takes an inbox row as an event handler does, without the checkpoint;
  * - a saga step (with a `PostgresSagaStore` that joined the unit at the bus's start): as a command
  *   delivery, the step reading its instance (locked until COMMIT) and saving it in the transaction;
  *   a step that loses a compare-and-set rolls back and re-runs in a new transaction;

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { toErrorInfo, type AttemptRecord, type DeliveryFacts } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { withDeadline } from '../clock/deadline.js';
@@ -14,7 +15,7 @@ import { OutageBreaker, resolveOutageOptions } from '../dispatch/outage-breaker.
 import { isTransientFailure } from '../dispatch/transient-failure.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
-import type { CheckpointStore } from '../log/checkpoint-store.js';
+import { isRequestedRebuild, type CheckpointStore } from '../log/checkpoint-store.js';
 import type { LogPosition } from '../dispatch/transactional-unit-of-work.js';
 import type { EventLog, LogRecord } from '../log/event-log.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
@@ -52,12 +53,19 @@ export interface ProjectionRunnerOptions extends Omit<HandlerPipelineOptions, 'p
    */
   readonly commitIntervalMs?: number;
   /**
-   * How often running projections look for checkpoints reset from outside (`harrier projections
-   * rebuild`, another process), in ms; a projection whose committed checkpoints vanished is rebuilt
-   * here too (its `reset()` is called and it replays from 0). 0 turns the check off.
+   * How often running projections look for a rebuild or reset from outside (`harrier projections
+   * rebuild`, another process), in ms: a projection whose generation changed stops and restarts from
+   * its new checkpoints, completing the rebuild first (its `reset()`) when its marker is still set.
+   * A checkpoint commit notices it too. 0 turns the periodic check off.
    * @defaultValue 5000
    */
   readonly rebuildCheckIntervalMs?: number;
+  /**
+   * How long a runner waits for a rebuild another process is running (its marker set, and not
+   * cleared meanwhile) before it takes the rebuild over, in ms: the other process may have died.
+   * @defaultValue 30000
+   */
+  readonly rebuildTakeoverMs?: number;
 }
 
 /** Where one projection stands in one partition. */
@@ -80,6 +88,8 @@ export interface PartitionStatus {
 /** Where one projection stands. */
 export interface ProjectionStatus {
   readonly name: string;
+  /** The generation its lanes run at (see {@link CheckpointStore.generation}); undefined when stopped. */
+  readonly generation: number | undefined;
   readonly partitions: readonly PartitionStatus[];
 }
 
@@ -87,6 +97,8 @@ interface Lane {
   readonly entry: HandlerEntry;
   readonly topic: string;
   readonly partition: number;
+  /** The projection's generation the lane started at: its commits are conditional on it. */
+  readonly generation: number;
   abort: AbortController;
   committed: number;
   completed: number;
@@ -137,8 +149,16 @@ export class ProjectionRunner {
   readonly #logger: Logger;
   readonly #lanes = new Map<string, Lane[]>();
   readonly #rebuilding = new Set<string>();
+  /** Restarts of projections rebuilt elsewhere, under way (stop awaits them). */
+  readonly #restarts = new Map<string, Promise<void>>();
+  /** Projections stopped by a rebuild or restart that failed (its `reset()`, the store): the check starts them again. */
+  readonly #pendingStarts = new Set<string>();
   #cancelRebuildCheck: (() => void) | undefined;
   #started = false;
+  /** Ids of this runner's rebuilds whose `reset()` failed: their markers are taken over at once. */
+  readonly #failedRebuilds = new Set<string>();
+  /** Aborted by stop: ends a wait for another process's rebuild. */
+  #life = new AbortController();
 
   readonly #outage: ReturnType<typeof resolveOutageOptions>;
 
@@ -159,25 +179,82 @@ export class ProjectionRunner {
   async start(): Promise<void> {
     if (this.#started) return;
     this.#started = true;
+    this.#life = new AbortController();
     for (const entry of this.#entries()) await this.#startProjection(entry);
     this.#scheduleRebuildCheck();
   }
 
-  /** Rebuilds, here, every projection whose committed checkpoints were removed from outside. */
+  /**
+   * Restarts every running projection that was rebuilt or reset from outside since its lanes started
+   * (its generation changed, or a rebuild marker is set), completing the rebuild here when its
+   * marker is still set; resolves once they run again.
+   * @returns the names of the projections restarted.
+   */
   async checkExternalRebuilds(): Promise<string[]> {
-    const rebuilt: string[] = [];
-    for (const [name, lanes] of [...this.#lanes]) {
-      if (this.#rebuilding.has(name)) continue;
-      for (const lane of lanes) {
-        if (lane.committed < 0) continue;
-        if ((await this.#o.checkpoints.get(name, lane.topic, lane.partition)) !== undefined) continue;
-        this.#logger.info('Projection checkpoints were reset from outside: rebuilding', { projection: name });
-        await this.rebuild(name);
-        rebuilt.push(name);
-        break;
-      }
+    const restarted: string[] = [];
+    for (const name of [...this.#pendingStarts]) {
+      if (!this.#started || this.#rebuilding.has(name) || this.#restarts.has(name)) continue;
+      this.#pendingStarts.delete(name);
+      restarted.push(name);
+      await this.#restartStopped(name);
     }
-    return rebuilt;
+    for (const [name, lanes] of [...this.#lanes]) {
+      if (this.#rebuilding.has(name) || this.#restarts.has(name)) continue;
+      const running = lanes[0]?.generation;
+      if (running === undefined) continue;
+      const stored = await this.#o.checkpoints.generation(name);
+      if (stored.generation === running && stored.rebuild === undefined) continue;
+      restarted.push(name);
+      await this.#rebuiltElsewhere(name, running, stored.generation);
+    }
+    return restarted;
+  }
+
+  /**
+   * Stops a projection whose generation moved under its lanes (a rebuild or reset elsewhere) and
+   * starts it again from the new checkpoints; the lanes' completed offsets of the old generation are
+   * never committed. Called from a lane, it must not be awaited there (the stop awaits the lane).
+   */
+  #rebuiltElsewhere(name: string, running: number, stored?: number): Promise<void> {
+    const under = this.#restarts.get(name);
+    if (under !== undefined) return under;
+    if (this.#rebuilding.has(name)) return Promise.resolve();
+    this.#logger.warn(
+      'Projection was rebuilt or reset elsewhere: its lanes stop without committing, and it restarts from its new checkpoints',
+      {
+        projection: name,
+        generation: running,
+        ...(stored !== undefined ? { storedGeneration: stored } : {}),
+      },
+    );
+    if (!this.#started) return Promise.resolve();
+    const restart = (async () => {
+      try {
+        await this.#stopProjection(name);
+        await this.#restartStopped(name);
+      } finally {
+        this.#restarts.delete(name);
+      }
+    })();
+    this.#restarts.set(name, restart);
+    return restart;
+  }
+
+  /**
+   * Starts a stopped projection again while the runner runs; never rejects: a failure (its
+   * `reset()`, the store) is logged and the periodic check tries again.
+   */
+  async #restartStopped(name: string): Promise<void> {
+    if (!this.#started) return;
+    try {
+      await this.#startProjection(this.#entry(name), undefined, true);
+    } catch (error) {
+      this.#pendingStarts.add(name);
+      this.#logger.error('Starting a projection after a rebuild failed; the next rebuild check tries again', {
+        projection: name,
+        error: toErrorInfo(error),
+      });
+    }
   }
 
   #scheduleRebuildCheck(): void {
@@ -197,14 +274,25 @@ export class ProjectionRunner {
   /** Stops every lane and commits what was completed. */
   async stop(): Promise<void> {
     this.#started = false;
+    this.#pendingStarts.clear();
+    this.#life.abort();
     this.#cancelRebuildCheck?.();
+    await Promise.all([...this.#restarts.values()]);
     await Promise.all([...this.#lanes.keys()].map((name) => this.#stopProjection(name)));
   }
 
   /**
    * Empties a projection's read model (its `reset()` method, if it has one), removes its
    * checkpoints and replays it from offset 0.
-   * @throws HarrierError `unknown-projection` naming the projections there are.
+   *
+   * @remarks
+   * In this order: stop the lanes; set the rebuild marker, raise the generation and remove the
+   * checkpoints (one step of the store); run `reset()`; clear the marker; start the lanes at the new
+   * generation. A crash before the marker is cleared leaves it set, and the next start runs
+   * `reset()` again before projecting, so the old read model is never replayed onto. See
+   * docs/projections.md.
+   * @throws HarrierError `unknown-projection` naming the projections there are; what `reset()` or
+   *   the store threw (the marker then stays set).
    */
   async rebuild(name: string): Promise<void> {
     const entry = this.#entry(name);
@@ -217,8 +305,99 @@ export class ProjectionRunner {
   }
 
   async #rebuild(entry: HandlerEntry, name: string): Promise<void> {
+    await this.#restarts.get(name);
+    this.#pendingStarts.delete(name);
     await this.#stopProjection(name);
-    await this.#o.checkpoints.reset(name);
+    let generation: number;
+    try {
+      generation = await this.#completeRebuild(entry, 'begin');
+    } catch (error) {
+      // The marker stays set: the periodic check (or the next start) completes the rebuild.
+      if (this.#started) this.#pendingStarts.add(name);
+      throw error;
+    }
+    if (this.#started) await this.#startProjection(entry, generation);
+  }
+
+  /**
+   * Runs a rebuild to its end and returns the generation to project at.
+   *
+   * @remarks
+   * `how` says what to do first: `'begin'` a rebuild of our own (whatever is under way); take over
+   * the rebuild whose marker has the given id (a start finding a rebuild cut short); or `'wait'` for
+   * the one under way. A marker asked for from outside ({@link isRequestedRebuild}) is taken over at
+   * once; one of another runner is waited for (checked every 200 ms) and taken over only after
+   * `rebuildTakeoverMs`, since its process may still be in its `reset()`. When our own rebuild was
+   * taken over during our `reset()` and has ended since, our `reset()` may have emptied what that
+   * rebuild projected: we begin another one (its generation makes those lanes restart).
+   */
+  async #completeRebuild(
+    entry: HandlerEntry,
+    how: 'begin' | 'wait' | { readonly takeOver: string },
+  ): Promise<number> {
+    const { name } = entry;
+    const store = this.#o.checkpoints;
+    let next: 'begin' | 'wait' | { readonly takeOver: string } = how;
+    let waiting: { readonly id: string; readonly since: number } | undefined;
+    for (;;) {
+      if (next !== 'wait') {
+        const id = randomUUID();
+        const replacing = next === 'begin' ? undefined : next.takeOver;
+        const begun = await store.beginRebuild(name, id, this.#clock.now(), replacing);
+        if (begun !== undefined) {
+          try {
+            await this.#resetReadModel(entry);
+          } catch (error) {
+            this.#failedRebuilds.add(id);
+            throw error;
+          }
+          if (await store.endRebuild(name, id)) {
+            this.#logger.info('Projection rebuilt: it replays from offset 0', {
+              projection: name,
+              generation: begun.generation,
+            });
+            if (replacing !== undefined) this.#failedRebuilds.delete(replacing);
+            return begun.generation;
+          }
+          if ((await store.generation(name)).rebuild === undefined) {
+            this.#logger.warn(
+              'A rebuild of the projection elsewhere took ours over and ended while our reset() ran: rebuilding again',
+              { projection: name },
+            );
+            next = 'begin';
+            continue;
+          }
+        }
+      }
+      const stored = await store.generation(name);
+      if (stored.rebuild === undefined) return stored.generation;
+      if (isRequestedRebuild(stored.rebuild) || this.#failedRebuilds.has(stored.rebuild.id)) {
+        next = { takeOver: stored.rebuild.id };
+        continue;
+      }
+      // Another runner is rebuilding it: wait for it, and take it over only when it seems to have died.
+      if (waiting?.id !== stored.rebuild.id) waiting = { id: stored.rebuild.id, since: this.#clock.now() };
+      if (this.#clock.now() - waiting.since >= (this.#o.rebuildTakeoverMs ?? 30_000)) {
+        this.#logger.warn('A rebuild of the projection elsewhere did not end in time: taking it over', {
+          projection: name,
+          rebuildId: stored.rebuild.id,
+        });
+        next = { takeOver: stored.rebuild.id };
+        continue;
+      }
+      next = 'wait';
+      if (this.#life.signal.aborted) {
+        throw new HarrierError(
+          'stopping',
+          `Projection "${name}" was stopping while another process rebuilt it: start it again once that rebuild ends`,
+        );
+      }
+      await sleep(this.#clock, 200, this.#life.signal);
+    }
+  }
+
+  /** Runs the projection's `reset()`, when it has one. */
+  async #resetReadModel(entry: HandlerEntry): Promise<void> {
     const context = this.#pipeline.context(
       {
         v: 1,
@@ -238,7 +417,6 @@ export class ProjectionRunner {
     );
     const prototype = entry.target.prototype as Partial<ResettableProjection>;
     if (typeof prototype.reset === 'function') await this.#o.invoke(entry, 'reset', undefined, context);
-    if (this.#started) await this.#startProjection(entry);
   }
 
   /**
@@ -327,7 +505,7 @@ export class ProjectionRunner {
           ...(lane?.haltedAt !== undefined ? { haltedAt: lane.haltedAt } : {}),
         });
       }
-      result.push({ name: entry.name, partitions });
+      result.push({ name: entry.name, generation: lanes?.[0]?.generation, partitions });
     }
     return result;
   }
@@ -359,7 +537,26 @@ export class ProjectionRunner {
     return lanes;
   }
 
-  async #startProjection(entry: HandlerEntry): Promise<void> {
+  /**
+   * Starts a projection's lanes from its checkpoints at its stored generation (or at `generation`,
+   * the one a rebuild here just ended at). A projection whose rebuild marker is set (a rebuild was
+   * cut short, or is asked for by `harrier projections rebuild`) has the rebuild completed first:
+   * taken over at once on a start of the runner (`restart` false: a marker left by a crash), waited
+   * for when restarting after a rebuild elsewhere (see {@link ProjectionRunner.#completeRebuild}).
+   */
+  async #startProjection(entry: HandlerEntry, generation?: number, restart = false): Promise<void> {
+    let at = generation;
+    if (at === undefined) {
+      const stored = await this.#o.checkpoints.generation(entry.name);
+      at = stored.generation;
+      if (stored.rebuild !== undefined) {
+        this.#logger.warn(
+          'Projection has a rebuild marker set (a rebuild was cut short or asked for): completing the rebuild before projecting',
+          { projection: entry.name, rebuildId: stored.rebuild.id, generation: stored.generation },
+        );
+        at = await this.#completeRebuild(entry, restart ? 'wait' : { takeOver: stored.rebuild.id });
+      }
+    }
     const lanes: Lane[] = [];
     for (const { topic, partition } of await this.#lanesOf(entry)) {
       const committed = (await this.#o.checkpoints.get(entry.name, topic, partition)) ?? -1;
@@ -367,6 +564,7 @@ export class ProjectionRunner {
         entry,
         topic,
         partition,
+        generation: at,
         abort: new AbortController(),
         committed,
         completed: committed,
@@ -475,13 +673,6 @@ export class ProjectionRunner {
     lane.cancelCommitTimer = undefined;
     if (lane.completed <= lane.committed) return;
     try {
-      if (
-        lane.committed >= 0 &&
-        (await this.#o.checkpoints.get(lane.entry.name, lane.topic, lane.partition)) === undefined
-      ) {
-        // Reset from outside: leave it empty so the rebuild check sees it.
-        return;
-      }
       const target = lane.completed;
       lane.committed = await this.#o.checkpoints.commit(
         lane.entry.name,
@@ -489,9 +680,16 @@ export class ProjectionRunner {
         lane.partition,
         target,
         this.#clock.now(),
+        { generation: lane.generation },
       );
       lane.sinceCommit = 0;
     } catch (error) {
+      if (HarrierError.is(error, 'projection-rebuilt')) {
+        // Nothing of the old generation is ever committed: the lane stops and the projection restarts.
+        lane.completed = lane.committed;
+        void this.#rebuiltElsewhere(lane.entry.name, lane.generation);
+        return;
+      }
       this.#logger.error('Checkpoint commit failed; will commit again later', {
         projection: lane.entry.name,
         error: toErrorInfo(error),
@@ -519,12 +717,15 @@ export class ProjectionRunner {
       record.body,
       { messageId: record.id, type: record.type, endpoint: this.#o.endpoint, partitionKey: record.key },
       lane.abort.signal,
-      { topic: lane.topic, partition: lane.partition, offset: record.offset },
+      { topic: lane.topic, partition: lane.partition, offset: record.offset, generation: lane.generation },
       lane.breaker,
     );
     switch (outcome.kind) {
-      // Only #attempts without a breaker ends in 'paused'; a lane has one.
       case 'abandoned':
+        // Not stopping: the unit of work refused the call, since the projection was rebuilt elsewhere.
+        if (!lane.abort.signal.aborted) void this.#rebuiltElsewhere(entry.name, lane.generation);
+        return 'aborted';
+      // Only #attempts without a breaker ends in 'paused'; a lane has one.
       case 'paused':
         return 'aborted';
       case 'handled':

@@ -1,6 +1,16 @@
+import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
-import { checkCheckpointOffset, type Checkpoint, type CheckpointStore } from '../log/checkpoint-store.js';
+import {
+  checkCheckpointOffset,
+  projectionRebuiltError,
+  REQUESTED_REBUILD_PREFIX,
+  type Checkpoint,
+  type CheckpointStore,
+  type CommitOptions,
+  type ProjectionGeneration,
+  type RebuildMarker,
+} from '../log/checkpoint-store.js';
 import {
   connectionFor,
   evalScript,
@@ -45,10 +55,20 @@ export interface RedisCheckpointStoreOptions {
 const AT_SUFFIX = '|at';
 
 /**
- * KEYS: the projection's hash, the projection set. ARGV: offset field, updatedAt field, offset,
- * nowMs, projection. Raises the stored offset unless it is already as high; returns the stored one.
+ * KEYS: the projection's hash, the projection set, the generations hash, the rebuilds hash. ARGV:
+ * offset field, updatedAt field, offset, nowMs, projection, expected generation ('' for none).
+ * Raises the stored offset unless it is already as high; returns the stored one, or
+ * `stale:<generation>:<1 when a rebuild is under way>` when the expected generation is not the
+ * stored one or a rebuild is under way (nothing written).
  */
 const COMMIT_SCRIPT = `
+if ARGV[6] ~= '' then
+  local generation = tonumber(redis.call('HGET', KEYS[3], ARGV[5]) or '0')
+  local rebuilding = redis.call('HEXISTS', KEYS[4], ARGV[5])
+  if generation ~= tonumber(ARGV[6]) or rebuilding == 1 then
+    return 'stale:' .. generation .. ':' .. rebuilding
+  end
+end
 local stored = redis.call('HGET', KEYS[1], ARGV[1])
 if stored and tonumber(stored) >= tonumber(ARGV[3]) then return stored end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3], ARGV[2], ARGV[4])
@@ -57,6 +77,40 @@ return ARGV[3]
 `;
 
 const COMMIT = redisScript(COMMIT_SCRIPT);
+
+/**
+ * KEYS: the projection's hash, the projection set, the generations hash, the rebuilds hash. ARGV:
+ * projection, marker (`<startedAt>|<id>`), the id of the rebuild to replace ('' for any). Sets the
+ * marker, raises the generation and removes the checkpoints; returns the new generation, or nil
+ * when the marker is not the one to replace.
+ */
+const BEGIN_REBUILD = redisScript(`
+if ARGV[3] ~= '' then
+  local marker = redis.call('HGET', KEYS[4], ARGV[1])
+  if not marker then return nil end
+  if string.sub(marker, string.find(marker, '|', 1, true) + 1) ~= ARGV[3] then return nil end
+end
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[1])
+return redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
+`);
+
+/** KEYS: the rebuilds hash. ARGV: projection, rebuild id. Clears the marker when it is that rebuild's. */
+const END_REBUILD = redisScript(`
+local marker = redis.call('HGET', KEYS[1], ARGV[1])
+if not marker then return 0 end
+if string.sub(marker, string.find(marker, '|', 1, true) + 1) ~= ARGV[2] then return 0 end
+return redis.call('HDEL', KEYS[1], ARGV[1])
+`);
+
+/** A marker as the rebuilds hash holds it: `<startedAt>|<id>` (the id may hold '|', the time never). */
+function decodeMarker(value: string | null | undefined): RebuildMarker | undefined {
+  if (value === null || value === undefined) return undefined;
+  const at = value.indexOf('|');
+  if (at < 0) return undefined;
+  return { id: value.slice(at + 1), startedAt: Number(value.slice(0, at)) };
+}
 
 function fieldOf(topic: string, partition: number): string {
   return `${topic}|${partition}`;
@@ -91,7 +145,10 @@ function decodeHash(projection: string, hash: Record<string, string>): Checkpoin
  * Each projection is a hash `<prefix>:ckpt:projection:<name>` with, per partition, a field
  * `<topic>|<partition>` holding the offset and a field `<topic>|<partition>|at` holding when it was
  * last raised. A set `<prefix>:ckpt:projections` names the projections, for `list()` and `lowest`.
- * Commits are one Lua script each, so concurrent runners never lower a checkpoint.
+ * Commits are one Lua script each, so concurrent runners never lower a checkpoint. A hash
+ * `<prefix>:ckpt:generations` holds each projection's generation, and a hash `<prefix>:ckpt:rebuilds`
+ * the marker of a rebuild under way (`<startedAt>|<id>`); `beginRebuild` (and `reset`) and a commit given
+ * a generation read and change them in the same script as the checkpoints.
  *
  * Failures reject with a {@link HarrierError}: `redis-unavailable` when Redis cannot be reached,
  * `redis-command-failed` when it refuses a command, `store-closed` after {@link close},
@@ -109,6 +166,8 @@ export class RedisCheckpointStore implements CheckpointStore {
   readonly #client: Redis | Cluster;
   readonly #keyspace: string;
   readonly #projectionsKey: string;
+  readonly #generationsKey: string;
+  readonly #rebuildsKey: string;
   readonly #errors: RedisErrorContext;
   #closed = false;
 
@@ -117,6 +176,8 @@ export class RedisCheckpointStore implements CheckpointStore {
     const prefix = keyPrefixOf(options.prefix, 'RedisCheckpointStore');
     this.#keyspace = `${prefix}:ckpt:`;
     this.#projectionsKey = `${this.#keyspace}projections`;
+    this.#generationsKey = `${this.#keyspace}generations`;
+    this.#rebuildsKey = `${this.#keyspace}rebuilds`;
     this.#connection = connectionFor(options.connection);
     this.#client = this.#connection.client;
     this.#errors = {
@@ -135,7 +196,8 @@ export class RedisCheckpointStore implements CheckpointStore {
 
   /**
    * @remarks Committing the stored offset again leaves its `updatedAt` as it was: nothing was raised.
-   * @throws HarrierError `invalid-argument` when `offset` is not a whole number from 0.
+   * @throws HarrierError `invalid-argument` when `offset` is not a whole number from 0,
+   *   `projection-rebuilt` when `options.generation` is stale or a rebuild is under way.
    */
   commit(
     projection: string,
@@ -143,13 +205,30 @@ export class RedisCheckpointStore implements CheckpointStore {
     partition: number,
     offset: number,
     nowMs: number,
+    options?: CommitOptions,
   ): Promise<number> {
     return this.#run(async () => {
       checkCheckpointOffset(projection, topic, partition, offset);
       const field = fieldOf(topic, partition);
-      const keys = [this.#hashKey(projection), this.#projectionsKey];
-      const args = [field, `${field}${AT_SUFFIX}`, String(offset), String(nowMs), projection];
-      return Number(await evalScript(this.#client, COMMIT, keys, args));
+      const keys = [this.#hashKey(projection), this.#projectionsKey, this.#generationsKey, this.#rebuildsKey];
+      const expected = options?.generation;
+      const args = [
+        field,
+        `${field}${AT_SUFFIX}`,
+        String(offset),
+        String(nowMs),
+        projection,
+        expected === undefined ? '' : String(expected),
+      ];
+      const reply = String(await evalScript(this.#client, COMMIT, keys, args));
+      if (expected !== undefined && reply.startsWith('stale:')) {
+        const [, generation, rebuilding] = reply.split(':');
+        throw projectionRebuiltError(projection, expected, {
+          generation: Number(generation),
+          rebuilding: rebuilding === '1',
+        });
+      }
+      return Number(reply);
     });
   }
 
@@ -168,9 +247,58 @@ export class RedisCheckpointStore implements CheckpointStore {
     });
   }
 
-  reset(projection: string): Promise<void> {
+  async reset(projection: string): Promise<void> {
+    await this.beginRebuild(projection, `${REQUESTED_REBUILD_PREFIX}${randomUUID()}`, Date.now());
+  }
+
+  generation(projection: string): Promise<ProjectionGeneration> {
     return this.#run(async () => {
-      await this.#client.multi().del(this.#hashKey(projection)).srem(this.#projectionsKey, projection).exec();
+      const [generation, marker] = await Promise.all([
+        this.#client.hget(this.#generationsKey, projection),
+        this.#client.hget(this.#rebuildsKey, projection),
+      ]);
+      return { projection, generation: Number(generation ?? '0'), rebuild: decodeMarker(marker) };
+    });
+  }
+
+  /** @remarks Sorted by projection. */
+  generations(): Promise<ProjectionGeneration[]> {
+    return this.#run(async () => {
+      const [generations, markers] = await Promise.all([
+        this.#client.hgetall(this.#generationsKey),
+        this.#client.hgetall(this.#rebuildsKey),
+      ]);
+      const names = [...new Set([...Object.keys(generations), ...Object.keys(markers)])].sort(compare);
+      return names.map((projection) => ({
+        projection,
+        generation: Number(generations[projection] ?? '0'),
+        rebuild: decodeMarker(markers[projection]),
+      }));
+    });
+  }
+
+  beginRebuild(
+    projection: string,
+    id: string,
+    nowMs: number,
+    replacing?: string,
+  ): Promise<ProjectionGeneration | undefined> {
+    return this.#run(async () => {
+      const keys = [this.#hashKey(projection), this.#projectionsKey, this.#generationsKey, this.#rebuildsKey];
+      const reply = await evalScript(this.#client, BEGIN_REBUILD, keys, [
+        projection,
+        `${nowMs}|${id}`,
+        replacing ?? '',
+      ]);
+      if (reply === null || reply === undefined) return undefined;
+      return { projection, generation: Number(reply), rebuild: { id, startedAt: nowMs } };
+    });
+  }
+
+  endRebuild(projection: string, id: string): Promise<boolean> {
+    return this.#run(async () => {
+      const reply = await evalScript(this.#client, END_REBUILD, [this.#rebuildsKey], [projection, id]);
+      return Number(reply) === 1;
     });
   }
 

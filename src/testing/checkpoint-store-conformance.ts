@@ -188,11 +188,179 @@ export function describeCheckpointStoreConformance(name: string, factory: Checkp
           expect(await store.get(other, topic, 0)).toBe(1);
         });
 
+        it('asks for a rebuild: sets a marker and raises the generation', async () => {
+          await store.commit(projection, topic, 0, 4, T0);
+          await store.reset(projection);
+          const after = await store.generation(projection);
+          expect(after.generation).toBe(1);
+          expect(after.rebuild?.id).toMatch(/^requested:./);
+          expect(await store.endRebuild(projection, after.rebuild?.id ?? '')).toBe(true);
+        });
+
         it('lets the projection commit from a lower offset again', async () => {
           await store.commit(projection, topic, 0, 9, T0);
           await store.reset(projection);
           expect(await store.commit(projection, topic, 0, 0, T0 + 1)).toBe(0);
           expect(await store.get(projection, topic, 0)).toBe(0);
+        });
+      });
+    });
+
+    describe('.generation', () => {
+      describe('when the projection was never rebuilt', () => {
+        it('is 0 without a rebuild marker', async () => {
+          await store.commit(projection, topic, 0, 4, T0);
+          expect(await store.generation(projection)).toEqual({
+            projection,
+            generation: 0,
+            rebuild: undefined,
+          });
+        });
+      });
+    });
+
+    describe('.beginRebuild', () => {
+      describe('when no rebuild is under way', () => {
+        it('sets the marker, raises the generation and removes the checkpoints, in one step', async () => {
+          const other = unique('projection');
+          await store.commit(projection, topic, 0, 4, T0);
+          await store.commit(projection, topic, 1, 6, T0);
+          await store.commit(other, topic, 0, 1, T0);
+          const begun = await store.beginRebuild(projection, 'rebuild-1', T0 + 5);
+          const expected = { projection, generation: 1, rebuild: { id: 'rebuild-1', startedAt: T0 + 5 } };
+          expect(begun).toEqual(expected);
+          expect(await store.generation(projection)).toEqual(expected);
+          expect(await store.list(projection)).toEqual([]);
+          expect(await store.get(other, topic, 0)).toBe(1);
+          expect(await store.generation(other)).toEqual({
+            projection: other,
+            generation: 0,
+            rebuild: undefined,
+          });
+        });
+
+        it('raises the generation again on every rebuild', async () => {
+          await store.beginRebuild(projection, 'rebuild-1', T0);
+          await store.endRebuild(projection, 'rebuild-1');
+          expect((await store.beginRebuild(projection, 'rebuild-2', T0 + 1))?.generation).toBe(2);
+        });
+      });
+
+      describe('when replacing a rebuild', () => {
+        it('takes over the rebuild whose marker is set, with a new id and generation', async () => {
+          await store.beginRebuild(projection, 'crashed', T0);
+          await store.commit(projection, topic, 0, 3, T0);
+          const taken = await store.beginRebuild(projection, 'resumed', T0 + 1, 'crashed');
+          expect(taken).toEqual({ projection, generation: 2, rebuild: { id: 'resumed', startedAt: T0 + 1 } });
+          expect(await store.get(projection, topic, 0)).toBeUndefined();
+        });
+
+        it('changes nothing and returns undefined when the marker names another rebuild', async () => {
+          await store.beginRebuild(projection, 'first', T0);
+          await store.commit(projection, topic, 0, 3, T0);
+          expect(await store.beginRebuild(projection, 'mine', T0 + 1, 'someone-else')).toBeUndefined();
+          expect(await store.generation(projection)).toEqual({
+            projection,
+            generation: 1,
+            rebuild: { id: 'first', startedAt: T0 },
+          });
+          expect(await store.get(projection, topic, 0)).toBe(3);
+        });
+
+        it('changes nothing and returns undefined when no marker is set', async () => {
+          await store.commit(projection, topic, 0, 3, T0);
+          expect(await store.beginRebuild(projection, 'mine', T0, 'gone')).toBeUndefined();
+          expect(await store.generation(projection)).toEqual({
+            projection,
+            generation: 0,
+            rebuild: undefined,
+          });
+          expect(await store.get(projection, topic, 0)).toBe(3);
+        });
+
+        it('lets exactly one of racing takeovers win', async () => {
+          await store.beginRebuild(projection, 'crashed', T0);
+          const results = await Promise.all(
+            ['a', 'b', 'c', 'd'].map((id) => store.beginRebuild(projection, id, T0 + 1, 'crashed')),
+          );
+          const winners = results.filter((r) => r !== undefined);
+          expect(winners).toHaveLength(1);
+          expect(await store.generation(projection)).toEqual(winners[0]);
+        });
+      });
+    });
+
+    describe('.endRebuild', () => {
+      describe("when the marker is the rebuild's", () => {
+        it('clears it and keeps the generation', async () => {
+          await store.beginRebuild(projection, 'rebuild-1', T0);
+          expect(await store.endRebuild(projection, 'rebuild-1')).toBe(true);
+          expect(await store.generation(projection)).toEqual({
+            projection,
+            generation: 1,
+            rebuild: undefined,
+          });
+        });
+      });
+
+      describe('when the marker names another rebuild, or none is set', () => {
+        it('returns false and changes nothing', async () => {
+          expect(await store.endRebuild(projection, 'none')).toBe(false);
+          await store.beginRebuild(projection, 'taken-over', T0);
+          expect(await store.endRebuild(projection, 'first')).toBe(false);
+          expect((await store.generation(projection)).rebuild).toEqual({ id: 'taken-over', startedAt: T0 });
+        });
+      });
+    });
+
+    describe('.generations', () => {
+      it('lists each rebuilt projection with its generation and marker', async () => {
+        const other = unique('projection');
+        await store.beginRebuild(projection, 'rebuild-1', T0);
+        await store.endRebuild(projection, 'rebuild-1');
+        await store.beginRebuild(other, 'rebuild-2', T0 + 1);
+        const listed = await store.generations();
+        expect(listed).toEqual(
+          expect.arrayContaining([
+            { projection, generation: 1, rebuild: undefined },
+            { projection: other, generation: 1, rebuild: { id: 'rebuild-2', startedAt: T0 + 1 } },
+          ]),
+        );
+      });
+    });
+
+    describe('.commit given a generation', () => {
+      describe("when it is the projection's generation and no rebuild is under way", () => {
+        it('raises the checkpoint', async () => {
+          expect(await store.commit(projection, topic, 0, 3, T0, { generation: 0 })).toBe(3);
+          await store.beginRebuild(projection, 'rebuild-1', T0);
+          await store.endRebuild(projection, 'rebuild-1');
+          expect(await store.commit(projection, topic, 0, 1, T0, { generation: 1 })).toBe(1);
+          expect(await store.get(projection, topic, 0)).toBe(1);
+        });
+      });
+
+      describe('when the projection was rebuilt since (a stale writer)', () => {
+        it('rejects with HarrierError projection-rebuilt and writes nothing', async () => {
+          await store.commit(projection, topic, 0, 3, T0, { generation: 0 });
+          await store.beginRebuild(projection, 'rebuild-1', T0);
+          await store.endRebuild(projection, 'rebuild-1');
+          await store.commit(projection, topic, 0, 1, T0, { generation: 1 });
+          const error = await failureOf(() => store.commit(projection, topic, 0, 9, T0, { generation: 0 }));
+          expectCode(error, 'projection-rebuilt');
+          expect(await store.get(projection, topic, 0)).toBe(1);
+          const fresh = await failureOf(() => store.commit(projection, topic, 1, 9, T0, { generation: 0 }));
+          expectCode(fresh, 'projection-rebuilt');
+          expect(await store.get(projection, topic, 1)).toBeUndefined();
+        });
+      });
+
+      describe('when a rebuild is under way', () => {
+        it('rejects with HarrierError projection-rebuilt, even at the new generation', async () => {
+          await store.beginRebuild(projection, 'rebuild-1', T0);
+          const error = await failureOf(() => store.commit(projection, topic, 0, 2, T0, { generation: 1 }));
+          expectCode(error, 'projection-rebuilt');
+          expect(await store.get(projection, topic, 0)).toBeUndefined();
         });
       });
     });

@@ -520,7 +520,7 @@ describe('harrier CLI', () => {
       const result = await harrier(['topology'], {});
       expect(result.code).toBe(2);
       expect(result.stderr).toContain(
-        'set HARRIER_URL or pass --url with a URL of redis:// or rediss:// (Redis)',
+        'set HARRIER_URL or pass --url with a URL of redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL)',
       );
       expect(result.stderr).toContain('REDIS_URL and --redis-url work too');
     });
@@ -558,7 +558,7 @@ describe('harrier CLI', () => {
           expect(result.code).toBe(2);
           expect(result.stdout).toBe('');
           expect(result.stderr).toBe(
-            `harrier: ${source} "http://127.0.0.1:6379" is not a valid URL: unknown scheme "http://"; use redis:// or rediss:// (Redis), e.g. redis://127.0.0.1:6379\n`,
+            `harrier: ${source} "http://127.0.0.1:6379" is not a valid URL: unknown scheme "http://"; use redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), e.g. redis://127.0.0.1:6379\n`,
           );
         }
       },

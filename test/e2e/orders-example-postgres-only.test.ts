@@ -1,7 +1,8 @@
 /**
  * `npm run example:postgres-only` (examples/orders/postgres-only-main.ts) run as a user would, on
  * the tests' PostgreSQL in a fresh schema: PostgresBroker carries the messages, postgresUnitOfWork
- * hands what handlers send to its queue, no outbox, no relay. The read model, saga lines and counts
+ * hands what handlers send to its queue, no outbox, no relay, the dead letters in
+ * PostgresDeadLetterStore. The read model, saga lines and counts
  * match the in-memory example's, and a second run on the same schema gives the same rows.
  */
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
@@ -56,6 +57,7 @@ describe('examples/orders/postgres-only-main.ts', () => {
   let first: Outcome;
   let firstRows: OrderSummary[];
   let firstCounts: { inbox: number; outbox: number; queue: number };
+  let firstDeadLetters: string[];
   let second: Outcome;
 
   beforeAll(async () => {
@@ -69,6 +71,10 @@ describe('examples/orders/postgres-only-main.ts', () => {
       outbox: await countOf(schema, 'outbox'),
       queue: await countOf(schema, 'queue'),
     };
+    const { rows: deadLetters } = await pool.query<{ status: string }>(
+      `SELECT status FROM "${schema}".dead_letters ORDER BY seq`,
+    );
+    firstDeadLetters = deadLetters.map((row) => row.status);
     second = await runExample(EXAMPLE, pgEnv(schema));
   }, 90_000);
 
@@ -99,6 +105,10 @@ describe('examples/orders/postgres-only-main.ts', () => {
       expect(done(first.stdout)).toEqual(done(inMemory.stdout));
       expect(first.stdout).toContain('3 replayed; CRM notified of');
       expect(first.stdout).toContain('dead letters left: 0');
+    });
+
+    it('keeps the dead letters in PostgreSQL, marked replayed', () => {
+      expect(firstDeadLetters).toEqual(['replayed', 'replayed', 'replayed']);
     });
 
     it('hands messages to the queue with inbox rows, never writes the outbox, and leaves the queue empty', () => {

@@ -50,11 +50,13 @@ describe('migratePostgres', () => {
     });
     expect(await tablesOf(schema)).toEqual([
       'checkpoints',
+      'dead_letters',
       'dedupe',
       'inbox',
       'migrations',
       'outbox',
       'outbox_parked',
+      'projection_generations',
       'queue',
       'routes',
       'sagas',

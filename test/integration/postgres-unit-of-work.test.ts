@@ -25,6 +25,8 @@ import {
   type PayloadOf,
 } from '../../src/index.js';
 import { ManualClock } from '../../src/clock/manual-clock.js';
+import { HandlerContext } from '../../src/dispatch/handler-context.js';
+import type { UnitOfWorkCall } from '../../src/dispatch/transactional-unit-of-work.js';
 import { InMemoryCheckpointStore, InMemoryEventLog } from '../../src/log/index.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { PostgresCheckpointStore } from '../../src/postgres/postgres-checkpoint-store.js';
@@ -590,6 +592,104 @@ describe('postgresUnitOfWork', () => {
       expect(await bus.deadLetters.count()).toBe(1);
       // The poison event is skipped by the runner: the next one's commit carries the checkpoint past it.
       expect(await store.get('balances-view', 'bank', 0)).toBe(2);
+      await store.close();
+    });
+  });
+
+  describe('projections after a rebuild (the generation)', () => {
+    /** A call of projection `balances-view` at offset 0 of bank/0, in the lane's `generation`. */
+    function projectionCall(
+      generation: number,
+      run: (context: HandlerContext) => Promise<void>,
+    ): UnitOfWorkCall {
+      const context = Object.create(HandlerContext.prototype) as HandlerContext;
+      return {
+        context,
+        handler: 'balances-view',
+        handlerKind: 'projection',
+        endpoint: 'reports',
+        position: { topic: 'bank', partition: 0, offset: 0, generation },
+        inProcess: false,
+        run: () => run(context),
+        abandoned: () => false,
+      };
+    }
+
+    const deposit = async (context: HandlerContext): Promise<void> => {
+      await postgresSession(context).query(
+        `INSERT INTO "${schema}".balances (account, total) VALUES ('g', 5)
+         ON CONFLICT (account) DO UPDATE SET total = balances.total + EXCLUDED.total`,
+      );
+    };
+
+    it('refuses a call of a stale generation with projection-rebuilt: no write, no checkpoint', async () => {
+      const store = new PostgresCheckpointStore({ connection: pool, schema });
+      await store.beginRebuild('balances-view', 'r-1', Date.now());
+      await store.endRebuild('balances-view', 'r-1');
+      const u = unit();
+      let ran = false;
+      const error = await u
+        .run(
+          projectionCall(0, async (context) => {
+            ran = true;
+            await deposit(context);
+          }),
+        )
+        .catch((e: unknown) => e);
+      expect(HarrierError.is(error, 'projection-rebuilt')).toBe(true);
+      expect(ran).toBe(false);
+      expect(await balance('g')).toBeUndefined();
+      expect(await store.get('balances-view', 'bank', 0)).toBeUndefined();
+      // The lane of the new generation commits.
+      expect(await u.run(projectionCall(1, deposit))).toBe('ran');
+      expect(await balance('g')).toBe(5);
+      expect(await store.get('balances-view', 'bank', 0)).toBe(0);
+      await store.close();
+    });
+
+    it('makes a rebuild wait for an open call of the old generation, then removes its checkpoint', async () => {
+      const store = new PostgresCheckpointStore({ connection: pool, schema });
+      const u = unit();
+      let release: () => void = () => undefined;
+      const gate = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      let inside = false;
+      const call = u.run(
+        projectionCall(0, async (context) => {
+          await deposit(context);
+          inside = true;
+          await gate;
+        }),
+      );
+      await waitFor('the call to hold the generation row', () => inside, { timeoutMs: 10_000 });
+      let begun = false;
+      const rebuild = store.beginRebuild('balances-view', 'r-1', Date.now()).then((result) => {
+        begun = true;
+        return result;
+      });
+      await waitFor(
+        'the rebuild to wait on the row lock',
+        async () =>
+          (
+            await rows<{ n: string }>(
+              `SELECT count(*) AS n FROM pg_stat_activity
+                WHERE wait_event_type = 'Lock' AND position($1 IN query) > 0`,
+              [`"${schema}".projection_generations`],
+            )
+          )[0]?.n !== '0',
+        { timeoutMs: 10_000 },
+      );
+      expect(begun).toBe(false);
+      release();
+      expect(await call).toBe('ran');
+      expect((await rebuild)?.generation).toBe(1);
+      // The old generation's call committed before the rebuild, whose removal then took its checkpoint.
+      expect(await store.get('balances-view', 'bank', 0)).toBeUndefined();
+      expect(await store.generation('balances-view')).toMatchObject({
+        generation: 1,
+        rebuild: { id: 'r-1' },
+      });
       await store.close();
     });
   });

@@ -126,6 +126,13 @@ export class PostgresBroker implements MessageBroker {
   readonly #registered = new Map<string, SubscriptionSpec[]>();
   readonly #receivers = new Set<PostgresReceiver>();
   readonly #held = new Map<string, Held>();
+  /**
+   * Settles that could not reach PostgreSQL, by delivery id: the broker makes them itself once it
+   * answers (before its next take, and on every renewal tick), so a message already handled is not
+   * handled again and one given back does not wait for its lease, spending an attempt, to return.
+   */
+  readonly #unsettled = new Map<string, (db: pg.Pool) => Promise<boolean>>();
+  #settlingLeftOvers: Promise<void> | undefined;
   #ready: Promise<void> | undefined;
   #cancelRenew: (() => void) | undefined;
   #cancelPrune: (() => void) | undefined;
@@ -415,6 +422,7 @@ export class PostgresBroker implements MessageBroker {
       this.#cancelRenew?.();
       this.#cancelPrune?.();
       await Promise.all([...this.#receivers].map((r) => r.close()));
+      await this.#settleLeftOvers();
       const held = [...this.#held.values()];
       this.#held.clear();
       await releaseMany(this.#handle.pool, this.#tables, held, this.#clock.now()).catch((error: unknown) => {
@@ -457,6 +465,8 @@ export class PostgresBroker implements MessageBroker {
   }
 
   async #take(receiver: PostgresReceiver, limit: number): Promise<Delivery[]> {
+    // First what an outage left unsettled: a message given back then is taken with its attempt as it was.
+    await this.#settleLeftOvers();
     const now = this.#clock.now();
     const rows = await takeRows(
       this.#handle.pool,
@@ -523,17 +533,51 @@ export class PostgresBroker implements MessageBroker {
         'The PostgreSQL broker is closed: its deliveries went back to their queues',
       );
     }
-    const done = await this.#query('settling a delivery', (db) => apply(db, parsed.seq, parsed.token));
-    const held = this.#held.get(deliveryId);
-    if (held !== undefined) {
-      this.#held.delete(deliveryId);
-      held.receiver.settled();
+    let done: boolean;
+    const settle = (db: pg.Pool): Promise<boolean> => apply(db, parsed.seq, parsed.token);
+    try {
+      done = await this.#query('settling a delivery', settle);
+      this.#unsettled.delete(deliveryId);
+    } catch (error) {
+      // The dispatcher tries again for a while, then gives up; either way it is made once PostgreSQL answers.
+      if (HarrierError.is(error) && error.code === 'postgres-unavailable')
+        this.#unsettled.set(deliveryId, settle);
+      throw error;
+    } finally {
+      // Settled or not, the handler is done with it: a settle that failed is tried again by the
+      // dispatcher under the same token (which needs no entry here) or given up on, and then only
+      // the lease running out brings the message back, so it must no longer be renewed.
+      const held = this.#held.get(deliveryId);
+      if (held !== undefined) {
+        this.#held.delete(deliveryId);
+        held.receiver.settled();
+      }
     }
     if (!done) throw new StaleDeliveryError(deliveryId);
   }
 
   /** Renews the leases of every held delivery; those no longer held are dropped (their slots freed). */
+  /** Makes the settles left over from an outage, in order, until one still cannot reach PostgreSQL. */
+  #settleLeftOvers(): Promise<void> {
+    if (this.#unsettled.size === 0) return Promise.resolve();
+    this.#settlingLeftOvers ??= (async () => {
+      for (const [id, settle] of [...this.#unsettled]) {
+        try {
+          // false: its lease ran out and another delivery took the row; nothing left to do either way.
+          await settle(this.#handle.pool);
+        } catch {
+          return;
+        }
+        if (this.#unsettled.get(id) === settle) this.#unsettled.delete(id);
+      }
+    })().finally(() => {
+      this.#settlingLeftOvers = undefined;
+    });
+    return this.#settlingLeftOvers;
+  }
+
   async #renew(): Promise<void> {
+    await this.#settleLeftOvers();
     const held = [...this.#held];
     if (held.length === 0) return;
     let still: Set<string>;

@@ -1,7 +1,13 @@
 import { PassThrough } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import type { SystemAdmin } from '../../../src/admin/system-admin.js';
-import { BACKENDS, backendFor, describeSchemes, type CliBackend } from '../../../src/cli/backends.js';
+import {
+  BACKENDS,
+  REDIS_SCOPE,
+  backendFor,
+  describeSchemes,
+  type CliBackend,
+} from '../../../src/cli/backends.js';
 import { contextOf } from '../../../src/cli/cli-context.js';
 import { CliExit, ExitCode, type CliIo } from '../../../src/cli/cli-io.js';
 
@@ -26,6 +32,7 @@ const RABBIT: CliBackend = {
   schemes: ['amqp', 'amqps'],
   example: 'amqp://127.0.0.1:5672',
   check: () => undefined,
+  scope: REDIS_SCOPE,
   open: () => Promise.reject<SystemAdmin>(new Error('not in a unit test')),
 };
 
@@ -52,13 +59,13 @@ describe('backendFor', () => {
       const error = usageOf(() => backendFor('amqp://guest:guest@127.0.0.1:5672', '--url'));
       expect(error.exitCode).toBe(2);
       expect(error.message).toBe(
-        '--url "amqp://***@127.0.0.1:5672" is not a valid URL: unknown scheme "amqp://"; use redis:// or rediss:// (Redis), e.g. redis://127.0.0.1:6379',
+        '--url "amqp://***@127.0.0.1:5672" is not a valid URL: unknown scheme "amqp://"; use redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), e.g. redis://127.0.0.1:6379',
       );
     });
 
     it('says so when the URL has no scheme, with the URL written with one', () => {
       expect(usageOf(() => backendFor('localhost:6379', 'REDIS_URL')).message).toBe(
-        'REDIS_URL "localhost:6379" is not a valid URL: it has no scheme; use redis:// or rediss:// (Redis), e.g. redis://localhost:6379',
+        'REDIS_URL "localhost:6379" is not a valid URL: it has no scheme; use redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), e.g. redis://localhost:6379',
       );
     });
   });
@@ -69,9 +76,11 @@ describe('backendFor', () => {
       expect(backendFor('amqps://broker:5671', '--url', registry)).toBe(RABBIT);
       expect(backendFor('redis://127.0.0.1', '--url', registry).name).toBe('Redis');
       expect(usageOf(() => backendFor('http://x', '--url', registry)).message).toContain(
-        'use redis:// or rediss:// (Redis), amqp:// or amqps:// (RabbitMQ)',
+        'use redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), amqp:// or amqps:// (RabbitMQ)',
       );
-      expect(describeSchemes(registry)).toBe('redis:// or rediss:// (Redis), amqp:// or amqps:// (RabbitMQ)');
+      expect(describeSchemes(registry)).toBe(
+        'redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), amqp:// or amqps:// (RabbitMQ)',
+      );
     });
   });
 });
@@ -81,7 +90,7 @@ describe('contextOf', () => {
     it('name the same system', () => {
       const url = 'redis://127.0.0.1:6379/2';
       for (const values of [{ url }, { 'redis-url': url }]) {
-        expect(contextOf(io(), values)).toMatchObject({ backend: 'Redis', where: url, prefix: '{harrier}' });
+        expect(contextOf(io(), values)).toMatchObject({ backend: 'Redis', where: url, scope: '{harrier}' });
       }
     });
 

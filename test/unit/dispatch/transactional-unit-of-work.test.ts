@@ -198,8 +198,8 @@ describe('BusOptions.unitOfWork', () => {
       await logged.projections.whenCaughtUp();
       expect(applied).toEqual(['o-2']);
       expect(unit.calls.filter((c) => c.kind === 'projection').map((c) => c.position)).toEqual([
-        { topic: 'uow', partition: 0, offset: 0 },
-        { topic: 'uow', partition: 0, offset: 1 },
+        { topic: 'uow', partition: 0, offset: 0, generation: 0 },
+        { topic: 'uow', partition: 0, offset: 1, generation: 0 },
       ]);
       const [status] = await logged.projections.status();
       expect(status?.partitions[0]?.completed).toBe(1);

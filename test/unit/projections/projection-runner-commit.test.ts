@@ -20,6 +20,8 @@ import {
   InMemoryEventLog,
   type Checkpoint,
   type CheckpointStore,
+  type CommitOptions,
+  type ProjectionGeneration,
 } from '../../../src/log/index.js';
 import { waitFor } from '../../helpers/local-redis.js';
 
@@ -51,9 +53,16 @@ class FlakyCheckpointStore implements CheckpointStore {
     this.#check();
     return this.#inner.get(projection, topic, partition);
   }
-  async commit(projection: string, topic: string, partition: number, offset: number, nowMs: number) {
+  async commit(
+    projection: string,
+    topic: string,
+    partition: number,
+    offset: number,
+    nowMs: number,
+    options?: CommitOptions,
+  ) {
     this.#check();
-    return this.#inner.commit(projection, topic, partition, offset, nowMs);
+    return this.#inner.commit(projection, topic, partition, offset, nowMs, options);
   }
   list(projection?: string): Promise<Checkpoint[]> {
     return this.#inner.list(projection);
@@ -63,6 +72,18 @@ class FlakyCheckpointStore implements CheckpointStore {
   }
   lowest(topic: string, partition: number): Promise<number | undefined> {
     return this.#inner.lowest(topic, partition);
+  }
+  generation(projection: string): Promise<ProjectionGeneration> {
+    return this.#inner.generation(projection);
+  }
+  generations(): Promise<ProjectionGeneration[]> {
+    return this.#inner.generations();
+  }
+  beginRebuild(projection: string, id: string, nowMs: number, replacing?: string) {
+    return this.#inner.beginRebuild(projection, id, nowMs, replacing);
+  }
+  endRebuild(projection: string, id: string): Promise<boolean> {
+    return this.#inner.endRebuild(projection, id);
   }
   close(): Promise<void> {
     return this.#inner.close();

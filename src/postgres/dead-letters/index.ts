@@ -1,0 +1,4 @@
+export {
+  PostgresDeadLetterStore,
+  type PostgresDeadLetterStoreOptions,
+} from './postgres-dead-letter-store.js';
