@@ -105,6 +105,7 @@ export type {
   StepRunner,
   LogPosition,
   TransactionalUnitOfWork,
+  UnitOfWorkBus,
   UnitOfWorkCall,
   UnitOfWorkResult,
 } from './dispatch/index.js';

@@ -403,6 +403,7 @@ class HarrierBus implements MessageBus {
   }
   readonly projections: ProjectionRunner | undefined;
   readonly #eventLog: EventLog | undefined;
+  readonly #unitOfWork: TransactionalUnitOfWork | undefined;
   readonly #checkpoints: CheckpointStore | undefined;
   readonly #registry: HandlerRegistry;
   readonly #clock: Clock;
@@ -485,6 +486,7 @@ class HarrierBus implements MessageBus {
     if (!this.container.isBound(HarrierTokens.MessageBus))
       this.container.bind(HarrierTokens.MessageBus).toConstantValue(this);
     this.#eventLog = options.eventLog;
+    this.#unitOfWork = options.unitOfWork;
     this.#traceparent = options.telemetry?.traceparent;
     this.#telemetry = options.telemetry;
     this.publisher = new MessagePublisher({
@@ -736,16 +738,25 @@ class HarrierBus implements MessageBus {
   }
 
   /**
-   * Starts consuming: asks the saga store to join the unit of work (when the bus has both), then
-   * starts the dispatcher and the projections.
-   * @throws what the saga store's `joinUnitOfWork` throws (`invalid-option` for a
-   * `PostgresSagaStore` on another database or schema than `postgresUnitOfWork`).
+   * Starts consuming: attaches the unit of work (`TransactionalUnitOfWork.attach`), asks the saga
+   * store to join it (when the bus has both), then starts the dispatcher and the projections.
+   * @throws what the unit's `attach` throws (`invalid-option` for a `postgresUnitOfWork({ broker })`
+   * that cannot hand messages to this bus's broker), and what the saga store's `joinUnitOfWork`
+   * throws (`invalid-option` for a `PostgresSagaStore` on another database or schema than
+   * `postgresUnitOfWork`).
    */
   async start(): Promise<void> {
     if (this.#state === 'stopped')
       throw new HarrierError('bus-stopped', 'This bus was stopped: create a new bus to start again');
     if (this.#state === 'started') return;
-    // Before anything starts: a saga store that cannot join the unit of work refuses the start.
+    // Before anything starts: a unit that cannot work with this bus (its hand-off to the broker), or
+    // a saga store that cannot join the unit of work, refuses the start, which may be retried.
+    await this.#unitOfWork?.attach?.({
+      endpoint: this.endpoint,
+      broker: this.broker,
+      eventLog: this.#eventLog !== undefined,
+      forBroker: (message) => this.publisher.forBroker(message),
+    });
     await this.#joinSagaUnit?.();
     // Another start() went first meanwhile, or a stop() came.
     if (!this.#isCreated()) return;

@@ -33,6 +33,7 @@ export {
 export type {
   LogPosition,
   TransactionalUnitOfWork,
+  UnitOfWorkBus,
   UnitOfWorkCall,
   UnitOfWorkResult,
 } from './transactional-unit-of-work.js';

@@ -157,6 +157,15 @@ export class MessagePublisher {
   }
 
   /**
+   * `message` as {@link MessagePublisher.publish} hands it to the broker: a command this endpoint
+   * handles, or any command when `requireCommandRoute` is false, gets `requireRoute: false` unless it
+   * set it (for a unit of work that inserts messages into the broker's storage itself).
+   */
+  forBroker(message: OutgoingMessage): OutgoingMessage {
+    return this.#withRouteRequirement(message);
+  }
+
+  /**
    * Whether a command needs a registered route: not when this endpoint handles it, else per option.
    * A message whose `requireRoute` would be the broker's default (true), or whose route is
    * registered already, is passed on as it is: no copy.

@@ -1,3 +1,4 @@
+import type { MessageBroker, OutgoingMessage } from '../broker/message-broker.js';
 import type { HandlerKind } from '../handlers/handler-metadata.js';
 import type { HandlerContext } from './handler-context.js';
 
@@ -41,6 +42,28 @@ export interface UnitOfWorkCall {
 }
 
 /**
+ * What a bus tells its {@link TransactionalUnitOfWork} when it starts
+ * ({@link TransactionalUnitOfWork.attach}): enough for a unit that hands recorded messages to the
+ * broker itself, in its transaction, to do it as the bus's own publish would.
+ */
+export interface UnitOfWorkBus {
+  /** The bus's endpoint: the `endpoint` of the calls it hands the unit. */
+  readonly endpoint: string;
+  /** The broker the bus publishes through and receives from. */
+  readonly broker: MessageBroker;
+  /**
+   * Whether the bus appends events to an event log before they fan out (`BusOptions.eventLog`):
+   * then a message handed to the broker alone would miss the log.
+   */
+  readonly eventLog: boolean;
+  /**
+   * The message as the bus's publisher hands it to the broker: a command this endpoint handles, or
+   * any command when `requireCommandRoute` is false, gets `requireRoute: false` unless it set it.
+   */
+  forBroker(message: OutgoingMessage): OutgoingMessage;
+}
+
+/**
  * How a {@link TransactionalUnitOfWork} ended a call that threw nothing:
  * - `ran`: the handler ran and its transaction committed; the pipeline publishes what it recorded, as without a unit;
  * - `stored`: the handler ran, and what it recorded was stored in the same transaction (an outbox),
@@ -67,4 +90,11 @@ export interface TransactionalUnitOfWork {
   /** Name used in logs. */
   readonly name: string;
   run(call: UnitOfWorkCall): Promise<UnitOfWorkResult>;
+  /**
+   * Called by `bus.start()` before the bus receives, once per start: a unit that stores what
+   * handlers record straight into the broker's queue checks there that it can (the bus's broker is
+   * its own, no event log) and rejects, failing the start, when it cannot.
+   * @defaultValue none (nothing to check)
+   */
+  attach?(bus: UnitOfWorkBus): Promise<void>;
 }

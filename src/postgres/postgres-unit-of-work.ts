@@ -3,12 +3,15 @@ import { toErrorInfo } from '../broker/message-broker.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import type {
   TransactionalUnitOfWork,
+  UnitOfWorkBus,
   UnitOfWorkCall,
   UnitOfWorkResult,
 } from '../dispatch/transactional-unit-of-work.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerKind } from '../handlers/handler-metadata.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
+import type { PostgresBroker } from './broker/postgres-broker.js';
+import { BrokerHandoff, handoffTargetOf } from './broker-handoff.js';
 import { holdClient, type HeldClient } from './held-client.js';
 import { requireSchema } from './migrate-postgres.js';
 import { writeOutboxRows } from './outbox-rows.js';
@@ -67,7 +70,7 @@ export interface PostgresUnitOfWorkOptions {
   readonly schema?: string;
   /**
    * Keep an inbox row per (subscription, message id) in each command and event handler's
-   * transaction, so a delivery whose transaction committed before is acked without running the
+   * transaction (and a projection's fed by the broker rather than an event log), so a delivery whose transaction committed before is acked without running the
    * handler again. The subscription is `<endpoint>/<handler name>`. `execute` calls (in process,
    * never redelivered) skip it.
    * @defaultValue true
@@ -83,6 +86,19 @@ export interface PostgresUnitOfWorkOptions {
    * @defaultValue true
    */
   readonly outbox?: boolean;
+  /**
+   * The bus's `PostgresBroker`, when its tables are in this database: what a handler records is
+   * then inserted into the broker's queue in the handler's transaction (routes, dedupe, delays and
+   * fan-out as the broker's publish), with no outbox and no relay. See docs/postgres-outbox.md.
+   *
+   * @remarks
+   * `bus.start()` checks that the bus publishes through this broker, has no `eventLog`, and that the
+   * broker's pool reaches this unit's database; otherwise it fails with HarrierError
+   * `invalid-option` naming the fix. Not with `outbox: false`.
+   * @defaultValue none: recorded messages go to the outbox (or, with `outbox: false`, are published
+   *   by the pipeline after the commit)
+   */
+  readonly broker?: PostgresBroker;
   /**
    * The handler kinds whose calls run in a transaction; other calls run as without a unit.
    * `'query'` may be added (a query handler then reads in a transaction of its own). `'saga'` takes
@@ -151,6 +167,12 @@ function checkOptions(options: PostgresUnitOfWorkOptions): void {
       );
     }
   }
+  if (options.broker !== undefined && options.outbox === false) {
+    throw new HarrierError(
+      'invalid-option',
+      'postgresUnitOfWork: broker and outbox: false contradict each other (broker stores recorded messages in its queue in the transaction, outbox: false publishes them after the commit): remove one',
+    );
+  }
   for (const kind of options.kinds ?? []) {
     if (!WRAPPABLE_KINDS.includes(kind)) {
       throw new HarrierError(
@@ -161,11 +183,18 @@ function checkOptions(options: PostgresUnitOfWorkOptions): void {
   }
 }
 
-/** Whether a call takes an inbox row: a delivery (not `execute`) to a command or event handler or a saga. */
+/**
+ * Whether a call takes an inbox row: a delivery (not `execute`) to a command or event handler or a
+ * saga, or to a projection fed by the broker (a bus without an event log: no checkpoint to skip by).
+ */
 function takesInbox(call: UnitOfWorkCall): boolean {
+  if (call.inProcess) return false;
+  const kind = call.handlerKind;
   return (
-    !call.inProcess &&
-    (call.handlerKind === 'command' || call.handlerKind === 'event' || call.handlerKind === 'saga')
+    kind === 'command' ||
+    kind === 'event' ||
+    kind === 'saga' ||
+    (kind === 'projection' && call.position === undefined)
   );
 }
 
@@ -177,6 +206,7 @@ class PostgresUnit implements PostgresUnitOfWork {
   readonly #tables: PostgresTables;
   readonly #inbox: boolean;
   readonly #outbox: boolean;
+  readonly #handoff: BrokerHandoff | undefined;
   readonly #kinds: ReadonlySet<HandlerKind>;
   readonly #retentionMs: number;
   readonly #pruneEveryMs: number;
@@ -193,6 +223,8 @@ class PostgresUnit implements PostgresUnitOfWork {
     this.#connection = options.connection;
     this.#inbox = options.inbox ?? true;
     this.#outbox = options.outbox ?? true;
+    this.#handoff =
+      options.broker === undefined ? undefined : new BrokerHandoff(handoffTargetOf(options.broker));
     this.#kinds = new Set(options.kinds ?? ['command', 'event', 'projection', 'saga']);
     this.#retentionMs = options.inboxRetentionMs ?? DEFAULT_INBOX_RETENTION_MS;
     this.#pruneEveryMs = options.inboxPruneIntervalMs ?? DEFAULT_INBOX_PRUNE_INTERVAL_MS;
@@ -206,6 +238,17 @@ class PostgresUnit implements PostgresUnitOfWork {
       sagas: this.#kinds.has('saga'),
       ready: () => this.ready(),
     });
+  }
+
+  async attach(bus: UnitOfWorkBus): Promise<void> {
+    if (this.#handoff === undefined) return;
+    this.#checkOpen();
+    await this.ready();
+    try {
+      await this.#handoff.attach(bus, this.#handle.pool);
+    } catch (error) {
+      throw postgresError(error, this.#connection, "checking the broker's database");
+    }
   }
 
   ready(): Promise<void> {
@@ -352,6 +395,11 @@ class PostgresUnit implements PostgresUnitOfWork {
     }
     await this.#runCall(client, call);
     if (!this.#outbox || call.handlerKind === 'projection') return 'ran';
+    if (this.#handoff !== undefined) {
+      const recorded = call.context.recorded.map((p) => p.outgoing);
+      await this.#handoff.store(client, call.endpoint, recorded);
+      return 'stored';
+    }
     await writeOutboxRows(
       client,
       this.#tables,
@@ -438,12 +486,14 @@ class PostgresUnit implements PostgresUnitOfWork {
  * - a command or event delivery: BEGIN; with the inbox, insert (subscription, message id), and when
  *   the row is there already, roll back and answer `skipped` (the delivery is acked, the handler not
  *   run); run the handler, which reaches the transaction through {@link postgresSession}; with the
- *   outbox, insert what it recorded into the outbox; COMMIT (`stored` with the outbox, else `ran`);
+ *   outbox, insert what it recorded into the outbox, or with `broker` into the broker's queue;
+ *   COMMIT (`stored` with the outbox or the broker, else `ran`);
  * - a projection call fed by the event log: BEGIN; hold the projection's generation row (shared) and
  *   roll back with `projection-rebuilt` when it is not the lane's generation or a rebuild is under
  *   way; lock the checkpoint of (projection, topic, partition); when it is at or past the event's
- *   offset, roll back and answer `skipped`; run; raise the checkpoint to the offset; COMMIT (`ran`). A replayed dead letter (no position) runs in a
- *   transaction without the checkpoint;
+ *   offset, roll back and answer `skipped`; run; raise the checkpoint to the offset; COMMIT (`ran`).
+ *   A projection call without a position (fed by the broker on a bus without an event log, or
+ *   replaying a dead letter) takes an inbox row as an event handler does, without the checkpoint;
  * - a saga step (with a `PostgresSagaStore` that joined the unit at the bus's start): as a command
  *   delivery, the step reading its instance (locked until COMMIT) and saving it in the transaction;
  *   a step that loses a compare-and-set rolls back and re-runs in a new transaction;

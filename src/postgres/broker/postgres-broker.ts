@@ -18,6 +18,7 @@ import { sleep } from '../../clock/sleep.js';
 import { HarrierError } from '../../errors/harrier-error.js';
 import { StaleDeliveryError } from '../../errors/stale-delivery-error.js';
 import { consoleLogger, type Logger } from '../../logging/logger.js';
+import { registerHandoffTarget } from '../broker-handoff.js';
 import { holdClient } from '../held-client.js';
 import { requireSchema } from '../migrate-postgres.js';
 import type { PostgresConnectionOptions } from '../postgres-connection.js';
@@ -169,6 +170,14 @@ export class PostgresBroker implements MessageBroker {
         for (const receiver of this.#receivers) receiver.notify(lane);
       },
     );
+    // postgresUnitOfWork({ broker }) inserts through this, in a handler's transaction.
+    registerHandoffTarget({
+      broker: this,
+      tables: this.#tables,
+      pool: this.#handle.pool,
+      insert: (client, messages) =>
+        insertMessages(client, this.#tables, messages, this.#clock.now(), this.#dedupeWindowMs),
+    });
   }
 
   /** The schema of the broker's tables. */
