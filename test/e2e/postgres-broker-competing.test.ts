@@ -14,8 +14,6 @@ import { tempDir } from './fixtures/fault-harness.js';
 import { DoWork, HANDLER_OF, WorkRequested } from './fixtures/fault-messages.js';
 import {
   createPgProducer,
-  deleteRedisPrefix,
-  freshPrefix,
   prepareSchema,
   readPgLines,
   startPgWorker,
@@ -26,7 +24,6 @@ import {
 } from './fixtures/pg-broker-harness.js';
 
 const databaseUrl = inject('databaseUrl');
-const redisUrl = inject('redisUrl');
 const { pool } = useSharedPostgres(databaseUrl);
 
 const TOTAL = 10_000;
@@ -63,11 +60,10 @@ describe('PostgresBroker competing consumers', () => {
   describe('when two worker processes take 10,000 messages of one endpoint, 1 % failing on every attempt', () => {
     it('hands each message to one worker once: 0 lost, 0 handled twice, the failures dead-lettered as handler-failed after 3 attempts', async () => {
       const dir = tempDir();
-      const site: PgFaultSite = { databaseUrl, schema: freshSchema(), redisUrl, prefix: freshPrefix() };
+      const site: PgFaultSite = { databaseUrl, schema: freshSchema() };
       cleanups.push(async () => {
         rmSync(dir, { recursive: true, force: true });
         await dropSchema(pool, site.schema);
-        await deleteRedisPrefix(redisUrl, site.prefix);
       });
       await prepareSchema(pool, site.schema);
       const outA = join(dir, 'worker-a.jsonl');

@@ -13,8 +13,6 @@ import { tempDir } from './fixtures/fault-harness.js';
 import { PostEntry } from './fixtures/fault-messages.js';
 import {
   createPgProducer,
-  deleteRedisPrefix,
-  freshPrefix,
   prepareSchema,
   readPgLines,
   startPgWorker,
@@ -25,7 +23,6 @@ import {
 } from './fixtures/pg-broker-harness.js';
 
 const databaseUrl = inject('databaseUrl');
-const redisUrl = inject('redisUrl');
 const { pool } = useSharedPostgres(databaseUrl);
 
 const WORKERS = 4;
@@ -46,11 +43,10 @@ describe('PostgresBroker per-key order', () => {
   describe('when four worker processes share ordered keys, some entries fail once, and one process stops mid-stream', () => {
     it('handles each key one message at a time in send order, retries in place, across the processes', async () => {
       const dir = tempDir();
-      const site: PgFaultSite = { databaseUrl, schema: freshSchema(), redisUrl, prefix: freshPrefix() };
+      const site: PgFaultSite = { databaseUrl, schema: freshSchema() };
       cleanups.push(async () => {
         rmSync(dir, { recursive: true, force: true });
         await dropSchema(pool, site.schema);
-        await deleteRedisPrefix(redisUrl, site.prefix);
       });
       await prepareSchema(pool, site.schema);
       const outs = Array.from({ length: WORKERS }, (_, i) => join(dir, `ordered-${i}.jsonl`));

@@ -15,9 +15,7 @@ import { tempDir } from './fixtures/fault-harness.js';
 import { DoWork } from './fixtures/fault-messages.js';
 import {
   createPgProducer,
-  deleteRedisPrefix,
   effectCounts,
-  freshPrefix,
   prepareSchema,
   readPgLines,
   startPgWorker,
@@ -29,7 +27,6 @@ import {
 } from './fixtures/pg-broker-harness.js';
 
 const databaseUrl = inject('databaseUrl');
-const redisUrl = inject('redisUrl');
 const { pool } = useSharedPostgres(databaseUrl);
 
 const LEASE_MS = 2_000;
@@ -56,11 +53,10 @@ interface Scene {
 
 async function setUp(): Promise<Scene> {
   const dir = tempDir();
-  const site: PgFaultSite = { databaseUrl, schema: freshSchema(), redisUrl, prefix: freshPrefix() };
+  const site: PgFaultSite = { databaseUrl, schema: freshSchema() };
   cleanups.push(async () => {
     rmSync(dir, { recursive: true, force: true });
     await dropSchema(pool, site.schema);
-    await deleteRedisPrefix(redisUrl, site.prefix);
   });
   await prepareSchema(pool, site.schema);
   return { site, dir, producer: createPgProducer(site) };
