@@ -1,0 +1,128 @@
+/**
+ * The PostgreSQL broker where sessions, transactions and receivers race: a LISTEN session lost,
+ * publishers committing out of seq order, concurrent replays, a close during an outage.
+ */
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import type { Delivery } from '../../src/broker/message-broker.js';
+import { PostgresBroker, type PostgresBrokerOptions } from '../../src/postgres/broker/postgres-broker.js';
+import { brokerChannel } from '../../src/postgres/broker/broker-channel.js';
+import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
+import { postgresTables } from '../../src/postgres/postgres-schema.js';
+import { expectingLogger } from '../helpers/expected-warnings.js';
+import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+
+const databaseUrl = inject('databaseUrl');
+const { pool } = useSharedPostgres(databaseUrl);
+
+const TYPE = 'orders.PlaceOrder';
+const ENDPOINT = 'orders';
+
+const cleanups: (() => Promise<void>)[] = [];
+const stops: AbortController[] = [];
+
+afterEach(async () => {
+  for (const stop of stops.splice(0)) stop.abort();
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function migrated(): Promise<string> {
+  const schema = freshSchema();
+  cleanups.push(() => dropSchema(pool, schema));
+  await migratePostgres(pool, { schema });
+  return schema;
+}
+
+function brokerOn(schema: string, options: Partial<PostgresBrokerOptions> = {}): PostgresBroker {
+  const broker = new PostgresBroker({ connection: databaseUrl, schema, ...options });
+  cleanups.push(() => broker.close());
+  return broker;
+}
+
+function receive(broker: PostgresBroker, prefetch = 16): AsyncIterator<Delivery> {
+  const stop = new AbortController();
+  stops.push(stop);
+  return broker.receiver({ endpoint: ENDPOINT, signal: stop.signal, prefetch })[Symbol.asyncIterator]();
+}
+
+const pending = new WeakMap<AsyncIterator<Delivery>, Promise<IteratorResult<Delivery>>>();
+
+/** The next delivery, or 'timeout' after `ms` (the pull stays pending for the next call). */
+async function within(iterator: AsyncIterator<Delivery>, ms: number): Promise<Delivery | 'timeout'> {
+  const next = pending.get(iterator) ?? iterator.next();
+  pending.set(iterator, next);
+  let timer: NodeJS.Timeout | undefined;
+  const result = await Promise.race([
+    next,
+    new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => {
+        resolve('timeout');
+      }, ms);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (result === 'timeout') return result;
+  pending.delete(iterator);
+  if (result.done === true) throw new Error('the receiver ended');
+  return result.value;
+}
+
+/** Resolves once `condition` holds, checking every 20 ms; fails after `ms`. */
+async function until(what: string, condition: () => Promise<boolean> | boolean, ms = 5_000): Promise<void> {
+  for (const end = Date.now() + ms; Date.now() < end;) {
+    if (await condition()) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+const command = (body = 'place') => ({ id: randomUUID(), kind: 'command' as const, type: TYPE, body });
+
+describe(PostgresBroker, () => {
+  describe('when its LISTEN session is terminated', () => {
+    it('opens one new session, not a stream of them, and a later NOTIFY still wakes the receiver', async () => {
+      const schema = await migrated();
+      const own = new pg.Pool({ connectionString: databaseUrl, max: 10 });
+      own.on('error', () => {});
+      cleanups.push(() => own.end());
+      let connects = 0;
+      own.on('connect', () => {
+        connects++;
+      });
+      const broker = brokerOn(schema, {
+        connection: own,
+        pollIntervalMs: 30_000,
+        logger: expectingLogger((message) => /lost its LISTEN connection/.test(message)),
+      });
+      await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+      const deliveries = receive(broker);
+      expect(await within(deliveries, 300)).toBe('timeout');
+      const channel = brokerChannel(postgresTables(schema));
+      const listening = async (): Promise<number[]> =>
+        (
+          await pool.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE query = $1`, [
+            `LISTEN "${channel}"`,
+          ])
+        ).rows.map((row) => row.pid);
+      const [before] = await listening();
+      if (before === undefined) return expect.fail('no LISTEN session');
+      const connectsBefore = connects;
+
+      await pool.query('SELECT pg_terminate_backend($1)', [before]);
+      await until('a new LISTEN session', async () => {
+        const now = await listening();
+        return now.length > 0 && !now.includes(before);
+      });
+      // A reconnect loop opens hundreds of connections a second; a healthy listener opens one.
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+
+      expect(connects - connectsBefore).toBeLessThanOrEqual(3);
+      expect(await listening()).toHaveLength(1);
+      await brokerOn(schema).publish(command('after'));
+      const delivered = await within(deliveries, 3_000);
+      expect(delivered).not.toBe('timeout');
+      expect((delivered as Delivery).body).toBe('after');
+    });
+  });
+});
