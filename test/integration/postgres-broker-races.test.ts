@@ -8,6 +8,7 @@ import { afterEach, describe, expect, inject, it } from 'vitest';
 import type { Delivery } from '../../src/broker/message-broker.js';
 import { PostgresBroker, type PostgresBrokerOptions } from '../../src/postgres/broker/postgres-broker.js';
 import { brokerChannel } from '../../src/postgres/broker/broker-channel.js';
+import { insertMessages } from '../../src/postgres/broker/insert-messages.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { postgresTables } from '../../src/postgres/postgres-schema.js';
 import { expectingLogger } from '../helpers/expected-warnings.js';
@@ -17,6 +18,7 @@ const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
 
 const TYPE = 'orders.PlaceOrder';
+const EVENT = 'orders.OrderPlaced';
 const ENDPOINT = 'orders';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -123,6 +125,58 @@ describe(PostgresBroker, () => {
       const delivered = await within(deliveries, 3_000);
       expect(delivered).not.toBe('timeout');
       expect((delivered as Delivery).body).toBe('after');
+    });
+  });
+
+  describe('when a transaction holds an ordered message of a key uncommitted while another is published', () => {
+    it('delivers the committed-later earlier one first, and the next only once it settled', async () => {
+      const schema = await migrated();
+      const tables = postgresTables(schema);
+      const broker = brokerOn(schema, { pollIntervalMs: 50 });
+      await broker.register(ENDPOINT, [
+        { handler: 'audit', kind: 'event', types: [EVENT], orderedTypes: [EVENT] },
+      ]);
+      const event = (body: string) => ({
+        id: randomUUID(),
+        kind: 'event' as const,
+        type: EVENT,
+        body,
+        partitionKey: 'K',
+        ordered: true,
+      });
+      const deliveries = receive(broker, 4);
+      const uow = await pool.connect();
+      let publishing: Promise<void> | undefined;
+      try {
+        await uow.query('BEGIN');
+        await insertMessages(uow, tables, [event('E1')], Date.now(), 86_400_000);
+        let published = false;
+        publishing = broker.publish(event('E2')).then(() => {
+          published = true;
+        });
+        // The second publisher waits for the transaction's lock on the key (or, unlocked, is done).
+        await until('the second publish to wait or finish', async () => {
+          if (published) return true;
+          const waiting = await pool.query(
+            `SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+          );
+          return (waiting.rowCount ?? 0) > 0;
+        });
+        const early = await within(deliveries, 300);
+        expect(early === 'timeout' ? 'nothing' : early.body).toBe('nothing');
+        await uow.query('COMMIT');
+      } finally {
+        uow.release();
+      }
+      await publishing;
+
+      const first = await within(deliveries, 5_000);
+      expect(first === 'timeout' ? 'nothing' : first.body).toBe('E1');
+      expect(await within(deliveries, 300)).toBe('timeout');
+      await broker.ack((first as Delivery).id);
+      const second = await within(deliveries, 5_000);
+      expect(second === 'timeout' ? 'nothing' : second.body).toBe('E2');
+      await broker.ack((second as Delivery).id);
     });
   });
 });
