@@ -179,4 +179,30 @@ describe(PostgresBroker, () => {
       await broker.ack((second as Delivery).id);
     });
   });
+
+  describe('.redeliver', () => {
+    describe('when one message is replayed three times at once', () => {
+      it('queues one copy', async () => {
+        const schema = await migrated();
+        const tables = postgresTables(schema);
+        const broker = brokerOn(schema);
+        await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        // Three sessions open first, so the replays run side by side rather than one per new connection.
+        await Promise.all([1, 2, 3, 4].map(() => broker.queueDepths(ENDPOINT)));
+        const message = command('replayed');
+
+        await Promise.all(
+          [1, 2, 3].map(() =>
+            broker.redeliver({ endpoint: ENDPOINT, handler: TYPE, message, deadLetterId: 'dl-1' }),
+          ),
+        );
+
+        const copies = await pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM ${tables.queue} WHERE message_id = $1`,
+          [message.id],
+        );
+        expect(copies.rows[0]?.n).toBe(1);
+      });
+    });
+  });
 });
