@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import type { Delivery } from '../../src/broker/message-broker.js';
+import { ManualClock } from '../../src/clock/manual-clock.js';
 import { PostgresBroker, type PostgresBrokerOptions } from '../../src/postgres/broker/postgres-broker.js';
 import { brokerChannel } from '../../src/postgres/broker/broker-channel.js';
 import { insertMessages } from '../../src/postgres/broker/insert-messages.js';
@@ -196,6 +197,33 @@ describe(PostgresBroker, () => {
             broker.redeliver({ endpoint: ENDPOINT, handler: TYPE, message, deadLetterId: 'dl-1' }),
           ),
         );
+
+        const copies = await pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM ${tables.queue} WHERE message_id = $1`,
+          [message.id],
+        );
+        expect(copies.rows[0]?.n).toBe(1);
+      });
+    });
+  });
+
+  describe('.publish', () => {
+    describe("when a 'while-queued' message is published again after the dedupe window, its first copy still queued", () => {
+      it('drops the second publish', async () => {
+        const schema = await migrated();
+        const tables = postgresTables(schema);
+        const clock = new ManualClock(Date.now());
+        const broker = brokerOn(schema, { clock, dedupeWindowMs: 60_000 });
+        await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        const message = {
+          ...command('later'),
+          dedupe: 'while-queued' as const,
+          deliverAt: clock.now() + 7_200_000,
+        };
+        await broker.publish(message);
+        clock.advance(3_600_000);
+
+        await broker.publish(message);
 
         const copies = await pool.query<{ n: number }>(
           `SELECT count(*)::int AS n FROM ${tables.queue} WHERE message_id = $1`,

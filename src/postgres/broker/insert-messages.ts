@@ -35,7 +35,8 @@ interface Target {
  * Reads the routes in the same transaction: a command whose type no endpoint registered throws
  * `no-route` (unless its `requireRoute` is false) before anything is written; an event gets one copy
  * per registered subscription of its type. A (queue, message id) recorded less than
- * `dedupeWindowMs` ago inserts nothing: an idempotent publish. PostgreSQL delivers the NOTIFY only
+ * `dedupeWindowMs` ago inserts nothing: an idempotent publish; so does one whose copy is still in
+ * the queue (waiting, delayed or held), however long ago it was published, unless the window is 0. PostgreSQL delivers the NOTIFY only
  * if the transaction commits. An ordered copy first takes a transaction-scoped advisory lock on its
  * (lane, order key): a second publisher of that key waits for this transaction to end (see
  * {@link orderLocks}). Exported for a unit of work that publishes inside the handler's own
@@ -120,9 +121,13 @@ export async function insertMessages(
                             $8::bytea[], $9::text[], $10::text[], $11::bigint[])
          WITH ORDINALITY AS t(queue, lane, endpoint, handler, message_id, kind, type, body, partition_key, order_key, run_at, i)
         WHERE (SELECT count(*) FROM locks) >= 0),
+     fresh AS (
+       SELECT * FROM t
+        WHERE $13::bigint = 0
+           OR NOT EXISTS (SELECT 1 FROM ${tables.queue} q WHERE q.queue = t.queue AND q.message_id = t.message_id)),
      d AS (
        INSERT INTO ${tables.dedupe} AS d (queue, message_id, expires_at)
-       SELECT queue, message_id, $12::bigint + $13::bigint FROM t
+       SELECT queue, message_id, $12::bigint + $13::bigint FROM fresh
        ON CONFLICT (queue, message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
          WHERE d.expires_at <= $12::bigint
        RETURNING queue, message_id),
@@ -131,7 +136,7 @@ export async function insertMessages(
                                     order_key, run_at, created_at)
        SELECT t.queue, t.lane, t.endpoint, t.handler, t.message_id, t.kind, t.type, t.body, t.partition_key,
               t.order_key, t.run_at, $12::bigint
-         FROM t JOIN d ON d.queue = t.queue AND d.message_id = t.message_id
+         FROM fresh t JOIN d ON d.queue = t.queue AND d.message_id = t.message_id
         ORDER BY t.i
        RETURNING lane),
      lanes AS (SELECT DISTINCT lane FROM ins)
