@@ -233,4 +233,54 @@ describe(PostgresBroker, () => {
       });
     });
   });
+
+  describe('insertMessages', () => {
+    describe('when two batches with the same ids in opposite orders run at once', () => {
+      it('inserts both without a deadlock', async () => {
+        const schema = await migrated();
+        const tables = postgresTables(schema);
+        await pool.query(`INSERT INTO ${tables.routes} VALUES ('orders', 'event', 'audit', $1, false, 0)`, [
+          EVENT,
+        ]);
+        const event = (id: string) => ({ id, kind: 'event' as const, type: EVENT, body: id });
+        const [a, b, g] = [
+          event(`a-${randomUUID()}`),
+          event(`b-${randomUUID()}`),
+          event(`g-${randomUUID()}`),
+        ];
+        const applicationName = `hrt-${randomUUID().slice(0, 8)}`;
+        const batches = new pg.Pool({ connectionString: databaseUrl, application_name: applicationName });
+        batches.on('error', () => {});
+        cleanups.push(() => batches.end());
+        const holder = await pool.connect();
+        let results: PromiseSettledResult<number>[];
+        try {
+          await holder.query('BEGIN');
+          // In batch order, each batch would record its first id, then wait here for g, and then one
+          // for the other's first id: a deadlock, whichever gets g.
+          await insertMessages(holder, tables, [g], Date.now(), 60_000);
+          const both = Promise.allSettled([
+            insertMessages(batches, tables, [a, g, b], Date.now(), 60_000),
+            insertMessages(batches, tables, [b, g, a], Date.now(), 60_000),
+          ]);
+          await until('both batches to wait', async () => {
+            const waiting = await pool.query(
+              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+              [applicationName],
+            );
+            return waiting.rowCount === 2;
+          });
+          await holder.query('ROLLBACK');
+          results = await both;
+        } finally {
+          holder.release();
+        }
+
+        expect(results.map((r) => (r.status === 'rejected' ? String(r.reason) : 'inserted'))).toEqual([
+          'inserted',
+          'inserted',
+        ]);
+      });
+    });
+  });
 });

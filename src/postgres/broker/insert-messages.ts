@@ -128,6 +128,8 @@ export async function insertMessages(
      d AS (
        INSERT INTO ${tables.dedupe} AS d (queue, message_id, expires_at)
        SELECT queue, message_id, $12::bigint + $13::bigint FROM fresh
+        -- In key order: two batches with common ids lock their rows in one order, never deadlock.
+        ORDER BY queue, message_id
        ON CONFLICT (queue, message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
          WHERE d.expires_at <= $12::bigint
        RETURNING queue, message_id),

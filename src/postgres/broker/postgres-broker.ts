@@ -639,7 +639,7 @@ export class PostgresBroker implements MessageBroker {
     this.#cancelPrune = this.#clock.setTimer(DEDUPE_PRUNE_INTERVAL_MS, () => {
       void this.#handle.pool
         .query(
-          `DELETE FROM ${this.#tables.dedupe} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ${this.#tables.dedupe} WHERE expires_at <= $1 LIMIT ${DEDUPE_PRUNE_BATCH}))`,
+          `DELETE FROM ${this.#tables.dedupe} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ${this.#tables.dedupe} WHERE expires_at <= $1 LIMIT ${DEDUPE_PRUNE_BATCH})) AND expires_at <= $1`,
           [this.#clock.now()],
         )
         .catch((error: unknown) => {
