@@ -283,4 +283,47 @@ describe(PostgresBroker, () => {
       });
     });
   });
+
+  describe('.close', () => {
+    describe('when a take is out and then fails', () => {
+      it('resolves without waiting for the retry pause', async () => {
+        const schema = await migrated();
+        const tables = postgresTables(schema);
+        const applicationName = `hrt-${randomUUID().slice(0, 8)}`;
+        // The clock never moves: a retry pause on it would never end.
+        const broker = new PostgresBroker({
+          connection: { connectionString: databaseUrl, application_name: applicationName },
+          schema,
+          clock: new ManualClock(Date.now()),
+          logger: expectingLogger((message) => /could not/.test(message)),
+        });
+        cleanups.push(() => broker.close());
+        await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        const holder = await pool.connect();
+        let closed = false;
+        try {
+          await holder.query('BEGIN');
+          await holder.query(`LOCK TABLE ${tables.queue} IN ACCESS EXCLUSIVE MODE`);
+          void receive(broker).next();
+          await until('the take to wait for the lock', async () => {
+            const waiting = await pool.query(
+              `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+              [applicationName],
+            );
+            return (waiting.rowCount ?? 0) > 0;
+          });
+          void broker.close().then(() => {
+            closed = true;
+          });
+          // The table goes away under the take: it fails once the lock is let go.
+          await holder.query(`DROP TABLE ${tables.queue}`);
+          await holder.query('COMMIT');
+        } finally {
+          holder.release();
+        }
+
+        await until('close() to resolve', () => closed, 3_000);
+      });
+    });
+  });
 });
