@@ -62,6 +62,7 @@ export const HARRIER_ERROR_CODES = [
   'unknown-topic',
   'unrecoverable',
   'unsupported-decorators',
+  'unsupported-server',
   'validation-failed',
   'weak-key',
   'wrong-kind',

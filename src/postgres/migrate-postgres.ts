@@ -6,6 +6,7 @@ import { MIGRATIONS, SCHEMA_VERSION } from './migrations.js';
 import type { PostgresConnectionOptions } from './postgres-connection.js';
 import { openPool, postgresError } from './postgres-pool.js';
 import { postgresTables, type PostgresTables } from './postgres-schema.js';
+import { requireServerVersion } from './server-version.js';
 
 /** Options of {@link migratePostgres}. */
 export interface MigratePostgresOptions {
@@ -68,7 +69,7 @@ function schemaConflict(schema: string, foreign: readonly ForeignTable[]): Harri
  * @throws HarrierError `invalid-option` for a bad schema name, `postgres-unavailable` when the
  * server cannot be reached, `schema-conflict` (changing nothing) when the schema already holds a
  * table of one of Harrier's names that Harrier did not create, e.g. the application's own
- * `migrations` or `outbox`.
+ * `migrations` or `outbox`; `unsupported-server` (changing nothing) on a PostgreSQL older than 13.
  */
 export async function migratePostgres(
   connection: PostgresConnectionOptions,
@@ -82,6 +83,7 @@ export async function migratePostgres(
     try {
       await client.query('BEGIN');
       try {
+        await requireServerVersion(client);
         await client.query(`SELECT pg_advisory_xact_lock(hashtext($1))`, [
           `harrier-migrate:${tables.schema}`,
         ]);
@@ -120,12 +122,14 @@ export async function migratePostgres(
 
 /**
  * Checks that `tables` are at this copy's {@link SCHEMA_VERSION}; every part calls it when it starts.
- * @throws HarrierError `schema-outdated` naming the migrate command when they are missing or behind.
+ * @throws HarrierError `schema-outdated` naming the migrate command when they are missing or behind,
+ *   `unsupported-server` on a PostgreSQL older than 13.
  */
 export async function requireSchema(pool: pg.Pool, tables: PostgresTables, part: string): Promise<void> {
   const held = await holdClient(pool);
   let version: number;
   try {
+    await requireServerVersion(held.client);
     version = await currentVersion(held.client, tables);
   } finally {
     held.release();

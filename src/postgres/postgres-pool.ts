@@ -39,8 +39,20 @@ export function openPool(connection: PostgresConnectionOptions, logger?: Logger)
   };
 }
 
-/** PostgreSQL error codes (SQLSTATE) of a server that cannot be reached or is shutting down. */
-const UNAVAILABLE_SQLSTATES = new Set(['57P01', '57P02', '57P03', '08000', '08001', '08003', '08006']);
+/**
+ * PostgreSQL error codes (SQLSTATE) of a server that cannot be reached, is shutting down, or has no
+ * connection slot left (53300 too_many_connections: it passes once other sessions end).
+ */
+const UNAVAILABLE_SQLSTATES = new Set([
+  '57P01',
+  '57P02',
+  '57P03',
+  '08000',
+  '08001',
+  '08003',
+  '08006',
+  '53300',
+]);
 const UNAVAILABLE_ERRNOS = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -48,6 +60,8 @@ const UNAVAILABLE_ERRNOS = new Set([
   'EAI_AGAIN',
   'ETIMEDOUT',
   'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
 ]);
 
 /** True when `error` says the server is unreachable (rather than that a statement failed). */

@@ -124,7 +124,10 @@ describe(PostgresBroker, () => {
     describe('when the LISTEN connection is terminated', () => {
       it('listens again, and a later NOTIFY still wakes the receiver', async () => {
         const schema = await migrated();
-        const broker = brokerOn(schema, { pollIntervalMs: 30_000 });
+        const broker = brokerOn(schema, {
+          pollIntervalMs: 30_000,
+          logger: expectingLogger((message) => /lost its LISTEN connection/.test(message)),
+        });
         await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
         const deliveries = receive(broker);
         expect(await within(deliveries, 300)).toBe('timeout');

@@ -35,8 +35,11 @@ interface Target {
  * Reads the routes in the same transaction: a command whose type no endpoint registered throws
  * `no-route` (unless its `requireRoute` is false) before anything is written; an event gets one copy
  * per registered subscription of its type. A (queue, message id) recorded less than
- * `dedupeWindowMs` ago inserts nothing: an idempotent publish. PostgreSQL delivers the NOTIFY only
- * if the transaction commits. Exported for a unit of work that publishes inside the handler's own
+ * `dedupeWindowMs` ago inserts nothing: an idempotent publish; so does one whose copy is still in
+ * the queue (waiting, delayed or held), however long ago it was published, unless the window is 0. PostgreSQL delivers the NOTIFY only
+ * if the transaction commits. An ordered copy first takes a transaction-scoped advisory lock on its
+ * (lane, order key): a second publisher of that key waits for this transaction to end (see
+ * {@link orderLocks}). Exported for a unit of work that publishes inside the handler's own
  * transaction.
  *
  * @param client - a client inside a transaction (BEGIN issued by the caller) or in autocommit: the
@@ -111,13 +114,22 @@ export async function insertMessages(
   }
   if (targets.length === 0) return 0;
   const inserted = await client.query<{ rows: string }>(
-    `WITH t AS (
+    `WITH locks AS (
+       SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest($15::text[]) WITH ORDINALITY AS u(k, i)),
+     t AS (
        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
                             $8::bytea[], $9::text[], $10::text[], $11::bigint[])
-         WITH ORDINALITY AS t(queue, lane, endpoint, handler, message_id, kind, type, body, partition_key, order_key, run_at, i)),
+         WITH ORDINALITY AS t(queue, lane, endpoint, handler, message_id, kind, type, body, partition_key, order_key, run_at, i)
+        WHERE (SELECT count(*) FROM locks) >= 0),
+     fresh AS (
+       SELECT * FROM t
+        WHERE $13::bigint = 0
+           OR NOT EXISTS (SELECT 1 FROM ${tables.queue} q WHERE q.queue = t.queue AND q.message_id = t.message_id)),
      d AS (
        INSERT INTO ${tables.dedupe} AS d (queue, message_id, expires_at)
-       SELECT queue, message_id, $12::bigint + $13::bigint FROM t
+       SELECT queue, message_id, $12::bigint + $13::bigint FROM fresh
+        -- In key order: two batches with common ids lock their rows in one order, never deadlock.
+        ORDER BY queue, message_id
        ON CONFLICT (queue, message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
          WHERE d.expires_at <= $12::bigint
        RETURNING queue, message_id),
@@ -126,7 +138,7 @@ export async function insertMessages(
                                     order_key, run_at, created_at)
        SELECT t.queue, t.lane, t.endpoint, t.handler, t.message_id, t.kind, t.type, t.body, t.partition_key,
               t.order_key, t.run_at, $12::bigint
-         FROM t JOIN d ON d.queue = t.queue AND d.message_id = t.message_id
+         FROM fresh t JOIN d ON d.queue = t.queue AND d.message_id = t.message_id
         ORDER BY t.i
        RETURNING lane),
      lanes AS (SELECT DISTINCT lane FROM ins)
@@ -147,7 +159,27 @@ export async function insertMessages(
       now,
       dedupeWindowMs,
       brokerChannel(tables),
+      orderLocks(targets),
     ],
   );
   return Number(inserted.rows[0]?.rows ?? 0);
+}
+
+/**
+ * The advisory locks of the ordered (lane, order key) pairs of `targets`, as sorted `lane/key`
+ * strings (sorted: two batches take the locks of their common keys in one order, never deadlock).
+ *
+ * @remarks
+ * A row's `seq` is drawn when it is inserted, but other sessions see it only once its transaction
+ * commits: without a lock, a transaction holding an ordered row of a key uncommitted lets a later
+ * publish of that key (a higher seq, committed first) be taken before it, and then the earlier row
+ * too, out of order. Under the lock, which the insert takes before it reads a row of `t` (the
+ * uncorrelated subquery in its WHERE runs before its first row is returned) and holds until its
+ * transaction ends, publishers of one key insert one after another: seq order is commit order,
+ * whether the caller's client is in a transaction, in autocommit, or a pool.
+ */
+function orderLocks(targets: readonly Target[]): string[] {
+  const keys = new Set<string>();
+  for (const target of targets) if (target.orderKey !== null) keys.add(`${target.lane}/${target.orderKey}`);
+  return [...keys].sort();
 }

@@ -300,7 +300,9 @@ export class PostgresBroker implements MessageBroker {
   /**
    * Puts a message back into one subscription with attempt 1, as {@link MessageBroker.redeliver}
    * says: a copy still waiting (or waiting for its retry) is left as it is; one held by a receiver
-   * is waited for (2 s) and refused with `message-in-flight` if still held then.
+   * is waited for (2 s) and refused with `message-in-flight` if still held then. Each try is one
+   * transaction under an advisory lock on (queue, message id): replays of one message at once
+   * queue one copy.
    */
   async redeliver(target: RedeliveryTarget): Promise<void> {
     this.#assertOpen();
@@ -310,17 +312,13 @@ export class PostgresBroker implements MessageBroker {
       message.kind === 'event'
         ? subscriptionQueue(target.endpoint, target.handler)
         : commandQueue(message.type);
+    const orderKey = message.ordered === true ? (message.partitionKey ?? '') : null;
     const waitUntil = Date.now() + REDELIVER_ACTIVE_WAIT_MS;
     for (;;) {
-      const now = this.#clock.now();
-      const found = await this.#query('looking for the message to replay', (db) =>
-        db.query<{ held: boolean }>(
-          `SELECT delivery IS NOT NULL AND run_at > $3 AS held FROM ${this.#tables.queue} WHERE queue = $1 AND message_id = $2`,
-          [queue, message.id, now],
-        ),
+      const outcome = await this.#transaction('replaying the message', (client) =>
+        this.#redeliverOnce(client, target, queue, orderKey),
       );
-      if (found.rows.length === 0) break;
-      if (found.rows.some((row) => !row.held)) return; // waiting, or its lease ran out: it comes again
+      if (outcome !== 'held') return;
       if (Date.now() >= waitUntil) {
         throw new HarrierError(
           'message-in-flight',
@@ -329,41 +327,65 @@ export class PostgresBroker implements MessageBroker {
       }
       await sleep(systemClock, REDELIVER_ACTIVE_POLL_MS);
     }
-    await this.#query('replaying the message', async (db) => {
-      let lane = queue;
-      const orderKey = message.ordered === true ? (message.partitionKey ?? '') : null;
-      if (message.kind !== 'event') {
-        const route = await db.query<{ ordered: boolean }>(
-          `SELECT ordered FROM ${this.#tables.routes} WHERE endpoint = $1 AND kind = 'command' AND type = $2 AND ordered LIMIT 1`,
-          [target.endpoint, message.type],
-        );
-        if (orderKey !== null && route.rows.length > 0) lane = orderedCommandLane(target.endpoint);
-      }
-      const ordered = lane !== queue || (message.kind === 'event' && orderKey !== null);
-      const now = this.#clock.now();
-      await db.query(
-        `WITH ins AS (
-           INSERT INTO ${this.#tables.queue} (queue, lane, endpoint, handler, message_id, kind, type, body,
-                                              partition_key, order_key, run_at, replay_of, created_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $11) RETURNING lane)
-         SELECT count(pg_notify($13, lane)::text) FROM ins`,
-        [
-          queue,
-          lane,
-          target.endpoint,
-          message.kind === 'event' ? target.handler : null,
-          message.id,
-          message.kind,
-          message.type,
-          Buffer.from(message.body, 'utf8'),
-          message.partitionKey ?? null,
-          ordered ? orderKey : null,
-          now,
-          target.deadLetterId ?? null,
-          brokerChannel(this.#tables),
-        ],
+  }
+
+  /**
+   * One try of {@link PostgresBroker.redeliver} in `client`'s transaction: under an advisory lock on
+   * (queue, message id), so concurrent replays of one message insert one copy, it inserts the copy
+   * unless one is there already (`'left'`: waiting, or its lease ran out) or held (`'held'`).
+   */
+  async #redeliverOnce(
+    client: pg.PoolClient,
+    target: RedeliveryTarget,
+    queue: string,
+    orderKey: string | null,
+  ): Promise<'inserted' | 'left' | 'held'> {
+    const { message } = target;
+    await client.query(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, [`${queue}/${message.id}`]);
+    const now = this.#clock.now();
+    const found = await client.query<{ held: boolean }>(
+      `SELECT delivery IS NOT NULL AND run_at > $3 AS held FROM ${this.#tables.queue} WHERE queue = $1 AND message_id = $2`,
+      [queue, message.id, now],
+    );
+    if (found.rows.some((row) => !row.held)) return 'left'; // waiting, or its lease ran out: it comes again
+    if (found.rows.length > 0) return 'held';
+    let lane = queue;
+    if (message.kind !== 'event') {
+      const route = await client.query<{ ordered: boolean }>(
+        `SELECT ordered FROM ${this.#tables.routes} WHERE endpoint = $1 AND kind = 'command' AND type = $2 AND ordered LIMIT 1`,
+        [target.endpoint, message.type],
       );
-    });
+      if (orderKey !== null && route.rows.length > 0) lane = orderedCommandLane(target.endpoint);
+    }
+    const ordered = lane !== queue || (message.kind === 'event' && orderKey !== null);
+    // As a publish of an ordered message does (insert-messages.ts): seq order is commit order per key.
+    if (ordered)
+      await client.query(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, [
+        `${lane}/${orderKey ?? ''}`,
+      ]);
+    await client.query(
+      `WITH ins AS (
+         INSERT INTO ${this.#tables.queue} (queue, lane, endpoint, handler, message_id, kind, type, body,
+                                            partition_key, order_key, run_at, replay_of, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $11) RETURNING lane)
+       SELECT count(pg_notify($13, lane)::text) FROM ins`,
+      [
+        queue,
+        lane,
+        target.endpoint,
+        message.kind === 'event' ? target.handler : null,
+        message.id,
+        message.kind,
+        message.type,
+        Buffer.from(message.body, 'utf8'),
+        message.partitionKey ?? null,
+        ordered ? orderKey : null,
+        this.#clock.now(),
+        target.deadLetterId ?? null,
+        brokerChannel(this.#tables),
+      ],
+    );
+    return 'inserted';
   }
 
   /**
@@ -617,7 +639,7 @@ export class PostgresBroker implements MessageBroker {
     this.#cancelPrune = this.#clock.setTimer(DEDUPE_PRUNE_INTERVAL_MS, () => {
       void this.#handle.pool
         .query(
-          `DELETE FROM ${this.#tables.dedupe} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ${this.#tables.dedupe} WHERE expires_at <= $1 LIMIT ${DEDUPE_PRUNE_BATCH}))`,
+          `DELETE FROM ${this.#tables.dedupe} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ${this.#tables.dedupe} WHERE expires_at <= $1 LIMIT ${DEDUPE_PRUNE_BATCH})) AND expires_at <= $1`,
           [this.#clock.now()],
         )
         .catch((error: unknown) => {
@@ -659,7 +681,7 @@ export class PostgresBroker implements MessageBroker {
     }
   }
 
-  async #transaction(doing: string, run: (client: pg.PoolClient) => Promise<void>): Promise<void> {
+  async #transaction<T>(doing: string, run: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     let held;
     try {
       held = await holdClient(this.#handle.pool);
@@ -668,9 +690,10 @@ export class PostgresBroker implements MessageBroker {
     }
     try {
       await held.client.query('BEGIN');
-      await run(held.client);
+      const result = await run(held.client);
       await held.client.query('COMMIT');
       held.release();
+      return result;
     } catch (error) {
       const rolledBack = await held.client.query('ROLLBACK').then(
         () => true,

@@ -192,6 +192,8 @@ export class PostgresReceiver implements AsyncIterator<Delivery> {
         if (deliveries.length === free) this.#dirty = true;
         else if (!this.#isClosed()) this.#armDue(await this.#context.nextDue(this.lanes));
       } catch (error) {
+        // Closed while the take was out (its failure may be the pool ending): no pause, no warning.
+        if (this.#isClosed()) break;
         failures++;
         this.#dirty = true;
         const now = clock.now();
@@ -205,6 +207,7 @@ export class PostgresReceiver implements AsyncIterator<Delivery> {
           });
         }
         const pause = Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 16));
+        // close() ends the pause through the waker.
         await new Promise<void>((resolve) => {
           const cancel = clock.setTimer(pause, () => {
             this.#waker = undefined;
