@@ -41,3 +41,6 @@ export type { PostgresCheckpointStoreOptions } from './postgres-checkpoint-store
 export { PostgresCheckpointStore } from './postgres-checkpoint-store.js';
 export type { PostgresSagaStoreOptions } from './postgres-saga-store.js';
 export { PostgresSagaStore } from './postgres-saga-store.js';
+
+export type { PostgresBrokerOptions } from './broker/postgres-broker.js';
+export { PostgresBroker } from './broker/postgres-broker.js';

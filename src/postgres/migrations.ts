@@ -1,7 +1,7 @@
 import type { PostgresTables } from './postgres-schema.js';
 
 /** A table of Harrier's schema that a migration step creates. */
-export type HarrierTableName = 'outbox' | 'inbox' | 'checkpoints' | 'sagas';
+export type HarrierTableName = 'outbox' | 'inbox' | 'checkpoints' | 'sagas' | 'queue' | 'routes' | 'dedupe';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -76,6 +76,61 @@ export const MIGRATIONS: readonly Migration[] = [
         PRIMARY KEY (saga, id)
       );
       CREATE INDEX IF NOT EXISTS sagas_expires_at ON ${t.sagas} (expires_at) WHERE expires_at IS NOT NULL;
+    `,
+  },
+  {
+    version: 2,
+    name: 'broker',
+    tables: ['queue', 'routes', 'dedupe'],
+    sql: (t) => `
+      -- One row per message copy a subscription (or command queue) holds. run_at is when the row can
+      -- next be taken: its due time while it waits, its lease's end while a receiver holds it
+      -- (delivery set), so one index range finds every takeable row, expired leases included.
+      -- body is bytea: bodies pass through byte-exact, NUL included, which text cannot hold.
+      CREATE TABLE IF NOT EXISTS ${t.queue} (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        queue text NOT NULL,
+        lane text NOT NULL,
+        endpoint text,
+        handler text,
+        message_id text NOT NULL,
+        kind text NOT NULL,
+        type text NOT NULL,
+        body bytea NOT NULL,
+        partition_key text,
+        order_key text,
+        run_at bigint NOT NULL,
+        attempt integer NOT NULL DEFAULT 1,
+        unsettled_ends integer NOT NULL DEFAULT 0,
+        history json,
+        pending_dead_letter json,
+        replay_of text,
+        delivery uuid,
+        lease_until bigint,
+        created_at bigint NOT NULL
+      ) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000);
+      CREATE INDEX IF NOT EXISTS queue_take ON ${t.queue} (lane, run_at, seq);
+      CREATE INDEX IF NOT EXISTS queue_order ON ${t.queue} (lane, order_key, seq) WHERE order_key IS NOT NULL;
+      CREATE INDEX IF NOT EXISTS queue_message ON ${t.queue} (queue, message_id);
+
+      CREATE TABLE IF NOT EXISTS ${t.routes} (
+        endpoint text NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('command', 'event')),
+        handler text NOT NULL,
+        type text NOT NULL,
+        ordered boolean NOT NULL,
+        registered_at bigint NOT NULL,
+        PRIMARY KEY (endpoint, kind, handler, type)
+      );
+      CREATE INDEX IF NOT EXISTS routes_type ON ${t.routes} (type, kind);
+
+      CREATE TABLE IF NOT EXISTS ${t.dedupe} (
+        queue text NOT NULL,
+        message_id text NOT NULL,
+        expires_at bigint NOT NULL,
+        PRIMARY KEY (queue, message_id)
+      );
+      CREATE INDEX IF NOT EXISTS dedupe_expires_at ON ${t.dedupe} (expires_at);
     `,
   },
 ];

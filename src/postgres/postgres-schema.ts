@@ -28,6 +28,12 @@ export interface PostgresTables {
   readonly inbox: string;
   readonly checkpoints: string;
   readonly sagas: string;
+  /** The PostgreSQL broker's messages (`PostgresBroker`). */
+  readonly queue: string;
+  /** The PostgreSQL broker's subscriptions and command routes. */
+  readonly routes: string;
+  /** The PostgreSQL broker's published ids, for idempotent publish. */
+  readonly dedupe: string;
 }
 
 /**
@@ -51,5 +57,8 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     inbox: `${q}.inbox`,
     checkpoints: `${q}.checkpoints`,
     sagas: `${q}.sagas`,
+    queue: `${q}.queue`,
+    routes: `${q}.routes`,
+    dedupe: `${q}.dedupe`,
   };
 }

@@ -1,0 +1,153 @@
+import type pg from 'pg';
+import type { OutgoingMessage } from '../../broker/message-broker.js';
+import { noRouteError } from '../../broker/no-route-error.js';
+import { commandQueue, subscriptionQueue } from '../../broker/queue-names.js';
+import type { PostgresTables } from '../postgres-schema.js';
+import { brokerChannel } from './broker-channel.js';
+import { orderedCommandLane } from './receiver-lanes.js';
+
+/** A row of `routes` as a publish reads it. */
+interface RouteRow {
+  readonly endpoint: string;
+  readonly kind: 'command' | 'event';
+  readonly handler: string;
+  readonly type: string;
+  readonly ordered: boolean;
+  readonly registered_at: string;
+}
+
+/** One copy of a message for one queue, as it is inserted. */
+interface Target {
+  readonly queue: string;
+  readonly lane: string;
+  readonly endpoint: string | null;
+  readonly handler: string | null;
+  readonly message: OutgoingMessage;
+  readonly orderKey: string | null;
+}
+
+/**
+ * Routes `messages` and inserts their copies into the broker's queue in the caller's transaction, in
+ * one statement that also records each (queue, message id) for the dedupe window and notifies the
+ * lanes written to; returns how many rows it inserted.
+ *
+ * @remarks
+ * Reads the routes in the same transaction: a command whose type no endpoint registered throws
+ * `no-route` (unless its `requireRoute` is false) before anything is written; an event gets one copy
+ * per registered subscription of its type. A (queue, message id) recorded less than
+ * `dedupeWindowMs` ago inserts nothing: an idempotent publish. PostgreSQL delivers the NOTIFY only
+ * if the transaction commits. Exported for a unit of work that publishes inside the handler's own
+ * transaction.
+ *
+ * @param client - a client inside a transaction (BEGIN issued by the caller) or in autocommit: the
+ *   statements then run one after the other, the insert being a single statement either way.
+ * @param now - ms since the epoch: `created_at`, the due time of a message without `deliverAt`,
+ *   and the start of its dedupe window.
+ * @throws HarrierError `no-route` as `MessageBroker.publishBatch` does.
+ */
+export async function insertMessages(
+  client: pg.ClientBase | pg.Pool,
+  tables: PostgresTables,
+  messages: readonly OutgoingMessage[],
+  now: number,
+  dedupeWindowMs: number,
+): Promise<number> {
+  if (messages.length === 0) return 0;
+  const types = [...new Set(messages.map((m) => m.type))];
+  const found = await client.query<RouteRow>(
+    `SELECT endpoint, kind, handler, type, ordered, registered_at FROM ${tables.routes} WHERE type = ANY($1::text[])`,
+    [types],
+  );
+  const events = new Map<string, RouteRow[]>();
+  const commands = new Map<string, RouteRow>();
+  for (const row of found.rows) {
+    if (row.kind === 'event') {
+      const list = events.get(row.type);
+      if (list === undefined) events.set(row.type, [row]);
+      else list.push(row);
+      continue;
+    }
+    // A command type has one handler in a system; others are registrations left by an endpoint it
+    // moved from: the latest registration wins, then the first endpoint name, as on Redis.
+    const known = commands.get(row.type);
+    const at = Number(row.registered_at);
+    if (
+      known === undefined ||
+      Number(known.registered_at) < at ||
+      (Number(known.registered_at) === at && row.endpoint < known.endpoint)
+    )
+      commands.set(row.type, row);
+  }
+  const targets: Target[] = [];
+  const seen = new Set<string>();
+  const add = (target: Target): void => {
+    // A batch repeating an id inserts its first copy only, as a second publish would.
+    const key = `${target.queue}\u0000${target.message.id}`;
+    if (seen.has(key)) return;
+    seen.add(key);
+    targets.push(target);
+  };
+  for (const message of messages) {
+    const key = message.ordered === true ? (message.partitionKey ?? '') : null;
+    if (message.kind === 'event') {
+      for (const route of events.get(message.type) ?? []) {
+        const queue = subscriptionQueue(route.endpoint, route.handler);
+        add({ queue, lane: queue, endpoint: route.endpoint, handler: route.handler, message, orderKey: key });
+      }
+      continue;
+    }
+    const route = commands.get(message.type);
+    if (route === undefined && message.requireRoute !== false) throw noRouteError(message.type);
+    const queue = commandQueue(message.type);
+    const ordered = key !== null && route?.ordered === true;
+    add({
+      queue,
+      lane: ordered ? orderedCommandLane(route.endpoint) : queue,
+      endpoint: route?.endpoint ?? null,
+      handler: null,
+      message,
+      orderKey: ordered ? key : null,
+    });
+  }
+  if (targets.length === 0) return 0;
+  const inserted = await client.query<{ rows: string }>(
+    `WITH t AS (
+       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                            $8::bytea[], $9::text[], $10::text[], $11::bigint[])
+         WITH ORDINALITY AS t(queue, lane, endpoint, handler, message_id, kind, type, body, partition_key, order_key, run_at, i)),
+     d AS (
+       INSERT INTO ${tables.dedupe} AS d (queue, message_id, expires_at)
+       SELECT queue, message_id, $12::bigint + $13::bigint FROM t
+       ON CONFLICT (queue, message_id) DO UPDATE SET expires_at = EXCLUDED.expires_at
+         WHERE d.expires_at <= $12::bigint
+       RETURNING queue, message_id),
+     ins AS (
+       INSERT INTO ${tables.queue} (queue, lane, endpoint, handler, message_id, kind, type, body, partition_key,
+                                    order_key, run_at, created_at)
+       SELECT t.queue, t.lane, t.endpoint, t.handler, t.message_id, t.kind, t.type, t.body, t.partition_key,
+              t.order_key, t.run_at, $12::bigint
+         FROM t JOIN d ON d.queue = t.queue AND d.message_id = t.message_id
+        ORDER BY t.i
+       RETURNING lane),
+     lanes AS (SELECT DISTINCT lane FROM ins)
+     SELECT (SELECT count(*) FROM ins)::text AS rows,
+            (SELECT count(pg_notify($14, lane)::text) FROM lanes) AS notified`,
+    [
+      targets.map((t) => t.queue),
+      targets.map((t) => t.lane),
+      targets.map((t) => t.endpoint),
+      targets.map((t) => t.handler),
+      targets.map((t) => t.message.id),
+      targets.map((t) => t.message.kind),
+      targets.map((t) => t.message.type),
+      targets.map((t) => Buffer.from(t.message.body, 'utf8')),
+      targets.map((t) => t.message.partitionKey ?? null),
+      targets.map((t) => t.orderKey),
+      targets.map((t) => t.message.deliverAt ?? now),
+      now,
+      dedupeWindowMs,
+      brokerChannel(tables),
+    ],
+  );
+  return Number(inserted.rows[0]?.rows ?? 0);
+}

@@ -1,0 +1,610 @@
+import type pg from 'pg';
+import type {
+  BrokerCapabilities,
+  Delivery,
+  MessageBroker,
+  NackOptions,
+  OutgoingMessage,
+  QueueDepth,
+  ReceiverOptions,
+  RedeliveryTarget,
+  SubscriptionSpec,
+} from '../../broker/message-broker.js';
+import { MAX_ATTEMPT_HISTORY, type AttemptRecord } from '../../broker/message-broker.js';
+import { parseAttemptHistory } from '../../broker/delivery-facts.js';
+import { commandQueue, subscriptionQueue } from '../../broker/queue-names.js';
+import { systemClock, type Clock } from '../../clock/clock.js';
+import { sleep } from '../../clock/sleep.js';
+import { HarrierError } from '../../errors/harrier-error.js';
+import { StaleDeliveryError } from '../../errors/stale-delivery-error.js';
+import { consoleLogger, type Logger } from '../../logging/logger.js';
+import { holdClient } from '../held-client.js';
+import { requireSchema } from '../migrate-postgres.js';
+import type { PostgresConnectionOptions } from '../postgres-connection.js';
+import { openPool, postgresError, type PoolHandle } from '../postgres-pool.js';
+import { postgresTables, type PostgresTables } from '../postgres-schema.js';
+import { brokerChannel } from './broker-channel.js';
+import { BrokerListener } from './broker-listener.js';
+import { insertMessages } from './insert-messages.js';
+import { deliveryOfRow, parseDeliveryId } from './queue-row.js';
+import { orderedCommandLane, receiverLanes } from './receiver-lanes.js';
+import { PostgresReceiver, type PostgresReceiverContext } from './postgres-receiver.js';
+import { deleteDelivered, readDelivered, releaseMany, renewLeases, returnDelivered } from './settle-rows.js';
+import { nextDue, takeRows } from './take-rows.js';
+
+/** How long `redeliver` waits for a delivery of the message to settle before refusing. */
+const REDELIVER_ACTIVE_WAIT_MS = 2_000;
+const REDELIVER_ACTIVE_POLL_MS = 25;
+/** How often expired dedupe rows are deleted, and how many at most per statement. */
+const DEDUPE_PRUNE_INTERVAL_MS = 60_000;
+const DEDUPE_PRUNE_BATCH = 10_000;
+
+/** Options of {@link PostgresBroker}. */
+export interface PostgresBrokerOptions {
+  /**
+   * Where PostgreSQL is: a `postgres://` URL or pool options (the broker opens a pool and ends it on
+   * close), or a `pg.Pool` to share (left open). The broker holds one of its connections for LISTEN
+   * for as long as it is open.
+   * @defaultValue none; required
+   */
+  readonly connection: PostgresConnectionOptions;
+  /**
+   * The schema of Harrier's tables (migrated to the current version: `harrier postgres migrate`).
+   * Every process sharing the queues uses the same one.
+   * @defaultValue 'harrier'
+   */
+  readonly schema?: string;
+  /**
+   * How long a receiver's hold on a delivery (its lease) lasts unless renewed, in ms. The broker
+   * renews the leases of the deliveries it holds every third of this; a lease that runs out (the
+   * process died, or lost PostgreSQL for that long) makes the message takeable again, and that
+   * delivery counts as an attempt and an unsettled end. At least 300.
+   * @defaultValue 30000
+   */
+  readonly leaseMs?: number;
+  /**
+   * How often each receiver looks for due messages without a NOTIFY, in ms: the fallback for a
+   * notification missed (across a reconnect) and for rows another process made due without one (a
+   * retry's time passing). At least 10.
+   * @defaultValue 1000
+   */
+  readonly pollIntervalMs?: number;
+  /**
+   * How long a published message id is remembered per queue to drop a second publish of it, in ms
+   * (idempotent publish); 0 remembers nothing. Messages with `dedupe: 'while-queued'` get the same
+   * window here.
+   * @defaultValue 86400000 (24 hours)
+   */
+  readonly dedupeWindowMs?: number;
+  /**
+   * The clock of due times, leases and dedupe windows. Every process sharing the queues compares
+   * times of its own clock with the others': keep hosts' clocks in sync (NTP).
+   * @defaultValue systemClock
+   */
+  readonly clock?: Clock;
+  /**
+   * Where outages and dropped facts are reported.
+   * @defaultValue consoleLogger
+   */
+  readonly logger?: Logger;
+}
+
+/** A delivery out and not settled yet, as the broker that took it knows it. */
+interface Held {
+  readonly receiver: PostgresReceiver;
+  readonly seq: string;
+  readonly token: string;
+  readonly attempt: number;
+  readonly history: readonly AttemptRecord[];
+}
+
+/**
+ * The PostgreSQL broker: durable, shared queues in the application's own database, with nothing
+ * else to run.
+ *
+ * @remarks
+ * Each copy of a message is a row of the `queue` table; receivers take due rows with `FOR UPDATE
+ * SKIP LOCKED` under a renewed lease, wake on LISTEN/NOTIFY (with a fallback poll), and settle by
+ * deleting or updating the row under its delivery token. See docs/postgres.md.
+ * @example
+ * ```ts
+ * const broker = new PostgresBroker({ connection: process.env.DATABASE_URL! });
+ * const bus = createBus({ broker, endpoint: 'orders', handlers: [PlaceOrderHandler] });
+ * ```
+ */
+export class PostgresBroker implements MessageBroker {
+  readonly #connection: PostgresConnectionOptions;
+  readonly #tables: PostgresTables;
+  readonly #handle: PoolHandle;
+  readonly #leaseMs: number;
+  readonly #pollIntervalMs: number;
+  readonly #dedupeWindowMs: number;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
+  readonly #listener: BrokerListener;
+  readonly #registered = new Map<string, SubscriptionSpec[]>();
+  readonly #receivers = new Set<PostgresReceiver>();
+  readonly #held = new Map<string, Held>();
+  #ready: Promise<void> | undefined;
+  #cancelRenew: (() => void) | undefined;
+  #cancelPrune: (() => void) | undefined;
+  #closed = false;
+  #closing: Promise<void> | undefined;
+
+  /** @throws HarrierError `invalid-option` naming the fix for a bad option. */
+  constructor(options: PostgresBrokerOptions) {
+    if ((options as Partial<PostgresBrokerOptions> | undefined)?.connection === undefined) {
+      throw new HarrierError(
+        'invalid-option',
+        'PostgresBroker needs a connection: pass { connection: process.env.DATABASE_URL } or your pg.Pool',
+      );
+    }
+    this.#connection = options.connection;
+    this.#tables = postgresTables(options.schema);
+    this.#leaseMs = whole('leaseMs', options.leaseMs, 30_000, 300, 'e.g. 30000');
+    this.#pollIntervalMs = whole('pollIntervalMs', options.pollIntervalMs, 1_000, 10, 'e.g. 1000');
+    this.#dedupeWindowMs = whole(
+      'dedupeWindowMs',
+      options.dedupeWindowMs,
+      86_400_000,
+      0,
+      'e.g. 86400000 for 24 hours (0 remembers nothing)',
+    );
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = options.logger ?? consoleLogger;
+    this.#handle = openPool(options.connection, this.#logger);
+    this.#listener = new BrokerListener(
+      this.#handle.pool,
+      brokerChannel(this.#tables),
+      this.#clock,
+      this.#logger,
+      (lane) => {
+        for (const receiver of this.#receivers) receiver.notify(lane);
+      },
+    );
+  }
+
+  /** The schema of the broker's tables. */
+  get schema(): string {
+    return this.#tables.schema;
+  }
+
+  async register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void> {
+    this.#assertOpen();
+    await this.#whenReady();
+    const rows: { kind: string; handler: string; type: string; ordered: boolean }[] = [];
+    for (const sub of subscriptions) {
+      const ordered = new Set(sub.orderedTypes ?? []);
+      for (const type of sub.types) rows.push({ kind: sub.kind, handler: sub.handler, type, ordered: ordered.has(type) });
+    }
+    await this.#transaction('registering subscriptions', async (client) => {
+      await client.query(`DELETE FROM ${this.#tables.routes} WHERE endpoint = $1`, [endpoint]);
+      if (rows.length === 0) return;
+      await client.query(
+        `INSERT INTO ${this.#tables.routes} (endpoint, kind, handler, type, ordered, registered_at)
+         SELECT $1, kind, handler, type, ordered, $6 FROM unnest($2::text[], $3::text[], $4::text[], $5::bool[])
+           AS r(kind, handler, type, ordered)
+         ON CONFLICT DO NOTHING`,
+        [
+          endpoint,
+          rows.map((r) => r.kind),
+          rows.map((r) => r.handler),
+          rows.map((r) => r.type),
+          rows.map((r) => r.ordered),
+          this.#clock.now(),
+        ],
+      );
+    });
+    this.#registered.set(endpoint, [...subscriptions]);
+  }
+
+  receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
+    const specs = this.#registered.get(options.endpoint);
+    if (specs === undefined) {
+      throw new HarrierError(
+        'not-registered',
+        `Endpoint "${options.endpoint}" has not registered its subscriptions: call register() first (bus.start() does)`,
+      );
+    }
+    const lanes = receiverLanes(options.endpoint, specs);
+    return {
+      [Symbol.asyncIterator]: () => {
+        const receiver: PostgresReceiver = new PostgresReceiver(this.#receiverContext(), options, lanes, () =>
+          this.#receivers.delete(receiver),
+        );
+        // Asked for once the broker is closed, a receiver ends at once.
+        if (this.#closed) void receiver.close();
+        else this.#receivers.add(receiver);
+        return receiver;
+      },
+    };
+  }
+
+  async publish(message: OutgoingMessage): Promise<void> {
+    await this.publishBatch([message]);
+  }
+
+  /** Publishes every message in one transaction: all of them, or (on `no-route` or an error) none. */
+  async publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
+    this.#assertOpen();
+    if (messages.length === 0) return;
+    await this.#whenReady();
+    if (messages.length === 1) {
+      // One statement pair; a lone message needs no transaction of its own beyond the insert's.
+      await this.#query('publishing', (db) =>
+        insertMessages(db, this.#tables, messages, this.#clock.now(), this.#dedupeWindowMs),
+      );
+      return;
+    }
+    await this.#transaction('publishing', async (client) => {
+      await insertMessages(client, this.#tables, messages, this.#clock.now(), this.#dedupeWindowMs);
+    });
+  }
+
+  ack(deliveryId: string): Promise<void> {
+    return this.#settle(deliveryId, (db, seq, token) => deleteDelivered(db, this.#tables, seq, token));
+  }
+
+  nack(deliveryId: string, options: NackOptions): Promise<void> {
+    if ('deadLetter' in options)
+      return this.#settle(deliveryId, (db, seq, token) => deleteDelivered(db, this.#tables, seq, token));
+    const now = this.#clock.now();
+    if ('release' in options)
+      return this.#settle(deliveryId, (db, seq, token) =>
+        returnDelivered(db, this.#tables, seq, token, { runAt: now, now }),
+      );
+    return this.#settle(deliveryId, async (db, seq, token) => {
+      const known = this.#held.get(deliveryId);
+      let attempt = known?.attempt;
+      let history = known?.history;
+      if (known === undefined) {
+        // Delivered through another broker instance: read what the row holds.
+        const row = await readDelivered(db, this.#tables, seq, token);
+        if (row === undefined) return false;
+        attempt = row.attempt;
+        history = parseAttemptHistory(row.history).history;
+      }
+      const next =
+        options.error === undefined
+          ? (history ?? [])
+          : [...(history ?? []), { attempt: attempt ?? 1, at: now, error: options.error }].slice(
+              -MAX_ATTEMPT_HISTORY,
+            );
+      return returnDelivered(db, this.#tables, seq, token, {
+        runAt: options.retryAt,
+        now,
+        retry: { history: next, pendingDeadLetter: options.pendingDeadLetter },
+      });
+    });
+  }
+
+  /**
+   * Puts a message back into one subscription with attempt 1, as {@link MessageBroker.redeliver}
+   * says: a copy still waiting (or waiting for its retry) is left as it is; one held by a receiver
+   * is waited for (2 s) and refused with `message-in-flight` if still held then.
+   */
+  async redeliver(target: RedeliveryTarget): Promise<void> {
+    this.#assertOpen();
+    await this.#whenReady();
+    const { message } = target;
+    const queue =
+      message.kind === 'event' ? subscriptionQueue(target.endpoint, target.handler) : commandQueue(message.type);
+    const waitUntil = Date.now() + REDELIVER_ACTIVE_WAIT_MS;
+    for (;;) {
+      const now = this.#clock.now();
+      const found = await this.#query('looking for the message to replay', (db) =>
+        db.query<{ held: boolean }>(
+          `SELECT delivery IS NOT NULL AND run_at > $3 AS held FROM ${this.#tables.queue} WHERE queue = $1 AND message_id = $2`,
+          [queue, message.id, now],
+        ),
+      );
+      if (found.rows.length === 0) break;
+      if (found.rows.some((row) => !row.held)) return; // waiting, or its lease ran out: it comes again
+      if (Date.now() >= waitUntil) {
+        throw new HarrierError(
+          'message-in-flight',
+          `message ${message.id} is still being handled in queue ${queue} (held for ${REDELIVER_ACTIVE_WAIT_MS} ms): replay it again once it has settled`,
+        );
+      }
+      await sleep(systemClock, REDELIVER_ACTIVE_POLL_MS);
+    }
+    await this.#query('replaying the message', async (db) => {
+      let lane = queue;
+      const orderKey = message.ordered === true ? (message.partitionKey ?? '') : null;
+      if (message.kind !== 'event') {
+        const route = await db.query<{ ordered: boolean }>(
+          `SELECT ordered FROM ${this.#tables.routes} WHERE endpoint = $1 AND kind = 'command' AND type = $2 AND ordered LIMIT 1`,
+          [target.endpoint, message.type],
+        );
+        if (orderKey !== null && route.rows.length > 0) lane = orderedCommandLane(target.endpoint);
+      }
+      const ordered = lane !== queue || (message.kind === 'event' && orderKey !== null);
+      const now = this.#clock.now();
+      await db.query(
+        `WITH ins AS (
+           INSERT INTO ${this.#tables.queue} (queue, lane, endpoint, handler, message_id, kind, type, body,
+                                              partition_key, order_key, run_at, replay_of, created_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $11) RETURNING lane)
+         SELECT count(pg_notify($13, lane)::text) FROM ins`,
+        [
+          queue,
+          lane,
+          target.endpoint,
+          message.kind === 'event' ? target.handler : null,
+          message.id,
+          message.kind,
+          message.type,
+          Buffer.from(message.body, 'utf8'),
+          message.partitionKey ?? null,
+          ordered ? orderKey : null,
+          now,
+          target.deadLetterId ?? null,
+          brokerChannel(this.#tables),
+        ],
+      );
+    });
+  }
+
+  /**
+   * Messages in each queue `endpoint` receives from (each command type's, each event
+   * subscription's), by state: `waiting` due now, `active` held by a receiver, `delayed` due later.
+   */
+  async queueDepths(endpoint: string): Promise<readonly QueueDepth[]> {
+    this.#assertOpen();
+    await this.#whenReady();
+    const queues = receiverLanes(endpoint, this.#registered.get(endpoint) ?? []).queues;
+    const now = this.#clock.now();
+    const result = await this.#query('counting messages', (db) =>
+      db.query<{ queue: string; waiting: number; active: number; delayed: number }>(
+        `SELECT queue,
+                count(*) FILTER (WHERE delivery IS NULL AND run_at <= $2)::int AS waiting,
+                count(*) FILTER (WHERE delivery IS NOT NULL)::int AS active,
+                count(*) FILTER (WHERE delivery IS NULL AND run_at > $2)::int AS delayed
+           FROM ${this.#tables.queue} WHERE queue = ANY($1::text[]) GROUP BY queue`,
+        [queues, now],
+      ),
+    );
+    const byQueue = new Map(result.rows.map((row) => [row.queue, row]));
+    return queues.map((queue) => {
+      const row = byQueue.get(queue);
+      return { queue, waiting: row?.waiting ?? 0, active: row?.active ?? 0, delayed: row?.delayed ?? 0 };
+    });
+  }
+
+  /**
+   * Everything: the queues are rows in PostgreSQL, shared by every broker on the same schema, and a
+   * delivery whose lease ran out goes back and counts as an attempt.
+   */
+  capabilities(): BrokerCapabilities {
+    return {
+      delayedDelivery: true,
+      dedupeWindowMs: this.#dedupeWindowMs,
+      orderedDelivery: true,
+      queueDepths: true,
+      redeliver: true,
+      durable: true,
+      shared: true,
+      crashCounting: true,
+    };
+  }
+
+  /**
+   * Ends every receiver, gives the deliveries still held back to their queues, stops listening, and
+   * ends the pool if the broker opened it.
+   */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      this.#closed = true;
+      this.#cancelRenew?.();
+      this.#cancelPrune?.();
+      await Promise.all([...this.#receivers].map((r) => r.close()));
+      const held = [...this.#held.values()];
+      this.#held.clear();
+      await releaseMany(this.#handle.pool, this.#tables, held, this.#clock.now()).catch((error: unknown) => {
+        this.#logger.warn('The PostgreSQL broker could not give back the deliveries it held; their leases run out instead', {
+          error: error instanceof Error ? error.message : String(error),
+        });
+      });
+      await this.#listener.close();
+      await this.#handle.end();
+    })();
+    return this.#closing;
+  }
+
+  #receiverContext(): PostgresReceiverContext {
+    return {
+      clock: this.#clock,
+      logger: this.#logger,
+      pollIntervalMs: this.#pollIntervalMs,
+      ready: () => this.#whenReady(),
+      take: (receiver, limit) => this.#take(receiver, limit),
+      nextDue: (lanes) => nextDue(this.#handle.pool, this.#tables, lanes, this.#clock.now()),
+      release: (ids) => this.#releaseUntaken(ids),
+      describeError: (error) => postgresError(error, this.#connection, 'taking messages'),
+    };
+  }
+
+  async #take(receiver: PostgresReceiver, limit: number): Promise<Delivery[]> {
+    const now = this.#clock.now();
+    const rows = await takeRows(this.#handle.pool, this.#tables, receiver.lanes, limit, now, now + this.#leaseMs);
+    const deliveries: Delivery[] = [];
+    for (const row of rows) {
+      const { delivery, dropped } = deliveryOfRow(row, receiver.endpoint);
+      if (dropped.length > 0) {
+        this.#logger.warn('Malformed delivery facts in a queue row were dropped', {
+          queue: row.queue,
+          seq: row.seq,
+          fields: dropped,
+        });
+      }
+      this.#held.set(delivery.id, {
+        receiver,
+        seq: row.seq,
+        token: row.delivery,
+        attempt: delivery.facts.attempt,
+        history: delivery.facts.history,
+      });
+      deliveries.push(delivery);
+    }
+    return deliveries;
+  }
+
+  /** Gives back deliveries a receiver took and never handed over (it closed first). */
+  async #releaseUntaken(ids: readonly string[]): Promise<void> {
+    const held: Held[] = [];
+    for (const id of ids) {
+      const entry = this.#held.get(id);
+      if (entry === undefined) continue;
+      this.#held.delete(id);
+      held.push(entry);
+    }
+    await releaseMany(this.#handle.pool, this.#tables, held, this.#clock.now()).catch((error: unknown) => {
+      this.#logger.warn('The PostgreSQL broker could not give back deliveries; their leases run out instead', {
+        error: error instanceof Error ? error.message : String(error),
+      });
+    });
+  }
+
+  /**
+   * Runs a settle: `apply` resolves false when the token no longer holds the row, which rejects with
+   * StaleDeliveryError. Its own promise (I/O), never `SETTLED`.
+   */
+  async #settle(
+    deliveryId: string,
+    apply: (db: pg.Pool, seq: string, token: string) => Promise<boolean>,
+  ): Promise<void> {
+    const parsed = parseDeliveryId(deliveryId);
+    if (parsed === undefined) throw new StaleDeliveryError(deliveryId);
+    if (this.#closed) {
+      throw new HarrierError('broker-closed', 'The PostgreSQL broker is closed: its deliveries went back to their queues');
+    }
+    const done = await this.#query('settling a delivery', (db) => apply(db, parsed.seq, parsed.token));
+    const held = this.#held.get(deliveryId);
+    if (held !== undefined) {
+      this.#held.delete(deliveryId);
+      held.receiver.settled();
+    }
+    if (!done) throw new StaleDeliveryError(deliveryId);
+  }
+
+  /** Renews the leases of every held delivery; those no longer held are dropped (their slots freed). */
+  async #renew(): Promise<void> {
+    const held = [...this.#held];
+    if (held.length === 0) return;
+    let still: Set<string>;
+    try {
+      still = await renewLeases(
+        this.#handle.pool,
+        this.#tables,
+        held.map(([, h]) => h),
+        this.#clock.now() + this.#leaseMs,
+      );
+    } catch (error) {
+      this.#logger.warn('The PostgreSQL broker could not renew its leases; retrying', {
+        error: error instanceof Error ? error.message : String(error),
+        deliveries: held.length,
+      });
+      return;
+    }
+    for (const [id, entry] of held) {
+      if (still.has(`${entry.seq}:${entry.token}`)) continue;
+      // Settled meanwhile (then already gone from the map), or lost: another receiver took it.
+      if (this.#held.get(id) === entry) {
+        this.#held.delete(id);
+        entry.receiver.settled();
+      }
+    }
+  }
+
+  #armRenew(): void {
+    this.#cancelRenew = this.#clock.setTimer(Math.floor(this.#leaseMs / 3), () => {
+      void this.#renew().finally(() => {
+        if (!this.#closed) this.#armRenew();
+      });
+    });
+  }
+
+  #armPrune(): void {
+    this.#cancelPrune = this.#clock.setTimer(DEDUPE_PRUNE_INTERVAL_MS, () => {
+      void this.#handle.pool
+        .query(
+          `DELETE FROM ${this.#tables.dedupe} WHERE ctid = ANY(ARRAY(SELECT ctid FROM ${this.#tables.dedupe} WHERE expires_at <= $1 LIMIT ${DEDUPE_PRUNE_BATCH}))`,
+          [this.#clock.now()],
+        )
+        .catch((error: unknown) => {
+          this.#logger.debug('The PostgreSQL broker could not prune its dedupe rows; it tries again later', {
+            error: error instanceof Error ? error.message : String(error),
+          });
+        })
+        .finally(() => {
+          if (!this.#closed) this.#armPrune();
+        });
+    });
+  }
+
+  /** Checks the schema and starts listening, once; a failure is retried by the next call. */
+  #whenReady(): Promise<void> {
+    this.#ready ??= (async () => {
+      try {
+        await requireSchema(this.#handle.pool, this.#tables, 'The PostgreSQL broker');
+      } catch (error) {
+        throw postgresError(error, this.#connection, 'starting the PostgreSQL broker');
+      }
+      if (this.#closed) return;
+      await this.#listener.start();
+      this.#armRenew();
+      this.#armPrune();
+    })().catch((error: unknown) => {
+      this.#ready = undefined;
+      throw error;
+    });
+    return this.#ready;
+  }
+
+  async #query<T>(doing: string, run: (db: pg.Pool) => Promise<T>): Promise<T> {
+    try {
+      return await run(this.#handle.pool);
+    } catch (error) {
+      throw postgresError(error, this.#connection, doing);
+    }
+  }
+
+  async #transaction(doing: string, run: (client: pg.PoolClient) => Promise<void>): Promise<void> {
+    let held;
+    try {
+      held = await holdClient(this.#handle.pool);
+    } catch (error) {
+      throw postgresError(error, this.#connection, doing);
+    }
+    try {
+      await held.client.query('BEGIN');
+      await run(held.client);
+      await held.client.query('COMMIT');
+      held.release();
+    } catch (error) {
+      const rolledBack = await held.client.query('ROLLBACK').then(
+        () => true,
+        () => false,
+      );
+      held.release(!rolledBack);
+      throw postgresError(error, this.#connection, doing);
+    }
+  }
+
+  #assertOpen(): void {
+    if (this.#closed)
+      throw new HarrierError('broker-closed', 'The PostgreSQL broker is closed: create a new one to publish again');
+  }
+}
+
+/** @throws HarrierError `invalid-option` unless `value` (or its default) is a whole number of at least `min`. */
+function whole(option: string, value: number | undefined, fallback: number, min: number, example: string): number {
+  const v = value ?? fallback;
+  if (!Number.isSafeInteger(v) || v < min) {
+    throw new HarrierError(
+      'invalid-option',
+      `PostgresBroker option ${option} is ${String(value)}: it must be a whole number of at least ${min}, ${example} (or leave it out for ${fallback})`,
+    );
+  }
+  return v;
+}
