@@ -138,6 +138,34 @@ interface Throughput {
   /** CPU of the PostgreSQL server per message (own backends + background), µs; NaN when not local. */
   readonly dbUs: number;
   readonly db: ServerCpu | undefined;
+  /** Statements the system sent to PostgreSQL per message. */
+  readonly statements: number;
+}
+
+/** A system's connections: its own pool, named for the CPU split, counting the statements it sends. */
+interface Connections {
+  readonly applicationName: string;
+  readonly pool: pg.Pool;
+  /** Statements sent so far by every client of the pool. */
+  statements(): number;
+}
+
+/**
+ * A pool of `applicationName` (pg's defaults otherwise: at most 10 connections, as pg-boss's own
+ * pool) that counts every statement its clients send.
+ */
+function openConnections(applicationName: string): Connections {
+  const pool = new pg.Pool({ connectionString: DATABASE_URL, application_name: applicationName });
+  pool.on('error', () => undefined);
+  let count = 0;
+  pool.on('connect', (client) => {
+    const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+    client.query = ((...args: unknown[]) => {
+      count++;
+      return query(...args);
+    }) as typeof client.query;
+  });
+  return { applicationName, pool, statements: () => count };
 }
 
 /** Latencies of one round, in ms: from send's resolve, and from send's call, to handler entry. */
@@ -151,11 +179,12 @@ let sampler: PostgresCpu | undefined;
 /** Times a throughput run: `send` from {@link PRODUCERS} callers, `acked` resolving once n are acked. */
 async function timeThroughput(
   n: number,
-  applicationName: string,
+  connections: Connections,
   send: (i: number) => Promise<unknown>,
   acked: (n: number) => Promise<void>,
 ): Promise<Throughput> {
   const before = sampler?.times();
+  const statements = connections.statements();
   const cpu = process.cpuUsage();
   const started = performance.now();
   let sentAt = started;
@@ -166,44 +195,53 @@ async function timeThroughput(
     acked(n),
   ]);
   const ended = performance.now();
+  return {
+    ...(await spent(n, connections, cpu, before, statements)),
+    rate: n / ((ended - started) / 1000),
+    sendRate: n / ((sentAt - started) / 1000),
+  };
+}
+
+/** The CPU and statements per message since a run began, read as it ends (connections still open). */
+async function spent(
+  n: number,
+  connections: Connections,
+  cpu: NodeJS.CpuUsage,
+  before: ReturnType<PostgresCpu['times']> | undefined,
+  statements: number,
+): Promise<Omit<Throughput, 'rate' | 'sendRate'>> {
   const used = process.cpuUsage(cpu);
+  const sent = connections.statements() - statements;
   const db =
     sampler === undefined || before === undefined
       ? undefined
-      : await sampler.since(before, applicationName, ADMIN_NAME);
+      : await sampler.since(before, connections.applicationName, ADMIN_NAME);
   return {
-    rate: n / ((ended - started) / 1000),
-    sendRate: n / ((sentAt - started) / 1000),
     clientUs: (used.user + used.system) / n,
     dbUs: db === undefined ? Number.NaN : (db.own + db.background) / n,
     db,
+    statements: sent / n,
   };
 }
 
 /** Times the consuming side: `start` starts the consumer of a filled queue, `acked` as above. */
 async function timeConsume(
   n: number,
-  applicationName: string,
+  connections: Connections,
   start: () => Promise<unknown>,
   acked: (n: number) => Promise<void>,
 ): Promise<Throughput> {
   const before = sampler?.times();
+  const statements = connections.statements();
   const cpu = process.cpuUsage();
   const started = performance.now();
   await start();
   await acked(n);
   const ended = performance.now();
-  const used = process.cpuUsage(cpu);
-  const db =
-    sampler === undefined || before === undefined
-      ? undefined
-      : await sampler.since(before, applicationName, ADMIN_NAME);
   return {
+    ...(await spent(n, connections, cpu, before, statements)),
     rate: n / ((ended - started) / 1000),
     sendRate: Number.NaN,
-    clientUs: (used.user + used.system) / n,
-    dbUs: db === undefined ? Number.NaN : (db.own + db.background) / n,
-    db,
   };
 }
 
@@ -242,39 +280,36 @@ async function timeLatency(
 async function withHarrier<T>(
   applicationName: string,
   makeBus: (broker: PostgresBroker) => MessageBus,
-  use: (bus: MessageBus) => Promise<T>,
+  use: (bus: MessageBus, connections: Connections) => Promise<T>,
   start = true,
 ): Promise<T> {
   const schema = `harrier_bench_${tag}_${randomBytes(3).toString('hex')}`;
   await migratePostgres(admin, { schema });
-  const broker = new PostgresBroker({
-    connection: { connectionString: DATABASE_URL, application_name: applicationName },
-    schema,
-    logger: silentLogger,
-  });
+  const connections = openConnections(applicationName);
+  const broker = new PostgresBroker({ connection: connections.pool, schema, logger: silentLogger });
   const bus = makeBus(broker);
   try {
     if (start) await bus.start();
-    return await use(bus);
+    return await use(bus, connections);
   } finally {
     await bus.stop();
+    await connections.pool.end();
     await admin.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
   }
 }
 
 async function harrierThroughput(n: number, round: string): Promise<Throughput> {
   const handled = new Counter(RUN_TIMEOUT_MS);
-  const applicationName = `harrier-bench-${round}`;
   return withHarrier(
-    applicationName,
+    `harrier-bench-${round}`,
     (broker) =>
       placeOrderBus(broker, CONCURRENCY, () => {
         handled.hit();
       }),
-    (bus) =>
+    (bus, connections) =>
       timeThroughput(
         n,
-        applicationName,
+        connections,
         (i) => bus.send(PlaceOrder, payloadOf(i)),
         (target) => handled.until(target),
       ),
@@ -284,14 +319,13 @@ async function harrierThroughput(n: number, round: string): Promise<Throughput> 
 /** Harrier consuming N messages that `broker.publishBatch` put in its queue first. */
 async function harrierConsume(n: number, round: string): Promise<Throughput> {
   const handled = new Counter(RUN_TIMEOUT_MS);
-  const applicationName = `harrier-bench-consume-${round}`;
   return withHarrier(
-    applicationName,
+    `harrier-bench-consume-${round}`,
     (broker) =>
       placeOrderBus(broker, CONCURRENCY, () => {
         handled.hit();
       }),
-    async (bus) => {
+    async (bus, connections) => {
       // The route, as the consuming endpoint's start() registers it, so the publish is accepted.
       await bus.broker.register('bench', [
         { handler: 'PlaceOrderHandler', kind: 'command', types: [PlaceOrder.type] },
@@ -306,7 +340,7 @@ async function harrierConsume(n: number, round: string): Promise<Throughput> {
       }
       return timeConsume(
         n,
-        applicationName,
+        connections,
         () => bus.start(),
         (target) => handled.until(target),
       );
@@ -339,24 +373,26 @@ async function harrierLatency(n: number, round: string): Promise<Latencies> {
 /** A started pg-boss on the run's schema and a fresh queue; `use` runs with it, then all is removed. */
 async function withPgBoss<T>(
   applicationName: string,
-  use: (boss: PgBoss, queue: string) => Promise<T>,
+  use: (boss: PgBoss, queue: string, connections: Connections) => Promise<T>,
 ): Promise<T> {
+  const connections = openConnections(applicationName);
   const boss = new PgBoss({
-    connectionString: DATABASE_URL,
-    application_name: applicationName,
+    // What pg-boss's own Db does (pool.query), on the counting pool.
+    db: { executeSql: (text, values) => connections.pool.query(text, values) },
     schema: BOSS_SCHEMA,
     schedule: false,
   });
   boss.on('error', () => undefined);
   const queue = `bench_${randomBytes(4).toString('hex')}`;
-  await boss.start();
-  await boss.createQueue(queue);
   try {
-    return await use(boss, queue);
+    await boss.start();
+    await boss.createQueue(queue);
+    return await use(boss, queue, connections);
   } finally {
     // The queue stays (pg-boss 10's deleteQueue fails while its partition holds completed jobs):
     // the run's pg-boss schema is dropped at the end.
     await boss.stop();
+    await connections.pool.end();
   }
 }
 
@@ -404,13 +440,12 @@ async function startPgBossWorker(
 }
 
 async function pgBossThroughput(n: number, round: string, paced: boolean): Promise<Throughput> {
-  const applicationName = `pgboss-bench-${round}`;
-  return withPgBoss(applicationName, async (boss, queue) => {
+  return withPgBoss(`pgboss-bench-${round}`, async (boss, queue, connections) => {
     const handled = new Counter(RUN_TIMEOUT_MS);
     const workerId = await startPgBossWorker(boss, queue, handled, paced);
     return timeThroughput(
       n,
-      applicationName,
+      connections,
       async (i) => {
         await boss.send(queue, payloadOf(i));
         if (!paced) boss.notifyWorker(workerId);
@@ -425,8 +460,7 @@ async function pgBossThroughput(n: number, round: string, paced: boolean): Promi
 
 /** pg-boss (unpaced) consuming N jobs that `boss.insert` put in its queue first. */
 async function pgBossConsume(n: number, round: string): Promise<Throughput> {
-  const applicationName = `pgboss-bench-consume-${round}`;
-  return withPgBoss(applicationName, async (boss, queue) => {
+  return withPgBoss(`pgboss-bench-consume-${round}`, async (boss, queue, connections) => {
     for (let from = 0; from < n; from += PREFILL_CHUNK) {
       const jobs = [];
       for (let i = from; i < Math.min(n, from + PREFILL_CHUNK); i++)
@@ -436,7 +470,7 @@ async function pgBossConsume(n: number, round: string): Promise<Throughput> {
     const handled = new Counter(RUN_TIMEOUT_MS);
     return timeConsume(
       n,
-      applicationName,
+      connections,
       () => startPgBossWorker(boss, queue, handled, false),
       async (target) => {
         await handled.until(target);
@@ -550,11 +584,21 @@ async function main(): Promise<void> {
     us(median(samples.map((s) => s.dbUs))),
     us(median(samples.map((s) => s.clientUs))),
     us(median(samples.map((s) => s.dbUs + s.clientUs))),
+    median(samples.map((s) => s.statements)).toFixed(2),
   ];
   console.log('send -> handle -> ack (median of the rounds):');
   console.log(
     table(
-      ['system', 'msg/s', 'rounds', 'send msg/s', 'DB CPU us/msg', 'Node CPU us/msg', 'both'],
+      [
+        'system',
+        'msg/s',
+        'rounds',
+        'send msg/s',
+        'DB CPU us/msg',
+        'Node CPU us/msg',
+        'both',
+        'statements/msg',
+      ],
       [
         rowOf('Harrier PostgresBroker', ours),
         rowOf('pg-boss, unpaced', unpaced),
@@ -565,7 +609,7 @@ async function main(): Promise<void> {
   console.log(`\nConsume ${N} messages put in the queue first (median of the rounds):`);
   console.log(
     table(
-      ['system', 'msg/s', 'rounds', 'DB CPU us/msg', 'Node CPU us/msg', 'both'],
+      ['system', 'msg/s', 'rounds', 'DB CPU us/msg', 'Node CPU us/msg', 'both', 'statements/msg'],
       [rowOf('Harrier PostgresBroker', consumeOurs, false), rowOf('pg-boss, unpaced', consumeBoss, false)],
     ),
   );
