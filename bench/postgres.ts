@@ -36,10 +36,13 @@
  *    after each ack would always land just after a poll).
  *
  * pg-boss runs with `schedule: false` (no cron, which Harrier's side has none of either) and its
- * defaults otherwise (pool of 10, retries, `supervise` on); Harrier's broker with its defaults. Each
- * round gets a fresh schema for Harrier (dropped afterwards) and a fresh queue for pg-boss (its own
- * partition, deleted afterwards) in one pg-boss schema of the run; rounds alternate the systems.
- * Each system first runs an untimed warm-up of {@link WARM_UP} messages.
+ * defaults otherwise (retries, `supervise` on); Harrier's broker with its defaults. Each system
+ * gets a pool of the bench's own (pg's defaults: 10 connections, as pg-boss's own pool; pg-boss
+ * through its `db` option, sending its SQL with `pool.query` as its own Db does) that counts the
+ * statements sent. Each round gets a fresh schema for Harrier (dropped afterwards) and a fresh
+ * queue for pg-boss (its own partition) in one pg-boss schema of the run, dropped at the end;
+ * rounds alternate the systems. Each system first runs an untimed warm-up of {@link WARM_UP}
+ * messages.
  *
  * Run: `npm run bench:postgres` (compiles with tsc into .bench/, then runs the JavaScript) against
  * DATABASE_URL, else the local server at postgres://postgres@127.0.0.1:5432/postgres. BENCH_N sets N
