@@ -48,7 +48,16 @@ describe('migratePostgres', () => {
       to: SCHEMA_VERSION,
       applied: MIGRATIONS.map((m) => ({ version: m.version, name: m.name })),
     });
-    expect(await tablesOf(schema)).toEqual(['checkpoints', 'inbox', 'migrations', 'outbox', 'sagas']);
+    expect(await tablesOf(schema)).toEqual([
+      'checkpoints',
+      'dedupe',
+      'inbox',
+      'migrations',
+      'outbox',
+      'queue',
+      'routes',
+      'sagas',
+    ]);
   });
 
   it('applies nothing the second time', async () => {

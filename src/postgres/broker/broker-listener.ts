@@ -22,7 +22,6 @@ export class BrokerListener {
   readonly #logger: Logger;
   readonly #onNotify: (lane: string | undefined) => void;
   readonly #stop = new AbortController();
-  #session: HeldClient | undefined;
   #lost: (() => void) | undefined;
   #loop: Promise<void> | undefined;
 
@@ -42,6 +41,8 @@ export class BrokerListener {
 
   /** Starts listening in the background: resolves once the first session listens or failed to. */
   start(): Promise<void> {
+    // Closed before it started (the broker closed while checking its schema): open nothing.
+    if (this.#stop.signal.aborted) return Promise.resolve();
     let first!: () => void;
     const started = new Promise<void>((resolve) => (first = resolve));
     this.#loop ??= this.#run(first);
@@ -63,7 +64,6 @@ export class BrokerListener {
       try {
         const lost = new Promise<void>((resolve) => (this.#lost = resolve));
         held = await holdClient(this.#pool, () => this.#lost?.());
-        this.#session = held;
         held.client.once('end', () => this.#lost?.());
         held.client.on('notification', (message: pg.Notification) => {
           if (message.channel === this.#channel) this.#onNotify(message.payload || undefined);
@@ -79,15 +79,22 @@ export class BrokerListener {
         started();
         // Repeats while PostgreSQL is away: the receivers report the outage; one warning here.
         if (failures === 1)
-          this.#logger.warn('The PostgreSQL broker lost its LISTEN connection; reconnecting (receivers poll meanwhile)', {
-            error: error instanceof Error ? error.message : String(error),
-          });
+          this.#logger.warn(
+            'The PostgreSQL broker lost its LISTEN connection; reconnecting (receivers poll meanwhile)',
+            {
+              error: error instanceof Error ? error.message : String(error),
+            },
+          );
       } finally {
-        this.#session = undefined;
         held?.release(true);
       }
-      if (!signal.aborted && failures > 0) {
-        await sleep(this.#clock, Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 16)), signal);
+      // Read through the controller: the loop's condition narrowed `signal.aborted` to false.
+      if (failures > 0 && !this.#stop.signal.aborted) {
+        await sleep(
+          this.#clock,
+          Math.min(RETRY_CAP_MS, RETRY_BASE_MS * 2 ** Math.min(failures - 1, 16)),
+          signal,
+        );
       }
     }
   }

@@ -27,7 +27,7 @@ import { brokerChannel } from './broker-channel.js';
 import { BrokerListener } from './broker-listener.js';
 import { insertMessages } from './insert-messages.js';
 import { deliveryOfRow, parseDeliveryId } from './queue-row.js';
-import { orderedCommandLane, receiverLanes } from './receiver-lanes.js';
+import { assertQueueNamePart, orderedCommandLane, receiverLanes } from './receiver-lanes.js';
 import { PostgresReceiver, type PostgresReceiverContext } from './postgres-receiver.js';
 import { deleteDelivered, readDelivered, releaseMany, renewLeases, returnDelivered } from './settle-rows.js';
 import { nextDue, takeRows } from './take-rows.js';
@@ -171,11 +171,14 @@ export class PostgresBroker implements MessageBroker {
 
   async register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void> {
     this.#assertOpen();
+    assertQueueNamePart(endpoint, 'endpoint');
+    for (const sub of subscriptions) assertQueueNamePart(sub.handler, 'handler name');
     await this.#whenReady();
     const rows: { kind: string; handler: string; type: string; ordered: boolean }[] = [];
     for (const sub of subscriptions) {
       const ordered = new Set(sub.orderedTypes ?? []);
-      for (const type of sub.types) rows.push({ kind: sub.kind, handler: sub.handler, type, ordered: ordered.has(type) });
+      for (const type of sub.types)
+        rows.push({ kind: sub.kind, handler: sub.handler, type, ordered: ordered.has(type) });
     }
     await this.#transaction('registering subscriptions', async (client) => {
       await client.query(`DELETE FROM ${this.#tables.routes} WHERE endpoint = $1`, [endpoint]);
@@ -288,7 +291,9 @@ export class PostgresBroker implements MessageBroker {
     await this.#whenReady();
     const { message } = target;
     const queue =
-      message.kind === 'event' ? subscriptionQueue(target.endpoint, target.handler) : commandQueue(message.type);
+      message.kind === 'event'
+        ? subscriptionQueue(target.endpoint, target.handler)
+        : commandQueue(message.type);
     const waitUntil = Date.now() + REDELIVER_ACTIVE_WAIT_MS;
     for (;;) {
       const now = this.#clock.now();
@@ -348,11 +353,14 @@ export class PostgresBroker implements MessageBroker {
   /**
    * Messages in each queue `endpoint` receives from (each command type's, each event
    * subscription's), by state: `waiting` due now, `active` held by a receiver, `delayed` due later.
+   * The endpoint's subscriptions as this broker registered them, else as the `routes` table holds
+   * them (an endpoint registered by another process: an admin tool's view).
    */
   async queueDepths(endpoint: string): Promise<readonly QueueDepth[]> {
     this.#assertOpen();
     await this.#whenReady();
-    const queues = receiverLanes(endpoint, this.#registered.get(endpoint) ?? []).queues;
+    const specs = this.#registered.get(endpoint) ?? (await this.#registeredInDatabase(endpoint));
+    const queues = receiverLanes(endpoint, specs).queues;
     const now = this.#clock.now();
     const result = await this.#query('counting messages', (db) =>
       db.query<{ queue: string; waiting: number; active: number; delayed: number }>(
@@ -401,14 +409,29 @@ export class PostgresBroker implements MessageBroker {
       const held = [...this.#held.values()];
       this.#held.clear();
       await releaseMany(this.#handle.pool, this.#tables, held, this.#clock.now()).catch((error: unknown) => {
-        this.#logger.warn('The PostgreSQL broker could not give back the deliveries it held; their leases run out instead', {
-          error: error instanceof Error ? error.message : String(error),
-        });
+        this.#logger.warn(
+          'The PostgreSQL broker could not give back the deliveries it held; their leases run out instead',
+          {
+            error: error instanceof Error ? error.message : String(error),
+          },
+        );
       });
       await this.#listener.close();
       await this.#handle.end();
     })();
     return this.#closing;
+  }
+
+  /** An endpoint's subscriptions as the `routes` table holds them. */
+  async #registeredInDatabase(endpoint: string): Promise<SubscriptionSpec[]> {
+    const result = await this.#query('reading subscriptions', (db) =>
+      db.query<{ kind: 'command' | 'event'; handler: string; types: string[] }>(
+        `SELECT kind, handler, array_agg(type ORDER BY type) AS types FROM ${this.#tables.routes}
+          WHERE endpoint = $1 GROUP BY kind, handler`,
+        [endpoint],
+      ),
+    );
+    return result.rows.map((row) => ({ kind: row.kind, handler: row.handler, types: row.types }));
   }
 
   #receiverContext(): PostgresReceiverContext {
@@ -426,7 +449,14 @@ export class PostgresBroker implements MessageBroker {
 
   async #take(receiver: PostgresReceiver, limit: number): Promise<Delivery[]> {
     const now = this.#clock.now();
-    const rows = await takeRows(this.#handle.pool, this.#tables, receiver.lanes, limit, now, now + this.#leaseMs);
+    const rows = await takeRows(
+      this.#handle.pool,
+      this.#tables,
+      receiver.lanes,
+      limit,
+      now,
+      now + this.#leaseMs,
+    );
     const deliveries: Delivery[] = [];
     for (const row of rows) {
       const { delivery, dropped } = deliveryOfRow(row, receiver.endpoint);
@@ -459,9 +489,12 @@ export class PostgresBroker implements MessageBroker {
       held.push(entry);
     }
     await releaseMany(this.#handle.pool, this.#tables, held, this.#clock.now()).catch((error: unknown) => {
-      this.#logger.warn('The PostgreSQL broker could not give back deliveries; their leases run out instead', {
-        error: error instanceof Error ? error.message : String(error),
-      });
+      this.#logger.warn(
+        'The PostgreSQL broker could not give back deliveries; their leases run out instead',
+        {
+          error: error instanceof Error ? error.message : String(error),
+        },
+      );
     });
   }
 
@@ -476,7 +509,10 @@ export class PostgresBroker implements MessageBroker {
     const parsed = parseDeliveryId(deliveryId);
     if (parsed === undefined) throw new StaleDeliveryError(deliveryId);
     if (this.#closed) {
-      throw new HarrierError('broker-closed', 'The PostgreSQL broker is closed: its deliveries went back to their queues');
+      throw new HarrierError(
+        'broker-closed',
+        'The PostgreSQL broker is closed: its deliveries went back to their queues',
+      );
     }
     const done = await this.#query('settling a delivery', (db) => apply(db, parsed.seq, parsed.token));
     const held = this.#held.get(deliveryId);
@@ -552,6 +588,7 @@ export class PostgresBroker implements MessageBroker {
       }
       if (this.#closed) return;
       await this.#listener.start();
+      if (this.#isClosed()) return;
       this.#armRenew();
       this.#armPrune();
     })().catch((error: unknown) => {
@@ -591,14 +628,28 @@ export class PostgresBroker implements MessageBroker {
     }
   }
 
+  /** Read through a call: close() flips it while an operation awaits. */
+  #isClosed(): boolean {
+    return this.#closed;
+  }
+
   #assertOpen(): void {
     if (this.#closed)
-      throw new HarrierError('broker-closed', 'The PostgreSQL broker is closed: create a new one to publish again');
+      throw new HarrierError(
+        'broker-closed',
+        'The PostgreSQL broker is closed: create a new one to publish again',
+      );
   }
 }
 
 /** @throws HarrierError `invalid-option` unless `value` (or its default) is a whole number of at least `min`. */
-function whole(option: string, value: number | undefined, fallback: number, min: number, example: string): number {
+function whole(
+  option: string,
+  value: number | undefined,
+  fallback: number,
+  min: number,
+  example: string,
+): number {
   const v = value ?? fallback;
   if (!Number.isSafeInteger(v) || v < min) {
     throw new HarrierError(

@@ -2,7 +2,6 @@ import { AsyncInbox } from '../../broker/async-inbox.js';
 import type { Delivery, ReceiverOptions } from '../../broker/message-broker.js';
 import type { Clock } from '../../clock/clock.js';
 import type { Logger } from '../../logging/logger.js';
-import type { TakenRow } from './queue-row.js';
 import type { ReceiverLanes } from './receiver-lanes.js';
 
 const DONE: IteratorReturnResult<undefined> = { done: true, value: undefined };
@@ -59,7 +58,12 @@ export class PostgresReceiver implements AsyncIterator<Delivery> {
   #loop: Promise<void> = Promise.resolve();
   #waiting: Promise<IteratorResult<Delivery>> | undefined;
 
-  constructor(context: PostgresReceiverContext, options: ReceiverOptions, lanes: ReceiverLanes, onEnd: () => void) {
+  constructor(
+    context: PostgresReceiverContext,
+    options: ReceiverOptions,
+    lanes: ReceiverLanes,
+    onEnd: () => void,
+  ) {
     this.#context = context;
     this.#options = options;
     this.endpoint = options.endpoint;
@@ -85,16 +89,18 @@ export class PostgresReceiver implements AsyncIterator<Delivery> {
     }
     const item = this.#inbox.take();
     if (item !== undefined) return Promise.resolve({ done: false, value: item });
-    const next = this.#inbox.next(this.#options.signal).then(async (taken): Promise<IteratorResult<Delivery>> => {
-      this.#waiting = undefined;
-      if (taken === undefined) return this.#end();
-      if (this.#inbox.closed) {
-        // Handed over as the receiver closed: nobody takes it now, so it goes back.
-        await this.#context.release([taken.id]);
-        return this.#end();
-      }
-      return { done: false, value: taken };
-    });
+    const next = this.#inbox
+      .next(this.#options.signal)
+      .then(async (taken): Promise<IteratorResult<Delivery>> => {
+        this.#waiting = undefined;
+        if (taken === undefined) return this.#end();
+        if (this.#inbox.closed) {
+          // Handed over as the receiver closed: nobody takes it now, so it goes back.
+          await this.#context.release([taken.id]);
+          return this.#end();
+        }
+        return { done: false, value: taken };
+      });
     this.#waiting = next;
     return next;
   }
@@ -135,6 +141,11 @@ export class PostgresReceiver implements AsyncIterator<Delivery> {
     }
     await this.close();
     return DONE;
+  }
+
+  /** Read through a call: close() flips it while the loop awaits. */
+  #isClosed(): boolean {
+    return this.#inbox.closed;
   }
 
   #wake(): void {
@@ -179,7 +190,7 @@ export class PostgresReceiver implements AsyncIterator<Delivery> {
         this.#held += deliveries.length;
         for (const delivery of deliveries) this.#inbox.push(delivery);
         if (deliveries.length === free) this.#dirty = true;
-        else if (!this.#inbox.closed) this.#armDue(await this.#context.nextDue(this.lanes));
+        else if (!this.#isClosed()) this.#armDue(await this.#context.nextDue(this.lanes));
       } catch (error) {
         failures++;
         this.#dirty = true;

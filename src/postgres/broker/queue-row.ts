@@ -58,7 +58,8 @@ export function deliveryOfRow(row: TakenRow, endpoint: string): ReadRow {
   const history = parseAttemptHistory(row.history);
   if (history.dropped > 0) dropped.push('history');
   const pendingDeadLetter = parsePendingDeadLetter(row.pending_dead_letter);
-  if (pendingDeadLetter === undefined && row.pending_dead_letter !== null) dropped.push('pending_dead_letter');
+  if (pendingDeadLetter === undefined && row.pending_dead_letter !== null)
+    dropped.push('pending_dead_letter');
   const kind = KINDS.has(row.kind) ? (row.kind as MessageKind) : undefined;
   if (kind === undefined) dropped.push('kind');
   return {

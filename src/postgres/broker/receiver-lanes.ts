@@ -1,5 +1,19 @@
 import type { SubscriptionSpec } from '../../broker/message-broker.js';
 import { commandQueue, QUEUE_SEPARATOR, subscriptionQueue } from '../../broker/queue-names.js';
+import { HarrierError } from '../../errors/harrier-error.js';
+
+/**
+ * @throws HarrierError `invalid-option` for an endpoint or handler name that is empty or holds the
+ * queue separator `~`: two subscriptions would then share a queue name (`evt~a~b~c`).
+ */
+export function assertQueueNamePart(name: string, what: string): void {
+  if (name.length === 0 || name.includes(QUEUE_SEPARATOR)) {
+    throw new HarrierError(
+      'invalid-option',
+      `The ${what} "${name}" cannot name a queue: it must be non-empty and without '${QUEUE_SEPARATOR}', e.g. "${name.replaceAll(QUEUE_SEPARATOR, '-') || 'orders'}"`,
+    );
+  }
+}
 
 /**
  * The lane of an endpoint's ordered commands, `ord~cmd~<endpoint>`: every ordered command type the

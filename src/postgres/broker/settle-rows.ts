@@ -10,7 +10,12 @@ type Db = pg.Pool | pg.ClientBase;
  * false when it does not (settled already, or its lease ran out and another delivery took it). An
  * ordered row notifies its lane: the next row of its key is due now.
  */
-export async function deleteDelivered(db: Db, tables: PostgresTables, seq: string, token: string): Promise<boolean> {
+export async function deleteDelivered(
+  db: Db,
+  tables: PostgresTables,
+  seq: string,
+  token: string,
+): Promise<boolean> {
   const result = await db.query(
     `WITH del AS (DELETE FROM ${tables.queue} WHERE seq = $1 AND delivery = $2 RETURNING lane, order_key)
      SELECT (SELECT count(*) FROM (SELECT pg_notify($3, del.lane) WHERE del.order_key IS NOT NULL) n) AS notified

@@ -1,0 +1,364 @@
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, inject, it } from 'vitest';
+import type { Delivery } from '../../src/broker/message-broker.js';
+import { ManualClock } from '../../src/clock/manual-clock.js';
+import { HarrierError } from '../../src/errors/harrier-error.js';
+import { PostgresBroker, type PostgresBrokerOptions } from '../../src/postgres/broker/postgres-broker.js';
+import { brokerChannel } from '../../src/postgres/broker/broker-channel.js';
+import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
+import { postgresTables } from '../../src/postgres/postgres-schema.js';
+import { expectingLogger } from '../helpers/expected-warnings.js';
+import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+
+const databaseUrl = inject('databaseUrl');
+const { pool } = useSharedPostgres(databaseUrl);
+
+const TYPE = 'orders.PlaceOrder';
+const ENDPOINT = 'orders';
+
+/** Brokers and schemas made by a test, closed and dropped after it. */
+const brokers: PostgresBroker[] = [];
+const schemas: string[] = [];
+const stops: AbortController[] = [];
+
+afterEach(async () => {
+  for (const stop of stops.splice(0)) stop.abort();
+  await Promise.all(brokers.splice(0).map((broker) => broker.close()));
+  await Promise.all(schemas.splice(0).map((schema) => dropSchema(pool, schema)));
+});
+
+async function migrated(): Promise<string> {
+  const schema = freshSchema();
+  schemas.push(schema);
+  await migratePostgres(pool, { schema });
+  return schema;
+}
+
+function brokerOn(schema: string, options: Partial<PostgresBrokerOptions> = {}): PostgresBroker {
+  const broker = new PostgresBroker({ connection: databaseUrl, schema, ...options });
+  brokers.push(broker);
+  return broker;
+}
+
+/** The deliveries of a receiver of `broker`'s `orders` endpoint, one `next()` at a time. */
+function receive(broker: PostgresBroker): AsyncIterator<Delivery> {
+  const stop = new AbortController();
+  stops.push(stop);
+  return broker.receiver({ endpoint: ENDPOINT, signal: stop.signal })[Symbol.asyncIterator]();
+}
+
+/** The `next()` of each iterator still pending after a `within` that timed out: the next `within` awaits it. */
+const pending = new WeakMap<AsyncIterator<Delivery>, Promise<IteratorResult<Delivery>>>();
+
+/** The next delivery, or 'timeout' after `ms` (the pull stays pending for the next call). */
+async function within(iterator: AsyncIterator<Delivery>, ms: number): Promise<Delivery | 'timeout'> {
+  const next = pending.get(iterator) ?? iterator.next();
+  pending.set(iterator, next);
+  let timer: NodeJS.Timeout | undefined;
+  const result = await Promise.race([
+    next,
+    new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => {
+        resolve('timeout');
+      }, ms);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (result === 'timeout') return result;
+  pending.delete(iterator);
+  if (result.done === true) throw new Error('the receiver ended');
+  return result.value;
+}
+
+const command = (body = 'place') => ({ id: randomUUID(), kind: 'command' as const, type: TYPE, body });
+
+describe(PostgresBroker, () => {
+  describe('.receiver', () => {
+    describe('when a message is published through another broker while the receiver is idle', () => {
+      it('wakes on NOTIFY and delivers it well before the fallback poll', async () => {
+        const schema = await migrated();
+        const broker = brokerOn(schema, { pollIntervalMs: 30_000 });
+        const publisher = brokerOn(schema, { pollIntervalMs: 30_000 });
+        await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        const deliveries = receive(broker);
+        // One message through first: once it is acked the receiver has taken and is idle.
+        await publisher.publish(command('first'));
+        const first = await within(deliveries, 5_000);
+        if (first === 'timeout') return expect.fail('no first delivery');
+        await broker.ack(first.id);
+
+        const startedAt = Date.now();
+        await publisher.publish(command('second'));
+        const second = await within(deliveries, 5_000);
+
+        expect(second).not.toBe('timeout');
+        expect((second as Delivery).body).toBe('second');
+        expect(Date.now() - startedAt).toBeLessThan(1_000);
+      });
+    });
+
+    describe('when a row arrives without a NOTIFY', () => {
+      it('delivers it at the next fallback poll, and not before', async () => {
+        const schema = await migrated();
+        const tables = postgresTables(schema);
+        const slow = brokerOn(schema, { pollIntervalMs: 60_000 });
+        const polling = brokerOn(schema, { pollIntervalMs: 200 });
+        for (const broker of [slow, polling])
+          await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        const slowDeliveries = receive(slow);
+        expect(await within(slowDeliveries, 300)).toBe('timeout');
+
+        await pool.query(
+          `INSERT INTO ${tables.queue} (queue, lane, message_id, kind, type, body, run_at, created_at)
+           VALUES ($1, $1, $2, 'command', $3, $4, 0, 0)`,
+          [`cmd~${TYPE}`, randomUUID(), TYPE, Buffer.from('no notify\u0000', 'utf8')],
+        );
+
+        expect(await within(slowDeliveries, 500)).toBe('timeout');
+        const delivered = await within(receive(polling), 5_000);
+        expect(delivered).not.toBe('timeout');
+        expect((delivered as Delivery).body).toBe('no notify\u0000');
+      });
+    });
+
+    describe('when the LISTEN connection is terminated', () => {
+      it('listens again, and a later NOTIFY still wakes the receiver', async () => {
+        const schema = await migrated();
+        const broker = brokerOn(schema, { pollIntervalMs: 30_000 });
+        await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        const deliveries = receive(broker);
+        expect(await within(deliveries, 300)).toBe('timeout');
+        const channel = brokerChannel(postgresTables(schema));
+        const listening = async (): Promise<number[]> =>
+          (
+            await pool.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE query = $1`, [
+              `LISTEN "${channel}"`,
+            ])
+          ).rows.map((row) => row.pid);
+        const [before] = await listening();
+        if (before === undefined) return expect.fail('no LISTEN session');
+
+        await pool.query('SELECT pg_terminate_backend($1)', [before]);
+        for (let until = Date.now() + 5_000; Date.now() < until;) {
+          const now = await listening();
+          if (now.length > 0 && !now.includes(before)) break;
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+        await brokerOn(schema).publish(command('after'));
+
+        const delivered = await within(deliveries, 3_000);
+        expect(delivered).not.toBe('timeout');
+        expect((delivered as Delivery).body).toBe('after');
+      });
+    });
+  });
+
+  describe('when PostgreSQL ends every session of the broker, as a restart does', () => {
+    it('keeps the receiver running, and it delivers what is published once sessions open again', async () => {
+      const schema = await migrated();
+      const applicationName = `hrt-${randomUUID().slice(0, 8)}`;
+      const logger = expectingLogger((message) =>
+        /lost|could not take messages|could not renew/.test(message),
+      );
+      const broker = brokerOn(schema, {
+        connection: { connectionString: databaseUrl, application_name: applicationName },
+        pollIntervalMs: 200,
+        logger,
+      });
+      await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+      const deliveries = receive(broker);
+      const publisher = brokerOn(schema);
+      await publisher.publish(command('before'));
+      const before = await within(deliveries, 5_000);
+      if (before === 'timeout') return expect.fail('no delivery before the restart');
+      await broker.ack(before.id);
+
+      const ended = await pool.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`,
+        [applicationName],
+      );
+      expect(ended.rowCount).toBeGreaterThan(0);
+      await publisher.publish(command('after'));
+
+      const after = await within(deliveries, 5_000);
+      expect(after).not.toBe('timeout');
+      expect((after as Delivery).body).toBe('after');
+      await broker.ack((after as Delivery).id);
+    });
+  });
+
+  describe('when PostgreSQL cannot be reached', () => {
+    it('rejects register with HarrierError postgres-unavailable', async () => {
+      const broker = brokerOn('harrier', {
+        connection: {
+          connectionString: 'postgres://postgres@127.0.0.1:1/postgres',
+          connectionTimeoutMillis: 2_000,
+        },
+      });
+      const error = await broker.register(ENDPOINT, []).catch((e: unknown) => e);
+      expect(HarrierError.is(error, 'postgres-unavailable')).toBe(true);
+    });
+  });
+
+  describe('ordered commands taken by two brokers at once', () => {
+    it('hands each key to one receiver at a time, in publish order', async () => {
+      const schema = await migrated();
+      const brokersOf = [brokerOn(schema, { pollIntervalMs: 50 }), brokerOn(schema, { pollIntervalMs: 50 })];
+      for (const broker of brokersOf)
+        await broker.register(ENDPOINT, [
+          { handler: 'commands', kind: 'command', types: [TYPE], orderedTypes: [TYPE] },
+        ]);
+      const keys = ['a', 'b', 'c'];
+      const perKey = 8;
+      const messages = Array.from({ length: perKey }, (_, n) =>
+        keys.map((key) => ({ ...command(`${key}${n}`), partitionKey: key, ordered: true })),
+      ).flat();
+      await brokersOf[0]?.publishBatch(messages);
+      const handled = new Map<string, string[]>(keys.map((key) => [key, []]));
+      const busy = new Set<string>();
+      let overlaps = 0;
+      let done = 0;
+
+      await Promise.all(
+        brokersOf.map(async (broker) => {
+          const deliveries = receive(broker);
+          while (done < messages.length) {
+            const delivery = await within(deliveries, 200);
+            if (delivery === 'timeout') continue;
+            const key = delivery.facts.partitionKey ?? '';
+            if (busy.has(key)) overlaps++;
+            busy.add(key);
+            await new Promise((resolve) => setTimeout(resolve, 5));
+            handled.get(key)?.push(delivery.body);
+            busy.delete(key);
+            await broker.ack(delivery.id);
+            done++;
+          }
+        }),
+      );
+
+      expect(overlaps).toBe(0);
+      for (const key of keys)
+        expect(handled.get(key)).toEqual(Array.from({ length: perKey }, (_, n) => `${key}${n}`));
+    });
+  });
+
+  describe('.queueDepths', () => {
+    describe('when the endpoint registered through another broker', () => {
+      it('counts its queues as the routes table lists them', async () => {
+        const schema = await migrated();
+        const worker = brokerOn(schema);
+        await worker.register(ENDPOINT, [
+          { handler: 'commands', kind: 'command', types: [TYPE] },
+          { handler: 'audit', kind: 'event', types: ['orders.OrderPlaced'] },
+        ]);
+        await worker.publish(command());
+        await worker.publish({ ...command(), deliverAt: Date.now() + 60_000 });
+        await worker.publish({ id: randomUUID(), kind: 'event', type: 'orders.OrderPlaced', body: 'placed' });
+
+        const depths = await brokerOn(schema).queueDepths(ENDPOINT);
+
+        expect([...depths].sort((a, b) => a.queue.localeCompare(b.queue))).toEqual([
+          { queue: `cmd~${TYPE}`, waiting: 1, active: 0, delayed: 1 },
+          { queue: `evt~${ENDPOINT}~audit`, waiting: 1, active: 0, delayed: 0 },
+        ]);
+      });
+    });
+  });
+
+  describe('leases', () => {
+    describe('when the holder stops renewing its lease', () => {
+      it('gives the message to another receiver with the next attempt and one unsettled end, and refuses the old holder', async () => {
+        const schema = await migrated();
+        // Its clock never moves: the holder's renewals never run, as in a process that froze.
+        // A second ahead of real time, so it takes the message published now; its lease ends then.
+        const frozen = brokerOn(schema, { leaseMs: 300, clock: new ManualClock(Date.now() + 1_000) });
+        const other = brokerOn(schema, { pollIntervalMs: 50 });
+        for (const broker of [frozen, other])
+          await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        await other.publish(command('leased'));
+        const held = await within(receive(frozen), 5_000);
+        if (held === 'timeout') return expect.fail('no delivery');
+        expect(held.facts).toMatchObject({ attempt: 1, unsettledEnds: 0 });
+
+        const again = await within(receive(other), 5_000);
+
+        expect(again).not.toBe('timeout');
+        expect((again as Delivery).facts).toMatchObject({ attempt: 2, unsettledEnds: 1 });
+        const stale = await frozen.ack(held.id).catch((error: unknown) => error);
+        expect(HarrierError.is(stale, 'stale-delivery')).toBe(true);
+        await other.ack((again as Delivery).id);
+      });
+    });
+  });
+
+  describe('.register', () => {
+    describe('when a handler name holds the queue separator', () => {
+      it('refuses it with HarrierError invalid-option naming a fix', async () => {
+        const broker = brokerOn(await migrated());
+        const error = await broker
+          .register(ENDPOINT, [{ handler: 'a~b', kind: 'event', types: ['orders.OrderPlaced'] }])
+          .catch((e: unknown) => e);
+        expect(HarrierError.is(error, 'invalid-option')).toBe(true);
+        expect((error as Error).message).toContain('e.g. "a-b"');
+      });
+    });
+
+    describe('when the schema was never migrated', () => {
+      it('rejects with HarrierError schema-outdated naming the migrate command', async () => {
+        const schema = freshSchema();
+        const broker = brokerOn(schema);
+        const error = await broker.register(ENDPOINT, []).catch((e: unknown) => e);
+        expect(HarrierError.is(error, 'schema-outdated')).toBe(true);
+        expect((error as Error).message).toContain(`harrier postgres migrate --schema ${schema}`);
+      });
+    });
+  });
+
+  describe('.close', () => {
+    describe('when called while the broker is still starting', () => {
+      it('resolves, and leaves no LISTEN session behind', async () => {
+        const schema = await migrated();
+        const applicationName = `hrt-${randomUUID().slice(0, 8)}`;
+        const broker = new PostgresBroker({
+          connection: { connectionString: databaseUrl, application_name: applicationName },
+          schema,
+        });
+        const registering = broker.register(ENDPOINT, []).catch((error: unknown) => error);
+
+        await broker.close();
+        await registering;
+
+        const sessions = await pool.query(`SELECT pid FROM pg_stat_activity WHERE application_name = $1`, [
+          applicationName,
+        ]);
+        expect(sessions.rows).toEqual([]);
+      });
+    });
+  });
+
+  describe('constructor', () => {
+    it.each([
+      [{ leaseMs: 100 }, /leaseMs is 100: it must be a whole number of at least 300/],
+      [{ pollIntervalMs: 0 }, /pollIntervalMs is 0: it must be a whole number of at least 10/],
+      [{ dedupeWindowMs: -1 }, /dedupeWindowMs is -1: it must be a whole number of at least 0/],
+      [{ leaseMs: 1.5 }, /leaseMs is 1.5/],
+      [{ schema: 'Bad-Name' }, /not a plain identifier/],
+    ])('refuses %j with HarrierError invalid-option naming the fix', (options, message) => {
+      let error: unknown;
+      try {
+        brokerOn('harrier', options);
+      } catch (e) {
+        error = e;
+      }
+      expect(HarrierError.is(error, 'invalid-option')).toBe(true);
+      expect((error as Error).message).toMatch(message);
+    });
+
+    it('refuses a missing connection, naming DATABASE_URL', () => {
+      expect(() => new PostgresBroker({} as PostgresBrokerOptions)).toThrow(
+        /connection: process.env.DATABASE_URL/,
+      );
+    });
+  });
+});
