@@ -140,6 +140,8 @@ interface Throughput {
   readonly clientUs: number;
   /** CPU of the PostgreSQL server per message (own backends + background), µs; NaN when not local. */
   readonly dbUs: number;
+  /** The part of {@link Throughput.dbUs} the server's background processes (autovacuum, WAL writer...) spent. */
+  readonly dbBackgroundUs: number;
   readonly db: ServerCpu | undefined;
   /** Statements the system sent to PostgreSQL per message. */
   readonly statements: number;
@@ -222,6 +224,7 @@ async function spent(
   return {
     clientUs: (used.user + used.system) / n,
     dbUs: db === undefined ? Number.NaN : (db.own + db.background) / n,
+    dbBackgroundUs: db === undefined ? Number.NaN : db.background / n,
     db,
     statements: sent / n,
   };
@@ -585,6 +588,7 @@ async function main(): Promise<void> {
     samples.map((s) => fmtRate(s.rate)).join(' / '),
     ...(send ? [fmtRate(median(samples.map((s) => s.sendRate)))] : []),
     us(median(samples.map((s) => s.dbUs))),
+    us(median(samples.map((s) => s.dbBackgroundUs))),
     us(median(samples.map((s) => s.clientUs))),
     us(median(samples.map((s) => s.dbUs + s.clientUs))),
     median(samples.map((s) => s.statements)).toFixed(2),
@@ -598,6 +602,7 @@ async function main(): Promise<void> {
         'rounds',
         'send msg/s',
         'DB CPU us/msg',
+        'of which background',
         'Node CPU us/msg',
         'both',
         'statements/msg',
@@ -612,7 +617,16 @@ async function main(): Promise<void> {
   console.log(`\nConsume ${N} messages put in the queue first (median of the rounds):`);
   console.log(
     table(
-      ['system', 'msg/s', 'rounds', 'DB CPU us/msg', 'Node CPU us/msg', 'both', 'statements/msg'],
+      [
+        'system',
+        'msg/s',
+        'rounds',
+        'DB CPU us/msg',
+        'of which background',
+        'Node CPU us/msg',
+        'both',
+        'statements/msg',
+      ],
       [rowOf('Harrier PostgresBroker', consumeOurs, false), rowOf('pg-boss, unpaced', consumeBoss, false)],
     ),
   );
