@@ -34,6 +34,8 @@ export interface PostgresTables {
   readonly routes: string;
   /** The PostgreSQL broker's published ids, for idempotent publish. */
   readonly dedupe: string;
+  /** The PostgreSQL broker's take, a function (see migration 2). */
+  readonly queueTake: string;
   /** Outbox rows the relay gave up on (`maxAttempts` failed tries, or malformed), kept for replay. */
   readonly outboxParked: string;
   /** The dead letters of `PostgresDeadLetterStore`, one row per record. */
@@ -70,6 +72,7 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     queue: `${q}.queue`,
     routes: `${q}.routes`,
     dedupe: `${q}.dedupe`,
+    queueTake: `${q}.queue_take`,
     outboxParked: `${q}.outbox_parked`,
     deadLetters: `${q}.dead_letters`,
     deadLetterWrites: `${q}.dead_letter_writes`,

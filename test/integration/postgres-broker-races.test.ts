@@ -315,8 +315,9 @@ describe(PostgresBroker, () => {
           void broker.close().then(() => {
             closed = true;
           });
-          // The table goes away under the take: it fails once the lock is let go.
-          await holder.query(`DROP TABLE ${tables.queue}`);
+          // The table goes away under the take (with the take function, which depends on it): it
+          // fails once the lock is let go.
+          await holder.query(`DROP TABLE ${tables.queue} CASCADE`);
           await holder.query('COMMIT');
         } finally {
           holder.release();

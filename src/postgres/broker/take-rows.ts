@@ -22,7 +22,9 @@ const LANES = `lanes AS (
  * still holding a delivery token is one whose lease ran out (its `run_at` is its lease's end): its
  * holder went away without settling it, so the take counts an unsettled end and an attempt. A row
  * with an `order_key` is taken only when no earlier row of its lane and key exists, in whatever
- * state (held, waiting for a retry): one at a time per key, in publish order.
+ * state (held, waiting for a retry): one at a time per key, in publish order. The statement is the
+ * schema's `queue_take` function, which turns bitmap scans off: on a table without statistics (a
+ * fresh install) the planner would otherwise sort every waiting row of a lane on each take.
  */
 export async function takeRows(
   db: pg.Pool | pg.ClientBase,
@@ -32,26 +34,9 @@ export async function takeRows(
   now: number,
   leaseUntil: number,
 ): Promise<TakenRow[]> {
-  const q = tables.queue;
+  // The statement is the schema's queue_take function (migration 2), for its planner setting.
   const result = await db.query<TakenRow>(
-    `WITH ${LANES},
-     c AS (
-       SELECT x.seq FROM lanes l CROSS JOIN LATERAL (
-         SELECT q.seq, q.run_at FROM ${q} q
-          WHERE q.lane = l.lane AND q.run_at <= $4 AND (l.types IS NULL OR q.type = ANY(l.types))
-            AND (q.order_key IS NULL OR NOT EXISTS (
-                  SELECT 1 FROM ${q} e WHERE e.lane = q.lane AND e.order_key = q.order_key AND e.seq < q.seq))
-          ORDER BY q.run_at, q.seq
-          LIMIT $5
-          FOR UPDATE SKIP LOCKED) x
-        ORDER BY x.run_at, x.seq
-        LIMIT $5)
-     UPDATE ${q} q SET
-        attempt = q.attempt + CASE WHEN q.delivery IS NULL THEN 0 ELSE 1 END,
-        unsettled_ends = q.unsettled_ends + CASE WHEN q.delivery IS NULL THEN 0 ELSE 1 END,
-        delivery = gen_random_uuid(), lease_until = $6, run_at = $6
-       FROM c WHERE q.seq = c.seq
-     RETURNING ${TAKEN_COLUMNS}`,
+    `SELECT ${TAKEN_COLUMNS} FROM ${tables.queueTake}($1::text[], $2::text, $3::text[], $4::bigint, $5::integer, $6::bigint) q`,
     [lanes.lanes, lanes.orderedLane, lanes.commandTypes, now, limit, leaseUntil],
   );
   return result.rows.sort((a, b) => (BigInt(a.seq) < BigInt(b.seq) ? -1 : 1));
