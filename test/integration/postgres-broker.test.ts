@@ -5,6 +5,7 @@ import { ManualClock } from '../../src/clock/manual-clock.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { PostgresBroker, type PostgresBrokerOptions } from '../../src/postgres/broker/postgres-broker.js';
 import { brokerChannel } from '../../src/postgres/broker/broker-channel.js';
+import { insertMessages } from '../../src/postgres/broker/insert-messages.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { postgresTables } from '../../src/postgres/postgres-schema.js';
 import { expectingLogger } from '../helpers/expected-warnings.js';
@@ -93,6 +94,57 @@ describe(PostgresBroker, () => {
 
         expect(second).not.toBe('timeout');
         expect((second as Delivery).body).toBe('second');
+        expect(Date.now() - startedAt).toBeLessThan(1_000);
+      });
+    });
+
+    describe('when publishes through another broker commit many at once while the receiver is idle', () => {
+      it('delivers every one well before the fallback poll', async () => {
+        const schema = await migrated();
+        const broker = brokerOn(schema, { pollIntervalMs: 30_000 });
+        const publisher = brokerOn(schema, { pollIntervalMs: 30_000 });
+        await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        const deliveries = receive(broker);
+        expect(await within(deliveries, 200)).toBe('timeout');
+
+        const startedAt = Date.now();
+        await Promise.all(Array.from({ length: 40 }, (_, i) => publisher.publish(command(`m${i}`))));
+        const bodies: string[] = [];
+        for (let i = 0; i < 40; i++) {
+          const delivery = await within(deliveries, 5_000);
+          if (delivery === 'timeout') return expect.fail(`only ${i} of 40 delivered`);
+          bodies.push(delivery.body);
+          await broker.ack(delivery.id);
+        }
+
+        expect(bodies.sort()).toEqual(Array.from({ length: 40 }, (_, i) => `m${i}`).sort());
+        expect(Date.now() - startedAt).toBeLessThan(3_000);
+      });
+    });
+
+    describe("when a unit of work's transaction inserts a message (the hand-off)", () => {
+      it('wakes an idle receiver of another broker once the transaction commits, not before', async () => {
+        const schema = await migrated();
+        const tables = postgresTables(schema);
+        const broker = brokerOn(schema, { pollIntervalMs: 30_000 });
+        await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        const deliveries = receive(broker);
+        expect(await within(deliveries, 200)).toBe('timeout');
+
+        const unit = await pool.connect();
+        try {
+          await unit.query('BEGIN');
+          await insertMessages(unit, tables, [command('handed off')], Date.now(), 86_400_000);
+          expect(await within(deliveries, 300)).toBe('timeout');
+          await unit.query('COMMIT');
+        } finally {
+          unit.release();
+        }
+        const startedAt = Date.now();
+        const delivered = await within(deliveries, 5_000);
+
+        expect(delivered).not.toBe('timeout');
+        expect((delivered as Delivery).body).toBe('handed off');
         expect(Date.now() - startedAt).toBeLessThan(1_000);
       });
     });

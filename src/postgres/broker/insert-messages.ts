@@ -36,8 +36,8 @@ interface Target {
  * `no-route` (unless its `requireRoute` is false) before anything is written; an event gets one copy
  * per registered subscription of its type. A (queue, message id) recorded less than
  * `dedupeWindowMs` ago inserts nothing: an idempotent publish; so does one whose copy is still in
- * the queue (waiting, delayed or held), however long ago it was published, unless the window is 0. PostgreSQL delivers the NOTIFY only
- * if the transaction commits. An ordered copy first takes a transaction-scoped advisory lock on its
+ * the queue (waiting, delayed or held), however long ago it was published, unless the window is 0.
+ * PostgreSQL delivers the NOTIFY (if the statement sends it) only if the transaction commits. An ordered copy first takes a transaction-scoped advisory lock on its
  * (lane, order key): a second publisher of that key waits for this transaction to end (see
  * {@link orderLocks}). Exported for a unit of work that publishes inside the handler's own
  * transaction.
@@ -46,6 +46,11 @@ interface Target {
  *   statements then run one after the other, the insert being a single statement either way.
  * @param now - ms since the epoch: `created_at`, the due time of a message without `deliverAt`,
  *   and the start of its dedupe window.
+ * @param written - when given, the statement sends no NOTIFY: it is called with the lanes written
+ *   to, for the caller to wake their receivers once its transaction has committed (a NOTIFY holds a
+ *   database-wide lock from the statement until its transaction's commit is flushed, so publishes
+ *   notifying in their own transactions commit one at a time). Without it (a unit of work's
+ *   hand-off) the statement notifies them, delivered when the caller's transaction commits.
  * @throws HarrierError `no-route` as `MessageBroker.publishBatch` does.
  */
 export async function insertMessages(
@@ -54,6 +59,7 @@ export async function insertMessages(
   messages: readonly OutgoingMessage[],
   now: number,
   dedupeWindowMs: number,
+  written?: (lanes: readonly string[]) => void,
 ): Promise<number> {
   if (messages.length === 0) return 0;
   const types = [...new Set(messages.map((m) => m.type))];
@@ -113,7 +119,7 @@ export async function insertMessages(
     });
   }
   if (targets.length === 0) return 0;
-  const inserted = await client.query<{ rows: string }>(
+  const inserted = await client.query<{ rows: string; lanes: string[] | null }>(
     `WITH locks AS (
        SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest($15::text[]) WITH ORDINALITY AS u(k, i)),
      t AS (
@@ -143,7 +149,8 @@ export async function insertMessages(
        RETURNING lane),
      lanes AS (SELECT DISTINCT lane FROM ins)
      SELECT (SELECT count(*) FROM ins)::text AS rows,
-            (SELECT count(pg_notify($14, lane)::text) FROM lanes) AS notified`,
+            (SELECT count(pg_notify($14, lane)::text) FROM lanes WHERE $14::text IS NOT NULL) AS notified,
+            (SELECT array_agg(lane) FROM lanes) AS lanes`,
     [
       targets.map((t) => t.queue),
       targets.map((t) => t.lane),
@@ -158,10 +165,11 @@ export async function insertMessages(
       targets.map((t) => t.message.deliverAt ?? now),
       now,
       dedupeWindowMs,
-      brokerChannel(tables),
+      written === undefined ? brokerChannel(tables) : null,
       orderLocks(targets),
     ],
   );
+  written?.(inserted.rows[0]?.lanes ?? []);
   return Number(inserted.rows[0]?.rows ?? 0);
 }
 

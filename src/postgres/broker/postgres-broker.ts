@@ -138,6 +138,10 @@ export class PostgresBroker implements MessageBroker {
   #cancelPrune: (() => void) | undefined;
   #closed = false;
   #closing: Promise<void> | undefined;
+  /** Lanes published to whose NOTIFY is still to be sent, and the notifier sending them. */
+  readonly #toNotify = new Set<string>();
+  #notifying: Promise<void> | undefined;
+  #notifyFailed = false;
 
   /** @throws HarrierError `invalid-option` naming the fix for a bad option. */
   constructor(options: PostgresBrokerOptions) {
@@ -248,16 +252,81 @@ export class PostgresBroker implements MessageBroker {
     this.#assertOpen();
     if (messages.length === 0) return;
     await this.#whenReady();
+    let lanes: readonly string[] = [];
+    const written = (inserted: readonly string[]): void => {
+      lanes = inserted;
+    };
     if (messages.length === 1) {
       // One statement pair; a lone message needs no transaction of its own beyond the insert's.
       await this.#query('publishing', (db) =>
-        insertMessages(db, this.#tables, messages, this.#clock.now(), this.#dedupeWindowMs),
+        insertMessages(db, this.#tables, messages, this.#clock.now(), this.#dedupeWindowMs, written),
       );
-      return;
+    } else {
+      await this.#transaction('publishing', async (client) => {
+        await insertMessages(
+          client,
+          this.#tables,
+          messages,
+          this.#clock.now(),
+          this.#dedupeWindowMs,
+          written,
+        );
+      });
     }
-    await this.#transaction('publishing', async (client) => {
-      await insertMessages(client, this.#tables, messages, this.#clock.now(), this.#dedupeWindowMs);
+    this.#wake(lanes);
+  }
+
+  /**
+   * After a publish committed: wakes this broker's receivers of `lanes` at once, and has the
+   * notifier tell every other process's.
+   *
+   * @remarks
+   * The publish itself sends no NOTIFY: PostgreSQL holds a database-wide lock from a transaction's
+   * NOTIFY until its commit is flushed, so publishes notifying in their own transactions would
+   * commit one after another. One NOTIFY transaction at a time is in flight instead, for every lane
+   * published to since the previous one began, with `synchronous_commit` off (a notification lost
+   * to a server crash costs a receiver's poll interval, nothing else).
+   */
+  #wake(lanes: readonly string[]): void {
+    if (lanes.length === 0) return;
+    for (const lane of lanes) {
+      for (const receiver of this.#receivers) receiver.notify(lane);
+      this.#toNotify.add(lane);
+    }
+    this.#notifying ??= this.#notifyLoop().finally(() => {
+      this.#notifying = undefined;
     });
+  }
+
+  async #notifyLoop(): Promise<void> {
+    const channel = literal(brokerChannel(this.#tables));
+    while (this.#toNotify.size > 0) {
+      const lanes = [...this.#toNotify];
+      this.#toNotify.clear();
+      // One round trip (the simple protocol runs the statements in turn); lanes and the channel
+      // are queue names and a schema name, checked plain identifiers, quoted all the same.
+      const notifies = lanes.map((lane) => `SELECT pg_notify(${channel}, ${literal(lane)});`).join(' ');
+      try {
+        const client = await this.#handle.pool.connect();
+        try {
+          await client.query(`BEGIN; SET LOCAL synchronous_commit TO off; ${notifies} COMMIT;`);
+          client.release();
+        } catch (error) {
+          // The transaction may be left open (aborted) on the session: it is not given back.
+          client.release(error instanceof Error ? error : true);
+          throw error;
+        }
+        this.#notifyFailed = false;
+      } catch (error) {
+        if (!this.#notifyFailed) {
+          this.#logger.warn(
+            'The PostgreSQL broker could not notify other processes of messages it published; their receivers find them when they next poll',
+            { error: error instanceof Error ? error.message : String(error) },
+          );
+        }
+        this.#notifyFailed = true;
+      }
+    }
   }
 
   ack(deliveryId: string): Promise<void> {
@@ -455,6 +524,7 @@ export class PostgresBroker implements MessageBroker {
           },
         );
       });
+      await this.#notifying;
       await this.#listener.close();
       await this.#handle.end();
     })();
@@ -734,4 +804,9 @@ function whole(
     );
   }
   return v;
+}
+
+/** `value` as an SQL string literal, whatever the session's `standard_conforming_strings`. */
+function literal(value: string): string {
+  return `E'${value.replace(/\\/g, '\\\\').replace(/'/g, "''")}'`;
 }
