@@ -348,6 +348,30 @@ describe(PostgresBroker, () => {
   });
 
   describe('.register', () => {
+    describe('when another broker registers the endpoint again without a command type this one sent', () => {
+      it('refuses that type with no-route within about a second, having sent it before', async () => {
+        const schema = await migrated();
+        const publisher = brokerOn(schema);
+        const other = brokerOn(schema);
+        await other.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        await publisher.publish(command('routed'));
+        await publisher.publish(command('routed again'));
+
+        await other.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: ['orders.Other'] }]);
+        const changedAt = Date.now();
+        let refused: unknown;
+        while (refused === undefined && Date.now() - changedAt < 5_000) {
+          await publisher.publish(command('after')).catch((error: unknown) => {
+            refused = error;
+          });
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+
+        expect(HarrierError.is(refused) && refused.code).toBe('no-route');
+        expect(Date.now() - changedAt).toBeLessThan(2_000);
+      });
+    });
+
     describe('when a handler name holds the queue separator', () => {
       it('refuses it with HarrierError invalid-option naming a fix', async () => {
         const broker = brokerOn(await migrated());

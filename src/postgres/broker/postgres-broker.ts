@@ -26,7 +26,7 @@ import { openPool, postgresError, type PoolHandle } from '../postgres-pool.js';
 import { postgresTables, type PostgresTables } from '../postgres-schema.js';
 import { brokerChannel } from './broker-channel.js';
 import { BrokerListener } from './broker-listener.js';
-import { insertMessages } from './insert-messages.js';
+import { CommandRouteRows, insertMessages } from './insert-messages.js';
 import { deliveryOfRow, parseDeliveryId } from './queue-row.js';
 import { assertQueueNamePart, orderedCommandLane, receiverLanes } from './receiver-lanes.js';
 import { PostgresReceiver, type PostgresReceiverContext } from './postgres-receiver.js';
@@ -39,6 +39,8 @@ const REDELIVER_ACTIVE_POLL_MS = 25;
 /** How often expired dedupe rows are deleted, and how many at most per statement. */
 const DEDUPE_PRUNE_INTERVAL_MS = 60_000;
 const DEDUPE_PRUNE_BATCH = 10_000;
+/** How long a publish trusts a command route it read without reading it again (as BullMqBroker). */
+const COMMAND_ROUTE_MAX_AGE_MS = 1_000;
 
 /** Options of {@link PostgresBroker}. */
 export interface PostgresBrokerOptions {
@@ -140,6 +142,8 @@ export class PostgresBroker implements MessageBroker {
   #closing: Promise<void> | undefined;
   /** Lanes published to whose NOTIFY is still to be sent, and the notifier sending them. */
   readonly #toNotify = new Set<string>();
+  /** Command routes publishes read, trusted for a second. */
+  readonly #commandRoutes = new CommandRouteRows(COMMAND_ROUTE_MAX_AGE_MS);
   #notifying: Promise<void> | undefined;
   #notifyFailed = false;
 
@@ -200,6 +204,8 @@ export class PostgresBroker implements MessageBroker {
       for (const type of sub.types)
         rows.push({ kind: sub.kind, handler: sub.handler, type, ordered: ordered.has(type) });
     }
+    // Routes change here: publishes read them again (others' changes are read within a second).
+    this.#commandRoutes.forget();
     await this.#transaction('registering subscriptions', async (client) => {
       await client.query(`DELETE FROM ${this.#tables.routes} WHERE endpoint = $1`, [endpoint]);
       if (rows.length === 0) return;
@@ -218,6 +224,7 @@ export class PostgresBroker implements MessageBroker {
         ],
       );
     });
+    this.#commandRoutes.forget();
     this.#registered.set(endpoint, [...subscriptions]);
   }
 
@@ -259,7 +266,15 @@ export class PostgresBroker implements MessageBroker {
     if (messages.length === 1) {
       // One statement pair; a lone message needs no transaction of its own beyond the insert's.
       await this.#query('publishing', (db) =>
-        insertMessages(db, this.#tables, messages, this.#clock.now(), this.#dedupeWindowMs, written),
+        insertMessages(
+          db,
+          this.#tables,
+          messages,
+          this.#clock.now(),
+          this.#dedupeWindowMs,
+          written,
+          this.#commandRoutes,
+        ),
       );
     } else {
       await this.#transaction('publishing', async (client) => {
@@ -270,6 +285,7 @@ export class PostgresBroker implements MessageBroker {
           this.#clock.now(),
           this.#dedupeWindowMs,
           written,
+          this.#commandRoutes,
         );
       });
     }
