@@ -3,6 +3,7 @@ import { afterEach, describe, expect, inject, it } from 'vitest';
 import type { Delivery } from '../../src/broker/message-broker.js';
 import { ManualClock } from '../../src/clock/manual-clock.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
+import { StaleDeliveryError } from '../../src/errors/stale-delivery-error.js';
 import { PostgresBroker, type PostgresBrokerOptions } from '../../src/postgres/broker/postgres-broker.js';
 import { brokerChannel } from '../../src/postgres/broker/broker-channel.js';
 import { insertMessages } from '../../src/postgres/broker/insert-messages.js';
@@ -343,6 +344,43 @@ describe(PostgresBroker, () => {
         const stale = await frozen.ack(held.id).catch((error: unknown) => error);
         expect(HarrierError.is(stale, 'stale-delivery')).toBe(true);
         await other.ack((again as Delivery).id);
+      });
+    });
+  });
+
+  describe('.ack', () => {
+    describe('when acks made at once include one of a delivery already acked', () => {
+      it('deletes the others and refuses that one alone with StaleDeliveryError', async () => {
+        const schema = await migrated();
+        const tables = postgresTables(schema);
+        const broker = brokerOn(schema, { pollIntervalMs: 50 });
+        await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+        for (let i = 0; i < 12; i++) await broker.publish(command(`m${i}`));
+        const stop = new AbortController();
+        stops.push(stop);
+        const receiver = broker.receiver({ endpoint: ENDPOINT, signal: stop.signal, prefetch: 12 });
+        const deliveries = receiver[Symbol.asyncIterator]();
+        const taken: Delivery[] = [];
+        for (let i = 0; i < 12; i++) {
+          const delivery = await within(deliveries, 5_000);
+          if (delivery === 'timeout') return expect.fail(`only ${i} of 12 delivered`);
+          taken.push(delivery);
+        }
+        const [acked, ...rest] = taken as [Delivery, ...Delivery[]];
+        await broker.ack(acked.id);
+
+        // The first ack runs alone; the others wait for it and go in one delete together.
+        const outcomes = await Promise.allSettled([
+          broker.ack(rest[0]!.id),
+          broker.ack(acked.id),
+          ...rest.slice(1).map((d) => broker.ack(d.id)),
+        ]);
+
+        expect(outcomes.filter((o) => o.status === 'rejected')).toHaveLength(1);
+        const refused = outcomes[1];
+        expect(refused.status === 'rejected' && refused.reason).toBeInstanceOf(StaleDeliveryError);
+        const left = await pool.query(`SELECT count(*)::int AS n FROM ${tables.queue}`);
+        expect(left.rows[0]).toEqual({ n: 0 });
       });
     });
   });

@@ -30,7 +30,14 @@ import { CommandRouteRows, insertMessages } from './insert-messages.js';
 import { deliveryOfRow, parseDeliveryId } from './queue-row.js';
 import { assertQueueNamePart, orderedCommandLane, receiverLanes } from './receiver-lanes.js';
 import { PostgresReceiver, type PostgresReceiverContext } from './postgres-receiver.js';
-import { deleteDelivered, readDelivered, releaseMany, renewLeases, returnDelivered } from './settle-rows.js';
+import {
+  deleteDelivered,
+  deleteDeliveredMany,
+  readDelivered,
+  releaseMany,
+  renewLeases,
+  returnDelivered,
+} from './settle-rows.js';
 import { nextDue, takeRows } from './take-rows.js';
 
 /** How long `redeliver` waits for a delivery of the message to settle before refusing. */
@@ -41,6 +48,8 @@ const DEDUPE_PRUNE_INTERVAL_MS = 60_000;
 const DEDUPE_PRUNE_BATCH = 10_000;
 /** How long a publish trusts a command route it read without reading it again (as BullMqBroker). */
 const COMMAND_ROUTE_MAX_AGE_MS = 1_000;
+/** The most acks one delete makes. */
+const ACK_BATCH = 500;
 
 /** Options of {@link PostgresBroker}. */
 export interface PostgresBrokerOptions {
@@ -146,6 +155,14 @@ export class PostgresBroker implements MessageBroker {
   readonly #commandRoutes = new CommandRouteRows(COMMAND_ROUTE_MAX_AGE_MS);
   #notifying: Promise<void> | undefined;
   #notifyFailed = false;
+  /** Acks waiting for the next batched delete, and the loop running them. */
+  readonly #acks: {
+    readonly seq: string;
+    readonly token: string;
+    readonly resolve: (done: boolean) => void;
+    readonly reject: (error: unknown) => void;
+  }[] = [];
+  #acking: Promise<void> | undefined;
 
   /** @throws HarrierError `invalid-option` naming the fix for a bad option. */
   constructor(options: PostgresBrokerOptions) {
@@ -346,7 +363,47 @@ export class PostgresBroker implements MessageBroker {
   }
 
   ack(deliveryId: string): Promise<void> {
-    return this.#settle(deliveryId, (db, seq, token) => deleteDelivered(db, this.#tables, seq, token));
+    return this.#settle(deliveryId, (db, seq, token) => this.#deleteAcked(db, seq, token));
+  }
+
+  /**
+   * Deletes an acked row, in the next of the batched deletes: acks made while one runs wait for it
+   * to end, then go in one statement together (at most {@link ACK_BATCH} rows). True when `token`
+   * still held the row.
+   */
+  #deleteAcked(db: pg.Pool, seq: string, token: string): Promise<boolean> {
+    return new Promise<boolean>((resolve, reject) => {
+      this.#acks.push({ seq, token, resolve, reject });
+      this.#acking ??= this.#ackLoop(db).finally(() => {
+        this.#acking = undefined;
+      });
+    });
+  }
+
+  async #ackLoop(db: pg.Pool): Promise<void> {
+    while (this.#acks.length > 0) {
+      const batch = this.#acks.splice(0, ACK_BATCH);
+      try {
+        const deleted = await deleteDeliveredMany(
+          db,
+          this.#tables,
+          batch.map((ack) => ack.seq),
+          batch.map((ack) => ack.token),
+        );
+        const done = new Set<string>();
+        const lanes = new Set<string>();
+        for (const row of deleted) {
+          done.add(row.seq);
+          if (row.orderedLane !== null) lanes.add(row.orderedLane);
+        }
+        // The next row of an ordered key is due now.
+        this.#wake([...lanes]);
+        // A second ack of one delivery in the batch finds the row gone, as it would after the first.
+        for (const ack of batch) ack.resolve(done.delete(ack.seq));
+      } catch (error) {
+        for (const ack of batch) ack.reject(error);
+      }
+    }
   }
 
   nack(deliveryId: string, options: NackOptions): Promise<void> {
@@ -529,6 +586,7 @@ export class PostgresBroker implements MessageBroker {
       this.#cancelRenew?.();
       this.#cancelPrune?.();
       await Promise.all([...this.#receivers].map((r) => r.close()));
+      await this.#acking;
       await this.#settleLeftOvers();
       const held = [...this.#held.values()];
       this.#held.clear();

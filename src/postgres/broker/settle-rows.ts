@@ -26,6 +26,27 @@ export async function deleteDelivered(
 }
 
 /**
+ * Deletes the delivered rows `seqs[i]` still held by `tokens[i]` (acked), in one statement; returns
+ * the seq and ordered lane of each row deleted. A row not returned is no longer held by its token
+ * (settled already, or its lease ran out and another delivery took it). Sends no NOTIFY: the caller
+ * wakes the lanes of ordered rows (the next row of a key is due now) once the delete committed.
+ */
+export async function deleteDeliveredMany(
+  db: Db,
+  tables: PostgresTables,
+  seqs: readonly string[],
+  tokens: readonly string[],
+): Promise<{ readonly seq: string; readonly orderedLane: string | null }[]> {
+  const result = await db.query<{ seq: string; ordered_lane: string | null }>(
+    `DELETE FROM ${tables.queue} q USING unnest($1::bigint[], $2::uuid[]) AS h(seq, delivery)
+      WHERE q.seq = h.seq AND q.delivery = h.delivery
+     RETURNING q.seq::text AS seq, CASE WHEN q.order_key IS NOT NULL THEN q.lane END AS ordered_lane`,
+    [seqs, tokens],
+  );
+  return result.rows.map((row) => ({ seq: row.seq, orderedLane: row.ordered_lane }));
+}
+
+/**
  * Gives a delivered row back: due at `runAt`, no delivery token, `attempt` and history as given
  * (unchanged for a release). False when `token` no longer holds the row. A row due now notifies
  * its lane.
