@@ -351,7 +351,7 @@ export class PostgresBroker implements MessageBroker {
         }
         this.#notifyFailed = false;
       } catch (error) {
-        if (!this.#notifyFailed) {
+        if (!this.#notifyFailed && !this.#closed) {
           this.#logger.warn(
             'The PostgreSQL broker could not notify other processes of messages it published; their receivers find them when they next poll',
             { error: error instanceof Error ? error.message : String(error) },
