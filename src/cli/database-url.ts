@@ -20,10 +20,15 @@ export function databaseUrlOf(given: string | undefined, io: CliIo): string {
   return url;
 }
 
+/** The schema a `harrier postgres` command works on: `--schema`, else `$HARRIER_SCHEMA`; undefined for the default. */
+export function schemaOf(flag: string | undefined, env: NodeJS.ProcessEnv): string | undefined {
+  return flag ?? (env.HARRIER_SCHEMA === '' ? undefined : env.HARRIER_SCHEMA);
+}
+
 /** Help of the connection and output options of every `harrier postgres` command. */
 export const POSTGRES_CONNECTION_HELP = `Connection and output:
   --database-url <url>  PostgreSQL to use (default: $DATABASE_URL), e.g. postgres://user:pass@host:5432/app
-  --schema <name>       schema of Harrier's tables (default: harrier)
+  --schema <name>       schema of Harrier's tables (default: $HARRIER_SCHEMA, else harrier)
   --json                JSON lines on stdout (the default when stdout is not a terminal)
   -h, --help            show this help`;
 

@@ -2,22 +2,22 @@ import { parseArgs } from 'node:util';
 import { HarrierError } from '../errors/harrier-error.js';
 import { loadPostgresLayer } from '../postgres/load-postgres-layer.js';
 import { help } from './cli-args.js';
-import { databaseUrlOf, POSTGRES_CONNECTION_HELP, POSTGRES_CONNECTION_OPTIONS } from './database-url.js';
+import {
+  databaseUrlOf,
+  POSTGRES_CONNECTION_HELP,
+  POSTGRES_CONNECTION_OPTIONS,
+  schemaOf,
+} from './database-url.js';
 import { outboxCommand } from './postgres-outbox-commands.js';
 import { ExitCode, runSubcommand, usageError, writeJson, type CliIo } from './cli-io.js';
-
-const CONNECTION_HELP = `Connection and output:
-  --database-url <url>  PostgreSQL to use (default: $DATABASE_URL), e.g. postgres://user:pass@host:5432/app
-  --schema <name>       schema of Harrier's tables (default: $HARRIER_SCHEMA, else harrier)
-  --json                one JSON line on stdout (the default when stdout is not a terminal)
-  -h, --help            show this help`;
 
 /** Help of `harrier postgres`. */
 export const POSTGRES_HELP = `Usage: harrier postgres <command> [options]
 
 Commands:
   migrate            create or upgrade Harrier's tables (outbox, inbox, checkpoints, sagas,
-                     queue, routes, dedupe, outbox_parked, dead_letters)
+                     queue, routes, dedupe, dead_letters, outbox_parked,
+                     projection_generations)
   outbox parked      list the outbox rows the relay parked (see also show, replay, delete)
 
 ${POSTGRES_CONNECTION_HELP}
@@ -70,7 +70,7 @@ async function migrateCommand(argv: readonly string[], io: CliIo): Promise<numbe
   const { migratePostgres } = await loadPostgresLayer();
   let report;
   try {
-    const schema = values.schema ?? (io.env.HARRIER_SCHEMA === '' ? undefined : io.env.HARRIER_SCHEMA);
+    const schema = schemaOf(values.schema, io.env);
     report = await migratePostgres(url, schema === undefined ? {} : { schema });
   } catch (error) {
     // A script reading --json gets a line for a failure too; stderr and the exit code are as always.

@@ -13,7 +13,12 @@ import {
   writeJson,
   type CliIo,
 } from './cli-io.js';
-import { databaseUrlOf, POSTGRES_CONNECTION_HELP, POSTGRES_CONNECTION_OPTIONS } from './database-url.js';
+import {
+  databaseUrlOf,
+  POSTGRES_CONNECTION_HELP,
+  POSTGRES_CONNECTION_OPTIONS,
+  schemaOf,
+} from './database-url.js';
 import { ProgressBar } from './progress.js';
 
 /** Help of `harrier postgres outbox`. */
@@ -142,10 +147,8 @@ async function withOutboxAdmin<T>(
 ): Promise<T> {
   const url = databaseUrlOf(values['database-url'], io);
   const { PostgresOutboxAdmin } = await loadPostgresLayer();
-  const admin = new PostgresOutboxAdmin({
-    connection: url,
-    ...(values.schema !== undefined ? { schema: values.schema } : {}),
-  });
+  const schema = schemaOf(values.schema, io.env);
+  const admin = new PostgresOutboxAdmin({ connection: url, ...(schema !== undefined ? { schema } : {}) });
   try {
     return await work(admin);
   } finally {
