@@ -271,6 +271,8 @@ export class InMemoryBroker implements MessageBroker {
   readonly #waiters = new WakeList();
   readonly #listeners = new Set<() => void>();
   readonly #timers = new Set<() => void>();
+  /** Messages taken back by `cancel` while their timer was pending: the timer finds them here. */
+  readonly #cancelled = new WeakSet<StoredMessage>();
   readonly #shuffled: boolean;
   readonly #random: () => number;
   #rr = 0;
@@ -635,6 +637,54 @@ export class InMemoryBroker implements MessageBroker {
     });
   }
 
+  /**
+   * Takes back every copy of message `messageId` still waiting for its `deliverAt` and never
+   * delivered, in every queue; resolves to how many it removed.
+   *
+   * @remarks
+   * A copy delivered, waiting for a retry, or due already is left as it is. The id is forgotten in
+   * the queues it was removed from, so publishing it again there delivers it. A scan of the delayed
+   * messages (and of the ordered ones waiting behind their key), not an index kept per publish: the
+   * send path pays nothing for it.
+   */
+  cancel(messageId: string): Promise<number> {
+    try {
+      this.#assertOpen();
+    } catch (error) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      return Promise.reject(error);
+    }
+    const now = this.#clock.now();
+    const waiting = (stored: StoredMessage): boolean =>
+      stored.message.id === messageId &&
+      stored.deliveryId === undefined &&
+      stored.attemptsMade === 0 &&
+      stored.unsettledEnds === 0 &&
+      stored.dueAt > now;
+    const found = new Set<StoredMessage>();
+    for (const queue of this.#queues.values()) {
+      for (const stored of queue.delayed) if (waiting(stored)) found.add(stored);
+      for (const list of queue.lane?.keyed.values() ?? [])
+        for (const stored of list) if (stored.queue === queue && waiting(stored)) found.add(stored);
+    }
+    for (const stored of found) {
+      this.#cancelled.add(stored);
+      stored.queue.delayed.delete(stored);
+      this.#remove(stored);
+      this.#forgetSeen(stored.queue, messageId);
+    }
+    if (found.size > 0) this.#changed();
+    return Promise.resolve(found.size);
+  }
+
+  /** Drops `id` from `queue`'s dedupe window (its entry in the expiry arrays is blanked). */
+  #forgetSeen(queue: MemoryQueue, id: string): void {
+    if (!queue.seen.delete(id)) return;
+    for (let i = this.#seenHead; i < this.#seenIds.length; i++) {
+      if (this.#seenIds[i] === id && this.#seenQueues[i] === queue) this.#seenIds[i] = '';
+    }
+  }
+
   /** The message `id` that `queue` holds (ready, waiting, delayed or delivered), if any. */
   #held(queue: MemoryQueue, id: string): StoredMessage | undefined {
     // A scan, not an index kept per publish: replays are rare and the send path pays nothing.
@@ -719,8 +769,8 @@ export class InMemoryBroker implements MessageBroker {
   }
 
   /**
-   * Delayed delivery, idempotent publish within `dedupeWindowMs`, per-key order, queue depths and
-   * redelivery; nothing survives the process or is shared with another one (each instance is a
+   * Delayed delivery, idempotent publish within `dedupeWindowMs`, per-key order, queue depths,
+   * redelivery and cancelling scheduled messages; nothing survives the process or is shared with another one (each instance is a
    * system of its own). A delivery never settled is held until the broker closes, unless
    * {@link InMemoryBroker.abandon} gives it up as a dead worker would: that end is counted.
    */
@@ -734,6 +784,7 @@ export class InMemoryBroker implements MessageBroker {
       durable: false,
       shared: false,
       crashCounting: true,
+      cancelScheduled: true,
     };
   }
 
@@ -879,7 +930,7 @@ export class InMemoryBroker implements MessageBroker {
     const cancel = this.#clock.setTimer(delay, () => {
       this.#timers.delete(cancel);
       stored.queue.delayed.delete(stored);
-      if (!this.#closed) {
+      if (!this.#closed && !this.#cancelled.has(stored)) {
         this.#makeReady(stored);
         this.#changed();
       }

@@ -248,6 +248,11 @@ export interface BrokerCapabilities {
    * and counts as an attempt, so a message that keeps killing its workers runs out of attempts.
    */
   readonly crashCounting: boolean;
+  /**
+   * {@link MessageBroker.cancel} is implemented: a message published with a `deliverAt` can be
+   * taken back before its time (`bus.cancelScheduled`).
+   */
+  readonly cancelScheduled: boolean;
 }
 
 /**
@@ -257,7 +262,7 @@ export interface BrokerCapabilities {
  * Beyond DESIGN.md's `receiver`/`publish`/`publishBatch`/`ack`/`nack`/`close`/`capabilities`, a
  * broker has `register` (subscriptions are registered at start-up so publishers need not know
  * subscribers) and `redeliver` (dead-letter replay into one subscription), and may have
- * `queueDepths` (for telemetry). See docs/architecture.md.
+ * `queueDepths` (for telemetry) and `cancel` (taking back a scheduled message). See docs/architecture.md.
  */
 export interface MessageBroker {
   /**
@@ -332,6 +337,20 @@ export interface MessageBroker {
    * {@link BrokerCapabilities.queueDepths} false.
    */
   queueDepths?(endpoint: string): Promise<readonly QueueDepth[]>;
+  /**
+   * Cancels every copy of message `messageId` still waiting for its `deliverAt` (a command's one
+   * copy, an event's copy in each subscription); resolves to how many copies it removed.
+   *
+   * @remarks
+   * Only copies never delivered and not due yet are removed: a copy delivered (in flight, waiting
+   * for a retry, or settled) or due already (ready to be taken) is left as it is, so a cancel never
+   * races a handler. The message id is forgotten in the subscriptions whose copy was cancelled:
+   * publishing it again there delivers it (a cancel followed by a schedule of the same id moves the
+   * message), while the other subscriptions keep their dedupe window. Unknown ids resolve to 0.
+   * Optional: a broker without it leaves it out and declares
+   * {@link BrokerCapabilities.cancelScheduled} false.
+   */
+  cancel?(messageId: string): Promise<number>;
   /** What this broker can do; the same record for the broker's whole life. */
   capabilities(): BrokerCapabilities;
 }

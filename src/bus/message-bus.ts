@@ -322,12 +322,29 @@ export interface MessageBus {
     payload: InputOf<D>,
     options?: SendOptions,
   ): Promise<string>;
-  /** Sends a command or publishes an event for later delivery. */
+  /**
+   * Sends a command or publishes an event for later delivery; resolves to its schedule id, which is
+   * the message id (the `id` option when given), for {@link MessageBus.cancelScheduled}.
+   */
   schedule<D extends CommandDefinition | EventDefinition>(
     definition: D,
     payload: InputOf<D>,
     options: ScheduleOptions,
   ): Promise<string>;
+  /**
+   * Cancels a scheduled message not delivered yet: every copy still waiting for its time (a
+   * command's one copy, an event's copy in each subscription) is removed.
+   *
+   * @remarks
+   * Resolves to true when some copy was cancelled, false when none was waiting (delivered, being
+   * handled, due already, cancelled before, or an unknown id). A copy already delivered or in flight
+   * is not affected. The id may be scheduled again afterwards. An event with a topic stays in the
+   * event log, which records it when it is scheduled.
+   * @throws HarrierError `not-supported` when the broker cannot cancel
+   * (`capabilities().cancelScheduled` is false); `invalid-argument` for an id that is not a
+   * non-empty string.
+   */
+  cancelScheduled(id: string): Promise<boolean>;
   /**
    * Runs the handler of a command or query in this process and returns its result; what the
    * handler records is published once it succeeds. No retries: errors reach the caller.
@@ -644,6 +661,23 @@ class HarrierBus implements MessageBus {
       payload,
       this.#withDelay(options, delayMs),
     );
+  }
+
+  async cancelScheduled(id: string): Promise<boolean> {
+    if (typeof id !== 'string' || id === '') {
+      throw new HarrierError(
+        'invalid-argument',
+        `cancelScheduled takes the id bus.schedule resolved to, not ${typeof id === 'string' ? 'an empty string' : withArticle(typeof id)}`,
+      );
+    }
+    const { broker } = this;
+    if (broker.cancel === undefined || !broker.capabilities().cancelScheduled) {
+      throw new HarrierError(
+        'not-supported',
+        `cancelScheduled needs a broker that can cancel scheduled messages, and ${broker.constructor.name} cannot: use InMemoryBroker, BullMqBroker (harrier/redis) or PostgresBroker (harrier/postgres)`,
+      );
+    }
+    return (await broker.cancel(id)) > 0;
   }
 
   prepare<D extends CommandDefinition | EventDefinition>(

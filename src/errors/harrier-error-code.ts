@@ -36,6 +36,7 @@ export const HARRIER_ERROR_CODES = [
   'not-caught-up',
   'not-idle',
   'not-registered',
+  'not-supported',
   'partition-failed',
   'partition-mismatch',
   'postgres-unavailable',

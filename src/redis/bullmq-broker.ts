@@ -27,6 +27,7 @@ import { EventRouteCache, parseRoutes, routesVersion, type Route } from '../brok
 import {
   jobOptionDefaults,
   jobOptions,
+  readJobData,
   toJobData,
   type JobData,
   type JobOptionDefaults,
@@ -35,6 +36,8 @@ import { ACK, PendingDeliveries, RELEASE, type Outcome } from '../broker/pending
 import { DEPTH_STATES, queueDepthOf } from './queue-depth.js';
 import { assertQueueNamePart, orderedCommandTypes, QueueLayout, type QueueSpec } from './queue-layout.js';
 import { registerEndpoint } from './register-endpoint.js';
+import { CANCEL_DELAYED_SCRIPT } from './cancel-delayed-script.js';
+import { evalScript } from './redis-support.js';
 import { describeConnection, isClusterConnection, type RedisConnectionOptions } from './redis-connection.js';
 import { redisUnavailable } from './redis-errors.js';
 import { bullmq } from './redis-peers.js';
@@ -394,6 +397,8 @@ export class BullMqBroker implements MessageBroker {
       else list.push(job);
     };
     const now = this.#clock.now();
+    /** The delayed messages of the batch, each with the queues its jobs go to (for `cancel`). */
+    let delayed: Map<OutgoingMessage, string[]> | undefined;
     for (const message of messages) {
       // One data and options object per message, shared by its copies: BullMQ only reads them.
       const job: NewJob = {
@@ -401,20 +406,24 @@ export class BullMqBroker implements MessageBroker {
         data: toJobData(message),
         opts: jobOptions(message, now, this.#jobDefaults),
       };
+      const placed: string[] = [];
       if (message.kind === 'event') {
         for (const r of routes.get(message.type) ?? []) {
-          add(this.#layout.eventPlacement(r.endpoint, r.handler, message), job);
+          placed.push(this.#layout.eventPlacement(r.endpoint, r.handler, message));
         }
       } else {
         // Ordered only where the endpoint registered the type as ordered: no worker takes an
         // endpoint's partition queues for a type it does not order (nor before any endpoint registered it).
         const route = message.ordered === true ? commandRoutes.routeOf(message.type) : undefined;
-        add(
+        placed.push(
           this.#layout.commandPlacement(message, route?.ordered === true ? route.endpoint : undefined),
-          job,
         );
       }
+      for (const queue of placed) add(queue, job);
+      if (job.opts.delay !== undefined && placed.length > 0) (delayed ??= new Map()).set(message, placed);
     }
+    // Recorded before the jobs are added, so a cancel finds every job that exists.
+    if (delayed !== undefined) await this.#recordScheduled(client, delayed, now);
     await Promise.all([...byQueue].map(([queue, jobs]) => this.#addAll(queue, jobs)));
   }
 
@@ -502,6 +511,57 @@ export class BullMqBroker implements MessageBroker {
     ]);
   }
 
+  /**
+   * Removes every job of message `messageId` still in its queue's delayed set and never delivered;
+   * resolves to how many it removed, as {@link MessageBroker.cancel} says.
+   *
+   * @remarks
+   * A publish of a delayed message records the queues it went to under
+   * `<prefix>:harrier:scheduled:<id>` (until its time, plus a minute), so a cancel reads one set
+   * instead of every queue. A job promoted to waiting (its time came), active, or delayed for a retry
+   * is left as it is. The job's deduplication key goes with it: the id can be published again.
+   */
+  async cancel(messageId: string): Promise<number> {
+    this.#assertOpen();
+    const client = await this.#connected();
+    const indexKey = this.#layout.key('scheduled', messageId);
+    const queues = await this.#withTimeout(client.smembers(indexKey), 'read scheduled message queues');
+    let cancelled = 0;
+    for (const name of queues) {
+      const queue = this.#queue(name);
+      const jobKey = queue.toKey(messageId);
+      const raw = await this.#withTimeout(client.hget(jobKey, 'data'), 'read job');
+      if (raw === null || (readJobData(parseJson(raw), messageId, 'command').attemptsMade ?? 0) > 0) continue;
+      const taken = await this.#withTimeout(
+        evalScript(client, CANCEL_DELAYED_SCRIPT, [queue.toKey('delayed'), jobKey], [messageId, raw]),
+        'take delayed job',
+      );
+      if (taken !== 1) continue;
+      await this.#withTimeout(queue.remove(messageId), 'remove cancelled job');
+      await this.#withTimeout(queue.removeDeduplicationKey(messageId), 'clear dedupe key');
+      await this.#withTimeout(client.srem(indexKey, name), 'forget cancelled queue');
+      cancelled++;
+    }
+    return cancelled;
+  }
+
+  /** Records the queues of each delayed message (see {@link BullMqBroker.cancel}). */
+  async #recordScheduled(
+    client: Redis | Cluster,
+    delayed: ReadonlyMap<OutgoingMessage, readonly string[]>,
+    now: number,
+  ): Promise<void> {
+    const pipeline = client.pipeline();
+    for (const [message, queues] of delayed) {
+      const key = this.#layout.key('scheduled', message.id);
+      pipeline.sadd(key, ...queues);
+      // Kept until its time and a minute more: after that its jobs are no longer delayed.
+      pipeline.pexpire(key, Math.max(0, (message.deliverAt ?? now) - now) + SCHEDULED_INDEX_GRACE_MS);
+    }
+    const results = await this.#withTimeout(pipeline.exec(), 'record scheduled messages');
+    for (let i = 0; i < delayed.size * 2; i++) this.#reply(results, i);
+  }
+
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -568,6 +628,7 @@ export class BullMqBroker implements MessageBroker {
       durable: true,
       shared: true,
       crashCounting: true,
+      cancelScheduled: true,
     };
   }
 
@@ -746,6 +807,18 @@ export class BullMqBroker implements MessageBroker {
       );
   }
 }
+
+/** `text` parsed as JSON, or undefined when it is not JSON (a job written by something else). */
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** How long the record of a delayed message's queues outlives its time, in ms. */
+const SCHEDULED_INDEX_GRACE_MS = 60_000;
 
 /** The keys of a BullMQ queue that hold its unfinished jobs (BullMQ 5 and 6). */
 const UNFINISHED_JOB_KEYS = ['wait', 'paused', 'active', 'prioritized', 'delayed', 'waiting-children'];

@@ -1460,11 +1460,132 @@ export function describeMessageBrokerConformance(
           durable: expect.any(Boolean) as boolean,
           shared: expect.any(Boolean) as boolean,
           crashCounting: expect.any(Boolean) as boolean,
+          cancelScheduled: expect.any(Boolean) as boolean,
         });
         expect(Number.isSafeInteger(capabilities.dedupeWindowMs)).toBe(true);
         expect(capabilities.dedupeWindowMs).toBeGreaterThanOrEqual(0);
         if (capabilities.queueDepths) expect(typeof broker.queueDepths).toBe('function');
+        if (capabilities.cancelScheduled) expect(typeof broker.cancel).toBe('function');
         expect(broker.capabilities()).toEqual(capabilities);
+      });
+    });
+
+    describe('.cancel', () => {
+      requires('delayedDelivery', 'cancelScheduled');
+
+      /** The broker's `cancel`, which `cancelScheduled` promises. */
+      const cancel = (messageId: string): Promise<number> => {
+        const { broker } = f();
+        if (broker.cancel === undefined) expect.fail('cancelScheduled is declared, but cancel is missing');
+        return broker.cancel(messageId);
+      };
+
+      describe('when a delayed command is cancelled before its time', () => {
+        it('returns 1 and never delivers it, while a delayed command not cancelled arrives', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reminders');
+          const remind = f().type('SendReminder');
+          await f().commands(endpoint, remind);
+          const inbox = f().inbox(endpoint);
+          const cancelled = f().message('command', remind, { deliverAt: Date.now() + DELAY_MS });
+          // Due after the cancelled one: once it arrives, the cancelled one would have been due.
+          const kept = f().message('command', remind, { deliverAt: Date.now() + DELAY_MS + 100 });
+          await broker.publishBatch([cancelled, kept]);
+
+          expect(await cancel(cancelled.id)).toBe(1);
+
+          const delivery = await inbox.next();
+          expect(delivery.facts.messageId).toBe(kept.id);
+          await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+          expect(await cancel(cancelled.id)).toBe(0);
+        });
+      });
+
+      describe('when a delayed event is cancelled before its time', () => {
+        it('removes its copy in every subscription', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('billing');
+          const invoiced = f().type('InvoiceDue');
+          await f().events(endpoint, { mailInvoice: [invoiced], bookRevenue: [invoiced] });
+          const inbox = f().inbox(endpoint);
+          const cancelled = f().message('event', invoiced, { deliverAt: Date.now() + DELAY_MS });
+          const kept = f().message('event', invoiced, { deliverAt: Date.now() + DELAY_MS + 100 });
+          await broker.publishBatch([cancelled, kept]);
+
+          expect(await cancel(cancelled.id)).toBe(2);
+
+          const deliveries = await inbox.take(2);
+          expect(deliveries.map((d) => d.facts.messageId)).toEqual([kept.id, kept.id]);
+          for (const delivery of deliveries) await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+
+      describe('when the message was delivered already', () => {
+        it('returns 0 and leaves the delivery in flight settleable', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reminders');
+          const remind = f().type('SendReminder');
+          await f().commands(endpoint, remind);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', remind, { deliverAt: Date.now() + DELAY_MS });
+          await broker.publish(message);
+          const delivery = await inbox.next();
+
+          expect(await cancel(message.id)).toBe(0);
+
+          await broker.ack(delivery.id);
+          expect(await cancel(message.id)).toBe(0);
+          await inbox.expectNothingWithin();
+        });
+
+        it('returns 0 for a copy waiting for a retry, and delivers that retry', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reminders');
+          const remind = f().type('SendReminder');
+          await f().commands(endpoint, remind);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', remind);
+          await broker.publish(message);
+          const first = await inbox.next();
+          await broker.nack(first.id, { retryAt: Date.now() + DELAY_MS });
+
+          expect(await cancel(message.id)).toBe(0);
+
+          const retry = await inbox.next();
+          expect(retry.facts).toMatchObject({ messageId: message.id, attempt: 2 });
+          await broker.ack(retry.id);
+        });
+      });
+
+      describe('when the id is unknown', () => {
+        it('returns 0', async () => {
+          const endpoint = f().endpoint('reminders');
+          await f().commands(endpoint, f().type('SendReminder'));
+
+          expect(await cancel(uuidv7())).toBe(0);
+        });
+      });
+
+      describe('when the cancelled id is published again', () => {
+        it('delivers it', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('reminders');
+          const remind = f().type('SendReminder');
+          await f().commands(endpoint, remind);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', remind, { deliverAt: Date.now() + 60_000 });
+          await broker.publish(message);
+          expect(await cancel(message.id)).toBe(1);
+
+          await broker.publish({ ...message, deliverAt: undefined });
+
+          const delivery = await inbox.next();
+          expect(delivery.facts.messageId).toBe(message.id);
+          await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+        });
       });
     });
 

@@ -25,6 +25,7 @@ import type { PostgresConnectionOptions } from '../postgres-connection.js';
 import { openPool, postgresError, type PoolHandle } from '../postgres-pool.js';
 import { postgresTables, type PostgresTables } from '../postgres-schema.js';
 import { brokerChannel } from './broker-channel.js';
+import { cancelRows } from './cancel-rows.js';
 import { BrokerListener } from './broker-listener.js';
 import { CommandRouteRows, insertMessages } from './insert-messages.js';
 import { deliveryOfRow, parseDeliveryId } from './queue-row.js';
@@ -531,6 +532,24 @@ export class PostgresBroker implements MessageBroker {
   }
 
   /**
+   * Deletes every copy of message `messageId` still waiting for its time and never delivered, as
+   * {@link MessageBroker.cancel} says; resolves to how many it deleted.
+   *
+   * @remarks
+   * Its dedupe rows go with the copies, so the id can be published again to those queues. The lanes
+   * of the deleted copies are woken: an ordered copy deleted may have held later messages of its key.
+   */
+  async cancel(messageId: string): Promise<number> {
+    this.#assertOpen();
+    await this.#whenReady();
+    const lanes = await this.#query('cancelling a scheduled message', (db) =>
+      cancelRows(db, this.#tables, messageId, this.#clock.now()),
+    );
+    this.#wake([...new Set(lanes)]);
+    return lanes.length;
+  }
+
+  /**
    * Messages in each queue `endpoint` receives from (each command type's, each event
    * subscription's), by state: `waiting` due now, `active` held by a receiver, `delayed` due later.
    * The endpoint's subscriptions as this broker registered them, else as the `routes` table holds
@@ -573,6 +592,7 @@ export class PostgresBroker implements MessageBroker {
       durable: true,
       shared: true,
       crashCounting: true,
+      cancelScheduled: true,
     };
   }
 

@@ -849,6 +849,95 @@ describe('MessageBus', () => {
       expect(HarrierError.is(error) && error.code).toBe('no-route');
       expect(bus.sent).toHaveLength(0);
     });
+
+    it('resolves to the message id, which is the schedule id', async () => {
+      bus = await createTestBus({ handlers: [countingHandler().Handler] });
+      const id = await bus.schedule(PlaceOrder, { orderId: 'o', amount: 1 }, { delayMs: 5000 });
+      expect(isUuidV7(id)).toBe(true);
+      expect(bus.sent.map((m) => m.id)).toEqual([id]);
+    });
+  });
+
+  describe('.cancelScheduled', () => {
+    it('cancels a scheduled command before its time: it never runs, and resolves to true', async () => {
+      const { Handler, calls } = countingHandler();
+      bus = await createTestBus({ handlers: [Handler] });
+      const cancelled = await bus.schedule(PlaceOrder, { orderId: 'a', amount: 1 }, { delayMs: 5000 });
+      await bus.schedule(PlaceOrder, { orderId: 'b', amount: 1 }, { delayMs: 6000 });
+
+      expect(await bus.cancelScheduled(cancelled)).toBe(true);
+
+      await bus.whenIdle();
+      expect(calls()).toBe(1);
+      expect(await bus.cancelScheduled(cancelled)).toBe(false);
+    });
+
+    it('cancels a scheduled event in every subscription', async () => {
+      const handled: string[] = [];
+      @EventHandler(OrderPlaced)
+      class Mailer {
+        handle() {
+          handled.push('mailer');
+        }
+      }
+      @EventHandler(OrderPlaced)
+      class Ledger {
+        handle() {
+          handled.push('ledger');
+        }
+      }
+      bus = await createTestBus({ handlers: [Mailer, Ledger] });
+      const id = await bus.schedule(OrderPlaced, { orderId: 'o', amount: 1 }, { delayMs: 5000 });
+
+      expect(await bus.cancelScheduled(id)).toBe(true);
+
+      await bus.whenIdle();
+      expect(handled).toEqual([]);
+    });
+
+    it('resolves to false for a message already handled, and for an unknown id', async () => {
+      const { Handler, calls } = countingHandler();
+      bus = await createTestBus({ handlers: [Handler] });
+      const id = await bus.schedule(PlaceOrder, { orderId: 'o', amount: 1 }, { delayMs: 5000 });
+      await bus.whenIdle();
+
+      expect(await bus.cancelScheduled(id)).toBe(false);
+      expect(await bus.cancelScheduled('no-such-message')).toBe(false);
+      expect(calls()).toBe(1);
+    });
+
+    it('lets the id be scheduled again after a cancel', async () => {
+      const { Handler, calls } = countingHandler();
+      bus = await createTestBus({ handlers: [Handler] });
+      const id = await bus.schedule(PlaceOrder, { orderId: 'o', amount: 1 }, { delayMs: 5000 });
+      expect(await bus.cancelScheduled(id)).toBe(true);
+
+      await bus.schedule(PlaceOrder, { orderId: 'o', amount: 1 }, { delayMs: 1000, id });
+
+      await bus.whenIdle();
+      expect(calls()).toBe(1);
+    });
+
+    it('refuses an id that is not a non-empty string with invalid-argument', async () => {
+      bus = await createTestBus({ handlers: [countingHandler().Handler] });
+      for (const id of ['', 42]) {
+        const error = await bus.cancelScheduled(id as string).catch((e: unknown) => e);
+        expect(HarrierError.is(error) && error.code).toBe('invalid-argument');
+      }
+    });
+
+    it('throws not-supported on a broker that cannot cancel, naming the brokers that can', async () => {
+      class NoCancelBroker extends InMemoryBroker {
+        override capabilities() {
+          return { ...super.capabilities(), cancelScheduled: false };
+        }
+      }
+      const plain = createBus({ broker: new NoCancelBroker(), logger: silentLogger });
+      const error = await plain.cancelScheduled('some-id').catch((e: unknown) => e);
+      expect(HarrierError.is(error) && error.code).toBe('not-supported');
+      expect((error as Error).message).toMatch(/InMemoryBroker, BullMqBroker .* PostgresBroker/);
+      await plain.stop();
+    });
   });
 
   describe('.stop', () => {
