@@ -1559,6 +1559,30 @@ export function describeMessageBrokerConformance(
         });
       });
 
+      describe('when the cancelled message is ordered', () => {
+        requires('orderedDelivery');
+
+        it('delivers the later messages of its key', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('accounts');
+          const post = f().type('PostEntry');
+          await f().orderedCommands(endpoint, post);
+          const inbox = f().inbox(endpoint);
+          const later = { partitionKey: 'account-a', ordered: true } as const;
+          const cancelled = f().message('command', post, { ...later, deliverAt: Date.now() + 60_000 });
+          const next = f().message('command', post, later);
+          await broker.publish(cancelled);
+          await broker.publish(next);
+
+          expect(await cancel(cancelled.id)).toBe(1);
+
+          const delivery = await inbox.next();
+          expect(delivery.facts.messageId).toBe(next.id);
+          await broker.ack(delivery.id);
+          await inbox.expectNothingWithin();
+        });
+      });
+
       describe('when the id is unknown', () => {
         it('returns 0', async () => {
           const endpoint = f().endpoint('reminders');

@@ -260,6 +260,29 @@ describe('MessageBus on BullMqBroker', () => {
     });
   });
 
+  describe('.cancelScheduled', () => {
+    it('takes back a scheduled command: only the one not cancelled is handled', async () => {
+      const p = prefix();
+      const handled: string[] = [];
+      @CommandHandler(Charge)
+      class Handler {
+        handle(command: { orderId: string }) {
+          handled.push(command.orderId);
+        }
+      }
+      const bus = redisBus(p, { endpoint: 'billing', handlers: [Handler] });
+      await bus.start();
+      const id = await bus.schedule(Charge, { orderId: 'cancelled' }, { delayMs: 300 });
+      await bus.schedule(Charge, { orderId: 'kept' }, { delayMs: 500 });
+
+      expect(await bus.cancelScheduled(id)).toBe(true);
+
+      await waitFor(() => handled.length > 0);
+      expect(handled).toEqual(['kept']);
+      expect(await bus.cancelScheduled(id)).toBe(false);
+    });
+  });
+
   describe('when a job hash holds data that is not JSON', () => {
     it('dead-letters it as malformed with the raw text instead of stalling forever', async () => {
       const p = prefix();
