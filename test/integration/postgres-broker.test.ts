@@ -322,6 +322,45 @@ describe(PostgresBroker, () => {
     });
   });
 
+  describe('.cancel', () => {
+    it('deletes the waiting rows of the id in every queue, with their dedupe rows, through any broker on the schema', async () => {
+      const schema = await migrated();
+      const worker = brokerOn(schema);
+      await worker.register(ENDPOINT, [
+        { handler: 'commands', kind: 'command', types: [TYPE] },
+        { handler: 'audit', kind: 'event', types: ['orders.OrderPlaced'] },
+        { handler: 'mail', kind: 'event', types: ['orders.OrderPlaced'] },
+      ]);
+      const event = { id: randomUUID(), kind: 'event' as const, type: 'orders.OrderPlaced', body: 'placed' };
+      await worker.publish({ ...event, deliverAt: Date.now() + 60_000 });
+      await worker.publish({ ...command(), deliverAt: Date.now() + 60_000 });
+
+      expect(await brokerOn(schema).cancel(event.id)).toBe(2);
+
+      const tables = postgresTables(schema);
+      const rows = await pool.query<{ message_id: string }>(`SELECT message_id FROM ${tables.queue}`);
+      expect(rows.rows.map((row) => row.message_id)).not.toContain(event.id);
+      expect(rows.rows).toHaveLength(1);
+      const dedupe = await pool.query(`SELECT 1 FROM ${tables.dedupe} WHERE message_id = $1`, [event.id]);
+      expect(dedupe.rows).toHaveLength(0);
+    });
+
+    it('leaves a row that is due already, though no receiver has taken it', async () => {
+      const schema = await migrated();
+      const clock = new ManualClock();
+      const broker = brokerOn(schema, { clock });
+      await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
+      const message = { ...command(), deliverAt: clock.now() + 1_000 };
+      await broker.publish(message);
+      clock.advance(1_000);
+
+      expect(await broker.cancel(message.id)).toBe(0);
+
+      const depths = await broker.queueDepths(ENDPOINT);
+      expect(depths).toEqual([{ queue: `cmd~${TYPE}`, waiting: 1, active: 0, delayed: 0 }]);
+    });
+  });
+
   describe('leases', () => {
     describe('when the holder stops renewing its lease', () => {
       it('gives the message to another receiver with the next attempt and one unsettled end, and refuses the old holder', async () => {
