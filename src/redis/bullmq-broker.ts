@@ -406,21 +406,25 @@ export class BullMqBroker implements MessageBroker {
         data: toJobData(message),
         opts: jobOptions(message, now, this.#jobDefaults),
       };
-      const placed: string[] = [];
+      const scheduled = job.opts.delay === undefined ? undefined : ([] as string[]);
       if (message.kind === 'event') {
         for (const r of routes.get(message.type) ?? []) {
-          placed.push(this.#layout.eventPlacement(r.endpoint, r.handler, message));
+          const queue = this.#layout.eventPlacement(r.endpoint, r.handler, message);
+          add(queue, job);
+          scheduled?.push(queue);
         }
       } else {
         // Ordered only where the endpoint registered the type as ordered: no worker takes an
         // endpoint's partition queues for a type it does not order (nor before any endpoint registered it).
         const route = message.ordered === true ? commandRoutes.routeOf(message.type) : undefined;
-        placed.push(
-          this.#layout.commandPlacement(message, route?.ordered === true ? route.endpoint : undefined),
+        const queue = this.#layout.commandPlacement(
+          message,
+          route?.ordered === true ? route.endpoint : undefined,
         );
+        add(queue, job);
+        scheduled?.push(queue);
       }
-      for (const queue of placed) add(queue, job);
-      if (job.opts.delay !== undefined && placed.length > 0) (delayed ??= new Map()).set(message, placed);
+      if (scheduled !== undefined && scheduled.length > 0) (delayed ??= new Map()).set(message, scheduled);
     }
     // Recorded before the jobs are added, so a cancel finds every job that exists.
     if (delayed !== undefined) await this.#recordScheduled(client, delayed, now);
@@ -518,8 +522,9 @@ export class BullMqBroker implements MessageBroker {
    * @remarks
    * A publish of a delayed message records the queues it went to under
    * `<prefix>:harrier:scheduled:<id>` (until its time, plus a minute), so a cancel reads one set
-   * instead of every queue. A job promoted to waiting (its time came), active, or delayed for a retry
-   * is left as it is. The job's deduplication key goes with it: the id can be published again.
+   * instead of every queue; a cancel later than that finds nothing. A job promoted to waiting (its
+   * time came), active, or delayed for a retry is left as it is. The job's deduplication key goes
+   * with it: the id can be published again.
    */
   async cancel(messageId: string): Promise<number> {
     this.#assertOpen();
@@ -555,7 +560,7 @@ export class BullMqBroker implements MessageBroker {
     for (const [message, queues] of delayed) {
       const key = this.#layout.key('scheduled', message.id);
       pipeline.sadd(key, ...queues);
-      // Kept until its time and a minute more: after that its jobs are no longer delayed.
+      // Kept until its time and a minute more: a running worker has promoted its jobs by then.
       pipeline.pexpire(key, Math.max(0, (message.deliverAt ?? now) - now) + SCHEDULED_INDEX_GRACE_MS);
     }
     const results = await this.#withTimeout(pipeline.exec(), 'record scheduled messages');
