@@ -45,8 +45,11 @@ const DepositedV2 = defineEvent('bank.Deposited', {
   partitionKey: 'account',
   upcast: upcasters<V1>().step(toV2),
 });
+/** The name version 1 was published under before it was renamed. */
+const CreditedV1 = defineEvent('bank.Credited', { schema: v1Schema, partitionKey: 'account' });
 const Deposited = defineEvent('bank.Deposited', {
   version: 3,
+  aliases: ['bank.Credited'],
   schema: v3Schema,
   partitionKey: 'account',
   upcast: upcasters<V1>().step(toV2).step(toV3),
@@ -105,7 +108,7 @@ async function projectLog(log: InMemoryEventLog): Promise<{ bus: MessageBus; bal
 let now = Date.parse('2026-01-01T00:00:00.000Z');
 async function append(
   log: InMemoryEventLog,
-  definition: typeof DepositedV1 | typeof DepositedV2 | typeof Deposited,
+  definition: typeof DepositedV1 | typeof CreditedV1 | typeof DepositedV2 | typeof Deposited,
   payload: unknown,
 ) {
   const { envelope, outgoing } = prepareMessage(definition, payload, {}, { now: now++ });
@@ -118,14 +121,14 @@ async function append(
 }
 
 describe('versioned messages', () => {
-  describe('a projection over an event log holding versions 1, 2 and 3', () => {
+  describe('a projection over an event log holding versions 1 (some under an old name), 2 and 3', () => {
     it('builds, and rebuilds, the read model that version-3 events alone give', async () => {
       const mixed = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 2 }] });
       const current = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 2 }] });
       for (let i = 1; i <= 30; i++) {
         const account = `acc-${i % 4}`;
         const cents = i * 125;
-        if (i % 3 === 0) await append(mixed, DepositedV1, { account, cents });
+        if (i % 3 === 0) await append(mixed, i % 2 === 0 ? DepositedV1 : CreditedV1, { account, cents });
         else if (i % 3 === 1) await append(mixed, DepositedV2, { account, amount: cents / 100 });
         else await append(mixed, Deposited, { account, amount: { value: cents / 100, currency: 'EUR' } });
         await append(current, Deposited, { account, amount: { value: cents / 100, currency: 'EUR' } });
