@@ -19,11 +19,11 @@ import { consoleLogger, type Logger } from '../logging/logger.js';
  * `version-unsupported` (replay it once the new code is deployed).
  */
 export const VERSION_WAIT_MS = 24 * 60 * 60 * 1000;
-/** First delay of a message waiting for a newer worker, doubling per delivery up to the cap. */
-const VERSION_WAIT_BASE_MS = 1000;
+/** Shortest delay of a message waiting for a newer worker; the delay is a tenth of its age. */
+const VERSION_WAIT_MIN_MS = 1000;
 /** Longest delay between two deliveries of a message waiting for a newer worker. */
 const VERSION_WAIT_MAX_MS = 5 * 60 * 1000;
-/** The error code a waiting message's retries carry (and its dead letter, once it waited too long). */
+/** The error code of a waiting message (and of its dead letter, once it waited too long). */
 const VERSION_UNSUPPORTED = 'version-unsupported';
 
 /** See {@link HandlerPipelineOptions.crashLimit}. */
@@ -148,8 +148,7 @@ export class MessageAdmission<R> {
       );
     }
     const policy = this.#policy(entry, definition);
-    // A message that waited for this version's worker spent attempts without a crash or a failure.
-    if (facts.attempt > policy.attempts && facts.history.at(-1)?.error.code !== VERSION_UNSUPPORTED) {
+    if (facts.attempt > policy.attempts) {
       // Only a worker that died mid-handler gets here: the last attempt allowed ended unsettled (the
       // pipeline dead-letters a failed last attempt itself), so the crash is what ended the message.
       const last = facts.history[facts.history.length - 1]?.error;
@@ -187,7 +186,8 @@ export class MessageAdmission<R> {
 
   /**
    * A message written with a newer version of its definition than this process knows (a rolling
-   * deploy): given back with a growing delay for a worker that knows it, or dead-lettered as
+   * deploy): given back, spending no attempt, with a delay growing with its age, for a worker that
+   * knows it, or dead-lettered as
    * `version-unsupported` once it is {@link VERSION_WAIT_MS} old.
    */
   #tooNew(
@@ -213,7 +213,9 @@ export class MessageAdmission<R> {
       };
       return this.#refuse(input, given, VERSION_UNSUPPORTED, waited, definition.ordered, envelope);
     }
-    const delay = Math.min(VERSION_WAIT_BASE_MS * 2 ** Math.min(facts.attempt - 1, 30), VERSION_WAIT_MAX_MS);
+    // No attempt is spent, so the delay grows with the message's age: the longer no worker knows its
+    // version, the less often it is tried.
+    const delay = Math.min(Math.max(VERSION_WAIT_MIN_MS, Math.floor(age / 10)), VERSION_WAIT_MAX_MS);
     const retryAt = now + delay;
     this.#logger.warn(
       'Message is newer than this code; it goes back to wait for a worker that knows its version',
@@ -235,6 +237,7 @@ export class MessageAdmission<R> {
       retryAt,
       error: new HarrierError(VERSION_UNSUPPORTED, message),
       errorInfo: error,
+      uncounted: true,
     };
   }
 

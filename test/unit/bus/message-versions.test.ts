@@ -238,25 +238,30 @@ describe('versioned messages', () => {
       return { clock, broker, warnings, handledBy, deadLettered, worker3, sender, worker4 };
     }
 
-    it('waits, with a warning naming its type and versions, past the attempt limit, and is handled once a version-4 worker starts', async () => {
+    it('waits, with a warning naming its type and versions, spending no attempt, and is handled once a version-4 worker starts', async () => {
       const { clock, warnings, handledBy, deadLettered, worker3, sender, worker4 } = setup();
       await worker3.start();
       await sender.send(ShipV4, { orderId: 'o-1', v: 4 });
       await expect.poll(() => warnings.length).toBe(1);
       expect(warnings[0]).toMatchObject({ type: 'shop.Ship', version: 4, knownVersion: 3, attempt: 1 });
-      // Twelve deliveries, beyond the default 8 attempts: still waiting, never dead-lettered.
+      // Twelve deliveries, beyond the default 8 attempts: none spends an attempt, none dead-letters.
       for (let delivery = 2; delivery <= 12; delivery++) {
-        clock.advance(5 * 60 * 1000);
+        clock.advanceTo(warnings.at(-1)?.retryAt as number);
         await expect.poll(() => warnings.length).toBe(delivery);
       }
-      expect((warnings[11]?.retryAt as number) - clock.now()).toBe(5 * 60 * 1000);
+      // The delay grows with the message's age (a tenth of it), up to 5 minutes.
+      expect((warnings[1]?.retryAt as number) - (warnings[0]?.retryAt as number)).toBe(1000);
+      clock.advance(60 * 60 * 1000);
+      await expect.poll(() => warnings.length).toBe(13);
+      expect((warnings[12]?.retryAt as number) - clock.now()).toBe(5 * 60 * 1000);
+      expect(warnings.map((w) => w.attempt)).toEqual(Array.from({ length: 13 }, () => 1));
       expect(handledBy).toEqual([]);
       expect(deadLettered).toEqual([]);
 
       await worker3.stop({ closeBroker: false });
       await worker4().start();
       clock.advance(5 * 60 * 1000);
-      await expect.poll(() => handledBy).toEqual(['v4 4 attempt 13']);
+      await expect.poll(() => handledBy).toEqual(['v4 4 attempt 1']);
       expect(deadLettered).toEqual([]);
     });
 
