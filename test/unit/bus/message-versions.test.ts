@@ -144,6 +144,60 @@ describe('versioned messages', () => {
     });
   });
 
+  describe('a projection lane meeting an event newer than its code', () => {
+    it('waits on it in place, holding the later events of its partition, and treats it as poison after 24 hours', async () => {
+      const DepositedV4 = defineEvent('bank.Deposited', {
+        version: 4,
+        schema: v3Schema.extend({ note: z.string() }),
+        partitionKey: 'account',
+        upcast: upcasters<V1>()
+          .step(toV2)
+          .step(toV3)
+          .step((v3) => ({ ...v3, note: '' })),
+      });
+      const log = new InMemoryEventLog({ topics: [{ name: 'bank', partitions: 1 }] });
+      await append(log, DepositedV4, { account: 'a', amount: { value: 1, currency: 'EUR' }, note: 'new' });
+      await append(log, Deposited, { account: 'a', amount: { value: 2, currency: 'EUR' } });
+      const clock = new ManualClock();
+      const warnings: Record<string, unknown>[] = [];
+      const deadLettered: string[] = [];
+      const container = new Container();
+      container.bind(Balances).toSelf().inSingletonScope();
+      const bus = track(
+        createBus({
+          endpoint: 'reports',
+          container,
+          clock,
+          handlers: [BalanceProjection],
+          eventLog: log,
+          checkpoints: new InMemoryCheckpointStore(),
+          logger: {
+            ...silentLogger,
+            warn: (message, fields) => {
+              if (message.startsWith('Message is newer than this code')) warnings.push(fields ?? {});
+            },
+          },
+          hooks: {
+            onDeadLettered: (event: DeadLetteredEvent) => {
+              deadLettered.push(event.record.reason);
+            },
+          },
+        }),
+      );
+      const balances = container.get(Balances);
+      await bus.start();
+      await expect.poll(() => warnings.length).toBe(1);
+      clock.advance(1000);
+      await expect.poll(() => warnings.length).toBe(2);
+      expect(warnings[1]).toMatchObject({ type: 'bank.Deposited', version: 4, knownVersion: 3 });
+      expect(balances.snapshot()).toEqual({});
+      clock.advance(24 * 60 * 60 * 1000);
+      await expect.poll(() => deadLettered).toEqual(['version-unsupported']);
+      await bus.projections.whenCaughtUp();
+      expect(balances.snapshot()).toEqual({ a: 200 });
+    });
+  });
+
   describe('a version-1 dead letter replayed into version-3 handlers', () => {
     it('is raised to version 3 and handled', async () => {
       const DepositV1 = defineCommand('bank.Deposit', { schema: v1Schema });
