@@ -33,6 +33,7 @@ export {
   defineCommand,
   defineEvent,
   defineQuery,
+  upcasters,
   uuidv7,
 } from './messages/index.js';
 export type {
@@ -56,6 +57,8 @@ export type {
   RetryOptions,
   SigningKeyInput,
   SigningOptions,
+  UpcasterChain,
+  Upcasters,
 } from './messages/index.js';
 export { InMemoryBroker } from './broker/index.js';
 export type {

@@ -560,7 +560,7 @@ export class InMemoryBroker implements MessageBroker {
     if ('deadLetter' in options) {
       this.#remove(stored);
     } else if ('release' in options) {
-      this.#requeue(stored, this.#clock.now());
+      this.#requeue(stored, options.retryAt ?? this.#clock.now());
     } else {
       stored.attemptsMade++;
       stored.pendingDeadLetter = options.pendingDeadLetter ?? stored.pendingDeadLetter;

@@ -157,10 +157,11 @@ export type NackOptions =
   /** Never deliver again: the caller has recorded the dead letter. */
   | { readonly deadLetter: string; readonly error?: ErrorInfo | undefined }
   /**
-   * Give the message back unhandled (graceful stop, outage pause); neither the attempt counter nor
-   * {@link DeliveryFacts.unsettledEnds} moves.
+   * Give the message back unhandled (graceful stop, outage pause, a message newer than the
+   * receiving code); neither the attempt counter nor {@link DeliveryFacts.unsettledEnds} moves.
+   * With `retryAt` (ms since the epoch) it is not delivered again before then.
    */
-  | { readonly release: true };
+  | { readonly release: true; readonly retryAt?: number | undefined };
 
 /** Where a replayed dead letter goes back to. */
 export interface RedeliveryTarget {

@@ -12,7 +12,8 @@ export type Outcome =
       readonly pendingDeadLetter: PendingDeadLetter | undefined;
     }
   | { readonly kind: 'dead'; readonly reason: string }
-  | { readonly kind: 'release' }
+  /** Back unhandled and uncounted; with `retryAt`, not delivered again before then. */
+  | { readonly kind: 'release'; readonly retryAt?: number | undefined }
   | { readonly kind: 'lost' };
 
 /** The one `ack` outcome every acked delivery shares: an ack carries nothing of its own. */

@@ -16,6 +16,7 @@ export type DeadLetterReason =
   | 'worker-crashed'
   | 'saga-not-found'
   | 'saga-completed'
+  | 'version-unsupported'
   | (string & {});
 
 /** Where a dead letter stands: still dead, or sent back for another try. */

@@ -80,6 +80,16 @@ export class DeliverySettler {
     );
   }
 
+  /**
+   * Gives a delivery back unhandled and uncounted, not to be delivered again before `retryAt`: a
+   * message newer than this code waits for a worker that knows its version.
+   */
+  releaseUntil(flight: InFlight, retryAt: number): Promise<SettleResult> {
+    return this.run(flight, BROKER_STEPS.release, () =>
+      this.#broker.nack(flight.delivery.id, { release: true, retryAt }),
+    );
+  }
+
   /** Ends a delivery whose dead letter is stored: the broker never delivers it again. */
   deadLettered(flight: InFlight, reason: string, error: ErrorInfo): Promise<SettleResult> {
     return this.run(flight, BROKER_STEPS.nack, () =>

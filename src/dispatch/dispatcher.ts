@@ -485,7 +485,9 @@ export class Dispatcher {
   /** Settles a failure of the message: back with its retry time, or dead-lettered. */
   async #settleFailure(flight: InFlight, outcome: RetryOutcome | DeadLetterOutcome): Promise<void> {
     if (outcome.kind === 'retry') {
-      await this.#settler.retryAt(flight, outcome.retryAt, outcome.errorInfo);
+      await (outcome.uncounted === true
+        ? this.#settler.releaseUntil(flight, outcome.retryAt)
+        : this.#settler.retryAt(flight, outcome.retryAt, outcome.errorInfo));
       this.#pipeline.retrying(outcome);
       return;
     }

@@ -7,9 +7,24 @@ import type { Envelope } from '../messages/envelope.js';
 import type { HandlerPipelineOptions } from './handler-pipeline-options.js';
 import type { OutcomeReporter } from './outcome-reporter.js';
 import type { PipelineInput } from './pipeline-input.js';
-import { refused, type DeadLetterOutcome } from './pipeline-outcome.js';
+import { refused, type DeadLetterOutcome, type RetryOutcome } from './pipeline-outcome.js';
 import { resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import { systemClock, type Clock } from '../clock/clock.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+
+/**
+ * How long a message written with a newer version than this process knows is given back to wait
+ * for a worker that knows it, counted from its `occurredAt`; then it is dead-lettered as
+ * `version-unsupported` (replay it once the new code is deployed).
+ */
+export const VERSION_WAIT_MS = 24 * 60 * 60 * 1000;
+/** Shortest delay of a message waiting for a newer worker; the delay is a tenth of its age. */
+const VERSION_WAIT_MIN_MS = 1000;
+/** Longest delay between two deliveries of a message waiting for a newer worker. */
+const VERSION_WAIT_MAX_MS = 5 * 60 * 1000;
+/** The error code of a waiting message (and of its dead letter, once it waited too long). */
+const VERSION_UNSUPPORTED = 'version-unsupported';
 
 /** See {@link HandlerPipelineOptions.crashLimit}. */
 const DEFAULT_CRASH_LIMIT = 3;
@@ -32,6 +47,8 @@ export class MessageAdmission<R> {
   readonly #definitionOf: (type: string) => MessageDefinition | undefined;
   readonly #decodeOptions: DecodeOptions;
   readonly #crashLimit: number;
+  readonly #clock: Clock;
+  readonly #logger: Logger;
 
   /**
    * @param admitted - what runs an admitted message (the handler attempt); its result is `admit`'s.
@@ -50,6 +67,8 @@ export class MessageAdmission<R> {
     this.#definitionOf = (type) => registry.definition(type);
     this.#decodeOptions = { maxBytes };
     this.#crashLimit = options.crashLimit ?? DEFAULT_CRASH_LIMIT;
+    this.#clock = options.clock ?? systemClock;
+    this.#logger = options.logger ?? consoleLogger;
     if (!Number.isSafeInteger(this.#crashLimit) || this.#crashLimit < 1) {
       throw new HarrierError(
         'invalid-option',
@@ -64,11 +83,14 @@ export class MessageAdmission<R> {
    * Admits one received message and returns what `admitted` returns for it, or refuses it: its
    * dead-letter outcome, told to telemetry unless the input says the caller will.
    */
-  admit(input: PipelineInput): R | DeadLetterOutcome {
+  admit(input: PipelineInput): R | DeadLetterOutcome | RetryOutcome {
     const { facts } = input;
     const registry = this.#o.registry;
     const decoded = decodeEnvelope(input.body, this.#definitionOf, this.#decodeOptions);
     if (!decoded.ok) {
+      if (decoded.reason === 'version-unsupported' && decoded.envelope && decoded.definition) {
+        return this.#tooNew(input, decoded.envelope, decoded.definition, decoded.message);
+      }
       const type = decoded.envelope?.type;
       return this.#refuse(
         input,
@@ -160,6 +182,63 @@ export class MessageAdmission<R> {
     } catch (error) {
       return `the signature could not be checked: the verifier threw ${toErrorInfo(error).message}`;
     }
+  }
+
+  /**
+   * A message written with a newer version of its definition than this process knows (a rolling
+   * deploy): given back, spending no attempt, with a delay growing with its age, for a worker that
+   * knows it, or dead-lettered as
+   * `version-unsupported` once it is {@link VERSION_WAIT_MS} old.
+   */
+  #tooNew(
+    input: PipelineInput,
+    envelope: Envelope,
+    definition: MessageDefinition,
+    message: string,
+  ): DeadLetterOutcome | RetryOutcome {
+    const { facts } = input;
+    const given = input.handler?.name ?? facts.handler ?? this.#o.registry.singleHandler(envelope.type)?.name;
+    const refusal = this.#verify(input.body, envelope);
+    if (refusal !== undefined) {
+      const error = { name: 'SignatureError', message: refusal, code: 'signature-invalid' };
+      return this.#refuse(input, given, 'signature-invalid', error, definition.ordered, envelope);
+    }
+    const error = { name: 'MessageVersionError', message, code: VERSION_UNSUPPORTED };
+    const now = this.#clock.now();
+    const age = now - Date.parse(envelope.meta.occurredAt);
+    if (!(age < VERSION_WAIT_MS)) {
+      const waited = {
+        ...error,
+        message: `${message}; it waited ${Math.round(age / 3_600_000)} hours for such a worker: replay it once one runs`,
+      };
+      return this.#refuse(input, given, VERSION_UNSUPPORTED, waited, definition.ordered, envelope);
+    }
+    // No attempt is spent, so the delay grows with the message's age: the longer no worker knows its
+    // version, the less often it is tried.
+    const delay = Math.min(Math.max(VERSION_WAIT_MIN_MS, Math.floor(age / 10)), VERSION_WAIT_MAX_MS);
+    const retryAt = now + delay;
+    this.#logger.warn(
+      'Message is newer than this code; it goes back to wait for a worker that knows its version',
+      {
+        endpoint: this.#o.endpoint,
+        messageId: envelope.id,
+        type: envelope.type,
+        version: envelope.ver ?? 1,
+        knownVersion: definition.version,
+        attempt: facts.attempt,
+        retryAt,
+      },
+    );
+    return {
+      kind: 'retry',
+      envelope,
+      handler: given ?? '',
+      attempt: facts.attempt,
+      retryAt,
+      error: new HarrierError(VERSION_UNSUPPORTED, message),
+      errorInfo: error,
+      uncounted: true,
+    };
   }
 
   /** Refuses a message before any handler ran, and tells telemetry unless the caller will. */

@@ -30,6 +30,12 @@ export interface RetryOutcome {
   readonly retryAt: number;
   readonly error: unknown;
   readonly errorInfo: ErrorInfo;
+  /**
+   * The message is not at fault and spent no attempt (it is newer than this code): the broker gives
+   * it back released until `retryAt`, its attempt counter unmoved.
+   * @defaultValue false
+   */
+  readonly uncounted?: boolean;
 }
 
 /** The message is refused for good: bad input, no handler, or a handler out of attempts. */

@@ -65,6 +65,7 @@ export const HARRIER_ERROR_CODES = [
   'unsupported-decorators',
   'unsupported-server',
   'validation-failed',
+  'version-unsupported',
   'weak-key',
   'wrong-kind',
 ] as const;

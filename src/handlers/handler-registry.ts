@@ -128,8 +128,9 @@ export class HandlerRegistry {
     ): SubscriptionSpec => ({
       handler: entry.name,
       kind,
-      types: definitions.map((d) => d.type),
-      orderedTypes: definitions.filter((d) => d.ordered).map((d) => d.type),
+      // Old names too: messages still published under them arrive here.
+      types: definitions.flatMap((d) => [d.type, ...d.aliases]),
+      orderedTypes: definitions.filter((d) => d.ordered).flatMap((d) => [d.type, ...d.aliases]),
     });
     return this.#entries
       .filter((entry) => entry.kind !== 'query' && (projections || entry.kind !== 'projection'))
@@ -164,7 +165,18 @@ export class HandlerRegistry {
         `Two different definitions share the type "${definition.type}": define each message once and import it where needed`,
       );
     }
+    for (const alias of definition.aliases) {
+      const other = this.#definitions.get(alias);
+      if (other !== undefined && other !== definition) {
+        throw new HarrierError(
+          'invalid-handler',
+          `"${definition.type}" has the alias "${alias}", which ${other.type === alias ? 'is the type' : 'is an alias'} of another definition${other.type === alias ? '' : ` ("${other.type}")`}: keep each type name on one definition`,
+        );
+      }
+    }
     this.#definitions.set(definition.type, definition);
+    // An envelope of an older name is decoded, raised and validated by this definition.
+    for (const alias of definition.aliases) this.#definitions.set(alias, definition);
     return definition;
   }
 
@@ -222,10 +234,12 @@ export class HandlerRegistry {
       definitions,
     };
     if (meta.kind === 'command' || meta.kind === 'query') {
-      this.#addSingle(definitions[0]?.type ?? '', entry);
+      for (const d of definitions) for (const type of [d.type, ...d.aliases]) this.#addSingle(type, entry);
     } else {
       if (meta.kind === 'saga') {
-        for (const d of definitions) if (d.kind === 'command') this.#addSingle(d.type, entry);
+        for (const d of definitions) {
+          if (d.kind === 'command') for (const type of [d.type, ...d.aliases]) this.#addSingle(type, entry);
+        }
       }
       const existing = this.#subscriptions.get(meta.name);
       if (existing !== undefined) {

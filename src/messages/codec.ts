@@ -7,7 +7,8 @@ import { envelopeSchema, isEnvelopeFrame, type Envelope } from './envelope.js';
 export const DEFAULT_MAX_ENVELOPE_BYTES = 1024 * 1024;
 
 /** Why bytes could not become a handled message. */
-export type DecodeFailureReason = 'malformed' | 'unknown-type' | 'validation-failed' | 'too-large';
+export type DecodeFailureReason =
+  'malformed' | 'unknown-type' | 'validation-failed' | 'too-large' | 'version-unsupported';
 
 /** A decoded, validated envelope and the definition that validated it. */
 export interface DecodeSuccess {
@@ -25,6 +26,11 @@ export interface DecodeFailure {
   readonly issues?: readonly z.core.$ZodIssue[];
   /** The envelope, when it parsed far enough to have one. */
   readonly envelope?: Envelope;
+  /**
+   * The definition the envelope's type names, for `version-unsupported`: the message was written
+   * with a newer version of it than this process knows.
+   */
+  readonly definition?: MessageDefinition;
 }
 
 /** The outcome of {@link decodeEnvelope}. */
@@ -154,7 +160,30 @@ export function decodeEnvelope(
       envelope,
     };
   }
-  const payload = definition.schema.safeParse(envelope.payload);
+  const written = envelope.ver ?? 1;
+  if (written > definition.version) {
+    return {
+      ok: false,
+      reason: 'version-unsupported',
+      message: `Message "${envelope.type}" was written with version ${written}, and this process knows versions up to ${definition.version}: deploy the code with version ${written} of "${definition.type}"`,
+      envelope,
+      definition,
+    };
+  }
+  let current = envelope.payload;
+  if (written < definition.version) {
+    try {
+      current = definition.upcast(current, written);
+    } catch (error) {
+      return {
+        ok: false,
+        reason: 'validation-failed',
+        message: `Payload of "${envelope.type}" version ${written} could not be raised to version ${definition.version}: an upcast step threw ${error instanceof Error ? error.message : String(error)}`,
+        envelope,
+      };
+    }
+  }
+  const payload = definition.schema.safeParse(current);
   if (!payload.success) {
     const first = payload.error.issues[0];
     return {
@@ -167,5 +196,12 @@ export function decodeEnvelope(
   }
   // The envelope is this call's own object (parsed here, or zod's copy), so it takes the validated payload in place.
   (envelope as { payload: unknown }).payload = payload.data;
+  if (written !== definition.version || envelope.type !== definition.type) {
+    // Raised or renamed: the envelope now says what its payload is, for whoever encodes it again.
+    const mutable = envelope as { type: string; ver?: number };
+    mutable.type = definition.type;
+    if (definition.version === 1) delete mutable.ver;
+    else mutable.ver = definition.version;
+  }
   return { ok: true, envelope, definition };
 }

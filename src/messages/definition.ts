@@ -104,6 +104,70 @@ export interface DefinitionOptions<S extends z.ZodType> {
    * @defaultValue 'window'
    */
   readonly dedupe?: DedupeMode;
+  /**
+   * The version of the payload schema. Raise it when the schema changes in a way stored copies of
+   * the old shape would fail, and give an {@link DefinitionOptions.upcast} step from each older
+   * version.
+   * @defaultValue 1
+   */
+  readonly version?: number;
+  /**
+   * How a payload written with an older version is raised to this one: one step per older version,
+   * built with {@link upcasters}; the last step returns the schema's input.
+   * @defaultValue none (required when `version` is above 1)
+   */
+  readonly upcast?: Upcasters<z.input<S>>;
+  /**
+   * Older type names of this message: an envelope of one of them is handled by this definition, and
+   * the endpoint subscribes to them too, so messages still published under an old name arrive.
+   * @defaultValue none
+   */
+  readonly aliases?: readonly string[];
+}
+
+/**
+ * The steps that raise a payload from version 1 to the current version, built with
+ * {@link upcasters}. `Last` is what the last step returns.
+ */
+export interface Upcasters<Last> {
+  /** The steps in order: `steps[0]` raises version 1 to 2, `steps[1]` 2 to 3, and so on. */
+  readonly steps: readonly ((payload: never) => unknown)[];
+  /** Phantom type of the last step's result; never set at run time. */
+  readonly __last?: Last;
+}
+
+/** An {@link Upcasters} chain being built: `step` adds the step from the last version to the next. */
+export interface UpcasterChain<Last> extends Upcasters<Last> {
+  /** Adds the step raising a payload of the chain's last version to the next version. */
+  step<Next>(raise: (payload: Last) => Next): UpcasterChain<Next>;
+}
+
+function chain<Last>(steps: readonly ((payload: never) => unknown)[]): UpcasterChain<Last> {
+  return Object.freeze({
+    steps,
+    step<Next>(raise: (payload: Last) => Next): UpcasterChain<Next> {
+      return chain<Next>([...steps, raise]);
+    },
+  });
+}
+
+/**
+ * Starts the upcast chain of a versioned definition; `V1` is the payload type of version 1.
+ *
+ * @example
+ * ```ts
+ * type V1 = { orderId: string; amount: number };
+ * export const OrderPlaced = defineEvent('orders.OrderPlaced', {
+ *   version: 3,
+ *   schema: z.object({ orderId: z.string(), total: z.object({ amount: z.number(), currency: z.string() }) }),
+ *   upcast: upcasters<V1>()
+ *     .step((v1) => ({ orderId: v1.orderId, total: v1.amount, currency: 'EUR' }))
+ *     .step((v2) => ({ orderId: v2.orderId, total: { amount: v2.total, currency: v2.currency } })),
+ * });
+ * ```
+ */
+export function upcasters<V1>(): UpcasterChain<V1> {
+  return chain<V1>([]);
 }
 
 /** Options of {@link defineCommand}. */
@@ -158,6 +222,15 @@ export interface MessageDefinition<
   readonly dedupe: DedupeMode;
   /** Event-log topic (events only). */
   readonly topic: string | undefined;
+  /** The payload schema's version ({@link DefinitionOptions.version}). */
+  readonly version: number;
+  /** Older type names routed to this definition ({@link DefinitionOptions.aliases}). */
+  readonly aliases: readonly string[];
+  /**
+   * Raises a payload written with version `from` (below {@link MessageDefinition.version}) to the
+   * current version, step by step; the result is not validated yet.
+   */
+  upcast(payload: unknown, from: number): unknown;
   /** The partition key of a payload, or undefined when the definition has none. */
   partitionKeyOf(payload: z.output<S>): string | undefined;
   /** Phantom type of the handler's result; never set at run time. */
@@ -227,6 +300,15 @@ function create<K extends MessageKind, T extends string, S extends z.ZodType, R>
       `Definition "${type}" has dedupe ${JSON.stringify(dedupe)}: use 'window' (the default: a second publish of an id is dropped for the broker's dedupe window) or 'while-queued' (only while the first copy is queued)`,
     );
   }
+  const { version, steps } = checkVersion(type, options);
+  const aliases = checkAliases(type, options.aliases);
+  const upcast = (payload: unknown, from: number): unknown => {
+    let value = payload;
+    for (let at = Math.max(from, 1) - 1; at < version - 1; at++) {
+      value = (steps[at] as (payload: unknown) => unknown)(value);
+    }
+    return value;
+  };
   const key = options.partitionKey;
   const partitionKeyOf =
     key === undefined
@@ -250,10 +332,57 @@ function create<K extends MessageKind, T extends string, S extends z.ZodType, R>
     retry: options.retry,
     dedupe,
     topic: kind === 'event' ? (options.topic ?? (lastDot > 0 ? type.slice(0, lastDot) : type)) : undefined,
+    version,
+    aliases,
+    upcast,
     partitionKeyOf,
     [definitionBrand]: true,
   });
   return definition;
+}
+
+function checkVersion(
+  type: string,
+  options: Pick<DefinitionOptions<z.ZodType>, 'version' | 'upcast'>,
+): { version: number; steps: readonly ((payload: never) => unknown)[] } {
+  const version = options.version ?? 1;
+  if (!Number.isSafeInteger(version) || version < 1) {
+    throw new HarrierError(
+      'invalid-definition',
+      `Definition "${type}" has version ${String(version)}: use a whole number of at least 1 (1, the default, for a schema that never changed)`,
+    );
+  }
+  const steps = options.upcast?.steps ?? [];
+  if (
+    !Array.isArray(steps) ||
+    steps.length !== version - 1 ||
+    !steps.every((step) => typeof step === 'function')
+  ) {
+    throw new HarrierError(
+      'invalid-definition',
+      `Definition "${type}" is version ${version} with ${Array.isArray(steps) ? steps.length : 0} upcast steps: give one step per older version (${version - 1}), e.g. upcast: upcasters<V1>()${Array.from({ length: version - 1 }, (_, i) => `.step((v${i + 1}) => v${i + 2})`).join('')}`,
+    );
+  }
+  return { version, steps };
+}
+
+function checkAliases(type: string, aliases: readonly string[] | undefined): readonly string[] {
+  if (aliases === undefined) return Object.freeze([]);
+  for (const alias of aliases) {
+    if (
+      typeof alias !== 'string' ||
+      alias === type ||
+      alias.length === 0 ||
+      alias.length > 200 ||
+      !TYPE_PATTERN.test(alias)
+    ) {
+      throw new HarrierError(
+        'invalid-definition',
+        `Definition "${type}" has alias ${JSON.stringify(alias)}: an alias is an older type name of this message, a dotted name such as "orders.OrderCreated" other than the type itself`,
+      );
+    }
+  }
+  return Object.freeze([...new Set(aliases)]);
 }
 
 /**

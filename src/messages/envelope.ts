@@ -10,6 +10,7 @@ const DATETIME = z.regexes.datetime({});
 const MAX_TYPE_LENGTH = 200;
 const MAX_PARTITION_KEY_LENGTH = 1024;
 const MAX_TRACEPARENT_LENGTH = 256;
+const MAX_PAYLOAD_VERSION = 1_000_000;
 
 const uuidV7 = z.string().regex(UUID_V7, 'expected a lower-case UUIDv7');
 const uuid = z.string().regex(UUID, 'expected a UUID');
@@ -35,6 +36,8 @@ export const envelopeSchema = z.strictObject({
   id: uuidV7,
   kind: z.enum(['command', 'event', 'query']),
   type: z.string().min(1).max(MAX_TYPE_LENGTH),
+  /** The payload schema's version the message was written with; absent means 1. */
+  ver: z.number().int().min(2).max(MAX_PAYLOAD_VERSION).optional(),
   payload: z.unknown(),
   meta: envelopeMetaSchema,
   sig: z.string().optional(),
@@ -77,6 +80,10 @@ export function isEnvelopeFrame(value: unknown): value is Envelope {
       case 'type':
         if (typeof field !== 'string' || field.length < 1 || field.length > MAX_TYPE_LENGTH) return false;
         break;
+      case 'ver':
+        if (!Number.isSafeInteger(field) || (field as number) < 2 || (field as number) > MAX_PAYLOAD_VERSION)
+          return false;
+        break;
       case 'payload':
         if (field === undefined) return false;
         break;
@@ -91,7 +98,7 @@ export function isEnvelopeFrame(value: unknown): value is Envelope {
     }
     fields++;
   }
-  const optional = value.sig === undefined ? 0 : 1;
+  const optional = (value.sig === undefined ? 0 : 1) + (value.ver === undefined ? 0 : 1);
   // Every key was known and checked, none twice: the six required ones are there when the count says so.
   return fields === 6 + optional;
 }

@@ -3,6 +3,7 @@ export {
   defineEvent,
   defineQuery,
   isMessageDefinition,
+  upcasters,
   type BackoffOptions,
   type CommandDefinition,
   type CommandOptions,
@@ -19,6 +20,8 @@ export {
   type QueryOptions,
   type ResultOf,
   type RetryOptions,
+  type UpcasterChain,
+  type Upcasters,
 } from './definition.js';
 export {
   ENVELOPE_VERSION,

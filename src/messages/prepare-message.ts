@@ -155,14 +155,18 @@ export function buildEnvelope(
   if (partitionKey !== undefined) meta.partitionKey = partitionKey;
   meta.headers = { ...options.headers };
   if (traceparent !== undefined) meta.traceparent = traceparent;
-  return {
-    v: ENVELOPE_VERSION,
-    id,
-    kind: definition.kind,
-    type: definition.type,
-    payload: data,
-    meta,
-  };
+  // A version-1 message carries no `ver`: its bytes are those of a message from before versions.
+  return definition.version === 1
+    ? { v: ENVELOPE_VERSION, id, kind: definition.kind, type: definition.type, payload: data, meta }
+    : {
+        v: ENVELOPE_VERSION,
+        id,
+        kind: definition.kind,
+        type: definition.type,
+        ver: definition.version,
+        payload: data,
+        meta,
+      };
 }
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };

@@ -710,8 +710,13 @@ export class ProjectionRunner {
    */
   async #handle(lane: Lane, record: LogRecord): Promise<'done' | 'halt' | 'aborted'> {
     const { entry } = lane;
-    // Another handler's event type shares the topic: not for this projection.
-    if (!entry.methods.has(record.type)) return 'done';
+    // Another handler's event type shares the topic: not for this projection. An older name of an
+    // event (a definition's alias) is its event too.
+    if (
+      !entry.methods.has(record.type) &&
+      !entry.methods.has(this.#o.registry.definition(record.type)?.type ?? '')
+    )
+      return 'done';
     const { outcome, facts } = await this.#attempts(
       entry,
       record.body,

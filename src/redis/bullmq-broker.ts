@@ -436,7 +436,12 @@ export class BullMqBroker implements MessageBroker {
   }
 
   nack(deliveryId: string, options: NackOptions): Promise<void> {
-    if ('release' in options) return this.#settle(deliveryId, RELEASE);
+    if ('release' in options) {
+      return this.#settle(
+        deliveryId,
+        options.retryAt === undefined ? RELEASE : { kind: 'release', retryAt: options.retryAt },
+      );
+    }
     if ('deadLetter' in options)
       return this.#settle(deliveryId, { kind: 'dead', reason: options.deadLetter });
     return this.#settle(deliveryId, {

@@ -328,6 +328,19 @@ export class BullMqReceiver implements AsyncIterator<Delivery> {
           // Another worker owns the job now; nothing this one does can settle it.
           throw new HarrierError('lock-lost', `Lost the lock of job ${jobId}`);
         case 'release':
+          if (result.retryAt !== undefined && result.retryAt > clock.now()) {
+            if (!queue.ordered) {
+              // Uncounted: the job data keeps its attempts, and a manual delay moves no BullMQ counter.
+              await job.moveToDelayed(wallClockIn(result.retryAt - clock.now()), token);
+              throw new bullmq.DelayedError();
+            }
+            // Ordered: held until then, as a retry is, so no later message of its key overtakes it.
+            this.#budget.release();
+            await sleep(clock, result.retryAt - clock.now(), this.#inbox.closedSignal);
+            await this.#budget.acquire();
+            result = await this.#deliver(job, token, queue, parsed, round);
+            break;
+          }
           await job.moveToWait(token);
           throw new bullmq.WaitingError();
         case 'retry': {

@@ -1122,6 +1122,33 @@ export function describeMessageBrokerConformance(
         });
       });
 
+      describe('when given release with retryAt', () => {
+        requires('delayedDelivery');
+
+        it('redelivers no earlier than retryAt with the same attempt number and history', async () => {
+          const { broker } = f();
+          const endpoint = f().endpoint('orders');
+          const placeOrder = f().type('PlaceOrder');
+          await f().commands(endpoint, placeOrder);
+          const inbox = f().inbox(endpoint);
+          const message = f().message('command', placeOrder);
+          await broker.publish(message);
+          const first = await inbox.next();
+          const retryAt = Date.now() + DELAY_MS;
+
+          await broker.nack(first.id, { release: true, retryAt });
+
+          await inbox.expectNothingWithin(DELAY_MS / 2);
+          const second = await inbox.next();
+          expect(Date.now()).toBeGreaterThanOrEqual(retryAt);
+          expect(second.body).toBe(message.body);
+          expect(second.facts.messageId).toBe(message.id);
+          expect(second.facts.attempt).toBe(first.facts.attempt);
+          expect(second.facts.history).toEqual([]);
+          await broker.ack(second.id);
+        });
+      });
+
       describe('when an ordered message is retried', () => {
         requires('orderedDelivery', 'delayedDelivery');
 

@@ -413,7 +413,7 @@ export class PostgresBroker implements MessageBroker {
     const now = this.#clock.now();
     if ('release' in options)
       return this.#settle(deliveryId, (db, seq, token) =>
-        returnDelivered(db, this.#tables, seq, token, { runAt: now, now }),
+        returnDelivered(db, this.#tables, seq, token, { runAt: Math.max(now, options.retryAt ?? now), now }),
       );
     return this.#settle(deliveryId, async (db, seq, token) => {
       const known = this.#held.get(deliveryId);
