@@ -1,6 +1,10 @@
 import type { Cluster, Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
-import type { ScheduleRecord } from '../schedules/schedule-record.js';
+import {
+  decodeScheduleRecord,
+  encodeScheduleDefinition,
+  type ScheduleRecord,
+} from '../schedules/schedule-record.js';
 import type { ScheduleStore } from '../schedules/schedule-store.js';
 import {
   connectionFor,
@@ -61,31 +65,8 @@ function decodeRecord(
   json: string | null | undefined,
   ticks: string | null | undefined,
 ): ScheduleRecord | undefined {
-  if (json === null || json === undefined) return undefined;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(json);
-  } catch {
-    return undefined;
-  }
-  if (typeof parsed !== 'object' || parsed === null) return undefined;
-  const fields = parsed as Partial<Record<keyof ScheduleRecord, unknown>>;
-  if ((fields.kind !== 'command' && fields.kind !== 'event') || typeof fields.type !== 'string')
-    return undefined;
   const [last, next] = (ticks ?? '').split(':');
-  return {
-    name,
-    kind: fields.kind,
-    type: fields.type,
-    payload: fields.payload,
-    cron: typeof fields.cron === 'string' ? fields.cron : undefined,
-    timeZone: typeof fields.timeZone === 'string' ? fields.timeZone : undefined,
-    everyMs: typeof fields.everyMs === 'number' ? fields.everyMs : undefined,
-    catchUp: fields.catchUp === 'none' ? 'none' : 'one',
-    lastTickAt: decodeTime(last),
-    nextRunAt: decodeTime(next),
-    updatedAt: typeof fields.updatedAt === 'number' ? fields.updatedAt : 0,
-  };
+  return decodeScheduleRecord(name, json, decodeTime(last), decodeTime(next));
 }
 
 /**
@@ -146,11 +127,10 @@ export class RedisScheduleStore implements ScheduleStore {
 
   put(record: ScheduleRecord): Promise<void> {
     return this.#run(async () => {
-      const { lastTickAt, nextRunAt, name, ...definition } = record;
       await this.#client
         .multi()
-        .hset(this.#schedulesKey, name, JSON.stringify(definition))
-        .hset(this.#ticksKey, name, encodeTicks(lastTickAt, nextRunAt))
+        .hset(this.#schedulesKey, record.name, encodeScheduleDefinition(record))
+        .hset(this.#ticksKey, record.name, encodeTicks(record.lastTickAt, record.nextRunAt))
         .exec();
     });
   }

@@ -59,3 +59,45 @@ export function specKeyOf(
     record.payload ?? null,
   ]);
 }
+
+/** The JSON text a store keeps for a record's definition: all but its name and ticks. */
+export function encodeScheduleDefinition(record: ScheduleRecord): string {
+  const { name: _name, lastTickAt: _last, nextRunAt: _next, ...definition } = record;
+  return JSON.stringify(definition);
+}
+
+/**
+ * A record from what a store keeps ({@link encodeScheduleDefinition}'s text and the ticks), or
+ * undefined when the text is not a definition (never throws on what a store returns).
+ */
+export function decodeScheduleRecord(
+  name: string,
+  json: string | null | undefined,
+  lastTickAt: number | undefined,
+  nextRunAt: number | undefined,
+): ScheduleRecord | undefined {
+  if (json === null || json === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(json);
+  } catch {
+    return undefined;
+  }
+  if (typeof parsed !== 'object' || parsed === null) return undefined;
+  const fields = parsed as Partial<Record<keyof ScheduleRecord, unknown>>;
+  if ((fields.kind !== 'command' && fields.kind !== 'event') || typeof fields.type !== 'string')
+    return undefined;
+  return {
+    name,
+    kind: fields.kind,
+    type: fields.type,
+    payload: fields.payload,
+    cron: typeof fields.cron === 'string' ? fields.cron : undefined,
+    timeZone: typeof fields.timeZone === 'string' ? fields.timeZone : undefined,
+    everyMs: typeof fields.everyMs === 'number' ? fields.everyMs : undefined,
+    catchUp: fields.catchUp === 'none' ? 'none' : 'one',
+    lastTickAt,
+    nextRunAt,
+    updatedAt: typeof fields.updatedAt === 'number' ? fields.updatedAt : 0,
+  };
+}
