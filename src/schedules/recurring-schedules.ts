@@ -28,6 +28,11 @@ export const SCHEDULE_TICK_HEADER = 'harrier-schedule-tick';
 const MAX_TIMER_MS = 3_600_000;
 /** Wait before a tick whose send failed is tried again (never past the next tick). */
 const RETRY_MS = 5_000;
+/**
+ * How late a tick may fire and still be sent in turn (a busy event loop, a process paused for a
+ * moment); a tick later than this counts as missed, and `catchUp` decides.
+ */
+export const MAX_LATE_MS = 60_000;
 
 /** The id of the message of the tick of `tickAt` of schedule `name`: the same in every process. */
 export function tickMessageId(name: string, tickAt: number): string {
@@ -57,6 +62,8 @@ interface Local {
   specKey: string;
   catchUp: CatchUp;
   cancelTimer: (() => void) | undefined;
+  /** The tick the timer is armed for (undefined: the latest due when it fires). */
+  plannedAt: number | undefined;
   /** The tick in progress, so stop() can wait for it. */
   running: Promise<void> | undefined;
 }
@@ -156,6 +163,7 @@ export class RecurringSchedules {
       specKey,
       catchUp,
       cancelTimer: undefined,
+      plannedAt: undefined,
       running: undefined,
     };
     this.#local.set(name, local);
@@ -201,20 +209,24 @@ export class RecurringSchedules {
     const now = this.#options.clock.now();
     const latest = local.ticks.latest(now);
     if (local.catchUp === 'one' && lastTickAt !== undefined && latest !== undefined && latest > lastTickAt) {
+      local.plannedAt = undefined;
       return this.#run(local);
     }
-    this.#arm(local, local.ticks.next(now));
+    const next = local.ticks.next(now);
+    this.#arm(local, next, next);
     return Promise.resolve();
   }
 
-  #arm(local: Local, at: number | undefined): void {
+  /** Arms the timer of `local` for `at`, to send the tick of `plannedAt`. */
+  #arm(local: Local, at: number | undefined, plannedAt: number | undefined): void {
     local.cancelTimer?.();
     local.cancelTimer = undefined;
+    local.plannedAt = plannedAt;
     if (at === undefined || !this.#started || this.#local.get(local.name) !== local) return;
     const delay = Math.min(MAX_TIMER_MS, Math.max(0, at - this.#options.clock.now()));
     local.cancelTimer = this.#options.clock.setTimer(delay, () => {
       local.cancelTimer = undefined;
-      if (this.#options.clock.now() < at) this.#arm(local, at);
+      if (this.#options.clock.now() < at) this.#arm(local, at, plannedAt);
       else void this.#run(local);
     });
   }
@@ -227,25 +239,40 @@ export class RecurringSchedules {
     return run;
   }
 
-  /** Sends the latest due tick unless the store says it was sent, then arms the next. */
+  /**
+   * Sends the planned tick (or the latest due) unless the store says it was sent, then arms the
+   * next: a tick that fired late by less than {@link MAX_LATE_MS} is sent in turn, so a busy moment
+   * skips none.
+   */
   async #tick(local: Local): Promise<void> {
     const { store, clock, logger } = this.#options;
     const now = clock.now();
-    let retryAt: number | undefined;
+    let after = now;
+    let tickAt: number | undefined;
     try {
       const stored = await store.get(local.name);
       if (stored === undefined || specKeyOf(stored) !== local.specKey) {
         this.#adopt(local, stored);
         return;
       }
-      const tickAt = local.ticks.latest(now);
-      const next = local.ticks.next(now);
-      if (tickAt !== undefined && (stored.lastTickAt === undefined || stored.lastTickAt < tickAt)) {
-        await this.#options.send(local.definition, local.payload, {
-          id: tickMessageId(local.name, tickAt),
-          headers: { [SCHEDULE_HEADER]: local.name, [SCHEDULE_TICK_HEADER]: new Date(tickAt).toISOString() },
-        });
-        await store.recordTick(local.name, tickAt, next);
+      const latest = local.ticks.latest(now);
+      const planned = local.plannedAt;
+      tickAt = latest;
+      if (planned !== undefined && latest !== undefined && planned < latest) {
+        tickAt = now - planned <= MAX_LATE_MS ? planned : local.catchUp === 'one' ? latest : undefined;
+      }
+      if (tickAt !== undefined) {
+        after = Math.max(tickAt, stored.lastTickAt ?? tickAt);
+        if (stored.lastTickAt === undefined || stored.lastTickAt < tickAt) {
+          await this.#options.send(local.definition, local.payload, {
+            id: tickMessageId(local.name, tickAt),
+            headers: {
+              [SCHEDULE_HEADER]: local.name,
+              [SCHEDULE_TICK_HEADER]: new Date(tickAt).toISOString(),
+            },
+          });
+          await store.recordTick(local.name, tickAt, local.ticks.next(tickAt));
+        }
       }
     } catch (error) {
       // The bus stopped while this tick was sending: nothing to try again.
@@ -254,10 +281,15 @@ export class RecurringSchedules {
         schedule: local.name,
         error: error instanceof Error ? error.message : String(error),
       });
-      retryAt = clock.now() + RETRY_MS;
+      const retryAt = clock.now() + RETRY_MS;
+      const next = local.ticks.next(clock.now());
+      if (next === undefined || retryAt < next) {
+        this.#arm(local, retryAt, tickAt);
+        return;
+      }
     }
-    const next = local.ticks.next(clock.now());
-    this.#arm(local, retryAt !== undefined && (next === undefined || retryAt < next) ? retryAt : next);
+    const next = local.ticks.next(after);
+    this.#arm(local, next, next);
   }
 
   /** Takes the stored version of a schedule changed elsewhere, or stops it here when it is gone. */

@@ -8,6 +8,7 @@ import {
   defineCommand,
   silentLogger,
   tickMessageId,
+  type Clock,
   type SendOptions,
 } from '../../../src/index.js';
 import { RecurringSchedules } from '../../../src/schedules/recurring-schedules.js';
@@ -46,9 +47,7 @@ async function runTo(clock: ManualClock, store: InMemoryScheduleStore, timeMs: n
     // A tick ends by arming the next one (or by recording nothing left to arm).
     await vi.waitFor(async () => {
       const records = await store.list();
-      const armed = clock.nextTimerAt();
-      if (records.length > 0 && (armed === undefined || armed <= clock.now()))
-        throw new Error('tick in progress');
+      if (records.length > 0 && clock.nextTimerAt() === undefined) throw new Error('tick in progress');
     });
   }
   clock.advanceTo(timeMs);
@@ -147,6 +146,63 @@ describe('RecurringSchedules', () => {
       expect((await store.get('close'))?.everyMs).toBe(5000);
       await a.stop();
       await b.stop();
+    });
+  });
+
+  describe('when a timer fires late (a busy event loop)', () => {
+    /** A clock that reads `late` ms ahead of the manual clock whose timers it uses. */
+    function lateClock(clock: ManualClock): { clock: Clock; setLate: (ms: number) => void } {
+      let late = 0;
+      return {
+        clock: { now: () => clock.now() + late, setTimer: (ms, callback) => clock.setTimer(ms, callback) },
+        setLate: (ms) => {
+          late = ms;
+        },
+      };
+    }
+
+    async function lateTicks(lateMs: number, catchUp: 'one' | 'none'): Promise<string[]> {
+      const manual = new ManualClock(Date.UTC(2026, 0, 1));
+      const { clock, setLate } = lateClock(manual);
+      const store = new InMemoryScheduleStore();
+      const sent: Sent[] = [];
+      const schedules = new RecurringSchedules({
+        store,
+        clock,
+        logger: silentLogger,
+        send: (_definition, _payload, options: SendOptions) => {
+          sent.push({
+            id: options.id ?? '',
+            tick: options.headers?.[SCHEDULE_TICK_HEADER] ?? '',
+            payload: null,
+          });
+          return Promise.resolve(options.id ?? '');
+        },
+        check: () => undefined,
+      });
+      await schedules.every('close', { everyMs: 1000 }, CloseDay, { ledger: 'eu' }, { catchUp });
+      await schedules.start();
+      // The 1 s tick's timer fires when the time read is already `lateMs` past it.
+      setLate(lateMs);
+      await runTo(manual, store, Date.UTC(2026, 0, 1, 0, 0, 1));
+      await schedules.stop();
+      return ticksOf(sent);
+    }
+
+    it('sends each tick it is late for, in turn, when less than a minute late', async () => {
+      expect(await lateTicks(2_500, 'none')).toEqual([
+        '2026-01-01T00:00:01.000Z',
+        '2026-01-01T00:00:02.000Z',
+        '2026-01-01T00:00:03.000Z',
+      ]);
+    });
+
+    it("counts ticks over a minute late as missed: catchUp 'one' sends the latest", async () => {
+      expect(await lateTicks(90_500, 'one')).toEqual(['2026-01-01T00:01:31.000Z']);
+    });
+
+    it("counts ticks over a minute late as missed: catchUp 'none' sends none", async () => {
+      expect(await lateTicks(90_500, 'none')).toEqual([]);
     });
   });
 
