@@ -888,8 +888,9 @@ class HarrierBus implements MessageBus {
     const unobserve = this.#unobserve;
     this.#unobserve = undefined;
     if (unobserve !== undefined) this.#guardTelemetry('unobserve', unobserve);
+    // Its timers end now; a tick under way is awaited below (not here: the dispatcher stops first).
+    const schedulesStopped = this.#schedules.stop();
     if (wasStarted) {
-      await this.#schedules.stop();
       await this.dispatcher.stop({ gracePeriodMs: options.gracePeriodMs ?? this.#gracePeriodMs });
       // Stops the lanes and commits what they completed.
       const runner = this.projections;
@@ -901,6 +902,7 @@ class HarrierBus implements MessageBus {
         }
       }
     }
+    await schedulesStopped;
     this.#stopController.abort();
     if (options.closeBroker ?? true) {
       await this.broker.close();
