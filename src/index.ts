@@ -196,6 +196,19 @@ export {
   StartedBy,
   sagaStateOf,
 } from './sagas/index.js';
+export {
+  InMemoryScheduleStore,
+  SCHEDULE_HEADER,
+  SCHEDULE_TICK_HEADER,
+  tickMessageId,
+} from './schedules/index.js';
+export type {
+  CatchUp,
+  EveryOptions,
+  ScheduleRecord,
+  ScheduleStore,
+  ScheduleTiming,
+} from './schedules/index.js';
 export type {
   HandlesOptions,
   InMemorySagaStoreOptions,

@@ -2,10 +2,11 @@ import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import type { CheckpointStore } from '../log/checkpoint-store.js';
 import type { CheckpointLag } from '../projections/projection-lag.js';
 import type { SagaStore } from '../sagas/saga-store.js';
+import type { ScheduleStore } from '../schedules/schedule-store.js';
 
 /**
  * What a tool reads and does on the stores of a Harrier system, whatever holds them: dead letters,
- * projection checkpoints and their lag, saga instances.
+ * projection checkpoints and their lag, saga instances, recurring schedules.
  *
  * @remarks
  * Each backend folder implements it next to its stores (`RedisAdmin` in `harrier/redis`); the
@@ -23,6 +24,8 @@ export interface StoreAdmin {
    * Reading needs no retention; pass the application's `completedRetentionMs` only to save through it.
    */
   sagaStore(options?: { readonly completedRetentionMs?: number }): SagaStore;
+  /** The system's store of recurring schedules (`bus.every`). */
+  scheduleStore(): ScheduleStore;
   /**
    * Checkpoint, log end and lag of each projection with checkpoints (or of `projection` alone), per
    * topic and partition, as {@link checkpointLags} computes them; empty when nothing matches.

@@ -58,6 +58,10 @@ import type {
 import { InMemorySagaStore } from '../sagas/in-memory-saga-store.js';
 import { createSagaStepRunner } from '../sagas/saga-step-runner.js';
 import type { SagaStore } from '../sagas/saga-store.js';
+import { InMemoryScheduleStore } from '../schedules/in-memory-schedule-store.js';
+import { RecurringSchedules, type EveryOptions } from '../schedules/recurring-schedules.js';
+import type { ScheduleTiming } from '../schedules/schedule-record.js';
+import type { ScheduleStore } from '../schedules/schedule-store.js';
 import { containerInvoker, ownContainer, type MessageScopeOptions } from './container-invoker.js';
 import { HarrierTokens } from './tokens.js';
 
@@ -191,6 +195,12 @@ export interface BusOptions {
   readonly invoke?: HandlerInvoker;
   /** @defaultValue the system clock */
   readonly clock?: Clock;
+  /**
+   * Where {@link MessageBus.every} keeps its recurring schedules and their last tick: share one
+   * (`RedisScheduleStore`) between the processes of an endpoint so a restart catches up what all missed.
+   * @defaultValue a new {@link InMemoryScheduleStore}
+   */
+  readonly scheduleStore?: ScheduleStore;
   /** @defaultValue warnings and errors as JSON lines on stderr */
   readonly logger?: Logger;
   /**
@@ -346,6 +356,31 @@ export interface MessageBus {
    */
   cancelScheduled(id: string): Promise<boolean>;
   /**
+   * Sends a command or publishes an event on every tick of a cron pattern or an interval, from now
+   * on and while the bus runs; calling it again with the same `name` replaces the schedule.
+   *
+   * @remarks
+   * Each tick's message id is derived from `name` and the tick's time, so when several processes
+   * run the same schedule the broker's idempotent publish keeps one message per tick. The schedule
+   * and its last tick are kept in `scheduleStore`; see docs/schedules.md for catch-up and
+   * daylight-saving changes.
+   * @throws HarrierError `invalid-option` for a bad name, timing, `catchUp`, or a definition with
+   * `dedupe: 'while-queued'`; `wrong-kind` for a query; MessageValidationError for the payload.
+   * @example
+   * ```ts
+   * await bus.every('close-day', { cron: '0 18 * * 1-5', timeZone: 'Europe/Berlin' }, CloseDay, {});
+   * ```
+   */
+  every<D extends CommandDefinition | EventDefinition>(
+    name: string,
+    timing: ScheduleTiming,
+    definition: D,
+    payload: InputOf<D>,
+    options?: EveryOptions,
+  ): Promise<void>;
+  /** Stops the recurring schedule `name` and removes it from the store; resolves to true when there was one. */
+  cancelEvery(name: string): Promise<boolean>;
+  /**
    * Runs the handler of a command or query in this process and returns its result; what the
    * handler records is published once it succeeds. No retries: errors reach the caller.
    * @throws HandlerNotFoundError when no handler of this bus handles it.
@@ -435,6 +470,8 @@ class HarrierBus implements MessageBus {
   readonly #projectionReplayer: ProjectionReplayer | undefined;
   readonly #gracePeriodMs: number;
   readonly #logger: Logger;
+  readonly #scheduleStore: ScheduleStore;
+  readonly #schedules: RecurringSchedules;
   readonly publisher: MessagePublisher;
   readonly #stopController = new AbortController();
   readonly #sagaStore: SagaStore | undefined;
@@ -519,6 +556,17 @@ class HarrierBus implements MessageBus {
       options.eventLog === undefined ? undefined : (options.checkpoints ?? new InMemoryCheckpointStore());
     const logger = options.logger ?? consoleLogger;
     this.#logger = logger;
+    this.#scheduleStore = options.scheduleStore ?? new InMemoryScheduleStore();
+    this.#schedules = new RecurringSchedules({
+      store: this.#scheduleStore,
+      clock: this.#clock,
+      logger,
+      send: (definition, payload, sendOptions) =>
+        this.#dispatch(definition.kind, 'every', definition, payload, sendOptions),
+      check: (definition, payload) => {
+        this.#prepare(definition.kind, 'every', definition, payload, NO_OPTIONS);
+      },
+    });
     // One pipeline configuration for the dispatcher and the projection runner alike.
     const pipeline: HandlerPipelineOptions = {
       registry: this.#registry,
@@ -680,6 +728,20 @@ class HarrierBus implements MessageBus {
     return (await broker.cancel(id)) > 0;
   }
 
+  every<D extends CommandDefinition | EventDefinition>(
+    name: string,
+    timing: ScheduleTiming,
+    definition: D,
+    payload: InputOf<D>,
+    options: EveryOptions = {},
+  ): Promise<void> {
+    return this.#schedules.every(name, timing, definition, payload, options);
+  }
+
+  cancelEvery(name: string): Promise<boolean> {
+    return this.#schedules.cancel(name);
+  }
+
   prepare<D extends CommandDefinition | EventDefinition>(
     definition: D,
     payload: InputOf<D>,
@@ -799,6 +861,7 @@ class HarrierBus implements MessageBus {
     await this.projections?.start();
     // A stop() while the broker was registering: it has stopped what started, so observe nothing.
     if (!this.#isStarted()) return;
+    await this.#schedules.start();
     const telemetry = this.#telemetry;
     if (telemetry?.observe !== undefined) {
       this.#unobserve = this.#guardTelemetry('observe', () => telemetry.observe?.(this.#telemetrySources()));
@@ -859,6 +922,8 @@ class HarrierBus implements MessageBus {
     const unobserve = this.#unobserve;
     this.#unobserve = undefined;
     if (unobserve !== undefined) this.#guardTelemetry('unobserve', unobserve);
+    // Its timers end now; a tick under way is awaited below (not here: the dispatcher stops first).
+    const schedulesStopped = this.#schedules.stop();
     if (wasStarted) {
       await this.dispatcher.stop({ gracePeriodMs: options.gracePeriodMs ?? this.#gracePeriodMs });
       // Stops the lanes and commits what they completed.
@@ -871,11 +936,13 @@ class HarrierBus implements MessageBus {
         }
       }
     }
+    await schedulesStopped;
     this.#stopController.abort();
     if (options.closeBroker ?? true) {
       await this.broker.close();
       await this.deadLetters.close();
       await this.#sagaStore?.close();
+      await this.#scheduleStore.close();
     }
   }
 

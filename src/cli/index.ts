@@ -5,6 +5,7 @@ import { dlqCommand } from './dlq/index.js';
 import { postgresCommand } from './postgres-commands.js';
 import { projectionsCommand } from './projections-commands.js';
 import { sagasCommand } from './sagas-commands.js';
+import { schedulesCommand } from './schedules-commands.js';
 import { topologyCommand } from './topology-command.js';
 
 export { ExitCode } from './cli-io.js';
@@ -13,12 +14,13 @@ export type { CliIo, CliOutput } from './cli-io.js';
 const HELP = `Usage: harrier <command> [options]
 
 Operate a Harrier system, on the backend its URL's scheme picks: dead letters (also as a web
-page), projections, sagas, topology; and Harrier's tables in PostgreSQL.
+page), projections, sagas, recurring schedules, topology; and Harrier's tables in PostgreSQL.
 
 Commands:
   dlq list | show | groups | replay | purge | export | import
   projections status | rebuild
   sagas list | show
+  schedules list | show | cancel
   topology
   dashboard
   postgres migrate | outbox parked | outbox show | outbox replay | outbox delete
@@ -60,6 +62,8 @@ export async function run(argv: readonly string[], io: CliIo = defaultIo()): Pro
         return await projectionsCommand(rest, io);
       case 'sagas':
         return await sagasCommand(rest, io);
+      case 'schedules':
+        return await schedulesCommand(rest, io);
       case 'postgres':
         return await postgresCommand(rest, io);
       case 'topology':

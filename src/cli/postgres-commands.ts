@@ -17,7 +17,7 @@ export const POSTGRES_HELP = `Usage: harrier postgres <command> [options]
 Commands:
   migrate            create or upgrade Harrier's tables (outbox, inbox, checkpoints, sagas,
                      queue, routes, dedupe, dead_letters, outbox_parked,
-                     projection_generations)
+                     projection_generations, schedules)
   outbox parked      list the outbox rows the relay parked (see also show, replay, delete)
 
 ${POSTGRES_CONNECTION_HELP}

@@ -41,6 +41,8 @@ export { postgresSession } from './postgres-session.js';
 
 export type { PostgresCheckpointStoreOptions } from './postgres-checkpoint-store.js';
 export { PostgresCheckpointStore } from './postgres-checkpoint-store.js';
+export type { PostgresScheduleStoreOptions } from './postgres-schedule-store.js';
+export { PostgresScheduleStore } from './postgres-schedule-store.js';
 export type { PostgresSagaStoreOptions } from './postgres-saga-store.js';
 export { PostgresSagaStore } from './postgres-saga-store.js';
 

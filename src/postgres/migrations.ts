@@ -12,7 +12,8 @@ export type HarrierTableName =
   | 'dedupe'
   | 'dead_letters'
   | 'outbox_parked'
-  | 'projection_generations';
+  | 'projection_generations'
+  | 'schedules';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -230,6 +231,22 @@ export const MIGRATIONS: readonly Migration[] = [
         rebuild_id text,
         rebuild_started_at bigint,
         CHECK ((rebuild_id IS NULL) = (rebuild_started_at IS NULL))
+      );
+    `,
+  },
+  {
+    version: 6,
+    name: 'recurring schedules',
+    tables: ['schedules'],
+    // One row per schedule of `bus.every`: what it sends and when (`definition`, JSON text: kept as written, so a payload compares equal), and the last
+    // tick any process sent, raised only upwards (PostgresScheduleStore.recordTick).
+    sql: (t) => `
+      CREATE TABLE IF NOT EXISTS ${t.schedules} (
+        name text COLLATE "C" PRIMARY KEY,
+        definition text NOT NULL,
+        last_tick_at bigint,
+        next_run_at bigint,
+        updated_at bigint NOT NULL
       );
     `,
   },

@@ -12,6 +12,7 @@ import { isPool, type PostgresConnectionOptions } from './postgres-connection.js
 import { PostgresCheckpointStore } from './postgres-checkpoint-store.js';
 import { openPool, postgresError, type PoolHandle } from './postgres-pool.js';
 import { PostgresSagaStore } from './postgres-saga-store.js';
+import { PostgresScheduleStore } from './postgres-schedule-store.js';
 import { postgresTables, type PostgresTables } from './postgres-schema.js';
 import { postgresTopology } from './postgres-topology.js';
 
@@ -124,6 +125,11 @@ export class PostgresAdmin implements SystemAdmin {
     return this.#track(
       new PostgresSagaStore({ connection: this.#pool, schema: this.#tables.schema, ...options }),
     );
+  }
+
+  /** The system's schedule store, on this admin's pool and schema. */
+  scheduleStore(): PostgresScheduleStore {
+    return this.#track(new PostgresScheduleStore({ connection: this.#pool, schema: this.#tables.schema }));
   }
 
   /**

@@ -46,6 +46,8 @@ export interface PostgresTables {
   readonly deadLetterSearchIndex: string;
   /** Each projection's generation and rebuild marker. */
   readonly projectionGenerations: string;
+  /** The recurring schedules of `PostgresScheduleStore` (`bus.every`). */
+  readonly schedules: string;
 }
 
 /**
@@ -78,5 +80,6 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     deadLetterWrites: `${q}.dead_letter_writes`,
     deadLetterSearchIndex: `${q}.dead_letters_search_trgm`,
     projectionGenerations: `${q}.projection_generations`,
+    schedules: `${q}.schedules`,
   };
 }

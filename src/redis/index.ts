@@ -23,6 +23,7 @@ export type { RedisCheckpointStoreOptions } from './redis-checkpoint-store.js';
 export type { RedisDeadLetterStoreOptions } from './redis-dead-letter-store.js';
 export type { RedisEventLogOptions } from './redis-event-log.js';
 export type { RedisSagaStoreOptions } from './redis-saga-store.js';
+export type { RedisScheduleStoreOptions } from './redis-schedule-store.js';
 export { describeConnection, describeRedisUrl } from './redis-connection.js';
 export { redisUnavailable } from './redis-errors.js';
 
@@ -31,4 +32,5 @@ export { RedisDeadLetterStore } from './redis-dead-letter-store.js';
 export { RedisEventLog } from './redis-event-log.js';
 export { RedisCheckpointStore } from './redis-checkpoint-store.js';
 export { RedisSagaStore } from './redis-saga-store.js';
+export { RedisScheduleStore } from './redis-schedule-store.js';
 export { openRedisAdmin, type RedisAdmin } from './redis-admin.js';

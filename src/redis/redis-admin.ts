@@ -15,6 +15,7 @@ import { redisUnavailable } from './redis-errors.js';
 import { bullmq } from './redis-peers.js';
 import { RedisEventLog, scanLogPartitions } from './redis-event-log.js';
 import { RedisSagaStore } from './redis-saga-store.js';
+import { RedisScheduleStore } from './redis-schedule-store.js';
 import { connectionFor, keyPrefixOf, runCommand, type RedisConnection } from './redis-support.js';
 
 /**
@@ -192,6 +193,11 @@ export class RedisAdmin implements SystemAdmin {
     return this.#track(
       new RedisSagaStore({ connection: this.#connection.client, prefix: this.#prefix, ...options }),
     );
+  }
+
+  /** The system's schedule store, on this admin's connection. */
+  scheduleStore(): RedisScheduleStore {
+    return this.#track(new RedisScheduleStore({ connection: this.#connection.client, prefix: this.#prefix }));
   }
 
   /**

@@ -1,6 +1,6 @@
 /**
  * `harrier/testing/conformance`: the vitest suites every `MessageBroker`, `EventLog`, `SagaStore`,
- * `CheckpointStore` and `DeadLetterStore` must pass, for implementers of new ones.
+ * `CheckpointStore`, `DeadLetterStore` and `ScheduleStore` must pass, for implementers of new ones.
  *
  * @remarks
  * These import vitest (an optional peer dependency of Harrier): install it to use this entry point.
@@ -21,6 +21,11 @@ export {
   type EventLogFactory,
   type EventLogFixture,
 } from './event-log-conformance.js';
+export {
+  describeScheduleStoreConformance,
+  type ScheduleStoreFactory,
+  type ScheduleStoreFixture,
+} from './schedule-store-conformance.js';
 export {
   describeCheckpointStoreConformance,
   type CheckpointStoreFactory,

@@ -60,6 +60,7 @@ describe('migratePostgres', () => {
       'queue',
       'routes',
       'sagas',
+      'schedules',
     ]);
   });
 

@@ -1,0 +1,24 @@
+import type { ScheduleRecord } from './schedule-record.js';
+
+/**
+ * Where recurring schedules are kept, shared by every process of an application: what `every`
+ * registered, and the last tick sent, so a restart knows what it missed.
+ */
+export interface ScheduleStore {
+  /** The schedule of this name, or undefined. */
+  get(name: string): Promise<ScheduleRecord | undefined>;
+  /** Every schedule, by name. */
+  list(): Promise<ScheduleRecord[]>;
+  /** Stores a schedule, replacing the one of the same name. */
+  put(record: ScheduleRecord): Promise<void>;
+  /**
+   * Records that the tick of `tickAt` was sent and the next is due at `nextRunAt`, unless the stored
+   * schedule already has a tick at or after `tickAt` (another process was first) or is gone.
+   * Resolves to true when it recorded it.
+   */
+  recordTick(name: string, tickAt: number, nextRunAt: number | undefined): Promise<boolean>;
+  /** Removes the schedule; resolves to true when there was one. */
+  delete(name: string): Promise<boolean>;
+  /** Releases what the store holds (connections). */
+  close(): Promise<void>;
+}
