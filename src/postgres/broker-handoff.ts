@@ -3,6 +3,7 @@ import type { MessageBroker, OutgoingMessage } from '../broker/message-broker.js
 import type { UnitOfWorkBus } from '../dispatch/transactional-unit-of-work.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { PostgresBroker } from './broker/postgres-broker.js';
+import { holdClient } from './held-client.js';
 import type { PostgresTables } from './postgres-schema.js';
 
 /**
@@ -35,7 +36,8 @@ interface DatabaseIdentity {
 }
 
 async function identityOf(pool: pg.Pool): Promise<DatabaseIdentity> {
-  const client = await pool.connect();
+  const held = await holdClient(pool);
+  const { client } = held;
   try {
     const { rows } = await client.query<{ database: string; address: string | null }>(
       `SELECT current_database() AS database, inet_server_addr()::text || ':' || inet_server_port() AS address`,
@@ -51,7 +53,7 @@ async function identityOf(pool: pg.Pool): Promise<DatabaseIdentity> {
     }
     return { database: rows[0]?.database ?? '', system, address: rows[0]?.address ?? null };
   } finally {
-    client.release();
+    held.release();
   }
 }
 

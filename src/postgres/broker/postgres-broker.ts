@@ -341,13 +341,13 @@ export class PostgresBroker implements MessageBroker {
       // are queue names and a schema name, checked plain identifiers, quoted all the same.
       const notifies = lanes.map((lane) => `SELECT pg_notify(${channel}, ${literal(lane)});`).join(' ');
       try {
-        const client = await this.#handle.pool.connect();
+        const held = await holdClient(this.#handle.pool);
         try {
-          await client.query(`BEGIN; SET LOCAL synchronous_commit TO off; ${notifies} COMMIT;`);
-          client.release();
+          await held.client.query(`BEGIN; SET LOCAL synchronous_commit TO off; ${notifies} COMMIT;`);
+          held.release();
         } catch (error) {
           // The transaction may be left open (aborted) on the session: it is not given back.
-          client.release(error instanceof Error ? error : true);
+          held.release(error instanceof Error ? error : true);
           throw error;
         }
         this.#notifyFailed = false;
