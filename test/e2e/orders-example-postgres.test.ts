@@ -9,40 +9,17 @@ import type { OrderSummary } from '../../examples/orders/messages.js';
 import { readOrderSummaries } from '../../examples/orders/postgres-read-model.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 import { runExample, type Outcome } from '../helpers/run-example.js';
+import {
+  doneCounts,
+  postgresExampleRun,
+  printedSummaries,
+  sagaLines,
+  withoutNumbers,
+} from './fixtures/orders-output.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
-const pgEnv = (schema: string): { env: Record<string, string>; timeoutMs: number } => ({
-  env: { DATABASE_URL: databaseUrl, ORDERS_EXAMPLE_SCHEMA: schema },
-  timeoutMs: 30_000,
-});
-
-/** The summary rows an example printed, as OrderSummary values. */
-function printedSummaries(stdout: string): OrderSummary[] {
-  const rows = [...stdout.matchAll(/^ {2}(o-\d{4})\s+(\w+)\s+(\d+)\s+\$(\d+)\.(\d\d)\s+(\S+)\s+(\S+)$/gm)];
-  return rows.map(([, orderId, customer, items, whole, cents, stock, payment]) => ({
-    orderId: orderId ?? '',
-    customer: customer ?? '',
-    items: Number(items),
-    totalCents: Number(whole) * 100 + Number(cents),
-    ...(stock !== '-' && stock !== undefined ? { reservationId: stock } : {}),
-    ...(payment !== '-' && payment !== undefined ? { paymentId: payment } : {}),
-  }));
-}
-
-/**
- * Reservation and payment ids are numbered in the order the simulated services succeed, which
- * depends on timing; which orders have one does not.
- */
-const withoutNumbers = (summaries: OrderSummary[]): unknown[] =>
-  summaries.map((s) => ({
-    ...s,
-    reservationId: s.reservationId?.replace(/\d+/, 'N'),
-    paymentId: s.paymentId?.replace(/\d+/, 'N'),
-  }));
-
-const sagaLines = (stdout: string): string[] =>
-  stdout.split('\n').filter((line) => /^ {2}order o-/.test(line));
+const pgEnv = (schema: string) => postgresExampleRun(databaseUrl, schema);
 
 describe('examples/orders/postgres-main.ts', () => {
   const schema = freshSchema();
@@ -87,10 +64,8 @@ describe('examples/orders/postgres-main.ts', () => {
     });
 
     it('counts the handled, retried and dead-lettered deliveries of the in-memory run, and replays the dead letters', () => {
-      const done = (stdout: string): string | undefined =>
-        /Done: (\d+ handled, \d+ retries, \d+ dead-lettered)/.exec(stdout)?.[1];
-      expect(done(first.stdout)).toBeDefined();
-      expect(done(first.stdout)).toEqual(done(inMemory.stdout));
+      expect(doneCounts(first.stdout)).toBeDefined();
+      expect(doneCounts(first.stdout)).toEqual(doneCounts(inMemory.stdout));
       expect(first.stdout).toContain('3 replayed; CRM notified of');
       expect(first.stdout).toContain('dead letters left: 0');
     });
