@@ -1,6 +1,6 @@
 /**
  * Fixture worker processes for the crash tests: started with tsx, waited on until they print a
- * line, SIGKILLed one by one or all at once after each test.
+ * line or exit, SIGKILLed one by one or all at once after each test.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -8,10 +8,12 @@ import { waitFor } from './local-redis.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-/** A running worker process and the last 16,000 characters it wrote to stdout and stderr. */
+/** A worker process and the last 20,000 characters it wrote to stdout and stderr. */
 export interface Worker {
   readonly child: ChildProcess;
   output(): string;
+  /** Resolves once the process has exited. */
+  exited(): Promise<void>;
 }
 
 /** Resolves when `child` has exited (at once when it already has). */
@@ -24,7 +26,7 @@ export function exitOf(child: ChildProcess): Promise<void> {
   );
 }
 
-/** The processes of one fixture script started by a test file; call `killAll()` in `afterEach`. */
+/** The fixture processes a test file starts; call `killAll()` in `afterEach`. */
 export class WorkerProcesses {
   readonly #running = new Set<ChildProcess>();
 
@@ -34,15 +36,12 @@ export class WorkerProcesses {
    */
   constructor(
     private readonly script: string,
-    private readonly name: string,
+    private readonly name = 'the worker',
   ) {}
 
-  /**
-   * Starts the script with the test's environment plus `env`, and waits until its output holds
-   * `until` (its ready line by default); throws with the output when it exits first.
-   */
-  async start(env: Record<string, string>, until = '"ready":true'): Promise<Worker> {
-    const child = spawn(process.execPath, ['--import', 'tsx', this.script], {
+  /** Starts `script` with the test's environment plus `env`, without waiting for it. */
+  launch(env: Record<string, string>, script = this.script): Worker {
+    const child = spawn(process.execPath, ['--import', 'tsx', script], {
       cwd: ROOT,
       env: { ...process.env, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -50,26 +49,40 @@ export class WorkerProcesses {
     this.#running.add(child);
     let output = '';
     const keep = (chunk: Buffer): void => {
-      output = (output + chunk.toString()).slice(-16_000);
+      output = (output + chunk.toString()).slice(-20_000);
     };
     child.stdout.on('data', keep);
     child.stderr.on('data', keep);
-    await waitFor(`${this.name} to print ${until}`, () => output.includes(until) || child.exitCode !== null, {
-      timeoutMs: 30_000,
-      explain: () => output,
-    });
-    if (!output.includes(until)) throw new Error(`${this.name} exited before printing ${until}:\n${output}`);
-    return { child, output: () => output };
+    const exit = exitOf(child);
+    return { child, output: () => output, exited: () => exit };
+  }
+
+  /**
+   * Starts the script like {@link WorkerProcesses.launch} and waits until its output holds `until`
+   * (its ready line by default); throws with the output when it exits first.
+   */
+  async start(env: Record<string, string>, until = '"ready":true'): Promise<Worker> {
+    const worker = this.launch(env);
+    const { child } = worker;
+    await waitFor(
+      `${this.name} to print ${until}`,
+      () => worker.output().includes(until) || child.exitCode !== null,
+      { timeoutMs: 30_000, explain: () => worker.output() },
+    );
+    if (!worker.output().includes(until)) {
+      throw new Error(`${this.name} exited before printing ${until}:\n${worker.output()}`);
+    }
+    return worker;
   }
 
   /** SIGKILLs `worker` and waits until it has exited. */
   async kill(worker: Worker): Promise<void> {
     worker.child.kill('SIGKILL');
-    await exitOf(worker.child);
+    await worker.exited();
     this.#running.delete(worker.child);
   }
 
-  /** SIGKILLs every worker still running and waits until they have exited. */
+  /** SIGKILLs every process still running and waits until they have exited. */
   async killAll(): Promise<void> {
     for (const child of this.#running) child.kill('SIGKILL');
     await Promise.all([...this.#running].map(exitOf));
