@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { buildDeadLetterRecord } from '../../src/dead-letters/dead-letter-record.js';
 import type { DeadLetterRecord } from '../../src/dead-letters/dead-letter-store.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import {
@@ -10,7 +9,7 @@ import {
   PostgresSagaStore,
 } from '../../src/postgres/index.js';
 import { startDashboardCli } from '../helpers/dashboard-cli.js';
-import { assertHarrierBuilt, cliFailure, harrier, jsonLines } from '../helpers/harrier-cli.js';
+import { assertHarrierBuilt, countDeadLetter, harrier, jsonLines } from '../helpers/harrier-cli.js';
 import { freePort } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 
@@ -19,33 +18,7 @@ const { pool } = useSharedPostgres(databaseUrl);
 
 /** A dead letter of a `cli.Count` command in endpoint `counter`. */
 function deadLetter(n: number): DeadLetterRecord {
-  const id = uuidv7();
-  const body = JSON.stringify({
-    v: 1,
-    id,
-    kind: 'command',
-    type: 'cli.Count',
-    payload: { n, note: n === 2 ? 'needle in the payload' : 'hay' },
-    meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
-  });
-  return buildDeadLetterRecord({
-    body,
-    facts: {
-      messageId: id,
-      kind: 'command',
-      type: 'cli.Count',
-      endpoint: 'counter',
-      handler: 'CountHandler',
-      attempt: 3,
-      history: [],
-      partitionKey: undefined,
-    },
-    handler: 'CountHandler',
-    reason: 'handler-failed',
-    error: cliFailure,
-    ordered: false,
-    now: Date.now(),
-  });
+  return countDeadLetter({ n, note: n === 2 ? 'needle in the payload' : 'hay' }, { retried: false });
 }
 
 describe('harrier CLI on PostgreSQL', () => {

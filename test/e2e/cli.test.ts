@@ -6,7 +6,6 @@ import { Queue } from 'bullmq';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
-import { buildDeadLetterRecord } from '../../src/dead-letters/dead-letter-record.js';
 import type { DeadLetterRecord } from '../../src/dead-letters/dead-letter-store.js';
 import {
   CommandHandler,
@@ -25,7 +24,13 @@ import {
   RedisEventLog,
   RedisSagaStore,
 } from '../../src/redis/index.js';
-import { assertHarrierBuilt, cliFailure, harrier, jsonLines } from '../helpers/harrier-cli.js';
+import {
+  assertHarrierBuilt,
+  cliFailure,
+  countDeadLetter,
+  harrier,
+  jsonLines,
+} from '../helpers/harrier-cli.js';
 import { deleteKeys } from '../helpers/redis.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 
@@ -35,33 +40,7 @@ const Count = defineCommand('cli.Count', { schema: z.object({ n: z.number() }) }
 
 /** A dead letter of a `cli.Count` command whose envelope is `body` (valid unless changed). */
 function deadLetter(n: number, encode: (envelope: object) => string = JSON.stringify): DeadLetterRecord {
-  const id = uuidv7();
-  const body = encode({
-    v: 1,
-    id,
-    kind: 'command',
-    type: Count.type,
-    payload: { n },
-    meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
-  });
-  return buildDeadLetterRecord({
-    body,
-    facts: {
-      messageId: id,
-      kind: 'command',
-      type: Count.type,
-      endpoint: 'counter',
-      handler: 'CountHandler',
-      attempt: 3,
-      history: [{ attempt: 1, at: Date.now() - 1000, error: cliFailure }],
-      partitionKey: undefined,
-    },
-    handler: 'CountHandler',
-    reason: 'handler-failed',
-    error: cliFailure,
-    ordered: false,
-    now: Date.now(),
-  });
+  return countDeadLetter({ n }, { encode });
 }
 
 /** Dead letter `n` as a projection fed from the event log leaves it: at `offset` of orders/2. */
