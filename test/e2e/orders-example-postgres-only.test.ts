@@ -10,13 +10,8 @@ import type { OrderSummary } from '../../examples/orders/messages.js';
 import { readOrderSummaries } from '../../examples/orders/postgres-read-model.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 import { runExample, type Outcome } from '../helpers/run-example.js';
-import {
-  doneCounts,
-  postgresExampleRun,
-  printedSummaries,
-  sagaLines,
-  withoutNumbers,
-} from './fixtures/orders-output.js';
+import { postgresExampleRun, printedSummaries, sagaLines, withoutNumbers } from './fixtures/orders-output.js';
+import { itTellsTheInMemoryStory } from './fixtures/orders-like-in-memory.js';
 
 const EXAMPLE = 'examples/orders/postgres-only-main.ts';
 const databaseUrl = inject('databaseUrl');
@@ -60,28 +55,13 @@ describe('examples/orders/postgres-only-main.ts', () => {
   });
 
   describe('when run with DATABASE_URL and a fresh schema', () => {
-    it('exits with code 0', () => {
-      expect(inMemory.code, inMemory.stdout + inMemory.stderr).toBe(0);
-      expect(first.code, first.stdout + first.stderr).toBe(0);
-    });
+    itTellsTheInMemoryStory(() => ({ inMemory, first }));
 
     it('leaves a read model in PostgreSQL equal to the in-memory run’s summary, and prints it', () => {
       const expected = printedSummaries(inMemory.stdout);
       expect(expected.map((s) => s.orderId)).toEqual(['o-1001', 'o-1002', 'o-1003']);
       expect(withoutNumbers(firstRows)).toEqual(withoutNumbers(expected));
       expect(printedSummaries(first.stdout)).toEqual(firstRows);
-    });
-
-    it('prints the saga lines of the in-memory run, read from PostgreSQL', () => {
-      expect(sagaLines(first.stdout)).toEqual(sagaLines(inMemory.stdout));
-      expect(sagaLines(first.stdout)).toHaveLength(3);
-    });
-
-    it('counts the handled, retried and dead-lettered deliveries of the in-memory run, and replays the dead letters', () => {
-      expect(doneCounts(first.stdout)).toBeDefined();
-      expect(doneCounts(first.stdout)).toEqual(doneCounts(inMemory.stdout));
-      expect(first.stdout).toContain('3 replayed; CRM notified of');
-      expect(first.stdout).toContain('dead letters left: 0');
     });
 
     it('keeps the dead letters in PostgreSQL, marked replayed', () => {

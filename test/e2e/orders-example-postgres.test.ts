@@ -9,13 +9,8 @@ import type { OrderSummary } from '../../examples/orders/messages.js';
 import { readOrderSummaries } from '../../examples/orders/postgres-read-model.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 import { runExample, type Outcome } from '../helpers/run-example.js';
-import {
-  doneCounts,
-  postgresExampleRun,
-  printedSummaries,
-  sagaLines,
-  withoutNumbers,
-} from './fixtures/orders-output.js';
+import { postgresExampleRun, printedSummaries, sagaLines, withoutNumbers } from './fixtures/orders-output.js';
+import { itTellsTheInMemoryStory } from './fixtures/orders-like-in-memory.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
@@ -43,10 +38,7 @@ describe('examples/orders/postgres-main.ts', () => {
   });
 
   describe('when run with DATABASE_URL and a fresh schema', () => {
-    it('exits with code 0', () => {
-      expect(inMemory.code, inMemory.stdout + inMemory.stderr).toBe(0);
-      expect(first.code, first.stdout + first.stderr).toBe(0);
-    });
+    itTellsTheInMemoryStory(() => ({ inMemory, first }));
 
     it('leaves a read model in PostgreSQL equal to the in-memory run’s summary', () => {
       const expected = printedSummaries(inMemory.stdout);
@@ -56,18 +48,6 @@ describe('examples/orders/postgres-main.ts', () => {
 
     it('prints the rows of its PostgreSQL table', () => {
       expect(printedSummaries(first.stdout)).toEqual(firstRows);
-    });
-
-    it('prints the saga lines of the in-memory run, read from PostgreSQL', () => {
-      expect(sagaLines(first.stdout)).toEqual(sagaLines(inMemory.stdout));
-      expect(sagaLines(first.stdout)).toHaveLength(3);
-    });
-
-    it('counts the handled, retried and dead-lettered deliveries of the in-memory run, and replays the dead letters', () => {
-      expect(doneCounts(first.stdout)).toBeDefined();
-      expect(doneCounts(first.stdout)).toEqual(doneCounts(inMemory.stdout));
-      expect(first.stdout).toContain('3 replayed; CRM notified of');
-      expect(first.stdout).toContain('dead letters left: 0');
     });
 
     it('placed the orders through the outbox with their orders rows, and refused the bad one', async () => {
