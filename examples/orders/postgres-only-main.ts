@@ -22,69 +22,31 @@
  * Exit codes: 0 done, 1 the example failed, 2 PostgreSQL cannot be reached or the schema is not the
  * example's.
  */
-import pg from 'pg';
 import { silentLogger } from '../../src/index.js';
 import {
   PostgresBroker,
   PostgresDeadLetterStore,
   PostgresSagaStore,
   describePostgresUrl,
-  migratePostgres,
   postgresUnitOfWork,
 } from '../../src/postgres/index.js';
 import { BusActivity } from './activity.js';
 import { createOrdersBus } from './app.js';
 import { PlaceOrder } from './messages.js';
-import { ordersTablesSql, postgresReadModel } from './postgres-read-model.js';
+import { postgresReadModel } from './postgres-read-model.js';
+import { openExampleDatabase } from './postgres-setup.js';
 import { SimulatedLegacyCrm } from './services.js';
 import { placeSampleOrders, printFailuresAhead, printReport, storyBusOptions } from './story.js';
 
 const TIMEOUT_MS = 15_000;
-const DEFAULT_DATABASE_URL = 'postgres://postgres@127.0.0.1:5432/postgres';
 
 const print = (line = ''): void => void process.stdout.write(`${line}\n`);
-const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));
 
-const url = process.env.DATABASE_URL ?? DEFAULT_DATABASE_URL;
-const schema = process.env.ORDERS_EXAMPLE_SCHEMA ?? 'orders_pg_only';
-if (!/^[a-z_][a-z0-9_]*$/.test(schema)) {
-  process.stderr.write(
-    `ORDERS_EXAMPLE_SCHEMA is "${schema}": use a plain lower-case name (letters, digits, _), e.g. orders_pg_only\n`,
-  );
-  process.exit(2);
-}
-
-const pool = new pg.Pool({ connectionString: url, max: 20 });
-pool.on('error', () => {});
-try {
-  await pool.query('SELECT 1');
-} catch (error) {
-  process.stderr.write(
-    `Cannot connect to PostgreSQL at ${describePostgresUrl(url)} (${messageOf(error)}).\n` +
-      `Set DATABASE_URL to a server you can use, e.g. DATABASE_URL=${DEFAULT_DATABASE_URL} npm run example:postgres-only\n` +
-      '(docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust postgres:16 starts one).\n',
-  );
-  await pool.end();
-  process.exit(2);
-}
-
-// The schema is the example's own: start from scratch, then migrate it and add the app's tables.
-// A schema that exists without the example's table belongs to someone else: refuse to drop it.
-const { rows: found } = await pool.query<{ schema: boolean; ours: boolean }>(
-  `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1) AS schema,
-          to_regclass(format('%I.order_summaries', $1::text)) IS NOT NULL AS ours`,
-  [schema],
-);
-if (found[0]?.schema === true && !found[0].ours) {
-  process.stderr.write(
-    `Schema "${schema}" exists and is not the example's (no order_summaries table); the example drops its schema on every run, so it will not touch this one. Set ORDERS_EXAMPLE_SCHEMA to another name.\n`,
-  );
-  await pool.end();
-  process.exit(2);
-}
-await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-await migratePostgres(pool, { schema });
-await pool.query(ordersTablesSql(schema));
+const { pool, schema, url } = await openExampleDatabase({
+  script: 'example:postgres-only',
+  defaultSchema: 'orders_pg_only',
+  maxConnections: 20,
+});
 
 const crm = new SimulatedLegacyCrm({ available: false });
 const activity = new BusActivity(print);

@@ -5,7 +5,7 @@ import type { SystemAdmin } from '../admin/system-admin.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { REDIS_SCOPE, backendFor, describeSchemes, openRedisSystem, type CliScope } from './backends.js';
 import { CliExit, ExitCode, usageError, type CliIo } from './cli-io.js';
-import { isHost, isPort } from './redis-url.js';
+import { isHost, isPort } from './server-url.js';
 import { redactUrl } from './url-scheme.js';
 
 /** What {@link parse} returns for `options` plus the global ones. */

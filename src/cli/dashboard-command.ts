@@ -11,7 +11,7 @@ import { silentLogger } from '../logging/logger.js';
 import { signerOf } from './dlq/index.js';
 import { GLOBAL_HELP, contextOf, noPositionals, openAdmin, parse } from './cli-context.js';
 import { CliExit, ExitCode, usageError, writeJson, type CliIo } from './cli-io.js';
-import { isHost } from './redis-url.js';
+import { isHost } from './server-url.js';
 
 export const DASHBOARD_HELP = `Usage: harrier dashboard [--host 127.0.0.1] [--port 8080] [--token <secret>] [--allow-actions]
 

@@ -1,5 +1,5 @@
 import { usageError } from './cli-io.js';
-import { isHost, isPort } from './redis-url.js';
+import { isHost, parseServerUrl } from './server-url.js';
 import { redactUrl, schemeOf } from './url-scheme.js';
 
 const EXAMPLE = 'e.g. postgres://app:secret@db.example.com:5432/app';
@@ -24,31 +24,7 @@ export function checkPostgresUrl(text: string, source: string): void {
       `start it with postgres:// (or postgresql://), ${EXAMPLE}`,
     );
   }
-  // Host and port: after the scheme, before the path, after the last '@' (a raw '@' in a password).
-  const authority = (text.slice(scheme.length + 3).split(/[/?#]/, 1)[0] ?? '').replace(/^.*@/, '');
-  const port = /:([^:\]]*)$/.exec(authority)?.[1];
-  if (port !== undefined && port !== '' && !isPort(port)) {
-    fail(`port "${port}" is not a number from 1 to 65535`, `write the port in digits, ${EXAMPLE}`);
-  }
-  let url: URL;
-  try {
-    url = new URL(text);
-  } catch {
-    fail('it cannot be parsed as a URL', `check the host and the percent escapes, ${EXAMPLE}`);
-  }
-  for (const [part, value] of [
-    ['user name', url.username],
-    ['password', url.password],
-  ] as const) {
-    try {
-      decodeURIComponent(value);
-    } catch {
-      fail(
-        `the ${part} has a bad percent escape`,
-        'write % as %25 and other special characters as %XX (e.g. @ as %40, : as %3A)',
-      );
-    }
-  }
+  const url = parseServerUrl(text, scheme, EXAMPLE, fail);
   const socket = url.searchParams.get('host');
   if (url.hostname === '' ? socket === null || socket === '' : !isHost(url.hostname)) {
     fail(

@@ -1,21 +1,8 @@
-import { isIPv6 } from 'node:net';
 import { usageError } from './cli-io.js';
+import { isHost, parseServerUrl } from './server-url.js';
 import { redactUrl, schemeOf } from './url-scheme.js';
 
-/** A host name or IPv4 address: dot-separated labels of letters, digits, '-' and '_'. */
-const HOST_NAME = /^[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*\.?$/;
 const EXAMPLE = 'e.g. redis://127.0.0.1:6379 or rediss://:password@redis.example.com:6380/0';
-
-/** True for a host the CLI can connect to: a host name, an IPv4 address, or an IPv6 one in brackets. */
-export function isHost(host: string): boolean {
-  return host.startsWith('[') && host.endsWith(']') ? isIPv6(host.slice(1, -1)) : HOST_NAME.test(host);
-}
-
-/** True for a TCP port number, 1 to 65535, written in decimal digits. */
-export function isPort(text: string): boolean {
-  const port = Number(text);
-  return /^\d{1,5}$/.test(text) && port >= 1 && port <= 65_535;
-}
 
 /**
  * Checks a Redis URL given to the CLI before anything connects, so a malformed one is a usage error
@@ -47,31 +34,7 @@ export function checkRedisUrl(text: string, source: string): void {
   if (scheme !== 'redis' && scheme !== 'rediss') {
     fail(`unknown scheme "${scheme}://"`, `use redis:// (or rediss:// for TLS), ${EXAMPLE}`);
   }
-  // Host and port: after the scheme, before the path, after the last '@' (a raw '@' in a password).
-  const authority = (text.slice(scheme.length + 3).split(/[/?#]/, 1)[0] ?? '').replace(/^.*@/, '');
-  const port = /:([^:\]]*)$/.exec(authority)?.[1];
-  if (port !== undefined && port !== '' && !isPort(port)) {
-    fail(`port "${port}" is not a number from 1 to 65535`, `write the port in digits, ${EXAMPLE}`);
-  }
-  let url: URL;
-  try {
-    url = new URL(text);
-  } catch {
-    fail('it cannot be parsed as a URL', `check the host and the percent escapes, ${EXAMPLE}`);
-  }
-  for (const [part, value] of [
-    ['user name', url.username],
-    ['password', url.password],
-  ] as const) {
-    try {
-      decodeURIComponent(value);
-    } catch {
-      fail(
-        `the ${part} has a bad percent escape`,
-        'write % as %25 and other special characters as %XX (e.g. @ as %40, : as %3A)',
-      );
-    }
-  }
+  const url = parseServerUrl(text, scheme, EXAMPLE, fail);
   if (!isHost(url.hostname)) {
     fail(
       url.hostname === '' ? 'it has no host' : `host "${url.hostname}" is not a host name or IP address`,

@@ -14,6 +14,7 @@ import type {
 } from '../broker/message-broker.js';
 import { noRouteError } from '../broker/no-route-error.js';
 import { sumQueueDepths } from '../broker/sum-queue-depths.js';
+import { assertWholeOption } from '../broker/whole-option.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { withDeadline } from '../clock/deadline.js';
 import { HarrierError } from '../errors/harrier-error.js';
@@ -842,12 +843,7 @@ interface NewJob {
 
 /** @throws HarrierError `invalid-option` unless `value` is a whole number of at least `min`. */
 function assertWhole(value: number, option: string, min: number, example: string): void {
-  if (!Number.isSafeInteger(value) || value < min) {
-    throw new HarrierError(
-      'invalid-option',
-      `BullMqBroker option ${option} is ${String(value)}: it must be a whole number of at least ${min}, ${example}`,
-    );
-  }
+  assertWholeOption('BullMqBroker', option, value, min, example);
 }
 
 /**

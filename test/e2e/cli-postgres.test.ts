@@ -1,9 +1,4 @@
-import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import type { ErrorInfo } from '../../src/broker/message-broker.js';
-import { buildDeadLetterRecord } from '../../src/dead-letters/dead-letter-record.js';
 import type { DeadLetterRecord } from '../../src/dead-letters/dead-letter-store.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import {
@@ -14,82 +9,16 @@ import {
   PostgresSagaStore,
 } from '../../src/postgres/index.js';
 import { startDashboardCli } from '../helpers/dashboard-cli.js';
+import { assertHarrierBuilt, countDeadLetter, harrier, jsonLines } from '../helpers/harrier-cli.js';
 import { freePort } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 
 const databaseUrl = inject('databaseUrl');
-const root = join(import.meta.dirname, '..', '..');
-const bin = join(root, 'dist', 'cli', 'bin.js');
 const { pool } = useSharedPostgres(databaseUrl);
-
-interface CliResult {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs the built `harrier` bin as a child process with only PATH plus `env` in its environment. */
-function harrier(args: readonly string[], env: Record<string, string> = {}): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, ...args], {
-      cwd: root,
-      env: { PATH: process.env.PATH ?? '', USER: 'tester', ...env },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
-    child.stdin.end();
-    child.once('error', reject);
-    child.once('close', (code) => {
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
-
-function jsonLines(text: string): Record<string, unknown>[] {
-  return text
-    .split('\n')
-    .filter((line) => line !== '')
-    .map((line) => JSON.parse(line) as Record<string, unknown>);
-}
-
-const failure: ErrorInfo = {
-  name: 'Error',
-  message: 'gateway down',
-  stack: 'Error: gateway down\n    at CountHandler.handle (/app/src/count.ts:3:9)',
-};
 
 /** A dead letter of a `cli.Count` command in endpoint `counter`. */
 function deadLetter(n: number): DeadLetterRecord {
-  const id = uuidv7();
-  const body = JSON.stringify({
-    v: 1,
-    id,
-    kind: 'command',
-    type: 'cli.Count',
-    payload: { n, note: n === 2 ? 'needle in the payload' : 'hay' },
-    meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
-  });
-  return buildDeadLetterRecord({
-    body,
-    facts: {
-      messageId: id,
-      kind: 'command',
-      type: 'cli.Count',
-      endpoint: 'counter',
-      handler: 'CountHandler',
-      attempt: 3,
-      history: [],
-      partitionKey: undefined,
-    },
-    handler: 'CountHandler',
-    reason: 'handler-failed',
-    error: failure,
-    ordered: false,
-    now: Date.now(),
-  });
+  return countDeadLetter({ n, note: n === 2 ? 'needle in the payload' : 'hay' }, { retried: false });
 }
 
 describe('harrier CLI on PostgreSQL', () => {
@@ -100,8 +29,7 @@ describe('harrier CLI on PostgreSQL', () => {
   const p = ['--database-url', databaseUrl, '--schema', schema, '--json'];
 
   beforeAll(async () => {
-    // test/global-setup.ts builds dist/ before any test when it is missing or stale.
-    if (!existsSync(bin)) throw new Error(`${bin} is missing: run npm run build`);
+    assertHarrierBuilt();
     await migratePostgres(pool, { schema });
     const store = new PostgresDeadLetterStore({ connection: pool, schema });
     for (const record of records) await store.add(record);

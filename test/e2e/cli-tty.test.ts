@@ -5,11 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
-import type { ErrorInfo } from '../../src/broker/message-broker.js';
-import { buildDeadLetterRecord } from '../../src/dead-letters/dead-letter-record.js';
 import type { DeadLetterReason, DeadLetterRecord } from '../../src/dead-letters/dead-letter-store.js';
-import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import { RedisDeadLetterStore } from '../../src/redis/index.js';
+import { countDeadLetter } from '../helpers/harrier-cli.js';
 import { deleteKeys } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
@@ -104,40 +102,8 @@ function lines(output: string): string[] {
     .filter((line) => line.trim() !== '');
 }
 
-const failure: ErrorInfo = {
-  name: 'Error',
-  message: 'gateway down',
-  stack: 'Error: gateway down\n    at CountHandler.handle (/app/src/count.ts:3:9)',
-};
-
 function deadLetter(n: number, reason: DeadLetterReason = 'handler-failed'): DeadLetterRecord {
-  const id = uuidv7();
-  const body = JSON.stringify({
-    v: 1,
-    id,
-    kind: 'command',
-    type: 'cli.Count',
-    payload: { n },
-    meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
-  });
-  return buildDeadLetterRecord({
-    body,
-    facts: {
-      messageId: id,
-      kind: 'command',
-      type: 'cli.Count',
-      endpoint: 'counter',
-      handler: 'CountHandler',
-      attempt: 3,
-      history: [{ attempt: 1, at: Date.now() - 1000, error: failure }],
-      partitionKey: undefined,
-    },
-    handler: 'CountHandler',
-    reason,
-    error: failure,
-    ordered: false,
-    now: Date.now(),
-  });
+  return countDeadLetter({ n }, { reason });
 }
 
 describe.skipIf(!hasScript)('harrier CLI on a terminal (util-linux script pty)', () => {

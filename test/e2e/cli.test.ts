@@ -1,14 +1,11 @@
-import { spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Queue } from 'bullmq';
 import { Cluster, Redis } from 'ioredis';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
-import type { ErrorInfo } from '../../src/broker/message-broker.js';
-import { buildDeadLetterRecord } from '../../src/dead-letters/dead-letter-record.js';
 import type { DeadLetterRecord } from '../../src/dead-letters/dead-letter-store.js';
 import {
   CommandHandler,
@@ -27,83 +24,23 @@ import {
   RedisEventLog,
   RedisSagaStore,
 } from '../../src/redis/index.js';
+import {
+  assertHarrierBuilt,
+  cliFailure,
+  countDeadLetter,
+  harrier,
+  jsonLines,
+} from '../helpers/harrier-cli.js';
 import { deleteKeys } from '../helpers/redis.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 
 const redisUrl = inject('redisUrl');
-const root = join(import.meta.dirname, '..', '..');
-const bin = join(root, 'dist', 'cli', 'bin.js');
 
 const Count = defineCommand('cli.Count', { schema: z.object({ n: z.number() }) });
 
-interface CliResult {
-  readonly code: number | null;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-/** Runs the built `harrier` bin as a child process, stdin a pipe (so not a terminal). */
-function harrier(args: readonly string[], env: Record<string, string> = {}): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, ...args], {
-      cwd: root,
-      env: { PATH: process.env.PATH ?? '', USER: 'tester', ...env },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
-    child.stdin.end();
-    child.once('error', reject);
-    child.once('close', (code) => {
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
-
-function jsonLines(text: string): Record<string, unknown>[] {
-  return text
-    .split('\n')
-    .filter((line) => line !== '')
-    .map((line) => JSON.parse(line) as Record<string, unknown>);
-}
-
-const failure: ErrorInfo = {
-  name: 'Error',
-  message: 'gateway down',
-  stack: 'Error: gateway down\n    at CountHandler.handle (/app/src/count.ts:3:9)',
-};
-
 /** A dead letter of a `cli.Count` command whose envelope is `body` (valid unless changed). */
 function deadLetter(n: number, encode: (envelope: object) => string = JSON.stringify): DeadLetterRecord {
-  const id = uuidv7();
-  const body = encode({
-    v: 1,
-    id,
-    kind: 'command',
-    type: Count.type,
-    payload: { n },
-    meta: { correlationId: id, occurredAt: new Date().toISOString(), headers: {} },
-  });
-  return buildDeadLetterRecord({
-    body,
-    facts: {
-      messageId: id,
-      kind: 'command',
-      type: Count.type,
-      endpoint: 'counter',
-      handler: 'CountHandler',
-      attempt: 3,
-      history: [{ attempt: 1, at: Date.now() - 1000, error: failure }],
-      partitionKey: undefined,
-    },
-    handler: 'CountHandler',
-    reason: 'handler-failed',
-    error: failure,
-    ordered: false,
-    now: Date.now(),
-  });
+  return countDeadLetter({ n }, { encode });
 }
 
 /** Dead letter `n` as a projection fed from the event log leaves it: at `offset` of orders/2. */
@@ -135,8 +72,7 @@ describe('harrier CLI', () => {
   const buses: MessageBus[] = [];
 
   beforeAll(() => {
-    // test/global-setup.ts builds dist/ before any test when it is missing or stale.
-    if (!existsSync(bin)) throw new Error(`${bin} is missing: run npm run build`);
+    assertHarrierBuilt();
     admin = new Redis(redisUrl);
   }, 200_000);
 
@@ -609,7 +545,7 @@ describe('harrier CLI', () => {
       const receiving = broker.receiver({ endpoint: 'counter', signal: stop.signal })[Symbol.asyncIterator]();
       const delivery = await receiving.next();
       if (delivery.done === true) throw new Error('the counter receiver ended');
-      await broker.nack(delivery.value.id, { deadLetter: 'handler-failed', error: failure });
+      await broker.nack(delivery.value.id, { deadLetter: 'handler-failed', error: cliFailure });
       stop.abort();
       await receiving.return?.();
     }

@@ -10,41 +10,13 @@ import type { OrderSummary } from '../../examples/orders/messages.js';
 import { readOrderSummaries } from '../../examples/orders/postgres-read-model.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 import { runExample, type Outcome } from '../helpers/run-example.js';
+import { postgresExampleRun, printedSummaries, sagaLines, withoutNumbers } from './fixtures/orders-output.js';
+import { itTellsTheInMemoryStory } from './fixtures/orders-like-in-memory.js';
 
 const EXAMPLE = 'examples/orders/postgres-only-main.ts';
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
-const pgEnv = (schema: string): { env: Record<string, string>; timeoutMs: number } => ({
-  env: { DATABASE_URL: databaseUrl, ORDERS_EXAMPLE_SCHEMA: schema },
-  timeoutMs: 30_000,
-});
-
-/** The summary rows an example printed, as OrderSummary values. */
-function printedSummaries(stdout: string): OrderSummary[] {
-  const rows = [...stdout.matchAll(/^ {2}(o-\d{4})\s+(\w+)\s+(\d+)\s+\$(\d+)\.(\d\d)\s+(\S+)\s+(\S+)$/gm)];
-  return rows.map(([, orderId, customer, items, whole, cents, stock, payment]) => ({
-    orderId: orderId ?? '',
-    customer: customer ?? '',
-    items: Number(items),
-    totalCents: Number(whole) * 100 + Number(cents),
-    ...(stock !== '-' && stock !== undefined ? { reservationId: stock } : {}),
-    ...(payment !== '-' && payment !== undefined ? { paymentId: payment } : {}),
-  }));
-}
-
-/** Reservation and payment ids are numbered in the order the simulated services succeed (timing). */
-const withoutNumbers = (summaries: OrderSummary[]): unknown[] =>
-  summaries.map((s) => ({
-    ...s,
-    reservationId: s.reservationId?.replace(/\d+/, 'N'),
-    paymentId: s.paymentId?.replace(/\d+/, 'N'),
-  }));
-
-const sagaLines = (stdout: string): string[] =>
-  stdout.split('\n').filter((line) => /^ {2}order o-/.test(line));
-
-const done = (stdout: string): string | undefined =>
-  /Done: (\d+ handled, \d+ retries, \d+ dead-lettered)/.exec(stdout)?.[1];
+const pgEnv = (schema: string) => postgresExampleRun(databaseUrl, schema);
 
 async function countOf(schema: string, table: string): Promise<number> {
   const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".${table}`);
@@ -83,28 +55,13 @@ describe('examples/orders/postgres-only-main.ts', () => {
   });
 
   describe('when run with DATABASE_URL and a fresh schema', () => {
-    it('exits with code 0', () => {
-      expect(inMemory.code, inMemory.stdout + inMemory.stderr).toBe(0);
-      expect(first.code, first.stdout + first.stderr).toBe(0);
-    });
+    itTellsTheInMemoryStory(() => ({ inMemory, first }));
 
     it('leaves a read model in PostgreSQL equal to the in-memory run’s summary, and prints it', () => {
       const expected = printedSummaries(inMemory.stdout);
       expect(expected.map((s) => s.orderId)).toEqual(['o-1001', 'o-1002', 'o-1003']);
       expect(withoutNumbers(firstRows)).toEqual(withoutNumbers(expected));
       expect(printedSummaries(first.stdout)).toEqual(firstRows);
-    });
-
-    it('prints the saga lines of the in-memory run, read from PostgreSQL', () => {
-      expect(sagaLines(first.stdout)).toEqual(sagaLines(inMemory.stdout));
-      expect(sagaLines(first.stdout)).toHaveLength(3);
-    });
-
-    it('counts the handled, retried and dead-lettered deliveries of the in-memory run, and replays the dead letters', () => {
-      expect(done(first.stdout)).toBeDefined();
-      expect(done(first.stdout)).toEqual(done(inMemory.stdout));
-      expect(first.stdout).toContain('3 replayed; CRM notified of');
-      expect(first.stdout).toContain('dead letters left: 0');
     });
 
     it('keeps the dead letters in PostgreSQL, marked replayed', () => {

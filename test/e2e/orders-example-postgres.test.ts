@@ -9,40 +9,12 @@ import type { OrderSummary } from '../../examples/orders/messages.js';
 import { readOrderSummaries } from '../../examples/orders/postgres-read-model.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 import { runExample, type Outcome } from '../helpers/run-example.js';
+import { postgresExampleRun, printedSummaries, sagaLines, withoutNumbers } from './fixtures/orders-output.js';
+import { itTellsTheInMemoryStory } from './fixtures/orders-like-in-memory.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
-const pgEnv = (schema: string): { env: Record<string, string>; timeoutMs: number } => ({
-  env: { DATABASE_URL: databaseUrl, ORDERS_EXAMPLE_SCHEMA: schema },
-  timeoutMs: 30_000,
-});
-
-/** The summary rows an example printed, as OrderSummary values. */
-function printedSummaries(stdout: string): OrderSummary[] {
-  const rows = [...stdout.matchAll(/^ {2}(o-\d{4})\s+(\w+)\s+(\d+)\s+\$(\d+)\.(\d\d)\s+(\S+)\s+(\S+)$/gm)];
-  return rows.map(([, orderId, customer, items, whole, cents, stock, payment]) => ({
-    orderId: orderId ?? '',
-    customer: customer ?? '',
-    items: Number(items),
-    totalCents: Number(whole) * 100 + Number(cents),
-    ...(stock !== '-' && stock !== undefined ? { reservationId: stock } : {}),
-    ...(payment !== '-' && payment !== undefined ? { paymentId: payment } : {}),
-  }));
-}
-
-/**
- * Reservation and payment ids are numbered in the order the simulated services succeed, which
- * depends on timing; which orders have one does not.
- */
-const withoutNumbers = (summaries: OrderSummary[]): unknown[] =>
-  summaries.map((s) => ({
-    ...s,
-    reservationId: s.reservationId?.replace(/\d+/, 'N'),
-    paymentId: s.paymentId?.replace(/\d+/, 'N'),
-  }));
-
-const sagaLines = (stdout: string): string[] =>
-  stdout.split('\n').filter((line) => /^ {2}order o-/.test(line));
+const pgEnv = (schema: string) => postgresExampleRun(databaseUrl, schema);
 
 describe('examples/orders/postgres-main.ts', () => {
   const schema = freshSchema();
@@ -66,10 +38,7 @@ describe('examples/orders/postgres-main.ts', () => {
   });
 
   describe('when run with DATABASE_URL and a fresh schema', () => {
-    it('exits with code 0', () => {
-      expect(inMemory.code, inMemory.stdout + inMemory.stderr).toBe(0);
-      expect(first.code, first.stdout + first.stderr).toBe(0);
-    });
+    itTellsTheInMemoryStory(() => ({ inMemory, first }));
 
     it('leaves a read model in PostgreSQL equal to the in-memory run’s summary', () => {
       const expected = printedSummaries(inMemory.stdout);
@@ -79,20 +48,6 @@ describe('examples/orders/postgres-main.ts', () => {
 
     it('prints the rows of its PostgreSQL table', () => {
       expect(printedSummaries(first.stdout)).toEqual(firstRows);
-    });
-
-    it('prints the saga lines of the in-memory run, read from PostgreSQL', () => {
-      expect(sagaLines(first.stdout)).toEqual(sagaLines(inMemory.stdout));
-      expect(sagaLines(first.stdout)).toHaveLength(3);
-    });
-
-    it('counts the handled, retried and dead-lettered deliveries of the in-memory run, and replays the dead letters', () => {
-      const done = (stdout: string): string | undefined =>
-        /Done: (\d+ handled, \d+ retries, \d+ dead-lettered)/.exec(stdout)?.[1];
-      expect(done(first.stdout)).toBeDefined();
-      expect(done(first.stdout)).toEqual(done(inMemory.stdout));
-      expect(first.stdout).toContain('3 replayed; CRM notified of');
-      expect(first.stdout).toContain('dead letters left: 0');
     });
 
     it('placed the orders through the outbox with their orders rows, and refused the bad one', async () => {

@@ -4,24 +4,20 @@
  * inbox to hide a second delivery, while 1 % of the messages fail on every attempt. Each worker
  * appends one line per handled message to a file of its own; the test counts them per message.
  */
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import type { OutgoingMessage } from '../../src/extend.js';
 import { prepareMessage } from '../../src/extend.js';
-import { useSharedPostgres, dropSchema, freshSchema } from '../helpers/postgres.js';
-import { tempDir } from './fixtures/fault-harness.js';
+import { useSharedPostgres } from '../helpers/postgres.js';
 import { DoWork, HANDLER_OF, WorkRequested } from './fixtures/fault-messages.js';
 import {
   createPgProducer,
-  prepareSchema,
   readPgLines,
   startPgWorker,
-  stopAllPgWorkers,
   waitFor,
-  type PgFaultSite,
   type PgWorkLine,
 } from './fixtures/pg-broker-harness.js';
+import { usePgFaultTests } from './fixtures/pg-fault-tests.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
@@ -49,23 +45,12 @@ function handledCounts(lines: readonly PgWorkLine[]): Map<string, number> {
   return counts;
 }
 
-const cleanups: (() => Promise<void>)[] = [];
-
-afterEach(async () => {
-  await stopAllPgWorkers();
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const { cleanups, freshSite } = usePgFaultTests(databaseUrl, pool);
 
 describe('PostgresBroker competing consumers', () => {
   describe('when two worker processes take 10,000 messages of one endpoint, 1 % failing on every attempt', () => {
     it('hands each message to one worker once: 0 lost, 0 handled twice, the failures dead-lettered as handler-failed after 3 attempts', async () => {
-      const dir = tempDir();
-      const site: PgFaultSite = { databaseUrl, schema: freshSchema() };
-      cleanups.push(async () => {
-        rmSync(dir, { recursive: true, force: true });
-        await dropSchema(pool, site.schema);
-      });
-      await prepareSchema(pool, site.schema);
+      const { site, dir } = await freshSite();
       const outA = join(dir, 'worker-a.jsonl');
       const outB = join(dir, 'worker-b.jsonl');
       const settings = { site, concurrency: 16, retryAttempts: 3 };

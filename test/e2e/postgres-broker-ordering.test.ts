@@ -4,23 +4,19 @@
  * send order, also when some of them fail once and are retried, and when one process stops
  * mid-stream. The same assertions as the BullMQ ordering test in redis-faults.test.ts.
  */
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { prepareMessage } from '../../src/extend.js';
-import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
-import { tempDir } from './fixtures/fault-harness.js';
+import { useSharedPostgres } from '../helpers/postgres.js';
 import { PostEntry } from './fixtures/fault-messages.js';
 import {
   createPgProducer,
-  prepareSchema,
   readPgLines,
   startPgWorker,
-  stopAllPgWorkers,
   waitFor,
-  type PgFaultSite,
   type PgWorkLine,
 } from './fixtures/pg-broker-harness.js';
+import { usePgFaultTests } from './fixtures/pg-fault-tests.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
@@ -32,23 +28,12 @@ const PER_ACCOUNT = 25;
 /** Entries that fail on their first attempt and succeed on the retry: n = 3, 10, 17, 24 of each account. */
 const failsOnce = (n: number): boolean => n % 7 === 3;
 
-const cleanups: (() => Promise<void>)[] = [];
-
-afterEach(async () => {
-  await stopAllPgWorkers();
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const { cleanups, freshSite } = usePgFaultTests(databaseUrl, pool);
 
 describe('PostgresBroker per-key order', () => {
   describe('when four worker processes share ordered keys, some entries fail once, and one process stops mid-stream', () => {
     it('handles each key one message at a time in send order, retries in place, across the processes', async () => {
-      const dir = tempDir();
-      const site: PgFaultSite = { databaseUrl, schema: freshSchema() };
-      cleanups.push(async () => {
-        rmSync(dir, { recursive: true, force: true });
-        await dropSchema(pool, site.schema);
-      });
-      await prepareSchema(pool, site.schema);
+      const { site, dir } = await freshSite();
       const outs = Array.from({ length: WORKERS }, (_, i) => join(dir, `ordered-${i}.jsonl`));
       const workers = await Promise.all(
         outs.map((outFile) =>

@@ -6,25 +6,22 @@
  * insert one `effects` row per message in the handler's transaction and kill themselves at a chosen
  * message, so the kill lands exactly where the test wants it.
  */
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { prepareMessage, type OutgoingMessage } from '../../src/extend.js';
-import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
-import { tempDir } from './fixtures/fault-harness.js';
+import { useSharedPostgres } from '../helpers/postgres.js';
 import { DoWork } from './fixtures/fault-messages.js';
 import {
   createPgProducer,
   effectCounts,
-  prepareSchema,
   readPgLines,
   startPgWorker,
-  stopAllPgWorkers,
   waitFor,
   type PgFaultSite,
   type PgProducer,
   type PgWorkLine,
 } from './fixtures/pg-broker-harness.js';
+import { usePgFaultTests } from './fixtures/pg-fault-tests.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
@@ -38,12 +35,7 @@ const PICK_UP_SLACK_MS = 2_000;
 const TOTAL = 300;
 const CRASH_AT = 150;
 
-const cleanups: (() => Promise<void>)[] = [];
-
-afterEach(async () => {
-  await stopAllPgWorkers();
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
+const { cleanups, freshSite } = usePgFaultTests(databaseUrl, pool);
 
 interface Scene {
   readonly site: PgFaultSite;
@@ -52,13 +44,7 @@ interface Scene {
 }
 
 async function setUp(): Promise<Scene> {
-  const dir = tempDir();
-  const site: PgFaultSite = { databaseUrl, schema: freshSchema() };
-  cleanups.push(async () => {
-    rmSync(dir, { recursive: true, force: true });
-    await dropSchema(pool, site.schema);
-  });
-  await prepareSchema(pool, site.schema);
+  const { site, dir } = await freshSite();
   return { site, dir, producer: createPgProducer(site) };
 }
 

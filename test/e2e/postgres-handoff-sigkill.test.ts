@@ -6,7 +6,6 @@
  * the COMMIT of that transaction, before it or right after it (before the ack), and restarted. The
  * receiving `shipping` endpoint runs here, without an inbox, and counts every delivery.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import {
@@ -20,25 +19,19 @@ import {
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+import { WorkerProcesses, type Worker } from '../helpers/worker-processes.js';
 import { OrderPlaced, PlaceOrder, ShipOrder, handoffBroker } from './fixtures/pg-handoff-messages.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-interface Worker {
-  readonly child: ChildProcess;
-  output(): string;
-  exited(): Promise<void>;
-}
-
-const workers = new Set<Worker>();
+const workers = new WorkerProcesses(
+  fileURLToPath(new URL('./fixtures/pg-handoff-worker.ts', import.meta.url)),
+);
 const cleanups: (() => Promise<void>)[] = [];
 
 afterEach(async () => {
-  for (const w of workers) w.child.kill('SIGKILL');
-  await Promise.all([...workers].map((w) => w.exited()));
-  workers.clear();
+  await workers.killAll();
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
@@ -46,31 +39,7 @@ type KillMode = 'before-commit' | 'after-commit' | 'none';
 
 /** Starts the worker fixture on `schema`, killing itself at a COMMIT as `kill` says. */
 function startWorker(schema: string, kill: KillMode): Worker {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', fileURLToPath(new URL('./fixtures/pg-handoff-worker.ts', import.meta.url))],
-    {
-      cwd: ROOT,
-      env: { ...process.env, DATABASE_URL: databaseUrl, SCHEMA: schema, KILL: kill },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  let output = '';
-  const keep = (chunk: Buffer): void => {
-    output = (output + chunk.toString()).slice(-20_000);
-  };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
-  const exit = new Promise<void>((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve();
-    else
-      child.once('exit', () => {
-        resolve();
-      });
-  });
-  const worker: Worker = { child, output: () => output, exited: () => exit };
-  workers.add(worker);
-  return worker;
+  return workers.launch({ DATABASE_URL: databaseUrl, SCHEMA: schema, KILL: kill });
 }
 
 /** A fresh schema, migrated, with the worker's `orders` table, and the test's `shipping` endpoint. */

@@ -3,7 +3,6 @@
  * worst moment, against the tests' real PostgreSQL and Redis (neither is killed here). Every
  * process is a child running a fixture of test/e2e/fixtures/pg-outbox-*.ts.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, inject, it } from 'vitest';
@@ -23,52 +22,24 @@ import { BullMqBroker } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
+import { WorkerProcesses, type Worker } from '../helpers/worker-processes.js';
 import { OrderPlaced, PARTITIONS, PostEntry } from './fixtures/pg-outbox-messages.js';
 
 const databaseUrl = inject('databaseUrl');
 const redisUrl = inject('redisUrl');
 const { pool } = useSharedPostgres(databaseUrl);
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-interface Child {
-  readonly child: ChildProcess;
-  output(): string;
-  exited(): Promise<void>;
-}
-
-const children = new Set<Child>();
+const fixtures = new WorkerProcesses(fileURLToPath(new URL('./fixtures/pg-outbox-app.ts', import.meta.url)));
 const cleanups: (() => Promise<void>)[] = [];
 
 afterEach(async () => {
-  for (const c of children) c.child.kill('SIGKILL');
-  await Promise.all([...children].map((c) => c.exited()));
-  children.clear();
+  await fixtures.killAll();
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
 /** Starts `node --import tsx <fixture>` with `env` added to this process's environment. */
-function startFixture(fixture: string, env: Record<string, string>): Child {
-  const child = spawn(
-    process.execPath,
-    ['--import', 'tsx', fileURLToPath(new URL(`./fixtures/${fixture}`, import.meta.url))],
-    { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] },
-  );
-  let output = '';
-  const keep = (chunk: Buffer): void => {
-    output = (output + chunk.toString()).slice(-20_000);
-  };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
-  const exit = new Promise<void>((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) resolve();
-    else
-      child.once('exit', () => {
-        resolve();
-      });
-  });
-  const handle: Child = { child, output: () => output, exited: () => exit };
-  children.add(handle);
-  return handle;
+function startFixture(fixture: string, env: Record<string, string>): Worker {
+  return fixtures.launch(env, fileURLToPath(new URL(`./fixtures/${fixture}`, import.meta.url)));
 }
 
 /** A fresh schema and prefix, with the consumer bus a test's handlers run on. */
@@ -203,7 +174,7 @@ describe('PostgreSQL outbox faults', () => {
       });
       // The victim was killed before its first commit, so the survivor published every row, the
       // victim's published batch among them a second time: the broker's dedupe absorbed it.
-      const published = (child: Child): number =>
+      const published = (child: Worker): number =>
         child
           .output()
           .split('\n')

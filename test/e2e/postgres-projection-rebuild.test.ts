@@ -12,97 +12,42 @@
  *   old generation over the new one, completes the rebuild and ends with the clean read model; with
  *   PostgreSQL checkpoints in postgresUnitOfWork and with Redis checkpoints.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { PassThrough } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
 import { run } from '../../src/cli/index.js';
 import type { CliIo } from '../../src/cli/cli-io.js';
-import { createBus, silentLogger } from '../../src/index.js';
 import type { CheckpointStore } from '../../src/log/checkpoint-store.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { PostgresCheckpointStore } from '../../src/postgres/postgres-checkpoint-store.js';
-import { RedisCheckpointStore, RedisEventLog } from '../../src/redis/index.js';
+import { RedisCheckpointStore } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
-import { Counted, PROJECTION, TALLY_TOPIC } from './fixtures/pg-projection-messages.js';
+import { WorkerProcesses, type Worker } from '../helpers/worker-processes.js';
+import {
+  appendTally,
+  counted,
+  createCounts,
+  EVENTS,
+  readModel,
+  type ReadModel,
+} from './fixtures/pg-projection-harness.js';
+import { PROJECTION } from './fixtures/pg-projection-messages.js';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const WORKER = fileURLToPath(new URL('./fixtures/pg-projection-worker.ts', import.meta.url));
-const EVENTS = 600;
-const KEYS = 24;
 
 const redisUrl = inject('redisUrl');
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
 const redis = useSharedRedis(redisUrl);
 
-interface Worker {
-  readonly child: ChildProcess;
-  output(): string;
-}
-
-const running = new Set<ChildProcess>();
-
-function exitOf(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) =>
-    child.once('exit', () => {
-      resolve();
-    }),
-  );
-}
-
-/** Starts a worker and waits until its stdout holds `until` (its ready line by default). */
-async function startWorker(env: Record<string, string>, until = '"ready":true'): Promise<Worker> {
-  const child = spawn(process.execPath, ['--import', 'tsx', WORKER], {
-    cwd: ROOT,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  running.add(child);
-  let output = '';
-  const keep = (chunk: Buffer): void => {
-    output = (output + chunk.toString()).slice(-16_000);
-  };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
-  await waitFor(
-    `the projection worker to print ${until}`,
-    () => output.includes(until) || child.exitCode !== null,
-    {
-      timeoutMs: 30_000,
-      explain: () => output,
-    },
-  );
-  if (!output.includes(until)) throw new Error(`The worker exited before printing ${until}:\n${output}`);
-  return { child, output: () => output };
-}
-
-async function kill(worker: Worker): Promise<void> {
-  worker.child.kill('SIGKILL');
-  await exitOf(worker.child);
-  running.delete(worker.child);
-}
-
-/** How many events the read model counted so far (doubles included). */
-async function counted(schema: string): Promise<number> {
-  const result = await pool.query<{ n: string | null }>(`SELECT sum(n) AS n FROM "${schema}".counts`);
-  return Number(result.rows[0]?.n ?? 0);
-}
-
-async function readModel(schema: string): Promise<Record<string, { n: number; total: number }>> {
-  const result = await pool.query<{ key: string; n: number; total: string }>(
-    `SELECT key, n, total FROM "${schema}".counts ORDER BY key`,
-  );
-  return Object.fromEntries(result.rows.map((r) => [r.key, { n: r.n, total: Number(r.total) }]));
-}
+const workers = new WorkerProcesses(WORKER, 'the projection worker');
 
 describe('a PostgreSQL projection rebuilt', () => {
   let schema: string;
   let prefix: string;
-  let expected: Record<string, { n: number; total: number }>;
+  let expected: ReadModel;
   let ends: number[];
   let stores: CheckpointStore[];
 
@@ -111,36 +56,13 @@ describe('a PostgreSQL projection rebuilt', () => {
     prefix = freshPrefix();
     stores = [];
     await migratePostgres(pool, { schema });
-    await pool.query(
-      `CREATE TABLE "${schema}".counts (key text PRIMARY KEY, n integer NOT NULL, total bigint NOT NULL)`,
-    );
+    await createCounts(pool, schema);
     // The stream, appended before any worker runs; the expected read model is a clean build's.
-    const log = new RedisEventLog({ connection: redisUrl, prefix, topics: [TALLY_TOPIC] });
-    const producer = createBus({
-      endpoint: 'tally-producer',
-      definitions: [Counted],
-      eventLog: log,
-      logger: silentLogger,
-    });
-    expected = {};
-    for (let i = 0; i < EVENTS; i++) {
-      const key = `k${String(i % KEYS).padStart(2, '0')}`;
-      const amount = (i % 7) + 1;
-      await producer.publish(Counted, { key, amount });
-      const entry = (expected[key] ??= { n: 0, total: 0 });
-      entry.n++;
-      entry.total += amount;
-    }
-    ends = [];
-    for (let p = 0; p < TALLY_TOPIC.partitions; p++) ends.push(await log.endOffset(TALLY_TOPIC.name, p));
-    await producer.stop();
-    await log.close();
+    ({ expected, ends } = await appendTally(redisUrl, prefix));
   });
 
   afterEach(async () => {
-    for (const child of running) child.kill('SIGKILL');
-    await Promise.all([...running].map(exitOf));
-    running.clear();
+    await workers.killAll();
     for (const store of stores) await store.close();
     await dropSchema(pool, schema);
     await deleteKeys(redis.client, prefix);
@@ -175,33 +97,33 @@ describe('a PostgreSQL projection rebuilt', () => {
 
   it('by a worker killed with SIGKILL during reset(): the restarted worker completes the rebuild', async () => {
     const store = storeOf('postgres');
-    const first = await startWorker(envOf());
+    const first = await workers.start(envOf());
     await waitFor('the first build to reach the end of the log', () => atEnd(store), {
       timeoutMs: 60_000,
       explain: () => first.output(),
     });
-    await kill(first);
-    expect(await readModel(schema)).toEqual(expected);
+    await workers.kill(first);
+    expect(await readModel(pool, schema)).toEqual(expected);
 
-    const rebuilding = await startWorker(envOf({ REBUILD: '1', RESET_HANG: '1' }), '"resetting":true');
-    await kill(rebuilding);
+    const rebuilding = await workers.start(envOf({ REBUILD: '1', RESET_HANG: '1' }), '"resetting":true');
+    await workers.kill(rebuilding);
     // Killed with the checkpoints gone and the old read model half there: the marker says so.
     const marked = await store.generation(PROJECTION);
     expect(marked.rebuild).toBeDefined();
     expect(await store.list(PROJECTION)).toEqual([]);
-    const left = await counted(schema);
+    const left = await counted(pool, schema);
     expect(left).toBeGreaterThan(0);
     expect(left).toBeLessThan(EVENTS);
 
-    const restarted = await startWorker(envOf());
+    const restarted = await workers.start(envOf());
     await waitFor('the rebuild to reach the end of the log', () => atEnd(store), {
       timeoutMs: 60_000,
       explain: () => restarted.output(),
     });
-    await kill(restarted);
+    await workers.kill(restarted);
     expect(restarted.output()).toContain('rebuild marker set');
-    expect(await readModel(schema)).toEqual(expected);
-    expect(await counted(schema)).toBe(EVENTS);
+    expect(await readModel(pool, schema)).toEqual(expected);
+    expect(await counted(pool, schema)).toBe(EVENTS);
     expect(await store.generation(PROJECTION)).toEqual({
       projection: PROJECTION,
       generation: marked.generation + 1,
@@ -230,10 +152,10 @@ describe('a PostgreSQL projection rebuilt', () => {
       },
       { timeoutMs: 90_000, explain: () => worker.output() },
     );
-    await kill(worker);
+    await workers.kill(worker);
     expect(worker.output()).toContain('rebuilt or reset elsewhere');
-    expect(await readModel(schema)).toEqual(expected);
-    expect(await counted(schema)).toBe(EVENTS);
+    expect(await readModel(pool, schema)).toEqual(expected);
+    expect(await counted(pool, schema)).toBe(EVENTS);
     expect(await store.generation(PROJECTION)).toEqual({
       projection: PROJECTION,
       generation: generation + 1,
@@ -243,22 +165,22 @@ describe('a PostgreSQL projection rebuilt', () => {
 
   it('from outside while a worker projects in postgresUnitOfWork: no stale checkpoint, a clean read model', async () => {
     const store = storeOf('postgres');
-    const worker = await startWorker(envOf({ HANDLE_MS: '20' }));
-    await waitFor('the worker to count 150 events', async () => (await counted(schema)) >= 150, {
+    const worker = await workers.start(envOf({ HANDLE_MS: '20' }));
+    await waitFor('the worker to count 150 events', async () => (await counted(pool, schema)) >= 150, {
       timeoutMs: 60_000,
       explain: () => worker.output(),
     });
     await store.reset(PROJECTION);
     const { generation } = await store.generation(PROJECTION);
     // Still projecting at the old generation: its writes and checkpoints roll back from now on.
-    expect(await counted(schema)).toBeLessThan(EVENTS);
+    expect(await counted(pool, schema)).toBeLessThan(EVENTS);
     await expectCompleted(store, worker, generation);
   }, 180_000);
 
   it('from outside with `harrier projections rebuild` while a worker projects with Redis checkpoints', async () => {
     const store = storeOf('redis');
-    const worker = await startWorker(envOf({ UNIT: '0', CHECKPOINTS: 'redis', HANDLE_MS: '20' }));
-    await waitFor('the worker to count 150 events', async () => (await counted(schema)) >= 150, {
+    const worker = await workers.start(envOf({ UNIT: '0', CHECKPOINTS: 'redis', HANDLE_MS: '20' }));
+    await waitFor('the worker to count 150 events', async () => (await counted(pool, schema)) >= 150, {
       timeoutMs: 60_000,
       explain: () => worker.output(),
     });
@@ -272,7 +194,7 @@ describe('a PostgreSQL projection rebuilt', () => {
     expect(await run(['projections', 'rebuild', PROJECTION, '--prefix', prefix], io)).toBe(0);
     const asked = JSON.parse(stdout) as { generation: number; rebuildId: string | null };
     expect(asked.rebuildId).toEqual(expect.any(String));
-    expect(await counted(schema)).toBeLessThan(EVENTS);
+    expect(await counted(pool, schema)).toBeLessThan(EVENTS);
     await expectCompleted(store, worker, asked.generation);
   }, 180_000);
 });

@@ -4,7 +4,6 @@
  * sent (an outbox row) are all invisible until the commit, so the killed step left none of them,
  * and the worker that takes the message over applies the step exactly once.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
@@ -14,10 +13,10 @@ import { BullMqBroker, openRedisAdmin, type RedisAdmin } from '../../src/redis/i
 import { waitFor } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 import { deleteKeys, useSharedRedis } from '../helpers/redis.js';
+import { WorkerProcesses } from '../helpers/worker-processes.js';
 import { jobsLeft } from './fixtures/saga-harness.js';
 import { ItemPacked, PACKING } from './fixtures/pg-saga-messages.js';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const WORKER = fileURLToPath(new URL('./fixtures/pg-saga-worker.ts', import.meta.url));
 
 const redisUrl = inject('redisUrl');
@@ -25,46 +24,7 @@ const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
 const redis = useSharedRedis(redisUrl);
 
-interface Worker {
-  readonly child: ChildProcess;
-  output(): string;
-}
-
-const running = new Set<ChildProcess>();
-
-function exitOf(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) =>
-    child.once('exit', () => {
-      resolve();
-    }),
-  );
-}
-
-async function startWorker(env: Record<string, string>): Promise<Worker> {
-  const child = spawn(process.execPath, ['--import', 'tsx', WORKER], {
-    cwd: ROOT,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  running.add(child);
-  let output = '';
-  const keep = (chunk: Buffer): void => {
-    output = (output + chunk.toString()).slice(-8_000);
-  };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
-  await waitFor(
-    'the saga worker to be ready',
-    () => output.includes('"ready":true') || child.exitCode !== null,
-    {
-      timeoutMs: 30_000,
-      explain: () => output,
-    },
-  );
-  if (!output.includes('"ready":true')) throw new Error(`The worker exited before it was ready:\n${output}`);
-  return { child, output: () => output };
-}
+const workers = new WorkerProcesses(WORKER, 'the saga worker');
 
 describe('a saga step in postgresUnitOfWork killed with SIGKILL before its commit', () => {
   let schema: string;
@@ -92,9 +52,7 @@ describe('a saga step in postgresUnitOfWork killed with SIGKILL before its commi
   });
 
   afterEach(async () => {
-    for (const child of running) child.kill('SIGKILL');
-    await Promise.all([...running].map(exitOf));
-    running.clear();
+    await workers.killAll();
     await producer.stop();
     await store.close();
     await admin.close();
@@ -116,7 +74,7 @@ describe('a saga step in postgresUnitOfWork killed with SIGKILL before its commi
 
   it('leaves none of its writes, and the next worker applies the step exactly once', async () => {
     const env = { REDIS_URL: redisUrl, HARRIER_PREFIX: prefix, DATABASE_URL: databaseUrl, SCHEMA: schema };
-    const first = await startWorker({ ...env, BLOCK_ITEM: 'b' });
+    const first = await workers.start({ ...env, BLOCK_ITEM: 'b' });
     await producer.publish(ItemPacked, { order: 'o-1', item: 'a' });
     await waitFor('the first step to commit', async () => (await packing())?.version === 1, {
       timeoutMs: 20_000,
@@ -137,14 +95,12 @@ describe('a saga step in postgresUnitOfWork killed with SIGKILL before its commi
     expect(await count('outbox')).toBe(1);
     expect(await count('inbox')).toBe(1);
 
-    first.child.kill('SIGKILL');
-    await exitOf(first.child);
-    running.delete(first.child);
+    await workers.kill(first);
     // PostgreSQL rolled the killed session's transaction back: still nothing of the second step.
     expect(await packing()).toEqual({ version: 1, items: 1 });
     expect(await count('packed', `item = 'b'`)).toBe(0);
 
-    const second = await startWorker(env);
+    const second = await workers.start(env);
     await waitFor(
       'the second step to commit and every queue to drain',
       async () => (await packing())?.version === 2 && (await jobsLeft(admin)) === 0,

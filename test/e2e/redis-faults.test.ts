@@ -22,6 +22,7 @@ import {
 } from '../../src/index.js';
 import { encodeEnvelope, prepareMessage, type OutgoingMessage } from '../../src/extend.js';
 import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
+import { allDeadLetters } from '../helpers/dead-letters.js';
 import {
   RedisServer,
   readWorkLines,
@@ -88,19 +89,7 @@ function createProducer(redisUrl: string, prefix: string): Producer {
     bus,
     broker,
     deadLetters,
-    deadLettered: async () => {
-      const records: DeadLetterRecord[] = [];
-      let cursor: string | undefined;
-      do {
-        const page = await deadLetters.list(
-          { endpoint: ENDPOINT },
-          cursor === undefined ? { limit: 500 } : { limit: 500, cursor },
-        );
-        records.push(...page.records);
-        cursor = page.next;
-      } while (cursor !== undefined);
-      return records;
-    },
+    deadLettered: () => allDeadLetters(deadLetters, ENDPOINT),
     close: async () => {
       await bus.stop();
       await deadLetters.close();

@@ -4,72 +4,21 @@
  */
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import type { Delivery } from '../../src/broker/message-broker.js';
 import { ManualClock } from '../../src/clock/manual-clock.js';
-import { PostgresBroker, type PostgresBrokerOptions } from '../../src/postgres/broker/postgres-broker.js';
+import { PostgresBroker } from '../../src/postgres/broker/postgres-broker.js';
 import { brokerChannel } from '../../src/postgres/broker/broker-channel.js';
 import { insertMessages } from '../../src/postgres/broker/insert-messages.js';
-import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { postgresTables } from '../../src/postgres/postgres-schema.js';
 import { expectingLogger } from '../helpers/expected-warnings.js';
-import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+import { useSharedPostgres } from '../helpers/postgres.js';
+import { command, ENDPOINT, TYPE, usePostgresBrokerKit, within } from './fixtures/postgres-broker-kit.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
 
-const TYPE = 'orders.PlaceOrder';
 const EVENT = 'orders.OrderPlaced';
-const ENDPOINT = 'orders';
-
-const cleanups: (() => Promise<void>)[] = [];
-const stops: AbortController[] = [];
-
-afterEach(async () => {
-  for (const stop of stops.splice(0)) stop.abort();
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-
-async function migrated(): Promise<string> {
-  const schema = freshSchema();
-  cleanups.push(() => dropSchema(pool, schema));
-  await migratePostgres(pool, { schema });
-  return schema;
-}
-
-function brokerOn(schema: string, options: Partial<PostgresBrokerOptions> = {}): PostgresBroker {
-  const broker = new PostgresBroker({ connection: databaseUrl, schema, ...options });
-  cleanups.push(() => broker.close());
-  return broker;
-}
-
-function receive(broker: PostgresBroker, prefetch = 16): AsyncIterator<Delivery> {
-  const stop = new AbortController();
-  stops.push(stop);
-  return broker.receiver({ endpoint: ENDPOINT, signal: stop.signal, prefetch })[Symbol.asyncIterator]();
-}
-
-const pending = new WeakMap<AsyncIterator<Delivery>, Promise<IteratorResult<Delivery>>>();
-
-/** The next delivery, or 'timeout' after `ms` (the pull stays pending for the next call). */
-async function within(iterator: AsyncIterator<Delivery>, ms: number): Promise<Delivery | 'timeout'> {
-  const next = pending.get(iterator) ?? iterator.next();
-  pending.set(iterator, next);
-  let timer: NodeJS.Timeout | undefined;
-  const result = await Promise.race([
-    next,
-    new Promise<'timeout'>((resolve) => {
-      timer = setTimeout(() => {
-        resolve('timeout');
-      }, ms);
-    }),
-  ]);
-  clearTimeout(timer);
-  if (result === 'timeout') return result;
-  pending.delete(iterator);
-  if (result.done === true) throw new Error('the receiver ended');
-  return result.value;
-}
 
 /** Resolves once `condition` holds, checking every 20 ms; fails after `ms`. */
 async function until(what: string, condition: () => Promise<boolean> | boolean, ms = 5_000): Promise<void> {
@@ -80,7 +29,7 @@ async function until(what: string, condition: () => Promise<boolean> | boolean, 
   throw new Error(`timed out waiting for ${what}`);
 }
 
-const command = (body = 'place') => ({ id: randomUUID(), kind: 'command' as const, type: TYPE, body });
+const { cleanups, migrated, brokerOn, receive } = usePostgresBrokerKit(databaseUrl, pool);
 
 describe(PostgresBroker, () => {
   describe('when its LISTEN session is terminated', () => {

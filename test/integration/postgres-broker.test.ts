@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { afterEach, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import type { Delivery } from '../../src/broker/message-broker.js';
 import { ManualClock } from '../../src/clock/manual-clock.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
@@ -7,72 +7,15 @@ import { StaleDeliveryError } from '../../src/errors/stale-delivery-error.js';
 import { PostgresBroker, type PostgresBrokerOptions } from '../../src/postgres/broker/postgres-broker.js';
 import { brokerChannel } from '../../src/postgres/broker/broker-channel.js';
 import { insertMessages } from '../../src/postgres/broker/insert-messages.js';
-import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { postgresTables } from '../../src/postgres/postgres-schema.js';
 import { expectingLogger } from '../helpers/expected-warnings.js';
-import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+import { freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+import { command, ENDPOINT, TYPE, usePostgresBrokerKit, within } from './fixtures/postgres-broker-kit.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
 
-const TYPE = 'orders.PlaceOrder';
-const ENDPOINT = 'orders';
-
-/** Brokers and schemas made by a test, closed and dropped after it. */
-const brokers: PostgresBroker[] = [];
-const schemas: string[] = [];
-const stops: AbortController[] = [];
-
-afterEach(async () => {
-  for (const stop of stops.splice(0)) stop.abort();
-  await Promise.all(brokers.splice(0).map((broker) => broker.close()));
-  await Promise.all(schemas.splice(0).map((schema) => dropSchema(pool, schema)));
-});
-
-async function migrated(): Promise<string> {
-  const schema = freshSchema();
-  schemas.push(schema);
-  await migratePostgres(pool, { schema });
-  return schema;
-}
-
-function brokerOn(schema: string, options: Partial<PostgresBrokerOptions> = {}): PostgresBroker {
-  const broker = new PostgresBroker({ connection: databaseUrl, schema, ...options });
-  brokers.push(broker);
-  return broker;
-}
-
-/** The deliveries of a receiver of `broker`'s `orders` endpoint, one `next()` at a time. */
-function receive(broker: PostgresBroker): AsyncIterator<Delivery> {
-  const stop = new AbortController();
-  stops.push(stop);
-  return broker.receiver({ endpoint: ENDPOINT, signal: stop.signal })[Symbol.asyncIterator]();
-}
-
-/** The `next()` of each iterator still pending after a `within` that timed out: the next `within` awaits it. */
-const pending = new WeakMap<AsyncIterator<Delivery>, Promise<IteratorResult<Delivery>>>();
-
-/** The next delivery, or 'timeout' after `ms` (the pull stays pending for the next call). */
-async function within(iterator: AsyncIterator<Delivery>, ms: number): Promise<Delivery | 'timeout'> {
-  const next = pending.get(iterator) ?? iterator.next();
-  pending.set(iterator, next);
-  let timer: NodeJS.Timeout | undefined;
-  const result = await Promise.race([
-    next,
-    new Promise<'timeout'>((resolve) => {
-      timer = setTimeout(() => {
-        resolve('timeout');
-      }, ms);
-    }),
-  ]);
-  clearTimeout(timer);
-  if (result === 'timeout') return result;
-  pending.delete(iterator);
-  if (result.done === true) throw new Error('the receiver ended');
-  return result.value;
-}
-
-const command = (body = 'place') => ({ id: randomUUID(), kind: 'command' as const, type: TYPE, body });
+const { migrated, brokerOn, receive } = usePostgresBrokerKit(databaseUrl, pool);
 
 describe(PostgresBroker, () => {
   describe('.receiver', () => {
@@ -395,10 +338,7 @@ describe(PostgresBroker, () => {
         const broker = brokerOn(schema, { pollIntervalMs: 50 });
         await broker.register(ENDPOINT, [{ handler: 'commands', kind: 'command', types: [TYPE] }]);
         for (let i = 0; i < 12; i++) await broker.publish(command(`m${i}`));
-        const stop = new AbortController();
-        stops.push(stop);
-        const receiver = broker.receiver({ endpoint: ENDPOINT, signal: stop.signal, prefetch: 12 });
-        const deliveries = receiver[Symbol.asyncIterator]();
+        const deliveries = receive(broker, 12);
         const taken: Delivery[] = [];
         for (let i = 0; i < 12; i++) {
           const delivery = await within(deliveries, 5_000);

@@ -15,6 +15,7 @@ import { parseAttemptHistory } from '../../broker/delivery-facts.js';
 import { commandQueue, subscriptionQueue } from '../../broker/queue-names.js';
 import { systemClock, type Clock } from '../../clock/clock.js';
 import { sleep } from '../../clock/sleep.js';
+import { assertWholeOption } from '../../broker/whole-option.js';
 import { HarrierError } from '../../errors/harrier-error.js';
 import { StaleDeliveryError } from '../../errors/stale-delivery-error.js';
 import { consoleLogger, type Logger } from '../../logging/logger.js';
@@ -891,12 +892,7 @@ function whole(
   example: string,
 ): number {
   const v = value ?? fallback;
-  if (!Number.isSafeInteger(v) || v < min) {
-    throw new HarrierError(
-      'invalid-option',
-      `PostgresBroker option ${option} is ${String(value)}: it must be a whole number of at least ${min}, ${example} (or leave it out for ${fallback})`,
-    );
-  }
+  assertWholeOption('PostgresBroker', option, v, min, `${example} (or leave it out for ${fallback})`);
   return v;
 }
 
