@@ -191,7 +191,13 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
   const now = options.now ?? Date.now;
   const store = options.deadLetters;
   const actions = frame.allowActions
-    ? new DashboardActions({ store, replay: options.replay, now, outbox: options.outbox })
+    ? new DashboardActions({
+        store,
+        replay: options.replay,
+        now,
+        outbox: options.outbox,
+        schedules: options.schedules,
+      })
     : undefined;
 
   function send(res: ServerResponse, status: number, body: string, type: string, extra = {}): void {
@@ -407,7 +413,12 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
       return;
     }
     if (url.pathname === '/schedules') {
-      const shown = await schedulesPage(options.schedules, now());
+      const cancelled = url.searchParams.get('cancelled');
+      const gone = url.searchParams.get('gone');
+      const shown = await schedulesPage(options.schedules, now(), view?.csrf, {
+        ...(cancelled !== null ? { cancelled } : {}),
+        ...(gone !== null ? { gone } : {}),
+      });
       html(res, shown.status, 'Schedules', shown.body, '/schedules');
       return;
     }

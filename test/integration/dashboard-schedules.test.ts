@@ -5,7 +5,8 @@ import { PostgresScheduleStore } from '../../src/postgres/postgres-schedule-stor
 import { RedisScheduleStore } from '../../src/redis/redis-schedule-store.js';
 import type { ScheduleRecord } from '../../src/schedules/schedule-record.js';
 import type { ScheduleStore } from '../../src/schedules/schedule-store.js';
-import { serveDashboard, tableRows, type ServedDashboard } from '../helpers/dashboard.js';
+import { CSRF_COOKIE } from '../../src/dashboard/dashboard-csrf.js';
+import { serveDashboard, tableRows, unescape, type ServedDashboard } from '../helpers/dashboard.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
 
@@ -183,6 +184,69 @@ describe('createDashboard: the schedules page without a schedule store', () => {
     } finally {
       await empty.close();
       await dropSchema(pool, emptySchema);
+    }
+  });
+});
+
+describe('createDashboard: cancelling a schedule', () => {
+  it('offers Cancel only with actions allowed, removes the schedule behind the CSRF check, and says so', async () => {
+    const cancelSchema = freshSchema();
+    await migratePostgres(pool, { schema: cancelSchema });
+    const store = new PostgresScheduleStore({ connection: pool, schema: cancelSchema });
+    try {
+      await store.put(closeDay);
+      await store.put(heartbeat);
+      served = await serveDashboard({ deadLetters: new InMemoryDeadLetterStore(), schedules: store });
+      expect((await get('/schedules')).text).not.toContain('data-action="schedule-cancel"');
+      await served.close();
+
+      served = await serveDashboard({
+        deadLetters: new InMemoryDeadLetterStore(),
+        schedules: store,
+        allowActions: true,
+      });
+      const url = served.url;
+      const page = await fetch(`${url}/schedules`);
+      const text = await page.text();
+      expect(text.match(/data-action="schedule-cancel"/g)).toHaveLength(2);
+      const cookie = (page.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+      expect(cookie.startsWith(`${CSRF_COOKIE}=`)).toBe(true);
+      const csrf = unescape(/name="csrf" value="([^"]+)"/.exec(text)?.[1] ?? '');
+      const post = (fields: [string, string][]): Promise<Response> =>
+        fetch(`${url}/actions/schedule-cancel`, {
+          method: 'POST',
+          redirect: 'manual',
+          headers: { 'content-type': 'application/x-www-form-urlencoded', origin: url, cookie },
+          body: new URLSearchParams(fields).toString(),
+        });
+
+      const forged = await post([
+        ['csrf', 'not-the-token'],
+        ['name', 'heartbeat'],
+      ]);
+      expect(forged.status).toBe(403);
+      expect(await store.get('heartbeat')).toBeDefined();
+
+      const cancelled = await post([
+        ['csrf', csrf],
+        ['name', 'heartbeat'],
+      ]);
+      expect(cancelled.status).toBe(303);
+      expect(cancelled.headers.get('location')).toBe('/schedules?cancelled=heartbeat');
+      expect(await store.get('heartbeat')).toBeUndefined();
+      const after = (await get('/schedules?cancelled=heartbeat')).text;
+      expect(after).toContain('data-testid="schedule-cancelled"');
+      expect(tableRows(after, 'schedules').map((row) => row[0])).toEqual(['close-day']);
+
+      const again = await post([
+        ['csrf', csrf],
+        ['name', 'heartbeat'],
+      ]);
+      expect(again.headers.get('location')).toBe('/schedules?gone=heartbeat');
+      expect((await get('/schedules?gone=heartbeat')).text).toContain('data-testid="schedule-gone"');
+    } finally {
+      await store.close();
+      await dropSchema(pool, cancelSchema);
     }
   });
 });
