@@ -20,8 +20,8 @@ the dead letters with filters and paging, failure groups, each record's envelope
 and replays; projections with their checkpoints, lag and dead letters (what \`harrier projections
 status\` shows); the topology: endpoints, subscriptions and queue depths (what \`harrier
 topology\` shows); and the recurring schedules (what \`harrier schedules list\` shows). With
---allow-actions, replay (with each message's outcome) and purge. Prints its URL (--json:
-{"url": ...}).
+--allow-actions, replay (with each message's outcome), purge, and cancel a schedule. Prints its
+URL (--json: {"url": ...}).
 
 Options:
   --host <host>       address to listen on (default: 127.0.0.1); any other than loopback needs a token
