@@ -18,8 +18,9 @@ export const DASHBOARD_HELP = `Usage: harrier dashboard [--host 127.0.0.1] [--po
 Serves the dashboard (docs/dashboard.md) of the Harrier system until SIGINT or SIGTERM:
 the dead letters with filters and paging, failure groups, each record's envelope, error, attempts
 and replays; projections with their checkpoints, lag and dead letters (what \`harrier projections
-status\` shows); and the topology: endpoints, subscriptions and queue depths (what \`harrier
-topology\` shows). With --allow-actions, replay (with each message's outcome) and purge. Prints its
+status\` shows); the topology: endpoints, subscriptions and queue depths (what \`harrier
+topology\` shows); and the recurring schedules (what \`harrier schedules list\` shows). With
+--allow-actions, replay (with each message's outcome), purge, and cancel a schedule. Prints its
 URL (--json: {"url": ...}).
 
 Options:
@@ -113,6 +114,8 @@ export async function dashboardCommand(
       topology: () => admin.topology(),
       projections: () => admin.projectionLags(),
       ...(outbox !== undefined ? { outbox } : {}),
+      // Every backend keeps recurring schedules; the store closes with the admin.
+      schedules: admin.scheduleStore(),
       ...(token !== undefined ? { token } : {}),
     });
     const server = createServer(handler);

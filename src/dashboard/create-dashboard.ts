@@ -8,6 +8,7 @@ import type { DashboardReplay } from './replay-jobs.js';
 import { deadLetterGroups } from '../dead-letters/dead-letter-groups.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import type { CheckpointLag } from '../projections/projection-lag.js';
+import type { ScheduleStore } from '../schedules/schedule-store.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import {
   STYLESHEET,
@@ -21,6 +22,7 @@ import {
 } from './dashboard-html.js';
 import { projectionsPage, topologyPage } from './dashboard-insight-pages.js';
 import { outboxPage } from './dashboard-outbox-page.js';
+import { schedulesPage } from './dashboard-schedules-page.js';
 import { countBeside, countMatches } from './dashboard-count.js';
 import { groupsBody, listBody, recordBody } from './dashboard-pages.js';
 import { parseListQuery } from './dashboard-query.js';
@@ -93,6 +95,14 @@ export interface DashboardOptions {
    * @defaultValue undefined (no Outbox page in the header; `/outbox` says what to pass)
    */
   readonly outbox?: OutboxAdmin;
+  /**
+   * The store of the system's recurring schedules (`bus.every`), read by `GET /schedules` on each
+   * visit (linked from the header when given): `admin.scheduleStore()` of a system admin (a
+   * `RedisAdmin` of `harrier/redis`, a `PostgresAdmin` of `harrier/postgres`). The page only reads
+   * it; the dashboard does not close it.
+   * @defaultValue undefined (no Schedules page in the header; `/schedules` says what to pass)
+   */
+  readonly schedules?: ScheduleStore;
 }
 
 /** A request listener for `node:http`'s `createServer`. */
@@ -174,13 +184,20 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
     source: options.source === undefined ? undefined : maskSecrets(options.source),
     allowActions: options.allowActions === true,
     outbox: options.outbox !== undefined,
+    schedules: options.schedules !== undefined,
   };
   const tokenDigest = token === undefined ? undefined : digest(token);
   const guesses = new TokenGuessLimit();
   const now = options.now ?? Date.now;
   const store = options.deadLetters;
   const actions = frame.allowActions
-    ? new DashboardActions({ store, replay: options.replay, now, outbox: options.outbox })
+    ? new DashboardActions({
+        store,
+        replay: options.replay,
+        now,
+        outbox: options.outbox,
+        schedules: options.schedules,
+      })
     : undefined;
 
   function send(res: ServerResponse, status: number, body: string, type: string, extra = {}): void {
@@ -393,6 +410,16 @@ export function createDashboard(options: DashboardOptions): DashboardHandler {
         Number.isSafeInteger(replayed) && replayed >= 0 ? replayed : undefined,
       );
       html(res, shown.status, 'Outbox', shown.body, '/outbox');
+      return;
+    }
+    if (url.pathname === '/schedules') {
+      const cancelled = url.searchParams.get('cancelled');
+      const gone = url.searchParams.get('gone');
+      const shown = await schedulesPage(options.schedules, now(), view?.csrf, {
+        ...(cancelled !== null ? { cancelled } : {}),
+        ...(gone !== null ? { gone } : {}),
+      });
+      html(res, shown.status, 'Schedules', shown.body, '/schedules');
       return;
     }
     const record = /^\/records\/([^/]+)$/.exec(url.pathname);

@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { OutboxAdmin } from '../admin/outbox-admin.js';
+import type { ScheduleStore } from '../schedules/schedule-store.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import {
   backHref,
@@ -40,6 +41,8 @@ export interface DashboardActionsOptions {
   readonly now: () => number;
   /** The parked outbox rows `/actions/outbox-replay` moves back, when the dashboard has them. */
   readonly outbox?: OutboxAdmin | undefined;
+  /** The recurring schedules `/actions/schedule-cancel` removes from, when the dashboard has them. */
+  readonly schedules?: ScheduleStore | undefined;
 }
 
 /** Why a request body could not be read as a form. */
@@ -100,6 +103,7 @@ export class DashboardActions {
   readonly #replay: DashboardReplay | undefined;
   readonly #now: () => number;
   readonly #outbox: OutboxAdmin | undefined;
+  readonly #schedules: ScheduleStore | undefined;
   readonly #jobs = new ReplayJobs();
   /** The CSRF tokens of this dashboard instance. */
   readonly csrf = new CsrfTokens();
@@ -109,6 +113,7 @@ export class DashboardActions {
     this.#replay = options.replay;
     this.#now = options.now;
     this.#outbox = options.outbox;
+    this.#schedules = options.schedules;
   }
 
   /** What pages need to draw forms for the browser holding `csrfToken`. */
@@ -138,12 +143,16 @@ export class DashboardActions {
       await this.#replayOutbox(form, respond);
       return;
     }
+    if (path === '/actions/schedule-cancel') {
+      await this.#cancelSchedule(form, respond);
+      return;
+    }
     if (path !== '/actions/replay' && path !== '/actions/purge') {
       refusedPage(
         respond,
         404,
         'No such action',
-        `${path} is not an action: use /actions/replay, /actions/purge or /actions/outbox-replay`,
+        `${path} is not an action: use /actions/replay, /actions/purge, /actions/outbox-replay or /actions/schedule-cancel`,
       );
       return;
     }
@@ -187,6 +196,30 @@ export class DashboardActions {
     let replayed = 0;
     for (const id of ids) if (await outbox.replayParked(id)) replayed += 1;
     respond.seeOther(`/outbox?replayed=${replayed}`);
+  }
+
+  /**
+   * Removes the recurring schedule of the form's `name` from the store, as `harrier schedules cancel`
+   * does: every process running it stops at its next tick.
+   */
+  async #cancelSchedule(form: URLSearchParams, respond: ActionResponder): Promise<void> {
+    const schedules = this.#schedules;
+    if (schedules === undefined) {
+      refusedPage(
+        respond,
+        404,
+        'No schedules',
+        'This dashboard was given no schedule store: pass schedules (admin.scheduleStore() of a RedisAdmin or PostgresAdmin) to createDashboard.',
+      );
+      return;
+    }
+    const name = form.get('name') ?? '';
+    if (name === '') {
+      refusedPage(respond, 400, 'Nothing selected', 'Pick a schedule with its Cancel button.');
+      return;
+    }
+    const removed = await schedules.delete(name);
+    respond.seeOther(`/schedules?${removed ? 'cancelled' : 'gone'}=${encodeURIComponent(name)}`);
   }
 
   /** Serves GET /replays/:job. */

@@ -50,6 +50,7 @@ export const NAV_PAGES = [
   ['/projections', 'Projections'],
   ['/topology', 'Topology'],
   ['/outbox', 'Outbox'],
+  ['/schedules', 'Schedules'],
 ] as const;
 
 /** A page the header links. */
@@ -66,6 +67,8 @@ export interface PageFrame {
   readonly allowActions: boolean;
   /** Whether the header links the parked outbox rows (the dashboard was given an outbox). */
   readonly outbox?: boolean;
+  /** Whether the header links the recurring schedules (the dashboard was given a schedule store). */
+  readonly schedules?: boolean;
   /** Reload the page every second (a replay in progress); a meta refresh, as the CSP allows no script. */
   readonly refresh?: boolean;
   /** The page shown, marked in the navigation; undefined for pages the header does not link. */
@@ -78,7 +81,10 @@ export interface PageFrame {
 }
 
 function nav(frame: PageFrame): string {
-  const shown = NAV_PAGES.filter(([path]) => path !== '/outbox' || frame.outbox === true);
+  const shown = NAV_PAGES.filter(
+    ([path]) =>
+      (path !== '/outbox' || frame.outbox === true) && (path !== '/schedules' || frame.schedules === true),
+  );
   const links = shown.map(([path, label]) => {
     if (path === frame.current) return `<strong aria-current="page">${label}</strong>`;
     const keepsFilters = frame.current === '/' || frame.current === '/groups';

@@ -4,6 +4,7 @@ import type {
   DeadLetterRecord,
   ReplayRecord,
 } from '../dead-letters/dead-letter-store.js';
+import { deadLetterVersion } from '../dead-letters/dead-letter-version.js';
 import { replayOutcome } from '../dead-letters/replay-outcome.js';
 import {
   ACTIONS_HEADER,
@@ -74,10 +75,10 @@ export function listBody(
     const select = actions === undefined ? () => '' : selectCell;
     const rows = page.records.map(
       (r) =>
-        `<tr>${select(r.id)}<td class="when"><a href="${h(recordHref(r.id))}">${h(isoTime(r.lastFailedAt))}</a></td><td>${h(r.type ?? '-')}</td><td>${h(r.endpoint)}</td><td>${h(r.handler ?? '-')}</td><td>${h(r.reason)}</td><td>${h(preview(`${r.error.name}: ${maskSecrets(r.error.message)}`))}</td><td class="num">${r.attemptCount}</td><td><a href="${h(listHref(new Map([['fingerprint', r.fingerprint]])))}"><code>${h(r.fingerprint)}</code></a></td><td>${h(r.status)}</td></tr>`,
+        `<tr>${select(r.id)}<td class="when"><a href="${h(recordHref(r.id))}">${h(isoTime(r.lastFailedAt))}</a></td><td>${h(r.type ?? '-')}</td><td class="num">${versionText(r)}</td><td>${h(r.endpoint)}</td><td>${h(r.handler ?? '-')}</td><td>${h(r.reason)}</td><td>${h(preview(`${r.error.name}: ${maskSecrets(r.error.message)}`))}</td><td class="num">${r.attemptCount}</td><td><a href="${h(listHref(new Map([['fingerprint', r.fingerprint]])))}"><code>${h(r.fingerprint)}</code></a></td><td>${h(r.status)}</td></tr>`,
     );
     parts.push(
-      `<table data-testid="records"><thead><tr>${actions === undefined ? '' : SELECT_HEADER}<th>Last failure</th><th>Type</th><th>Endpoint</th><th>Handler</th><th>Reason</th><th>Error</th><th>Attempts</th><th>Fingerprint</th><th>Status</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`,
+      `<table data-testid="records"><thead><tr>${actions === undefined ? '' : SELECT_HEADER}<th>Last failure</th><th>Type</th><th>Version</th><th>Endpoint</th><th>Handler</th><th>Reason</th><th>Error</th><th>Attempts</th><th>Fingerprint</th><th>Status</th></tr></thead><tbody>\n${rows.join('\n')}\n</tbody></table>`,
     );
     if (actions !== undefined) parts.push(listActions(actions));
   }
@@ -151,12 +152,18 @@ function replayOutcomeText(record: DeadLetterRecord, replay: ReplayRecord, lates
   return outcome === 'failed-again' ? `failed again ${isoTime(record.lastFailedAt)}` : 'pending';
 }
 
+/** The message's payload version from the record's envelope, `-` when the envelope is not JSON. */
+function versionText(r: DeadLetterRecord): string {
+  return String(deadLetterVersion(r.envelope) ?? '-');
+}
+
 /** One dead letter: its facts, error, stack, envelope, attempts and replays; with `actions`, its buttons. */
 export function recordBody(r: DeadLetterRecord, actions?: ActionView): string {
   const facts: [string, string][] = [
     ['Id', r.id],
     ['Message id', r.messageId ?? '-'],
     ['Type', r.type ?? '-'],
+    ['Version', versionText(r)],
     ['Kind', r.kind ?? '-'],
     ['Endpoint', r.endpoint],
     ['Handler', r.handler ?? '-'],

@@ -20,6 +20,7 @@ export {
   type DeadLetterInput,
 } from './dead-letter-record.js';
 export { deadLetterGroups } from './dead-letter-groups.js';
+export { deadLetterVersion } from './dead-letter-version.js';
 export { replayOutcome, type ReplayOutcome } from './replay-outcome.js';
 export { parseDeadLetterRecord, type ParsedDeadLetterRecord } from './parse-dead-letter-record.js';
 export { matchesDeadLetterFilter, selectsEveryDeadLetter } from './matches-dead-letter-filter.js';

@@ -74,7 +74,7 @@ describe('harrier CLI on PostgreSQL', () => {
 
       const show = await harrier(['dlq', 'show', records[0]?.id ?? '', ...p]);
       expect(show.code).toBe(0);
-      expect(jsonLines(show.stdout)).toEqual([JSON.parse(JSON.stringify(records[0]))]);
+      expect(jsonLines(show.stdout)).toEqual([{ ...JSON.parse(JSON.stringify(records[0])), version: 1 }]);
 
       const groups = jsonLines((await harrier(['dlq', 'groups', ...p])).stdout);
       expect(groups).toEqual([

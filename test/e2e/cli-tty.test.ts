@@ -102,8 +102,9 @@ function lines(output: string): string[] {
     .filter((line) => line.trim() !== '');
 }
 
-function deadLetter(n: number, reason: DeadLetterReason = 'handler-failed'): DeadLetterRecord {
-  return countDeadLetter({ n }, { reason });
+function deadLetter(n: number, reason: DeadLetterReason = 'handler-failed', ver?: number): DeadLetterRecord {
+  if (ver === undefined) return countDeadLetter({ n }, { reason });
+  return countDeadLetter({ n }, { reason, encode: (envelope) => JSON.stringify({ ...envelope, ver }) });
 }
 
 describe.skipIf(!hasScript)('harrier CLI on a terminal (util-linux script pty)', () => {
@@ -229,15 +230,36 @@ describe.skipIf(!hasScript)('harrier CLI on a terminal (util-linux script pty)',
 
       expect(result.code, result.output).toBe(0);
       const visible = lines(result.output);
-      expect(visible[0]).toMatch(/^ID +LAST FAILED +ENDPOINT +HANDLER +TYPE +REASON +TRIES +STATUS +ERROR$/);
+      expect(visible[0]).toMatch(
+        /^ID +LAST FAILED +ENDPOINT +HANDLER +TYPE +VER +REASON +TRIES +STATUS +ERROR$/,
+      );
       expect(visible).toHaveLength(4);
       for (const record of records) {
         const row = visible.find((line) => line.startsWith(record.id));
         expect(row).toMatch(
-          / counter +CountHandler +cli\.Count +handler-failed +3 +dead +Error: gateway down$/,
+          / counter +CountHandler +cli\.Count +1 +handler-failed +3 +dead +Error: gateway down$/,
         );
       }
       expect(visible.some((line) => line.trimStart().startsWith('{'))).toBe(false);
+    });
+
+    it("shows each record's message version: the envelope's ver, 1 without one, - for bytes that are not JSON", async () => {
+      const v3 = deadLetter(1, 'handler-failed', 3);
+      const garbled: DeadLetterRecord = { ...deadLetter(2), envelope: 'not json {' };
+      await seed([v3, garbled]);
+
+      const result = await harrierOnPty(['dlq', 'list', '--prefix', prefix]);
+      const shown = lines((await harrierOnPty(['dlq', 'show', v3.id, '--prefix', prefix])).output);
+      const shownGarbled = lines(
+        (await harrierOnPty(['dlq', 'show', garbled.id, '--prefix', prefix])).output,
+      );
+
+      expect(result.code, result.output).toBe(0);
+      const visible = lines(result.output);
+      expect(visible.find((line) => line.startsWith(v3.id))).toMatch(/ cli\.Count +3 +handler-failed /);
+      expect(visible.find((line) => line.startsWith(garbled.id))).toMatch(/ cli\.Count +- +handler-failed /);
+      expect(shown).toContain('  version       3');
+      expect(shownGarbled).toContain('  version       -');
     });
 
     it('prints JSON lines when stdout is piped, even from a terminal', async () => {

@@ -229,6 +229,32 @@ describe('harrier CLI', () => {
     });
   });
 
+  describe('dlq list and show --json: the message version', () => {
+    it("gives the envelope's ver, 1 when it has none, and null when the envelope is not JSON", async () => {
+      const v1 = deadLetter(1);
+      const v3 = deadLetter(2, (envelope) => JSON.stringify({ ...envelope, ver: 3 }));
+      const garbled = deadLetter(3, () => '{"v":1,');
+      await seed([v1, v3, garbled]);
+      const p = ['--prefix', prefix, '--json'];
+
+      const list = await harrier(['dlq', 'list', ...p], env);
+      const shown = await Promise.all(
+        [v1, v3, garbled].map(async (r) =>
+          jsonLines((await harrier(['dlq', 'show', r.id, ...p], env)).stdout),
+        ),
+      );
+
+      expect(list.code).toBe(0);
+      expect(jsonLines(list.stdout).map((l) => [l.id, l.version])).toEqual([
+        [v1.id, 1],
+        [v3.id, 3],
+        [garbled.id, null],
+      ]);
+      expect(shown.map((lines) => lines[0]?.version)).toEqual([1, 3, null]);
+      expect(shown[1]?.[0]?.envelope).toBe(v3.envelope);
+    });
+  });
+
   describe('--json output', () => {
     it('is one JSON document per line for list, show, groups, topology and projections status', async () => {
       const records = [deadLetter(1), deadLetter(2), deadLetter(3)];
@@ -261,7 +287,7 @@ describe('harrier CLI', () => {
 
       const show = await harrier(['dlq', 'show', records[0]?.id ?? '', ...p], env);
       expect(show.code).toBe(0);
-      expect(jsonLines(show.stdout)).toEqual([JSON.parse(JSON.stringify(records[0]))]);
+      expect(jsonLines(show.stdout)).toEqual([{ ...JSON.parse(JSON.stringify(records[0])), version: 1 }]);
 
       const groups = jsonLines((await harrier(['dlq', 'groups', ...p], env)).stdout);
       expect(groups).toEqual([
@@ -729,7 +755,7 @@ describe('harrier CLI', () => {
       expect(list.code).toBe(0);
       expect(jsonLines(list.stdout).map((l) => l.id)).toEqual(records.map((r) => r.id));
       const show = await harrier(['dlq', 'show', records[0]?.id ?? '', ...args], clusterEnv);
-      expect(jsonLines(show.stdout)).toEqual([JSON.parse(JSON.stringify(records[0]))]);
+      expect(jsonLines(show.stdout)).toEqual([{ ...JSON.parse(JSON.stringify(records[0])), version: 1 }]);
       const topology = jsonLines((await harrier(['topology', ...args], clusterEnv)).stdout);
       expect(topology).toEqual([expect.objectContaining({ endpoint: 'counter', handler: 'CountHandler' })]);
       const status = jsonLines((await harrier(['projections', 'status', ...args], clusterEnv)).stdout);

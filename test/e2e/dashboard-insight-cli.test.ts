@@ -8,6 +8,7 @@ import {
   RedisCheckpointStore,
   RedisDeadLetterStore,
   RedisEventLog,
+  RedisScheduleStore,
 } from '../../src/redis/index.js';
 import { DASHBOARD_BIN, startDashboardCli, type StartedCli } from '../helpers/dashboard-cli.js';
 import { deadLetter, tableRows } from '../helpers/dashboard.js';
@@ -104,6 +105,19 @@ describe('harrier dashboard: the projections and topology pages on Redis', () =>
     await store.add(deadLetter(3, { handler: 'PlaceOrder' }));
     await store.add(deadLetter(4, { endpoint: 'billing', handler: 'Charge', type: 'insight.Charge' }));
     await store.close();
+    const schedules = new RedisScheduleStore({ connection: redisUrl, prefix });
+    await schedules.put({
+      name: 'nightly-report',
+      kind: 'command',
+      type: 'insight.Report',
+      payload: {},
+      cron: '0 2 * * *',
+      timeZone: 'Europe/Berlin',
+      catchUp: 'one',
+      nextRunAt: Date.now() + 3_600_000,
+      updatedAt: Date.now(),
+    });
+    await schedules.close();
 
     run = startDashboardCli([
       'dashboard',
@@ -123,6 +137,18 @@ describe('harrier dashboard: the projections and topology pages on Redis', () =>
     await run.exit;
     await deleteKeys(client, prefix);
     client.disconnect();
+  });
+
+  it("links the schedules page and lists the system's recurring schedules on it", async () => {
+    const home = await (await fetch(url)).text();
+    const res = await fetch(new URL('/schedules', url));
+    const text = await res.text();
+
+    expect(home).toContain('<a href="/schedules">Schedules</a>');
+    expect(res.status).toBe(200);
+    expect(tableRows(text, 'schedules').map((row) => row.slice(0, 3))).toEqual([
+      ['nightly-report', '0 2 * * * (Europe/Berlin)', 'command insight.Report'],
+    ]);
   });
 
   it('shows each endpoint’s subscriptions, queue depths and dead letters, highlighting those with dead letters', async () => {

@@ -318,6 +318,36 @@ describe('createDashboard: the record page', () => {
     expect(text).toContain('alice');
   });
 
+  it("shows the message version from the envelope's ver: 1 without one, - when the envelope is not JSON", async () => {
+    const store = new InMemoryDeadLetterStore();
+    const envelope = (ver?: number): string =>
+      JSON.stringify({
+        id: 'm',
+        type: 'orders.PlaceOrder',
+        ...(ver !== undefined ? { ver } : {}),
+        payload: {},
+      });
+    await store.add(deadLetter(0, { envelope: envelope() }));
+    await store.add(deadLetter(1, { envelope: envelope(3) }));
+    await store.add(deadLetter(2, { envelope: '{"id":' }));
+    served = await serveDashboard({ deadLetters: store });
+
+    const list = (await get('/')).text;
+    const versions = [...list.matchAll(/<td>orders\.PlaceOrder<\/td><td class="num">([^<]*)<\/td>/g)].map(
+      (m) => m[1],
+    );
+    expect(list).toContain('<th>Type</th><th>Version</th>');
+    expect(versions).toEqual(['1', '3', '-']);
+    const shown = await Promise.all(
+      ['dl-0000', 'dl-0001', 'dl-0002'].map(async (id) => (await get(`/records/${id}`)).text),
+    );
+    expect(shown.map((text) => /<dt>Version<\/dt><dd>([^<]*)<\/dd>/.exec(text)?.[1])).toEqual([
+      '1',
+      '3',
+      '-',
+    ]);
+  });
+
   it("shows each replay's outcome: failed again, handled and when, or pending", async () => {
     const store = new InMemoryDeadLetterStore();
     const replayOutcomes = async (id: string): Promise<string[]> => {

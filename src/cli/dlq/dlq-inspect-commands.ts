@@ -1,4 +1,5 @@
 import type { DeadLetterRecord, ReplayRecord } from '../../dead-letters/dead-letter-store.js';
+import { deadLetterVersion } from '../../dead-letters/dead-letter-version.js';
 import { replayOutcome } from '../../dead-letters/replay-outcome.js';
 import { SELECTOR_OPTIONS, contextOf, filterOf, noPositionals, parse } from '../cli-context.js';
 import {
@@ -23,6 +24,7 @@ function summaryOf(record: DeadLetterRecord): Record<string, unknown> {
     messageId: record.messageId,
     kind: record.kind,
     type: record.type,
+    version: deadLetterVersion(record.envelope),
     endpoint: record.endpoint,
     handler: record.handler,
     reason: record.reason,
@@ -62,13 +64,14 @@ export async function listCommand(argv: readonly string[], io: CliIo): Promise<n
   }
   io.stdout.write(
     formatTable(
-      ['ID', 'LAST FAILED', 'ENDPOINT', 'HANDLER', 'TYPE', 'REASON', 'TRIES', 'STATUS', 'ERROR'],
+      ['ID', 'LAST FAILED', 'ENDPOINT', 'HANDLER', 'TYPE', 'VER', 'REASON', 'TRIES', 'STATUS', 'ERROR'],
       page.records.map((r) => [
         r.id,
         iso(r.lastFailedAt).replace(/\.\d{3}Z$/, 'Z'),
         r.endpoint,
         r.handler ?? '-',
         r.type ?? '-',
+        String(deadLetterVersion(r.envelope) ?? '-'),
         r.reason,
         String(r.attemptCount),
         r.status,
@@ -92,8 +95,9 @@ export async function showCommand(argv: readonly string[], io: CliIo): Promise<n
   if (record === undefined) {
     throw nothingMatched(`No dead letter "${id}": list them with \`harrier dlq list --status any\``);
   }
+  const version = deadLetterVersion(record.envelope);
   if (ctx.json) {
-    writeJson(io.stdout, record);
+    writeJson(io.stdout, { ...record, version });
     return ExitCode.ok;
   }
   let envelope = record.envelope;
@@ -105,6 +109,7 @@ export async function showCommand(argv: readonly string[], io: CliIo): Promise<n
   const lines = [
     `Dead letter ${record.id} (${record.status})`,
     `  message       ${record.messageId ?? '-'} ${record.kind ?? '?'} ${record.type ?? '?'}`,
+    `  version       ${version ?? '-'}`,
     `  endpoint      ${record.endpoint}`,
     `  handler       ${record.handler ?? '-'}`,
     `  reason        ${record.reason}`,
