@@ -3,9 +3,6 @@
  * every-second schedule), one of them killed with SIGKILL on the way: each tick is handled once,
  * and none is missing while any process runs.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import 'reflect-metadata';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, inject, it } from 'vitest';
@@ -21,54 +18,10 @@ import { BullMqBroker } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 import { Heartbeat } from './fixtures/every-messages.js';
+import { children, startWorker, stop } from './fixtures/every-processes.js';
 
 const redisUrl = inject('redisUrl');
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const SCRIPT = join(ROOT, 'test', 'e2e', 'fixtures', 'every-worker.ts');
 const EVERY_MS = 200;
-
-const children = new Set<ChildProcess>();
-
-function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => {
-    child.once('exit', () => {
-      resolve();
-    });
-  });
-}
-
-async function startWorker(prefix: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', SCRIPT], {
-    cwd: ROOT,
-    env: { ...process.env, REDIS_URL: redisUrl, HARRIER_PREFIX: prefix, EVERY_MS: String(EVERY_MS) },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  children.add(child);
-  let output = '';
-  const keep = (chunk: Buffer): void => {
-    output = (output + chunk.toString()).slice(-8_000);
-  };
-  child.stdout.on('data', keep);
-  child.stderr.on('data', keep);
-  await waitFor(
-    'the schedule worker to be ready',
-    () => output.includes('"ready":true') || child.exitCode !== null,
-    {
-      timeoutMs: 20_000,
-      explain: () => output,
-    },
-  );
-  if (child.exitCode !== null) throw new Error(`The schedule worker exited before it was ready:\n${output}`);
-  return child;
-}
-
-async function stop(child: ChildProcess, signal: NodeJS.Signals): Promise<void> {
-  const gone = exited(child);
-  child.kill(signal);
-  await gone;
-  children.delete(child);
-}
 
 describe('MessageBus.every in 3 processes on Redis', () => {
   const prefix = freshPrefix();
@@ -97,10 +50,11 @@ describe('MessageBus.every in 3 processes on Redis', () => {
       logger: silentLogger,
     });
     await consumer.start();
-    const workers = await Promise.all([startWorker(prefix), startWorker(prefix), startWorker(prefix)]);
+    const workers = await Promise.all([0, 1, 2].map(() => startWorker(redisUrl, prefix, EVERY_MS)));
     const from = Date.now();
     await waitFor('10 ticks', () => ticks.length >= 10, { timeoutMs: 10_000 });
     const [first] = workers;
+    if (first === undefined) throw new Error('No worker started');
     await stop(first, 'SIGKILL');
     const countAtKill = ticks.length;
     await waitFor('10 more ticks after the kill', () => ticks.length >= countAtKill + 10, {
