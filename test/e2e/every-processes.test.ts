@@ -3,53 +3,31 @@
  * every-second schedule), one of them killed with SIGKILL on the way: each tick is handled once,
  * and none is missing while any process runs.
  */
-import 'reflect-metadata';
-import { Redis } from 'ioredis';
 import { afterEach, describe, expect, inject, it } from 'vitest';
-import {
-  CommandHandler,
-  SCHEDULE_TICK_HEADER,
-  createBus,
-  silentLogger,
-  type MessageBus,
-  type MessageContext,
-} from '../../src/index.js';
-import { BullMqBroker } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
-import { deleteKeys, freshPrefix } from '../helpers/redis.js';
-import { Heartbeat } from './fixtures/every-messages.js';
-import { children, startWorker, stop } from './fixtures/every-processes.js';
+import { freshPrefix } from '../helpers/redis.js';
+import {
+  cleanUp,
+  startHeartbeatConsumer,
+  startWorker,
+  stop,
+  type HeartbeatConsumer,
+} from './fixtures/every-processes.js';
 
 const redisUrl = inject('redisUrl');
 const EVERY_MS = 200;
 
 describe('MessageBus.every in 3 processes on Redis', () => {
   const prefix = freshPrefix();
-  let consumer: MessageBus | undefined;
+  let consumer: HeartbeatConsumer | undefined;
 
   afterEach(async () => {
-    await Promise.all([...children].map((child) => stop(child, 'SIGKILL')));
-    await consumer?.stop({ gracePeriodMs: 200 });
-    const admin = new Redis(redisUrl);
-    await deleteKeys(admin, prefix);
-    await admin.quit();
+    await cleanUp(redisUrl, prefix, consumer);
   });
 
   it('handles each tick once, with none missing, when one process is killed on the way', async () => {
-    const ticks: string[] = [];
-    @CommandHandler(Heartbeat)
-    class HeartbeatHandler {
-      handle(_payload: unknown, context: MessageContext): void {
-        ticks.push(context.headers[SCHEDULE_TICK_HEADER] ?? 'none');
-      }
-    }
-    consumer = createBus({
-      endpoint: 'heartbeats',
-      broker: new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger }),
-      handlers: [HeartbeatHandler],
-      logger: silentLogger,
-    });
-    await consumer.start();
+    consumer = await startHeartbeatConsumer(redisUrl, prefix);
+    const { ticks } = consumer;
     const workers = await Promise.all([0, 1, 2].map(() => startWorker(redisUrl, prefix, EVERY_MS)));
     const from = Date.now();
     await waitFor('10 ticks', () => ticks.length >= 10, { timeoutMs: 10_000 });

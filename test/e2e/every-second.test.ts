@@ -2,22 +2,16 @@
  * Three processes run the same every-second schedule on one Redis for 30 s, in real time: 30 ± 1
  * ticks of that window are handled, none twice.
  */
-import 'reflect-metadata';
-import { Redis } from 'ioredis';
 import { afterEach, describe, expect, inject, it } from 'vitest';
-import {
-  CommandHandler,
-  SCHEDULE_TICK_HEADER,
-  createBus,
-  silentLogger,
-  type MessageBus,
-  type MessageContext,
-} from '../../src/index.js';
-import { BullMqBroker } from '../../src/redis/index.js';
 import { waitFor } from '../helpers/local-redis.js';
-import { deleteKeys, freshPrefix } from '../helpers/redis.js';
-import { Heartbeat } from './fixtures/every-messages.js';
-import { children, startWorker, stop } from './fixtures/every-processes.js';
+import { freshPrefix } from '../helpers/redis.js';
+import {
+  cleanUp,
+  startHeartbeatConsumer,
+  startWorker,
+  stop,
+  type HeartbeatConsumer,
+} from './fixtures/every-processes.js';
 
 const redisUrl = inject('redisUrl');
 const EVERY_MS = 1_000;
@@ -25,31 +19,15 @@ const WINDOW_MS = 30_000;
 
 describe('MessageBus.every, every second, in 3 processes on Redis', () => {
   const prefix = freshPrefix();
-  let consumer: MessageBus | undefined;
+  let consumer: HeartbeatConsumer | undefined;
 
   afterEach(async () => {
-    await Promise.all([...children].map((child) => stop(child, 'SIGKILL')));
-    await consumer?.stop({ gracePeriodMs: 200 });
-    const admin = new Redis(redisUrl);
-    await deleteKeys(admin, prefix);
-    await admin.quit();
+    await cleanUp(redisUrl, prefix, consumer);
   });
 
   it('sends 30 ± 1 messages in 30 s, none twice', async () => {
-    const ticks: string[] = [];
-    @CommandHandler(Heartbeat)
-    class HeartbeatHandler {
-      handle(_payload: unknown, context: MessageContext): void {
-        ticks.push(context.headers[SCHEDULE_TICK_HEADER] ?? 'none');
-      }
-    }
-    consumer = createBus({
-      endpoint: 'heartbeats',
-      broker: new BullMqBroker({ connection: redisUrl, prefix, logger: silentLogger }),
-      handlers: [HeartbeatHandler],
-      logger: silentLogger,
-    });
-    await consumer.start();
+    consumer = await startHeartbeatConsumer(redisUrl, prefix);
+    const { ticks } = consumer;
     const workers = await Promise.all([0, 1, 2].map(() => startWorker(redisUrl, prefix, EVERY_MS)));
     const from = Date.now();
     const to = from + WINDOW_MS;
