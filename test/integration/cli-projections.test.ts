@@ -1,7 +1,5 @@
-import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, inject, it } from 'vitest';
-import { run } from '../../src/cli/index.js';
-import type { CliIo } from '../../src/cli/cli-io.js';
+import { runCli } from '../helpers/cli-in-process.js';
 import { RedisCheckpointStore } from '../../src/redis/redis-checkpoint-store.js';
 import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
 
@@ -10,17 +8,7 @@ const redis = useSharedRedis(redisUrl);
 const T0 = Date.UTC(2026, 0, 1);
 
 /** The CLI in this process; `tty` makes it print tables instead of JSON lines. */
-async function harrier(args: readonly string[], tty = false): Promise<{ code: number; stdout: string }> {
-  let stdout = '';
-  const io: CliIo = {
-    stdout: { write: (text: string) => (stdout += text), isTTY: tty },
-    stderr: { write: () => true },
-    stdin: new PassThrough(),
-    env: { REDIS_URL: redisUrl },
-  };
-  const code = await run(args, io);
-  return { code, stdout };
-}
+const harrier = (args: readonly string[], tty = false) => runCli(args, { tty, env: { REDIS_URL: redisUrl } });
 
 const jsonLines = (text: string): Record<string, unknown>[] =>
   text

@@ -1,7 +1,5 @@
-import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { run } from '../../src/cli/index.js';
-import type { CliIo } from '../../src/cli/cli-io.js';
+import { runCli } from '../helpers/cli-in-process.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { PostgresScheduleStore } from '../../src/postgres/postgres-schedule-store.js';
 import { RedisScheduleStore } from '../../src/redis/redis-schedule-store.js';
@@ -17,21 +15,7 @@ const { pool } = useSharedPostgres(databaseUrl);
 const T0 = Date.UTC(2026, 0, 1);
 
 /** The CLI in this process; `tty` for tables, else JSON lines. */
-async function harrier(
-  args: readonly string[],
-  tty: boolean,
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = '';
-  let stderr = '';
-  const io: CliIo = {
-    stdout: { write: (text: string) => (stdout += text), isTTY: tty },
-    stderr: { write: (text: string) => (stderr += text) },
-    stdin: new PassThrough(),
-    env: {},
-  };
-  const code = await run(args, io);
-  return { code, stdout, stderr };
-}
+const harrier = (args: readonly string[], tty: boolean) => runCli(args, { tty });
 
 const closeDay: ScheduleRecord = {
   name: 'close-day',

@@ -1,7 +1,5 @@
-import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, inject, it } from 'vitest';
-import type { CliIo } from '../../src/cli/cli-io.js';
-import { run } from '../../src/cli/index.js';
+import { runCli } from '../helpers/cli-in-process.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { migratePostgres, requireSchema } from '../../src/postgres/migrate-postgres.js';
 import { MIGRATIONS, SCHEMA_VERSION } from '../../src/postgres/migrations.js';
@@ -20,18 +18,7 @@ async function tablesOf(schema: string): Promise<string[]> {
   return result.rows.map((row) => row.table_name);
 }
 
-async function harrier(args: readonly string[], env: Record<string, string> = {}) {
-  let stdout = '';
-  let stderr = '';
-  const io: CliIo = {
-    stdout: { write: (text: string) => (stdout += text), isTTY: false },
-    stderr: { write: (text: string) => (stderr += text) },
-    stdin: new PassThrough(),
-    env,
-  };
-  const code = await run(args, io);
-  return { code, stdout, stderr };
-}
+const harrier = (args: readonly string[], env: Record<string, string> = {}) => runCli(args, { env });
 
 describe('migratePostgres', () => {
   let schema = freshSchema();

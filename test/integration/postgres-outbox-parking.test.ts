@@ -14,11 +14,10 @@ import {
   type MessageBus,
   type PayloadOf,
 } from '../../src/index.js';
-import { run } from '../../src/cli/index.js';
+import { runCli } from '../helpers/cli-in-process.js';
 import { CSRF_COOKIE } from '../../src/dashboard/index.js';
 import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
 import { serveDashboard, tableRows, unescape } from '../helpers/dashboard.js';
-import type { CliIo } from '../../src/cli/cli-io.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { MIGRATIONS } from '../../src/postgres/migrations.js';
@@ -187,21 +186,8 @@ async function outboxAttempts(schema: string): Promise<{ message_id: string; att
 }
 
 /** Runs the CLI in this process with captured output (stderr a terminal with `stderrTty`). */
-async function cli(
-  argv: readonly string[],
-  stderrTty = false,
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  let stdout = '';
-  let stderr = '';
-  const io: CliIo = {
-    stdout: { write: (text: string) => (stdout += text), isTTY: false },
-    stderr: { write: (text: string) => (stderr += text), isTTY: stderrTty },
-    stdin: process.stdin,
-    env: { DATABASE_URL: databaseUrl },
-  };
-  const code = await run(argv, io);
-  return { code, stdout, stderr };
-}
+const cli = (argv: readonly string[], stderrTty = false) =>
+  runCli(argv, { stderrTty, env: { DATABASE_URL: databaseUrl } });
 
 const jsonLines = (text: string): unknown[] =>
   text
