@@ -1,0 +1,53 @@
+/** A RabbitMQ for tests, and the clean-up of the queues a test declared there. */
+import { randomUUID } from 'node:crypto';
+import amqplib from 'amqplib';
+
+/** The RabbitMQ the tests use: RABBITMQ_URL, else the machine's own server. */
+export const rabbitMqUrl = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+
+/** A name prefix no other test uses. */
+export function freshRabbitPrefix(label: string): string {
+  return `hrt-${label}-${randomUUID().slice(0, 8)}`;
+}
+
+/** Deletes `queues` (those that exist) and `exchanges`, each on a channel of its own. */
+export async function deleteRabbitMq(
+  queues: readonly string[],
+  exchanges: readonly string[] = [],
+): Promise<void> {
+  const model = await amqplib.connect(rabbitMqUrl);
+  model.on('error', () => undefined);
+  try {
+    for (const [name, remove] of [
+      ...queues.map((q) => [q, (c: amqplib.Channel) => c.deleteQueue(q)] as const),
+      ...exchanges.map((e) => [e, (c: amqplib.Channel) => c.deleteExchange(e)] as const),
+    ]) {
+      const channel = await model.createChannel();
+      channel.on('error', () => undefined);
+      try {
+        await remove(channel);
+      } catch (error) {
+        if ((error as { code?: unknown }).code !== 404) throw new Error(`deleting ${name}`, { cause: error });
+      }
+      await channel.close().catch(() => undefined);
+    }
+  } finally {
+    await model.close().catch(() => undefined);
+  }
+}
+
+/** Declares classic queues `queues` and puts `count` messages into each. */
+export async function fillQueues(queues: Readonly<Record<string, number>>): Promise<void> {
+  const model = await amqplib.connect(rabbitMqUrl);
+  try {
+    const channel = await model.createConfirmChannel();
+    for (const [queue, count] of Object.entries(queues)) {
+      await channel.assertQueue(queue, { durable: true });
+      for (let i = 0; i < count; i++) channel.sendToQueue(queue, Buffer.from(`m${String(i)}`));
+    }
+    await channel.waitForConfirms();
+    await channel.close();
+  } finally {
+    await model.close();
+  }
+}
