@@ -138,7 +138,7 @@ export type {
 } from './log/index.js';
 export { checkpointLags, lagBehind } from './projections/index.js';
 export type { CheckpointLagSource, ProjectionRunnerOptions } from './projections/index.js';
-export { subscriptionDeadLetters } from './admin/index.js';
+export { subscriptionDeadLetters, withTransport } from './admin/index.js';
 export {
   DEFAULT_SAGA_PAGE_LIMIT,
   compareSagaPositions,

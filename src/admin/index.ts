@@ -11,3 +11,4 @@ export type { SystemAdmin } from './system-admin.js';
 export type { EndpointTopology, SubscriptionTopology, Topology } from './topology.js';
 export type { AdminBrokerOptions, TransportAdmin } from './transport-admin.js';
 export { subscriptionDeadLetters } from './subscription-dead-letters.js';
+export { withTransport } from './with-transport.js';

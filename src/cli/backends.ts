@@ -1,9 +1,12 @@
 import type { SystemAdmin } from '../admin/system-admin.js';
+import type { TransportAdmin } from '../admin/transport-admin.js';
 import { loadPostgresLayer } from '../postgres/load-postgres-layer.js';
+import { loadRabbitMqLayer } from '../rabbitmq/load-rabbitmq-layer.js';
 import { loadRedisLayer } from '../redis/load-redis-layer.js';
 import type { RedisConnectionOptions } from '../redis/redis-connection.js';
 import { usageError } from './cli-io.js';
 import { checkPostgresUrl } from './postgres-url.js';
+import { RABBITMQ_SCHEMES } from './rabbitmq-url.js';
 import { checkRedisUrl } from './redis-url.js';
 import { redactUrl, schemeOf } from './url-scheme.js';
 
@@ -98,6 +101,15 @@ export async function openPostgresSystem(url: string, schema: string): Promise<S
 }
 
 /**
+ * Opens the transport of the Harrier system under `prefix` on RabbitMQ (its registered topology and
+ * a broker to replay through), loading amqplib only now.
+ */
+export async function openRabbitMqTransport(url: string, prefix: string): Promise<TransportAdmin> {
+  const { openRabbitMqAdmin } = await loadRabbitMqLayer();
+  return openRabbitMqAdmin(url, { prefix });
+}
+
+/**
  * Every backend the CLI knows. Adding one is one entry: its schemes, a check of its URLs, and an
  * `open` that loads its layer with `import()` when a command connects, so that the CLI never loads
  * a driver it does not use and `--help` needs none.
@@ -134,7 +146,8 @@ export function describeSchemes(backends: readonly CliBackend[] = BACKENDS): str
  *
  * @param source - where the URL came from, for messages: `--url`, `HARRIER_URL`, `--redis-url`, `REDIS_URL`.
  * @throws CliExit (usage) naming `source` and the schemes that work when `url` has no scheme or one
- *   no backend takes, or what the backend's check refuses.
+ *   no backend takes, or what the backend's check refuses; for an `amqp://` URL, naming
+ *   `--rabbitmq-url` (RabbitMQ holds no stores).
  */
 export function backendFor(
   url: string,
@@ -142,6 +155,12 @@ export function backendFor(
   backends: readonly CliBackend[] = BACKENDS,
 ): CliBackend {
   const scheme = schemeOf(url);
+  if (scheme !== undefined && RABBITMQ_SCHEMES.includes(scheme)) {
+    const redacted = redactUrl(url);
+    throw usageError(
+      `${source} "${redacted}" is a RabbitMQ URL, and RabbitMQ carries only the messages of a Harrier system: its dead letters, sagas, checkpoints and schedules are in Redis or PostgreSQL. Give the stores' URL with --url (e.g. redis://127.0.0.1:6379 or postgres://...) and RabbitMQ's with --rabbitmq-url ${redacted}`,
+    );
+  }
   const backend = url.startsWith('/')
     ? backends.find((b) => b.socketPaths === true)
     : backends.find((b) => scheme !== undefined && b.schemes.includes(scheme));

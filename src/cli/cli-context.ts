@@ -2,9 +2,18 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { durationMs } from '../clock/duration.js';
 import type { DeadLetterFilter, DeadLetterStatus } from '../dead-letters/dead-letter-store.js';
 import type { SystemAdmin } from '../admin/system-admin.js';
+import { withTransport } from '../admin/with-transport.js';
 import { HarrierError } from '../errors/harrier-error.js';
-import { REDIS_SCOPE, backendFor, describeSchemes, openRedisSystem, type CliScope } from './backends.js';
+import {
+  REDIS_SCOPE,
+  backendFor,
+  describeSchemes,
+  openRabbitMqTransport,
+  openRedisSystem,
+  type CliScope,
+} from './backends.js';
 import { CliExit, ExitCode, usageError, type CliIo } from './cli-io.js';
+import { checkRabbitMqUrl } from './rabbitmq-url.js';
 import { isHost, isPort } from './server-url.js';
 import { redactUrl } from './url-scheme.js';
 
@@ -26,6 +35,8 @@ export const GLOBAL_OPTIONS = {
   'database-url': { type: 'string' },
   prefix: { type: 'string' },
   schema: { type: 'string' },
+  'rabbitmq-url': { type: 'string' },
+  'rabbitmq-prefix': { type: 'string' },
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies NonNullable<ParseArgsConfig['options']>;
@@ -41,6 +52,11 @@ export const GLOBAL_HELP = `Connection and output:
                       a postgres:// URL, the same as --url (default: $DATABASE_URL)
   --prefix <prefix>   Redis: key prefix of the Harrier system (default: {harrier})
   --schema <name>     PostgreSQL: schema of the Harrier system (default: $HARRIER_SCHEMA, else harrier)
+  --rabbitmq-url <url>
+                      the system's broker is RabbitMQ (amqp:// or amqps://): topology and replays
+                      go there, the stores stay at --url (default: $RABBITMQ_URL)
+  --rabbitmq-prefix <prefix>
+                      RabbitMQ: name prefix of the system's exchanges and queues (default: harrier)
   --json              JSON lines on stdout (the default when stdout is not a terminal)
   -h, --help          show this help`;
 
@@ -115,6 +131,11 @@ export interface CommandContext {
   readonly scope: string;
   /** The scope for messages: `prefix {harrier}`, `schema harrier`. */
   readonly scopeLabel: string;
+  /**
+   * Where the system's broker is when it is not where its stores are (`--rabbitmq-url`): its URL
+   * (may hold a password) and name prefix; `connect` then takes the topology and the broker from it.
+   */
+  readonly transport?: { readonly backend: 'RabbitMQ'; readonly where: string; readonly prefix: string };
   /** JSON lines instead of text. */
   readonly json: boolean;
 }
@@ -149,6 +170,8 @@ export interface ConnectionValues {
   'database-url'?: string | undefined;
   prefix?: string | undefined;
   schema?: string | undefined;
+  'rabbitmq-url'?: string | undefined;
+  'rabbitmq-prefix'?: string | undefined;
   json?: boolean | undefined;
 }
 
@@ -166,11 +189,54 @@ export interface ConnectionValues {
  * Scope: `--prefix` on Redis, `--schema` (else `$HARRIER_SCHEMA`) on PostgreSQL; the option of the
  * other backend is refused.
  *
+ * Transport: with `--rabbitmq-url` (else `$RABBITMQ_URL`), the system's broker is RabbitMQ, under
+ * `--rabbitmq-prefix` (default `harrier`): the admin `connect` opens takes its topology and its
+ * broker from RabbitMQ (opened on first use) and its stores from the URL. An `amqp://` URL given
+ * where the stores go is refused, naming `--rabbitmq-url`.
+ *
  * @throws CliExit (usage) when no system, or two connection options, or two backends' variables
  *   are given, or the URL, cluster nodes or scope are malformed, or the URL's scheme is not one a
- *   backend takes.
+ *   backend takes, or the RabbitMQ URL or prefix is malformed.
  */
 export function contextOf(io: CliIo, values: ConnectionValues): CommandContext {
+  return withRabbitMq(io, values, storesContextOf(io, values));
+}
+
+/** The default of `--rabbitmq-prefix`: the default `prefix` of RabbitMqBroker. */
+const DEFAULT_RABBITMQ_PREFIX = 'harrier';
+
+/**
+ * `ctx` with its transport on RabbitMQ when `--rabbitmq-url` (else `$RABBITMQ_URL`) is given: the
+ * stores stay where `ctx` opens them, the topology and the broker come from RabbitMQ.
+ * @throws CliExit (usage) for a malformed RabbitMQ URL or prefix, or `--rabbitmq-prefix` alone.
+ */
+function withRabbitMq(io: CliIo, values: ConnectionValues, ctx: CommandContext): CommandContext {
+  const flag = values['rabbitmq-url'];
+  // An empty --rabbitmq-url turns off a RABBITMQ_URL of the environment.
+  const url = flag ?? (given(io.env.RABBITMQ_URL) ? io.env.RABBITMQ_URL : undefined);
+  const prefix = values['rabbitmq-prefix'];
+  if (!given(url)) {
+    if (prefix !== undefined) {
+      throw usageError(
+        "--rabbitmq-prefix names the system on RabbitMQ and needs --rabbitmq-url (or RABBITMQ_URL): pass the broker's URL, e.g. --rabbitmq-url amqp://guest:guest@127.0.0.1:5672",
+      );
+    }
+    return ctx;
+  }
+  checkRabbitMqUrl(url, flag !== undefined ? '--rabbitmq-url' : 'RABBITMQ_URL');
+  if (prefix !== undefined && (prefix === '' || /\s/.test(prefix))) {
+    throw usageError(`--rabbitmq-prefix "${prefix}" must be non-empty and without spaces, e.g. harrier`);
+  }
+  const rabbitPrefix = prefix ?? DEFAULT_RABBITMQ_PREFIX;
+  return {
+    ...ctx,
+    connect: async () => withTransport(await ctx.connect(), () => openRabbitMqTransport(url, rabbitPrefix)),
+    transport: { backend: 'RabbitMQ', where: url, prefix: rabbitPrefix },
+  };
+}
+
+/** The system's stores (and, without `--rabbitmq-url`, its transport): see {@link contextOf}. */
+function storesContextOf(io: CliIo, values: ConnectionValues): CommandContext {
   const json = values.json === true || io.stdout.isTTY !== true;
   const flags = CONNECTION_OPTIONS.filter((option) => values[option] !== undefined);
   if (flags.length > 1) {

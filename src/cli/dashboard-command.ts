@@ -86,7 +86,10 @@ export async function dashboardCommand(
   const signer = allowActions ? signerOf(values['signing-keys'] ?? io.env.HARRIER_SIGNING_KEYS) : undefined;
   const ctx = contextOf(io, values);
   // Where the records come from, for the page header (createDashboard masks a password in it).
-  const source = `${ctx.where} ${ctx.scope}`;
+  const source =
+    ctx.transport === undefined
+      ? `${ctx.where} ${ctx.scope}`
+      : `${ctx.where} ${ctx.scope}, broker ${ctx.transport.where} ${ctx.transport.prefix}`;
   const admin = await openAdmin(ctx);
   try {
     const store = admin.deadLetterStore();

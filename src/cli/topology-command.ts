@@ -9,6 +9,11 @@ the depth of each subscription's queues (waiting, active, delayed), partition qu
 types included (those an endpoint's ordered command types share in one more row, handler
 "(ordered commands)"), and the dead letters the dead-letter store holds for each subscription.
 
+With --rabbitmq-url, the endpoints and queues are those the system's RabbitMqBrokers registered
+in RabbitMQ (under --rabbitmq-prefix), and the dead letters those of the store at --url. RabbitMQ
+tells the ready messages of a queue (WAITING), not those delivered and not acknowledged (ACTIVE
+shows 0).
+
 ${GLOBAL_HELP}
 `;
 
@@ -61,7 +66,11 @@ export async function topologyCommand(argv: readonly string[], io: CliIo): Promi
     if (ctx.json) {
       for (const line of lines) writeJson(io.stdout, line);
     } else if (rows.length === 0) {
-      io.stdout.write(`No endpoints registered under ${ctx.scopeLabel}.\n`);
+      const under =
+        ctx.transport === undefined
+          ? ctx.scopeLabel
+          : `${ctx.transport.backend} prefix ${ctx.transport.prefix}`;
+      io.stdout.write(`No endpoints registered under ${under}.\n`);
     } else {
       io.stdout.write(
         formatTable(

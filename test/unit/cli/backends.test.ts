@@ -27,10 +27,10 @@ function io(env: Record<string, string> = {}): CliIo {
 }
 
 /** A backend the CLI does not have, added as one entry of a registry. */
-const RABBIT: CliBackend = {
-  name: 'RabbitMQ',
-  schemes: ['amqp', 'amqps'],
-  example: 'amqp://127.0.0.1:5672',
+const MYSQL: CliBackend = {
+  name: 'MySQL',
+  schemes: ['mysql'],
+  example: 'mysql://127.0.0.1:3306/app',
   check: () => undefined,
   scope: REDIS_SCOPE,
   open: () => Promise.reject<SystemAdmin>(new Error('not in a unit test')),
@@ -56,10 +56,10 @@ describe('backendFor', () => {
 
   describe('when no backend takes the scheme', () => {
     it('is a usage error (exit 2) naming the source, the scheme and the schemes that work', () => {
-      const error = usageOf(() => backendFor('amqp://guest:guest@127.0.0.1:5672', '--url'));
+      const error = usageOf(() => backendFor('mongodb://app:secret@127.0.0.1:27017', '--url'));
       expect(error.exitCode).toBe(2);
       expect(error.message).toBe(
-        '--url "amqp://***@127.0.0.1:5672" is not a valid URL: unknown scheme "amqp://"; use redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), e.g. redis://127.0.0.1:6379',
+        '--url "mongodb://***@127.0.0.1:27017" is not a valid URL: unknown scheme "mongodb://"; use redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), e.g. redis://127.0.0.1:6379',
       );
     });
 
@@ -70,16 +70,30 @@ describe('backendFor', () => {
     });
   });
 
+  describe('when the URL is a RabbitMQ one', () => {
+    it.each(['amqp://guest:guest@127.0.0.1:5672', 'AMQPS://rabbit.example.com/prod'])(
+      'is a usage error for %s naming --url for the stores and --rabbitmq-url for the broker',
+      (url) => {
+        const error = usageOf(() => backendFor(url, '--url'));
+        expect(error.exitCode).toBe(ExitCode.usage);
+        expect(error.message).toContain('is a RabbitMQ URL, and RabbitMQ carries only the messages');
+        expect(error.message).toContain("Give the stores' URL with --url (e.g. redis://127.0.0.1:6379");
+        expect(error.message).toContain("RabbitMQ's with --rabbitmq-url");
+        expect(error.message).not.toContain('guest:guest');
+      },
+    );
+  });
+
   describe('with one more backend in the registry', () => {
     it('picks it by its schemes, and the message lists every backend', () => {
-      const registry = [...BACKENDS, RABBIT];
-      expect(backendFor('amqps://broker:5671', '--url', registry)).toBe(RABBIT);
+      const registry = [...BACKENDS, MYSQL];
+      expect(backendFor('mysql://db:3306/app', '--url', registry)).toBe(MYSQL);
       expect(backendFor('redis://127.0.0.1', '--url', registry).name).toBe('Redis');
       expect(usageOf(() => backendFor('http://x', '--url', registry)).message).toContain(
-        'use redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), amqp:// or amqps:// (RabbitMQ)',
+        'use redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), mysql:// (MySQL)',
       );
       expect(describeSchemes(registry)).toBe(
-        'redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), amqp:// or amqps:// (RabbitMQ)',
+        'redis:// or rediss:// (Redis), postgres:// or postgresql:// (PostgreSQL), mysql:// (MySQL)',
       );
     });
   });
@@ -122,6 +136,51 @@ describe('contextOf', () => {
       expect(usageOf(() => contextOf(io({ HARRIER_URL: 'http://x' }), {})).message).toMatch(
         /^HARRIER_URL "http:\/\/x" is not a valid URL: unknown scheme "http:\/\/"/,
       );
+    });
+  });
+
+  describe('--rabbitmq-url', () => {
+    const redis = 'redis://127.0.0.1:6379';
+
+    it('puts the transport on RabbitMQ under prefix harrier, the stores staying at --url', () => {
+      const ctx = contextOf(io(), { url: redis, 'rabbitmq-url': 'amqp://guest:guest@127.0.0.1:5672' });
+      expect(ctx).toMatchObject({ backend: 'Redis', where: redis, scope: '{harrier}' });
+      expect(ctx.transport).toEqual({
+        backend: 'RabbitMQ',
+        where: 'amqp://guest:guest@127.0.0.1:5672',
+        prefix: 'harrier',
+      });
+    });
+
+    it('defaults to RABBITMQ_URL, which an empty --rabbitmq-url turns off; --rabbitmq-prefix names the prefix', () => {
+      const env = { RABBITMQ_URL: 'amqps://rabbit.example.com/prod' };
+      expect(contextOf(io(env), { url: redis, 'rabbitmq-prefix': 'shop' }).transport).toEqual({
+        backend: 'RabbitMQ',
+        where: 'amqps://rabbit.example.com/prod',
+        prefix: 'shop',
+      });
+      expect(contextOf(io(env), { url: redis, 'rabbitmq-url': '' }).transport).toBeUndefined();
+      expect(contextOf(io(), { url: redis }).transport).toBeUndefined();
+    });
+
+    it('refuses a URL that is not a RabbitMQ one, naming where it came from', () => {
+      expect(usageOf(() => contextOf(io(), { url: redis, 'rabbitmq-url': redis })).message).toBe(
+        '--rabbitmq-url "redis://127.0.0.1:6379" is not a valid RabbitMQ URL: unknown scheme "redis://"; start it with amqp:// (or amqps:// for TLS), e.g. amqp://guest:guest@127.0.0.1:5672 or amqps://app:secret@rabbit.example.com/vhost',
+      );
+      expect(
+        usageOf(() => contextOf(io({ RABBITMQ_URL: 'amqp://127.0.0.1:99999' }), { url: redis })).message,
+      ).toContain('RABBITMQ_URL "amqp://127.0.0.1:99999" is not a valid RabbitMQ URL: port "99999"');
+    });
+
+    it('refuses --rabbitmq-prefix without a RabbitMQ URL, and an empty one', () => {
+      expect(usageOf(() => contextOf(io(), { url: redis, 'rabbitmq-prefix': 'shop' })).message).toContain(
+        '--rabbitmq-prefix names the system on RabbitMQ and needs --rabbitmq-url (or RABBITMQ_URL)',
+      );
+      expect(
+        usageOf(() =>
+          contextOf(io(), { url: redis, 'rabbitmq-url': 'amqp://127.0.0.1', 'rabbitmq-prefix': '' }),
+        ).message,
+      ).toContain('--rabbitmq-prefix "" must be non-empty');
     });
   });
 });

@@ -1,0 +1,157 @@
+import amqplib from 'amqplib';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import { recordRegistration, registryQueue } from '../../src/rabbitmq/rabbitmq-registry.js';
+import { RedisDeadLetterStore } from '../../src/redis/redis-dead-letter-store.js';
+import { runCli } from '../helpers/cli-in-process.js';
+import { countDeadLetter } from '../helpers/harrier-cli.js';
+import { deleteRabbitMq, fillQueues, freshRabbitPrefix, rabbitMqUrl } from '../helpers/rabbitmq-queues.js';
+import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
+
+const redisUrl = inject('redisUrl');
+const redis = useSharedRedis(redisUrl);
+
+let model: amqplib.ChannelModel;
+const cleanups: (() => Promise<unknown>)[] = [];
+
+beforeAll(async () => {
+  model = await amqplib.connect(rabbitMqUrl);
+});
+afterAll(async () => {
+  await model.close();
+});
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/** A Redis prefix and a RabbitMQ prefix of the test's own, deleted after it. */
+function freshSystem(queues: readonly string[] = []): { prefix: string; rabbitPrefix: string } {
+  const prefix = freshPrefix();
+  const rabbitPrefix = freshRabbitPrefix('cli');
+  cleanups.push(() => deleteKeys(redis.client, prefix));
+  cleanups.push(() =>
+    deleteRabbitMq([registryQueue(rabbitPrefix), ...queues.map((q) => `${rabbitPrefix}.${q}`)]),
+  );
+  return { prefix, rabbitPrefix };
+}
+
+function jsonLines(text: string): Record<string, unknown>[] {
+  return text
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+describe('harrier topology --rabbitmq-url', () => {
+  describe('when an endpoint registered in RabbitMQ and its dead letters are in Redis', () => {
+    it('lists its queues with RabbitMQ’s depths and the dead letters of the Redis store', async () => {
+      const { prefix, rabbitPrefix } = freshSystem(['cmd.cli.Count', 'evt.counter.Audit']);
+      const countQueue = `${rabbitPrefix}.cmd.cli.Count`;
+      const auditQueue = `${rabbitPrefix}.evt.counter.Audit`;
+      await recordRegistration(model, rabbitPrefix, {
+        endpoint: 'counter',
+        registeredAt: Date.UTC(2026, 0, 1),
+        queueType: 'quorum',
+        partitions: 0,
+        subscriptions: [
+          {
+            subscription: { handler: 'CountHandler', kind: 'command', types: ['cli.Count'] },
+            queues: [{ name: countQueue }],
+          },
+          {
+            subscription: { handler: 'Audit', kind: 'event', types: ['cli.Counted'] },
+            queues: [{ name: auditQueue }],
+          },
+        ],
+      });
+      await fillQueues({ [countQueue]: 7, [auditQueue]: 2 });
+      const store = new RedisDeadLetterStore({ connection: redis.client, prefix });
+      await store.add(countDeadLetter({ n: 1 }));
+      await store.add(countDeadLetter({ n: 2 }));
+      await store.close();
+
+      const result = await runCli([
+        'topology',
+        '--json',
+        '--url',
+        redisUrl,
+        '--prefix',
+        prefix,
+        '--rabbitmq-url',
+        rabbitMqUrl,
+        '--rabbitmq-prefix',
+        rabbitPrefix,
+      ]);
+
+      expect(result.code).toBe(0);
+      expect(result.stderr).toContain('note: RabbitMQ tells over AMQP how many messages a queue holds ready');
+      expect(jsonLines(result.stdout)).toEqual([
+        {
+          endpoint: 'counter',
+          registeredAt: '2026-01-01T00:00:00.000Z',
+          handler: 'CountHandler',
+          kind: 'command',
+          types: ['cli.Count'],
+          orderedTypes: [],
+          queues: [{ queue: countQueue, waiting: 7, active: 0, delayed: 0 }],
+          total: { queue: countQueue, waiting: 7, active: 0, delayed: 0 },
+          deadLetters: 2,
+        },
+        {
+          endpoint: 'counter',
+          registeredAt: '2026-01-01T00:00:00.000Z',
+          handler: 'Audit',
+          kind: 'event',
+          types: ['cli.Counted'],
+          orderedTypes: [],
+          queues: [{ queue: auditQueue, waiting: 2, active: 0, delayed: 0 }],
+          total: { queue: auditQueue, waiting: 2, active: 0, delayed: 0 },
+          deadLetters: 0,
+        },
+      ]);
+    });
+  });
+
+  describe('when nothing registered under the RabbitMQ prefix', () => {
+    it('says so, naming the RabbitMQ prefix, with RABBITMQ_URL from the environment', async () => {
+      const { prefix, rabbitPrefix } = freshSystem();
+      const result = await runCli(
+        ['topology', '--url', redisUrl, '--prefix', prefix, '--rabbitmq-prefix', rabbitPrefix],
+        { tty: true, env: { RABBITMQ_URL: rabbitMqUrl } },
+      );
+      expect(result.code).toBe(0);
+      expect(result.stdout).toBe(`No endpoints registered under RabbitMQ prefix ${rabbitPrefix}.\n`);
+      expect(result.stderr).toContain(`registry stream "${rabbitPrefix}.registry" does not exist`);
+    });
+  });
+
+  describe('when RabbitMQ cannot be reached', () => {
+    it('exits 3 for topology naming --rabbitmq-url, while dlq list (stores only) never connects to it', async () => {
+      const { prefix } = freshSystem();
+      const unreachable = 'amqp://guest:secret@127.0.0.1:1';
+      const topology = await runCli(['topology', '--url', redisUrl, '--prefix', prefix], {
+        env: { RABBITMQ_URL: unreachable },
+      });
+      expect(topology.code).toBe(3);
+      expect(topology.stderr).toContain('RabbitMQ could not be reached at amqp://***@127.0.0.1:1');
+      expect(topology.stderr).toContain('--rabbitmq-url');
+      expect(topology.stderr).not.toContain('secret');
+
+      const list = await runCli(['dlq', 'list', '--url', redisUrl, '--prefix', prefix], {
+        env: { RABBITMQ_URL: unreachable },
+      });
+      expect(list.code).toBe(0);
+      expect(list.stdout).toBe('');
+    });
+  });
+
+  describe('when the RabbitMQ URL is given as --url', () => {
+    it('exits 2 saying to give the stores’ URL with --url and RabbitMQ’s with --rabbitmq-url', async () => {
+      const result = await runCli(['topology', '--url', 'amqp://guest:guest@127.0.0.1:5672']);
+      expect(result.code).toBe(2);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toBe(
+        `harrier: --url "amqp://***@127.0.0.1:5672" is a RabbitMQ URL, and RabbitMQ carries only the messages of a Harrier system: its dead letters, sagas, checkpoints and schedules are in Redis or PostgreSQL. Give the stores' URL with --url (e.g. redis://127.0.0.1:6379 or postgres://...) and RabbitMQ's with --rabbitmq-url amqp://***@127.0.0.1:5672\n`,
+      );
+    });
+  });
+});
