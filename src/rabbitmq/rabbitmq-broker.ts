@@ -101,15 +101,25 @@ export interface RabbitMqBrokerOptions {
   readonly logger?: Logger;
 }
 
-/** The broker of each delivery id this broker handed out and that is not settled. */
-const testHooks = new WeakMap<RabbitMqBroker, (deliveryId: string) => Promise<void>>();
+/** What the test hooks below do to a broker. */
+interface TestHooks {
+  readonly dropChannel: (deliveryId: string) => Promise<void>;
+  readonly dropConnection: () => Promise<void>;
+}
+
+const testHooks = new WeakMap<RabbitMqBroker, TestHooks>();
 
 /**
  * Makes the broker lose the channel of `deliveryId` as if its process died (tests of unsettled ends):
  * RabbitMQ puts back everything that channel held.
  */
 export async function dropChannelOf(broker: RabbitMqBroker, deliveryId: string): Promise<void> {
-  await testHooks.get(broker)?.(deliveryId);
+  await testHooks.get(broker)?.dropChannel(deliveryId);
+}
+
+/** Makes the broker lose its connection as if the network dropped it (tests of reconnecting). */
+export async function dropConnectionOf(broker: RabbitMqBroker): Promise<void> {
+  await testHooks.get(broker)?.dropConnection();
 }
 
 /**
@@ -211,8 +221,11 @@ export class RabbitMqBroker implements MessageBroker {
         await declareBase(channel, this.#names);
       },
     });
-    testHooks.set(this, async (deliveryId) => {
-      await this.#held.get(deliveryId)?.receiver.dropChannel();
+    testHooks.set(this, {
+      dropChannel: async (deliveryId) => {
+        await this.#held.get(deliveryId)?.receiver.dropChannel();
+      },
+      dropConnection: () => this.#connection.drop(),
     });
   }
 

@@ -151,6 +151,11 @@ export class RabbitMqConnection {
     });
   }
 
+  /** Closes the connection now as a network failure would: it reconnects (tests). */
+  async drop(): Promise<void> {
+    await this.#model?.close().catch(() => undefined);
+  }
+
   /** Closes the connection for good; waiters reject with `broker-closed`. */
   async close(): Promise<void> {
     this.#closed = true;
