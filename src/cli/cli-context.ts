@@ -224,8 +224,10 @@ function withRabbitMq(io: CliIo, values: ConnectionValues, ctx: CommandContext):
     return ctx;
   }
   checkRabbitMqUrl(url, flag !== undefined ? '--rabbitmq-url' : 'RABBITMQ_URL');
-  if (prefix !== undefined && (prefix === '' || /\s/.test(prefix))) {
-    throw usageError(`--rabbitmq-prefix "${prefix}" must be non-empty and without spaces, e.g. harrier`);
+  if (prefix !== undefined && !/^[A-Za-z0-9_-]{1,100}$/.test(prefix)) {
+    throw usageError(
+      `--rabbitmq-prefix "${prefix}" must be 1 to 100 letters, digits, '_' or '-' (as RabbitMqBroker's prefix), e.g. harrier`,
+    );
   }
   const rabbitPrefix = prefix ?? DEFAULT_RABBITMQ_PREFIX;
   return {

@@ -1,10 +1,12 @@
-import type { ChannelModel, Options } from 'amqplib';
+import type { ChannelModel } from 'amqplib';
 import type { EndpointTopology, SubscriptionTopology, Topology } from '../admin/topology.js';
 import type { AdminBrokerOptions, TransportAdmin } from '../admin/transport-admin.js';
 import type { MessageBroker, QueueDepth } from '../broker/message-broker.js';
 import { sumQueueDepths } from '../broker/sum-queue-depths.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { QueueProbe } from './queue-probe.js';
+import { RabbitMqBroker } from './rabbitmq-broker.js';
+import { describeRabbitMq, type RabbitMqConnectionOptions } from './rabbitmq-connection.js';
 import { amqplib } from './rabbitmq-peers.js';
 import { registryQueue, type RabbitMqRegistration, type RegisteredQueue } from './rabbitmq-registry.js';
 import { RegistryReader } from './registry-reader.js';
@@ -36,12 +38,6 @@ const DEFAULT_READ_TIMEOUT_MS = 10_000;
 export const RABBITMQ_ACTIVE_NOTE =
   'RabbitMQ tells over AMQP how many messages a queue holds ready, not how many are delivered and not acknowledged yet: ACTIVE shows 0 (RabbitMQ’s management UI or `rabbitmqctl list_queues name messages_unacknowledged` shows them)';
 
-/** Where `target` points, for messages: the URL without its user and password. */
-function describeTarget(target: string | Options.Connect): string {
-  if (typeof target === 'string') return target.replace(/^([A-Za-z][A-Za-z0-9+.-]*:\/\/)[^/?#]*@/, '$1***@');
-  return `${target.protocol ?? 'amqp'}://${target.hostname ?? 'localhost'}:${String(target.port ?? 5672)}`;
-}
-
 function unavailable(where: string, doing: string, cause: unknown): HarrierError {
   const reason = cause instanceof Error ? cause.message : String(cause);
   return new HarrierError(
@@ -66,7 +62,7 @@ function unavailable(where: string, doing: string, cause: unknown): HarrierError
  */
 export class RabbitMqAdmin implements TransportAdmin {
   readonly #model: ChannelModel;
-  readonly #target: string | Options.Connect;
+  readonly #target: RabbitMqConnectionOptions;
   readonly #prefix: string;
   readonly #where: string;
   readonly #reader: RegistryReader;
@@ -75,30 +71,30 @@ export class RabbitMqAdmin implements TransportAdmin {
 
   private constructor(
     model: ChannelModel,
-    target: string | Options.Connect,
+    target: RabbitMqConnectionOptions,
     prefix: string,
     readTimeoutMs: number,
   ) {
     this.#model = model;
     this.#target = target;
     this.#prefix = prefix;
-    this.#where = describeTarget(target);
+    this.#where = describeRabbitMq(target);
     this.#reader = new RegistryReader(model, prefix, readTimeoutMs);
   }
 
   /** @see {@link openRabbitMqAdmin} */
   static async open(
-    connection: string | Options.Connect,
+    connection: RabbitMqConnectionOptions,
     options: RabbitMqAdminOptions = {},
   ): Promise<RabbitMqAdmin> {
     const prefix = options.prefix ?? DEFAULT_PREFIX;
-    if (prefix === '') {
+    if (!/^[A-Za-z0-9_-]{1,100}$/.test(prefix)) {
       throw new HarrierError(
         'invalid-option',
-        `RabbitMqAdmin: prefix must be non-empty: give the prefix the system's RabbitMqBrokers were given (default "${DEFAULT_PREFIX}")`,
+        `RabbitMqAdmin option prefix is "${prefix}": give the prefix the system's RabbitMqBrokers were given, 1 to 100 letters, digits, '_' or '-' (default "${DEFAULT_PREFIX}")`,
       );
     }
-    const where = describeTarget(connection);
+    const where = describeRabbitMq(connection);
     let model: ChannelModel;
     try {
       model = await amqplib.connect(connection, {
@@ -150,9 +146,13 @@ export class RabbitMqAdmin implements TransportAdmin {
         endpoints.push(await this.#endpointTopology(registration, probe));
       }
       const notes = [RABBITMQ_ACTIVE_NOTE];
+      const delayed = await delayedMessages(read.registrations, probe);
+      notes.push(
+        `${plural(delayed.messages, 'message')} in the ${plural(delayed.queues, 'delay queue')} of the prefix ("${this.#prefix}.delay.<ms>"), waiting for a retry or a scheduled time: every queue shares them, and RabbitMQ cannot tell over AMQP which queue each is for, so DELAYED shows 0`,
+      );
       if (read.skipped > 0) {
         notes.push(
-          `${String(read.skipped)} record${read.skipped === 1 ? '' : 's'} of "${registryQueue(this.#prefix)}" named no endpoint (something other than a RabbitMqBroker wrote them) and were skipped`,
+          `${plural(read.skipped, 'record')} of "${registryQueue(this.#prefix)}" named no endpoint (something other than a RabbitMqBroker wrote them) and were skipped`,
         );
       }
       return { endpoints, unreadable: read.unreadable, note: notes.join('; ') };
@@ -164,19 +164,33 @@ export class RabbitMqAdmin implements TransportAdmin {
   }
 
   /**
-   * A broker of the system, set up as its endpoints registered (prefix, queue type), to send
-   * messages back through (`harrier dlq replay`, the dashboard's actions); it opens a connection of
-   * its own and is closed with the admin.
+   * A broker of the system, set up as its endpoints last registered (prefix, queue type, partition
+   * count), to send messages back through (`harrier dlq replay`, the dashboard's actions); it opens
+   * a connection of its own and is closed with the admin.
    * @throws HarrierError `invalid-argument` when no endpoint registered under the prefix: a replay
    *   would send messages no queue takes.
    */
-  broker(options: AdminBrokerOptions = {}): Promise<MessageBroker> {
-    this.#checkOpen();
-    return Promise.reject(
-      new HarrierError(
-        'not-supported',
-        `RabbitMqAdmin.broker (${describeTarget(this.#target)}, logger ${options.logger === undefined ? 'default' : 'given'}): not yet`,
-      ),
+  async broker(options: AdminBrokerOptions = {}): Promise<MessageBroker> {
+    const registrations = await this.registrations();
+    const latest = registrations.reduce<RabbitMqRegistration | undefined>(
+      (found, registration) =>
+        found === undefined || registration.registeredAt > found.registeredAt ? registration : found,
+      undefined,
+    );
+    if (latest === undefined) {
+      throw new HarrierError(
+        'invalid-argument',
+        `Cannot send messages back through RabbitMQ at ${this.#where}: no endpoint registered with a RabbitMqBroker under prefix "${this.#prefix}" (its registry stream "${registryQueue(this.#prefix)}" holds none). Check --rabbitmq-prefix, or start the system's endpoints first`,
+      );
+    }
+    return this.#track(
+      new RabbitMqBroker({
+        connection: this.#target,
+        prefix: this.#prefix,
+        queueType: latest.queueType,
+        ...(latest.partitions > 0 ? { partitions: latest.partitions } : {}),
+        ...(options.logger !== undefined ? { logger: options.logger } : {}),
+      }),
     );
   }
 
@@ -212,6 +226,12 @@ export class RabbitMqAdmin implements TransportAdmin {
     return { endpoint: registration.endpoint, registeredAt: registration.registeredAt, subscriptions };
   }
 
+  #track<T extends { close(): Promise<void> }>(part: T): T {
+    this.#checkOpen();
+    this.#opened.push(part);
+    return part;
+  }
+
   #checkOpen(): void {
     if (this.#closed) {
       throw new HarrierError(
@@ -222,12 +242,32 @@ export class RabbitMqAdmin implements TransportAdmin {
   }
 }
 
-/** The depth of one registered queue: its ready messages, and those in its delay queues. */
+/** `1 message`, `2 messages`. */
+function plural(count: number, noun: string): string {
+  return `${String(count)} ${noun}${count === 1 ? '' : 's'}`;
+}
+
+/** The depth of one registered queue: its ready messages. */
 async function queueDepth(queue: RegisteredQueue, probe: QueueProbe): Promise<QueueDepth> {
   const waiting = (await probe.counts(queue.name))?.ready ?? 0;
-  let delayed = 0;
-  for (const delay of queue.delayQueues ?? []) delayed += (await probe.counts(delay))?.ready ?? 0;
-  return { queue: queue.name, waiting, active: 0, delayed };
+  return { queue: queue.name, waiting, active: 0, delayed: 0 };
+}
+
+/** The messages in the delay queues the registrations name (each queue once), and in how many queues. */
+async function delayedMessages(
+  registrations: readonly RabbitMqRegistration[],
+  probe: QueueProbe,
+): Promise<{ messages: number; queues: number }> {
+  const names = new Set(registrations.flatMap((registration) => registration.delayQueues ?? []));
+  let messages = 0;
+  let queues = 0;
+  for (const name of [...names].sort()) {
+    const counts = await probe.counts(name);
+    if (counts === undefined) continue;
+    queues += 1;
+    messages += counts.ready;
+  }
+  return { messages, queues };
 }
 
 /**
@@ -242,11 +282,11 @@ async function queueDepth(queue: RegisteredQueue, probe: QueueProbe): Promise<Qu
  *   await admin.close();
  * }
  * ```
- * @throws HarrierError `rabbitmq-unavailable` when RabbitMQ cannot be reached, `invalid-option` for an
- *   empty prefix.
+ * @throws HarrierError `rabbitmq-unavailable` when RabbitMQ cannot be reached, `invalid-option` for a
+ *   prefix no RabbitMqBroker takes.
  */
 export function openRabbitMqAdmin(
-  connection: string | Options.Connect,
+  connection: RabbitMqConnectionOptions,
   options: RabbitMqAdminOptions = {},
 ): Promise<RabbitMqAdmin> {
   return RabbitMqAdmin.open(connection, options);

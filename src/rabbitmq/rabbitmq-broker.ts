@@ -27,6 +27,8 @@ import {
 } from './rabbitmq-connection.js';
 import { assertNameLength, RabbitMqNames } from './rabbitmq-names.js';
 import { RabbitMqReceiver, type Taken } from './rabbitmq-receiver.js';
+import { recordRegistration } from './rabbitmq-registry.js';
+import { registrationOf } from './registration-record.js';
 import {
   declareBase,
   declareDelayQueue,
@@ -303,6 +305,31 @@ export class RabbitMqBroker implements MessageBroker {
     }
     this.#routes.clear();
     this.#registered.set(endpoint, { specs: [...subscriptions], topology });
+    await this.#recordRegistration(endpoint, subscriptions);
+  }
+
+  /**
+   * Appends the registration to the registry stream that tools read (RabbitMQ cannot list queues
+   * over AMQP); a failure is logged, not thrown: the endpoint works, tools miss it until it
+   * registers again.
+   */
+  async #recordRegistration(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void> {
+    const record = registrationOf(this.#names, endpoint, subscriptions, {
+      queueType: this.#queueType,
+      partitions: this.#partitions,
+      minDelayBucketMs: MIN_DELAY_BUCKET_MS,
+      maxDelayBucketMs: this.#maxBucketMs,
+      registeredAt: Date.now(),
+    });
+    try {
+      const model = await this.#connection.model(this.#publishTimeoutMs, 'recording the registration');
+      await recordRegistration(model, this.#names.prefix, record);
+    } catch (error) {
+      this.#logger.warn('The registration could not be recorded for tools (harrier topology)', {
+        endpoint,
+        error: error instanceof Error ? error.message : String(error),
+      });
+    }
   }
 
   receiver(options: ReceiverOptions): AsyncIterable<Delivery> {

@@ -1,6 +1,7 @@
 import type { Channel, ChannelModel, ConfirmChannel } from 'amqplib';
 import type { SubscriptionSpec } from '../broker/message-broker.js';
 import { HarrierError } from '../errors/harrier-error.js';
+import type { RabbitMqQueueType } from './rabbitmq-topology.js';
 
 /**
  * What the registry is written and read through: an amqplib connection (a recovering one too).
@@ -12,20 +13,10 @@ import { HarrierError } from '../errors/harrier-error.js';
  */
 export type RegistryConnection = Pick<ChannelModel, 'createChannel' | 'createConfirmChannel'>;
 
-/** The kinds of queue a RabbitMqBroker declares (`x-queue-type`). */
-export type RabbitMqQueueType = 'quorum' | 'classic';
-
-/** One queue a subscription is delivered from, with the delay queues that feed it. */
+/** One queue a subscription is delivered from. */
 export interface RegisteredQueue {
   /** The queue's name in RabbitMQ. */
   readonly name: string;
-  /**
-   * Every delay queue that can hold messages on their way to {@link RegisteredQueue.name} (one per
-   * delay bucket, whether the broker has declared it yet or not): their depths add up to the
-   * queue's `delayed`.
-   * @defaultValue []
-   */
-  readonly delayQueues?: readonly string[];
 }
 
 /** One subscription of a registration, with the queues its messages wait in. */
@@ -53,6 +44,13 @@ export interface RabbitMqRegistration {
   /** How many partition queues each queue with ordered types has (0: none). */
   readonly partitions: number;
   readonly subscriptions: readonly RegisteredSubscription[];
+  /**
+   * The delay queues of the prefix, one per delay bucket, whether declared yet or not: shared by
+   * every queue (a message waits there for a retry or its scheduled time, then goes back to its
+   * queue), so their depths add up to the system's delayed messages, not to one queue's.
+   * @defaultValue []
+   */
+  readonly delayQueues?: readonly string[];
 }
 
 /** The AMQP `type` property of a registration record. */
@@ -199,6 +197,7 @@ export async function recordRegistration(
       queueType: record.queueType,
       partitions: record.partitions,
       subscriptions: record.subscriptions,
+      ...(record.delayQueues !== undefined ? { delayQueues: record.delayQueues } : {}),
     }),
   );
   try {

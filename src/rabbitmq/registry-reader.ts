@@ -34,11 +34,10 @@ const registrationSchema = z.object({
   subscriptions: z.array(
     z.object({
       subscription: subscriptionSchema,
-      queues: z.array(
-        z.object({ name: z.string().min(1), delayQueues: z.array(z.string().min(1)).optional() }),
-      ),
+      queues: z.array(z.object({ name: z.string().min(1) })),
     }),
   ),
+  delayQueues: z.array(z.string().min(1)).optional(),
 });
 
 /** A registration as read: its record, or its endpoint alone when the record was not readable. */
@@ -69,7 +68,7 @@ function parseRecord(body: Buffer): { registration: RabbitMqRegistration } | { e
     const endpoint = (json as { endpoint?: unknown } | null)?.endpoint;
     return typeof endpoint === 'string' && endpoint !== '' ? { endpoint } : {};
   }
-  const { endpoint, registeredAt, queueType, partitions } = parsed.data;
+  const { endpoint, registeredAt, queueType, partitions, delayQueues } = parsed.data;
   const subscriptions = parsed.data.subscriptions.map(({ subscription, queues }): RegisteredSubscription => ({
     subscription: {
       handler: subscription.handler,
@@ -77,12 +76,18 @@ function parseRecord(body: Buffer): { registration: RabbitMqRegistration } | { e
       types: subscription.types,
       ...(subscription.orderedTypes !== undefined ? { orderedTypes: subscription.orderedTypes } : {}),
     } satisfies SubscriptionSpec,
-    queues: queues.map(({ name, delayQueues }) => ({
-      name,
-      ...(delayQueues !== undefined ? { delayQueues } : {}),
-    })),
+    queues: queues.map(({ name }) => ({ name })),
   }));
-  return { registration: { endpoint, registeredAt, queueType, partitions, subscriptions } };
+  return {
+    registration: {
+      endpoint,
+      registeredAt,
+      queueType,
+      partitions,
+      subscriptions,
+      ...(delayQueues !== undefined ? { delayQueues } : {}),
+    },
+  };
 }
 
 /** The stream offset RabbitMQ stamps on a delivery from a stream, if any. */

@@ -132,7 +132,7 @@ describe('harrier topology --rabbitmq-url', () => {
         env: { RABBITMQ_URL: unreachable },
       });
       expect(topology.code).toBe(3);
-      expect(topology.stderr).toContain('RabbitMQ could not be reached at amqp://***@127.0.0.1:1');
+      expect(topology.stderr).toContain('RabbitMQ could not be reached at amqp://guest:***@127.0.0.1:1');
       expect(topology.stderr).toContain('--rabbitmq-url');
       expect(topology.stderr).not.toContain('secret');
 

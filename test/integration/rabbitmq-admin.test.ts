@@ -1,16 +1,22 @@
 import amqplib from 'amqplib';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { OutgoingMessage } from '../../src/broker/message-broker.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
+import { silentLogger } from '../../src/logging/logger.js';
+import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import { RABBITMQ_ACTIVE_NOTE, openRabbitMqAdmin } from '../../src/rabbitmq/rabbitmq-admin.js';
+import { RabbitMqBroker } from '../../src/rabbitmq/rabbitmq-broker.js';
 import {
   recordRegistration,
   registryQueue,
   type RabbitMqRegistration,
 } from '../../src/rabbitmq/rabbitmq-registry.js';
+import { deleteRabbitMqPrefix, freshRabbitMqPrefix } from '../helpers/rabbitmq.js';
 import { deleteRabbitMq, fillQueues, freshRabbitPrefix, rabbitMqUrl } from '../helpers/rabbitmq-queues.js';
 
 let model: amqplib.ChannelModel;
 const queues: string[] = [];
+const brokerPrefixes: string[] = [];
 
 beforeAll(async () => {
   model = await amqplib.connect(rabbitMqUrl);
@@ -20,7 +26,29 @@ afterAll(async () => {
 });
 afterEach(async () => {
   await deleteRabbitMq(queues.splice(0));
-});
+  for (const prefix of brokerPrefixes.splice(0)) await deleteRabbitMqPrefix(prefix);
+}, 60_000);
+
+/** A RabbitMqBroker on a prefix of its own (every queue and exchange under it deleted after the test). */
+function freshBroker(): RabbitMqBroker {
+  const prefix = freshRabbitMqPrefix();
+  brokerPrefixes.push(prefix);
+  return new RabbitMqBroker({
+    connection: rabbitMqUrl,
+    prefix,
+    queueType: 'classic',
+    partitions: 2,
+    logger: silentLogger,
+  });
+}
+
+function message(
+  kind: 'command' | 'event',
+  type: string,
+  extra: Partial<OutgoingMessage> = {},
+): OutgoingMessage {
+  return { id: uuidv7(), kind, type, body: `{"type":"${type}"}`, ...extra };
+}
 
 function freshPrefix(): string {
   const prefix = freshRabbitPrefix('admin');
@@ -28,7 +56,7 @@ function freshPrefix(): string {
   return prefix;
 }
 
-/** The registration of endpoint `orders`: a command queue with two delay queues, and an event subscription with 2 partitions. */
+/** The registration of endpoint `orders`: a command queue, an event subscription with 2 partitions, two delay queues. */
 function ordersRegistration(prefix: string, registeredAt: number): RabbitMqRegistration {
   const q = (name: string) => {
     queues.push(`${prefix}.${name}`);
@@ -42,9 +70,7 @@ function ordersRegistration(prefix: string, registeredAt: number): RabbitMqRegis
     subscriptions: [
       {
         subscription: { handler: 'PlaceOrderHandler', kind: 'command', types: ['orders.PlaceOrder'] },
-        queues: [
-          { name: q('cmd.orders.PlaceOrder'), delayQueues: [q('delay.1000.cmd'), q('delay.2000.cmd')] },
-        ],
+        queues: [{ name: q('cmd.orders.PlaceOrder') }],
       },
       {
         subscription: {
@@ -60,6 +86,7 @@ function ordersRegistration(prefix: string, registeredAt: number): RabbitMqRegis
         ],
       },
     ],
+    delayQueues: [q('delay.1024'), q('delay.2048')],
   };
 }
 
@@ -81,14 +108,14 @@ describe('RabbitMqAdmin', () => {
     });
 
     describe('when messages wait in registered queues with nobody consuming', () => {
-      it('shows each queue’s ready messages as waiting, its delay queues’ as delayed, active 0, and the sums', async () => {
+      it('shows each queue’s ready messages as waiting, active and delayed 0, the sums, and the delay queues’ messages in the note', async () => {
         const prefix = freshPrefix();
         const registration = ordersRegistration(prefix, 1_700_000_000_000);
         await recordRegistration(model, prefix, registration);
         await fillQueues({
           [`${prefix}.cmd.orders.PlaceOrder`]: 5,
-          [`${prefix}.delay.1000.cmd`]: 2,
-          // delay.2000.cmd was never declared: it counts 0.
+          [`${prefix}.delay.1024`]: 2,
+          // delay.2048 was never declared: it counts 0.
           [`${prefix}.evt.orders.Audit`]: 3,
           [`${prefix}.evt.orders.Audit.p1`]: 4,
         });
@@ -97,6 +124,9 @@ describe('RabbitMqAdmin', () => {
           const topology = await admin.topology();
           expect(topology.unreadable).toEqual([]);
           expect(topology.note).toContain(RABBITMQ_ACTIVE_NOTE);
+          expect(topology.note).toContain(
+            `2 messages in the 1 delay queue of the prefix ("${prefix}.delay.<ms>"), waiting for a retry or a scheduled time`,
+          );
           expect(topology.endpoints).toEqual([
             {
               endpoint: 'orders',
@@ -104,8 +134,8 @@ describe('RabbitMqAdmin', () => {
               subscriptions: [
                 {
                   subscription: registration.subscriptions[0]?.subscription,
-                  queues: [{ queue: `${prefix}.cmd.orders.PlaceOrder`, waiting: 5, active: 0, delayed: 2 }],
-                  total: { queue: `${prefix}.cmd.orders.PlaceOrder`, waiting: 5, active: 0, delayed: 2 },
+                  queues: [{ queue: `${prefix}.cmd.orders.PlaceOrder`, waiting: 5, active: 0, delayed: 0 }],
+                  total: { queue: `${prefix}.cmd.orders.PlaceOrder`, waiting: 5, active: 0, delayed: 0 },
                 },
                 {
                   subscription: registration.subscriptions[1]?.subscription,
@@ -155,6 +185,89 @@ describe('RabbitMqAdmin', () => {
     });
   });
 
+  describe('with endpoints registered by a RabbitMqBroker', () => {
+    it('shows their queues with the messages published while nobody consumes, and opens a broker of the same settings', async () => {
+      const broker = freshBroker();
+      try {
+        await broker.register('orders', [
+          {
+            handler: 'PlaceOrderHandler',
+            kind: 'command',
+            types: ['orders.PlaceOrder', 'orders.CancelOrder'],
+            orderedTypes: ['orders.CancelOrder'],
+          },
+          {
+            handler: 'Audit',
+            kind: 'event',
+            types: ['orders.OrderPlaced'],
+            orderedTypes: ['orders.OrderPlaced'],
+          },
+        ]);
+        await broker.register('billing', [{ handler: 'Bill', kind: 'event', types: ['orders.OrderPlaced'] }]);
+        const p = broker.prefix;
+        for (let i = 0; i < 5; i++) await broker.publish(message('command', 'orders.PlaceOrder'));
+        await broker.publish(message('command', 'orders.CancelOrder', { partitionKey: 'k1', ordered: true }));
+        for (let i = 0; i < 3; i++) await broker.publish(message('event', 'orders.OrderPlaced'));
+        await broker.publish(message('command', 'orders.PlaceOrder', { deliverAt: Date.now() + 60_000 }));
+
+        const admin = await openRabbitMqAdmin(rabbitMqUrl, { prefix: p });
+        try {
+          const topology = await admin.topology();
+          const rows = topology.endpoints.flatMap(({ endpoint, subscriptions }) =>
+            subscriptions.map(({ subscription, queues: depths, total }) => ({
+              endpoint,
+              handler: subscription.handler,
+              queues: depths.map((d) => d.queue),
+              waiting: total.waiting,
+            })),
+          );
+          expect(rows).toEqual([
+            { endpoint: 'billing', handler: 'Bill', queues: [`${p}.evt.billing.Bill`], waiting: 3 },
+            {
+              endpoint: 'orders',
+              handler: 'PlaceOrderHandler',
+              queues: [`${p}.cmd.orders.PlaceOrder`, `${p}.cmd.orders.CancelOrder`],
+              waiting: 5,
+            },
+            {
+              endpoint: 'orders',
+              handler: 'Audit',
+              queues: [`${p}.evt.orders.Audit`, `${p}.evt.orders.Audit.p0`, `${p}.evt.orders.Audit.p1`],
+              waiting: 3,
+            },
+            {
+              endpoint: 'orders',
+              handler: '(ordered commands)',
+              queues: [`${p}.ordered.orders.p0`, `${p}.ordered.orders.p1`],
+              waiting: 1,
+            },
+          ]);
+          expect(topology.note).toContain('1 message in the 1 delay queue of the prefix');
+
+          const replays = await admin.broker({ logger: silentLogger });
+          expect(replays instanceof RabbitMqBroker ? replays.prefix : replays).toBe(p);
+        } finally {
+          await admin.close();
+        }
+      } finally {
+        await broker.close();
+      }
+    }, 60_000);
+  });
+
+  describe('.broker', () => {
+    it('throws invalid-argument naming --rabbitmq-prefix when no endpoint registered under the prefix', async () => {
+      const admin = await openRabbitMqAdmin(rabbitMqUrl, { prefix: freshPrefix() });
+      try {
+        const error: unknown = await admin.broker().catch((e: unknown) => e);
+        expect(HarrierError.is(error, 'invalid-argument')).toBe(true);
+        expect((error as Error).message).toContain('--rabbitmq-prefix');
+      } finally {
+        await admin.close();
+      }
+    });
+  });
+
   describe('.close', () => {
     it('closes the admin: a later call throws admin-closed', async () => {
       const admin = await openRabbitMqAdmin(rabbitMqUrl, { prefix: freshPrefix() });
@@ -169,7 +282,9 @@ describe('RabbitMqAdmin', () => {
         (e: unknown) => e,
       );
       expect(HarrierError.is(error, 'rabbitmq-unavailable')).toBe(true);
-      expect((error as Error).message).toContain('RabbitMQ could not be reached at amqp://***@127.0.0.1:1');
+      expect((error as Error).message).toContain(
+        'RabbitMQ could not be reached at amqp://guest:***@127.0.0.1:1',
+      );
       expect((error as Error).message).toContain('--rabbitmq-url');
       expect((error as Error).message).not.toContain('secret');
     });

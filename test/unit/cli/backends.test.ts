@@ -180,7 +180,7 @@ describe('contextOf', () => {
         usageOf(() =>
           contextOf(io(), { url: redis, 'rabbitmq-url': 'amqp://127.0.0.1', 'rabbitmq-prefix': '' }),
         ).message,
-      ).toContain('--rabbitmq-prefix "" must be non-empty');
+      ).toContain('--rabbitmq-prefix "" must be 1 to 100 letters, digits');
     });
   });
 });
