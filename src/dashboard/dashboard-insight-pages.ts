@@ -122,6 +122,10 @@ export function topologyBody(topology: Topology, views: readonly SubscriptionVie
   parts.push(
     `<table data-testid="topology-total"><thead><tr><th>Endpoints</th><th>Subscriptions</th>${COUNT_HEADS}</tr></thead><tbody><tr${deadLetters > 0 ? ' class="failed"' : ''}><td class="num">${h(String(topology.endpoints.length))}</td><td class="num">${h(String(views.length))}</td>${depths(total)}<td class="num${deadLetters > 0 ? ' failed' : ''}">${h(String(deadLetters))}</td></tr></tbody></table>`,
   );
+  if (topology.note !== undefined) {
+    // What the backend could not tell (RabbitMQ: no unacknowledged counts over AMQP).
+    parts.push(`<p class="muted" data-testid="topology-note">Note: ${h(topology.note)}</p>`);
+  }
   for (const name of topology.unreadable ?? []) {
     parts.push(
       `<p class="error" role="alert">Endpoint <code>${h(name)}</code>: its registration could not be read (something other than a Harrier broker wrote it); skipped.</p>`,

@@ -1,5 +1,9 @@
+import { EventEmitter } from 'node:events';
+import { PassThrough } from 'node:stream';
 import amqplib from 'amqplib';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
+import type { CliIo } from '../../src/cli/cli-io.js';
+import { dashboardCommand } from '../../src/cli/dashboard-command.js';
 import { recordRegistration, registryQueue } from '../../src/rabbitmq/rabbitmq-registry.js';
 import { RedisDeadLetterStore } from '../../src/redis/redis-dead-letter-store.js';
 import { runCli } from '../helpers/cli-in-process.js';
@@ -153,5 +157,55 @@ describe('harrier topology --rabbitmq-url', () => {
         `harrier: --url "amqp://***@127.0.0.1:5672" is a RabbitMQ URL, and RabbitMQ carries only the messages of a Harrier system: its dead letters, sagas, checkpoints and schedules are in Redis or PostgreSQL. Give the stores' URL with --url (e.g. redis://127.0.0.1:6379 or postgres://...) and RabbitMQ's with --rabbitmq-url amqp://***@127.0.0.1:5672\n`,
       );
     });
+  });
+});
+
+describe('harrier dashboard --rabbitmq-url', () => {
+  it('shows RabbitMQ’s queues and depths on the topology page, with the note of what AMQP does not tell', async () => {
+    const { prefix, rabbitPrefix } = freshSystem(['cmd.cli.Count']);
+    const countQueue = `${rabbitPrefix}.cmd.cli.Count`;
+    await recordRegistration(model, rabbitPrefix, {
+      endpoint: 'counter',
+      registeredAt: Date.UTC(2026, 0, 1),
+      queueType: 'quorum',
+      partitions: 0,
+      subscriptions: [
+        {
+          subscription: { handler: 'CountHandler', kind: 'command', types: ['cli.Count'] },
+          queues: [{ name: countQueue }],
+        },
+      ],
+    });
+    await fillQueues({ [countQueue]: 4 });
+    let stdout = '';
+    const io: CliIo = {
+      stdout: { write: (text: string) => (stdout += text), isTTY: false },
+      stderr: { write: () => true, isTTY: false },
+      stdin: new PassThrough(),
+      env: { RABBITMQ_URL: rabbitMqUrl },
+    };
+    const signals = new EventEmitter();
+    const running = dashboardCommand(
+      ['--port', '0', '--url', redisUrl, '--prefix', prefix, '--rabbitmq-prefix', rabbitPrefix],
+      io,
+      signals,
+    );
+    try {
+      await expect.poll(() => stdout, { timeout: 10_000 }).toContain('"url"');
+      const { url } = JSON.parse(stdout.split('\n')[0] ?? '') as { url: string };
+      const page = await (await fetch(`${url}topology`)).text();
+      // The queue's row: its name, then waiting 4, active 0, delayed 0.
+      expect(page).toMatch(
+        new RegExp(
+          `<code>${countQueue}</code></td><td class="num">4</td><td class="num">0</td><td class="num">0</td>`,
+        ),
+      );
+      expect(page).toMatch(/data-endpoint="counter"/);
+      expect(page).toContain('data-testid="topology-note"');
+      expect(page).toContain('ACTIVE shows 0');
+    } finally {
+      signals.emit('SIGTERM');
+      expect(await running).toBe(0);
+    }
   });
 });
