@@ -15,6 +15,12 @@ import {
   type RegistryConnection,
 } from './rabbitmq-registry.js';
 
+/**
+ * How long a read that goes on from where the last one stopped waits for its marker before it reads
+ * the whole stream again, in ms.
+ */
+const RESUME_TIMEOUT_MS = 2000;
+
 /** How many records RabbitMQ may send a reader ahead of its acks (a stream consumer must set one). */
 const READ_PREFETCH = 500;
 
@@ -146,10 +152,20 @@ export class RegistryReader {
           timestamp: Date.now(),
         }),
     );
-    await onOwnChannel(
-      () => this.#connection.createChannel(),
-      (channel) => this.#consumeUntil(channel, marker),
-    );
+    if (this.#next === 'first') {
+      await this.#readFrom('first', marker, this.#timeoutMs);
+    } else {
+      try {
+        await this.#readFrom(this.#next, marker, Math.min(this.#timeoutMs, RESUME_TIMEOUT_MS));
+      } catch (error) {
+        if (!HarrierError.is(error, 'rabbitmq-unavailable')) throw error;
+        // The stream was deleted and declared again (its offsets start over, below where this reader
+        // stopped), or RabbitMQ is slow: read it all again, which is right either way.
+        this.#entries.clear();
+        this.#skipped = 0;
+        await this.#readFrom('first', marker, this.#timeoutMs);
+      }
+    }
     const registrations: RabbitMqRegistration[] = [];
     const unreadable: string[] = [];
     for (const endpoint of [...this.#entries.keys()].sort()) {
@@ -160,9 +176,15 @@ export class RegistryReader {
     return { registrations, unreadable, skipped: this.#skipped };
   }
 
-  #consumeUntil(channel: Channel, marker: string): Promise<void> {
+  #readFrom(from: number | 'first', marker: string, timeoutMs: number): Promise<void> {
+    return onOwnChannel(
+      () => this.#connection.createChannel(),
+      (channel) => this.#consumeUntil(channel, from, marker, timeoutMs),
+    );
+  }
+
+  #consumeUntil(channel: Channel, from: number | 'first', marker: string, timeoutMs: number): Promise<void> {
     const queue = registryQueue(this.#prefix);
-    const from = this.#next;
     return new Promise<void>((resolve, reject) => {
       let consumerTag: string | undefined;
       let settled = false;
@@ -183,10 +205,10 @@ export class RegistryReader {
         finish(
           new HarrierError(
             'rabbitmq-unavailable',
-            `RabbitMQ did not hand back the end of the registry stream "${queue}" within ${String(this.#timeoutMs)} ms: check that RabbitMQ is not overloaded or blocked (a disk or memory alarm), or allow a reader more time`,
+            `RabbitMQ did not hand back the end of the registry stream "${queue}" within ${String(timeoutMs)} ms: check that RabbitMQ is not overloaded or blocked (a disk or memory alarm), or allow a reader more time`,
           ),
         );
-      }, this.#timeoutMs);
+      }, timeoutMs);
       channel.on('close', () => {
         finish(
           new HarrierError('rabbitmq-unavailable', `The channel reading "${queue}" was closed by RabbitMQ`),

@@ -89,6 +89,21 @@ describe('recordRegistration and RegistryReader', () => {
       });
     });
 
+    describe('when the registry was deleted and declared again since the last read', () => {
+      it('reads the new stream from its start, forgetting the old registrations', async () => {
+        const prefix = freshPrefix();
+        const reader = new RegistryReader(model, prefix, 5000);
+        for (let i = 0; i < 5; i++)
+          await recordRegistration(model, prefix, registration(`old${String(i)}`, 1000, []));
+        expect((await reader.read())?.registrations).toHaveLength(5);
+        await deleteRabbitMq([registryQueue(prefix)]);
+        const fresh = registration('orders', 2000, ['A']);
+        await recordRegistration(model, prefix, fresh);
+
+        expect(await reader.read()).toEqual({ registrations: [fresh], unreadable: [], skipped: 0 });
+      });
+    });
+
     describe('when the registry holds records no RabbitMqBroker wrote', () => {
       it('lists an endpoint whose latest record is unreadable, and counts records that name none', async () => {
         const prefix = freshPrefix();
