@@ -1,9 +1,9 @@
-/** A RabbitMQ for tests, and the clean-up of the queues a test declared there. */
+/** Queues of the tests of RabbitMQ's tools: named ones filled with messages, and deleted after. */
 import { randomUUID } from 'node:crypto';
 import amqplib from 'amqplib';
+import { rabbitMqUrl } from './rabbitmq.js';
 
-/** The RabbitMQ the tests use: RABBITMQ_URL, else the machine's own server. */
-export const rabbitMqUrl = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+export { rabbitMqUrl };
 
 /** A name prefix no other test uses. */
 export function freshRabbitPrefix(label: string): string {
