@@ -448,42 +448,55 @@ export class RabbitMqBroker implements MessageBroker {
       return at === undefined || now - at >= ROUTE_MAX_AGE_MS;
     });
     if (toCheck.length === 0) return undefined;
-    let remaining = toCheck;
-    while (remaining.length > 0) {
-      const found = await this.#connection.withChannel(
-        this.#publishTimeoutMs,
-        'checking command routes',
-        async (channel) => {
-          for (let i = 0; i < remaining.length; i++) {
-            const type = remaining[i] as string;
-            try {
-              await channel.checkExchange(this.#names.commandType(type));
-            } catch (error) {
-              if ((error as { code?: unknown }).code === 404) return { missing: type };
-              throw rabbitMqUnavailable(this.#connection.where, 'checking command routes', error);
-            }
-            this.#routes.set(type, Date.now());
+    const missing = await this.#connection.withChannel(
+      this.#publishTimeoutMs,
+      'checking command routes',
+      async (channel) => {
+        for (const type of toCheck) {
+          try {
+            await channel.checkExchange(this.#names.commandType(type));
+          } catch (error) {
+            // 404: no exchange, no route (and the channel is closed: the check stops here).
+            if ((error as { code?: unknown }).code === 404) return type;
+            throw rabbitMqUnavailable(this.#connection.where, 'checking command routes', error);
           }
-          return { missing: undefined };
-        },
-      );
-      if (found.missing !== undefined) {
-        this.#routes.delete(found.missing);
-        return found.missing;
-      }
-      remaining = [];
-    }
-    return undefined;
+          this.#routes.set(type, Date.now());
+        }
+        return undefined;
+      },
+    );
+    if (missing !== undefined) this.#routes.delete(missing);
+    return missing;
   }
 
+  /**
+   * Publishes on the confirm channel. A publish that fails because RabbitMQ went away (or did not
+   * confirm in time) is made again on the next connection until `publishTimeoutMs` has passed, then
+   * rejects with `rabbitmq-unavailable`: a message may then arrive twice, never not at all once
+   * this resolved.
+   */
   async #publishNow(
     exchange: string,
     key: string,
     content: Buffer,
     options: Options.Publish,
   ): Promise<'routed' | 'returned'> {
-    this.#assertOpen();
-    return this.#connection.publish(exchange, key, content, options, this.#publishTimeoutMs);
+    const deadline = Date.now() + this.#publishTimeoutMs;
+    for (;;) {
+      this.#assertOpen();
+      try {
+        return await this.#connection.publish(
+          exchange,
+          key,
+          content,
+          options,
+          Math.max(1, deadline - Date.now()),
+        );
+      } catch (error) {
+        if (!HarrierError.is(error, 'rabbitmq-unavailable') || Date.now() >= deadline - 100) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
   }
 
   /**

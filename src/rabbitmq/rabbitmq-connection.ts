@@ -136,8 +136,18 @@ export class RabbitMqConnection {
     const given = options.headers as Record<string, unknown> | undefined;
     const headers = token === undefined ? given : { ...given, 'x-harrier-publish': token };
     return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        reject(
+          rabbitMqUnavailable(
+            this.#where,
+            'publishing',
+            new Error(`no publisher confirm within ${String(timeoutMs)} ms`),
+          ),
+        );
+      }, timeoutMs);
       try {
         channel.publish(exchange, routingKey, content, { ...options, headers }, (error: unknown) => {
+          clearTimeout(timer);
           const returned = token !== undefined && this.#returned.delete(token);
           if (error !== null && error !== undefined) {
             reject(rabbitMqUnavailable(this.#where, 'publishing', error));
@@ -146,6 +156,7 @@ export class RabbitMqConnection {
           }
         });
       } catch (error) {
+        clearTimeout(timer);
         reject(rabbitMqUnavailable(this.#where, 'publishing', error));
       }
     });

@@ -69,6 +69,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #started = false;
   #channel: Channel | undefined;
   #wake: (() => void) | undefined;
+  #givingBack: Promise<void> | undefined;
+  /** The consumer tag of each unordered queue's consumer on the current channel. */
+  readonly #unorderedConsumers: string[] = [];
   readonly #stop = new AbortController();
   readonly #roleOf = new Map<string, QueueRole>();
 
@@ -131,14 +134,18 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#ending = true;
     this.#stop.abort();
     this.#notify();
-    void this.#giveBack().finally(() => {
+    this.#givingBack = this.#giveBack().finally(() => {
       this.#maybeClose();
     });
   }
 
-  /** Closes at once (the broker closes): what is held comes back from RabbitMQ. */
+  /**
+   * Closes (the broker closes): once the unordered messages not handed out are given back (bounded
+   * by the publish time-out), the channel closes and RabbitMQ takes back what it still held.
+   */
   async close(): Promise<void> {
     this.end();
+    await this.#givingBack;
     for (const taken of this.#held) if (taken.id !== undefined) this.#context.forget(taken.id);
     this.#held.clear();
     this.#out = 0;
@@ -223,7 +230,11 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       cancelTimer: undefined,
     };
     this.#held.add(taken);
-    if (this.#ending) return;
+    if (this.#ending) {
+      // Arrived as its consumer was being cancelled: back it goes (an ordered one with the channel).
+      if (taken.lane === undefined) void this.#moveBack(taken, facts);
+      return;
+    }
     if (taken.lane === undefined) {
       if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
         // Early: back to the delay queues, uncounted.
@@ -321,12 +332,22 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#maybeClose();
   }
 
+  /**
+   * Stops the unordered queues' consumers (a partition queue's consumer stays until the channel
+   * closes, so its next consumer starts after this one's last message settled) and gives back the
+   * unordered messages not handed out, as copies.
+   */
   async #giveBack(): Promise<void> {
-    const waiting = this.#ready.splice(0);
-    for (const taken of waiting) {
-      taken.cancelTimer?.();
-      if (taken.lane === undefined) await this.#moveBack(taken, taken.facts);
+    const channel = this.#channel;
+    const tags = this.#unorderedConsumers.splice(0);
+    if (channel !== undefined) {
+      await Promise.all(tags.map((tag) => channel.cancel(tag).catch(() => undefined)));
     }
+    const waiting = this.#ready.splice(0);
+    for (const taken of waiting) taken.cancelTimer?.();
+    await Promise.all(
+      waiting.filter((taken) => taken.lane === undefined).map((taken) => this.#moveBack(taken, taken.facts)),
+    );
   }
 
   /** Once ending and nothing is out: closes the channel (ordered messages held return in order). */
@@ -372,14 +393,19 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         await pause(1_000, this.#stop.signal);
         continue;
       }
+      if (this.#isEnding()) {
+        await channel.close().catch(() => undefined);
+        return;
+      }
       const closed = new Promise<void>((resolve) => {
         channel.once('close', resolve);
       });
       this.#channel = channel;
+      this.#unorderedConsumers.length = 0;
       try {
         await channel.prefetch(this.#context.prefetch, false);
         for (const role of this.#context.roles) {
-          await channel.consume(
+          const { consumerTag } = await channel.consume(
             role.queue,
             (message) => {
               if (message === null) {
@@ -391,6 +417,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
             },
             { noAck: false },
           );
+          if (role.ordered) continue;
+          // Ended meanwhile: #giveBack cancelled the consumers it knew of, not this one.
+          if (this.#isEnding()) await channel.cancel(consumerTag);
+          else this.#unorderedConsumers.push(consumerTag);
         }
       } catch (error) {
         this.#context.logger.warn('A RabbitMQ receiver could not consume its queues; trying again', {
