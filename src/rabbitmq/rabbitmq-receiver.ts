@@ -1,10 +1,15 @@
 import type { Channel, ConsumeMessage } from 'amqplib';
 import type { Delivery, DeliveryFacts } from '../broker/message-broker.js';
 import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
+import { systemClock } from '../clock/clock.js';
+import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
 import { readFacts, type CarriedFacts } from './message-headers.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
+
+/** The longest wait one Node timer can make, in ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** A message this receiver took from RabbitMQ and has not settled with it yet. */
 export interface Taken {
@@ -73,6 +78,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   /** The consumer tag of each unordered queue's consumer on the current channel. */
   readonly #unorderedConsumers: string[] = [];
   readonly #stop = new AbortController();
+  /** Resolves once the receiver stops. */
+  readonly #stopped = aborted(this.#stop.signal);
   readonly #roleOf = new Map<string, QueueRole>();
 
   constructor(context: ReceiverContext, signal: AbortSignal | undefined) {
@@ -265,14 +272,19 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   }
 
   #schedule(taken: Taken, at: number): void {
+    // Node's timers fire at once past 2^31 - 1 ms: a longer wait is made of several.
     const timer = setTimeout(
       () => {
         taken.cancelTimer = undefined;
         if (!this.#held.has(taken) || this.#ending) return;
+        if (Date.now() < at) {
+          this.#schedule(taken, at);
+          return;
+        }
         this.#ready.push(taken);
         this.#notify();
       },
-      Math.max(0, at - Date.now()),
+      Math.min(MAX_TIMER_MS, Math.max(0, at - Date.now())),
     );
     timer.unref();
     taken.cancelTimer = () => {
@@ -390,7 +402,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
           endpoint: this.#context.endpoint,
           error: error instanceof Error ? error.message : String(error),
         });
-        await pause(1_000, this.#stop.signal);
+        await sleep(systemClock, 1_000, this.#stop.signal);
         continue;
       }
       if (this.#isEnding()) {
@@ -429,12 +441,12 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         });
         await channel.close().catch(() => undefined);
       }
-      await Promise.race([closed, aborted(this.#stop.signal)]);
+      await Promise.race([closed, this.#stopped]);
       if (this.#channel !== channel || this.#isEnding()) return;
       // The channel dropped: what it held comes back from RabbitMQ; the deliveries out are stale.
       this.#channel = undefined;
       this.#dropAll();
-      await pause(200, this.#stop.signal);
+      await sleep(systemClock, 200, this.#stop.signal);
     }
   }
 
@@ -462,24 +474,16 @@ function logicalQueue(endpoint: string, role: QueueRole, facts: CarriedFacts): s
   return commandQueue(role.type ?? facts.type ?? '');
 }
 
-function pause(ms: number, signal: AbortSignal): Promise<void> {
+/** Resolves when `signal` aborts (at once if it has). */
+function aborted(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
   return new Promise((resolve) => {
-    if (signal.aborted) {
-      resolve();
-      return;
-    }
-    const timer = setTimeout(resolve, ms);
     signal.addEventListener(
       'abort',
       () => {
-        clearTimeout(timer);
         resolve();
       },
       { once: true },
     );
   });
-}
-
-function aborted(signal: AbortSignal): Promise<void> {
-  return pause(2 ** 31 - 1, signal);
 }
