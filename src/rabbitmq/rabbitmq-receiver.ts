@@ -448,6 +448,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
           else this.#unorderedConsumers.push(consumerTag);
         }
       } catch (error) {
+        // Ended meanwhile: its channel was closed under the consume.
+        if (this.#isEnding()) return;
         failed = true;
         this.#context.logger.warn('A RabbitMQ receiver could not consume its queues; trying again', {
           endpoint: this.#context.endpoint,
