@@ -247,6 +247,14 @@ export class RabbitMqBroker implements MessageBroker {
     if (endpoint.length === 0) {
       throw new HarrierError('invalid-option', 'An endpoint name is empty: name the endpoint, e.g. "orders"');
     }
+    for (const sub of subscriptions) {
+      if (sub.handler.length === 0) {
+        throw new HarrierError(
+          'invalid-option',
+          `A subscription of endpoint "${endpoint}" has an empty handler name: name it, e.g. "onOrderPlaced"`,
+        );
+      }
+    }
     const topology = endpointTopology(this.#names, endpoint, subscriptions, this.#partitions);
     for (const role of topology.queues) assertNameLength(role.queue, `endpoint "${endpoint}"`);
     const registry = `${this.#names.prefix}.registry.${encodeURIComponent(endpoint)}`;
