@@ -1,4 +1,4 @@
-import type { Options } from 'amqplib';
+import type { Channel, Options } from 'amqplib';
 import type {
   BrokerCapabilities,
   Delivery,
@@ -221,6 +221,8 @@ export class RabbitMqBroker implements MessageBroker {
         this.#delayQueues.clear();
         this.#declared.clear();
         await declareBase(channel, this.#names);
+        // After a reconnect: what the endpoints registered, in case the server lost it (a reset node).
+        for (const { topology } of this.#registered.values()) await this.#declare(channel, topology);
       },
     });
     testHooks.set(this, {
@@ -246,6 +248,14 @@ export class RabbitMqBroker implements MessageBroker {
     this.#assertOpen();
     if (endpoint.length === 0) {
       throw new HarrierError('invalid-option', 'An endpoint name is empty: name the endpoint, e.g. "orders"');
+    }
+    for (const sub of subscriptions) {
+      if (sub.handler.length === 0) {
+        throw new HarrierError(
+          'invalid-option',
+          `A subscription of endpoint "${endpoint}" has an empty handler name: name it, e.g. "onOrderPlaced"`,
+        );
+      }
     }
     const topology = endpointTopology(this.#names, endpoint, subscriptions, this.#partitions);
     for (const role of topology.queues) assertNameLength(role.queue, `endpoint "${endpoint}"`);
@@ -332,6 +342,15 @@ export class RabbitMqBroker implements MessageBroker {
     }
   }
 
+  /** Declares an endpoint's queues, command type exchanges and bindings (idempotent). */
+  async #declare(channel: Channel, topology: EndpointTopology): Promise<void> {
+    for (const role of topology.queues)
+      await declareQueue(channel, this.#names, role.queue, this.#queueType, role.ordered);
+    for (const type of topology.commandTypes)
+      await channel.assertExchange(this.#names.commandType(type), 'topic', { durable: true });
+    for (const binding of topology.bindings) await bind(channel, binding);
+  }
+
   receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
     const registered = this.#registered.get(options.endpoint);
     if (registered === undefined) {
@@ -362,6 +381,10 @@ export class RabbitMqBroker implements MessageBroker {
               await this.#sendToQueue(taken.role.queue, taken, facts);
               taken.receiver.ackMessage(taken);
             },
+            declare: () =>
+              this.#connection.withChannel(this.#publishTimeoutMs, 'declaring queues', (channel) =>
+                this.#declare(channel, registered.topology),
+              ),
             ended: (ended) => {
               this.#receivers.delete(ended);
             },
@@ -475,42 +498,55 @@ export class RabbitMqBroker implements MessageBroker {
       return at === undefined || now - at >= ROUTE_MAX_AGE_MS;
     });
     if (toCheck.length === 0) return undefined;
-    let remaining = toCheck;
-    while (remaining.length > 0) {
-      const found = await this.#connection.withChannel(
-        this.#publishTimeoutMs,
-        'checking command routes',
-        async (channel) => {
-          for (let i = 0; i < remaining.length; i++) {
-            const type = remaining[i] as string;
-            try {
-              await channel.checkExchange(this.#names.commandType(type));
-            } catch (error) {
-              if ((error as { code?: unknown }).code === 404) return { missing: type };
-              throw rabbitMqUnavailable(this.#connection.where, 'checking command routes', error);
-            }
-            this.#routes.set(type, Date.now());
+    const missing = await this.#connection.withChannel(
+      this.#publishTimeoutMs,
+      'checking command routes',
+      async (channel) => {
+        for (const type of toCheck) {
+          try {
+            await channel.checkExchange(this.#names.commandType(type));
+          } catch (error) {
+            // 404: no exchange, no route (and the channel is closed: the check stops here).
+            if ((error as { code?: unknown }).code === 404) return type;
+            throw rabbitMqUnavailable(this.#connection.where, 'checking command routes', error);
           }
-          return { missing: undefined };
-        },
-      );
-      if (found.missing !== undefined) {
-        this.#routes.delete(found.missing);
-        return found.missing;
-      }
-      remaining = [];
-    }
-    return undefined;
+          this.#routes.set(type, Date.now());
+        }
+        return undefined;
+      },
+    );
+    if (missing !== undefined) this.#routes.delete(missing);
+    return missing;
   }
 
+  /**
+   * Publishes on the confirm channel. A publish that fails because RabbitMQ went away (or did not
+   * confirm in time) is made again on the next connection until `publishTimeoutMs` has passed, then
+   * rejects with `rabbitmq-unavailable`: a message may then arrive twice, never not at all once
+   * this resolved.
+   */
   async #publishNow(
     exchange: string,
     key: string,
     content: Buffer,
     options: Options.Publish,
   ): Promise<'routed' | 'returned'> {
-    this.#assertOpen();
-    return this.#connection.publish(exchange, key, content, options, this.#publishTimeoutMs);
+    const deadline = Date.now() + this.#publishTimeoutMs;
+    for (;;) {
+      this.#assertOpen();
+      try {
+        return await this.#connection.publish(
+          exchange,
+          key,
+          content,
+          options,
+          Math.max(1, deadline - Date.now()),
+        );
+      } catch (error) {
+        if (!HarrierError.is(error, 'rabbitmq-unavailable') || Date.now() >= deadline - 100) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
   }
 
   /**
@@ -796,13 +832,13 @@ function bindingId(binding: Binding): string {
   return JSON.stringify([binding.source, binding.destination, binding.toExchange, binding.key, binding.args]);
 }
 
-async function bind(channel: import('amqplib').Channel, binding: Binding): Promise<void> {
+async function bind(channel: Channel, binding: Binding): Promise<void> {
   if (binding.toExchange)
     await channel.bindExchange(binding.destination, binding.source, binding.key, binding.args);
   else await channel.bindQueue(binding.destination, binding.source, binding.key, binding.args);
 }
 
-async function unbind(channel: import('amqplib').Channel, binding: Binding): Promise<void> {
+async function unbind(channel: Channel, binding: Binding): Promise<void> {
   if (binding.toExchange)
     await channel.unbindExchange(binding.destination, binding.source, binding.key, binding.args);
   else await channel.unbindQueue(binding.destination, binding.source, binding.key, binding.args);

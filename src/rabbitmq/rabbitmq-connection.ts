@@ -1,4 +1,6 @@
 import type { Channel, ChannelModel, ConfirmChannel, Options } from 'amqplib';
+import { systemClock } from '../clock/clock.js';
+import { sleep } from '../clock/sleep.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { Logger } from '../logging/logger.js';
 import { amqplib } from './rabbitmq-peers.js';
@@ -136,8 +138,18 @@ export class RabbitMqConnection {
     const given = options.headers as Record<string, unknown> | undefined;
     const headers = token === undefined ? given : { ...given, 'x-harrier-publish': token };
     return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        reject(
+          rabbitMqUnavailable(
+            this.#where,
+            'publishing',
+            new Error(`no publisher confirm within ${String(timeoutMs)} ms`),
+          ),
+        );
+      }, timeoutMs);
       try {
         channel.publish(exchange, routingKey, content, { ...options, headers }, (error: unknown) => {
+          clearTimeout(timer);
           const returned = token !== undefined && this.#returned.delete(token);
           if (error !== null && error !== undefined) {
             reject(rabbitMqUnavailable(this.#where, 'publishing', error));
@@ -146,6 +158,7 @@ export class RabbitMqConnection {
           }
         });
       } catch (error) {
+        clearTimeout(timer);
         reject(rabbitMqUnavailable(this.#where, 'publishing', error));
       }
     });
@@ -240,18 +253,7 @@ export class RabbitMqConnection {
           error: error instanceof Error ? error.message : String(error),
           retryInMs: backoff,
         });
-        const wait = backoff * (0.8 + Math.random() * 0.4);
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, wait);
-          this.#closing.signal.addEventListener(
-            'abort',
-            () => {
-              clearTimeout(timer);
-              resolve();
-            },
-            { once: true },
-          );
-        });
+        await sleep(systemClock, backoff * (0.8 + Math.random() * 0.4), this.#closing.signal);
         backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
       }
     }

@@ -1,10 +1,15 @@
 import type { Channel, ConsumeMessage } from 'amqplib';
 import type { Delivery, DeliveryFacts } from '../broker/message-broker.js';
 import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
+import { systemClock } from '../clock/clock.js';
+import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
 import { readFacts, type CarriedFacts } from './message-headers.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
+
+/** The longest wait one Node timer can make, in ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** A message this receiver took from RabbitMQ and has not settled with it yet. */
 export interface Taken {
@@ -39,6 +44,8 @@ export interface ReceiverContext {
   readonly forget: (id: string) => void;
   /** Publishes a copy of `taken` carrying `facts` back to its queue (confirmed), then acks it. */
   readonly moveBack: (taken: Taken, facts: CarriedFacts) => Promise<void>;
+  /** Declares the endpoint's queues and bindings again (one was deleted under the receiver). */
+  readonly declare: () => Promise<void>;
   /** Called once the receiver has ended and settled or returned everything. */
   readonly ended: (receiver: RabbitMqReceiver) => void;
 }
@@ -69,7 +76,12 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #started = false;
   #channel: Channel | undefined;
   #wake: (() => void) | undefined;
+  #givingBack: Promise<void> | undefined;
+  /** The consumer tag of each unordered queue's consumer on the current channel. */
+  readonly #unorderedConsumers: string[] = [];
   readonly #stop = new AbortController();
+  /** Resolves once the receiver stops. */
+  readonly #stopped = aborted(this.#stop.signal);
   readonly #roleOf = new Map<string, QueueRole>();
 
   constructor(context: ReceiverContext, signal: AbortSignal | undefined) {
@@ -131,14 +143,18 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#ending = true;
     this.#stop.abort();
     this.#notify();
-    void this.#giveBack().finally(() => {
+    this.#givingBack = this.#giveBack().finally(() => {
       this.#maybeClose();
     });
   }
 
-  /** Closes at once (the broker closes): what is held comes back from RabbitMQ. */
+  /**
+   * Closes (the broker closes): once the unordered messages not handed out are given back (bounded
+   * by the publish time-out), the channel closes and RabbitMQ takes back what it still held.
+   */
   async close(): Promise<void> {
     this.end();
+    await this.#givingBack;
     for (const taken of this.#held) if (taken.id !== undefined) this.#context.forget(taken.id);
     this.#held.clear();
     this.#out = 0;
@@ -223,7 +239,11 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       cancelTimer: undefined,
     };
     this.#held.add(taken);
-    if (this.#ending) return;
+    if (this.#ending) {
+      // Arrived as its consumer was being cancelled: back it goes (an ordered one with the channel).
+      if (taken.lane === undefined) void this.#moveBack(taken, facts);
+      return;
+    }
     if (taken.lane === undefined) {
       if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
         // Early: back to the delay queues, uncounted.
@@ -254,14 +274,19 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   }
 
   #schedule(taken: Taken, at: number): void {
+    // Node's timers fire at once past 2^31 - 1 ms: a longer wait is made of several.
     const timer = setTimeout(
       () => {
         taken.cancelTimer = undefined;
         if (!this.#held.has(taken) || this.#ending) return;
+        if (Date.now() < at) {
+          this.#schedule(taken, at);
+          return;
+        }
         this.#ready.push(taken);
         this.#notify();
       },
-      Math.max(0, at - Date.now()),
+      Math.min(MAX_TIMER_MS, Math.max(0, at - Date.now())),
     );
     timer.unref();
     taken.cancelTimer = () => {
@@ -321,12 +346,22 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#maybeClose();
   }
 
+  /**
+   * Stops the unordered queues' consumers (a partition queue's consumer stays until the channel
+   * closes, so its next consumer starts after this one's last message settled) and gives back the
+   * unordered messages not handed out, as copies.
+   */
   async #giveBack(): Promise<void> {
-    const waiting = this.#ready.splice(0);
-    for (const taken of waiting) {
-      taken.cancelTimer?.();
-      if (taken.lane === undefined) await this.#moveBack(taken, taken.facts);
+    const channel = this.#channel;
+    const tags = this.#unorderedConsumers.splice(0);
+    if (channel !== undefined) {
+      await Promise.all(tags.map((tag) => channel.cancel(tag).catch(() => undefined)));
     }
+    const waiting = this.#ready.splice(0);
+    for (const taken of waiting) taken.cancelTimer?.();
+    await Promise.all(
+      waiting.filter((taken) => taken.lane === undefined).map((taken) => this.#moveBack(taken, taken.facts)),
+    );
   }
 
   /** Once ending and nothing is out: closes the channel (ordered messages held return in order). */
@@ -359,7 +394,17 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /** Keeps a channel consuming the endpoint's queues until the receiver ends. */
   async #run(): Promise<void> {
+    let failed = false;
     while (!this.#ending) {
+      if (failed) {
+        await this.#context.declare().catch((error: unknown) => {
+          this.#context.logger.warn('A RabbitMQ receiver could not declare its queues again', {
+            endpoint: this.#context.endpoint,
+            error: error instanceof Error ? error.message : String(error),
+          });
+        });
+        failed = false;
+      }
       let channel: Channel;
       try {
         channel = await this.#context.connection.openChannel(this.#context.timeoutMs, 'receiving');
@@ -369,21 +414,27 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
           endpoint: this.#context.endpoint,
           error: error instanceof Error ? error.message : String(error),
         });
-        await pause(1_000, this.#stop.signal);
+        await sleep(systemClock, 1_000, this.#stop.signal);
         continue;
+      }
+      if (this.#isEnding()) {
+        await channel.close().catch(() => undefined);
+        return;
       }
       const closed = new Promise<void>((resolve) => {
         channel.once('close', resolve);
       });
       this.#channel = channel;
+      this.#unorderedConsumers.length = 0;
       try {
         await channel.prefetch(this.#context.prefetch, false);
         for (const role of this.#context.roles) {
-          await channel.consume(
+          const { consumerTag } = await channel.consume(
             role.queue,
             (message) => {
               if (message === null) {
-                // The queue was deleted: start over on a new channel.
+                // The queue was deleted: start over on a new channel, declaring it again.
+                failed = true;
                 void channel.close().catch(() => undefined);
               } else if (channel === this.#channel) {
                 this.receive(message, role, channel);
@@ -391,20 +442,27 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
             },
             { noAck: false },
           );
+          if (role.ordered) continue;
+          // Ended meanwhile: #giveBack cancelled the consumers it knew of, not this one.
+          if (this.#isEnding()) await channel.cancel(consumerTag);
+          else this.#unorderedConsumers.push(consumerTag);
         }
       } catch (error) {
+        // Ended meanwhile: its channel was closed under the consume.
+        if (this.#isEnding()) return;
+        failed = true;
         this.#context.logger.warn('A RabbitMQ receiver could not consume its queues; trying again', {
           endpoint: this.#context.endpoint,
           error: error instanceof Error ? error.message : String(error),
         });
         await channel.close().catch(() => undefined);
       }
-      await Promise.race([closed, aborted(this.#stop.signal)]);
+      await Promise.race([closed, this.#stopped]);
       if (this.#channel !== channel || this.#isEnding()) return;
       // The channel dropped: what it held comes back from RabbitMQ; the deliveries out are stale.
       this.#channel = undefined;
       this.#dropAll();
-      await pause(200, this.#stop.signal);
+      await sleep(systemClock, 200, this.#stop.signal);
     }
   }
 
@@ -432,24 +490,16 @@ function logicalQueue(endpoint: string, role: QueueRole, facts: CarriedFacts): s
   return commandQueue(role.type ?? facts.type ?? '');
 }
 
-function pause(ms: number, signal: AbortSignal): Promise<void> {
+/** Resolves when `signal` aborts (at once if it has). */
+function aborted(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
   return new Promise((resolve) => {
-    if (signal.aborted) {
-      resolve();
-      return;
-    }
-    const timer = setTimeout(resolve, ms);
     signal.addEventListener(
       'abort',
       () => {
-        clearTimeout(timer);
         resolve();
       },
       { once: true },
     );
   });
-}
-
-function aborted(signal: AbortSignal): Promise<void> {
-  return pause(2 ** 31 - 1, signal);
 }

@@ -268,6 +268,105 @@ describe('RabbitMqBroker', () => {
     }, 20_000);
   });
 
+  describe('.receiver when its signal aborts with messages taken and not handed out', () => {
+    it('gives an unordered one back uncounted', async () => {
+      const broker = brokerWith();
+      const first = new AbortController();
+      const second = new AbortController();
+      try {
+        await broker.register('orders', [
+          { handler: 'commands', kind: 'command', types: ['orders.A', 'orders.B'] },
+        ]);
+        await broker.publish(message('command', 'orders.A'));
+        await broker.publish(message('command', 'orders.B'));
+        // Each queue's consumer takes one; one of them is handed out, the other waits in the receiver.
+        const receiver = broker.receiver({ endpoint: 'orders', prefetch: 1, signal: first.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const out = (await iterator.next()).value as Delivery;
+        await expect.poll(() => readyIn(`${broker.prefix}.cmd.orders.A`)).toBe(0);
+        await expect.poll(() => readyIn(`${broker.prefix}.cmd.orders.B`)).toBe(0);
+
+        first.abort();
+        await broker.ack(out.id);
+
+        const again = await firstOf(broker, 'orders', second.signal);
+        expect(again.facts.type).not.toBe(out.facts.type);
+        expect(again.facts).toMatchObject({ attempt: 1, unsettledEnds: 0 });
+        await broker.ack(again.id);
+      } finally {
+        second.abort();
+        await broker.close();
+      }
+    });
+
+    it('returns an ordered one to its partition queue in order, which a quorum queue counts as an unsettled end', async () => {
+      const broker = brokerWith();
+      const first = new AbortController();
+      const second = new AbortController();
+      try {
+        await broker.register('ledger', [
+          { handler: 'commands', kind: 'command', types: ['ledger.Post'], orderedTypes: ['ledger.Post'] },
+        ]);
+        for (const body of ['a1', 'a2', 'a3'])
+          await broker.publish(message('command', 'ledger.Post', { ordered: true, partitionKey: 'a', body }));
+        const receiver = broker.receiver({ endpoint: 'ledger', signal: first.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const out = (await iterator.next()).value as Delivery;
+        expect(out.body).toBe('a1');
+        await expect.poll(() => readyIn(`${broker.prefix}.ordered.ledger.p${partitionOf('a', 4)}`)).toBe(0);
+
+        first.abort();
+        await broker.ack(out.id);
+
+        const bodies: string[] = [];
+        for await (const delivery of broker.receiver({ endpoint: 'ledger', signal: second.signal })) {
+          bodies.push(delivery.body);
+          expect(delivery.facts).toMatchObject({ attempt: 2, unsettledEnds: 1 });
+          await broker.ack(delivery.id);
+          if (bodies.length === 2) break;
+        }
+        expect(bodies).toEqual(['a2', 'a3']);
+      } finally {
+        second.abort();
+        await broker.close();
+      }
+    });
+  });
+
+  describe('when a queue is deleted under a running receiver', () => {
+    it('declares it again and goes on receiving', async () => {
+      const broker = brokerWith();
+      const controller = new AbortController();
+      try {
+        const queue = `${broker.prefix}.cmd.orders.Refund`;
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Refund'] }]);
+        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const next = iterator.next();
+        await expect
+          .poll(() => onChannel(async (channel) => (await channel.checkQueue(queue)).consumerCount))
+          .toBe(1);
+
+        await onChannel((channel) => channel.deleteQueue(queue));
+
+        await expect
+          .poll(
+            () =>
+              onChannel(async (channel) => (await channel.checkQueue(queue)).consumerCount).catch(() => 0),
+            { timeout: 10_000 },
+          )
+          .toBe(1);
+        await broker.publish(message('command', 'orders.Refund', { body: 'refund' }));
+        const delivery = (await next).value as Delivery;
+        expect(delivery.body).toBe('refund');
+        await broker.ack(delivery.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    }, 20_000);
+  });
+
   describe('with queueType classic', () => {
     it('declares classic queues and does not count crashes', async () => {
       const broker = brokerWith({ queueType: 'classic' });
