@@ -17,3 +17,5 @@ export type {
   RabbitMqQueueType,
 } from './rabbitmq-broker.js';
 export { RabbitMqBroker } from './rabbitmq-broker.js';
+export type { RabbitMqAdminOptions } from './rabbitmq-admin.js';
+export { openRabbitMqAdmin, type RabbitMqAdmin } from './rabbitmq-admin.js';
