@@ -4,10 +4,13 @@ import amqplib from 'amqplib';
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { CliIo } from '../../src/cli/cli-io.js';
 import { dashboardCommand } from '../../src/cli/dashboard-command.js';
+import { silentLogger } from '../../src/logging/logger.js';
+import { RabbitMqBroker } from '../../src/rabbitmq/rabbitmq-broker.js';
 import { recordRegistration, registryQueue } from '../../src/rabbitmq/rabbitmq-registry.js';
 import { RedisDeadLetterStore } from '../../src/redis/redis-dead-letter-store.js';
 import { runCli } from '../helpers/cli-in-process.js';
 import { countDeadLetter } from '../helpers/harrier-cli.js';
+import { deleteRabbitMqPrefix, freshRabbitMqPrefix } from '../helpers/rabbitmq.js';
 import { deleteRabbitMq, fillQueues, freshRabbitPrefix, rabbitMqUrl } from '../helpers/rabbitmq-queues.js';
 import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
 
@@ -207,5 +210,48 @@ describe('harrier dashboard --rabbitmq-url', () => {
       signals.emit('SIGTERM');
       expect(await running).toBe(0);
     }
+  });
+});
+
+describe('harrier dlq replay --rabbitmq-url', () => {
+  it('sends the dead letters of the Redis store back into their RabbitMQ queue through a RabbitMqBroker', async () => {
+    const prefix = freshPrefix();
+    const rabbitPrefix = freshRabbitMqPrefix();
+    cleanups.push(() => deleteKeys(redis.client, prefix));
+    cleanups.push(() => deleteRabbitMqPrefix(rabbitPrefix));
+    const broker = new RabbitMqBroker({
+      connection: rabbitMqUrl,
+      prefix: rabbitPrefix,
+      logger: silentLogger,
+    });
+    await broker.register('counter', [{ handler: 'CountHandler', kind: 'command', types: ['cli.Count'] }]);
+    await broker.close();
+    const store = new RedisDeadLetterStore({ connection: redis.client, prefix });
+    const records = [countDeadLetter({ n: 1 }), countDeadLetter({ n: 2 })];
+    for (const record of records) await store.add(record);
+
+    const result = await runCli([
+      'dlq',
+      'replay',
+      '--all',
+      '--url',
+      redisUrl,
+      '--prefix',
+      prefix,
+      '--rabbitmq-url',
+      rabbitMqUrl,
+      '--rabbitmq-prefix',
+      rabbitPrefix,
+    ]);
+
+    expect(result.code).toBe(0);
+    const channel = await model.createChannel();
+    try {
+      expect((await channel.checkQueue(`${rabbitPrefix}.cmd.cli.Count`)).messageCount).toBe(2);
+    } finally {
+      await channel.close();
+    }
+    expect(await store.count({ status: 'replayed' })).toBe(2);
+    await store.close();
   });
 });
