@@ -60,7 +60,7 @@ function table(records: readonly ScheduleRecord[], now: number, csrf: string | u
       csrf === undefined
         ? ''
         : `<td><form class="actions" method="post" action="/actions/schedule-cancel">${hidden(CSRF_FIELD, csrf)}${hidden('name', r.name)}<button type="submit" data-action="schedule-cancel">Cancel</button></form></td>`;
-    return `<tr data-schedule="${h(r.name)}"${state.overdue || state.failed ? ' class="failed"' : ''}><td>${h(r.name)}</td><td><code>${h(timingOf(r))}</code></td><td>${h(`${r.kind} ${r.type}`)}</td><td>${h(r.catchUp)}</td><td class="when">${h(r.lastTickAt === undefined ? '-' : isoTime(r.lastTickAt))}</td><td class="when">${h(r.nextRunAt === undefined ? '-' : isoTime(r.nextRunAt))}</td><td>${h(state.text)}</td>${cancel}</tr>`;
+    return `<tr data-schedule="${h(r.name)}"${state.overdue || state.failed ? ' class="failed"' : ''}><td>${h(r.name)}</td><td><code>${h(timingOf(r))}</code></td><td>${h(`${r.kind} ${r.type}`)}</td><td>${h(r.catchUp)}</td><td class="when">${h(r.lastTickAt === undefined ? '-' : isoTime(r.lastTickAt))}</td><td class="when">${h(r.nextRunAt === undefined ? '-' : isoTime(r.nextRunAt))}</td><td${state.failed ? ' class="failed"' : ''}>${h(state.text)}</td>${cancel}</tr>`;
   });
   return `<table data-testid="schedules"><thead><tr>${header.map((c) => `<th>${h(c)}</th>`).join('')}</tr></thead><tbody>${rows.join('')}</tbody></table>`;
 }
