@@ -250,6 +250,19 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 8,
+    name: 'schedule tick outcome',
+    tables: [],
+    // The outcome of a schedule's last tick: the id of the message it sent, and the failure (JSON
+    // text: message and time) of a later tick's send, cleared when a tick is recorded. Nullable
+    // columns without a default: ADD COLUMN is a catalog change, no table rewrite.
+    sql: (t) => `
+      ALTER TABLE ${t.schedules}
+        ADD COLUMN IF NOT EXISTS last_message_id text,
+        ADD COLUMN IF NOT EXISTS last_error text;
+    `,
+  },
 ];
 
 /** The version a schema must be at for this copy of Harrier. */
