@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
 import {
   InMemoryBroker,
@@ -228,6 +228,28 @@ describe('Saga state versions', () => {
       const declare = () => Saga('sagaver.Invalid', { state: StateV1, version });
       expect(declare).toThrow(expect.objectContaining({ code: 'invalid-option' }));
       expect(declare).toThrow(/@Saga\('sagaver.Invalid'\) version must be a whole number of at least 1/);
+    });
+
+    it('types each upcast step from the one before, and the last must return the state input', () => {
+      Saga('sagaver.Typed', {
+        state: StateV3,
+        version: 3,
+        upcast: upcasters<StateV1>()
+          .step((v1) => {
+            expectTypeOf(v1).toEqualTypeOf<StateV1>();
+            return { amount: v1.total };
+          })
+          .step((v2) => {
+            expectTypeOf(v2).toEqualTypeOf<{ amount: number }>();
+            return { ...v2, currency: 'EUR', items: 0 };
+          }),
+      });
+      Saga('sagaver.Typed', {
+        state: StateV3,
+        version: 2,
+        // @ts-expect-error the last step must return the state schema's input: currency is missing
+        upcast: upcasters<StateV1>().step((v1) => ({ amount: v1.total, items: 0 })),
+      });
     });
 
     it('refuses upcast steps that are not one per older version, with invalid-option naming the fix', () => {
