@@ -95,7 +95,12 @@ function compile(target: HandlerClass): CompiledSaga {
  * With `unitOfWork` answering a unit, each try of a step is one call of the unit: the store reads
  * and saves the instance in the unit's transaction (found through the step's context), beside the
  * step's own writes, the inbox row and the outbox rows; a conflict rolls the whole try back before
- * the step re-runs, and a step that dead-letters its message commits nothing. See docs/sagas.md.
+ * the step re-runs, and a step that dead-letters its message commits nothing.
+ *
+ * A stored state of an older `version` of the saga is raised by its upcast steps before it is parsed
+ * (an upcaster that throws dead-letters the message); one of a newer version (saved by newer code)
+ * is neither parsed nor overwritten: the message is released, spending no attempt, to wait for a
+ * worker that knows that version. Every save records the saga's version. See docs/sagas.md.
  * @throws HarrierError `invalid-handler` for a class without `@Saga` or without `@StartedBy`.
  */
 export function createSagaStepRunner(options: SagaStepRunnerOptions): StepRunner {
