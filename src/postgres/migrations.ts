@@ -251,6 +251,16 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
+    version: 7,
+    name: 'saga state version',
+    tables: [],
+    // The version of the saga's state shape each row's state was saved with; rows saved before it
+    // existed hold version 1. A constant default makes ADD COLUMN a catalog change (no table rewrite).
+    sql: (t) => `
+      ALTER TABLE ${t.sagas} ADD COLUMN IF NOT EXISTS state_version integer NOT NULL DEFAULT 1;
+    `,
+  },
+  {
     version: 8,
     name: 'schedule tick outcome',
     tables: [],
