@@ -173,6 +173,18 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
         });
       });
 
+      describe("when settled done with a window of 0 (a message with dedupe 'while-queued')", () => {
+        it('forgets the id: another publish of it is delivered', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          expect(await ledger.admit(republished(copy), WINDOW_MS)).toBe('duplicate');
+
+          expect(await ledger.settle(copy, 'done', 0)).toBe(true);
+
+          expect(await ledger.admit(republished(copy), WINDOW_MS)).toBe('deliver');
+        });
+      });
+
       describe('when the queue delivered another token, or nothing', () => {
         it('changes nothing', async () => {
           const copy = copyIn(queue());

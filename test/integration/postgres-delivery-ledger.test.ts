@@ -4,6 +4,8 @@ import { createPublishToken } from '../../src/broker/delivery-ledger.js';
 import { ManualClock } from '../../src/clock/manual-clock.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { PostgresDeliveryLedger } from '../../src/postgres/postgres-delivery-ledger.js';
+import { expectCode, failureOf } from '../../src/testing/expect-code.js';
+import { freePort } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
 
 const databaseUrl = inject('databaseUrl');
@@ -53,6 +55,22 @@ describe('PostgresDeliveryLedger', () => {
           expect(await rowsOf(expiring)).toBe(0);
         });
         expect(await rowsOf(live)).toBe(1);
+      } finally {
+        await ledger.close();
+      }
+    });
+  });
+
+  describe('when PostgreSQL cannot be reached', () => {
+    it('rejects with HarrierError postgres-unavailable', async () => {
+      const port = await freePort();
+      const ledger = new PostgresDeliveryLedger({
+        connection: `postgres://harrier@127.0.0.1:${port}/harrier`,
+        schema,
+      });
+      try {
+        const copy = { queue: 'cmd~orders.PlaceOrder', messageId: randomUUID(), token: createPublishToken() };
+        expectCode(await failureOf(() => ledger.admit(copy, 1000)), 'postgres-unavailable');
       } finally {
         await ledger.close();
       }

@@ -2,6 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { createPublishToken } from '../../src/broker/delivery-ledger.js';
 import { RedisDeliveryLedger } from '../../src/redis/redis-delivery-ledger.js';
+import { expectCode, failureOf } from '../../src/testing/expect-code.js';
+import { freePort } from '../helpers/local-redis.js';
 import { deleteKeys, freshPrefix, scanKeys, useSharedRedis } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
@@ -36,6 +38,16 @@ describe('RedisDeliveryLedger', () => {
 
       await ledger.scheduled(messageId, createPublishToken(), ['cmd~billing.CloseDay'], Date.now() + 1000);
       expect(await redis.client.pttl(`${prefix}:ledger:${messageId}`)).toBeGreaterThan(3_600_000);
+    });
+  });
+
+  describe('when Redis cannot be reached', () => {
+    it('rejects with HarrierError redis-unavailable, so a receiver can pause instead of failing the message', async () => {
+      const port = await freePort();
+      ledger = new RedisDeliveryLedger({ connection: `redis://127.0.0.1:${port}`, prefix });
+      const copy = { queue: 'cmd~orders.PlaceOrder', messageId: randomUUID(), token: createPublishToken() };
+
+      expectCode(await failureOf(() => ledger!.admit(copy, 1000)), 'redis-unavailable');
     });
   });
 });
