@@ -1,4 +1,5 @@
 import { deadLettersMigrationSql } from './dead-letters/dead-letters-migration.js';
+import { deliveryLedgerMigrationSql } from './delivery-ledger-migration.js';
 import type { PostgresTables } from './postgres-schema.js';
 
 /** A table of Harrier's schema that a migration step creates. */
@@ -13,7 +14,9 @@ export type HarrierTableName =
   | 'dead_letters'
   | 'outbox_parked'
   | 'projection_generations'
-  | 'schedules';
+  | 'schedules'
+  | 'ledger_claims'
+  | 'ledger_copies';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -272,6 +275,12 @@ export const MIGRATIONS: readonly Migration[] = [
         ADD COLUMN IF NOT EXISTS last_message_id text,
         ADD COLUMN IF NOT EXISTS last_error text;
     `,
+  },
+  {
+    version: 9,
+    name: 'delivery ledger',
+    tables: ['ledger_claims', 'ledger_copies'],
+    sql: deliveryLedgerMigrationSql,
   },
 ];
 

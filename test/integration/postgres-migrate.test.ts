@@ -40,6 +40,8 @@ describe('migratePostgres', () => {
       'dead_letters',
       'dedupe',
       'inbox',
+      'ledger_claims',
+      'ledger_copies',
       'migrations',
       'outbox',
       'outbox_parked',
