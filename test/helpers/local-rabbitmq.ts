@@ -38,6 +38,8 @@ export interface LocalRabbitMq {
   readonly env: Readonly<Record<string, string>>;
   /** The temp dir holding data (mnesia/), logs (log/), config and cookie. */
   readonly dir: string;
+  /** The server's console output (why it failed to start, when it did). */
+  readonly logFile: string;
   /**
    * Stops the server gracefully (SIGTERM: connections are closed with a connection.close, queues are
    * stopped cleanly) and keeps its data; resolves when the process has exited.
@@ -98,7 +100,7 @@ function portFree(port: number): Promise<boolean> {
 }
 
 /** The last `lines` lines of a file, or '' when it cannot be read. */
-function tail(path: string, lines = 20): string {
+export function tail(path: string, lines = 20): string {
   try {
     return readFileSync(path, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
   } catch {
@@ -112,6 +114,25 @@ function tail(path: string, lines = 20): string {
  * @throws Error naming how to install RabbitMQ when `rabbitmq-server` cannot be found or exits.
  */
 export async function startRabbitMqServer(dirPrefix = 'harrier-rabbitmq-'): Promise<LocalRabbitMq> {
+  const { server, ready } = await launchRabbitMqServer(dirPrefix);
+  try {
+    await ready;
+  } catch (error) {
+    await server.dispose();
+    throw error;
+  }
+  return server;
+}
+
+/**
+ * Starts a RabbitMQ server as {@link startRabbitMqServer} does, without waiting for it: `ready`
+ * resolves when it accepts an AMQP connection, or rejects when it cannot start (the server killed,
+ * its dir and log kept until {@link LocalRabbitMq.dispose}). The global setup uses it so that the tests that need no RabbitMQ never wait for its boot.
+ * @throws Error naming how to install RabbitMQ when `rabbitmq-server` cannot be found.
+ */
+export async function launchRabbitMqServer(
+  dirPrefix = 'harrier-rabbitmq-',
+): Promise<{ readonly server: LocalRabbitMq; readonly ready: Promise<void> }> {
   const server = rabbitmqServerPath();
   if (server === undefined) throw new Error(`rabbitmq-server not found: ${INSTALL_HINT}`);
   const [port, distPort] = await Promise.all([freePort(), freePort()]);
@@ -233,11 +254,10 @@ export async function startRabbitMqServer(dirPrefix = 'harrier-rabbitmq-'): Prom
     rmSync(dir, { recursive: true, force: true });
   };
 
-  try {
-    await launch();
-  } catch (error) {
-    await dispose();
+  // A server that failed to start is killed but keeps its dir (and log) until disposed of.
+  const ready = launch().catch(async (error: unknown) => {
+    await kill();
     throw error;
-  }
-  return { url, port, nodeName, env, dir, stop, kill, restart, dispose };
+  });
+  return { server: { url, port, nodeName, env, dir, logFile, stop, kill, restart, dispose }, ready };
 }

@@ -7,6 +7,7 @@ import amqplib from 'amqplib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { amqpAnswers, startRabbitMqServer, type LocalRabbitMq } from '../helpers/local-rabbitmq.js';
 import { waitFor } from '../helpers/local-redis.js';
+import { rabbitmqUrl } from '../helpers/rabbitmq.js';
 
 /** Each start takes about 5 s on a 2-vCPU host; a loaded CI runner may take twice as long. */
 const SERVER_TIMEOUT_MS = 60_000;
@@ -112,4 +113,16 @@ describe('startRabbitMqServer', () => {
       SERVER_TIMEOUT_MS,
     );
   });
+});
+
+describe('rabbitmqUrl', () => {
+  it(
+    "resolves to the global setup's RabbitMQ once it accepts connections",
+    async () => {
+      const url = await rabbitmqUrl();
+      expect(url).not.toBe(server.url);
+      expect(await amqpAnswers(url)).toBe(true);
+    },
+    SERVER_TIMEOUT_MS,
+  );
 });
