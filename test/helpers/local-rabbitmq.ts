@@ -168,8 +168,10 @@ export async function launchRabbitMqServer(
     RABBITMQ_ENABLED_PLUGINS_FILE: join(dir, 'enabled_plugins'),
     RABBITMQ_MNESIA_BASE: join(dir, 'mnesia'),
     RABBITMQ_LOG_BASE: join(dir, 'log'),
-    // Distribution (rabbitmqctl's way in) on loopback only.
+    // Distribution (rabbitmqctl's way in) on loopback only, and so is the epmd the VM starts when
+    // none runs (it outlives the server, as epmd does).
     RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS: '-kernel inet_dist_use_interface {127,0,0,1}',
+    ERL_EPMD_ADDRESS: '127.0.0.1',
   };
   // Whatever the environment says about another RabbitMQ must not leak into ours.
   const inherited = Object.fromEntries(
