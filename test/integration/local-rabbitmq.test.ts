@@ -99,10 +99,10 @@ describe('startRabbitMqServer', () => {
       'brings back a confirmed persistent message in a quorum queue after kill (SIGKILL)',
       async () => {
         await declareQuorumQueue('smoke.killed');
-        // A quorum queue declared moments before a SIGKILL comes back from RabbitMQ 3.10.8 empty and
-        // without a leader (term and log index 0, though its write-ahead log holds its entries), and
-        // never answers: its registration is saved lazily (DETS), which a graceful restart forces.
-        // Messages published afterwards survive the kill, which is what this asserts.
+        // RabbitMQ 3.10.8 saves the registration of a new quorum queue's Raft member lazily (a DETS
+        // table, names.dets): killed before that, it starts a new, empty member for the queue, which
+        // never elects a leader nor answers. A graceful restart saves it; messages published after
+        // that survive the kill, which is what this asserts.
         await server.restart();
         await publishPersistent('smoke.killed', 'kept across a kill');
         await server.kill();
