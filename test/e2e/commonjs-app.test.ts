@@ -45,12 +45,16 @@ const LINKED = [
   'bullmq',
   'ioredis',
   'pg',
+  'amqplib',
   '@opentelemetry/api',
   'vitest',
   '@types/node',
 ];
 
-/** Every entry point in package.json `exports`, with a function each must export. */
+/**
+ * Every entry point in package.json `exports`, with a function each must export, or `*` for one
+ * that exports no function yet: the app takes its module namespace (an object) then.
+ */
 const ENTRY_POINTS: Readonly<Record<string, string>> = {
   harrier: 'createBus',
   'harrier/extend': 'decodeEnvelope',
@@ -58,6 +62,7 @@ const ENTRY_POINTS: Readonly<Record<string, string>> = {
   'harrier/testing/conformance': 'describeMessageBrokerConformance',
   'harrier/redis': 'openRedisAdmin',
   'harrier/postgres': 'migratePostgres',
+  'harrier/rabbitmq': '*',
   'harrier/telemetry': 'harrierTelemetry',
   'harrier/dashboard': 'createDashboard',
   'harrier/cli': 'run',
@@ -84,6 +89,7 @@ import { createTestBus } from 'harrier/testing';
 import { describeMessageBrokerConformance } from 'harrier/testing/conformance';
 import { BullMqBroker, RedisDeadLetterStore, openRedisAdmin, type BullMqBrokerOptions } from 'harrier/redis';
 import { migratePostgres } from 'harrier/postgres';
+import * as harrierRabbitmq from 'harrier/rabbitmq';
 import { harrierTelemetry } from 'harrier/telemetry';
 import { createDashboard } from 'harrier/dashboard';
 import { run } from 'harrier/cli';
@@ -95,6 +101,7 @@ const loaded: Record<string, unknown> = {
   'harrier/testing/conformance': describeMessageBrokerConformance,
   'harrier/redis': openRedisAdmin,
   'harrier/postgres': migratePostgres,
+  'harrier/rabbitmq': harrierRabbitmq,
   'harrier/telemetry': harrierTelemetry,
   'harrier/dashboard': createDashboard,
   'harrier/cli': run,
@@ -229,7 +236,12 @@ describe('a CommonJS app on Harrier', () => {
         expect(JSON.parse(result.stdout)).toEqual({
           lines: ['placed o-1', 'recorded o-1'],
           brokerIsBullMqBroker: true,
-          entryPoints: Object.fromEntries(Object.keys(ENTRY_POINTS).map((entry) => [entry, 'function'])),
+          entryPoints: Object.fromEntries(
+            Object.entries(ENTRY_POINTS).map(([entry, name]) => [
+              entry,
+              name === '*' ? 'object' : 'function',
+            ]),
+          ),
         });
       } finally {
         await deleteKeys(admin, prefix);
