@@ -118,6 +118,11 @@ interface RowFailure {
   readonly error: unknown;
   /** Why the row can never be published, when it is malformed. */
   readonly malformed: string | undefined;
+  /**
+   * When the try failed: recorded as the row's failure time, and the start of its pause, so the
+   * recorded times and the tries' spacing agree.
+   */
+  readonly at: number;
 }
 
 /**
@@ -504,7 +509,8 @@ export class OutboxRelay {
           return published;
         }
         const malformed = malformedOutboxRow(row);
-        failures.push({ row, error, malformed });
+        const at = this.#clock.now();
+        failures.push({ row, error, malformed, at });
         if (malformed === undefined && row.attempts + 1 < this.#maxAttempts) {
           // Counted, not parked: the lane waits for this row.
           const cap = Math.max(ROW_RETRY_CAP_MS, this.#retryDelayMs);
@@ -524,8 +530,7 @@ export class OutboxRelay {
    * malformed or has used its tries; returns the parked row's id then.
    */
   async #recordFailure(session: pg.PoolClient, failure: RowFailure): Promise<string | undefined> {
-    const { row, error, malformed } = failure;
-    const now = this.#clock.now();
+    const { row, error, malformed, at: now } = failure;
     const message = malformed ?? (error instanceof Error ? error.message : String(error));
     const attempts = row.attempts + 1;
     if (malformed === undefined && attempts < this.#maxAttempts) {

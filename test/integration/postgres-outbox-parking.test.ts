@@ -213,7 +213,6 @@ describe('OutboxRelay parking', () => {
       expect(parked!.error).toMatch(/route/i);
       expect(Number(parked!.first_failed_at)).toBeLessThan(Number(parked!.last_failed_at));
       expect(Number(parked!.parked_at)).toBe(Number(parked!.last_failed_at));
-      // Order per lane held until the row was parked.
       // Order per lane held until the row was parked: tries at 0, 10 and 30 ms (retryDelayMs 10).
       for (const post of s.posts) {
         expect(post.at).toBeGreaterThanOrEqual(Number(parked!.first_failed_at) + 30);
