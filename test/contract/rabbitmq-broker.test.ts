@@ -1,25 +1,29 @@
-import { afterAll } from 'vitest';
+import { beforeAll } from 'vitest';
 import { dropChannelOf, RabbitMqBroker } from '../../src/rabbitmq/rabbitmq-broker.js';
 import { describeMessageBrokerConformance } from '../../src/testing/conformance.js';
-import { deleteRabbitMqPrefix, freshRabbitMqPrefix, rabbitMqUrl } from '../helpers/rabbitmq.js';
+import { freshRabbitPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 
-const filePrefix = freshRabbitMqPrefix();
+// A broker prefix has no '.': the helper's `harrier-test-<hex>.` without its last character.
+const filePrefix = freshRabbitPrefix().slice(0, -1);
 let tests = 0;
 
-afterAll(async () => {
-  await deleteRabbitMqPrefix(filePrefix);
-}, 60_000);
+// The global setup's server may still be booting.
+beforeAll(() => rabbitmqUrl(), 60_000);
 
-describeMessageBrokerConformance('RabbitMqBroker', () => {
-  // Each test its own prefix: its own exchanges and queues on the shared server.
-  const options = { connection: rabbitMqUrl, prefix: `${filePrefix}-${String(++tests)}`, partitions: 4 };
+describeMessageBrokerConformance('RabbitMqBroker', async () => {
+  // Each test its own prefix: its own exchanges and queues on the tests' server.
+  const options = {
+    connection: await rabbitmqUrl(),
+    prefix: `${filePrefix}-${String(++tests)}`,
+    partitions: 4,
+  };
   const broker = new RabbitMqBroker(options);
-  return Promise.resolve({
+  return {
     broker,
     // A second process on the same server and prefix.
     sibling: () => Promise.resolve(new RabbitMqBroker(options)),
     // The channel that took the delivery closes, as if its process died: RabbitMQ puts the message
     // back, and the quorum queue counts the return in x-delivery-count.
     abandon: (delivery) => dropChannelOf(broker, delivery.id),
-  });
+  };
 });

@@ -10,25 +10,27 @@ import {
   RabbitMqBroker,
   type RabbitMqBrokerOptions,
 } from '../../src/rabbitmq/rabbitmq-broker.js';
-import { deleteRabbitMqPrefix, freshRabbitMqPrefix, rabbitMqUrl } from '../helpers/rabbitmq.js';
+import { freshRabbitPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 
-const filePrefix = freshRabbitMqPrefix();
+// A broker prefix has no '.': the helper's `harrier-test-<hex>.` without its last character.
+const filePrefix = freshRabbitPrefix().slice(0, -1);
 let made = 0;
+let url: string;
 let admin: ChannelModel;
 
 beforeAll(async () => {
-  admin = await amqplib.connect(rabbitMqUrl);
-});
+  url = await rabbitmqUrl();
+  admin = await amqplib.connect(url);
+}, 60_000);
 
 afterAll(async () => {
   await admin.close();
-  await deleteRabbitMqPrefix(filePrefix);
-}, 60_000);
+});
 
 /** A broker with a prefix of its own, closed by `use`'s caller. */
 function brokerWith(options: Partial<RabbitMqBrokerOptions> = {}): RabbitMqBroker {
   return new RabbitMqBroker({
-    connection: rabbitMqUrl,
+    connection: url,
     prefix: `${filePrefix}-${String(++made)}`,
     partitions: 4,
     logger: silentLogger,
@@ -170,7 +172,7 @@ describe('RabbitMqBroker', () => {
     it('undoes the bindings of a registration made by another process', async () => {
       const first = brokerWith();
       const second = new RabbitMqBroker({
-        connection: rabbitMqUrl,
+        connection: url,
         prefix: first.prefix,
         partitions: 4,
         logger: silentLogger,
@@ -381,14 +383,16 @@ describe('RabbitMqBroker', () => {
   });
 
   describe('constructor', () => {
+    // The constructor does not connect: any URL does.
+    const anyUrl = 'amqp://127.0.0.1:5672';
     it.each([
       [{}, 'needs a connection'],
-      [{ connection: rabbitMqUrl, prefix: 'a.b' }, 'prefix'],
-      [{ connection: rabbitMqUrl, queueType: 'stream' }, 'queueType'],
-      [{ connection: rabbitMqUrl, partitions: 0 }, 'partitions'],
-      [{ connection: rabbitMqUrl, publishTimeoutMs: 0 }, 'publishTimeoutMs'],
-      [{ connection: rabbitMqUrl, maxDelayBucketMs: 1000 }, 'maxDelayBucketMs'],
-      [{ connection: rabbitMqUrl, heartbeatSeconds: -1 }, 'heartbeatSeconds'],
+      [{ connection: anyUrl, prefix: 'a.b' }, 'prefix'],
+      [{ connection: anyUrl, queueType: 'stream' }, 'queueType'],
+      [{ connection: anyUrl, partitions: 0 }, 'partitions'],
+      [{ connection: anyUrl, publishTimeoutMs: 0 }, 'publishTimeoutMs'],
+      [{ connection: anyUrl, maxDelayBucketMs: 1000 }, 'maxDelayBucketMs'],
+      [{ connection: anyUrl, heartbeatSeconds: -1 }, 'heartbeatSeconds'],
     ])('refuses %j with invalid-option naming %s', (options, named) => {
       let error: unknown;
       try {
