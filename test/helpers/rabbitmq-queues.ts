@@ -1,33 +1,26 @@
-/** Queues of the tests of RabbitMQ's tools: named ones filled with messages, and deleted after. */
-import { randomUUID } from 'node:crypto';
+/** Queues of the tests of RabbitMQ's tools: a broker prefix, named queues filled with messages, deleted after. */
 import amqplib from 'amqplib';
-import { rabbitMqUrl } from './rabbitmq.js';
+import { freshRabbitPrefix, rabbitmqUrl } from './rabbitmq.js';
 
-export { rabbitMqUrl };
-
-/** A name prefix no other test uses. */
-export function freshRabbitPrefix(label: string): string {
-  return `hrt-${label}-${randomUUID().slice(0, 8)}`;
+/** A prefix a RabbitMqBroker takes (no '.') that no other test uses. */
+export function freshBrokerPrefix(): string {
+  return freshRabbitPrefix().slice(0, -1);
 }
 
-/** Deletes `queues` (those that exist) and `exchanges`, each on a channel of its own. */
-export async function deleteRabbitMq(
-  queues: readonly string[],
-  exchanges: readonly string[] = [],
-): Promise<void> {
-  const model = await amqplib.connect(rabbitMqUrl);
+/** Deletes `queues` (those that exist), each on a channel of its own. */
+export async function deleteRabbitMq(queues: readonly string[]): Promise<void> {
+  if (queues.length === 0) return;
+  const model = await amqplib.connect(await rabbitmqUrl());
   model.on('error', () => undefined);
   try {
-    for (const [name, remove] of [
-      ...queues.map((q) => [q, (c: amqplib.Channel) => c.deleteQueue(q)] as const),
-      ...exchanges.map((e) => [e, (c: amqplib.Channel) => c.deleteExchange(e)] as const),
-    ]) {
+    for (const queue of queues) {
       const channel = await model.createChannel();
       channel.on('error', () => undefined);
       try {
-        await remove(channel);
+        await channel.deleteQueue(queue);
       } catch (error) {
-        if ((error as { code?: unknown }).code !== 404) throw new Error(`deleting ${name}`, { cause: error });
+        if ((error as { code?: unknown }).code !== 404)
+          throw new Error(`deleting ${queue}`, { cause: error });
       }
       await channel.close().catch(() => undefined);
     }
@@ -38,7 +31,7 @@ export async function deleteRabbitMq(
 
 /** Declares classic queues `queues` and puts `count` messages into each. */
 export async function fillQueues(queues: Readonly<Record<string, number>>): Promise<void> {
-  const model = await amqplib.connect(rabbitMqUrl);
+  const model = await amqplib.connect(await rabbitmqUrl());
   try {
     const channel = await model.createConfirmChannel();
     for (const [queue, count] of Object.entries(queues)) {

@@ -10,19 +10,21 @@ import { recordRegistration, registryQueue } from '../../src/rabbitmq/rabbitmq-r
 import { RedisDeadLetterStore } from '../../src/redis/redis-dead-letter-store.js';
 import { runCli } from '../helpers/cli-in-process.js';
 import { countDeadLetter } from '../helpers/harrier-cli.js';
-import { deleteRabbitMqPrefix, freshRabbitMqPrefix } from '../helpers/rabbitmq.js';
-import { deleteRabbitMq, fillQueues, freshRabbitPrefix, rabbitMqUrl } from '../helpers/rabbitmq-queues.js';
+import { rabbitmqUrl } from '../helpers/rabbitmq.js';
+import { deleteRabbitMq, fillQueues, freshBrokerPrefix } from '../helpers/rabbitmq-queues.js';
 import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
 const redis = useSharedRedis(redisUrl);
 
+let url: string;
 let model: amqplib.ChannelModel;
 const cleanups: (() => Promise<unknown>)[] = [];
 
 beforeAll(async () => {
-  model = await amqplib.connect(rabbitMqUrl);
-});
+  url = await rabbitmqUrl();
+  model = await amqplib.connect(url);
+}, 60_000);
 afterAll(async () => {
   await model.close();
 });
@@ -33,7 +35,7 @@ afterEach(async () => {
 /** A Redis prefix and a RabbitMQ prefix of the test's own, deleted after it. */
 function freshSystem(queues: readonly string[] = []): { prefix: string; rabbitPrefix: string } {
   const prefix = freshPrefix();
-  const rabbitPrefix = freshRabbitPrefix('cli');
+  const rabbitPrefix = freshBrokerPrefix();
   cleanups.push(() => deleteKeys(redis.client, prefix));
   cleanups.push(() =>
     deleteRabbitMq([registryQueue(rabbitPrefix), ...queues.map((q) => `${rabbitPrefix}.${q}`)]),
@@ -84,7 +86,7 @@ describe('harrier topology --rabbitmq-url', () => {
         '--prefix',
         prefix,
         '--rabbitmq-url',
-        rabbitMqUrl,
+        url,
         '--rabbitmq-prefix',
         rabbitPrefix,
       ]);
@@ -123,7 +125,7 @@ describe('harrier topology --rabbitmq-url', () => {
       const { prefix, rabbitPrefix } = freshSystem();
       const result = await runCli(
         ['topology', '--url', redisUrl, '--prefix', prefix, '--rabbitmq-prefix', rabbitPrefix],
-        { tty: true, env: { RABBITMQ_URL: rabbitMqUrl } },
+        { tty: true, env: { RABBITMQ_URL: url } },
       );
       expect(result.code).toBe(0);
       expect(result.stdout).toBe(`No endpoints registered under RabbitMQ prefix ${rabbitPrefix}.\n`);
@@ -185,7 +187,7 @@ describe('harrier dashboard --rabbitmq-url', () => {
       stdout: { write: (text: string) => (stdout += text), isTTY: false },
       stderr: { write: () => true, isTTY: false },
       stdin: new PassThrough(),
-      env: { RABBITMQ_URL: rabbitMqUrl },
+      env: { RABBITMQ_URL: url },
     };
     const signals = new EventEmitter();
     const running = dashboardCommand(
@@ -216,11 +218,10 @@ describe('harrier dashboard --rabbitmq-url', () => {
 describe('harrier dlq replay --rabbitmq-url', () => {
   it('sends the dead letters of the Redis store back into their RabbitMQ queue through a RabbitMqBroker', async () => {
     const prefix = freshPrefix();
-    const rabbitPrefix = freshRabbitMqPrefix();
+    const rabbitPrefix = freshBrokerPrefix();
     cleanups.push(() => deleteKeys(redis.client, prefix));
-    cleanups.push(() => deleteRabbitMqPrefix(rabbitPrefix));
     const broker = new RabbitMqBroker({
-      connection: rabbitMqUrl,
+      connection: url,
       prefix: rabbitPrefix,
       logger: silentLogger,
     });
@@ -239,7 +240,7 @@ describe('harrier dlq replay --rabbitmq-url', () => {
       '--prefix',
       prefix,
       '--rabbitmq-url',
-      rabbitMqUrl,
+      url,
       '--rabbitmq-prefix',
       rabbitPrefix,
     ]);

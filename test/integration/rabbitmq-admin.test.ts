@@ -11,30 +11,32 @@ import {
   registryQueue,
   type RabbitMqRegistration,
 } from '../../src/rabbitmq/rabbitmq-registry.js';
-import { deleteRabbitMqPrefix, freshRabbitMqPrefix } from '../helpers/rabbitmq.js';
-import { deleteRabbitMq, fillQueues, freshRabbitPrefix, rabbitMqUrl } from '../helpers/rabbitmq-queues.js';
+import { rabbitmqUrl } from '../helpers/rabbitmq.js';
+import { deleteRabbitMq, fillQueues, freshBrokerPrefix } from '../helpers/rabbitmq-queues.js';
 
+let url: string;
 let model: amqplib.ChannelModel;
 const queues: string[] = [];
-const brokerPrefixes: string[] = [];
 
 beforeAll(async () => {
-  model = await amqplib.connect(rabbitMqUrl);
-});
+  url = await rabbitmqUrl();
+  model = await amqplib.connect(url);
+}, 60_000);
 afterAll(async () => {
   await model.close();
 });
 afterEach(async () => {
   await deleteRabbitMq(queues.splice(0));
-  for (const prefix of brokerPrefixes.splice(0)) await deleteRabbitMqPrefix(prefix);
 }, 60_000);
 
-/** A RabbitMqBroker on a prefix of its own (every queue and exchange under it deleted after the test). */
+/**
+ * A RabbitMqBroker on a prefix of its own; what it declares stays (in the global setup's own server,
+ * deleted with it; see test/helpers/rabbitmq.ts).
+ */
 function freshBroker(): RabbitMqBroker {
-  const prefix = freshRabbitMqPrefix();
-  brokerPrefixes.push(prefix);
+  const prefix = freshBrokerPrefix();
   return new RabbitMqBroker({
-    connection: rabbitMqUrl,
+    connection: url,
     prefix,
     queueType: 'classic',
     partitions: 2,
@@ -51,7 +53,7 @@ function message(
 }
 
 function freshPrefix(): string {
-  const prefix = freshRabbitPrefix('admin');
+  const prefix = freshBrokerPrefix();
   queues.push(registryQueue(prefix));
   return prefix;
 }
@@ -95,7 +97,7 @@ describe('RabbitMqAdmin', () => {
     describe('when nothing registered under the prefix', () => {
       it('is empty, with a note naming the prefix and its registry stream', async () => {
         const prefix = freshPrefix();
-        const admin = await openRabbitMqAdmin(rabbitMqUrl, { prefix });
+        const admin = await openRabbitMqAdmin(url, { prefix });
         try {
           const topology = await admin.topology();
           expect(topology.endpoints).toEqual([]);
@@ -119,7 +121,7 @@ describe('RabbitMqAdmin', () => {
           [`${prefix}.evt.orders.Audit`]: 3,
           [`${prefix}.evt.orders.Audit.p1`]: 4,
         });
-        const admin = await openRabbitMqAdmin(rabbitMqUrl, { prefix });
+        const admin = await openRabbitMqAdmin(url, { prefix });
         try {
           const topology = await admin.topology();
           expect(topology.unreadable).toEqual([]);
@@ -166,7 +168,7 @@ describe('RabbitMqAdmin', () => {
           partitions: 0,
           subscriptions: [],
         });
-        const admin = await openRabbitMqAdmin(rabbitMqUrl, { prefix });
+        const admin = await openRabbitMqAdmin(url, { prefix });
         try {
           expect((await admin.topology()).endpoints.map((e) => [e.endpoint, e.registeredAt])).toEqual([
             ['billing', 1500],
@@ -210,7 +212,7 @@ describe('RabbitMqAdmin', () => {
         for (let i = 0; i < 3; i++) await broker.publish(message('event', 'orders.OrderPlaced'));
         await broker.publish(message('command', 'orders.PlaceOrder', { deliverAt: Date.now() + 60_000 }));
 
-        const admin = await openRabbitMqAdmin(rabbitMqUrl, { prefix: p });
+        const admin = await openRabbitMqAdmin(url, { prefix: p });
         try {
           const topology = await admin.topology();
           const rows = topology.endpoints.flatMap(({ endpoint, subscriptions }) =>
@@ -257,7 +259,7 @@ describe('RabbitMqAdmin', () => {
 
   describe('.broker', () => {
     it('throws invalid-argument naming --rabbitmq-prefix when no endpoint registered under the prefix', async () => {
-      const admin = await openRabbitMqAdmin(rabbitMqUrl, { prefix: freshPrefix() });
+      const admin = await openRabbitMqAdmin(url, { prefix: freshPrefix() });
       try {
         const error: unknown = await admin.broker().catch((e: unknown) => e);
         expect(HarrierError.is(error, 'invalid-argument')).toBe(true);
@@ -270,7 +272,7 @@ describe('RabbitMqAdmin', () => {
 
   describe('.close', () => {
     it('closes the admin: a later call throws admin-closed', async () => {
-      const admin = await openRabbitMqAdmin(rabbitMqUrl, { prefix: freshPrefix() });
+      const admin = await openRabbitMqAdmin(url, { prefix: freshPrefix() });
       await admin.close();
       await expect(admin.topology()).rejects.toSatisfy((error) => HarrierError.is(error, 'admin-closed'));
     });

@@ -7,14 +7,17 @@ import {
   type RabbitMqRegistration,
 } from '../../src/rabbitmq/rabbitmq-registry.js';
 import { RegistryReader } from '../../src/rabbitmq/registry-reader.js';
-import { deleteRabbitMq, freshRabbitPrefix, rabbitMqUrl } from '../helpers/rabbitmq-queues.js';
+import { rabbitmqUrl } from '../helpers/rabbitmq.js';
+import { deleteRabbitMq, freshBrokerPrefix } from '../helpers/rabbitmq-queues.js';
 
+let url: string;
 let model: amqplib.ChannelModel;
 const prefixes: string[] = [];
 
 beforeAll(async () => {
-  model = await amqplib.connect(rabbitMqUrl);
-});
+  url = await rabbitmqUrl();
+  model = await amqplib.connect(url);
+}, 60_000);
 afterAll(async () => {
   await model.close();
 });
@@ -23,7 +26,7 @@ afterEach(async () => {
 });
 
 function freshPrefix(): string {
-  const prefix = freshRabbitPrefix('registry');
+  const prefix = freshBrokerPrefix();
   prefixes.push(prefix);
   return prefix;
 }
