@@ -123,6 +123,8 @@ export class RegistryReader {
   readonly #entries = new Map<string, Entry>();
   #skipped = 0;
   #next: number | 'first' = 'first';
+  /** The read in progress: reads run one at a time (a dashboard's pages may ask together). */
+  #reading: Promise<unknown> = Promise.resolve();
 
   /**
    * @param timeoutMs - how long a read may wait for its marker to come back before it fails.
@@ -140,7 +142,13 @@ export class RegistryReader {
    * @throws HarrierError `rabbitmq-unavailable` when the marker does not come back in time; what
    *   amqplib throws when RabbitMQ refuses an operation.
    */
-  async read(): Promise<RegistryRead | undefined> {
+  read(): Promise<RegistryRead | undefined> {
+    const read = this.#reading.then(() => this.#read());
+    this.#reading = read.catch(() => undefined);
+    return read;
+  }
+
+  async #read(): Promise<RegistryRead | undefined> {
     if (!(await registryExists(this.#connection, this.#prefix))) return undefined;
     const marker = randomUUID();
     await onOwnChannel(

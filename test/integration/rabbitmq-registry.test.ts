@@ -92,6 +92,39 @@ describe('recordRegistration and RegistryReader', () => {
       });
     });
 
+    describe('when one reader is read several times at once', () => {
+      it('runs the reads one after the other, each giving the latest registration of each endpoint', async () => {
+        const prefix = freshPrefix();
+        const opened: string[] = [];
+        const connection = {
+          createChannel: () => {
+            opened.push('channel');
+            return model.createChannel();
+          },
+          createConfirmChannel: () => {
+            opened.push('confirm');
+            return model.createConfirmChannel();
+          },
+        };
+        const reader = new RegistryReader(connection, prefix, 5000);
+        for (let i = 1; i <= 20; i++) {
+          await recordRegistration(model, prefix, registration(`e${String(i % 4)}`, i, [`H${String(i)}`]));
+        }
+        const latest = [17, 18, 19, 20].map((i) => registration(`e${String(i % 4)}`, i, [`H${String(i)}`]));
+        const expected = {
+          registrations: [...latest].sort((a, b) => a.endpoint.localeCompare(b.endpoint)),
+          unreadable: [],
+          skipped: 0,
+        };
+
+        const reads = await Promise.all([reader.read(), reader.read()]);
+
+        expect(reads).toEqual([expected, expected]);
+        // Each read: a passive declare, its marker (confirmed), its consumer; the second after the first.
+        expect(opened).toEqual(['channel', 'confirm', 'channel', 'channel', 'confirm', 'channel']);
+      });
+    });
+
     describe('when the registry was deleted and declared again since the last read', () => {
       it('reads the new stream from its start, forgetting the old registrations', async () => {
         const prefix = freshPrefix();
