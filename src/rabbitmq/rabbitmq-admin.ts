@@ -1,4 +1,3 @@
-import type { ChannelModel } from 'amqplib';
 import type { EndpointTopology, SubscriptionTopology, Topology } from '../admin/topology.js';
 import type { AdminBrokerOptions, TransportAdmin } from '../admin/transport-admin.js';
 import type { MessageBroker, QueueDepth } from '../broker/message-broker.js';
@@ -6,10 +5,10 @@ import { sumQueueDepths } from '../broker/sum-queue-depths.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { QueueProbe } from './queue-probe.js';
 import { RabbitMqBroker } from './rabbitmq-broker.js';
-import { describeRabbitMq, type RabbitMqConnectionOptions } from './rabbitmq-connection.js';
-import { amqplib } from './rabbitmq-peers.js';
+import type { RabbitMqConnectionOptions } from './rabbitmq-connection.js';
 import { registryQueue, type RabbitMqRegistration, type RegisteredQueue } from './rabbitmq-registry.js';
 import { RegistryReader } from './registry-reader.js';
+import { ToolConnection, toolUnavailable as unavailable } from './tool-connection.js';
 
 /** Options of {@link openRabbitMqAdmin}. */
 export interface RabbitMqAdminOptions {
@@ -38,13 +37,12 @@ const DEFAULT_READ_TIMEOUT_MS = 10_000;
 export const RABBITMQ_ACTIVE_NOTE =
   'RabbitMQ tells over AMQP how many messages a queue holds ready, not how many are delivered and not acknowledged yet: ACTIVE shows 0 (RabbitMQ’s management UI or `rabbitmqctl list_queues name messages_unacknowledged` shows them)';
 
-function unavailable(where: string, doing: string, cause: unknown): HarrierError {
-  const reason = cause instanceof Error ? cause.message : String(cause);
-  return new HarrierError(
-    'rabbitmq-unavailable',
-    `RabbitMQ could not be reached at ${where} while ${doing} (${reason}): start RabbitMQ there, or point RABBITMQ_URL / --rabbitmq-url at a running server`,
-    { cause },
-  );
+/** What the tests do to an admin. */
+const testHooks = new WeakMap<RabbitMqAdmin, { readonly dropConnection: () => Promise<void> }>();
+
+/** Makes the admin lose its connection as if the network dropped it (tests of reconnecting). */
+export async function dropConnectionOfAdmin(admin: RabbitMqAdmin): Promise<void> {
+  await testHooks.get(admin)?.dropConnection();
 }
 
 /**
@@ -61,7 +59,7 @@ function unavailable(where: string, doing: string, cause: unknown): HarrierError
  * amqp://...`).
  */
 export class RabbitMqAdmin implements TransportAdmin {
-  readonly #model: ChannelModel;
+  readonly #connection: ToolConnection;
   readonly #target: RabbitMqConnectionOptions;
   readonly #prefix: string;
   readonly #where: string;
@@ -70,16 +68,17 @@ export class RabbitMqAdmin implements TransportAdmin {
   #closed = false;
 
   private constructor(
-    model: ChannelModel,
+    connection: ToolConnection,
     target: RabbitMqConnectionOptions,
     prefix: string,
     readTimeoutMs: number,
   ) {
-    this.#model = model;
+    this.#connection = connection;
     this.#target = target;
     this.#prefix = prefix;
-    this.#where = describeRabbitMq(target);
-    this.#reader = new RegistryReader(model, prefix, readTimeoutMs);
+    this.#where = connection.where;
+    this.#reader = new RegistryReader(connection, prefix, readTimeoutMs);
+    testHooks.set(this, { dropConnection: () => connection.drop() });
   }
 
   /** @see {@link openRabbitMqAdmin} */
@@ -94,18 +93,10 @@ export class RabbitMqAdmin implements TransportAdmin {
         `RabbitMqAdmin option prefix is "${prefix}": give the prefix the system's RabbitMqBrokers were given, 1 to 100 letters, digits, '_' or '-' (default "${DEFAULT_PREFIX}")`,
       );
     }
-    const where = describeRabbitMq(connection);
-    let model: ChannelModel;
-    try {
-      model = await amqplib.connect(connection, {
-        timeout: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
-      });
-    } catch (error) {
-      throw unavailable(where, 'connecting', error);
-    }
-    // A connection that drops shows as the failure of the operation in progress.
-    model.on('error', () => undefined);
-    return new RabbitMqAdmin(model, connection, prefix, options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS);
+    const tool = new ToolConnection(connection, options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS);
+    // Connect now, so an unreachable RabbitMQ is reported by open, not by the first query.
+    await tool.model();
+    return new RabbitMqAdmin(tool, connection, prefix, options.readTimeoutMs ?? DEFAULT_READ_TIMEOUT_MS);
   }
 
   /** The name prefix of the system. */
@@ -128,8 +119,9 @@ export class RabbitMqAdmin implements TransportAdmin {
 
   /**
    * Every endpoint registered under the prefix, its subscriptions, and how many messages each of
-   * their queues holds: `waiting` the ready ones, `delayed` those in the queue's delay queues, and
-   * `active` 0 (AMQP does not tell; the note says so).
+   * their queues holds: `waiting` the ready ones; `active` and `delayed` 0 (AMQP does not tell
+   * unacknowledged messages, and the delay queues are shared by every queue): the note says so and
+   * gives the delay queues' total.
    */
   async topology(): Promise<Topology> {
     const read = await this.#readRegistry();
@@ -139,7 +131,7 @@ export class RabbitMqAdmin implements TransportAdmin {
         note: `no endpoint registered with a RabbitMqBroker under prefix "${this.#prefix}" at ${this.#where} (its registry stream "${registryQueue(this.#prefix)}" does not exist): check --rabbitmq-prefix`,
       };
     }
-    const probe = new QueueProbe(this.#model);
+    const probe = new QueueProbe(this.#connection);
     try {
       const endpoints: EndpointTopology[] = [];
       for (const registration of read.registrations) {
@@ -200,7 +192,7 @@ export class RabbitMqAdmin implements TransportAdmin {
     this.#closed = true;
     const opened = this.#opened.splice(0).reverse();
     await Promise.allSettled(opened.map((part) => part.close()));
-    await this.#model.close().catch(() => undefined);
+    await this.#connection.close();
   }
 
   async #readRegistry() {

@@ -4,7 +4,11 @@ import type { OutgoingMessage } from '../../src/broker/message-broker.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
 import { silentLogger } from '../../src/logging/logger.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
-import { RABBITMQ_ACTIVE_NOTE, openRabbitMqAdmin } from '../../src/rabbitmq/rabbitmq-admin.js';
+import {
+  RABBITMQ_ACTIVE_NOTE,
+  dropConnectionOfAdmin,
+  openRabbitMqAdmin,
+} from '../../src/rabbitmq/rabbitmq-admin.js';
 import { RabbitMqBroker } from '../../src/rabbitmq/rabbitmq-broker.js';
 import {
   recordRegistration,
@@ -264,6 +268,22 @@ describe('RabbitMqAdmin', () => {
         const error: unknown = await admin.broker().catch((e: unknown) => e);
         expect(HarrierError.is(error, 'invalid-argument')).toBe(true);
         expect((error as Error).message).toContain('--rabbitmq-prefix');
+      } finally {
+        await admin.close();
+      }
+    });
+  });
+
+  describe('when its connection dropped', () => {
+    it('connects again on the next call, and goes on reading the registry', async () => {
+      const prefix = freshPrefix();
+      await recordRegistration(model, prefix, ordersRegistration(prefix, 1000));
+      const admin = await openRabbitMqAdmin(url, { prefix });
+      try {
+        expect((await admin.topology()).endpoints.map((e) => e.registeredAt)).toEqual([1000]);
+        await dropConnectionOfAdmin(admin);
+        await recordRegistration(model, prefix, ordersRegistration(prefix, 2000));
+        expect((await admin.topology()).endpoints.map((e) => e.registeredAt)).toEqual([2000]);
       } finally {
         await admin.close();
       }
