@@ -19,9 +19,12 @@ import {
   type MessageBroker,
   type MessageBus,
 } from '../../src/index.js';
-import { BullMqBroker, RedisDeadLetterStore } from '../../src/redis/index.js';
+import { PostgresDeadLetterStore, migratePostgres } from '../../src/postgres/index.js';
+import { RabbitMqBroker } from '../../src/rabbitmq/index.js';
+import { BullMqBroker, RedisDeadLetterStore, RedisDeliveryLedger } from '../../src/redis/index.js';
 import { createTestBus } from '../../src/testing/index.js';
 import { waitFor } from '../helpers/local-redis.js';
+import { freshRabbitPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 import {
   RIGHT_SHOP_MODEL,
@@ -375,7 +378,7 @@ describe('the same app on both brokers', () => {
     });
   });
 
-  describe('a message dead-lettered on either broker', () => {
+  describe('a message dead-lettered on any broker', () => {
     let admin: Redis;
     const prefix = freshPrefix();
 
@@ -388,7 +391,7 @@ describe('the same app on both brokers', () => {
       await admin.quit();
     });
 
-    it('gets the same dead-letter id on both: a command, an ordered command and an event subscription', async () => {
+    it('gets the same dead-letter id in memory, on Redis and on RabbitMQ (its dead letters in PostgreSQL): a command, an ordered command and an event subscription', async () => {
       const schema = z.object({ orderId: z.string() });
       const Charge = defineCommand('agree.Charge', { schema });
       const Refund = defineCommand('agree.Refund', { schema, partitionKey: 'orderId', ordered: true });
@@ -450,6 +453,27 @@ describe('the same app on both brokers', () => {
       } finally {
         await redisStore.close();
       }
-    }, 60_000);
+      const pgSchema = `agree_${prefix.replace(/[^a-z0-9]/gi, '').toLowerCase().slice(-24)}`;
+      const databaseUrl = inject('databaseUrl');
+      await migratePostgres(databaseUrl, { schema: pgSchema });
+      const postgresStore = new PostgresDeadLetterStore({ connection: databaseUrl, schema: pgSchema });
+      const ledger = new RedisDeliveryLedger({ connection: redisUrl, prefix });
+      try {
+        const rabbitPrefix = freshRabbitPrefix().replace(/\.$/, '');
+        const onRabbit = await deadLetterIds(
+          new RabbitMqBroker({
+            connection: await rabbitmqUrl(),
+            prefix: rabbitPrefix,
+            ledger,
+            logger: silentLogger,
+          }),
+          postgresStore,
+        );
+        expect(onRabbit).toEqual(inMemory);
+      } finally {
+        await postgresStore.close();
+        await ledger.close();
+      }
+    }, 90_000);
   });
 });
