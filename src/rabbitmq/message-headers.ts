@@ -56,11 +56,50 @@ export function headersOf(facts: CarriedFacts): Record<string, string> {
   if (facts.ordered) headers[H.ordered] = '1';
   if (facts.failures > 0) headers[H.failures] = String(facts.failures);
   if (facts.ends > 0) headers[H.ends] = String(facts.ends);
-  if (facts.history.length > 0) headers[H.history] = JSON.stringify(facts.history);
-  if (facts.pendingDeadLetter !== undefined) headers[H.pending] = JSON.stringify(facts.pendingDeadLetter);
+  if (facts.history.length > 0) headers[H.history] = boundedHistory(facts.history);
+  if (facts.pendingDeadLetter !== undefined) {
+    const { error } = facts.pendingDeadLetter;
+    headers[H.pending] = JSON.stringify({
+      ...facts.pendingDeadLetter,
+      error: {
+        ...error,
+        message: error.message.slice(0, 2000),
+        ...(error.stack !== undefined ? { stack: error.stack.slice(0, 2000) } : {}),
+      },
+    });
+  }
   if (facts.replayOf !== undefined) headers[H.replayOf] = facts.replayOf;
   if (facts.notBefore !== undefined) headers[H.notBefore] = String(facts.notBefore);
   return headers;
+}
+
+/** Most UTF-8 bytes of the history header: amqplib refuses headers past 64 KiB in all. */
+const MAX_HISTORY_BYTES = 32 * 1024;
+
+/**
+ * The history as JSON within {@link MAX_HISTORY_BYTES}: the stacks go first, oldest first, then the
+ * error messages are cut to 500 characters.
+ */
+function boundedHistory(history: readonly AttemptRecord[]): string {
+  let records = [...history];
+  let json = JSON.stringify(records);
+  for (let i = 0; i < records.length && Buffer.byteLength(json) > MAX_HISTORY_BYTES; i++) {
+    const { stack: _stack, ...error } = (records[i] as AttemptRecord).error;
+    records[i] = { ...(records[i] as AttemptRecord), error };
+    json = JSON.stringify(records);
+  }
+  if (Buffer.byteLength(json) > MAX_HISTORY_BYTES) {
+    records = records.map((record) => ({
+      ...record,
+      error: {
+        ...record.error,
+        name: record.error.name.slice(0, 200),
+        message: record.error.message.slice(0, 500),
+      },
+    }));
+    json = JSON.stringify(records);
+  }
+  return json;
 }
 
 /** What {@link readFacts} found: the facts, and the names of headers it had to drop as malformed. */

@@ -1,4 +1,4 @@
-import type { Options } from 'amqplib';
+import type { Channel, Options } from 'amqplib';
 import type {
   BrokerCapabilities,
   Delivery,
@@ -219,6 +219,8 @@ export class RabbitMqBroker implements MessageBroker {
         this.#delayQueues.clear();
         this.#declared.clear();
         await declareBase(channel, this.#names);
+        // After a reconnect: what the endpoints registered, in case the server lost it (a reset node).
+        for (const { topology } of this.#registered.values()) await this.#declare(channel, topology);
       },
     });
     testHooks.set(this, {
@@ -305,6 +307,15 @@ export class RabbitMqBroker implements MessageBroker {
     this.#registered.set(endpoint, { specs: [...subscriptions], topology });
   }
 
+  /** Declares an endpoint's queues, command type exchanges and bindings (idempotent). */
+  async #declare(channel: Channel, topology: EndpointTopology): Promise<void> {
+    for (const role of topology.queues)
+      await declareQueue(channel, this.#names, role.queue, this.#queueType, role.ordered);
+    for (const type of topology.commandTypes)
+      await channel.assertExchange(this.#names.commandType(type), 'topic', { durable: true });
+    for (const binding of topology.bindings) await bind(channel, binding);
+  }
+
   receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
     const registered = this.#registered.get(options.endpoint);
     if (registered === undefined) {
@@ -335,6 +346,10 @@ export class RabbitMqBroker implements MessageBroker {
               await this.#sendToQueue(taken.role.queue, taken, facts);
               taken.receiver.ackMessage(taken);
             },
+            declare: () =>
+              this.#connection.withChannel(this.#publishTimeoutMs, 'declaring queues', (channel) =>
+                this.#declare(channel, registered.topology),
+              ),
             ended: (ended) => {
               this.#receivers.delete(ended);
             },
@@ -782,13 +797,13 @@ function bindingId(binding: Binding): string {
   return JSON.stringify([binding.source, binding.destination, binding.toExchange, binding.key, binding.args]);
 }
 
-async function bind(channel: import('amqplib').Channel, binding: Binding): Promise<void> {
+async function bind(channel: Channel, binding: Binding): Promise<void> {
   if (binding.toExchange)
     await channel.bindExchange(binding.destination, binding.source, binding.key, binding.args);
   else await channel.bindQueue(binding.destination, binding.source, binding.key, binding.args);
 }
 
-async function unbind(channel: import('amqplib').Channel, binding: Binding): Promise<void> {
+async function unbind(channel: Channel, binding: Binding): Promise<void> {
   if (binding.toExchange)
     await channel.unbindExchange(binding.destination, binding.source, binding.key, binding.args);
   else await channel.unbindQueue(binding.destination, binding.source, binding.key, binding.args);

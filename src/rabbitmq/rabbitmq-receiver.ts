@@ -44,6 +44,8 @@ export interface ReceiverContext {
   readonly forget: (id: string) => void;
   /** Publishes a copy of `taken` carrying `facts` back to its queue (confirmed), then acks it. */
   readonly moveBack: (taken: Taken, facts: CarriedFacts) => Promise<void>;
+  /** Declares the endpoint's queues and bindings again (one was deleted under the receiver). */
+  readonly declare: () => Promise<void>;
   /** Called once the receiver has ended and settled or returned everything. */
   readonly ended: (receiver: RabbitMqReceiver) => void;
 }
@@ -392,7 +394,17 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /** Keeps a channel consuming the endpoint's queues until the receiver ends. */
   async #run(): Promise<void> {
+    let failed = false;
     while (!this.#ending) {
+      if (failed) {
+        await this.#context.declare().catch((error: unknown) => {
+          this.#context.logger.warn('A RabbitMQ receiver could not declare its queues again', {
+            endpoint: this.#context.endpoint,
+            error: error instanceof Error ? error.message : String(error),
+          });
+        });
+        failed = false;
+      }
       let channel: Channel;
       try {
         channel = await this.#context.connection.openChannel(this.#context.timeoutMs, 'receiving');
@@ -421,7 +433,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
             role.queue,
             (message) => {
               if (message === null) {
-                // The queue was deleted: start over on a new channel.
+                // The queue was deleted: start over on a new channel, declaring it again.
+                failed = true;
                 void channel.close().catch(() => undefined);
               } else if (channel === this.#channel) {
                 this.receive(message, role, channel);
@@ -435,6 +448,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
           else this.#unorderedConsumers.push(consumerTag);
         }
       } catch (error) {
+        // Ended meanwhile: its channel was closed under the consume.
+        if (this.#isEnding()) return;
+        failed = true;
         this.#context.logger.warn('A RabbitMQ receiver could not consume its queues; trying again', {
           endpoint: this.#context.endpoint,
           error: error instanceof Error ? error.message : String(error),

@@ -333,6 +333,40 @@ describe('RabbitMqBroker', () => {
     });
   });
 
+  describe('when a queue is deleted under a running receiver', () => {
+    it('declares it again and goes on receiving', async () => {
+      const broker = brokerWith();
+      const controller = new AbortController();
+      try {
+        const queue = `${broker.prefix}.cmd.orders.Refund`;
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Refund'] }]);
+        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const next = iterator.next();
+        await expect
+          .poll(() => onChannel(async (channel) => (await channel.checkQueue(queue)).consumerCount))
+          .toBe(1);
+
+        await onChannel((channel) => channel.deleteQueue(queue));
+
+        await expect
+          .poll(
+            () =>
+              onChannel(async (channel) => (await channel.checkQueue(queue)).consumerCount).catch(() => 0),
+            { timeout: 10_000 },
+          )
+          .toBe(1);
+        await broker.publish(message('command', 'orders.Refund', { body: 'refund' }));
+        const delivery = (await next).value as Delivery;
+        expect(delivery.body).toBe('refund');
+        await broker.ack(delivery.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    }, 20_000);
+  });
+
   describe('with queueType classic', () => {
     it('declares classic queues and does not count crashes', async () => {
       const broker = brokerWith({ queueType: 'classic' });
