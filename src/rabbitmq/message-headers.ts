@@ -27,6 +27,14 @@ export interface CarriedFacts {
   readonly replayOf: string | undefined;
   /** Not to be handled before this time, ms since the epoch. */
   readonly notBefore: number | undefined;
+  /**
+   * The publish token (`createPublishToken()`) the delivery ledger knows this copy by: the same for
+   * every copy of one publish, its retries and releases; a replay has a new one. None on a message
+   * published without a ledger (or by foreign code): it is delivered without asking the ledger.
+   */
+  readonly token?: string | undefined;
+  /** Published with `dedupe: 'while-queued'`: the ledger forgets the id once it is settled. */
+  readonly whileQueued?: boolean;
 }
 
 const H = {
@@ -41,10 +49,16 @@ const H = {
   pending: 'x-harrier-pending',
   replayOf: 'x-harrier-replay-of',
   notBefore: 'x-harrier-not-before',
+  token: 'x-harrier-token',
+  whileQueued: 'x-harrier-while-queued',
 } as const;
 
-/** The header a delay queue's binding matches: how long the message waits in it, in ms. */
-export const BUCKET_HEADER = 'x-harrier-bucket';
+/**
+ * The header a delay queue's binding matches: how long the message waits in it, in ms. Not `x-`:
+ * a headers exchange's `x-match: all` ignores headers starting with `x-`, so a binding on one would
+ * match every message and each delay queue would get a copy.
+ */
+export const BUCKET_HEADER = 'harrier-bucket';
 
 /** The headers of a message carrying `facts` (numbers as strings: AMQP integer widths vary). */
 export function headersOf(facts: CarriedFacts): Record<string, string> {
@@ -70,6 +84,8 @@ export function headersOf(facts: CarriedFacts): Record<string, string> {
   }
   if (facts.replayOf !== undefined) headers[H.replayOf] = facts.replayOf;
   if (facts.notBefore !== undefined) headers[H.notBefore] = String(facts.notBefore);
+  if (facts.token !== undefined) headers[H.token] = facts.token;
+  if (facts.whileQueued === true) headers[H.whileQueued] = '1';
   return headers;
 }
 
@@ -168,6 +184,8 @@ export function readFacts(properties: MessageProperties): ReadFacts {
       pendingDeadLetter,
       replayOf: text(H.replayOf),
       notBefore: notBefore !== undefined && Number.isFinite(notBefore) ? notBefore : undefined,
+      token: text(H.token),
+      whileQueued: text(H.whileQueued) === '1',
     },
     dropped,
   };

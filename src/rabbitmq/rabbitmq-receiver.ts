@@ -42,6 +42,11 @@ export interface ReceiverContext {
   readonly handOut: (taken: Taken) => void;
   /** Forgets a delivery id (settled, or stale). */
   readonly forget: (id: string) => void;
+  /**
+   * With a delivery ledger: whether a copy taken is to be handed out (`deliver`) or dropped (a
+   * duplicate, a cancelled scheduled message); rejects when the ledger is unreachable (an outage).
+   */
+  readonly admit: ((taken: Taken) => Promise<'deliver' | 'drop'>) | undefined;
   /** Publishes a copy of `taken` carrying `facts` back to its queue (confirmed), then acks it. */
   readonly moveBack: (taken: Taken, facts: CarriedFacts) => Promise<void>;
   /** Declares the endpoint's queues and bindings again (one was deleted under the receiver). */
@@ -71,6 +76,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   /** Every message held from the current channel. */
   readonly #held = new Set<Taken>();
   #out = 0;
+  /** The ledger failed the last admission (logged once until it answers again). */
+  #ledgerDown = false;
   #ending = false;
   #ended = false;
   #started = false;
@@ -120,7 +127,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (this.#ending) return { done: true, value: undefined };
       if (this.#out < this.#context.prefetch) {
         const taken = this.#ready.shift();
-        if (taken !== undefined) return { done: false, value: this.#handOut(taken) };
+        if (taken !== undefined && (await this.#admitted(taken))) {
+          return { done: false, value: this.#handOut(taken) };
+        }
+        if (taken !== undefined) continue;
       }
       await new Promise<void>((resolve) => {
         this.#wake = resolve;
@@ -317,6 +327,49 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     return { id, body: taken.body, facts: deliveryFacts };
   }
 
+  /**
+   * Whether `taken` goes out: without a ledger, or a token (foreign bytes), at once; with one, when
+   * the ledger admits it. A duplicate or a cancelled copy is acked on its channel and dropped. A
+   * ledger that cannot be reached is an outage: the copy goes back to the front, uncounted, and the
+   * receiver pauses a second before it asks again.
+   */
+  async #admitted(taken: Taken): Promise<boolean> {
+    const admit = this.#context.admit;
+    if (admit === undefined || taken.facts.token === undefined) return true;
+    let verdict: 'deliver' | 'drop' | undefined;
+    try {
+      verdict = await admit(taken);
+      this.#ledgerDown = false;
+    } catch (error) {
+      if (!this.#ledgerDown) {
+        this.#ledgerDown = true;
+        this.#context.logger.warn('A RabbitMQ receiver is waiting for its delivery ledger', {
+          endpoint: this.#context.endpoint,
+          error: error instanceof Error ? error.message : String(error),
+        });
+      }
+    }
+    if (!this.holds(taken)) return false; // Its channel dropped: RabbitMQ gives it again.
+    if (verdict === 'drop') {
+      this.ackMessage(taken);
+      this.settled(taken);
+      return false;
+    }
+    if (verdict === undefined) {
+      this.#ready.unshift(taken);
+      await sleep(systemClock, 1_000, this.#stop.signal);
+    }
+    if (this.#isEnding()) {
+      // giveBack ran while it was being admitted: it goes back as the others did.
+      const index = this.#ready.indexOf(taken);
+      if (index >= 0) this.#ready.splice(index, 1);
+      if (taken.lane === undefined) await this.#moveBack(taken, taken.facts);
+      else this.#maybeClose();
+      return false;
+    }
+    return verdict === 'deliver';
+  }
+
   /** `taken` is no longer out (settled, or held here for later). */
   #release(taken: Taken): void {
     if (taken.id !== undefined) {
@@ -485,7 +538,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 }
 
 /** The queue a delivery reports: `cmd~<type>`, or `evt~<endpoint>~<handler>`. */
-function logicalQueue(endpoint: string, role: QueueRole, facts: CarriedFacts): string {
+export function logicalQueue(endpoint: string, role: QueueRole, facts: CarriedFacts): string {
   if (role.kind === 'event') return subscriptionQueue(endpoint, role.handler ?? '');
   return commandQueue(role.type ?? facts.type ?? '');
 }

@@ -51,10 +51,7 @@ const LINKED = [
   '@types/node',
 ];
 
-/**
- * Every entry point in package.json `exports`, with a function each must export, or `*` for one
- * that exports no function yet: the app takes its module namespace (an object) then.
- */
+/** Every entry point in package.json `exports`, with a function each must export. */
 const ENTRY_POINTS: Readonly<Record<string, string>> = {
   harrier: 'createBus',
   'harrier/extend': 'decodeEnvelope',
@@ -62,7 +59,7 @@ const ENTRY_POINTS: Readonly<Record<string, string>> = {
   'harrier/testing/conformance': 'describeMessageBrokerConformance',
   'harrier/redis': 'openRedisAdmin',
   'harrier/postgres': 'migratePostgres',
-  'harrier/rabbitmq': '*',
+  'harrier/rabbitmq': 'RabbitMqBroker',
   'harrier/telemetry': 'harrierTelemetry',
   'harrier/dashboard': 'createDashboard',
   'harrier/cli': 'run',
@@ -89,7 +86,7 @@ import { createTestBus } from 'harrier/testing';
 import { describeMessageBrokerConformance } from 'harrier/testing/conformance';
 import { BullMqBroker, RedisDeadLetterStore, openRedisAdmin, type BullMqBrokerOptions } from 'harrier/redis';
 import { migratePostgres } from 'harrier/postgres';
-import * as harrierRabbitmq from 'harrier/rabbitmq';
+import { RabbitMqBroker } from 'harrier/rabbitmq';
 import { harrierTelemetry } from 'harrier/telemetry';
 import { createDashboard } from 'harrier/dashboard';
 import { run } from 'harrier/cli';
@@ -101,7 +98,7 @@ const loaded: Record<string, unknown> = {
   'harrier/testing/conformance': describeMessageBrokerConformance,
   'harrier/redis': openRedisAdmin,
   'harrier/postgres': migratePostgres,
-  'harrier/rabbitmq': harrierRabbitmq,
+  'harrier/rabbitmq': RabbitMqBroker,
   'harrier/telemetry': harrierTelemetry,
   'harrier/dashboard': createDashboard,
   'harrier/cli': run,
@@ -236,12 +233,7 @@ describe('a CommonJS app on Harrier', () => {
         expect(JSON.parse(result.stdout)).toEqual({
           lines: ['placed o-1', 'recorded o-1'],
           brokerIsBullMqBroker: true,
-          entryPoints: Object.fromEntries(
-            Object.entries(ENTRY_POINTS).map(([entry, name]) => [
-              entry,
-              name === '*' ? 'object' : 'function',
-            ]),
-          ),
+          entryPoints: Object.fromEntries(Object.keys(ENTRY_POINTS).map((entry) => [entry, 'function'])),
         });
       } finally {
         await deleteKeys(admin, prefix);

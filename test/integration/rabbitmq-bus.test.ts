@@ -1,4 +1,4 @@
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
   CommandHandler,
@@ -14,7 +14,7 @@ import {
 } from '../../src/index.js';
 import { partitionOf } from '../../src/extend.js';
 import { RabbitMqBroker } from '../../src/rabbitmq/index.js';
-import { deleteRabbitMqPrefix, freshRabbitMqPrefix, rabbitMqUrl } from '../helpers/rabbitmq.js';
+import { freshRabbitPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 
 const Charge = defineCommand('it.Charge', { schema: z.object({ orderId: z.string() }) });
 const Placed = defineEvent('it.Placed', { schema: z.object({ orderId: z.string() }) });
@@ -24,7 +24,13 @@ const Post = defineCommand('it.Post', {
   ordered: true,
 });
 
-const filePrefix = freshRabbitMqPrefix();
+// A broker prefix has no '.': the helper's `harrier-test-<hex>.` without its last character.
+const filePrefix = freshRabbitPrefix().slice(0, -1);
+let url: string;
+
+beforeAll(async () => {
+  url = await rabbitmqUrl();
+}, 60_000);
 let made = 0;
 const buses: MessageBus[] = [];
 
@@ -35,7 +41,7 @@ function prefix(): string {
 
 function rabbitBus(p: string, options: BusOptions): MessageBus {
   const bus = createBus({
-    broker: new RabbitMqBroker({ connection: rabbitMqUrl, prefix: p, partitions: 4, logger: silentLogger }),
+    broker: new RabbitMqBroker({ connection: url, prefix: p, partitions: 4, logger: silentLogger }),
     logger: silentLogger,
     retry: { backoff: { baseMs: 50, jitter: 0 } },
     ...options,
@@ -59,10 +65,6 @@ function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs = 10_000
 afterEach(async () => {
   await Promise.all(buses.splice(0).map((bus) => bus.stop({ gracePeriodMs: 200 })));
 });
-
-afterAll(async () => {
-  await deleteRabbitMqPrefix(filePrefix);
-}, 60_000);
 
 describe('MessageBus on RabbitMqBroker', () => {
   describe('when an event has subscriptions on two endpoints and one keeps failing', () => {

@@ -15,6 +15,8 @@ const base: CarriedFacts = {
   pendingDeadLetter: undefined,
   replayOf: 'dl-1',
   notBefore: 1_700_000_000_000,
+  token: 'Zm9vYmFy',
+  whileQueued: true,
 };
 
 function propertiesWith(headers: Record<string, unknown>): MessageProperties {
