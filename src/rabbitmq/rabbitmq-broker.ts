@@ -251,7 +251,7 @@ export class RabbitMqBroker implements MessageBroker {
     this.#windowMs = this.#ledger === undefined ? 0 : windowMs;
     if (this.#ledger === undefined) {
       this.#logger.warn(
-        'RabbitMqBroker without a ledger: publish is not idempotent, so a publish made again (an outbox replay, a retried publish) may add a copy, and scheduled messages cannot be cancelled; pass the ledger option (RedisDeliveryLedger or PostgresDeliveryLedger) to have both',
+        'RabbitMqBroker without a ledger: publish is not idempotent, so a publish made again (an outbox replay, a retried publish) may add a copy, a dead-letter replay of a message still queued adds one, and scheduled messages cannot be cancelled; pass the ledger option (RedisDeliveryLedger or PostgresDeliveryLedger) to have both',
         { prefix },
       );
     }
