@@ -80,6 +80,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #ledgerDown = false;
   #ending = false;
   #ended = false;
+  #channelClosing: Promise<void> | undefined;
   #started = false;
   #channel: Channel | undefined;
   #wake: (() => void) | undefined;
@@ -424,8 +425,17 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     void this.#closeChannel();
   }
 
-  async #closeChannel(): Promise<void> {
-    if (this.#ended) return;
+  /**
+   * Closes the channel once; every caller waits for the same close, so the broker's close never
+   * closes the connection before the channel's close-ok, which would send the last acks' messages
+   * back to their queue.
+   */
+  #closeChannel(): Promise<void> {
+    this.#channelClosing ??= this.#closeChannelOnce();
+    return this.#channelClosing;
+  }
+
+  async #closeChannelOnce(): Promise<void> {
     this.#ended = true;
     this.#stop.abort();
     const channel = this.#channel;

@@ -24,61 +24,56 @@ const faults = useRabbitFaultTests();
 
 describe('RabbitMqBroker with a worker stopped gracefully', () => {
   describe('when handlers are running as SIGTERM arrives', () => {
-    // Known to fail today: RabbitMqReceiver.#closeChannel returns at once when a close it began is
-    // under way, so RabbitMqBroker.close() closes the connection before the channel's close-ok, and
-    // RabbitMQ drops the acks sent just before. Remove `.fails` once the broker waits for it.
-    it.fails(
-      'lets them finish and acks what they handled: the next worker never gets those messages again',
-      async () => {
-        const site = faults.freshSite(rabbitUrl, redisUrl);
-        const outA = join(site.dir, 'worker-a.jsonl');
-        const outB = join(site.dir, 'worker-b.jsonl');
-        const common = { recordStarts: true, ordered: true, handleMs: 500, concurrency: 8 };
-        const first = await faults.startWorker(site, { ...common, outFile: outA });
-        const producer = faults.producer(site);
-        const now = Date.now();
-        const running = [
-          prepareMessage(DoWork, { n: 1 }, {}, { now }).outgoing,
-          prepareMessage(PostEntry, { account: 'acc', n: 1 }, {}, { now }).outgoing,
-        ];
-        await producer.broker.publishBatch(running);
-        await waitFor(
-          'both handlers to be running',
-          () => readRabbitLines(outA).filter((l) => l.outcome === 'started').length === running.length,
-          { timeoutMs: 15_000, explain: () => first.output() },
-        );
-        await first.stop();
-        expect(first.child.exitCode, `the worker stopped cleanly:\n${first.output()}`).toBe(0);
-        expect(
-          readRabbitLines(outA)
-            .filter((l) => l.outcome === 'handled')
-            .map((l) => l.messageId)
-            .sort(),
-          'the handlers finished within the grace period',
-        ).toEqual(running.map((m) => m.id).sort());
+    // Failed before the broker's close waited for the channel close its receiver had begun: the
+    // connection closed before the channel's close-ok, and RabbitMQ dropped the acks sent just before.
+    it('lets them finish and acks what they handled: the next worker never gets those messages again', async () => {
+      const site = faults.freshSite(rabbitUrl, redisUrl);
+      const outA = join(site.dir, 'worker-a.jsonl');
+      const outB = join(site.dir, 'worker-b.jsonl');
+      const common = { recordStarts: true, ordered: true, handleMs: 500, concurrency: 8 };
+      const first = await faults.startWorker(site, { ...common, outFile: outA });
+      const producer = faults.producer(site);
+      const now = Date.now();
+      const running = [
+        prepareMessage(DoWork, { n: 1 }, {}, { now }).outgoing,
+        prepareMessage(PostEntry, { account: 'acc', n: 1 }, {}, { now }).outgoing,
+      ];
+      await producer.broker.publishBatch(running);
+      await waitFor(
+        'both handlers to be running',
+        () => readRabbitLines(outA).filter((l) => l.outcome === 'started').length === running.length,
+        { timeoutMs: 15_000, explain: () => first.output() },
+      );
+      await first.stop();
+      expect(first.child.exitCode, `the worker stopped cleanly:\n${first.output()}`).toBe(0);
+      expect(
+        readRabbitLines(outA)
+          .filter((l) => l.outcome === 'handled')
+          .map((l) => l.messageId)
+          .sort(),
+        'the handlers finished within the grace period',
+      ).toEqual(running.map((m) => m.id).sort());
 
-        const markers = [
-          prepareMessage(DoWork, { n: 2 }, {}, { now }).outgoing,
-          prepareMessage(PostEntry, { account: 'acc', n: 2 }, {}, { now }).outgoing,
-        ];
-        await producer.broker.publishBatch(markers);
-        const second = await faults.startWorker(site, { ...common, handleMs: 0, outFile: outB });
-        await waitFor(
-          'the second worker to handle the markers',
-          () => {
-            const handled = new Set(readRabbitLines(outB).map((l) => l.messageId));
-            return markers.every((m) => handled.has(m.id));
-          },
-          { timeoutMs: 15_000, explain: () => second.output() },
-        );
-        expect(
-          readRabbitLines(outB)
-            .filter((l) => l.outcome === 'handled' && running.some((m) => m.id === l.messageId))
-            .map((l) => `${l.type ?? ''} n=${l.n ?? ''} attempt ${l.attempt}`),
-          'messages the stopped worker had handled, handled again',
-        ).toEqual([]);
-      },
-      60_000,
-    );
+      const markers = [
+        prepareMessage(DoWork, { n: 2 }, {}, { now }).outgoing,
+        prepareMessage(PostEntry, { account: 'acc', n: 2 }, {}, { now }).outgoing,
+      ];
+      await producer.broker.publishBatch(markers);
+      const second = await faults.startWorker(site, { ...common, handleMs: 0, outFile: outB });
+      await waitFor(
+        'the second worker to handle the markers',
+        () => {
+          const handled = new Set(readRabbitLines(outB).map((l) => l.messageId));
+          return markers.every((m) => handled.has(m.id));
+        },
+        { timeoutMs: 15_000, explain: () => second.output() },
+      );
+      expect(
+        readRabbitLines(outB)
+          .filter((l) => l.outcome === 'handled' && running.some((m) => m.id === l.messageId))
+          .map((l) => `${l.type ?? ''} n=${l.n ?? ''} attempt ${l.attempt}`),
+        'messages the stopped worker had handled, handled again',
+      ).toEqual([]);
+    }, 60_000);
   });
 });
