@@ -7,7 +7,12 @@ import { HarrierError } from '../errors/harrier-error.js';
 export type TransientClassifier = (error: unknown) => boolean | undefined;
 
 /** Harrier's own codes that say a dependency is unreachable, not that the message is wrong. */
-const TRANSIENT_CODES = new Set(['transient', 'postgres-unavailable', 'redis-unavailable']);
+const TRANSIENT_CODES = new Set([
+  'transient',
+  'postgres-unavailable',
+  'rabbitmq-unavailable',
+  'redis-unavailable',
+]);
 
 /** Node's socket errors: the peer refused, reset, timed out or could not be found. */
 const SOCKET_ERRNOS = new Set([

@@ -43,6 +43,7 @@ export const HARRIER_ERROR_CODES = [
   'projection-publish',
   'projection-rebuilt',
   'publish-failed',
+  'rabbitmq-unavailable',
   'redis-command-failed',
   'redis-unavailable',
   'resolution-failed',

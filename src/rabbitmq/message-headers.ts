@@ -1,0 +1,135 @@
+import type { MessageProperties } from 'amqplib';
+import type { AttemptRecord, PendingDeadLetter } from '../broker/message-broker.js';
+import { parseAttemptHistory, parsePendingDeadLetter } from '../broker/delivery-facts.js';
+import type { MessageKind } from '../messages/definition.js';
+
+/**
+ * The delivery facts a message carries in its AMQP headers (`x-harrier-*`), never in its body.
+ *
+ * @remarks
+ * Each republished copy (a retry, a release, the next leg of a delay) carries them on: the failed
+ * attempts and their history, and the unsettled ends of the earlier copies (their quorum queue's
+ * `x-delivery-count`), so the attempt number survives the copy.
+ */
+export interface CarriedFacts {
+  readonly messageId: string | undefined;
+  readonly kind: MessageKind | undefined;
+  readonly type: string | undefined;
+  readonly partitionKey: string | undefined;
+  /** Published as an ordered message. */
+  readonly ordered: boolean;
+  /** Failed attempts so far (`nack` with `retryAt`). */
+  readonly failures: number;
+  /** Unsettled ends so far, of earlier copies and of this one. */
+  readonly ends: number;
+  readonly history: readonly AttemptRecord[];
+  readonly pendingDeadLetter: PendingDeadLetter | undefined;
+  readonly replayOf: string | undefined;
+  /** Not to be handled before this time, ms since the epoch. */
+  readonly notBefore: number | undefined;
+}
+
+const H = {
+  id: 'x-harrier-id',
+  kind: 'x-harrier-kind',
+  type: 'x-harrier-type',
+  key: 'x-harrier-key',
+  ordered: 'x-harrier-ordered',
+  failures: 'x-harrier-failures',
+  ends: 'x-harrier-ends',
+  history: 'x-harrier-history',
+  pending: 'x-harrier-pending',
+  replayOf: 'x-harrier-replay-of',
+  notBefore: 'x-harrier-not-before',
+} as const;
+
+/** The header a delay queue's binding matches: how long the message waits in it, in ms. */
+export const BUCKET_HEADER = 'x-harrier-bucket';
+
+/** The headers of a message carrying `facts` (numbers as strings: AMQP integer widths vary). */
+export function headersOf(facts: CarriedFacts): Record<string, string> {
+  const headers: Record<string, string> = {};
+  if (facts.messageId !== undefined) headers[H.id] = facts.messageId;
+  if (facts.kind !== undefined) headers[H.kind] = facts.kind;
+  if (facts.type !== undefined) headers[H.type] = facts.type;
+  if (facts.partitionKey !== undefined) headers[H.key] = facts.partitionKey;
+  if (facts.ordered) headers[H.ordered] = '1';
+  if (facts.failures > 0) headers[H.failures] = String(facts.failures);
+  if (facts.ends > 0) headers[H.ends] = String(facts.ends);
+  if (facts.history.length > 0) headers[H.history] = JSON.stringify(facts.history);
+  if (facts.pendingDeadLetter !== undefined) headers[H.pending] = JSON.stringify(facts.pendingDeadLetter);
+  if (facts.replayOf !== undefined) headers[H.replayOf] = facts.replayOf;
+  if (facts.notBefore !== undefined) headers[H.notBefore] = String(facts.notBefore);
+  return headers;
+}
+
+/** What {@link readFacts} found: the facts, and the names of headers it had to drop as malformed. */
+export interface ReadFacts {
+  readonly facts: CarriedFacts;
+  readonly dropped: readonly string[];
+}
+
+/**
+ * Reads the facts of a delivered message from its headers; never throws (the headers are not
+ * signed: anything could be there). `x-delivery-count` (set by quorum queues on a message returned
+ * unsettled) adds to the unsettled ends.
+ */
+export function readFacts(properties: MessageProperties): ReadFacts {
+  const headers = (properties.headers ?? {}) as Record<string, unknown>;
+  const dropped: string[] = [];
+  const text = (name: string): string | undefined => {
+    const value = headers[name];
+    if (value === undefined || value === null) return undefined;
+    if (typeof value === 'string') return value;
+    if (Buffer.isBuffer(value)) return value.toString('utf8');
+    dropped.push(name);
+    return undefined;
+  };
+  const count = (name: string): number => {
+    const value = headers[name];
+    if (value === undefined || value === null) return 0;
+    const n = typeof value === 'number' ? value : Number(text(name));
+    if (Number.isSafeInteger(n) && n >= 0) return n;
+    if (!dropped.includes(name)) dropped.push(name);
+    return 0;
+  };
+  const json = (name: string): unknown => {
+    const raw = text(name);
+    if (raw === undefined) return undefined;
+    try {
+      return JSON.parse(raw) as unknown;
+    } catch {
+      dropped.push(name);
+      return undefined;
+    }
+  };
+  const kindText = text(H.kind);
+  const kind = kindText === 'command' || kindText === 'event' || kindText === 'query' ? kindText : undefined;
+  if (kindText !== undefined && kind === undefined) dropped.push(H.kind);
+  const parsedHistory = parseAttemptHistory(json(H.history));
+  if (parsedHistory.dropped > 0) dropped.push(H.history);
+  const pendingRaw = json(H.pending);
+  const pendingDeadLetter = parsePendingDeadLetter(pendingRaw);
+  if (pendingRaw !== undefined && pendingDeadLetter === undefined) dropped.push(H.pending);
+  const notBeforeText = text(H.notBefore);
+  const notBefore = notBeforeText === undefined ? undefined : Number(notBeforeText);
+  if (notBefore !== undefined && !Number.isFinite(notBefore)) dropped.push(H.notBefore);
+  const messageId =
+    text(H.id) ?? (typeof properties.messageId === 'string' ? properties.messageId : undefined);
+  return {
+    facts: {
+      messageId,
+      kind,
+      type: text(H.type),
+      partitionKey: text(H.key),
+      ordered: text(H.ordered) === '1',
+      failures: count(H.failures),
+      ends: count(H.ends) + count('x-delivery-count'),
+      history: parsedHistory.history,
+      pendingDeadLetter,
+      replayOf: text(H.replayOf),
+      notBefore: notBefore !== undefined && Number.isFinite(notBefore) ? notBefore : undefined,
+    },
+    dropped,
+  };
+}

@@ -1,0 +1,808 @@
+import type { Options } from 'amqplib';
+import type {
+  BrokerCapabilities,
+  Delivery,
+  MessageBroker,
+  NackOptions,
+  OutgoingMessage,
+  QueueDepth,
+  ReceiverOptions,
+  RedeliveryTarget,
+  SubscriptionSpec,
+} from '../broker/message-broker.js';
+import { MAX_ATTEMPT_HISTORY } from '../broker/message-broker.js';
+import { noRouteError } from '../broker/no-route-error.js';
+import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
+import { SETTLED } from '../broker/settled.js';
+import { assertWholeOption } from '../broker/whole-option.js';
+import { HarrierError } from '../errors/harrier-error.js';
+import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
+import { consoleLogger, type Logger } from '../logging/logger.js';
+import { partitionOf } from '../messages/partition.js';
+import { BUCKET_HEADER, headersOf, type CarriedFacts } from './message-headers.js';
+import {
+  RabbitMqConnection,
+  rabbitMqUnavailable,
+  type RabbitMqConnectionOptions,
+} from './rabbitmq-connection.js';
+import { assertNameLength, RabbitMqNames } from './rabbitmq-names.js';
+import { RabbitMqReceiver, type Taken } from './rabbitmq-receiver.js';
+import {
+  declareBase,
+  declareDelayQueue,
+  declareQueue,
+  endpointTopology,
+  type Binding,
+  type EndpointTopology,
+  type RabbitMqQueueType,
+} from './rabbitmq-topology.js';
+
+export type { RabbitMqConnectionOptions } from './rabbitmq-connection.js';
+export type { RabbitMqQueueType } from './rabbitmq-topology.js';
+
+/** How long a publish trusts a command route it checked without checking it again (as the other brokers). */
+const ROUTE_MAX_AGE_MS = 1_000;
+/** How long a delay queue declared is trusted to exist without declaring it again. */
+const DELAY_QUEUE_REDECLARE_MS = 10 * 60_000;
+/** The shortest delay queue, in ms: a shorter wait is rounded up to it. */
+const MIN_DELAY_BUCKET_MS = 2 ** 6;
+/** How long `redeliver` waits for a delivery of the message held here to settle before refusing. */
+const REDELIVER_ACTIVE_WAIT_MS = 2_000;
+
+/** Options of {@link RabbitMqBroker}. */
+export interface RabbitMqBrokerOptions {
+  /**
+   * Where RabbitMQ is: an `amqp://` or `amqps://` URL, or amqplib's connect options.
+   * @defaultValue none; required
+   */
+  readonly connection: RabbitMqConnectionOptions;
+  /**
+   * The first part of the name of every exchange and queue the broker declares (`<prefix>.cmd.<type>`,
+   * ...): brokers with the same prefix on one virtual host share their queues. Letters, digits, `_`
+   * and `-`.
+   * @defaultValue 'harrier'
+   */
+  readonly prefix?: string;
+  /**
+   * The type of the message queues: `quorum` (replicated; a message returned unsettled counts as an
+   * unsettled end, see `capabilities().crashCounting`) or `classic`. Every broker sharing a prefix
+   * uses the same. The delay queues are classic whatever this is.
+   * @defaultValue 'quorum'
+   */
+  readonly queueType?: RabbitMqQueueType;
+  /**
+   * How many partition queues an endpoint's ordered commands, and each event subscription with
+   * ordered types, are spread over (by FNV-1a-64 of the partition key); one consumer at a time takes
+   * each. Every broker sharing a prefix uses the same number. From 1 to 1024.
+   * @defaultValue 8
+   */
+  readonly partitions?: number;
+  /**
+   * The AMQP heartbeat, in seconds: a connection silent for about twice this is taken for dead.
+   * 0 turns heartbeats off.
+   * @defaultValue 30
+   */
+  readonly heartbeatSeconds?: number;
+  /**
+   * How long a publish (or a settle that publishes) waits for RabbitMQ while it cannot be reached,
+   * in ms, before it rejects with HarrierError `rabbitmq-unavailable` (an outage to the dispatcher).
+   * @defaultValue 10000
+   */
+  readonly publishTimeoutMs?: number;
+  /**
+   * The longest delay queue, in ms, a power of two: a longer wait goes through it several times.
+   * @defaultValue 2147483648 (2^31, about 24.8 days)
+   */
+  readonly maxDelayBucketMs?: number;
+  /**
+   * Where reconnects and dropped facts are reported.
+   * @defaultValue consoleLogger
+   */
+  readonly logger?: Logger;
+}
+
+/** What the test hooks below do to a broker. */
+interface TestHooks {
+  readonly dropChannel: (deliveryId: string) => Promise<void>;
+  readonly dropConnection: () => Promise<void>;
+}
+
+const testHooks = new WeakMap<RabbitMqBroker, TestHooks>();
+
+/**
+ * Makes the broker lose the channel of `deliveryId` as if its process died (tests of unsettled ends):
+ * RabbitMQ puts back everything that channel held.
+ */
+export async function dropChannelOf(broker: RabbitMqBroker, deliveryId: string): Promise<void> {
+  await testHooks.get(broker)?.dropChannel(deliveryId);
+}
+
+/** Makes the broker lose its connection as if the network dropped it (tests of reconnecting). */
+export async function dropConnectionOf(broker: RabbitMqBroker): Promise<void> {
+  await testHooks.get(broker)?.dropConnection();
+}
+
+/**
+ * The RabbitMQ broker: durable quorum queues on a RabbitMQ server (3.10 or later), no plugins.
+ *
+ * @remarks
+ * Each command type has an exchange (its route) and a queue; each event subscription a queue bound
+ * to the events exchange; ordered messages go to partition queues with a single active consumer.
+ * Publishes are confirmed; retries and delays wait in TTL queues that dead-letter back. Delivery
+ * facts travel in `x-harrier-*` headers, the body is the envelope as published. See
+ * docs/rabbitmq.md.
+ * @example
+ * ```ts
+ * const broker = new RabbitMqBroker({ connection: process.env.RABBITMQ_URL! });
+ * const bus = createBus({ broker, endpoint: 'orders', handlers: [PlaceOrderHandler] });
+ * ```
+ */
+export class RabbitMqBroker implements MessageBroker {
+  readonly #names: RabbitMqNames;
+  readonly #queueType: RabbitMqQueueType;
+  readonly #partitions: number;
+  readonly #publishTimeoutMs: number;
+  readonly #maxBucketMs: number;
+  readonly #logger: Logger;
+  readonly #connection: RabbitMqConnection;
+  readonly #registered = new Map<string, { specs: SubscriptionSpec[]; topology: EndpointTopology }>();
+  readonly #receivers = new Set<RabbitMqReceiver>();
+  readonly #held = new Map<string, Taken>();
+  /** Command types found routed, and when. */
+  readonly #routes = new Map<string, number>();
+  /** Delay queues declared, and when. */
+  readonly #delayQueues = new Map<number, number>();
+  /** Queues declared for a publish (requireRoute false, replays), and when. */
+  readonly #declared = new Map<string, number>();
+  readonly #instance = Math.random().toString(36).slice(2, 10);
+  #nextId = 0;
+  #closed = false;
+  #closing: Promise<void> | undefined;
+
+  /** @throws HarrierError `invalid-option` naming the fix for a bad option. */
+  constructor(options: RabbitMqBrokerOptions) {
+    const given = options as Partial<RabbitMqBrokerOptions> | undefined;
+    if (
+      given?.connection === undefined ||
+      (typeof given.connection !== 'string' && typeof given.connection !== 'object')
+    ) {
+      throw new HarrierError(
+        'invalid-option',
+        "RabbitMqBroker needs a connection: pass { connection: process.env.RABBITMQ_URL } (an amqp:// URL) or amqplib's connect options",
+      );
+    }
+    const prefix = options.prefix ?? 'harrier';
+    if (!/^[A-Za-z0-9_-]{1,100}$/.test(prefix)) {
+      throw new HarrierError(
+        'invalid-option',
+        `RabbitMqBroker option prefix is "${prefix}": use 1 to 100 letters, digits, '_' or '-', e.g. "harrier" (or leave it out)`,
+      );
+    }
+    const queueType: string = options.queueType ?? 'quorum';
+    if (queueType !== 'quorum' && queueType !== 'classic') {
+      throw new HarrierError(
+        'invalid-option',
+        `RabbitMqBroker option queueType is "${queueType}": use 'quorum' or 'classic' (or leave it out for 'quorum')`,
+      );
+    }
+    this.#partitions = whole('partitions', options.partitions, 8, 1, 'e.g. 8');
+    partitionOf('', this.#partitions);
+    const heartbeat = whole(
+      'heartbeatSeconds',
+      options.heartbeatSeconds,
+      30,
+      0,
+      'e.g. 30 (0 turns heartbeats off)',
+    );
+    this.#publishTimeoutMs = whole('publishTimeoutMs', options.publishTimeoutMs, 10_000, 1, 'e.g. 10000');
+    this.#maxBucketMs = whole(
+      'maxDelayBucketMs',
+      options.maxDelayBucketMs,
+      2 ** 31,
+      MIN_DELAY_BUCKET_MS,
+      'a power of two such as 2147483648',
+    );
+    if (!Number.isInteger(Math.log2(this.#maxBucketMs)) || this.#maxBucketMs > 2 ** 31) {
+      throw new HarrierError(
+        'invalid-option',
+        `RabbitMqBroker option maxDelayBucketMs is ${this.#maxBucketMs}: use a power of two from ${MIN_DELAY_BUCKET_MS} to 2147483648 (or leave it out)`,
+      );
+    }
+    this.#names = new RabbitMqNames(prefix);
+    this.#queueType = queueType;
+    this.#logger = options.logger ?? consoleLogger;
+    this.#connection = new RabbitMqConnection({
+      target: options.connection,
+      heartbeatSeconds: heartbeat,
+      logger: this.#logger,
+      setup: async (channel) => {
+        this.#delayQueues.clear();
+        this.#declared.clear();
+        await declareBase(channel, this.#names);
+      },
+    });
+    testHooks.set(this, {
+      dropChannel: async (deliveryId) => {
+        await this.#held.get(deliveryId)?.receiver.dropChannel();
+      },
+      dropConnection: () => this.#connection.drop(),
+    });
+  }
+
+  /** The prefix of every exchange and queue name. */
+  get prefix(): string {
+    return this.#names.prefix;
+  }
+
+  /**
+   * Declares the endpoint's queues, exchanges and bindings, and removes the bindings of what its
+   * previous registration (made through this broker, or kept in RabbitMQ by another) had and this one
+   * has not; the queues stay, with their messages. A command type no endpoint binds any more loses
+   * its exchange: publishes refuse it with `no-route`.
+   */
+  async register(endpoint: string, subscriptions: readonly SubscriptionSpec[]): Promise<void> {
+    this.#assertOpen();
+    if (endpoint.length === 0) {
+      throw new HarrierError('invalid-option', 'An endpoint name is empty: name the endpoint, e.g. "orders"');
+    }
+    const topology = endpointTopology(this.#names, endpoint, subscriptions, this.#partitions);
+    for (const role of topology.queues) assertNameLength(role.queue, `endpoint "${endpoint}"`);
+    const registry = `${this.#names.prefix}.registry.${encodeURIComponent(endpoint)}`;
+    assertNameLength(registry, `endpoint "${endpoint}"`);
+    const registryArgs = { 'x-queue-type': 'classic', 'x-max-length': 1 };
+    const stale: Binding[] = [];
+    const removedTypes: string[] = [];
+    await this.#connection.withChannel(
+      this.#publishTimeoutMs,
+      'registering subscriptions',
+      async (channel) => {
+        // The previous registration, kept in RabbitMQ so that another process's is known too.
+        await channel.assertQueue(registry, { durable: true, arguments: registryArgs });
+        const previousMessage = await channel.get(registry, { noAck: false });
+        let previous: EndpointTopology | undefined = this.#registered.get(endpoint)?.topology;
+        if (previousMessage !== false) {
+          try {
+            const specs = JSON.parse(previousMessage.content.toString('utf8')) as SubscriptionSpec[];
+            previous = endpointTopology(this.#names, endpoint, specs, this.#partitions);
+          } catch {
+            // Unreadable: only this process's own previous registration is undone.
+          }
+        }
+        for (const role of topology.queues)
+          await declareQueue(channel, this.#names, role.queue, this.#queueType, role.ordered);
+        for (const type of topology.commandTypes)
+          await channel.assertExchange(this.#names.commandType(type), 'topic', { durable: true });
+        for (const binding of topology.bindings) await bind(channel, binding);
+        if (previous !== undefined) {
+          const now = new Set(topology.bindings.map(bindingId));
+          const sources = new Set([this.#names.route, this.#names.commands]);
+          for (const binding of previous.bindings)
+            if (!now.has(bindingId(binding)) && !sources.has(binding.source)) stale.push(binding);
+          const kept = new Set(topology.commandTypes);
+          for (const type of previous.commandTypes) if (!kept.has(type)) removedTypes.push(type);
+        }
+        channel.sendToQueue(registry, Buffer.from(JSON.stringify(subscriptions)), { persistent: true });
+        if (previousMessage !== false) channel.ack(previousMessage);
+        // A round trip after the publish and the ack: both are done when it answers.
+        await channel.assertQueue(registry, { durable: true, arguments: registryArgs });
+      },
+    );
+    // Each on a channel of its own: a binding whose exchange is gone already fails and closes it.
+    for (const binding of stale) {
+      await this.#connection
+        .withChannel(this.#publishTimeoutMs, 'removing a binding', (channel) => unbind(channel, binding))
+        .catch(() => undefined);
+    }
+    for (const type of removedTypes) {
+      // Only when no endpoint binds the type any more (RabbitMQ refuses otherwise).
+      await this.#connection
+        .withChannel(this.#publishTimeoutMs, 'removing a command route', (channel) =>
+          channel.deleteExchange(this.#names.commandType(type), { ifUnused: true }),
+        )
+        .catch(() => undefined);
+    }
+    this.#routes.clear();
+    this.#registered.set(endpoint, { specs: [...subscriptions], topology });
+  }
+
+  receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
+    const registered = this.#registered.get(options.endpoint);
+    if (registered === undefined) {
+      throw new HarrierError(
+        'not-registered',
+        `Endpoint "${options.endpoint}" has not registered its subscriptions: call register() first (bus.start() does)`,
+      );
+    }
+    const prefetch = options.prefetch ?? 16;
+    return {
+      [Symbol.asyncIterator]: () => {
+        const receiver = new RabbitMqReceiver(
+          {
+            connection: this.#connection,
+            endpoint: options.endpoint,
+            roles: registered.topology.queues,
+            prefetch: Math.max(1, prefetch),
+            logger: this.#logger,
+            timeoutMs: this.#publishTimeoutMs,
+            nextId: () => `${this.#instance}:${String(++this.#nextId)}`,
+            handOut: (taken) => {
+              if (taken.id !== undefined) this.#held.set(taken.id, taken);
+            },
+            forget: (id) => {
+              this.#held.delete(id);
+            },
+            moveBack: async (taken, facts) => {
+              await this.#sendToQueue(taken.role.queue, taken, facts);
+              taken.receiver.ackMessage(taken);
+            },
+            ended: (ended) => {
+              this.#receivers.delete(ended);
+            },
+          },
+          options.signal,
+        );
+        if (this.#closed) receiver.end();
+        else this.#receivers.add(receiver);
+        return receiver;
+      },
+    };
+  }
+
+  async publish(message: OutgoingMessage): Promise<void> {
+    await this.publishBatch([message]);
+  }
+
+  /**
+   * Publishes every message, each confirmed by RabbitMQ. The routes of the batch's commands are
+   * checked first: one without a route refuses the whole batch with `no-route`, nothing published.
+   */
+  async publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
+    this.#assertOpen();
+    if (messages.length === 0) return;
+    const required = new Set<string>();
+    for (const message of messages)
+      if (message.kind !== 'event' && message.requireRoute !== false) required.add(message.type);
+    const missing = await this.#unrouted([...required]);
+    if (missing !== undefined) throw noRouteError(missing);
+    await Promise.all(messages.map((message) => this.#publishOne(message)));
+  }
+
+  async #publishOne(message: OutgoingMessage): Promise<void> {
+    const partition =
+      message.ordered === true ? partitionOf(message.partitionKey ?? '', this.#partitions) : undefined;
+    const now = Date.now();
+    const notBefore =
+      message.deliverAt !== undefined && message.deliverAt > now ? message.deliverAt : undefined;
+    const facts: CarriedFacts = {
+      messageId: message.id,
+      kind: message.kind,
+      type: message.type,
+      partitionKey: message.partitionKey,
+      ordered: message.ordered === true,
+      failures: 0,
+      ends: 0,
+      history: [],
+      pendingDeadLetter: undefined,
+      replayOf: undefined,
+      notBefore,
+    };
+    const content = Buffer.from(message.body, 'utf8');
+    const properties = { persistent: true, messageId: message.id, timestamp: Math.floor(now / 1000) };
+    if (message.kind === 'event') {
+      const key = this.#names.eventKey(message.type, partition);
+      if (notBefore !== undefined) await this.#publishDelayed(key, content, properties, facts, notBefore);
+      else
+        await this.#publishNow(this.#names.route, key, content, { ...properties, headers: headersOf(facts) });
+      return;
+    }
+    const unrouted = message.requireRoute === false && (await this.#unrouted([message.type])) !== undefined;
+    if (notBefore !== undefined) {
+      const key = unrouted
+        ? this.#names.queueKey(await this.#typeQueue(message.type))
+        : this.#names.commandKey(message.type, partition);
+      await this.#publishDelayed(key, content, properties, facts, notBefore);
+      return;
+    }
+    if (!unrouted) {
+      const outcome = await this.#publishNow(
+        this.#names.route,
+        this.#names.commandKey(message.type, partition),
+        content,
+        { ...properties, headers: headersOf(facts), mandatory: true },
+      );
+      if (outcome === 'routed') return;
+      // The route went away since it was checked.
+      this.#routes.delete(message.type);
+      if (message.requireRoute !== false) throw noRouteError(message.type);
+    }
+    // No endpoint handles the type yet: it waits in the type's queue for the one that will.
+    const queue = await this.#typeQueue(message.type);
+    await this.#publishNow('', queue, content, { ...properties, headers: headersOf(facts) });
+  }
+
+  /** The queue of a command type, declared (for a command published before any endpoint took the type). */
+  async #typeQueue(type: string): Promise<string> {
+    const queue = this.#names.commandType(type);
+    await this.#ensureQueue(queue);
+    return queue;
+  }
+
+  async #ensureQueue(queue: string): Promise<void> {
+    const at = this.#declared.get(queue);
+    if (at !== undefined && Date.now() - at < DELAY_QUEUE_REDECLARE_MS) return;
+    assertNameLength(queue, 'a message queue');
+    await this.#connection.withChannel(this.#publishTimeoutMs, 'declaring a queue', (channel) =>
+      declareQueue(channel, this.#names, queue, this.#queueType, false),
+    );
+    this.#declared.set(queue, Date.now());
+  }
+
+  /**
+   * The first of `types` without a route (its exchange), checking those not confirmed within the
+   * last second; undefined when all are routed.
+   */
+  async #unrouted(types: readonly string[]): Promise<string | undefined> {
+    const now = Date.now();
+    const toCheck = types.filter((type) => {
+      const at = this.#routes.get(type);
+      return at === undefined || now - at >= ROUTE_MAX_AGE_MS;
+    });
+    if (toCheck.length === 0) return undefined;
+    const missing = await this.#connection.withChannel(
+      this.#publishTimeoutMs,
+      'checking command routes',
+      async (channel) => {
+        for (const type of toCheck) {
+          try {
+            await channel.checkExchange(this.#names.commandType(type));
+          } catch (error) {
+            // 404: no exchange, no route (and the channel is closed: the check stops here).
+            if ((error as { code?: unknown }).code === 404) return type;
+            throw rabbitMqUnavailable(this.#connection.where, 'checking command routes', error);
+          }
+          this.#routes.set(type, Date.now());
+        }
+        return undefined;
+      },
+    );
+    if (missing !== undefined) this.#routes.delete(missing);
+    return missing;
+  }
+
+  /**
+   * Publishes on the confirm channel. A publish that fails because RabbitMQ went away (or did not
+   * confirm in time) is made again on the next connection until `publishTimeoutMs` has passed, then
+   * rejects with `rabbitmq-unavailable`: a message may then arrive twice, never not at all once
+   * this resolved.
+   */
+  async #publishNow(
+    exchange: string,
+    key: string,
+    content: Buffer,
+    options: Options.Publish,
+  ): Promise<'routed' | 'returned'> {
+    const deadline = Date.now() + this.#publishTimeoutMs;
+    for (;;) {
+      this.#assertOpen();
+      try {
+        return await this.#connection.publish(
+          exchange,
+          key,
+          content,
+          options,
+          Math.max(1, deadline - Date.now()),
+        );
+      } catch (error) {
+        if (!HarrierError.is(error, 'rabbitmq-unavailable') || Date.now() >= deadline - 100) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+    }
+  }
+
+  /**
+   * Publishes into the delay queue of the longest wait not past `notBefore` (the shortest one when
+   * the wait is shorter), to come out into `<prefix>.route` under `key`; a receiver that gets it
+   * before its time sends it round again.
+   */
+  async #publishDelayed(
+    key: string,
+    content: Buffer,
+    properties: Options.Publish,
+    facts: CarriedFacts,
+    notBefore: number,
+  ): Promise<void> {
+    const remaining = notBefore - Date.now();
+    let bucket = MIN_DELAY_BUCKET_MS;
+    while (bucket * 2 <= remaining && bucket * 2 <= this.#maxBucketMs) bucket *= 2;
+    for (let tries = 0; ; tries++) {
+      await this.#ensureDelayQueue(bucket, tries > 0);
+      const outcome = await this.#publishNow(this.#names.delay, key, content, {
+        ...properties,
+        headers: { ...headersOf(facts), [BUCKET_HEADER]: String(bucket) },
+        mandatory: true,
+      });
+      if (outcome === 'routed') return;
+      if (tries > 0) {
+        throw rabbitMqUnavailable(
+          this.#connection.where,
+          'delaying a message',
+          new Error(`delay queue ${bucket} ms is missing`),
+        );
+      }
+    }
+  }
+
+  async #ensureDelayQueue(ms: number, force: boolean): Promise<void> {
+    const at = this.#delayQueues.get(ms);
+    if (!force && at !== undefined && Date.now() - at < DELAY_QUEUE_REDECLARE_MS) return;
+    await this.#connection.withChannel(this.#publishTimeoutMs, 'declaring a delay queue', (channel) =>
+      declareDelayQueue(channel, this.#names, ms),
+    );
+    this.#delayQueues.set(ms, Date.now());
+  }
+
+  /** Publishes a copy of `taken` carrying `facts` into `queue`, now or through the delay queues. */
+  async #sendToQueue(queue: string, taken: Taken, facts: CarriedFacts): Promise<void> {
+    const properties: Options.Publish = {
+      persistent: true,
+      ...(taken.message.properties.messageId !== undefined
+        ? { messageId: String(taken.message.properties.messageId) }
+        : {}),
+    };
+    if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
+      await this.#publishDelayed(
+        this.#names.queueKey(queue),
+        taken.message.content,
+        properties,
+        facts,
+        facts.notBefore,
+      );
+    } else {
+      await this.#publishNow('', queue, taken.message.content, {
+        ...properties,
+        headers: headersOf({ ...facts, notBefore: undefined }),
+      });
+    }
+  }
+
+  ack(deliveryId: string): Promise<void> {
+    const taken = this.#current(deliveryId);
+    if (taken === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
+    if (!taken.receiver.ackMessage(taken)) {
+      this.#held.delete(deliveryId);
+      return Promise.reject(new StaleDeliveryError(deliveryId));
+    }
+    taken.receiver.settled(taken);
+    return SETTLED;
+  }
+
+  nack(deliveryId: string, options: NackOptions): Promise<void> {
+    if ('deadLetter' in options) return this.ack(deliveryId);
+    const taken = this.#current(deliveryId);
+    if (taken === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
+    const now = Date.now();
+    let facts: CarriedFacts;
+    let at: number;
+    if ('release' in options) {
+      at = options.retryAt ?? now;
+      facts = { ...taken.facts, notBefore: at > now ? at : undefined };
+    } else {
+      at = options.retryAt;
+      const attempt = taken.facts.failures + taken.facts.ends + 1;
+      facts = {
+        ...taken.facts,
+        failures: taken.facts.failures + 1,
+        history:
+          options.error === undefined
+            ? taken.facts.history
+            : [...taken.facts.history, { attempt, at: now, error: options.error }].slice(
+                -MAX_ATTEMPT_HISTORY,
+              ),
+        pendingDeadLetter: options.pendingDeadLetter,
+        notBefore: at > now ? at : undefined,
+      };
+    }
+    if (taken.lane !== undefined) {
+      // An ordered message holds its key: it waits here, unacked, and is handed out again.
+      taken.receiver.holdForLater(taken, facts, at);
+      return SETTLED;
+    }
+    return this.#moveBackSettled(deliveryId, taken, facts);
+  }
+
+  async #moveBackSettled(deliveryId: string, taken: Taken, facts: CarriedFacts): Promise<void> {
+    // A second settle of the id while the copy is published is stale.
+    this.#held.delete(deliveryId);
+    try {
+      await this.#sendToQueue(taken.role.queue, taken, facts);
+    } catch (error) {
+      if (taken.receiver.holds(taken)) this.#held.set(deliveryId, taken);
+      throw error;
+    }
+    taken.receiver.ackMessage(taken);
+    taken.receiver.settled(taken);
+  }
+
+  /**
+   * Puts the message into the subscription's queue (a command: its type's queue) with attempt 1 and
+   * `replayOf`, through the default exchange.
+   *
+   * @remarks
+   * RabbitMQ cannot look into a queue: a copy still waiting there (or in a delay queue for its
+   * retry) is not found, so the subscription then gets the message twice. A delivery of it held by
+   * a receiver of this broker is waited for (2 s) first, and refused with `message-in-flight` if
+   * still held then.
+   */
+  async redeliver(target: RedeliveryTarget): Promise<void> {
+    this.#assertOpen();
+    const { message } = target;
+    const queue =
+      message.kind === 'event'
+        ? this.#names.subscription(target.endpoint, target.handler)
+        : this.#names.commandType(message.type);
+    const logical =
+      message.kind === 'event'
+        ? subscriptionQueue(target.endpoint, target.handler)
+        : commandQueue(message.type);
+    const until = Date.now() + REDELIVER_ACTIVE_WAIT_MS;
+    while (this.#holdsMessage(target.endpoint, logical, message.id)) {
+      if (Date.now() >= until) {
+        throw new HarrierError(
+          'message-in-flight',
+          `message ${message.id} is still being handled in queue ${logical} (held for ${REDELIVER_ACTIVE_WAIT_MS} ms): replay it again once it has settled`,
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
+    await this.#ensureQueue(queue);
+    const facts: CarriedFacts = {
+      messageId: message.id,
+      kind: message.kind,
+      type: message.type,
+      partitionKey: message.partitionKey,
+      ordered: message.ordered === true,
+      failures: 0,
+      ends: 0,
+      history: [],
+      pendingDeadLetter: undefined,
+      replayOf: target.deadLetterId,
+      notBefore: undefined,
+    };
+    await this.#publishNow('', queue, Buffer.from(message.body, 'utf8'), {
+      persistent: true,
+      messageId: message.id,
+      headers: headersOf(facts),
+    });
+  }
+
+  #holdsMessage(endpoint: string, logical: string, messageId: string): boolean {
+    for (const taken of this.#held.values()) {
+      if (taken.receiver.endpoint !== endpoint || taken.facts.messageId !== messageId) continue;
+      const queue =
+        taken.role.kind === 'event'
+          ? subscriptionQueue(endpoint, taken.role.handler ?? '')
+          : commandQueue(taken.role.type ?? taken.facts.type ?? '');
+      if (queue === logical) return true;
+    }
+    return false;
+  }
+
+  /**
+   * Messages in each queue `endpoint` receives from: `waiting` ready in RabbitMQ, `active` held by
+   * this broker's receivers; `delayed` is 0 (the delay queues are shared by every queue of the
+   * prefix, so their messages are not counted per endpoint).
+   */
+  async queueDepths(endpoint: string): Promise<readonly QueueDepth[]> {
+    this.#assertOpen();
+    const registered = this.#registered.get(endpoint);
+    if (registered === undefined) return [];
+    const depths = new Map<string, { waiting: number; active: number; delayed: number }>();
+    const depthOf = (queue: string): { waiting: number; active: number; delayed: number } => {
+      let depth = depths.get(queue);
+      if (depth === undefined) {
+        depth = { waiting: 0, active: 0, delayed: 0 };
+        depths.set(queue, depth);
+      }
+      return depth;
+    };
+    for (const role of registered.topology.queues) {
+      const queue =
+        role.kind === 'event'
+          ? subscriptionQueue(endpoint, role.handler ?? '')
+          : role.type !== undefined
+            ? commandQueue(role.type)
+            : role.queue;
+      const count = await this.#connection
+        .withChannel(this.#publishTimeoutMs, 'counting messages', (channel) => channel.checkQueue(role.queue))
+        .then(
+          (reply) => reply.messageCount,
+          () => 0,
+        );
+      depthOf(queue).waiting += count;
+    }
+    for (const receiver of this.#receivers) {
+      if (receiver.endpoint !== endpoint) continue;
+      for (const [queue, held] of receiver.heldByQueue()) depthOf(queue).active += held;
+    }
+    return [...depths].map(([queue, depth]) => ({ queue, ...depth }));
+  }
+
+  /**
+   * What RabbitMQ gives: delays (TTL queues), order (single active consumer partition queues),
+   * replays, durable shared queues; crash counting on quorum queues (`x-delivery-count`). No publish
+   * dedupe and no cancel of scheduled messages: RabbitMQ cannot look into its queues.
+   */
+  capabilities(): BrokerCapabilities {
+    return {
+      delayedDelivery: true,
+      dedupeWindowMs: 0,
+      orderedDelivery: true,
+      queueDepths: false,
+      redeliver: true,
+      durable: true,
+      shared: true,
+      crashCounting: this.#queueType === 'quorum',
+      cancelScheduled: false,
+    };
+  }
+
+  /** Ends every receiver (what they held goes back to RabbitMQ) and closes the connection. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      this.#closed = true;
+      await Promise.all([...this.#receivers].map((receiver) => receiver.close()));
+      this.#receivers.clear();
+      this.#held.clear();
+      await this.#connection.close();
+    })();
+    return this.#closing;
+  }
+
+  /** The delivery `id` if it is current. */
+  #current(id: string): Taken | undefined {
+    const taken = this.#held.get(id);
+    if (taken === undefined) return undefined;
+    if (!taken.receiver.holds(taken) || taken.id !== id) {
+      this.#held.delete(id);
+      return undefined;
+    }
+    return taken;
+  }
+
+  #assertOpen(): void {
+    if (this.#closed)
+      throw new HarrierError(
+        'broker-closed',
+        'The RabbitMQ broker is closed: create a new one to publish again',
+      );
+  }
+}
+
+function bindingId(binding: Binding): string {
+  return JSON.stringify([binding.source, binding.destination, binding.toExchange, binding.key, binding.args]);
+}
+
+async function bind(channel: import('amqplib').Channel, binding: Binding): Promise<void> {
+  if (binding.toExchange)
+    await channel.bindExchange(binding.destination, binding.source, binding.key, binding.args);
+  else await channel.bindQueue(binding.destination, binding.source, binding.key, binding.args);
+}
+
+async function unbind(channel: import('amqplib').Channel, binding: Binding): Promise<void> {
+  if (binding.toExchange)
+    await channel.unbindExchange(binding.destination, binding.source, binding.key, binding.args);
+  else await channel.unbindQueue(binding.destination, binding.source, binding.key, binding.args);
+}
+
+/** @throws HarrierError `invalid-option` unless `value` (or its default) is a whole number of at least `min`. */
+function whole(
+  option: string,
+  value: number | undefined,
+  fallback: number,
+  min: number,
+  example: string,
+): number {
+  const v = value ?? fallback;
+  assertWholeOption('RabbitMqBroker', option, v, min, `${example} (or leave it out for ${fallback})`);
+  return v;
+}

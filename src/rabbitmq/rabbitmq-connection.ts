@@ -1,0 +1,284 @@
+import type { Channel, ChannelModel, ConfirmChannel, Options } from 'amqplib';
+import { HarrierError } from '../errors/harrier-error.js';
+import type { Logger } from '../logging/logger.js';
+import { amqplib } from './rabbitmq-peers.js';
+
+/** Where RabbitMQ is: an `amqp://` URL, or amqplib's connect options. */
+export type RabbitMqConnectionOptions = string | Options.Connect;
+
+/** First wait before reconnecting, and the longest, in ms. */
+const FIRST_BACKOFF_MS = 1_000;
+const MAX_BACKOFF_MS = 30_000;
+
+/** Where `target` points, for messages: the URL without its password. */
+export function describeRabbitMq(target: RabbitMqConnectionOptions): string {
+  if (typeof target === 'string') {
+    try {
+      const url = new URL(target);
+      if (url.password !== '') url.password = '***';
+      return url.toString();
+    } catch {
+      return 'the configured RabbitMQ URL';
+    }
+  }
+  return `${target.protocol ?? 'amqp'}://${target.hostname ?? 'localhost'}:${String(target.port ?? 5672)}${target.vhost !== undefined ? `/${target.vhost}` : ''}`;
+}
+
+/** The error for a RabbitMQ that cannot be reached (code `rabbitmq-unavailable`), naming the fix. */
+export function rabbitMqUnavailable(where: string, doing: string, cause: unknown): HarrierError {
+  const reason = cause instanceof Error ? cause.message : String(cause);
+  return new HarrierError(
+    'rabbitmq-unavailable',
+    `RabbitMQ could not be reached at ${where} while ${doing} (${reason}): start RabbitMQ there, or point the broker's connection option at a running server`,
+    { cause },
+  );
+}
+
+/** Options of {@link RabbitMqConnection}. */
+export interface RabbitMqConnectionSettings {
+  readonly target: RabbitMqConnectionOptions;
+  readonly heartbeatSeconds: number;
+  readonly logger: Logger;
+  /** Runs on each new connection before anyone gets it: declares the fixed topology. */
+  readonly setup: (channel: Channel) => Promise<void>;
+}
+
+/**
+ * One AMQP connection that comes back by itself: when it drops, it reconnects with backoff (1 s
+ * doubling to 30 s, jittered) until closed, and whoever asks for it meanwhile waits (bounded).
+ *
+ * @remarks
+ * Publishes share one confirm channel; receivers open channels of their own ({@link
+ * RabbitMqConnection.openChannel}) and open them again after a drop.
+ */
+export class RabbitMqConnection {
+  readonly #settings: RabbitMqConnectionSettings;
+  readonly #where: string;
+  #model: ChannelModel | undefined;
+  #connecting: Promise<ChannelModel> | undefined;
+  #confirm: Promise<ConfirmChannel> | undefined;
+  #lastError: unknown = new Error('not connected yet');
+  #closed = false;
+  readonly #closing = new AbortController();
+  /** Publishes whose message RabbitMQ returned as unroutable, by publish token. */
+  readonly #returned = new Set<string>();
+  #token = 0;
+
+  constructor(settings: RabbitMqConnectionSettings) {
+    this.#settings = settings;
+    this.#where = describeRabbitMq(settings.target);
+  }
+
+  get where(): string {
+    return this.#where;
+  }
+
+  /** The open connection, waiting for it at most `timeoutMs`. */
+  async model(timeoutMs: number, doing: string): Promise<ChannelModel> {
+    if (this.#closed) throw closedError();
+    if (this.#model !== undefined) return this.#model;
+    this.#connecting ??= this.#connectLoop().finally(() => {
+      this.#connecting = undefined;
+    });
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([
+        this.#connecting,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            reject(rabbitMqUnavailable(this.#where, doing, this.#lastError));
+          }, timeoutMs);
+        }),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** A new channel of its own (a receiver's), with its errors logged instead of thrown. */
+  async openChannel(timeoutMs: number, doing: string): Promise<Channel> {
+    const model = await this.model(timeoutMs, doing);
+    try {
+      const channel = await model.createChannel();
+      channel.on('error', () => undefined);
+      return channel;
+    } catch (error) {
+      throw rabbitMqUnavailable(this.#where, doing, error);
+    }
+  }
+
+  /**
+   * Runs `run` on a channel of its own, closed after: for operations whose failure closes the
+   * channel (`checkExchange` of a missing exchange answers 404 that way).
+   */
+  async withChannel<T>(timeoutMs: number, doing: string, run: (channel: Channel) => Promise<T>): Promise<T> {
+    const channel = await this.openChannel(timeoutMs, doing);
+    try {
+      return await run(channel);
+    } finally {
+      await channel.close().catch(() => undefined);
+    }
+  }
+
+  /**
+   * Publishes one message on the confirm channel; resolves once RabbitMQ confirmed it: `'routed'`,
+   * or `'returned'` when it was `mandatory` and reached no queue.
+   */
+  async publish(
+    exchange: string,
+    routingKey: string,
+    content: Buffer,
+    options: Options.Publish,
+    timeoutMs: number,
+  ): Promise<'routed' | 'returned'> {
+    const channel = await this.#confirmChannel(timeoutMs);
+    const token = options.mandatory === true ? String(++this.#token) : undefined;
+    const given = options.headers as Record<string, unknown> | undefined;
+    const headers = token === undefined ? given : { ...given, 'x-harrier-publish': token };
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        reject(
+          rabbitMqUnavailable(
+            this.#where,
+            'publishing',
+            new Error(`no publisher confirm within ${String(timeoutMs)} ms`),
+          ),
+        );
+      }, timeoutMs);
+      try {
+        channel.publish(exchange, routingKey, content, { ...options, headers }, (error: unknown) => {
+          clearTimeout(timer);
+          const returned = token !== undefined && this.#returned.delete(token);
+          if (error !== null && error !== undefined) {
+            reject(rabbitMqUnavailable(this.#where, 'publishing', error));
+          } else {
+            resolve(returned ? 'returned' : 'routed');
+          }
+        });
+      } catch (error) {
+        clearTimeout(timer);
+        reject(rabbitMqUnavailable(this.#where, 'publishing', error));
+      }
+    });
+  }
+
+  /** Closes the connection now as a network failure would: it reconnects (tests). */
+  async drop(): Promise<void> {
+    await this.#model?.close().catch(() => undefined);
+  }
+
+  /** Closes the connection for good; waiters reject with `broker-closed`. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#closing.abort();
+    const model = this.#model;
+    this.#model = undefined;
+    await model?.close().catch(() => undefined);
+  }
+
+  /** Read through a call: close() flips it while a connect awaits. */
+  #isClosed(): boolean {
+    return this.#closed;
+  }
+
+  #confirmChannel(timeoutMs: number): Promise<ConfirmChannel> {
+    this.#confirm ??= (async () => {
+      const model = await this.model(timeoutMs, 'publishing');
+      const channel = await model.createConfirmChannel();
+      channel.on('error', () => undefined);
+      channel.on('return', (message: { properties: { headers?: Record<string, unknown> } }) => {
+        const token = message.properties.headers?.['x-harrier-publish'];
+        if (typeof token === 'string') this.#returned.add(token);
+      });
+      channel.on('close', () => {
+        this.#confirm = undefined;
+      });
+      return channel;
+    })().catch((error: unknown) => {
+      this.#confirm = undefined;
+      throw HarrierError.is(error) ? error : rabbitMqUnavailable(this.#where, 'publishing', error);
+    });
+    return this.#confirm;
+  }
+
+  async #connectLoop(): Promise<ChannelModel> {
+    let backoff = FIRST_BACKOFF_MS;
+    for (;;) {
+      if (this.#closed) throw closedError();
+      try {
+        const model = await amqplib.connect(
+          withHeartbeat(this.#settings.target, this.#settings.heartbeatSeconds),
+          {
+            clientProperties: { connection_name: 'harrier' },
+          },
+        );
+        model.on('error', () => undefined);
+        try {
+          const channel = await model.createChannel();
+          channel.on('error', () => undefined);
+          await this.#settings.setup(channel);
+          await channel.close();
+        } catch (error) {
+          await model.close().catch(() => undefined);
+          throw error;
+        }
+        if (this.#isClosed()) {
+          await model.close().catch(() => undefined);
+          throw closedError();
+        }
+        model.on('close', () => {
+          if (this.#model !== model) return;
+          this.#model = undefined;
+          this.#confirm = undefined;
+          if (!this.#closed) {
+            this.#settings.logger.warn('The RabbitMQ connection closed; reconnecting', {
+              where: this.#where,
+            });
+            // Reconnect now, not at the next use: receivers wait for it.
+            this.#connecting ??= this.#connectLoop().finally(() => {
+              this.#connecting = undefined;
+            });
+            this.#connecting.catch(() => undefined);
+          }
+        });
+        this.#model = model;
+        return model;
+      } catch (error) {
+        if (HarrierError.is(error, 'broker-closed')) throw error;
+        this.#lastError = error;
+        this.#settings.logger.warn('RabbitMQ could not be reached; trying again', {
+          where: this.#where,
+          error: error instanceof Error ? error.message : String(error),
+          retryInMs: backoff,
+        });
+        const wait = backoff * (0.8 + Math.random() * 0.4);
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, wait);
+          this.#closing.signal.addEventListener(
+            'abort',
+            () => {
+              clearTimeout(timer);
+              resolve();
+            },
+            { once: true },
+          );
+        });
+        backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
+      }
+    }
+  }
+}
+
+function closedError(): HarrierError {
+  return new HarrierError(
+    'broker-closed',
+    'The RabbitMQ broker is closed: create a new one to publish again',
+  );
+}
+
+/** `target` with the heartbeat set, unless it sets one itself (a URL's `heartbeat` query parameter). */
+function withHeartbeat(target: RabbitMqConnectionOptions, seconds: number): RabbitMqConnectionOptions {
+  if (typeof target !== 'string') return { heartbeat: seconds, ...target };
+  if (/[?&]heartbeat=/.test(target)) return target;
+  return `${target}${target.includes('?') ? '&' : '?'}heartbeat=${String(seconds)}`;
+}

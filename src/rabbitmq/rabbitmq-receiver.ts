@@ -1,0 +1,485 @@
+import type { Channel, ConsumeMessage } from 'amqplib';
+import type { Delivery, DeliveryFacts } from '../broker/message-broker.js';
+import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
+import type { Logger } from '../logging/logger.js';
+import { readFacts, type CarriedFacts } from './message-headers.js';
+import type { RabbitMqConnection } from './rabbitmq-connection.js';
+import type { QueueRole } from './rabbitmq-topology.js';
+
+/** A message this receiver took from RabbitMQ and has not settled with it yet. */
+export interface Taken {
+  readonly receiver: RabbitMqReceiver;
+  readonly message: ConsumeMessage;
+  readonly channel: Channel;
+  readonly role: QueueRole;
+  readonly body: string;
+  /** The ordered lane (`<queue>|<key>`) of a message of a partition queue. */
+  readonly lane: string | undefined;
+  /** Its facts now: a retry held here (an ordered message) moves them on. */
+  facts: CarriedFacts;
+  /** The id of its delivery out now, if it is out. */
+  id: string | undefined;
+  /** Cancels the timer of a message waiting here for its time. */
+  cancelTimer: (() => void) | undefined;
+}
+
+/** What a receiver needs from its broker. */
+export interface ReceiverContext {
+  readonly connection: RabbitMqConnection;
+  readonly endpoint: string;
+  readonly roles: readonly QueueRole[];
+  readonly prefetch: number;
+  readonly logger: Logger;
+  readonly timeoutMs: number;
+  /** A fresh delivery id. */
+  readonly nextId: () => string;
+  /** Files a delivery handed out, so the broker can settle it by id. */
+  readonly handOut: (taken: Taken) => void;
+  /** Forgets a delivery id (settled, or stale). */
+  readonly forget: (id: string) => void;
+  /** Publishes a copy of `taken` carrying `facts` back to its queue (confirmed), then acks it. */
+  readonly moveBack: (taken: Taken, facts: CarriedFacts) => Promise<void>;
+  /** Called once the receiver has ended and settled or returned everything. */
+  readonly ended: (receiver: RabbitMqReceiver) => void;
+}
+
+/**
+ * One endpoint's receiver: a channel of its own consuming each of the endpoint's queues, handing out
+ * at most `prefetch` unsettled deliveries, one at a time per ordered key.
+ *
+ * @remarks
+ * Each queue's consumer has `prefetch` as its window; what arrives beyond what may be out waits here
+ * (unacked, so RabbitMQ keeps it if the process dies). A message of a partition queue waits until
+ * the earlier message of its key has settled; a retry of one waits here for its time, holding its
+ * key. A message that arrives before its `not before` time goes back to the delay queues (an
+ * ordered one waits here instead). Every message arrives through {@link RabbitMqReceiver.receive}.
+ * When the channel drops, what it held comes back from RabbitMQ (the deliveries out are stale) and
+ * the receiver opens a new channel.
+ */
+export class RabbitMqReceiver implements AsyncIterator<Delivery> {
+  readonly #context: ReceiverContext;
+  readonly #ready: Taken[] = [];
+  /** Messages of ordered lanes, in arrival order; the first is out, ready or waiting for its time. */
+  readonly #lanes = new Map<string, Taken[]>();
+  /** Every message held from the current channel. */
+  readonly #held = new Set<Taken>();
+  #out = 0;
+  #ending = false;
+  #ended = false;
+  #started = false;
+  #channel: Channel | undefined;
+  #wake: (() => void) | undefined;
+  #givingBack: Promise<void> | undefined;
+  /** The consumer tag of each unordered queue's consumer on the current channel. */
+  readonly #unorderedConsumers: string[] = [];
+  readonly #stop = new AbortController();
+  readonly #roleOf = new Map<string, QueueRole>();
+
+  constructor(context: ReceiverContext, signal: AbortSignal | undefined) {
+    this.#context = context;
+    for (const role of context.roles) this.#roleOf.set(role.queue, role);
+    if (signal?.aborted === true) this.end();
+    signal?.addEventListener(
+      'abort',
+      () => {
+        this.end();
+      },
+      { once: true },
+    );
+  }
+
+  get endpoint(): string {
+    return this.#context.endpoint;
+  }
+
+  /** Messages out or waiting here, by logical queue (for `queueDepths`). */
+  heldByQueue(): Map<string, number> {
+    const counts = new Map<string, number>();
+    for (const taken of this.#held) {
+      const queue = logicalQueue(this.#context.endpoint, taken.role, taken.facts);
+      counts.set(queue, (counts.get(queue) ?? 0) + 1);
+    }
+    return counts;
+  }
+
+  async next(): Promise<IteratorResult<Delivery>> {
+    if (!this.#started) {
+      this.#started = true;
+      void this.#run();
+    }
+    for (;;) {
+      if (this.#ending) return { done: true, value: undefined };
+      if (this.#out < this.#context.prefetch) {
+        const taken = this.#ready.shift();
+        if (taken !== undefined) return { done: false, value: this.#handOut(taken) };
+      }
+      await new Promise<void>((resolve) => {
+        this.#wake = resolve;
+      });
+    }
+  }
+
+  return(): Promise<IteratorResult<Delivery>> {
+    this.end();
+    return Promise.resolve({ done: true, value: undefined });
+  }
+
+  /**
+   * Stops handing out. Messages not handed out go back: an unordered one as a copy (so its
+   * attempt is not counted), an ordered one with the channel, in order, once every delivery out has
+   * settled (on a quorum queue that counts as one unsettled end). Deliveries out stay settleable.
+   */
+  end(): void {
+    if (this.#ending) return;
+    this.#ending = true;
+    this.#stop.abort();
+    this.#notify();
+    this.#givingBack = this.#giveBack().finally(() => {
+      this.#maybeClose();
+    });
+  }
+
+  /**
+   * Closes (the broker closes): once the unordered messages not handed out are given back (bounded
+   * by the publish time-out), the channel closes and RabbitMQ takes back what it still held.
+   */
+  async close(): Promise<void> {
+    this.end();
+    await this.#givingBack;
+    for (const taken of this.#held) if (taken.id !== undefined) this.#context.forget(taken.id);
+    this.#held.clear();
+    this.#out = 0;
+    await this.#closeChannel();
+  }
+
+  /** A delivery out was acked or dead-lettered (`ack` sent by the broker): the next of its lane may go. */
+  settled(taken: Taken): void {
+    this.#release(taken);
+    if (taken.lane !== undefined) {
+      const lane = this.#lanes.get(taken.lane);
+      if (lane !== undefined && lane[0] === taken) {
+        lane.shift();
+        const next = lane.at(0);
+        if (next === undefined) this.#lanes.delete(taken.lane);
+        else this.#admit(next);
+      }
+    }
+    this.#maybeClose();
+  }
+
+  /** An ordered delivery out is to be handed out again here at `at` (a retry, a release with a time). */
+  holdForLater(taken: Taken, facts: CarriedFacts, at: number): void {
+    this.#release(taken);
+    taken.facts = facts;
+    this.#held.add(taken);
+    if (this.#ending) {
+      this.#maybeClose();
+      return;
+    }
+    this.#schedule(taken, at);
+  }
+
+  /** Acks `taken` on the channel it came from; false when that channel is gone. */
+  ackMessage(taken: Taken): boolean {
+    if (taken.channel !== this.#channel) return false;
+    try {
+      taken.channel.ack(taken.message);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Returns an ordered `taken` to its queue now (nack with requeue); false when its channel is gone. */
+  requeue(taken: Taken): boolean {
+    if (taken.channel !== this.#channel) return false;
+    try {
+      taken.channel.nack(taken.message, false, true);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Whether `taken` is still held on a live channel (its delivery id is current). */
+  holds(taken: Taken): boolean {
+    return this.#held.has(taken) && taken.channel === this.#channel;
+  }
+
+  /**
+   * Takes one message from RabbitMQ: the one path every delivery comes through (where a dedupe
+   * ledger would be consulted).
+   */
+  receive(message: ConsumeMessage, role: QueueRole, channel: Channel): void {
+    const { facts, dropped } = readFacts(message.properties);
+    if (dropped.length > 0) {
+      this.#context.logger.warn('Malformed delivery facts in AMQP headers were dropped', {
+        queue: role.queue,
+        headers: dropped,
+      });
+    }
+    const taken: Taken = {
+      receiver: this,
+      message,
+      channel,
+      role,
+      body: message.content.toString('utf8'),
+      lane: role.ordered ? `${role.queue}|${facts.partitionKey ?? ''}` : undefined,
+      facts,
+      id: undefined,
+      cancelTimer: undefined,
+    };
+    this.#held.add(taken);
+    if (this.#ending) {
+      // Arrived as its consumer was being cancelled: back it goes (an ordered one with the channel).
+      if (taken.lane === undefined) void this.#moveBack(taken, facts);
+      return;
+    }
+    if (taken.lane === undefined) {
+      if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
+        // Early: back to the delay queues, uncounted.
+        void this.#moveBack(taken, facts);
+        return;
+      }
+      this.#ready.push(taken);
+      this.#notify();
+      return;
+    }
+    const lane = this.#lanes.get(taken.lane);
+    if (lane === undefined) {
+      this.#lanes.set(taken.lane, [taken]);
+      this.#admit(taken);
+    } else {
+      lane.push(taken);
+    }
+  }
+
+  /** The head of a lane: ready now, or at its time. */
+  #admit(taken: Taken): void {
+    const at = taken.facts.notBefore;
+    if (at !== undefined && at > Date.now()) this.#schedule(taken, at);
+    else {
+      this.#ready.push(taken);
+      this.#notify();
+    }
+  }
+
+  #schedule(taken: Taken, at: number): void {
+    const timer = setTimeout(
+      () => {
+        taken.cancelTimer = undefined;
+        if (!this.#held.has(taken) || this.#ending) return;
+        this.#ready.push(taken);
+        this.#notify();
+      },
+      Math.max(0, at - Date.now()),
+    );
+    timer.unref();
+    taken.cancelTimer = () => {
+      clearTimeout(timer);
+    };
+  }
+
+  #handOut(taken: Taken): Delivery {
+    const id = this.#context.nextId();
+    taken.id = id;
+    this.#out++;
+    this.#context.handOut(taken);
+    const { facts, role } = taken;
+    const deliveryFacts: DeliveryFacts = {
+      messageId: facts.messageId,
+      kind: facts.kind ?? role.kind,
+      type: facts.type ?? role.type,
+      endpoint: this.#context.endpoint,
+      handler: role.handler,
+      attempt: facts.failures + facts.ends + 1,
+      unsettledEnds: facts.ends,
+      history: facts.history,
+      partitionKey: facts.partitionKey,
+      queue: logicalQueue(this.#context.endpoint, role, facts),
+      ...(facts.replayOf !== undefined ? { replayOf: facts.replayOf } : {}),
+      ...(facts.pendingDeadLetter !== undefined ? { pendingDeadLetter: facts.pendingDeadLetter } : {}),
+    };
+    return { id, body: taken.body, facts: deliveryFacts };
+  }
+
+  /** `taken` is no longer out (settled, or held here for later). */
+  #release(taken: Taken): void {
+    if (taken.id !== undefined) {
+      this.#context.forget(taken.id);
+      taken.id = undefined;
+      this.#out = Math.max(0, this.#out - 1);
+    }
+    this.#held.delete(taken);
+    this.#notify();
+  }
+
+  async #moveBack(taken: Taken, facts: CarriedFacts): Promise<void> {
+    try {
+      await this.#context.moveBack(taken, facts);
+    } catch (error) {
+      // Left unacked: it comes back with the channel.
+      this.#context.logger.warn(
+        'A RabbitMQ receiver could not put a message back; it returns with its channel',
+        {
+          queue: taken.role.queue,
+          error: error instanceof Error ? error.message : String(error),
+        },
+      );
+      return;
+    }
+    this.#held.delete(taken);
+    this.#maybeClose();
+  }
+
+  /**
+   * Stops the unordered queues' consumers (a partition queue's consumer stays until the channel
+   * closes, so its next consumer starts after this one's last message settled) and gives back the
+   * unordered messages not handed out, as copies.
+   */
+  async #giveBack(): Promise<void> {
+    const channel = this.#channel;
+    const tags = this.#unorderedConsumers.splice(0);
+    if (channel !== undefined) {
+      await Promise.all(tags.map((tag) => channel.cancel(tag).catch(() => undefined)));
+    }
+    const waiting = this.#ready.splice(0);
+    for (const taken of waiting) taken.cancelTimer?.();
+    await Promise.all(
+      waiting.filter((taken) => taken.lane === undefined).map((taken) => this.#moveBack(taken, taken.facts)),
+    );
+  }
+
+  /** Once ending and nothing is out: closes the channel (ordered messages held return in order). */
+  #maybeClose(): void {
+    if (!this.#ending || this.#ended || this.#out > 0) return;
+    for (const taken of this.#held) if (taken.lane === undefined) return;
+    void this.#closeChannel();
+  }
+
+  async #closeChannel(): Promise<void> {
+    if (this.#ended) return;
+    this.#ended = true;
+    this.#stop.abort();
+    const channel = this.#channel;
+    this.#channel = undefined;
+    await channel?.close().catch(() => undefined);
+    this.#context.ended(this);
+  }
+
+  /** Read through a call: end() flips it while the run loop awaits. */
+  #isEnding(): boolean {
+    return this.#ending;
+  }
+
+  #notify(): void {
+    const wake = this.#wake;
+    this.#wake = undefined;
+    wake?.();
+  }
+
+  /** Keeps a channel consuming the endpoint's queues until the receiver ends. */
+  async #run(): Promise<void> {
+    while (!this.#ending) {
+      let channel: Channel;
+      try {
+        channel = await this.#context.connection.openChannel(this.#context.timeoutMs, 'receiving');
+      } catch (error) {
+        if (this.#isEnding()) return;
+        this.#context.logger.warn('A RabbitMQ receiver is waiting for its connection', {
+          endpoint: this.#context.endpoint,
+          error: error instanceof Error ? error.message : String(error),
+        });
+        await pause(1_000, this.#stop.signal);
+        continue;
+      }
+      if (this.#isEnding()) {
+        await channel.close().catch(() => undefined);
+        return;
+      }
+      const closed = new Promise<void>((resolve) => {
+        channel.once('close', resolve);
+      });
+      this.#channel = channel;
+      this.#unorderedConsumers.length = 0;
+      try {
+        await channel.prefetch(this.#context.prefetch, false);
+        for (const role of this.#context.roles) {
+          const { consumerTag } = await channel.consume(
+            role.queue,
+            (message) => {
+              if (message === null) {
+                // The queue was deleted: start over on a new channel.
+                void channel.close().catch(() => undefined);
+              } else if (channel === this.#channel) {
+                this.receive(message, role, channel);
+              }
+            },
+            { noAck: false },
+          );
+          if (role.ordered) continue;
+          // Ended meanwhile: #giveBack cancelled the consumers it knew of, not this one.
+          if (this.#isEnding()) await channel.cancel(consumerTag);
+          else this.#unorderedConsumers.push(consumerTag);
+        }
+      } catch (error) {
+        this.#context.logger.warn('A RabbitMQ receiver could not consume its queues; trying again', {
+          endpoint: this.#context.endpoint,
+          error: error instanceof Error ? error.message : String(error),
+        });
+        await channel.close().catch(() => undefined);
+      }
+      await Promise.race([closed, aborted(this.#stop.signal)]);
+      if (this.#channel !== channel || this.#isEnding()) return;
+      // The channel dropped: what it held comes back from RabbitMQ; the deliveries out are stale.
+      this.#channel = undefined;
+      this.#dropAll();
+      await pause(200, this.#stop.signal);
+    }
+  }
+
+  #dropAll(): void {
+    for (const taken of this.#held) {
+      taken.cancelTimer?.();
+      if (taken.id !== undefined) this.#context.forget(taken.id);
+    }
+    this.#held.clear();
+    this.#ready.length = 0;
+    this.#lanes.clear();
+    this.#out = 0;
+    this.#notify();
+  }
+
+  /** Test hook: the channel drops as if its process died. */
+  async dropChannel(): Promise<void> {
+    await this.#channel?.close().catch(() => undefined);
+  }
+}
+
+/** The queue a delivery reports: `cmd~<type>`, or `evt~<endpoint>~<handler>`. */
+function logicalQueue(endpoint: string, role: QueueRole, facts: CarriedFacts): string {
+  if (role.kind === 'event') return subscriptionQueue(endpoint, role.handler ?? '');
+  return commandQueue(role.type ?? facts.type ?? '');
+}
+
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) {
+      resolve();
+      return;
+    }
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+}
+
+function aborted(signal: AbortSignal): Promise<void> {
+  return pause(2 ** 31 - 1, signal);
+}
