@@ -263,23 +263,25 @@ function deadline(ms: number, what: () => string): { promise: Promise<never>; ca
 /** The bench's own connection: server version, queue clean-up. */
 let admin: amqp.ChannelModel;
 
-/** Deletes queues by name on a channel of its own (a missing one is fine). */
-async function deleteQueues(names: readonly string[]): Promise<void> {
-  for (const name of names) {
+/** Deletes queues and exchanges by name, each on a channel of its own (a missing one is fine). */
+async function deleteTopology(queues: readonly string[], exchanges: readonly string[] = []): Promise<void> {
+  const each = async (remove: (channel: amqp.Channel) => Promise<unknown>): Promise<void> => {
     const channel = await admin.createChannel();
     channel.on('error', () => undefined);
     try {
-      await channel.deleteQueue(name);
+      await remove(channel);
       await channel.close();
     } catch {
       // The channel closed with the error: nothing to delete.
     }
-  }
+  };
+  for (const queue of queues) await each((channel) => channel.deleteQueue(queue));
+  for (const exchange of exchanges) await each((channel) => channel.deleteExchange(exchange));
 }
 
 /** Raw amqplib: produce N with confirms from `concurrency` callers, then drain them with prefetch. */
 async function rawAmqp(n: number, concurrency: number, tag: string): Promise<Sample> {
-  const queue = `${RUN_PREFIX}.raw.${tag}`;
+  const queue = `${RUN_PREFIX}-raw-${tag}`;
   const connection = await amqp.connect(RABBITMQ_URL);
   connection.on('error', () => undefined);
   try {
@@ -354,18 +356,26 @@ async function rawAmqp(n: number, concurrency: number, tag: string): Promise<Sam
     };
   } finally {
     await connection.close();
-    await deleteQueues([queue]);
+    await deleteTopology([queue]);
   }
 }
 
-/** The queues Harrier's broker declared under `prefix` for the bench's endpoint and command. */
-function harrierQueues(prefix: string): string[] {
-  return [`${prefix}.cmd~${PlaceOrder.type}`];
+/**
+ * What Harrier's broker declared under `prefix` for the bench's endpoint and command (docs/rabbitmq.md):
+ * the command type's queue and the endpoint's registry queue; its exchanges.
+ */
+function harrierTopology(prefix: string): { queues: string[]; exchanges: string[] } {
+  return {
+    queues: [`${prefix}.cmd.${PlaceOrder.type}`, `${prefix}.registry.bench`],
+    exchanges: ['route', 'commands', 'events', 'delay', `cmd.${PlaceOrder.type}`].map(
+      (e) => `${prefix}.${e}`,
+    ),
+  };
 }
 
 /** Harrier: `bus.send` N from `concurrency` callers, then a bus of concurrency C drains them. */
 async function harrier(n: number, concurrency: number, tag: string): Promise<Sample> {
-  const prefix = `${RUN_PREFIX}.h.${tag}`;
+  const prefix = `${RUN_PREFIX}-harrier-${tag}`;
   const broker = new RabbitMqBroker({
     connection: RABBITMQ_URL,
     prefix,
@@ -432,7 +442,8 @@ async function harrier(n: number, concurrency: number, tag: string): Promise<Sam
     await consumer.stop({ closeBroker: false });
     await sender.stop({ closeBroker: false });
     await broker.close();
-    await deleteQueues(harrierQueues(prefix));
+    const { queues, exchanges } = harrierTopology(prefix);
+    await deleteTopology(queues, exchanges);
   }
 }
 
