@@ -1,11 +1,12 @@
 /**
  * A CPU profile of Harrier's RabbitMQ consume alone: N commands published through the broker, then a
  * bus of concurrency C drains them while the inspector's profiler runs (with `--raw`: the raw amqplib
- * consumer of bench/rabbitmq.ts drains the same queue instead); prints msg/s, CPU and socket writes
+ * consumer of bench/rabbitmq.ts drains the same queue instead; with `--raw-batched`, that consumer
+ * with the acks of one event-loop turn sent as one `multiple` ack when contiguous); prints msg/s, CPU and socket writes
  * per message, the self time by file and by function, and writes the .cpuprofile (`--out`; open it
  * in Chrome DevTools). Rates are lower than bench/rabbitmq.ts's: the profiler costs CPU too.
  *
- * Run: `npm run bench:rabbitmq-consume-profile -- --n 20000 --concurrency 16 [--raw]`.
+ * Run: `npm run bench:rabbitmq-consume-profile -- --n 20000 --concurrency 16 [--raw | --raw-batched]`.
  */
 import 'reflect-metadata';
 import { randomBytes } from 'node:crypto';
@@ -34,6 +35,7 @@ const { values: args } = parseArgs({
     concurrency: { type: 'string', default: '16' },
     out: { type: 'string', default: 'rabbitmq-consume.cpuprofile' },
     raw: { type: 'boolean', default: false },
+    'raw-batched': { type: 'boolean', default: false },
   },
 });
 const N = Number(args.n);
@@ -124,7 +126,28 @@ async function main(): Promise<void> {
   const cpu = process.cpuUsage();
   const writes = socketWrites;
   const started = performance.now();
-  if (args.raw) {
+  if (args['raw-batched']) {
+    // The same, its acks of one event-loop turn sent as one `multiple` ack when they are contiguous.
+    let pending: amqp.ConsumeMessage[] = [];
+    let lastAcked = 0;
+    const flush = (): void => {
+      const batch = pending.sort((a, b) => a.fields.deliveryTag - b.fields.deliveryTag);
+      pending = [];
+      const last = batch.at(-1);
+      if (last === undefined) return;
+      if (last.fields.deliveryTag - lastAcked === batch.length) channel.ack(last, true);
+      else for (const m of batch) channel.ack(m);
+      lastAcked = Math.max(lastAcked, last.fields.deliveryTag);
+    };
+    await channel.consume(`${prefix}.cmd.${PlaceOrder.type}`, (message) => {
+      if (message === null) return;
+      const envelope = JSON.parse(message.content.toString()) as { payload: { amount: number } };
+      if (envelope.payload.amount <= 0) throw new Error('unreachable');
+      if (pending.length === 0) setImmediate(flush);
+      pending.push(message);
+      if (++count === N) setImmediate(done);
+    });
+  } else if (args.raw) {
     // The raw consumer of bench/rabbitmq.ts, on Harrier's queue.
     await channel.consume(`${prefix}.cmd.${PlaceOrder.type}`, (message) => {
       if (message === null) return;
