@@ -1,10 +1,11 @@
 /**
  * A CPU profile of Harrier's RabbitMQ consume alone: N commands published through the broker, then a
- * bus of concurrency C drains them while the inspector's profiler runs (with `--raw`: the raw amqplib
+ * bus of concurrency C drains them while the inspector's profiler runs. With `--raw`, the raw amqplib
  * consumer of bench/rabbitmq.ts drains the same queue instead; with `--raw-batched`, that consumer
- * with the acks of one event-loop turn sent as one `multiple` ack when contiguous); prints msg/s, CPU and socket writes
- * per message, the self time by file and by function, and writes the .cpuprofile (`--out`; open it
- * in Chrome DevTools). Rates are lower than bench/rabbitmq.ts's: the profiler costs CPU too.
+ * sends the acks of one event-loop turn as one `multiple` ack when they are contiguous. Prints msg/s,
+ * CPU and socket writes per message, the self time by file and by function, and writes the
+ * .cpuprofile (`--out`; open it in Chrome DevTools). Rates are lower than bench/rabbitmq.ts's: the
+ * profiler costs CPU too.
  *
  * Run: `npm run bench:rabbitmq-consume-profile -- --n 20000 --concurrency 16 [--raw | --raw-batched]`.
  */
