@@ -26,7 +26,8 @@
  * whose encoded envelope is about 300 bytes (the sizes are printed). Besides msg/s, the CPU time per
  * message of this process (`process.cpuUsage`) and of the RabbitMQ server when it runs on this
  * machine (the `beam.smp` listening on the URL's port, read from /proc; other clients of the server
- * count too). Each
+ * count too), and "by CPU": raw's CPU per message (this process + server) over Harrier's, which
+ * moves less than the rates on a shared host. Each
  * side first runs an untimed warm-up of `--warm-up` messages. Every round and side gets queues of its
  * own under a prefix unique to the run, deleted afterwards.
  *
@@ -530,6 +531,12 @@ async function main(): Promise<void> {
 
   const ratios = (s: Series, pick: (x: Sample) => number): number[] =>
     s.ours.map((h, i) => pick(h) / pick(s.raw[i] ?? h));
+  /** Raw's CPU per message (this process + server, or this process alone) over Harrier's, medians. */
+  const byCpu = (s: Series, cpuPick: (x: Sample) => number, serverPick: (x: Sample) => number): string => {
+    const both = (x: Sample): number => cpuPick(x) + serverPick(x);
+    const pick = Number.isNaN(median(s.raw.map(serverPick))) ? cpuPick : both;
+    return `${(median(s.raw.map(pick)) / median(s.ours.map(pick))).toFixed(3)}x`;
+  };
   for (const [label, pick, cpuPick, serverPick] of [
     [
       'produce (publish + confirm)',
@@ -557,6 +564,7 @@ async function main(): Promise<void> {
           'by round',
           'Node CPU us/msg raw / Harrier',
           'server CPU us/msg raw / Harrier',
+          'by CPU',
         ],
         series.map((s) => {
           const raw = s.raw.map(pick);
@@ -573,6 +581,7 @@ async function main(): Promise<void> {
               .join(' '),
             `${us(median(s.raw.map(cpuPick)))} / ${us(median(s.ours.map(cpuPick)))}`,
             `${us(median(s.raw.map(serverPick)))} / ${us(median(s.ours.map(serverPick)))}`,
+            byCpu(s, cpuPick, serverPick),
           ];
         }),
       ),
