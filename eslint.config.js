@@ -15,7 +15,7 @@ const LAYERS = [
   ['admin'],
   ['bus'],
   ['dashboard'],
-  ['testing', 'redis', 'postgres'],
+  ['testing', 'redis', 'postgres', 'rabbitmq'],
   ['nestjs'],
   ['cli'],
 ];
@@ -47,6 +47,10 @@ const CLI_LAZY_TELEMETRY = {
 const NO_BULLMQ = { name: 'bullmq', message: 'Only src/redis may import bullmq (DESIGN.md layers).' };
 const NO_IOREDIS = { name: 'ioredis', message: 'Only src/redis may import ioredis (DESIGN.md layers).' };
 const NO_PG = { name: 'pg', message: 'Only src/postgres may import pg (DESIGN.md layers).' };
+const NO_AMQPLIB = {
+  name: 'amqplib',
+  message: 'Only src/rabbitmq may import amqplib (DESIGN.md layers).',
+};
 const NO_INVERSIFY = {
   name: 'inversify',
   message: 'Nothing below src/bus knows inversify (DESIGN.md layers).',
@@ -85,6 +89,7 @@ const PEERS_MODULE = {
     ['ioredis', 'redis-peers.ts'],
   ],
   postgres: [['pg', 'postgres-peers.ts']],
+  rabbitmq: [['amqplib', 'rabbitmq-peers.ts']],
 };
 
 /** zod's values come through the module that checks its version first (zod 3 fails at load otherwise). */
@@ -175,23 +180,27 @@ export default tseslint.config(
   {
     files: ['src/**/*.ts'],
     ignores: ['src/redis/**', 'src/telemetry/**', 'src/nestjs/**'],
-    rules: restrictImports([NO_BULLMQ, NO_IOREDIS, NO_PG]),
+    rules: restrictImports([NO_BULLMQ, NO_IOREDIS, NO_PG, NO_AMQPLIB]),
   },
   {
     files: ['src/nestjs/**/*.ts'],
     rules: restrictImports(
-      [NO_BULLMQ, NO_IOREDIS, NO_INVERSIFY, NO_PG],
+      [NO_BULLMQ, NO_IOREDIS, NO_INVERSIFY, NO_PG, NO_AMQPLIB],
       true,
       true /* src/nestjs may import Nest */,
     ),
   },
   {
     files: ['src/postgres/**/*.ts'],
-    rules: restrictImports([NO_BULLMQ, NO_IOREDIS]),
+    rules: restrictImports([NO_BULLMQ, NO_IOREDIS, NO_AMQPLIB]),
   },
   {
     files: ['src/redis/**/*.ts'],
-    rules: restrictImports([NO_PG]),
+    rules: restrictImports([NO_PG, NO_AMQPLIB]),
+  },
+  {
+    files: ['src/rabbitmq/**/*.ts'],
+    rules: restrictImports([NO_BULLMQ, NO_IOREDIS, NO_PG]),
   },
   ...layerOrder,
   zodModule,
@@ -207,12 +216,12 @@ export default tseslint.config(
       'src/sagas/**/*.ts',
       'src/admin/**/*.ts',
     ],
-    rules: restrictImports([NO_BULLMQ, NO_IOREDIS, NO_INVERSIFY, NO_PG]),
+    rules: restrictImports([NO_BULLMQ, NO_IOREDIS, NO_INVERSIFY, NO_PG, NO_AMQPLIB]),
   },
   {
     files: ['src/telemetry/**/*.ts'],
     rules: restrictImports(
-      [NO_BULLMQ, NO_IOREDIS, NO_INVERSIFY, NO_PG],
+      [NO_BULLMQ, NO_IOREDIS, NO_INVERSIFY, NO_PG, NO_AMQPLIB],
       false /* src/telemetry may import OpenTelemetry */,
     ),
   },

@@ -40,10 +40,13 @@ export type {
   PreparedMessage,
 } from './messages/index.js';
 export {
+  DEFAULT_SCHEDULED_RETENTION_MS,
+  InMemoryDeliveryLedger,
   MAX_ATTEMPT_HISTORY,
   QUEUE_SEPARATOR,
   SETTLED,
   commandQueue,
+  createPublishToken,
   noRouteError,
   parseAttemptHistory,
   parsePendingDeadLetter,
@@ -52,9 +55,14 @@ export {
   toErrorInfo,
 } from './broker/index.js';
 export type {
+  AdmitVerdict,
   BrokerCapabilities,
   Delivery,
   DeliveryFacts,
+  DeliveryLedger,
+  DeliveryLedgerOptions,
+  LedgerCopy,
+  LedgerSettlement,
   NackOptions,
   OutgoingMessage,
   ParsedHistory,
@@ -62,6 +70,7 @@ export type {
   QueueDepth,
   ReceiverOptions,
   RedeliveryTarget,
+  ReplaceOutcome,
   SubscriptionSpec,
 } from './broker/index.js';
 export { HandlerRegistry, getHandlerMetadata } from './handlers/index.js';

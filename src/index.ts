@@ -206,6 +206,7 @@ export type {
   CatchUp,
   EveryOptions,
   ScheduleRecord,
+  ScheduleTickError,
   ScheduleStore,
   ScheduleTiming,
 } from './schedules/index.js';

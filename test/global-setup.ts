@@ -4,12 +4,20 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { TestProject } from 'vitest/node';
 import { startPostgresServer } from './helpers/local-postgres.js';
+import { launchRabbitMqServer, rabbitmqServerPath } from './helpers/local-rabbitmq.js';
 import { startRedisServer } from './helpers/local-redis.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     redisUrl: string;
     databaseUrl: string;
+    /**
+     * RABBITMQ_URL, or the URL of a server of our own that may still be booting: tests take it from
+     * `rabbitmqUrl()` of test/helpers/rabbitmq.ts, which waits until it accepts connections.
+     */
+    rabbitmqUrl: string;
+    /** The console output of our own RabbitMQ, for a test to show when it never comes up ('' with RABBITMQ_URL). */
+    rabbitmqLogFile: string;
   }
 }
 
@@ -41,7 +49,7 @@ async function ensureBuilt(): Promise<void> {
 }
 
 /** A real Redis: REDIS_URL when set, else a redis-server of our own; returns how to stop it. */
-async function provideRedis(project: TestProject): Promise<() => void> {
+async function provideRedis(project: TestProject): Promise<() => void | Promise<void>> {
   const fromEnv = process.env.REDIS_URL;
   if (fromEnv !== undefined && fromEnv !== '') {
     project.provide('redisUrl', fromEnv);
@@ -62,7 +70,7 @@ async function provideRedis(project: TestProject): Promise<() => void> {
 }
 
 /** A real PostgreSQL: DATABASE_URL when set, else initdb + pg_ctl of our own; returns how to stop it. */
-async function providePostgres(project: TestProject): Promise<() => void> {
+async function providePostgres(project: TestProject): Promise<() => void | Promise<void>> {
   const fromEnv = process.env.DATABASE_URL;
   if (fromEnv !== undefined && fromEnv !== '') {
     project.provide('databaseUrl', fromEnv);
@@ -77,23 +85,57 @@ async function providePostgres(project: TestProject): Promise<() => void> {
 }
 
 /**
- * Provides a real Redis and a real PostgreSQL to the tests: REDIS_URL / DATABASE_URL when set, else
- * servers of our own on free loopback ports in temp dirs. Builds dist/ meanwhile, when it is stale.
+ * A real RabbitMQ: RABBITMQ_URL when set, else a rabbitmq-server of our own; returns how to stop it.
+ *
+ * @remarks
+ * Our own server boots in about 5 s (2 vCPUs), longer than Redis and PostgreSQL together, so the
+ * setup does not wait for it: the tests that need RabbitMQ wait in `rabbitmqUrl()`
+ * (test/helpers/rabbitmq.ts), and the others never do.
+ */
+async function provideRabbitMq(project: TestProject): Promise<() => Promise<void>> {
+  const fromEnv = process.env.RABBITMQ_URL;
+  if (fromEnv !== undefined && fromEnv !== '') {
+    project.provide('rabbitmqUrl', fromEnv);
+    project.provide('rabbitmqLogFile', '');
+    return async () => {};
+  }
+  if (rabbitmqServerPath() === undefined) {
+    throw new Error(
+      'The tests need RabbitMQ: set RABBITMQ_URL=amqp://guest:guest@127.0.0.1:5672, or install rabbitmq-server (apt-get install rabbitmq-server, brew install rabbitmq) so the tests can start their own',
+    );
+  }
+  const { server, ready } = await launchRabbitMqServer();
+  // A server that cannot start fails the tests that wait for it, with its log (rabbitmqUrl()).
+  ready.catch(() => {});
+  process.env.RABBITMQ_URL = server.url;
+  project.provide('rabbitmqUrl', server.url);
+  project.provide('rabbitmqLogFile', server.logFile);
+  return () => server.dispose();
+}
+
+/**
+ * Provides a real Redis, a real PostgreSQL and a real RabbitMQ to the tests: REDIS_URL /
+ * DATABASE_URL / RABBITMQ_URL when set, else servers of our own on free loopback ports in temp dirs.
+ * Builds dist/ meanwhile, when it is stale.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
-  const [built, redis, postgres] = await Promise.allSettled([
+  const [built, redis, postgres, rabbitmq] = await Promise.allSettled([
     ensureBuilt(),
     provideRedis(project),
     providePostgres(project),
+    provideRabbitMq(project),
   ]);
-  const stops = [redis, postgres].flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
-  for (const result of [built, redis, postgres]) {
+  const stops = [redis, postgres, rabbitmq].flatMap((result) =>
+    result.status === 'fulfilled' ? [result.value] : [],
+  );
+  const stopAll = async (): Promise<void> => {
+    for (const stop of stops.reverse()) await stop();
+  };
+  for (const result of [built, redis, postgres, rabbitmq]) {
     if (result.status === 'rejected') {
-      for (const stop of stops) stop();
+      await stopAll();
       throw result.reason;
     }
   }
-  return async () => {
-    for (const stop of stops.reverse()) stop();
-  };
+  return stopAll;
 }

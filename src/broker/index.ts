@@ -26,3 +26,14 @@ export { QUEUE_SEPARATOR, commandQueue, subscriptionQueue } from './queue-names.
 export { SETTLED } from './settled.js';
 export { sumQueueDepths } from './sum-queue-depths.js';
 export { parseAttemptHistory, parsePendingDeadLetter, type ParsedHistory } from './delivery-facts.js';
+export {
+  DEFAULT_SCHEDULED_RETENTION_MS,
+  createPublishToken,
+  type AdmitVerdict,
+  type DeliveryLedger,
+  type DeliveryLedgerOptions,
+  type LedgerCopy,
+  type LedgerSettlement,
+  type ReplaceOutcome,
+} from './delivery-ledger.js';
+export { InMemoryDeliveryLedger } from './in-memory-delivery-ledger.js';

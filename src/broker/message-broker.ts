@@ -80,6 +80,10 @@ export interface DeliveryFacts {
    *   `stalledCounter`, reset by a replay.
    * - `InMemoryBroker`: a delivery given up with `InMemoryBroker.abandon` (the queues die with the
    *   process, so nothing else can outlive its holder there).
+   * - `RabbitMqBroker` on quorum queues: a message's returns to its queue (its channel or
+   *   connection closed with it unacked: RabbitMQ's `x-delivery-count`), carried over to the copies
+   *   a retry publishes. An ordered message a stopping receiver had taken but not handed out goes
+   *   back the same way, and counts too.
    *
    * A receiver whose iteration ends is not such an end: its deliveries stay settleable by id, since
    * a dispatcher ends its receiver before it drains the handlers still running (a graceful stop),

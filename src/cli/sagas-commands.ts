@@ -49,7 +49,7 @@ ${GLOBAL_HELP}
 const SHOW_HELP = `Usage: harrier sagas show <saga> <id> [--json]
 
 One saga instance: status, version, start, last update and completion times, pending timeouts, its
-state, and the steps it remembers for redeliveries (newest first: the message each handled and the
+state with the version of the saga's state shape it was saved with, and the steps it remembers for redeliveries (newest first: the message each handled and the
 types of the messages it recorded, never their bodies; the latest ${SHOWN_APPLIED} on a terminal, all with
 --json). Exits 4 when there is no such instance (never saved, removed, or past its retention).
 
@@ -80,6 +80,7 @@ function instanceJson(instance: SagaSummary, whole?: SagaInstance): Record<strin
     id: instance.id,
     status: instance.status,
     version: instance.version,
+    stateVersion: instance.stateVersion,
     startedAt: iso(instance.startedAt),
     updatedAt: iso(instance.updatedAt),
     completedAt: instance.completedAt === undefined ? null : iso(instance.completedAt),
@@ -206,7 +207,7 @@ async function showCommand(argv: readonly string[], io: CliIo): Promise<number> 
     `Pending timeouts (${timeouts.length}):`,
     ...(timeouts.length === 0 ? ['  none'] : timeouts.map((t) => `  ${iso(t.dueAt)}  ${t.type}  (${t.id})`)),
     '',
-    'State:',
+    `State (version ${instance.stateVersion} of the saga's state shape):`,
     ...JSON.stringify(instance.state, null, 2)
       .split('\n')
       .map((line) => `  ${line}`),

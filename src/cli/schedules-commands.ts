@@ -1,4 +1,5 @@
 import type { ScheduleRecord } from '../schedules/schedule-record.js';
+import { lastMessageIdOf, scheduleOutcomeText } from '../schedules/schedule-outcome.js';
 import { GLOBAL_HELP, contextOf, openAdmin, parse } from './cli-context.js';
 import {
   ExitCode,
@@ -16,7 +17,8 @@ import { help } from './cli-args.js';
 export const SCHEDULES_HELP = `Usage: harrier schedules <command> [options]
 
 Commands:
-  list               recurring schedules (bus.every): timing, message type, last tick, next run
+  list               recurring schedules (bus.every): timing, message type, last tick, next run,
+                     the last tick's outcome
   show <name>        one schedule in full, payload included
   cancel <name>      remove a schedule: every process running it stops at its next tick
 
@@ -25,16 +27,18 @@ ${GLOBAL_HELP}
 
 const LIST_HELP = `Usage: harrier schedules list [--json]
 
-The recurring schedules in the system's schedule store, by name. In JSON mode each line is a
-schedule without its payload.
+The recurring schedules in the system's schedule store, by name, each with the outcome of its
+last tick: "sent <message id>", or "send failed: <error> at <time>" when the send of a tick failed
+(the broker was down) and no tick was sent since. In JSON mode each line is a schedule without its
+payload.
 
 ${GLOBAL_HELP}
 `;
 
 const SHOW_HELP = `Usage: harrier schedules show <name> [--json]
 
-One schedule: timing, time zone, message kind and type, catch-up, last tick sent, next run, last
-update and payload. Exits 4 when there is no such schedule.
+One schedule: timing, time zone, message kind and type, catch-up, last tick sent, the outcome of
+the last tick, next run, last update and payload. Exits 4 when there is no such schedule.
 
 ${GLOBAL_HELP}
 `;
@@ -80,6 +84,12 @@ function scheduleJson(record: ScheduleRecord, withPayload: boolean): Record<stri
     everyMs: record.everyMs ?? null,
     catchUp: record.catchUp,
     lastTickAt: isoOrNull(record.lastTickAt),
+    lastMessageId: lastMessageIdOf(record) ?? null,
+    lastError:
+      record.lastError === undefined
+        ? null
+        : { message: record.lastError.message, at: iso(record.lastError.at) },
+    outcome: scheduleOutcomeText(record, iso) ?? null,
     nextRunAt: isoOrNull(record.nextRunAt),
     updatedAt: iso(record.updatedAt),
     ...(withPayload ? { payload: record.payload } : {}),
@@ -108,13 +118,14 @@ async function listCommand(argv: readonly string[], io: CliIo): Promise<number> 
   }
   io.stdout.write(
     formatTable(
-      ['NAME', 'TIMING', 'SENDS', 'LAST TICK', 'NEXT RUN'],
+      ['NAME', 'TIMING', 'SENDS', 'LAST TICK', 'NEXT RUN', 'OUTCOME'],
       records.map((r) => [
         r.name,
         timingOf(r),
         `${r.kind} ${r.type}`,
         shortIso(r.lastTickAt),
         shortIso(r.nextRunAt),
+        scheduleOutcomeText(r, shortIso) ?? '-',
       ]),
     ),
   );
@@ -157,6 +168,7 @@ async function showCommand(argv: readonly string[], io: CliIo): Promise<number> 
     `  sends      ${record.kind} ${record.type}`,
     `  catch-up   ${record.catchUp}`,
     `  last tick  ${record.lastTickAt === undefined ? '-' : iso(record.lastTickAt)}`,
+    `  outcome    ${scheduleOutcomeText(record, iso) ?? '-'}`,
     `  next run   ${record.nextRunAt === undefined ? '-' : iso(record.nextRunAt)}`,
     `  updated    ${iso(record.updatedAt)}`,
     '',

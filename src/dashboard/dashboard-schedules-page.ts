@@ -1,4 +1,5 @@
 import type { ScheduleRecord } from '../schedules/schedule-record.js';
+import { scheduleOutcomeText } from '../schedules/schedule-outcome.js';
 import type { ScheduleStore } from '../schedules/schedule-store.js';
 import { CSRF_FIELD } from './dashboard-csrf.js';
 import { escapeHtml as h, isoTime, maskSecrets } from './dashboard-html.js';
@@ -21,14 +22,15 @@ function timingOf(record: ScheduleRecord): string {
 }
 
 /**
- * What the store tells of a schedule's ticks: none sent yet, or the last one sent; and `overdue` when
- * its next run passed more than {@link OVERDUE_AFTER_MS} ago with no tick recorded since (no process
- * runs it, or the one that does is behind).
+ * What the store tells of a schedule's last tick: none sent yet, the message it sent, or the failure
+ * of a later tick's send (`failed`); and `overdue` when its next run passed more than
+ * {@link OVERDUE_AFTER_MS} ago with no tick recorded since (no process runs it, or the one that
+ * does is behind).
  */
-function stateOf(record: ScheduleRecord, now: number): { text: string; overdue: boolean } {
+function stateOf(record: ScheduleRecord, now: number): { text: string; overdue: boolean; failed: boolean } {
   const overdue = record.nextRunAt !== undefined && record.nextRunAt + OVERDUE_AFTER_MS < now;
-  const last = record.lastTickAt === undefined ? 'no tick sent yet' : 'last tick sent';
-  return { text: overdue ? `overdue (${last})` : last, overdue };
+  const last = scheduleOutcomeText(record, isoTime) ?? 'no tick sent yet';
+  return { text: overdue ? `overdue (${last})` : last, overdue, failed: record.lastError !== undefined };
 }
 
 /** What the cancel that led to the page did: the name it removed, or the name it found gone. */
@@ -49,7 +51,7 @@ function table(records: readonly ScheduleRecord[], now: number, csrf: string | u
     'Catch-up',
     'Last tick',
     'Next run',
-    'State',
+    'Outcome',
     ...(csrf !== undefined ? [''] : []),
   ];
   const rows = records.map((r) => {
@@ -58,7 +60,7 @@ function table(records: readonly ScheduleRecord[], now: number, csrf: string | u
       csrf === undefined
         ? ''
         : `<td><form class="actions" method="post" action="/actions/schedule-cancel">${hidden(CSRF_FIELD, csrf)}${hidden('name', r.name)}<button type="submit" data-action="schedule-cancel">Cancel</button></form></td>`;
-    return `<tr data-schedule="${h(r.name)}"${state.overdue ? ' class="failed"' : ''}><td>${h(r.name)}</td><td><code>${h(timingOf(r))}</code></td><td>${h(`${r.kind} ${r.type}`)}</td><td>${h(r.catchUp)}</td><td class="when">${h(r.lastTickAt === undefined ? '-' : isoTime(r.lastTickAt))}</td><td class="when">${h(r.nextRunAt === undefined ? '-' : isoTime(r.nextRunAt))}</td><td>${h(state.text)}</td>${cancel}</tr>`;
+    return `<tr data-schedule="${h(r.name)}"${state.overdue || state.failed ? ' class="failed"' : ''}><td>${h(r.name)}</td><td><code>${h(timingOf(r))}</code></td><td>${h(`${r.kind} ${r.type}`)}</td><td>${h(r.catchUp)}</td><td class="when">${h(r.lastTickAt === undefined ? '-' : isoTime(r.lastTickAt))}</td><td class="when">${h(r.nextRunAt === undefined ? '-' : isoTime(r.nextRunAt))}</td><td${state.failed ? ' class="failed"' : ''}>${h(state.text)}</td>${cancel}</tr>`;
   });
   return `<table data-testid="schedules"><thead><tr>${header.map((c) => `<th>${h(c)}</th>`).join('')}</tr></thead><tbody>${rows.join('')}</tbody></table>`;
 }
@@ -99,7 +101,7 @@ export async function schedulesPage(
       : outcome.gone !== undefined
         ? `<p role="status" data-testid="schedule-gone">No schedule ${h(outcome.gone)}: it was already gone.</p>`
         : '';
-  const intro = `<p class="muted">Recurring schedules started with <code>bus.every</code>, as the schedule store keeps them: the last tick a process sent and when the next falls due. A schedule is overdue when its next run passed over a minute ago with no tick sent since: no running process has it, or the one that has it is behind. <code>harrier schedules</code> lists, shows and cancels them from a shell.${csrf !== undefined ? ' Cancel removes a schedule from the store; a process that calls <code>every</code> for it again stores it again.' : ''}</p>`;
+  const intro = `<p class="muted">Recurring schedules started with <code>bus.every</code>, as the schedule store keeps them: the last tick a process sent, its outcome (the id of the message it sent, or why the send of a later tick failed: the broker was down) and when the next falls due. A schedule is overdue when its next run passed over a minute ago with no tick sent since: no running process has it, or the one that has it is behind. <code>harrier schedules</code> lists, shows and cancels them from a shell.${csrf !== undefined ? ' Cancel removes a schedule from the store; a process that calls <code>every</code> for it again stores it again.' : ''}</p>`;
   if (records.length === 0) {
     return {
       status: 200,

@@ -200,6 +200,19 @@ export class HandlerAttempt {
       if (result.kind === 'dead-letter') {
         return refused(entry.name, result.reason, result.error, definition.ordered, envelope);
       }
+      if (result.kind === 'release') {
+        // The message is not at fault: back without spending an attempt.
+        return {
+          kind: 'retry',
+          envelope,
+          handler: entry.name,
+          attempt: facts.attempt,
+          retryAt: result.retryAt,
+          error: result.error,
+          errorInfo: toErrorInfo(result.error),
+          uncounted: true,
+        };
+      }
       outgoing = result.outgoing;
     } catch (error) {
       return this.#failed(entry, definition, envelope, policy, input, error);

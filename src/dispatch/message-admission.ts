@@ -12,17 +12,8 @@ import { resolveRetryPolicy, type RetryPolicy } from './retry-policy.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
+import { versionWaitRetryAt } from './version-wait.js';
 
-/**
- * How long a message written with a newer version than this process knows is given back to wait
- * for a worker that knows it, counted from its `occurredAt`; then it is dead-lettered as
- * `version-unsupported` (replay it once the new code is deployed).
- */
-export const VERSION_WAIT_MS = 24 * 60 * 60 * 1000;
-/** Shortest delay of a message waiting for a newer worker; the delay is a tenth of its age. */
-const VERSION_WAIT_MIN_MS = 1000;
-/** Longest delay between two deliveries of a message waiting for a newer worker. */
-const VERSION_WAIT_MAX_MS = 5 * 60 * 1000;
 /** The error code of a waiting message (and of its dead letter, once it waited too long). */
 const VERSION_UNSUPPORTED = 'version-unsupported';
 
@@ -188,7 +179,7 @@ export class MessageAdmission<R> {
    * A message written with a newer version of its definition than this process knows (a rolling
    * deploy): given back, spending no attempt, with a delay growing with its age, for a worker that
    * knows it, or dead-lettered as
-   * `version-unsupported` once it is {@link VERSION_WAIT_MS} old.
+   * `version-unsupported` once it is 24 hours old (`VERSION_WAIT_MS`).
    */
   #tooNew(
     input: PipelineInput,
@@ -206,17 +197,14 @@ export class MessageAdmission<R> {
     const error = { name: 'MessageVersionError', message, code: VERSION_UNSUPPORTED };
     const now = this.#clock.now();
     const age = now - Date.parse(envelope.meta.occurredAt);
-    if (!(age < VERSION_WAIT_MS)) {
+    const retryAt = versionWaitRetryAt(age, now);
+    if (retryAt === undefined) {
       const waited = {
         ...error,
         message: `${message}; it waited ${Math.round(age / 3_600_000)} hours for such a worker: replay it once one runs`,
       };
       return this.#refuse(input, given, VERSION_UNSUPPORTED, waited, definition.ordered, envelope);
     }
-    // No attempt is spent, so the delay grows with the message's age: the longer no worker knows its
-    // version, the less often it is tried.
-    const delay = Math.min(Math.max(VERSION_WAIT_MIN_MS, Math.floor(age / 10)), VERSION_WAIT_MAX_MS);
-    const retryAt = now + delay;
     this.#logger.warn(
       'Message is newer than this code; it goes back to wait for a worker that knows its version',
       {

@@ -1,4 +1,5 @@
 import type { ErrorInfo, OutgoingMessage } from '../broker/message-broker.js';
+import type { HarrierError } from '../errors/harrier-error.js';
 import type { DeadLetterReason } from '../dead-letters/dead-letter-store.js';
 import type { HandlerEntry } from '../handlers/handler-registry.js';
 import type { MessageDefinition } from '../messages/definition.js';
@@ -37,7 +38,12 @@ export interface PipelineStep {
   sagaInstance?(instance: SagaInstanceInfo): void;
 }
 
-/** How a {@link StepRunner} ended a step that threw nothing. */
+/**
+ * How a {@link StepRunner} ended a step that threw nothing: handled, dead-lettered, or released
+ * (`release`: the message is not at fault, e.g. the state it needs was saved by newer code; it goes
+ * back unhandled, spending no attempt, not to be delivered again before `retryAt`).
+ */
 export type StepResult =
   | { readonly kind: 'handled'; readonly outgoing: readonly OutgoingMessage[] }
-  | { readonly kind: 'dead-letter'; readonly reason: DeadLetterReason; readonly error: ErrorInfo };
+  | { readonly kind: 'dead-letter'; readonly reason: DeadLetterReason; readonly error: ErrorInfo }
+  | { readonly kind: 'release'; readonly retryAt: number; readonly error: HarrierError };

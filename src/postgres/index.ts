@@ -43,6 +43,8 @@ export type { PostgresCheckpointStoreOptions } from './postgres-checkpoint-store
 export { PostgresCheckpointStore } from './postgres-checkpoint-store.js';
 export type { PostgresScheduleStoreOptions } from './postgres-schedule-store.js';
 export { PostgresScheduleStore } from './postgres-schedule-store.js';
+export type { PostgresDeliveryLedgerOptions } from './postgres-delivery-ledger.js';
+export { LEDGER_PRUNE_BATCH, PostgresDeliveryLedger } from './postgres-delivery-ledger.js';
 export type { PostgresSagaStoreOptions } from './postgres-saga-store.js';
 export { PostgresSagaStore } from './postgres-saga-store.js';
 

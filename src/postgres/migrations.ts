@@ -1,4 +1,5 @@
 import { deadLettersMigrationSql } from './dead-letters/dead-letters-migration.js';
+import { deliveryLedgerMigrationSql } from './delivery-ledger-migration.js';
 import type { PostgresTables } from './postgres-schema.js';
 
 /** A table of Harrier's schema that a migration step creates. */
@@ -13,7 +14,9 @@ export type HarrierTableName =
   | 'dead_letters'
   | 'outbox_parked'
   | 'projection_generations'
-  | 'schedules';
+  | 'schedules'
+  | 'ledger_claims'
+  | 'ledger_copies';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -249,6 +252,35 @@ export const MIGRATIONS: readonly Migration[] = [
         updated_at bigint NOT NULL
       );
     `,
+  },
+  {
+    version: 7,
+    name: 'saga state version',
+    tables: [],
+    // The version of the saga's state shape each row's state was saved with; rows saved before it
+    // existed hold version 1. A constant default makes ADD COLUMN a catalog change (no table rewrite).
+    sql: (t) => `
+      ALTER TABLE ${t.sagas} ADD COLUMN IF NOT EXISTS state_version integer NOT NULL DEFAULT 1;
+    `,
+  },
+  {
+    version: 8,
+    name: 'schedule tick outcome',
+    tables: [],
+    // The outcome of a schedule's last tick: the id of the message it sent, and the failure (JSON
+    // text: message and time) of a later tick's send, cleared when a tick is recorded. Nullable
+    // columns without a default: ADD COLUMN is a catalog change, no table rewrite.
+    sql: (t) => `
+      ALTER TABLE ${t.schedules}
+        ADD COLUMN IF NOT EXISTS last_message_id text,
+        ADD COLUMN IF NOT EXISTS last_error text;
+    `,
+  },
+  {
+    version: 9,
+    name: 'delivery ledger',
+    tables: ['ledger_claims', 'ledger_copies'],
+    sql: deliveryLedgerMigrationSql,
   },
 ];
 

@@ -71,6 +71,7 @@ interface SagaRow {
   version: string;
   status: SagaStatus;
   state: string;
+  state_version: string;
   applied?: string;
   timeouts: string;
   started_at: string;
@@ -83,7 +84,7 @@ interface SagaRow {
  * way) never change what the store returns.
  */
 const SUMMARY_COLUMNS = `saga, id, version::text AS version, status, state::text AS state,
-  timeouts::text AS timeouts, started_at::text AS started_at, updated_at::text AS updated_at,
+  state_version::text AS state_version, timeouts::text AS timeouts, started_at::text AS started_at, updated_at::text AS updated_at,
   completed_at::text AS completed_at`;
 
 /** {@link SUMMARY_COLUMNS} and the applied steps: what `get` and `save` return. */
@@ -183,7 +184,7 @@ export class PostgresSagaStore implements SagaStore {
       for (let attempt = 1; ; attempt++) {
         const now = this.#clock.now();
         const expiresAt = write.status === 'completed' ? now + this.#retentionMs : null;
-        // $1..$8, shared by both statements; completed_at is $7 (the write's now) on completion.
+        // $1..$9, shared by both statements; completed_at is $7 (the write's now) on completion.
         const values = [
           write.saga,
           write.id,
@@ -193,29 +194,30 @@ export class PostgresSagaStore implements SagaStore {
           json.timeouts,
           write.now,
           expiresAt,
+          json.stateVersion,
         ];
         const result =
           expectedVersion === 0
             ? await db.query<SagaRow>(
                 `INSERT INTO ${this.#tables.sagas} AS s
-                   (saga, id, version, status, state, applied, timeouts, started_at, updated_at, completed_at, expires_at)
+                   (saga, id, version, status, state, applied, timeouts, started_at, updated_at, completed_at, expires_at, state_version)
                  VALUES ($1, $2, 1, $3::text, $4, $5, $6, $7::bigint, $7::bigint,
-                   CASE WHEN $3::text = 'completed' THEN $7::bigint END, $8)
+                   CASE WHEN $3::text = 'completed' THEN $7::bigint END, $8, $9::integer)
                  ON CONFLICT (saga, id) DO UPDATE SET version = 1, status = EXCLUDED.status,
-                   state = EXCLUDED.state, applied = EXCLUDED.applied, timeouts = EXCLUDED.timeouts,
+                   state = EXCLUDED.state, state_version = EXCLUDED.state_version, applied = EXCLUDED.applied, timeouts = EXCLUDED.timeouts,
                    started_at = EXCLUDED.started_at, updated_at = EXCLUDED.updated_at,
                    completed_at = EXCLUDED.completed_at, expires_at = EXCLUDED.expires_at
-                 WHERE s.expires_at <= $9
+                 WHERE s.expires_at <= $10
                  RETURNING ${COLUMNS}`,
                 [...values, now],
               )
             : await db.query<SagaRow>(
                 `UPDATE ${this.#tables.sagas} AS s SET version = s.version + 1, status = $3::text,
-                   state = $4, applied = $5, timeouts = $6, updated_at = $7::bigint,
+                   state = $4, state_version = $9::integer, applied = $5, timeouts = $6, updated_at = $7::bigint,
                    completed_at = CASE WHEN $3::text = 'completed'
                      THEN CASE WHEN s.status = 'completed' THEN s.completed_at ELSE $7::bigint END END,
                    expires_at = $8
-                 WHERE s.saga = $1 AND s.id = $2 AND s.version = $10 AND (s.expires_at IS NULL OR s.expires_at > $9)
+                 WHERE s.saga = $1 AND s.id = $2 AND s.version = $11 AND (s.expires_at IS NULL OR s.expires_at > $10)
                  RETURNING ${COLUMNS}`,
                 [...values, now, expectedVersion],
               );
@@ -435,6 +437,7 @@ function toSummary(row: SagaRow): SagaSummary {
     saga: row.saga,
     id: row.id,
     state: JSON.parse(row.state) as unknown,
+    stateVersion: Number(row.state_version),
     version: Number(row.version),
     status: row.status,
     startedAt: Number(row.started_at),

@@ -48,6 +48,12 @@ export interface PostgresTables {
   readonly projectionGenerations: string;
   /** The recurring schedules of `PostgresScheduleStore` (`bus.every`). */
   readonly schedules: string;
+  /** The token each queue delivers per message id (`PostgresDeliveryLedger`). */
+  readonly ledgerClaims: string;
+  /** The copies of scheduled messages, for `cancel` (`PostgresDeliveryLedger`). */
+  readonly ledgerCopies: string;
+  /** `PostgresDeliveryLedger.admit`, a function (see migration 9). */
+  readonly ledgerAdmit: string;
 }
 
 /**
@@ -81,5 +87,8 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     deadLetterSearchIndex: `${q}.dead_letters_search_trgm`,
     projectionGenerations: `${q}.projection_generations`,
     schedules: `${q}.schedules`,
+    ledgerClaims: `${q}.ledger_claims`,
+    ledgerCopies: `${q}.ledger_copies`,
+    ledgerAdmit: `${q}.ledger_admit`,
   };
 }

@@ -27,6 +27,14 @@ export interface CarriedFacts {
   readonly replayOf: string | undefined;
   /** Not to be handled before this time, ms since the epoch. */
   readonly notBefore: number | undefined;
+  /**
+   * The publish token (`createPublishToken()`) the delivery ledger knows this copy by: the same for
+   * every copy of one publish, its retries and releases; a replay has a new one. None on a message
+   * published without a ledger (or by foreign code): it is delivered without asking the ledger.
+   */
+  readonly token?: string | undefined;
+  /** Published with `dedupe: 'while-queued'`: the ledger forgets the id once it is settled. */
+  readonly whileQueued?: boolean;
 }
 
 const H = {
@@ -41,10 +49,16 @@ const H = {
   pending: 'x-harrier-pending',
   replayOf: 'x-harrier-replay-of',
   notBefore: 'x-harrier-not-before',
+  token: 'x-harrier-token',
+  whileQueued: 'x-harrier-while-queued',
 } as const;
 
-/** The header a delay queue's binding matches: how long the message waits in it, in ms. */
-export const BUCKET_HEADER = 'x-harrier-bucket';
+/**
+ * The header a delay queue's binding matches: how long the message waits in it, in ms. Not `x-`:
+ * a headers exchange's `x-match: all` ignores headers starting with `x-`, so a binding on one would
+ * match every message and each delay queue would get a copy.
+ */
+export const BUCKET_HEADER = 'harrier-bucket';
 
 /** The headers of a message carrying `facts` (numbers as strings: AMQP integer widths vary). */
 export function headersOf(facts: CarriedFacts): Record<string, string> {
@@ -56,11 +70,52 @@ export function headersOf(facts: CarriedFacts): Record<string, string> {
   if (facts.ordered) headers[H.ordered] = '1';
   if (facts.failures > 0) headers[H.failures] = String(facts.failures);
   if (facts.ends > 0) headers[H.ends] = String(facts.ends);
-  if (facts.history.length > 0) headers[H.history] = JSON.stringify(facts.history);
-  if (facts.pendingDeadLetter !== undefined) headers[H.pending] = JSON.stringify(facts.pendingDeadLetter);
+  if (facts.history.length > 0) headers[H.history] = boundedHistory(facts.history);
+  if (facts.pendingDeadLetter !== undefined) {
+    const { error } = facts.pendingDeadLetter;
+    headers[H.pending] = JSON.stringify({
+      ...facts.pendingDeadLetter,
+      error: {
+        ...error,
+        message: error.message.slice(0, 2000),
+        ...(error.stack !== undefined ? { stack: error.stack.slice(0, 2000) } : {}),
+      },
+    });
+  }
   if (facts.replayOf !== undefined) headers[H.replayOf] = facts.replayOf;
   if (facts.notBefore !== undefined) headers[H.notBefore] = String(facts.notBefore);
+  if (facts.token !== undefined) headers[H.token] = facts.token;
+  if (facts.whileQueued === true) headers[H.whileQueued] = '1';
   return headers;
+}
+
+/** Most UTF-8 bytes of the history header: amqplib refuses headers past 64 KiB in all. */
+const MAX_HISTORY_BYTES = 32 * 1024;
+
+/**
+ * The history as JSON within {@link MAX_HISTORY_BYTES}: the stacks go first, oldest first, then the
+ * error messages are cut to 500 characters.
+ */
+function boundedHistory(history: readonly AttemptRecord[]): string {
+  let records = [...history];
+  let json = JSON.stringify(records);
+  for (let i = 0; i < records.length && Buffer.byteLength(json) > MAX_HISTORY_BYTES; i++) {
+    const { stack: _stack, ...error } = (records[i] as AttemptRecord).error;
+    records[i] = { ...(records[i] as AttemptRecord), error };
+    json = JSON.stringify(records);
+  }
+  if (Buffer.byteLength(json) > MAX_HISTORY_BYTES) {
+    records = records.map((record) => ({
+      ...record,
+      error: {
+        ...record.error,
+        name: record.error.name.slice(0, 200),
+        message: record.error.message.slice(0, 500),
+      },
+    }));
+    json = JSON.stringify(records);
+  }
+  return json;
 }
 
 /** What {@link readFacts} found: the facts, and the names of headers it had to drop as malformed. */
@@ -129,6 +184,8 @@ export function readFacts(properties: MessageProperties): ReadFacts {
       pendingDeadLetter,
       replayOf: text(H.replayOf),
       notBefore: notBefore !== undefined && Number.isFinite(notBefore) ? notBefore : undefined,
+      token: text(H.token),
+      whileQueued: text(H.whileQueued) === '1',
     },
     dropped,
   };

@@ -1,4 +1,4 @@
-import type { Options } from 'amqplib';
+import type { Channel, Options } from 'amqplib';
 import type {
   BrokerCapabilities,
   Delivery,
@@ -11,6 +11,12 @@ import type {
   SubscriptionSpec,
 } from '../broker/message-broker.js';
 import { MAX_ATTEMPT_HISTORY } from '../broker/message-broker.js';
+import {
+  createPublishToken,
+  type DeliveryLedger,
+  type LedgerCopy,
+  type LedgerSettlement,
+} from '../broker/delivery-ledger.js';
 import { noRouteError } from '../broker/no-route-error.js';
 import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
 import { SETTLED } from '../broker/settled.js';
@@ -26,7 +32,7 @@ import {
   type RabbitMqConnectionOptions,
 } from './rabbitmq-connection.js';
 import { assertNameLength, RabbitMqNames } from './rabbitmq-names.js';
-import { RabbitMqReceiver, type Taken } from './rabbitmq-receiver.js';
+import { logicalQueue, RabbitMqReceiver, type Taken } from './rabbitmq-receiver.js';
 import {
   declareBase,
   declareDelayQueue,
@@ -48,6 +54,10 @@ const DELAY_QUEUE_REDECLARE_MS = 10 * 60_000;
 const MIN_DELAY_BUCKET_MS = 2 ** 6;
 /** How long `redeliver` waits for a delivery of the message held here to settle before refusing. */
 const REDELIVER_ACTIVE_WAIT_MS = 2_000;
+/** How often `redeliver` asks the ledger again while a delivery of the message is not settled. */
+const REDELIVER_POLL_MS = 100;
+/** The default `dedupeWindowMs`: 24 hours, as the other brokers. */
+const DEFAULT_DEDUPE_WINDOW_MS = 86_400_000;
 
 /** Options of {@link RabbitMqBroker}. */
 export interface RabbitMqBrokerOptions {
@@ -94,6 +104,22 @@ export interface RabbitMqBrokerOptions {
    * @defaultValue 2147483648 (2^31, about 24.8 days)
    */
   readonly maxDelayBucketMs?: number;
+  /**
+   * The delivery ledger that makes publish idempotent and scheduled messages cancellable
+   * (`RedisDeliveryLedger` from `harrier/redis`, `PostgresDeliveryLedger` from `harrier/postgres`):
+   * every copy is admitted by the ledger before it is handed out and settled in it before it is
+   * acked, two round trips per delivery. The broker does not close it. Every broker sharing a prefix
+   * must use the same ledger. See docs/rabbitmq.md.
+   * @defaultValue none: a publish made again (a replay of the outbox, a retried publish) may add a
+   * copy, `capabilities().dedupeWindowMs` is 0 and `cancelScheduled` false
+   */
+  readonly ledger?: DeliveryLedger;
+  /**
+   * How long the ledger remembers a message id per subscription to drop a second publish of it, in
+   * ms; only with a `ledger`.
+   * @defaultValue 86400000 (24 hours)
+   */
+  readonly dedupeWindowMs?: number;
   /**
    * Where reconnects and dropped facts are reported.
    * @defaultValue consoleLogger
@@ -155,6 +181,9 @@ export class RabbitMqBroker implements MessageBroker {
   /** Queues declared for a publish (requireRoute false, replays), and when. */
   readonly #declared = new Map<string, number>();
   readonly #instance = Math.random().toString(36).slice(2, 10);
+  readonly #ledger: DeliveryLedger | undefined;
+  /** The dedupe window with a ledger, else 0. */
+  readonly #windowMs: number;
   #nextId = 0;
   #closed = false;
   #closing: Promise<void> | undefined;
@@ -208,9 +237,24 @@ export class RabbitMqBroker implements MessageBroker {
         `RabbitMqBroker option maxDelayBucketMs is ${this.#maxBucketMs}: use a power of two from ${MIN_DELAY_BUCKET_MS} to 2147483648 (or leave it out)`,
       );
     }
+    const windowMs = whole(
+      'dedupeWindowMs',
+      options.dedupeWindowMs,
+      DEFAULT_DEDUPE_WINDOW_MS,
+      1,
+      'e.g. 86400000',
+    );
     this.#names = new RabbitMqNames(prefix);
     this.#queueType = queueType;
     this.#logger = options.logger ?? consoleLogger;
+    this.#ledger = options.ledger;
+    this.#windowMs = this.#ledger === undefined ? 0 : windowMs;
+    if (this.#ledger === undefined) {
+      this.#logger.warn(
+        'RabbitMqBroker without a ledger: publish is not idempotent, so a publish made again (an outbox replay, a retried publish) may add a copy, a dead-letter replay of a message still queued adds one, and scheduled messages cannot be cancelled; pass the ledger option (RedisDeliveryLedger or PostgresDeliveryLedger) to have both',
+        { prefix },
+      );
+    }
     this.#connection = new RabbitMqConnection({
       target: options.connection,
       heartbeatSeconds: heartbeat,
@@ -219,6 +263,8 @@ export class RabbitMqBroker implements MessageBroker {
         this.#delayQueues.clear();
         this.#declared.clear();
         await declareBase(channel, this.#names);
+        // After a reconnect: what the endpoints registered, in case the server lost it (a reset node).
+        for (const { topology } of this.#registered.values()) await this.#declare(channel, topology);
       },
     });
     testHooks.set(this, {
@@ -244,6 +290,14 @@ export class RabbitMqBroker implements MessageBroker {
     this.#assertOpen();
     if (endpoint.length === 0) {
       throw new HarrierError('invalid-option', 'An endpoint name is empty: name the endpoint, e.g. "orders"');
+    }
+    for (const sub of subscriptions) {
+      if (sub.handler.length === 0) {
+        throw new HarrierError(
+          'invalid-option',
+          `A subscription of endpoint "${endpoint}" has an empty handler name: name it, e.g. "onOrderPlaced"`,
+        );
+      }
     }
     const topology = endpointTopology(this.#names, endpoint, subscriptions, this.#partitions);
     for (const role of topology.queues) assertNameLength(role.queue, `endpoint "${endpoint}"`);
@@ -305,6 +359,15 @@ export class RabbitMqBroker implements MessageBroker {
     this.#registered.set(endpoint, { specs: [...subscriptions], topology });
   }
 
+  /** Declares an endpoint's queues, command type exchanges and bindings (idempotent). */
+  async #declare(channel: Channel, topology: EndpointTopology): Promise<void> {
+    for (const role of topology.queues)
+      await declareQueue(channel, this.#names, role.queue, this.#queueType, role.ordered);
+    for (const type of topology.commandTypes)
+      await channel.assertExchange(this.#names.commandType(type), 'topic', { durable: true });
+    for (const binding of topology.bindings) await bind(channel, binding);
+  }
+
   receiver(options: ReceiverOptions): AsyncIterable<Delivery> {
     const registered = this.#registered.get(options.endpoint);
     if (registered === undefined) {
@@ -331,10 +394,15 @@ export class RabbitMqBroker implements MessageBroker {
             forget: (id) => {
               this.#held.delete(id);
             },
+            admit: this.#ledger === undefined ? undefined : (taken) => this.#admit(taken),
             moveBack: async (taken, facts) => {
               await this.#sendToQueue(taken.role.queue, taken, facts);
               taken.receiver.ackMessage(taken);
             },
+            declare: () =>
+              this.#connection.withChannel(this.#publishTimeoutMs, 'declaring queues', (channel) =>
+                this.#declare(channel, registered.topology),
+              ),
             ended: (ended) => {
               this.#receivers.delete(ended);
             },
@@ -368,6 +436,7 @@ export class RabbitMqBroker implements MessageBroker {
   }
 
   async #publishOne(message: OutgoingMessage): Promise<void> {
+    const token = this.#ledger === undefined ? undefined : createPublishToken();
     const partition =
       message.ordered === true ? partitionOf(message.partitionKey ?? '', this.#partitions) : undefined;
     const now = Date.now();
@@ -385,7 +454,15 @@ export class RabbitMqBroker implements MessageBroker {
       pendingDeadLetter: undefined,
       replayOf: undefined,
       notBefore,
+      token,
+      whileQueued: message.dedupe === 'while-queued',
     };
+    if (notBefore !== undefined && this.#ledger !== undefined && token !== undefined) {
+      // Before the publish: a cancel from now on finds it.
+      const queues =
+        message.kind === 'event' ? this.#eventQueues(message.type) : [commandQueue(message.type)];
+      await this.#ledger.scheduled(message.id, token, queues, notBefore);
+    }
     const content = Buffer.from(message.body, 'utf8');
     const properties = { persistent: true, messageId: message.id, timestamp: Math.floor(now / 1000) };
     if (message.kind === 'event') {
@@ -418,6 +495,21 @@ export class RabbitMqBroker implements MessageBroker {
     // No endpoint handles the type yet: it waits in the type's queue for the one that will.
     const queue = await this.#typeQueue(message.type);
     await this.#publishNow('', queue, content, { ...properties, headers: headersOf(facts) });
+  }
+
+  /**
+   * The subscription queues (`evt~<endpoint>~<handler>`) of an event type that this broker knows:
+   * those of the endpoints registered through it. A publisher that registers no subscriber of the
+   * type records a scheduled event for none, and a cancel of it returns 0 (docs/rabbitmq.md).
+   */
+  #eventQueues(type: string): string[] {
+    const queues: string[] = [];
+    for (const [endpoint, { specs }] of this.#registered) {
+      for (const spec of specs)
+        if (spec.kind === 'event' && spec.types.includes(type))
+          queues.push(subscriptionQueue(endpoint, spec.handler));
+    }
+    return queues;
   }
 
   /** The queue of a command type, declared (for a command published before any endpoint took the type). */
@@ -568,6 +660,15 @@ export class RabbitMqBroker implements MessageBroker {
   ack(deliveryId: string): Promise<void> {
     const taken = this.#current(deliveryId);
     if (taken === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
+    if (this.#ledgerCopy(taken) !== undefined)
+      return this.#settleInLedger(deliveryId, taken, 'done').then(() => this.#ackNow(deliveryId));
+    return this.#ackNow(deliveryId);
+  }
+
+  /** Acks the delivery on its channel (the ledger settled already). */
+  #ackNow(deliveryId: string): Promise<void> {
+    const taken = this.#current(deliveryId);
+    if (taken === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
     if (!taken.receiver.ackMessage(taken)) {
       this.#held.delete(deliveryId);
       return Promise.reject(new StaleDeliveryError(deliveryId));
@@ -578,6 +679,19 @@ export class RabbitMqBroker implements MessageBroker {
 
   nack(deliveryId: string, options: NackOptions): Promise<void> {
     if ('deadLetter' in options) return this.ack(deliveryId);
+    const taken = this.#current(deliveryId);
+    if (taken === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
+    if (this.#ledgerCopy(taken) !== undefined) {
+      return this.#settleInLedger(deliveryId, taken, 'waiting').then(() =>
+        this.#nackNow(deliveryId, options),
+      );
+    }
+    return this.#nackNow(deliveryId, options);
+  }
+
+  /** Moves the delivery back for its retry or release (the ledger settled already). */
+  #nackNow(deliveryId: string, options: NackOptions): Promise<void> {
+    if ('deadLetter' in options) return this.#ackNow(deliveryId);
     const taken = this.#current(deliveryId);
     if (taken === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
     const now = Date.now();
@@ -608,6 +722,42 @@ export class RabbitMqBroker implements MessageBroker {
       return SETTLED;
     }
     return this.#moveBackSettled(deliveryId, taken, facts);
+  }
+
+  /** The ledger's name of `taken`'s copy; undefined without a ledger or a token (foreign bytes). */
+  #ledgerCopy(taken: Taken): LedgerCopy | undefined {
+    const { token, messageId } = taken.facts;
+    if (this.#ledger === undefined || token === undefined || messageId === undefined) return undefined;
+    return { queue: logicalQueue(taken.receiver.endpoint, taken.role, taken.facts), messageId, token };
+  }
+
+  /**
+   * Asks the ledger whether a copy taken from RabbitMQ is to be handed out: `deliver`, or `drop`
+   * (a duplicate publish, a cancelled scheduled message). Rejects when the ledger is unreachable.
+   */
+  async #admit(taken: Taken): Promise<'deliver' | 'drop'> {
+    const copy = this.#ledgerCopy(taken);
+    if (copy === undefined || this.#ledger === undefined) return 'deliver';
+    const verdict = await this.#ledger.admit(copy, this.#windowMs);
+    return verdict === 'deliver' ? 'deliver' : 'drop';
+  }
+
+  /**
+   * Settles the delivery in the ledger before its channel: `done` (acked, dead-lettered; with
+   * `dedupe: 'while-queued'` the id is forgotten) or `waiting` (a retry, a release). A second settle
+   * of the id meanwhile is stale; a ledger that fails leaves the delivery held, to settle again.
+   */
+  async #settleInLedger(deliveryId: string, taken: Taken, settlement: LedgerSettlement): Promise<void> {
+    const copy = this.#ledgerCopy(taken);
+    if (copy === undefined || this.#ledger === undefined) return;
+    this.#held.delete(deliveryId);
+    // `dedupe: 'while-queued'` keeps the window too: a second copy still queued may be taken only
+    // after the first one settled, and must still be dropped then.
+    try {
+      await this.#ledger.settle(copy, settlement, this.#windowMs);
+    } finally {
+      if (taken.receiver.holds(taken) && taken.id === deliveryId) this.#held.set(deliveryId, taken);
+    }
   }
 
   async #moveBackSettled(deliveryId: string, taken: Taken, facts: CarriedFacts): Promise<void> {
@@ -644,6 +794,10 @@ export class RabbitMqBroker implements MessageBroker {
       message.kind === 'event'
         ? subscriptionQueue(target.endpoint, target.handler)
         : commandQueue(message.type);
+    if (this.#ledger !== undefined) {
+      await this.#redeliverThroughLedger(target, queue, logical);
+      return;
+    }
     const until = Date.now() + REDELIVER_ACTIVE_WAIT_MS;
     while (this.#holdsMessage(target.endpoint, logical, message.id)) {
       if (Date.now() >= until) {
@@ -673,6 +827,74 @@ export class RabbitMqBroker implements MessageBroker {
       messageId: message.id,
       headers: headersOf(facts),
     });
+  }
+
+  /**
+   * A replay through the ledger: the copy of the message the subscription holds is replaced by the
+   * replay (a copy still queued is dropped when it is taken), or left when it waits for a retry or a
+   * release (`held`); a delivery of it not settled yet is waited for, then refused with
+   * `message-in-flight`.
+   */
+  async #redeliverThroughLedger(target: RedeliveryTarget, queue: string, logical: string): Promise<void> {
+    const ledger = this.#ledger as DeliveryLedger;
+    const { message } = target;
+    const copy: LedgerCopy = { queue: logical, messageId: message.id, token: createPublishToken() };
+    const until = Date.now() + REDELIVER_ACTIVE_WAIT_MS;
+    for (;;) {
+      const outcome = await ledger.replace(copy, this.#windowMs);
+      if (outcome === 'held') return;
+      if (outcome === 'replaced') break;
+      if (Date.now() >= until) {
+        throw new HarrierError(
+          'message-in-flight',
+          `message ${message.id} is still being handled in queue ${logical} (not settled for ${REDELIVER_ACTIVE_WAIT_MS} ms): replay it again once it has settled`,
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, REDELIVER_POLL_MS));
+    }
+    const facts: CarriedFacts = {
+      messageId: message.id,
+      kind: message.kind,
+      type: message.type,
+      partitionKey: message.partitionKey,
+      ordered: message.ordered === true,
+      failures: 0,
+      ends: 0,
+      history: [],
+      pendingDeadLetter: undefined,
+      replayOf: target.deadLetterId,
+      notBefore: undefined,
+      token: copy.token,
+    };
+    try {
+      await this.#ensureQueue(queue);
+      await this.#publishNow('', queue, Buffer.from(message.body, 'utf8'), {
+        persistent: true,
+        messageId: message.id,
+        headers: headersOf(facts),
+      });
+    } catch (error) {
+      // Not published: the replay's claim must not hold the subscription's copies back.
+      await ledger.settle(copy, 'done', this.#windowMs).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /**
+   * Takes back a message published with a `deliverAt` not reached yet (through the ledger): its
+   * copies are dropped when they come out of the delay queues. Resolves to the number of
+   * subscriptions whose copy was cancelled (0 once delivered, or for an unknown id).
+   * @throws HarrierError `not-supported` without a ledger.
+   */
+  async cancel(messageId: string): Promise<number> {
+    this.#assertOpen();
+    if (this.#ledger === undefined) {
+      throw new HarrierError(
+        'not-supported',
+        'RabbitMqBroker cancels scheduled messages only with a delivery ledger: pass the ledger option (RedisDeliveryLedger or PostgresDeliveryLedger)',
+      );
+    }
+    return this.#ledger.cancel(messageId);
   }
 
   #holdsMessage(endpoint: string, logical: string, messageId: string): boolean {
@@ -735,14 +957,14 @@ export class RabbitMqBroker implements MessageBroker {
   capabilities(): BrokerCapabilities {
     return {
       delayedDelivery: true,
-      dedupeWindowMs: 0,
+      dedupeWindowMs: this.#windowMs,
       orderedDelivery: true,
       queueDepths: false,
       redeliver: true,
       durable: true,
       shared: true,
       crashCounting: this.#queueType === 'quorum',
-      cancelScheduled: false,
+      cancelScheduled: this.#ledger !== undefined,
     };
   }
 
@@ -782,13 +1004,13 @@ function bindingId(binding: Binding): string {
   return JSON.stringify([binding.source, binding.destination, binding.toExchange, binding.key, binding.args]);
 }
 
-async function bind(channel: import('amqplib').Channel, binding: Binding): Promise<void> {
+async function bind(channel: Channel, binding: Binding): Promise<void> {
   if (binding.toExchange)
     await channel.bindExchange(binding.destination, binding.source, binding.key, binding.args);
   else await channel.bindQueue(binding.destination, binding.source, binding.key, binding.args);
 }
 
-async function unbind(channel: import('amqplib').Channel, binding: Binding): Promise<void> {
+async function unbind(channel: Channel, binding: Binding): Promise<void> {
   if (binding.toExchange)
     await channel.unbindExchange(binding.destination, binding.source, binding.key, binding.args);
   else await channel.unbindQueue(binding.destination, binding.source, binding.key, binding.args);

@@ -1,4 +1,6 @@
 import type { Channel, ChannelModel, ConfirmChannel, Options } from 'amqplib';
+import { systemClock } from '../clock/clock.js';
+import { sleep } from '../clock/sleep.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { Logger } from '../logging/logger.js';
 import { amqplib } from './rabbitmq-peers.js';
@@ -251,18 +253,7 @@ export class RabbitMqConnection {
           error: error instanceof Error ? error.message : String(error),
           retryInMs: backoff,
         });
-        const wait = backoff * (0.8 + Math.random() * 0.4);
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, wait);
-          this.#closing.signal.addEventListener(
-            'abort',
-            () => {
-              clearTimeout(timer);
-              resolve();
-            },
-            { once: true },
-          );
-        });
+        await sleep(systemClock, backoff * (0.8 + Math.random() * 0.4), this.#closing.signal);
         backoff = Math.min(MAX_BACKOFF_MS, backoff * 2);
       }
     }

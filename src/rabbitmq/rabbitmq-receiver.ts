@@ -1,10 +1,15 @@
 import type { Channel, ConsumeMessage } from 'amqplib';
 import type { Delivery, DeliveryFacts } from '../broker/message-broker.js';
 import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
+import { systemClock } from '../clock/clock.js';
+import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
 import { readFacts, type CarriedFacts } from './message-headers.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
+
+/** The longest wait one Node timer can make, in ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** A message this receiver took from RabbitMQ and has not settled with it yet. */
 export interface Taken {
@@ -37,8 +42,15 @@ export interface ReceiverContext {
   readonly handOut: (taken: Taken) => void;
   /** Forgets a delivery id (settled, or stale). */
   readonly forget: (id: string) => void;
+  /**
+   * With a delivery ledger: whether a copy taken is to be handed out (`deliver`) or dropped (a
+   * duplicate, a cancelled scheduled message); rejects when the ledger is unreachable (an outage).
+   */
+  readonly admit: ((taken: Taken) => Promise<'deliver' | 'drop'>) | undefined;
   /** Publishes a copy of `taken` carrying `facts` back to its queue (confirmed), then acks it. */
   readonly moveBack: (taken: Taken, facts: CarriedFacts) => Promise<void>;
+  /** Declares the endpoint's queues and bindings again (one was deleted under the receiver). */
+  readonly declare: () => Promise<void>;
   /** Called once the receiver has ended and settled or returned everything. */
   readonly ended: (receiver: RabbitMqReceiver) => void;
 }
@@ -64,6 +76,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   /** Every message held from the current channel. */
   readonly #held = new Set<Taken>();
   #out = 0;
+  /** The ledger failed the last admission (logged once until it answers again). */
+  #ledgerDown = false;
   #ending = false;
   #ended = false;
   #started = false;
@@ -73,6 +87,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   /** The consumer tag of each unordered queue's consumer on the current channel. */
   readonly #unorderedConsumers: string[] = [];
   readonly #stop = new AbortController();
+  /** Resolves once the receiver stops. */
+  readonly #stopped = aborted(this.#stop.signal);
   readonly #roleOf = new Map<string, QueueRole>();
 
   constructor(context: ReceiverContext, signal: AbortSignal | undefined) {
@@ -111,7 +127,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (this.#ending) return { done: true, value: undefined };
       if (this.#out < this.#context.prefetch) {
         const taken = this.#ready.shift();
-        if (taken !== undefined) return { done: false, value: this.#handOut(taken) };
+        if (taken !== undefined && (await this.#admitted(taken))) {
+          return { done: false, value: this.#handOut(taken) };
+        }
+        if (taken !== undefined) continue;
       }
       await new Promise<void>((resolve) => {
         this.#wake = resolve;
@@ -265,14 +284,19 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   }
 
   #schedule(taken: Taken, at: number): void {
+    // Node's timers fire at once past 2^31 - 1 ms: a longer wait is made of several.
     const timer = setTimeout(
       () => {
         taken.cancelTimer = undefined;
         if (!this.#held.has(taken) || this.#ending) return;
+        if (Date.now() < at) {
+          this.#schedule(taken, at);
+          return;
+        }
         this.#ready.push(taken);
         this.#notify();
       },
-      Math.max(0, at - Date.now()),
+      Math.min(MAX_TIMER_MS, Math.max(0, at - Date.now())),
     );
     timer.unref();
     taken.cancelTimer = () => {
@@ -301,6 +325,49 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       ...(facts.pendingDeadLetter !== undefined ? { pendingDeadLetter: facts.pendingDeadLetter } : {}),
     };
     return { id, body: taken.body, facts: deliveryFacts };
+  }
+
+  /**
+   * Whether `taken` goes out: without a ledger, or a token (foreign bytes), at once; with one, when
+   * the ledger admits it. A duplicate or a cancelled copy is acked on its channel and dropped. A
+   * ledger that cannot be reached is an outage: the copy goes back to the front, uncounted, and the
+   * receiver pauses a second before it asks again.
+   */
+  async #admitted(taken: Taken): Promise<boolean> {
+    const admit = this.#context.admit;
+    if (admit === undefined || taken.facts.token === undefined) return true;
+    let verdict: 'deliver' | 'drop' | undefined;
+    try {
+      verdict = await admit(taken);
+      this.#ledgerDown = false;
+    } catch (error) {
+      if (!this.#ledgerDown) {
+        this.#ledgerDown = true;
+        this.#context.logger.warn('A RabbitMQ receiver is waiting for its delivery ledger', {
+          endpoint: this.#context.endpoint,
+          error: error instanceof Error ? error.message : String(error),
+        });
+      }
+    }
+    if (!this.holds(taken)) return false; // Its channel dropped: RabbitMQ gives it again.
+    if (verdict === 'drop') {
+      this.ackMessage(taken);
+      this.settled(taken);
+      return false;
+    }
+    if (verdict === undefined) {
+      this.#ready.unshift(taken);
+      await sleep(systemClock, 1_000, this.#stop.signal);
+    }
+    if (this.#isEnding()) {
+      // giveBack ran while it was being admitted: it goes back as the others did.
+      const index = this.#ready.indexOf(taken);
+      if (index >= 0) this.#ready.splice(index, 1);
+      if (taken.lane === undefined) await this.#moveBack(taken, taken.facts);
+      else this.#maybeClose();
+      return false;
+    }
+    return verdict === 'deliver';
   }
 
   /** `taken` is no longer out (settled, or held here for later). */
@@ -380,7 +447,17 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /** Keeps a channel consuming the endpoint's queues until the receiver ends. */
   async #run(): Promise<void> {
+    let failed = false;
     while (!this.#ending) {
+      if (failed) {
+        await this.#context.declare().catch((error: unknown) => {
+          this.#context.logger.warn('A RabbitMQ receiver could not declare its queues again', {
+            endpoint: this.#context.endpoint,
+            error: error instanceof Error ? error.message : String(error),
+          });
+        });
+        failed = false;
+      }
       let channel: Channel;
       try {
         channel = await this.#context.connection.openChannel(this.#context.timeoutMs, 'receiving');
@@ -390,7 +467,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
           endpoint: this.#context.endpoint,
           error: error instanceof Error ? error.message : String(error),
         });
-        await pause(1_000, this.#stop.signal);
+        await sleep(systemClock, 1_000, this.#stop.signal);
         continue;
       }
       if (this.#isEnding()) {
@@ -409,7 +486,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
             role.queue,
             (message) => {
               if (message === null) {
-                // The queue was deleted: start over on a new channel.
+                // The queue was deleted: start over on a new channel, declaring it again.
+                failed = true;
                 void channel.close().catch(() => undefined);
               } else if (channel === this.#channel) {
                 this.receive(message, role, channel);
@@ -423,18 +501,21 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
           else this.#unorderedConsumers.push(consumerTag);
         }
       } catch (error) {
+        // Ended meanwhile: its channel was closed under the consume.
+        if (this.#isEnding()) return;
+        failed = true;
         this.#context.logger.warn('A RabbitMQ receiver could not consume its queues; trying again', {
           endpoint: this.#context.endpoint,
           error: error instanceof Error ? error.message : String(error),
         });
         await channel.close().catch(() => undefined);
       }
-      await Promise.race([closed, aborted(this.#stop.signal)]);
+      await Promise.race([closed, this.#stopped]);
       if (this.#channel !== channel || this.#isEnding()) return;
       // The channel dropped: what it held comes back from RabbitMQ; the deliveries out are stale.
       this.#channel = undefined;
       this.#dropAll();
-      await pause(200, this.#stop.signal);
+      await sleep(systemClock, 200, this.#stop.signal);
     }
   }
 
@@ -457,29 +538,21 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 }
 
 /** The queue a delivery reports: `cmd~<type>`, or `evt~<endpoint>~<handler>`. */
-function logicalQueue(endpoint: string, role: QueueRole, facts: CarriedFacts): string {
+export function logicalQueue(endpoint: string, role: QueueRole, facts: CarriedFacts): string {
   if (role.kind === 'event') return subscriptionQueue(endpoint, role.handler ?? '');
   return commandQueue(role.type ?? facts.type ?? '');
 }
 
-function pause(ms: number, signal: AbortSignal): Promise<void> {
+/** Resolves when `signal` aborts (at once if it has). */
+function aborted(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
   return new Promise((resolve) => {
-    if (signal.aborted) {
-      resolve();
-      return;
-    }
-    const timer = setTimeout(resolve, ms);
     signal.addEventListener(
       'abort',
       () => {
-        clearTimeout(timer);
         resolve();
       },
       { once: true },
     );
   });
-}
-
-function aborted(signal: AbortSignal): Promise<void> {
-  return pause(2 ** 31 - 1, signal);
 }

@@ -21,6 +21,7 @@ export type {
 } from './redis-connection.js';
 export type { RedisCheckpointStoreOptions } from './redis-checkpoint-store.js';
 export type { RedisDeadLetterStoreOptions } from './redis-dead-letter-store.js';
+export type { RedisDeliveryLedgerOptions } from './redis-delivery-ledger.js';
 export type { RedisEventLogOptions } from './redis-event-log.js';
 export type { RedisSagaStoreOptions } from './redis-saga-store.js';
 export type { RedisScheduleStoreOptions } from './redis-schedule-store.js';
@@ -29,6 +30,7 @@ export { redisUnavailable } from './redis-errors.js';
 
 export { BullMqBroker } from './bullmq-broker.js';
 export { RedisDeadLetterStore } from './redis-dead-letter-store.js';
+export { RedisDeliveryLedger } from './redis-delivery-ledger.js';
 export { RedisEventLog } from './redis-event-log.js';
 export { RedisCheckpointStore } from './redis-checkpoint-store.js';
 export { RedisSagaStore } from './redis-saga-store.js';

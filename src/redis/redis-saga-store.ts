@@ -76,15 +76,19 @@ const FIELDS = [
   'updatedAt',
   'completedAt',
   'timeouts',
+  'stateVersion',
   'applied',
 ] as const;
-/** The fields `list` reads: all but `applied`, which can be large and only `get` returns. */
+/**
+ * The fields `list` reads: all but `applied`, which can be large and only `get` returns (it stays
+ * last in {@link FIELDS}).
+ */
 const SUMMARY_FIELDS = FIELDS.filter((f) => f !== 'applied');
 const HMGET_SUMMARY_FIELDS = SUMMARY_FIELDS.map((f) => `'${f}'`).join(', ');
 
 /**
  * KEYS: instance, index, names. ARGV: expected version, state, status, timeouts, now, retention ms,
- * saga, id, applied. Compare-and-set: returns {0, stored version} on a mismatch, else writes the
+ * saga, id, applied, state version. Compare-and-set: returns {0, stored version} on a mismatch, else writes the
  * instance, sets or clears its expiry, indexes it, and returns {1, version, startedAt, completedAt
  * or ''}.
  */
@@ -95,7 +99,7 @@ if actual ~= tonumber(ARGV[1]) then return {0, actual} end
 local version = actual + 1
 local startedAt = stored[3] or ARGV[5]
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'status', ARGV[3], 'timeouts', ARGV[4], 'version', version,
-  'startedAt', startedAt, 'updatedAt', ARGV[5], 'applied', ARGV[9])
+  'startedAt', startedAt, 'updatedAt', ARGV[5], 'applied', ARGV[9], 'stateVersion', ARGV[10])
 local completedAt = ''
 if ARGV[3] == 'completed' then
   completedAt = (stored[2] == 'completed' and stored[4]) or ARGV[5]
@@ -163,7 +167,8 @@ function compareNames(a: string, b: string): number {
  * @remarks
  * Keys, all under the prefix's hash tag (one cluster slot):
  * - `<prefix>:saga:i:<saga length>:<saga>:<id>`: a hash per instance with fields `state`,
- *   `applied` and `timeouts` (JSON), `status`, `version`, `startedAt`, `updatedAt`, `completedAt`.
+ *   `applied` and `timeouts` (JSON), `status`, `version`, `stateVersion`, `startedAt`, `updatedAt`,
+ *   `completedAt`.
  * - `<prefix>:saga:index:<saga>`: a sorted set of the saga's ids (score 0, so ordered by bytes), for
  *   `list`.
  * - `<prefix>:saga:names`: a set of the saga names with an index.
@@ -241,6 +246,7 @@ export class RedisSagaStore implements SagaStore {
           write.saga,
           write.id,
           json.applied,
+          String(json.stateVersion),
         ],
       )) as [number, number, string?, string?];
       const [ok, version, startedAt, completedAt] = reply;
@@ -249,6 +255,7 @@ export class RedisSagaStore implements SagaStore {
         saga: write.saga,
         id: write.id,
         state: JSON.parse(json.state) as unknown,
+        stateVersion: json.stateVersion,
         version,
         status: write.status,
         startedAt: Number(startedAt),
@@ -356,11 +363,13 @@ export class RedisSagaStore implements SagaStore {
 
   /** An instance from the fields of {@link SUMMARY_FIELDS}, in that order. */
   #decodeSummary(saga: string, id: string, fields: readonly string[]): SagaSummary {
-    const [state, status, version, startedAt, updatedAt, completedAt, timeouts] = fields;
+    const [state, status, version, startedAt, updatedAt, completedAt, timeouts, stateVersion] = fields;
     return this.#parsing(saga, id, () => ({
       saga,
       id,
       state: JSON.parse(state ?? '') as unknown,
+      // An instance saved before the field existed has none: its state is of version 1.
+      stateVersion: stateVersion === undefined || stateVersion === '' ? 1 : Number(stateVersion),
       version: Number(version),
       status: status as SagaStatus,
       startedAt: Number(startedAt),

@@ -2,8 +2,11 @@ import type { Cluster, Redis } from 'ioredis';
 import { HarrierError } from '../errors/harrier-error.js';
 import {
   decodeScheduleRecord,
+  decodeScheduleTickError,
   encodeScheduleDefinition,
+  encodeScheduleTickError,
   type ScheduleRecord,
+  type ScheduleTickError,
 } from '../schedules/schedule-record.js';
 import type { ScheduleStore } from '../schedules/schedule-store.js';
 import {
@@ -33,24 +36,43 @@ export interface RedisScheduleStoreOptions {
   readonly prefix?: string;
 }
 
-/**
- * KEYS: the schedules hash, the ticks hash. ARGV: name, tickAt, `<tickAt>:<nextRunAt>`.
- * Records the tick unless the schedule is gone or has a tick at or after it; 1 when recorded.
- */
-const RECORD_TICK = redisScript(`
+/** Lua: returns from the script when the schedule ARGV[1] is gone or has a tick at or after ARGV[2]. */
+const UNLESS_PENDING = `
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 local stored = redis.call('HGET', KEYS[2], ARGV[1])
 if stored then
   local last = tonumber(string.sub(stored, 1, string.find(stored, ':', 1, true) - 1))
   if last and last >= tonumber(ARGV[2]) then return 0 end
 end
+`;
+
+/**
+ * KEYS: the schedules hash, the ticks hash, the errors hash. ARGV: name, tickAt,
+ * `<tickAt>:<nextRunAt>:<messageId>`. Records the tick and clears the last error unless the schedule
+ * is gone or has a tick at or after it; 1 when recorded.
+ */
+const RECORD_TICK = redisScript(`${UNLESS_PENDING}
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('HDEL', KEYS[3], ARGV[1])
 return 1
 `);
 
-/** `<lastTickAt>:<nextRunAt>`, each empty when undefined. */
-function encodeTicks(lastTickAt: number | undefined, nextRunAt: number | undefined): string {
-  return `${lastTickAt ?? ''}:${nextRunAt ?? ''}`;
+/**
+ * KEYS: the schedules hash, the ticks hash, the errors hash. ARGV: name, tickAt, the error's JSON.
+ * Records the failure unless the schedule is gone or has a tick at or after it; 1 when recorded.
+ */
+const RECORD_FAILURE = redisScript(`${UNLESS_PENDING}
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+return 1
+`);
+
+/** `<lastTickAt>:<nextRunAt>:<messageId>`, each empty when undefined. */
+function encodeTicks(
+  lastTickAt: number | undefined,
+  nextRunAt: number | undefined,
+  messageId: string | undefined,
+): string {
+  return `${lastTickAt ?? ''}:${nextRunAt ?? ''}:${messageId ?? ''}`;
 }
 
 function decodeTime(text: string | undefined): number | undefined {
@@ -64,9 +86,17 @@ function decodeRecord(
   name: string,
   json: string | null | undefined,
   ticks: string | null | undefined,
+  error: string | null | undefined,
 ): ScheduleRecord | undefined {
-  const [last, next] = (ticks ?? '').split(':');
-  return decodeScheduleRecord(name, json, decodeTime(last), decodeTime(next));
+  // A value written before the message id was kept has two fields.
+  const [last, next, ...rest] = (ticks ?? '').split(':');
+  const messageId = rest.join(':');
+  return decodeScheduleRecord(name, json, {
+    lastTickAt: decodeTime(last),
+    nextRunAt: decodeTime(next),
+    lastMessageId: messageId === '' ? undefined : messageId,
+    lastError: decodeScheduleTickError(error),
+  });
 }
 
 /**
@@ -75,8 +105,9 @@ function decodeRecord(
  *
  * @remarks
  * A hash `<prefix>:sched:schedules` holds each schedule's definition as JSON by name; a hash
- * `<prefix>:sched:ticks` holds `<lastTickAt>:<nextRunAt>` by name, raised by one Lua script so a
- * tick is never recorded twice nor lowered. Failures reject with `redis-unavailable`,
+ * `<prefix>:sched:ticks` holds `<lastTickAt>:<nextRunAt>:<lastMessageId>` by name, raised by one Lua
+ * script so a tick is never recorded twice nor lowered; a hash `<prefix>:sched:errors` holds the
+ * failure of a tick's send as JSON by name, until a later tick is recorded. Failures reject with `redis-unavailable`,
  * `redis-command-failed`, or `store-closed` after {@link RedisScheduleStore.close}.
  *
  * @example
@@ -89,6 +120,7 @@ export class RedisScheduleStore implements ScheduleStore {
   readonly #client: Redis | Cluster;
   readonly #schedulesKey: string;
   readonly #ticksKey: string;
+  readonly #errorsKey: string;
   readonly #errors: RedisErrorContext;
   #closed = false;
 
@@ -98,6 +130,7 @@ export class RedisScheduleStore implements ScheduleStore {
     const keyspace = `${prefix}:sched:`;
     this.#schedulesKey = `${keyspace}schedules`;
     this.#ticksKey = `${keyspace}ticks`;
+    this.#errorsKey = `${keyspace}errors`;
     this.#connection = connectionFor(options.connection);
     this.#client = this.#connection.client;
     this.#errors = { connection: this.#connection, command: 'a schedule store command', keyspace };
@@ -105,43 +138,68 @@ export class RedisScheduleStore implements ScheduleStore {
 
   get(name: string): Promise<ScheduleRecord | undefined> {
     return this.#run(async () => {
-      const [json, ticks] = await Promise.all([
+      const [json, ticks, error] = await Promise.all([
         this.#client.hget(this.#schedulesKey, name),
         this.#client.hget(this.#ticksKey, name),
+        this.#client.hget(this.#errorsKey, name),
       ]);
-      return decodeRecord(name, json, ticks);
+      return decodeRecord(name, json, ticks, error);
     });
   }
 
   list(): Promise<ScheduleRecord[]> {
     return this.#run(async () => {
-      const [schedules, ticks] = await Promise.all([
+      const [schedules, ticks, errors] = await Promise.all([
         this.#client.hgetall(this.#schedulesKey),
         this.#client.hgetall(this.#ticksKey),
+        this.#client.hgetall(this.#errorsKey),
       ]);
       return Object.keys(schedules)
         .sort()
-        .flatMap((name) => decodeRecord(name, schedules[name], ticks[name]) ?? []);
+        .flatMap((name) => decodeRecord(name, schedules[name], ticks[name], errors[name]) ?? []);
     });
   }
 
   put(record: ScheduleRecord): Promise<void> {
     return this.#run(async () => {
-      await this.#client
+      const multi = this.#client
         .multi()
         .hset(this.#schedulesKey, record.name, encodeScheduleDefinition(record))
-        .hset(this.#ticksKey, record.name, encodeTicks(record.lastTickAt, record.nextRunAt))
-        .exec();
+        .hset(
+          this.#ticksKey,
+          record.name,
+          encodeTicks(record.lastTickAt, record.nextRunAt, record.lastMessageId),
+        );
+      if (record.lastError === undefined) multi.hdel(this.#errorsKey, record.name);
+      else multi.hset(this.#errorsKey, record.name, encodeScheduleTickError(record.lastError));
+      await multi.exec();
     });
   }
 
-  recordTick(name: string, tickAt: number, nextRunAt: number | undefined): Promise<boolean> {
+  recordTick(
+    name: string,
+    tickAt: number,
+    nextRunAt: number | undefined,
+    messageId?: string,
+  ): Promise<boolean> {
     return this.#run(async () => {
       const reply = await evalScript(
         this.#client,
         RECORD_TICK,
-        [this.#schedulesKey, this.#ticksKey],
-        [name, String(tickAt), encodeTicks(tickAt, nextRunAt)],
+        [this.#schedulesKey, this.#ticksKey, this.#errorsKey],
+        [name, String(tickAt), encodeTicks(tickAt, nextRunAt, messageId)],
+      );
+      return Number(reply) === 1;
+    });
+  }
+
+  recordTickFailure(name: string, tickAt: number, error: ScheduleTickError): Promise<boolean> {
+    return this.#run(async () => {
+      const reply = await evalScript(
+        this.#client,
+        RECORD_FAILURE,
+        [this.#schedulesKey, this.#ticksKey, this.#errorsKey],
+        [name, String(tickAt), encodeScheduleTickError(error)],
       );
       return Number(reply) === 1;
     });
@@ -153,6 +211,7 @@ export class RedisScheduleStore implements ScheduleStore {
         .multi()
         .hdel(this.#schedulesKey, name)
         .hdel(this.#ticksKey, name)
+        .hdel(this.#errorsKey, name)
         .exec();
       const [error, removed] = replies?.[0] ?? [null, 0];
       if (error) throw error;

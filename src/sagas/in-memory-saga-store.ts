@@ -37,6 +37,7 @@ interface Entry {
   readonly saga: string;
   readonly id: string;
   readonly stateJson: string;
+  readonly stateVersion: number;
   readonly appliedJson: string;
   readonly timeoutsJson: string;
   readonly version: number;
@@ -103,6 +104,7 @@ export class InMemorySagaStore implements SagaStore {
         saga: write.saga,
         id: write.id,
         stateJson: json.state,
+        stateVersion: json.stateVersion,
         appliedJson: json.applied,
         timeoutsJson: json.timeouts,
         version: actual + 1,
@@ -192,6 +194,7 @@ function toSummary(entry: Entry): SagaSummary {
     saga: entry.saga,
     id: entry.id,
     state: JSON.parse(entry.stateJson) as unknown,
+    stateVersion: entry.stateVersion,
     version: entry.version,
     status: entry.status,
     startedAt: entry.startedAt,

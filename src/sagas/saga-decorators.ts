@@ -6,6 +6,7 @@ import type { CommandDefinition, EventDefinition, PayloadOf } from '../messages/
 import {
   addPendingSagaStep,
   sagaLimitsOf,
+  sagaStateVersionOf,
   setSagaMetadata,
   takePendingSagaSteps,
   type SagaCorrelation,
@@ -42,10 +43,12 @@ export interface SagaStepDescriptor<P> {
  * @param name - the saga's stable name: its subscription, store key and part of its outgoing ids.
  * @remarks
  * List the class in `createBus({ sagas: [...] })`; it is resolved from the bus's container like a
- * handler, one instance per step. See docs/sagas.md.
+ * handler, one instance per step. Give the state a `version` and `upcast` steps when its shape
+ * changes, so instances stored with an older shape are raised on load (see docs/sagas.md).
  * @throws HarrierError `unsupported-decorators` when compiled without `experimentalDecorators`.
  * @throws HarrierError `invalid-option` when `keepApplied`, `keepAppliedMs` or `conflictTries` is not a whole number
- * of at least 1, or `timeoutMs` is not above 0 and at most 2147483647.
+ * of at least 1, `timeoutMs` is not above 0 and at most 2147483647, `version` is not a whole number of
+ * at least 1, or `upcast` does not hold one step per older version.
  * @example
  * ```ts
  * @Saga('orders.Fulfilment', { state: z.object({ paid: z.boolean().default(false) }) })
@@ -60,6 +63,7 @@ export function Saga<S extends z.ZodType>(
   options: SagaOptions<S>,
 ): (target: HandlerClass) => void {
   sagaLimitsOf(name, options);
+  sagaStateVersionOf(name, options);
   if (options.timeoutMs !== undefined) checkTimeoutMs(options.timeoutMs, `@Saga('${name}') timeoutMs`);
   return (target: HandlerClass, ...rest: unknown[]): void => {
     assertLegacyDecorator('@Saga', rest[0]);

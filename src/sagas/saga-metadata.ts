@@ -2,7 +2,7 @@ import type { z } from 'zod';
 import { HarrierError } from '../errors/harrier-error.js';
 import type { HandlerClass } from '../handlers/handler-metadata.js';
 import type { MessageContext } from '../handlers/message-context.js';
-import type { RetryOptions } from '../messages/definition.js';
+import type { RetryOptions, Upcasters } from '../messages/definition.js';
 
 /** What to do with a message for a saga instance that does not exist or has completed. */
 export type SagaMissingRule = 'ignore' | 'dead-letter';
@@ -17,6 +17,26 @@ export type SagaCorrelation<P> = (keyof P & string) | ((payload: P, context: Mes
 export interface SagaOptions<S extends z.ZodType = z.ZodType> {
   /** The state schema: every saved state is parsed with it (and must be JSON). */
   readonly state: S;
+  /**
+   * The version of the state shape. Raise it when the schema changes in a way stored states of the
+   * old shape would fail, and give an {@link SagaOptions.upcast} step from each older version: a
+   * stored state is raised step by step to this version, then parsed by `state`, and saved with it.
+   *
+   * @remarks
+   * A stored state of a newer version than this (saved by newer code during a rolling deploy) is
+   * never parsed nor overwritten here: its message goes back, spending no attempt, to wait for a
+   * worker that knows the version, and is dead-lettered as `version-unsupported` once the state has
+   * waited 24 hours. See docs/sagas.md.
+   * @defaultValue 1
+   */
+  readonly version?: number;
+  /**
+   * How a stored state of an older version is raised to this one: one step per older version,
+   * built with `upcasters<StateV1>()`; the last step returns the schema's input. A step that throws
+   * dead-letters the message (the state stays as it was).
+   * @defaultValue none (required when `version` is above 1)
+   */
+  readonly upcast?: Upcasters<z.input<S>>;
   /**
    * The state of a new instance, before the step that starts it runs.
    * @defaultValue the schema's parse of `{}` (give defaults in the schema, or this)
@@ -129,6 +149,55 @@ export function sagaLimitsOf(name: string, options: SagaOptions): SagaLimits {
     }
   }
   return limits;
+}
+
+/** The checked `version` and `upcast` of a saga. */
+export interface SagaStateVersion {
+  /** The version of the state shape the saga's code parses and saves. */
+  readonly version: number;
+  /**
+   * Raises a stored state from version `from` (1 to `version`) to `version`, step by step.
+   * @throws whatever an upcast step throws.
+   */
+  readonly upcast: (state: unknown, from: number) => unknown;
+}
+
+/**
+ * A saga's state `version` and the function that raises an older stored state to it.
+ *
+ * @throws HarrierError `invalid-option` when `version` is not a whole number of at least 1, or
+ * `upcast` does not hold one step per older version.
+ */
+export function sagaStateVersionOf(name: string, options: SagaOptions): SagaStateVersion {
+  const version: unknown = options.version ?? 1;
+  if (!Number.isSafeInteger(version) || (version as number) < 1) {
+    throw new HarrierError(
+      'invalid-option',
+      `@Saga('${name}') version must be a whole number of at least 1, got ${String(version)}: use 1 (the default) for a state shape that never changed, and raise it by one with each change`,
+    );
+  }
+  const current = version as number;
+  const steps: unknown = options.upcast?.steps ?? [];
+  if (
+    !Array.isArray(steps) ||
+    steps.length !== current - 1 ||
+    !steps.every((step) => typeof step === 'function')
+  ) {
+    throw new HarrierError(
+      'invalid-option',
+      `@Saga('${name}') is version ${current} with ${Array.isArray(steps) ? steps.length : 0} upcast steps: give one step per older version (${current - 1}), e.g. upcast: upcasters<StateV1>()${Array.from({ length: current - 1 }, (_, i) => `.step((v${i + 1}) => v${i + 2})`).join('')}`,
+    );
+  }
+  const raise = steps as readonly ((state: unknown) => unknown)[];
+  return {
+    version: current,
+    upcast: (state, from) => {
+      let value = state;
+      for (let at = Math.max(from, 1) - 1; at < current - 1; at++)
+        value = (raise[at] as (s: unknown) => unknown)(value);
+      return value;
+    },
+  };
 }
 
 /** One `@StartedBy` or `@Handles` method of a saga class. */

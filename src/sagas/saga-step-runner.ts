@@ -7,14 +7,17 @@ import { UnrecoverableError } from '../errors/unrecoverable-error.js';
 import type { HandlerClass } from '../handlers/handler-metadata.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import type { OutgoingMessage } from '../messages/outgoing-message.js';
+import { versionWaitRetryAt } from '../dispatch/version-wait.js';
 import { KeyedLock } from './keyed-lock.js';
 import { SAGA_ID_HEADER, SAGA_NAME_HEADER, SagaStepContext } from './saga-context.js';
 import {
   getSagaMetadata,
   SAGA_APPLIED_MAX_BYTES,
   sagaLimitsOf,
+  sagaStateVersionOf,
   type SagaLimits,
   type SagaMetadata,
+  type SagaStateVersion,
   type SagaStepMetadata,
 } from './saga-metadata.js';
 import type {
@@ -48,6 +51,7 @@ interface CompiledSaga {
   readonly meta: SagaMetadata;
   readonly steps: ReadonlyMap<string, SagaStepMetadata>;
   readonly limits: SagaLimits;
+  readonly state: SagaStateVersion;
 }
 
 function compile(target: HandlerClass): CompiledSaga {
@@ -69,7 +73,12 @@ function compile(target: HandlerClass): CompiledSaga {
       `Saga ${meta.name} has no @StartedBy(Event) method: add one, or no instance is ever created`,
     );
   }
-  return { meta, steps, limits: sagaLimitsOf(meta.name, meta.options) };
+  return {
+    meta,
+    steps,
+    limits: sagaLimitsOf(meta.name, meta.options),
+    state: sagaStateVersionOf(meta.name, meta.options),
+  };
 }
 
 /**
@@ -86,7 +95,12 @@ function compile(target: HandlerClass): CompiledSaga {
  * With `unitOfWork` answering a unit, each try of a step is one call of the unit: the store reads
  * and saves the instance in the unit's transaction (found through the step's context), beside the
  * step's own writes, the inbox row and the outbox rows; a conflict rolls the whole try back before
- * the step re-runs, and a step that dead-letters its message commits nothing. See docs/sagas.md.
+ * the step re-runs, and a step that dead-letters its message commits nothing.
+ *
+ * A stored state of an older `version` of the saga is raised by its upcast steps before it is parsed
+ * (an upcaster that throws dead-letters the message); one of a newer version (saved by newer code)
+ * is neither parsed nor overwritten: the message is released, spending no attempt, to wait for a
+ * worker that knows that version. Every save records the saga's version. See docs/sagas.md.
  * @throws HarrierError `invalid-handler` for a class without `@Saga` or without `@StartedBy`.
  */
 export function createSagaStepRunner(options: SagaStepRunnerOptions): StepRunner {
@@ -172,10 +186,13 @@ interface Tried {
   readonly recorded: boolean;
 }
 
-/** Ends a try in a unit of work whose transaction must not commit: the step dead-letters its message. */
-class DeadLetterDecided extends Error {
+/**
+ * Ends a try in a unit of work whose transaction must not commit: the step dead-letters its message,
+ * or releases it to wait for newer code.
+ */
+class NotAppliedDecided extends Error {
   constructor(readonly result: StepResult) {
-    super('The saga step dead-letters its message');
+    super('The saga step dead-letters or releases its message');
   }
 }
 
@@ -227,14 +244,15 @@ async function tryInUnit(
       inProcess: false,
       run: async () => {
         const tried = await tryStep(run, context, { context });
-        // Rolled back: a replay of the dead letter must find no inbox row of this message.
-        if (tried.result.kind === 'dead-letter') throw new DeadLetterDecided(tried.result);
+        // Rolled back: a replay of the dead letter, or the released message's next delivery, must
+        // find no inbox row of this message.
+        if (tried.result.kind !== 'handled') throw new NotAppliedDecided(tried.result);
         box.tried = tried;
       },
       abandoned: () => step.abandoned?.() === true,
     });
   } catch (error) {
-    if (error instanceof DeadLetterDecided) return error.result;
+    if (error instanceof NotAppliedDecided) return error.result;
     throw error;
   }
   const { tried } = box;
@@ -300,10 +318,15 @@ async function tryStep(
       recorded: false,
     };
   }
+  // A third-party store may leave `stateVersion` out: its states are of version 1.
+  const stateVersion = instance?.stateVersion ?? 1;
+  if (instance !== undefined && stateVersion > saga.state.version) {
+    return { result: tooNew(run, stateVersion, instance.updatedAt), publish: [], recorded: false };
+  }
   const before =
     instance === undefined
       ? parseState(saga, saga.meta.options.initial?.() ?? {}, 'initial state')
-      : parseStored(saga, instance.state);
+      : parseStored(saga, instance.state, stateVersion);
   context.load(instance === undefined, before, timeouts);
   await step.invoke(context);
   const state = parseState(saga, context.state, `state after "${envelope.type}"`);
@@ -313,6 +336,7 @@ async function tryStep(
     saga: name,
     id: sagaId,
     state,
+    stateVersion: saga.state.version,
     applied: keptApplied(run, [...earlier, { message: envelope.id, outgoing, at: now }], now),
     status: context.completed ? 'completed' : 'active',
     timeouts: context.completed ? [] : context.timeouts,
@@ -346,12 +370,68 @@ function keptApplied(run: StepRun, steps: readonly SagaAppliedStep[], now: numbe
   return kept.slice(drop);
 }
 
-/** A stored state parsed by the saga's schema (defaults of fields added since, transforms). */
-function parseStored(saga: CompiledSaga, stored: unknown): unknown {
-  const parsed = saga.meta.options.state.safeParse(structuredClone(stored));
+/**
+ * The step's result for an instance whose state was saved by newer code (a rolling deploy): its
+ * message goes back, spending no attempt, to wait for a worker that knows the state's version, and
+ * is dead-lettered as `version-unsupported` once the state has waited a day since that save. The
+ * state is neither parsed nor overwritten.
+ */
+function tooNew(run: StepRun, stateVersion: number, savedAt: number): StepResult {
+  const { envelope } = run.step;
+  const name = run.saga.meta.name;
+  const known = run.saga.state.version;
+  const message = `Saga "${name}" instance "${run.sagaId}" state was saved with version ${stateVersion}, and this process knows versions up to ${known}: deploy the code with version ${stateVersion} of @Saga('${name}')`;
+  const now = run.clock.now();
+  const age = now - savedAt;
+  const retryAt = versionWaitRetryAt(age, now);
+  if (retryAt === undefined) {
+    return {
+      kind: 'dead-letter',
+      reason: 'version-unsupported',
+      error: {
+        name: 'SagaStateVersionError',
+        message: `${message}; "${envelope.type}" (message ${envelope.id}) waited ${Math.round(age / 3_600_000)} hours for such a worker: replay it once one runs`,
+        code: 'version-unsupported',
+      },
+    };
+  }
+  run.logger.warn(
+    'Saga state is newer than this code; the message goes back to wait for a worker that knows its version',
+    {
+      saga: name,
+      sagaId: run.sagaId,
+      type: envelope.type,
+      messageId: envelope.id,
+      stateVersion,
+      knownVersion: known,
+      attempt: run.step.attempt,
+      retryAt,
+    },
+  );
+  return { kind: 'release', retryAt, error: new HarrierError('version-unsupported', message) };
+}
+
+/**
+ * A stored state raised from its version to the saga's, then parsed by the saga's schema (defaults
+ * of fields added since, transforms).
+ */
+function parseStored(saga: CompiledSaga, stored: unknown, from: number): unknown {
+  let raised = structuredClone(stored);
+  const { version } = saga.state;
+  if (from < version) {
+    try {
+      raised = saga.state.upcast(raised, from);
+    } catch (error) {
+      throw new UnrecoverableError(
+        `Saga "${saga.meta.name}" stored state version ${from} could not be raised to version ${version}: an upcast step threw ${error instanceof Error ? error.message : String(error)}; fix the upcaster and replay the message (the stored state is unchanged)`,
+        { cause: error },
+      );
+    }
+  }
+  const parsed = saga.meta.options.state.safeParse(raised);
   if (!parsed.success) {
     throw new UnrecoverableError(
-      `Saga "${saga.meta.name}" stored state does not match its state schema: ${parsed.error.message}; migrate the stored state or relax the schema (e.g. .optional() or .default() for a new field)`,
+      `Saga "${saga.meta.name}" stored state${from < version ? ` (raised from version ${from} to ${version})` : ''} does not match its state schema: ${parsed.error.message}; give the saga a new version with an upcast step, migrate the stored state or relax the schema (e.g. .optional() or .default() for a new field)`,
       { cause: parsed.error },
     );
   }

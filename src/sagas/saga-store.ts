@@ -43,6 +43,12 @@ export interface SagaInstance<S = unknown> {
   readonly id: string;
   /** The saga's state, as JSON would return it (a store keeps it JSON-serialised). */
   readonly state: S;
+  /**
+   * The version of the saga's state shape the state was saved with (the saga's `version`): the
+   * runtime raises an older state with the saga's upcasters before parsing it. 1 for an instance
+   * saved before the field existed.
+   */
+  readonly stateVersion: number;
   /** 1 after the first save, plus 1 per later save; the compare-and-set token of {@link SagaStore.save}. */
   readonly version: number;
   /** `completed` once a step completed the saga; the store removes it after its retention. */
@@ -70,6 +76,11 @@ export interface SagaWrite<S = unknown> {
   readonly id: string;
   /** The new state; must survive `JSON.stringify` (stores keep JSON, so `Date`s come back as strings). */
   readonly state: S;
+  /**
+   * The version of the saga's state shape `state` has (the saga's `version`); a whole number from 1.
+   * @defaultValue 1
+   */
+  readonly stateVersion?: number;
   /** The new status; `completed` starts the retention after which the store removes the instance. */
   readonly status: SagaStatus;
   /** Every pending timeout after this save (replaces the stored list). */
@@ -226,6 +237,8 @@ export interface SerializedSagaWrite {
   readonly applied: string;
   /** `JSON.stringify` of the timeouts, each reduced to `id`, `type` and `dueAt`. */
   readonly timeouts: string;
+  /** The write's `stateVersion`, 1 when it gave none. */
+  readonly stateVersion: number;
 }
 
 /**
@@ -235,8 +248,8 @@ export interface SerializedSagaWrite {
  * For implementers of a {@link SagaStore}: every store refuses the same inputs with the same codes.
  *
  * @throws HarrierError `invalid-argument` for an empty saga name or id, an `expectedVersion` that is
- * not a whole number from 0, a status other than `active`/`completed`, a state `JSON.stringify`
- * cannot write, or applied steps that are not a JSON array of `{ message, outgoing, at? }` entries.
+ * not a whole number from 0, a status other than `active`/`completed`, a `stateVersion` that is not
+ * a whole number from 1, a state `JSON.stringify` cannot write, or applied steps that are not a JSON array of `{ message, outgoing, at? }` entries.
  */
 export function serializeSagaWrite(write: SagaWrite, expectedVersion: number): SerializedSagaWrite {
   const what = `saga "${write.saga}" instance "${write.id}"`;
@@ -263,6 +276,13 @@ export function serializeSagaWrite(write: SagaWrite, expectedVersion: number): S
     throw new HarrierError(
       'invalid-argument',
       `Cannot save ${what} with status "${status}": use "active" or "completed"`,
+    );
+  }
+  const stateVersion: unknown = write.stateVersion ?? 1;
+  if (!Number.isSafeInteger(stateVersion) || (stateVersion as number) < 1) {
+    throw new HarrierError(
+      'invalid-argument',
+      `Cannot save ${what} with state version ${String(stateVersion)}: pass the saga's version, a whole number from 1, or leave it out for 1`,
     );
   }
   const state = jsonOrRefuse(write.state, `${what}: its state is`, 'keep plain data in saga state');
@@ -293,6 +313,7 @@ export function serializeSagaWrite(write: SagaWrite, expectedVersion: number): S
     applied:
       jsonOrRefuse(applied, `${what}: its applied steps are`, 'record plain outgoing messages') ?? '[]',
     timeouts: JSON.stringify(timeouts),
+    stateVersion: stateVersion as number,
   };
 }
 

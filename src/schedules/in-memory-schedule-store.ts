@@ -1,4 +1,4 @@
-import type { ScheduleRecord } from './schedule-record.js';
+import type { ScheduleRecord, ScheduleTickError } from './schedule-record.js';
 import type { ScheduleStore } from './schedule-store.js';
 
 /**
@@ -23,12 +23,28 @@ export class InMemoryScheduleStore implements ScheduleStore {
     return Promise.resolve();
   }
 
-  recordTick(name: string, tickAt: number, nextRunAt: number | undefined): Promise<boolean> {
-    const record = this.#records.get(name);
-    if (record === undefined || (record.lastTickAt !== undefined && record.lastTickAt >= tickAt)) {
-      return Promise.resolve(false);
-    }
-    this.#records.set(name, { ...record, lastTickAt: tickAt, nextRunAt });
+  recordTick(
+    name: string,
+    tickAt: number,
+    nextRunAt: number | undefined,
+    messageId?: string,
+  ): Promise<boolean> {
+    const record = this.#pending(name, tickAt);
+    if (record === undefined) return Promise.resolve(false);
+    this.#records.set(name, {
+      ...record,
+      lastTickAt: tickAt,
+      nextRunAt,
+      lastMessageId: messageId,
+      lastError: undefined,
+    });
+    return Promise.resolve(true);
+  }
+
+  recordTickFailure(name: string, tickAt: number, error: ScheduleTickError): Promise<boolean> {
+    const record = this.#pending(name, tickAt);
+    if (record === undefined) return Promise.resolve(false);
+    this.#records.set(name, { ...record, lastError: { message: error.message, at: error.at } });
     return Promise.resolve(true);
   }
 
@@ -38,5 +54,14 @@ export class InMemoryScheduleStore implements ScheduleStore {
 
   close(): Promise<void> {
     return Promise.resolve();
+  }
+
+  /** The record of `name` when it has no tick at or after `tickAt` yet. */
+  #pending(name: string, tickAt: number): ScheduleRecord | undefined {
+    const record = this.#records.get(name);
+    if (record === undefined || (record.lastTickAt !== undefined && record.lastTickAt >= tickAt)) {
+      return undefined;
+    }
+    return record;
   }
 }

@@ -1,4 +1,4 @@
-export type { CatchUp, ScheduleRecord, ScheduleTiming } from './schedule-record.js';
+export type { CatchUp, ScheduleRecord, ScheduleTickError, ScheduleTiming } from './schedule-record.js';
 export type { ScheduleStore } from './schedule-store.js';
 export { InMemoryScheduleStore } from './in-memory-schedule-store.js';
 export {

@@ -152,6 +152,8 @@ export class RecurringSchedules {
       catchUp,
       lastTickAt: same ? stored.lastTickAt : undefined,
       nextRunAt: ticks.next(now),
+      lastMessageId: same ? stored.lastMessageId : undefined,
+      lastError: same ? stored.lastError : undefined,
       updatedAt: now,
     });
     this.#drop(name);
@@ -264,14 +266,8 @@ export class RecurringSchedules {
       if (tickAt !== undefined) {
         after = Math.max(tickAt, stored.lastTickAt ?? tickAt);
         if (stored.lastTickAt === undefined || stored.lastTickAt < tickAt) {
-          await this.#options.send(local.definition, local.payload, {
-            id: tickMessageId(local.name, tickAt),
-            headers: {
-              [SCHEDULE_HEADER]: local.name,
-              [SCHEDULE_TICK_HEADER]: new Date(tickAt).toISOString(),
-            },
-          });
-          await store.recordTick(local.name, tickAt, local.ticks.next(tickAt));
+          const messageId = await this.#send(local, tickAt);
+          await store.recordTick(local.name, tickAt, local.ticks.next(tickAt), messageId);
         }
       }
     } catch (error) {
@@ -290,6 +286,31 @@ export class RecurringSchedules {
     }
     const next = local.ticks.next(after);
     this.#arm(local, next, next);
+  }
+
+  /**
+   * Sends the tick of `tickAt`, resolving to its message id; when the send fails (the broker is
+   * down) and the bus still runs, records the failure as the schedule's `lastError` first.
+   */
+  async #send(local: Local, tickAt: number): Promise<string> {
+    try {
+      return await this.#options.send(local.definition, local.payload, {
+        id: tickMessageId(local.name, tickAt),
+        headers: {
+          [SCHEDULE_HEADER]: local.name,
+          [SCHEDULE_TICK_HEADER]: new Date(tickAt).toISOString(),
+        },
+      });
+    } catch (error) {
+      if (this.#started) {
+        const message = error instanceof Error ? error.message : String(error);
+        // The store may be down too: the failure is logged by the caller either way.
+        await this.#options.store
+          .recordTickFailure(local.name, tickAt, { message, at: this.#options.clock.now() })
+          .catch(() => false);
+      }
+      throw error;
+    }
   }
 
   /** Takes the stored version of a schedule changed elsewhere, or stops it here when it is gone. */

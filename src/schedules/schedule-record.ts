@@ -20,6 +20,14 @@ export type ScheduleTiming =
  */
 export type CatchUp = 'one' | 'none';
 
+/** Why the send of a schedule's tick failed, and when. */
+export interface ScheduleTickError {
+  /** The error's message (`Redis is unreachable ...`). */
+  readonly message: string;
+  /** When the send failed, ms since the epoch. */
+  readonly at: number;
+}
+
 /** A recurring schedule as a {@link ScheduleStore} keeps it. */
 export interface ScheduleRecord {
   /** The schedule's name, unique in its store. */
@@ -42,6 +50,13 @@ export interface ScheduleRecord {
   readonly lastTickAt?: number | undefined;
   /** The time of the next tick. */
   readonly nextRunAt?: number | undefined;
+  /** The id of the message the last tick sent, or undefined before the first. */
+  readonly lastMessageId?: string | undefined;
+  /**
+   * Why the send of a tick after `lastTickAt` failed (the broker was down), or undefined when the
+   * last tick tried was sent; cleared when a later tick is recorded.
+   */
+  readonly lastError?: ScheduleTickError | undefined;
   /** When `every` last stored it. */
   readonly updatedAt: number;
 }
@@ -60,21 +75,54 @@ export function specKeyOf(
   ]);
 }
 
-/** The JSON text a store keeps for a record's definition: all but its name and ticks. */
+/** The JSON text a store keeps for a record's definition: all but its name, ticks and outcome. */
 export function encodeScheduleDefinition(record: ScheduleRecord): string {
-  const { name: _name, lastTickAt: _last, nextRunAt: _next, ...definition } = record;
+  const {
+    name: _name,
+    lastTickAt: _last,
+    nextRunAt: _next,
+    lastMessageId: _message,
+    lastError: _error,
+    ...definition
+  } = record;
   return JSON.stringify(definition);
 }
 
+/** What a store keeps beside a record's definition: its ticks and the last tick's outcome. */
+export interface ScheduleTickState {
+  readonly lastTickAt: number | undefined;
+  readonly nextRunAt: number | undefined;
+  readonly lastMessageId?: string | undefined;
+  readonly lastError?: ScheduleTickError | undefined;
+}
+
+/** The JSON text of a tick error, as the Redis and PostgreSQL stores keep it. */
+export function encodeScheduleTickError(error: ScheduleTickError): string {
+  return JSON.stringify({ message: error.message, at: error.at });
+}
+
+/** A tick error from its JSON text, or undefined when the text is not one (never throws). */
+export function decodeScheduleTickError(json: string | null | undefined): ScheduleTickError | undefined {
+  if (json === null || json === undefined || json === '') return undefined;
+  try {
+    const parsed: unknown = JSON.parse(json);
+    if (typeof parsed !== 'object' || parsed === null) return undefined;
+    const { message, at } = parsed as { message?: unknown; at?: unknown };
+    if (typeof message !== 'string' || typeof at !== 'number') return undefined;
+    return { message, at };
+  } catch {
+    return undefined;
+  }
+}
+
 /**
- * A record from what a store keeps ({@link encodeScheduleDefinition}'s text and the ticks), or
+ * A record from what a store keeps ({@link encodeScheduleDefinition}'s text, the ticks and outcome), or
  * undefined when the text is not a definition (never throws on what a store returns).
  */
 export function decodeScheduleRecord(
   name: string,
   json: string | null | undefined,
-  lastTickAt: number | undefined,
-  nextRunAt: number | undefined,
+  ticks: ScheduleTickState,
 ): ScheduleRecord | undefined {
   if (json === null || json === undefined) return undefined;
   let parsed: unknown;
@@ -96,8 +144,10 @@ export function decodeScheduleRecord(
     timeZone: typeof fields.timeZone === 'string' ? fields.timeZone : undefined,
     everyMs: typeof fields.everyMs === 'number' ? fields.everyMs : undefined,
     catchUp: fields.catchUp === 'none' ? 'none' : 'one',
-    lastTickAt,
-    nextRunAt,
+    lastTickAt: ticks.lastTickAt,
+    nextRunAt: ticks.nextRunAt,
+    lastMessageId: ticks.lastMessageId,
+    lastError: ticks.lastError,
     updatedAt: typeof fields.updatedAt === 'number' ? fields.updatedAt : 0,
   };
 }

@@ -1,6 +1,6 @@
 /**
  * `harrier/testing/conformance`: the vitest suites every `MessageBroker`, `EventLog`, `SagaStore`,
- * `CheckpointStore`, `DeadLetterStore` and `ScheduleStore` must pass, for implementers of new ones.
+ * `CheckpointStore`, `DeadLetterStore`, `ScheduleStore` and `DeliveryLedger` must pass, for implementers of new ones.
  *
  * @remarks
  * These import vitest (an optional peer dependency of Harrier): install it to use this entry point.
@@ -37,3 +37,9 @@ export {
   type SagaStoreFactoryOptions,
   type SagaStoreFixture,
 } from './saga-store-conformance.js';
+export {
+  describeDeliveryLedgerConformance,
+  type DeliveryLedgerFactory,
+  type DeliveryLedgerFactoryOptions,
+  type DeliveryLedgerFixture,
+} from './delivery-ledger-conformance.js';

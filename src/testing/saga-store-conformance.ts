@@ -127,6 +127,7 @@ export function describeSagaStoreConformance(name: string, factory: SagaStoreFac
             saga,
             id: 'o-1',
             state: { paid: false },
+            stateVersion: 1,
             version: 1,
             status: 'active',
             startedAt: T0,
@@ -254,6 +255,8 @@ export function describeSagaStoreConformance(name: string, factory: SagaStoreFac
             [write(saga, ''), 0],
             [write('', 'o-1'), 0],
             [write(saga, 'o-1', { status: 'done' as SagaStatus }), 0],
+            [write(saga, 'o-1', { stateVersion: 0 }), 0],
+            [write(saga, 'o-1', { stateVersion: 2.5 }), 0],
           ];
           for (const [input, expectedVersion] of bad) {
             expectCode(await failureOf(() => store.save(input, expectedVersion)), 'invalid-argument');
@@ -275,6 +278,28 @@ export function describeSagaStoreConformance(name: string, factory: SagaStoreFac
           expect(reopened).not.toHaveProperty('completedAt');
           expect(await store.get(saga, 'o-1')).toEqual(reopened);
         });
+      });
+    });
+
+    describe('state version', () => {
+      it('round-trips through save, get and list, replaced by each save', async () => {
+        const saga = sagaName('state-version');
+        const created = await store.save(write(saga, 'o-1', { stateVersion: 3 }), 0);
+        expect(created.stateVersion).toBe(3);
+        expect((await mustGet(saga, 'o-1')).stateVersion).toBe(3);
+        expect((await store.list({ saga })).instances.map((i) => i.stateVersion)).toEqual([3]);
+        const raised = await store.save(write(saga, 'o-1', { stateVersion: 4, now: T0 + 1 }), 1);
+        expect(raised.stateVersion).toBe(4);
+        expect((await mustGet(saga, 'o-1')).stateVersion).toBe(4);
+        expect((await store.list({ saga })).instances.map((i) => i.stateVersion)).toEqual([4]);
+      });
+
+      it('reads back as 1 for an instance saved without one', async () => {
+        const saga = sagaName('state-version-default');
+        const created = await store.save(write(saga, 'o-1'), 0);
+        expect(created.stateVersion).toBe(1);
+        expect((await mustGet(saga, 'o-1')).stateVersion).toBe(1);
+        expect((await store.list({ saga })).instances.map((i) => i.stateVersion)).toEqual([1]);
       });
     });
 

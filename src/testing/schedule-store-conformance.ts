@@ -80,6 +80,21 @@ export function describeScheduleStoreConformance(name: string, factory: Schedule
       expect(await store.get(`${prefix}a`)).toEqual(replacement);
     });
 
+    it('.put then .get returns the last message id and the last error as stored', async () => {
+      const record = recordOf(`${prefix}a`, {
+        lastTickAt: T0,
+        lastMessageId: '01940000-0000-7000-8000-000000000001',
+        lastError: { message: 'Redis is unreachable: "quoted", \u00e9, new\nline', at: T0 + 61_000 },
+      });
+      await store.put(record);
+      expect(await store.get(record.name)).toEqual(record);
+      expect((await store.list()).find((r) => r.name === record.name)).toEqual(record);
+      // Put again without them: both are gone.
+      const cleared = recordOf(`${prefix}a`, { lastTickAt: T0 });
+      await store.put(cleared);
+      expect(await store.get(record.name)).toEqual(cleared);
+    });
+
     it('.list returns every record, by name', async () => {
       await store.put(recordOf(`${prefix}b`));
       await store.put(recordOf(`${prefix}a`, { kind: 'event', type: 'billing.DayClosed' }));
@@ -103,6 +118,51 @@ export function describeScheduleStoreConformance(name: string, factory: Schedule
       expect(stored?.nextRunAt).toBeUndefined();
     });
 
+    it('.recordTick keeps the message id of the tick it records', async () => {
+      const name = `${prefix}a`;
+      await store.put(recordOf(name));
+      expect(await store.recordTick(name, T0 + 1000, T0 + 2000, 'message-1')).toBe(true);
+      expect(await store.recordTick(name, T0 + 1000, T0 + 2000, 'message-other')).toBe(false);
+      expect(await store.get(name)).toMatchObject({ lastTickAt: T0 + 1000, lastMessageId: 'message-1' });
+      expect(await store.recordTick(name, T0 + 2000, T0 + 3000, 'message-2')).toBe(true);
+      expect((await store.get(name))?.lastMessageId).toBe('message-2');
+    });
+
+    it('.recordTickFailure keeps the failure of a tick not recorded yet, until a tick is recorded', async () => {
+      const name = `${prefix}a`;
+      await store.put(recordOf(name));
+      await store.recordTick(name, T0 + 1000, T0 + 2000, 'message-1');
+      const error = { message: 'connect ECONNREFUSED 127.0.0.1:6379', at: T0 + 2005 };
+      expect(await store.recordTickFailure(name, T0 + 2000, error)).toBe(true);
+      expect(await store.get(name)).toMatchObject({
+        lastTickAt: T0 + 1000,
+        lastMessageId: 'message-1',
+        lastError: error,
+      });
+      // A later failure of the same tick replaces it.
+      const later = { message: 'still down', at: T0 + 7005 };
+      expect(await store.recordTickFailure(name, T0 + 2000, later)).toBe(true);
+      expect((await store.get(name))?.lastError).toEqual(later);
+      // The retry that sends the tick clears it.
+      expect(await store.recordTick(name, T0 + 2000, T0 + 3000, 'message-2')).toBe(true);
+      const sent = await store.get(name);
+      expect(sent?.lastError).toBeUndefined();
+      expect(sent?.lastMessageId).toBe('message-2');
+    });
+
+    it('.recordTickFailure of a tick another process recorded, or of a schedule gone, records nothing', async () => {
+      const name = `${prefix}a`;
+      await store.put(recordOf(name));
+      await store.recordTick(name, T0 + 2000, T0 + 3000, 'message-2');
+      expect(await store.recordTickFailure(name, T0 + 2000, { message: 'down', at: T0 + 2005 })).toBe(false);
+      expect(await store.recordTickFailure(name, T0 + 1000, { message: 'down', at: T0 + 2005 })).toBe(false);
+      expect((await store.get(name))?.lastError).toBeUndefined();
+      expect(await store.recordTickFailure(`${prefix}missing`, T0, { message: 'down', at: T0 + 5 })).toBe(
+        false,
+      );
+      expect(await store.get(`${prefix}missing`)).toBeUndefined();
+    });
+
     it('.recordTick of a schedule that is gone records nothing', async () => {
       expect(await store.recordTick(`${prefix}missing`, T0, T0 + 1000)).toBe(false);
       expect(await store.get(`${prefix}missing`)).toBeUndefined();
@@ -123,9 +183,16 @@ export function describeScheduleStoreConformance(name: string, factory: Schedule
       expect(await store.delete(name)).toBe(true);
       expect(await store.get(name)).toBeUndefined();
       expect(await store.delete(name)).toBe(false);
-      // A schedule stored again under the name starts without the old last tick.
+      // A schedule stored again under the name starts without the old last tick and outcome.
+      await store.recordTickFailure(name, T0 + 1000, { message: 'down', at: T0 + 1005 });
+      await store.delete(name);
       await store.put(recordOf(name));
-      expect((await store.get(name))?.lastTickAt).toBeUndefined();
+      const again = await store.get(name);
+      expect([again?.lastTickAt, again?.lastMessageId, again?.lastError]).toEqual([
+        undefined,
+        undefined,
+        undefined,
+      ]);
     });
   });
 }

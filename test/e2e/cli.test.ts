@@ -369,6 +369,7 @@ describe('harrier CLI', () => {
           id: 'o-1',
           status: 'active',
           version: 1,
+          stateVersion: 1,
           startedAt: new Date(at).toISOString(),
           updatedAt: new Date(at).toISOString(),
           completedAt: null,

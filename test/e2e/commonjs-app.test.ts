@@ -45,6 +45,7 @@ const LINKED = [
   'bullmq',
   'ioredis',
   'pg',
+  'amqplib',
   '@opentelemetry/api',
   'vitest',
   '@types/node',
@@ -58,6 +59,7 @@ const ENTRY_POINTS: Readonly<Record<string, string>> = {
   'harrier/testing/conformance': 'describeMessageBrokerConformance',
   'harrier/redis': 'openRedisAdmin',
   'harrier/postgres': 'migratePostgres',
+  'harrier/rabbitmq': 'RabbitMqBroker',
   'harrier/telemetry': 'harrierTelemetry',
   'harrier/dashboard': 'createDashboard',
   'harrier/cli': 'run',
@@ -84,6 +86,7 @@ import { createTestBus } from 'harrier/testing';
 import { describeMessageBrokerConformance } from 'harrier/testing/conformance';
 import { BullMqBroker, RedisDeadLetterStore, openRedisAdmin, type BullMqBrokerOptions } from 'harrier/redis';
 import { migratePostgres } from 'harrier/postgres';
+import { RabbitMqBroker } from 'harrier/rabbitmq';
 import { harrierTelemetry } from 'harrier/telemetry';
 import { createDashboard } from 'harrier/dashboard';
 import { run } from 'harrier/cli';
@@ -95,6 +98,7 @@ const loaded: Record<string, unknown> = {
   'harrier/testing/conformance': describeMessageBrokerConformance,
   'harrier/redis': openRedisAdmin,
   'harrier/postgres': migratePostgres,
+  'harrier/rabbitmq': RabbitMqBroker,
   'harrier/telemetry': harrierTelemetry,
   'harrier/dashboard': createDashboard,
   'harrier/cli': run,

@@ -4,6 +4,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Topology } from '../../src/admin/topology.js';
 import { InMemoryDeadLetterStore } from '../../src/dead-letters/in-memory-dead-letter-store.js';
 import type { CheckpointLag } from '../../src/projections/projection-lag.js';
+import { InMemoryScheduleStore } from '../../src/schedules/in-memory-schedule-store.js';
+import { tickMessageId } from '../../src/schedules/recurring-schedules.js';
+import type { ScheduleRecord } from '../../src/schedules/schedule-record.js';
 import { launchBrowser, updateScreenshots } from '../helpers/browser.js';
 import { deadLetter, serveDashboard, type ServedDashboard } from '../helpers/dashboard.js';
 
@@ -109,7 +112,63 @@ const LAGS: CheckpointLag[] = [
   },
 ];
 
-describe('the projections and topology pages in a real browser', () => {
+/** The dashboard's clock: ten seconds past 12:30. */
+const NOW = at(30) + 10_000;
+
+const SCHEDULES: ScheduleRecord[] = [
+  {
+    name: 'close-day',
+    kind: 'command',
+    type: 'billing.CloseDay',
+    payload: { ledger: 'eu' },
+    cron: '0 18 * * 1-5',
+    timeZone: 'Europe/Berlin',
+    catchUp: 'one',
+    lastTickAt: Date.UTC(2026, 0, 30, 17),
+    lastMessageId: tickMessageId('close-day', Date.UTC(2026, 0, 30, 17)),
+    nextRunAt: Date.UTC(2026, 1, 2, 17),
+    updatedAt: at(1),
+  },
+  {
+    name: 'heartbeat',
+    kind: 'event',
+    type: 'ops.Heartbeat',
+    payload: {},
+    everyMs: 30_000,
+    catchUp: 'none',
+    lastTickAt: at(30),
+    lastMessageId: tickMessageId('heartbeat', at(30)),
+    nextRunAt: at(30) + 30_000,
+    updatedAt: at(1),
+  },
+  {
+    // Its 12:00 tick has failed to send since: the broker is down for the process that runs it.
+    name: 'invoice-reminders',
+    kind: 'command',
+    type: 'billing.SendReminders',
+    payload: {},
+    cron: '0 * * * *',
+    timeZone: 'UTC',
+    catchUp: 'one',
+    lastTickAt: at(-60),
+    lastMessageId: tickMessageId('invoice-reminders', at(-60)),
+    lastError: { message: 'connect ECONNREFUSED 10.0.4.12:6379', at: at(30) + 5_000 },
+    nextRunAt: at(0),
+    updatedAt: at(1),
+  },
+  {
+    name: 'sync-stock',
+    kind: 'command',
+    type: 'stock.SyncLevels',
+    payload: { warehouse: 'north' },
+    everyMs: 3_600_000,
+    catchUp: 'one',
+    nextRunAt: at(60),
+    updatedAt: at(25),
+  },
+];
+
+describe('the projections, topology and schedules pages in a real browser', () => {
   let browser: Browser;
   let served: ServedDashboard;
 
@@ -136,8 +195,12 @@ describe('the projections and topology pages in a real browser', () => {
         }),
       );
     }
+    const schedules = new InMemoryScheduleStore();
+    for (const record of SCHEDULES) await schedules.put(record);
     served = await serveDashboard({
       deadLetters: store,
+      schedules,
+      now: () => NOW,
       source: 'redis://ops:hidden@redis.internal:6379 {shop}',
       topology: () => Promise.resolve(TOPOLOGY),
       projections: () => Promise.resolve(LAGS),
@@ -196,6 +259,36 @@ describe('the projections and topology pages in a real browser', () => {
     ]);
     expect(await page.locator('[data-testid=total]').textContent()).toBe('2 matching');
     expect(await page.inputValue('input[name=handler]')).toBe('OrderSummary');
+    await page.close();
+  });
+
+  it("opens Schedules from the header and shows each schedule's next run, last tick and its outcome", async () => {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+    await page.goto(`${served.url}/`);
+    await Promise.all([
+      page.waitForURL(/\/schedules$/),
+      page.click('header [data-testid=pages] a:text("Schedules")'),
+    ]);
+    const rows = page.locator('[data-testid=schedules] tbody tr');
+    expect(await rows.count()).toBe(4);
+    const outcomes = await rows.evaluateAll((trs) =>
+      trs.map(
+        (tr) =>
+          (tr as unknown as { cells: { item(i: number): { textContent: string } } }).cells.item(6)
+            .textContent,
+      ),
+    );
+    expect(outcomes).toEqual([
+      `sent ${tickMessageId('close-day', Date.UTC(2026, 0, 30, 17))}`,
+      `sent ${tickMessageId('heartbeat', at(30))}`,
+      'overdue (send failed: connect ECONNREFUSED 10.0.4.12:6379 at 2026-01-31T12:30:05.000Z)',
+      'no tick sent yet',
+    ]);
+    const failed = page.locator('[data-schedule="invoice-reminders"] td').nth(6);
+    expect(
+      await failed.evaluate((el) => (globalThis as unknown as BrowserWindow).getComputedStyle(el).color),
+    ).toBe('rgb(164, 22, 26)');
+    await screenshot(page, 'schedules');
     await page.close();
   });
 });

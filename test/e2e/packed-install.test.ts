@@ -455,9 +455,10 @@ describe('npm install of the tarball', () => {
     expect(existsSync(join(full, 'node_modules', 'inversify', 'node_modules'))).toBe(false);
   });
 
-  it('leaves out bullmq, ioredis and vitest when the app does not ask for them', () => {
+  it('leaves out bullmq, ioredis, amqplib and vitest when the app does not ask for them', () => {
     expect(existsSync(join(bare, 'node_modules', 'bullmq'))).toBe(false);
     expect(existsSync(join(bare, 'node_modules', 'ioredis'))).toBe(false);
+    expect(existsSync(join(bare, 'node_modules', 'amqplib'))).toBe(false);
     expect(existsSync(join(bare, 'node_modules', 'vitest'))).toBe(false);
   });
 });
@@ -648,8 +649,12 @@ describe('a decorated app on the installed package', () => {
       expect(result.stdout).toMatch(/# fail 0/);
     }, 60_000);
 
-    it('throws missing-dependency from require("harrier/redis") and, without pg, require("harrier/postgres")', async () => {
-      const result = await ok('node', ['require.cjs', 'harrier', 'harrier/redis', 'harrier/postgres'], bare);
+    it('throws missing-dependency from require("harrier/redis") and, without pg and amqplib, require("harrier/postgres") and require("harrier/rabbitmq")', async () => {
+      const result = await ok(
+        'node',
+        ['require.cjs', 'harrier', 'harrier/redis', 'harrier/postgres', 'harrier/rabbitmq'],
+        bare,
+      );
       expect(JSON.parse(result.stdout)).toMatchObject({
         harrier: { loaded: true },
         'harrier/redis': {
@@ -662,16 +667,26 @@ describe('a decorated app on the installed package', () => {
           code: 'missing-dependency',
           message: expect.stringContaining('npm install pg') as unknown,
         },
+        'harrier/rabbitmq': {
+          name: 'HarrierError',
+          code: 'missing-dependency',
+          message: expect.stringContaining('npm install amqplib') as unknown,
+        },
       });
     });
 
-    it('rejects import("harrier/redis") with missing-dependency saying npm install bullmq ioredis', async () => {
-      const result = await ok('node', ['import.mjs', 'harrier/redis'], bare);
+    it('rejects import("harrier/redis") and import("harrier/rabbitmq") with missing-dependency saying npm install bullmq ioredis, npm install amqplib', async () => {
+      const result = await ok('node', ['import.mjs', 'harrier/redis', 'harrier/rabbitmq'], bare);
       expect(JSON.parse(result.stdout)).toMatchObject({
         'harrier/redis': {
           name: 'HarrierError',
           code: 'missing-dependency',
           message: expect.stringContaining('npm install bullmq ioredis') as unknown,
+        },
+        'harrier/rabbitmq': {
+          name: 'HarrierError',
+          code: 'missing-dependency',
+          message: expect.stringContaining('npm install amqplib') as unknown,
         },
       });
     });

@@ -1,45 +1,44 @@
-import { execFile } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
-import { promisify } from 'node:util';
-import amqplib from 'amqplib';
+/**
+ * The tests' RabbitMQ: the global setup's server (RABBITMQ_URL, or one of its own), and a name
+ * prefix per test file so files never see each other's exchanges and queues.
+ *
+ * @remarks
+ * Clean-up: AMQP has no way to list exchanges or queues (only the management plugin, which our own
+ * server does not load, has one), so nothing here deletes "everything under a prefix". A test deletes
+ * what it declared when that matters (a `deleteQueue`/`deleteExchange` in its own `afterAll`);
+ * otherwise what the tests leave behind lives in the global setup's temp server, which is deleted
+ * with its data at the end of the run. Against a shared RABBITMQ_URL, the per-file prefixes keep
+ * runs apart, and auto-delete or exclusive queues leave nothing behind.
+ */
+import { randomBytes } from 'node:crypto';
+import { inject } from 'vitest';
+import { amqpAnswers, tail } from './local-rabbitmq.js';
+import { waitFor } from './local-redis.js';
 
-/** The RabbitMQ the tests use: RABBITMQ_URL, else the machine's own on the default port. */
-export const rabbitMqUrl = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+/** How long a test file waits for the global setup's server: it boots in about 5 s (2 vCPUs). */
+const READY_TIMEOUT_MS = 60_000;
 
-/** A name prefix for one test file's brokers; {@link deleteRabbitMqPrefix} removes what it declared. */
-export function freshRabbitMqPrefix(): string {
-  return `hrt${randomUUID().replaceAll('-', '').slice(0, 10)}`;
-}
-
-const run = promisify(execFile);
-
-/** The names `rabbitmqctl list_<what> name` prints that start with `prefix`; none if rabbitmqctl is missing. */
-async function listed(what: 'queues' | 'exchanges', prefix: string): Promise<string[]> {
-  try {
-    const { stdout } = await run('rabbitmqctl', ['-q', `list_${what}`, 'name'], { timeout: 30_000 });
-    return stdout
-      .split('\n')
-      .map((line) => line.trim())
-      .filter((name) => name.startsWith(prefix));
-  } catch {
-    return [];
-  }
-}
+let ready: Promise<string> | undefined;
 
 /**
- * Deletes every queue and exchange whose name starts with `prefix` (found with rabbitmqctl, which
- * runs beside a local server; with a remote RABBITMQ_URL nothing is found and they are left).
+ * The tests' RabbitMQ URL, once it accepts connections (the global setup does not wait for the boot
+ * of its own server): call it in `beforeAll` (with a timeout of a minute) or in a test.
+ * @throws Error with the server's last log lines when it does not accept connections in a minute.
  */
-export async function deleteRabbitMqPrefix(prefix: string): Promise<void> {
-  const [queues, exchanges] = await Promise.all([listed('queues', prefix), listed('exchanges', prefix)]);
-  if (queues.length === 0 && exchanges.length === 0) return;
-  const connection = await amqplib.connect(rabbitMqUrl);
-  try {
-    const channel = await connection.createChannel();
-    for (const queue of queues) await channel.deleteQueue(queue);
-    for (const exchange of exchanges) await channel.deleteExchange(exchange);
-    await channel.close();
-  } finally {
-    await connection.close();
-  }
+export function rabbitmqUrl(): Promise<string> {
+  ready ??= (async () => {
+    const url = inject('rabbitmqUrl');
+    const logFile = inject('rabbitmqLogFile');
+    await waitFor(`RabbitMQ at ${url} to accept an AMQP connection`, () => amqpAnswers(url), {
+      timeoutMs: READY_TIMEOUT_MS,
+      explain: () => (logFile === '' ? 'RABBITMQ_URL is set: is that server running?' : tail(logFile)),
+    });
+    return url;
+  })();
+  return ready;
+}
+
+/** A prefix for exchange and queue names no other test file uses: `harrier-test-<random>.`. */
+export function freshRabbitPrefix(): string {
+  return `harrier-test-${randomBytes(6).toString('hex')}.`;
 }

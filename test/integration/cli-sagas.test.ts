@@ -37,7 +37,16 @@ describe('harrier sagas (on a terminal)', () => {
       { id: 't-1', type: 'orders.PaymentTimedOut', dueAt: T0 + 60_000 },
     ];
     await store.save(
-      { saga: 'fulfilment', id: 'o-1', state: { paid: false }, status: 'active', timeouts, now: T0, applied },
+      {
+        saga: 'fulfilment',
+        id: 'o-1',
+        state: { paid: false },
+        stateVersion: 2,
+        status: 'active',
+        timeouts,
+        now: T0,
+        applied,
+      },
       0,
     );
   }
@@ -84,7 +93,7 @@ describe('harrier sagas (on a terminal)', () => {
   });
 
   describe('show', () => {
-    it('prints the version, the pending timeouts in due order and the state', async () => {
+    it('prints the version, the pending timeouts in due order and the state with its state version', async () => {
       await seed();
       const { code, stdout } = await harrier(['sagas', 'show', 'fulfilment', 'o-1', '--prefix', prefix]);
       expect(code).toBe(0);
@@ -92,13 +101,14 @@ describe('harrier sagas (on a terminal)', () => {
       expect(stdout).toContain('Pending timeouts (2):');
       expect(stdout.indexOf('orders.PaymentTimedOut')).toBeLessThan(stdout.indexOf('orders.ShipmentLate'));
       expect(stdout).toContain('"paid": false');
+      expect(stdout).toContain("State (version 2 of the saga's state shape):");
     });
 
     it('prints the state alone as state, then the latest 10 applied steps newest first, without bodies', async () => {
       await seed();
       const { code, stdout } = await harrier(['sagas', 'show', 'fulfilment', 'o-1', '--prefix', prefix]);
       expect(code).toBe(0);
-      const [, shown = ''] = stdout.split('\nState:\n');
+      const [, shown = ''] = stdout.split("\nState (version 2 of the saga's state shape):\n");
       const [state = '', appliedPart = ''] = shown.split(
         '\nApplied steps, newest first (12 remembered for redeliveries):\n',
       );
@@ -127,10 +137,12 @@ describe('harrier sagas (on a terminal)', () => {
       ]);
       expect(code).toBe(0);
       const shown = JSON.parse(stdout) as {
+        stateVersion: number;
         state: unknown;
         applied: { message: string; outgoing: unknown[] }[];
       };
       expect(shown.state).toEqual({ paid: false });
+      expect(shown.stateVersion).toBe(2);
       expect(shown.applied.map((a) => a.message)).toEqual(applied.map((a) => a.message));
       expect(shown.applied[0]).toEqual({ message: 'm-01', outgoing: [] });
       expect(shown.applied[11]?.outgoing[2]).toEqual({

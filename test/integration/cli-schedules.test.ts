@@ -13,6 +13,7 @@ const databaseUrl = inject('databaseUrl');
 const redis = useSharedRedis(redisUrl);
 const { pool } = useSharedPostgres(databaseUrl);
 const T0 = Date.UTC(2026, 0, 1);
+const CLOSE_DAY_MESSAGE = '019b7a4e-5e00-7000-8000-00000000c10e';
 
 /** The CLI in this process; `tty` for tables, else JSON lines. */
 const harrier = (args: readonly string[], tty: boolean) => runCli(args, { tty });
@@ -26,6 +27,7 @@ const closeDay: ScheduleRecord = {
   timeZone: 'Europe/Berlin',
   catchUp: 'one',
   lastTickAt: T0 + 17 * 3_600_000,
+  lastMessageId: CLOSE_DAY_MESSAGE,
   nextRunAt: T0 + 41 * 3_600_000,
   updatedAt: T0,
 };
@@ -37,6 +39,8 @@ const heartbeat: ScheduleRecord = {
   everyMs: 30_000,
   catchUp: 'none',
   nextRunAt: T0 + 30_000,
+  // Its first tick's send failed: the broker was down.
+  lastError: { message: 'Redis is unreachable at 127.0.0.1:6379', at: T0 + 30_005 },
   updatedAt: T0,
 };
 
@@ -69,16 +73,16 @@ describe.each([
     await store.close();
   });
 
-  it('list prints a table by name, and JSON lines without payloads', async () => {
+  it("list prints a table by name with each last tick's outcome, and JSON lines without payloads", async () => {
     const table = await harrier(['schedules', 'list', ...where()], true);
     expect(table.code).toBe(0);
     const lines = table.stdout.trim().split('\n');
-    expect(lines[0]).toMatch(/^NAME\s+TIMING\s+SENDS\s+LAST TICK\s+NEXT RUN$/);
+    expect(lines[0]).toMatch(/^NAME\s+TIMING\s+SENDS\s+LAST TICK\s+NEXT RUN\s+OUTCOME$/);
     expect(lines[1]).toMatch(
-      /^close-day\s+0 18 \* \* 1-5 \(Europe\/Berlin\)\s+command billing\.CloseDay\s+2026-01-01T17:00:00Z\s+2026-01-02T17:00:00Z$/,
+      /^close-day\s+0 18 \* \* 1-5 \(Europe\/Berlin\)\s+command billing\.CloseDay\s+2026-01-01T17:00:00Z\s+2026-01-02T17:00:00Z\s+sent 019b7a4e-5e00-7000-8000-00000000c10e$/,
     );
     expect(lines[2]).toMatch(
-      /^heartbeat\s+every 30000 ms\s+event ops\.Heartbeat\s+-\s+2026-01-01T00:00:30Z$/,
+      /^heartbeat\s+every 30000 ms\s+event ops\.Heartbeat\s+-\s+2026-01-01T00:00:30Z\s+send failed: Redis is unreachable at 127\.0\.0\.1:6379 at 2026-01-01T00:00:30\.005Z$/,
     );
     const json = await harrier(['schedules', 'list', ...where()], false);
     const rows = json.stdout
@@ -95,6 +99,9 @@ describe.each([
       everyMs: 30000,
       catchUp: 'none',
       lastTickAt: null,
+      lastMessageId: null,
+      lastError: { message: 'Redis is unreachable at 127.0.0.1:6379', at: '2026-01-01T00:00:30.005Z' },
+      outcome: 'send failed: Redis is unreachable at 127.0.0.1:6379 at 2026-01-01T00:00:30.005Z',
       nextRunAt: '2026-01-01T00:00:30.000Z',
       updatedAt: '2026-01-01T00:00:00.000Z',
     });
@@ -105,9 +112,16 @@ describe.each([
     expect(shown.code).toBe(0);
     expect(shown.stdout).toContain('  timing     0 18 * * 1-5 (Europe/Berlin)');
     expect(shown.stdout).toContain('  last tick  2026-01-01T17:00:00.000Z');
+    expect(shown.stdout).toContain(`  outcome    sent ${CLOSE_DAY_MESSAGE}`);
     expect(shown.stdout).toContain('"ledger": "eu"');
     const json = await harrier(['schedules', 'show', 'close-day', ...where()], false);
-    expect(JSON.parse(json.stdout)).toMatchObject({ name: 'close-day', payload: { ledger: 'eu' } });
+    expect(JSON.parse(json.stdout)).toMatchObject({
+      name: 'close-day',
+      lastMessageId: CLOSE_DAY_MESSAGE,
+      lastError: null,
+      outcome: `sent ${CLOSE_DAY_MESSAGE}`,
+      payload: { ledger: 'eu' },
+    });
     const missing = await harrier(['schedules', 'show', 'nope', ...where()], true);
     expect(missing.code).toBe(4);
     expect(missing.stderr).toContain('harrier schedules list');

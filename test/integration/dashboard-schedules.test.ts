@@ -15,6 +15,7 @@ const { pool } = useSharedPostgres(inject('databaseUrl'));
 const T0 = Date.UTC(2026, 0, 1);
 /** The dashboard's clock: ten minutes after T0. */
 const NOW = T0 + 10 * 60_000;
+const CLOSE_DAY_MESSAGE = '019b7a4e-5e00-7000-8000-00000000c10e';
 
 const closeDay: ScheduleRecord = {
   name: 'close-day',
@@ -25,6 +26,7 @@ const closeDay: ScheduleRecord = {
   timeZone: 'Europe/Berlin',
   catchUp: 'one',
   lastTickAt: T0 - 7 * 3_600_000,
+  lastMessageId: CLOSE_DAY_MESSAGE,
   nextRunAt: T0 + 17 * 3_600_000,
   updatedAt: T0,
 };
@@ -86,7 +88,7 @@ describe.each([
     await store.close();
   });
 
-  it('lists each schedule by name with its timing, message, last tick, next run and state, linked from the header', async () => {
+  it('lists each schedule by name with its timing, message, last tick, next run and its outcome, linked from the header', async () => {
     served = await serveDashboard({
       deadLetters: new InMemoryDeadLetterStore(),
       schedules: store,
@@ -115,7 +117,7 @@ describe.each([
         'one',
         '2025-12-31T17:00:00.000Z',
         '2026-01-01T17:00:00.000Z',
-        'last tick sent',
+        `sent ${CLOSE_DAY_MESSAGE}`,
       ],
       [
         'heartbeat',
@@ -133,24 +135,50 @@ describe.each([
     expect(dead.text).toContain('<a href="/schedules">Schedules</a>');
   });
 
-  it('shows a tick recorded since: the last tick moves and the schedule is no longer overdue', async () => {
-    const ticked = storeOf();
+  it("shows a tick's failed send, then the tick recorded since: the last tick moves and the schedule is no longer overdue", async () => {
+    const heartbeatRow = async (): Promise<string[] | undefined> => {
+      served = await serveDashboard({
+        deadLetters: new InMemoryDeadLetterStore(),
+        schedules: store,
+        now: () => NOW,
+      });
+      try {
+        return tableRows((await get('/schedules')).text, 'schedules').find((r) => r[0] === 'heartbeat');
+      } finally {
+        await served.close();
+        served = undefined;
+      }
+    };
+    const other = storeOf();
     try {
-      expect(await ticked.recordTick('heartbeat', T0 + 9 * 60_000 + 30_000, T0 + 10 * 60_000 + 30_000)).toBe(
-        true,
-      );
+      expect(
+        await other.recordTickFailure('heartbeat', T0 + 9 * 60_000 + 30_000, {
+          message: 'Broker <b>down</b>',
+          at: T0 + 9 * 60_000 + 30_005,
+        }),
+      ).toBe(true);
+      expect((await heartbeatRow())?.slice(4)).toEqual([
+        '-',
+        '2026-01-01T00:00:30.000Z',
+        'overdue (send failed: Broker &lt;b&gt;down&lt;/b&gt; at 2026-01-01T00:09:30.005Z)',
+      ]);
+      expect(
+        await other.recordTick(
+          'heartbeat',
+          T0 + 9 * 60_000 + 30_000,
+          T0 + 10 * 60_000 + 30_000,
+          'heartbeat-message-id',
+        ),
+      ).toBe(true);
     } finally {
-      await ticked.close();
+      await other.close();
     }
-    served = await serveDashboard({
-      deadLetters: new InMemoryDeadLetterStore(),
-      schedules: store,
-      now: () => NOW,
-    });
 
-    const row = tableRows((await get('/schedules')).text, 'schedules').find((r) => r[0] === 'heartbeat');
-
-    expect(row?.slice(4)).toEqual(['2026-01-01T00:09:30.000Z', '2026-01-01T00:10:30.000Z', 'last tick sent']);
+    expect((await heartbeatRow())?.slice(4)).toEqual([
+      '2026-01-01T00:09:30.000Z',
+      '2026-01-01T00:10:30.000Z',
+      'sent heartbeat-message-id',
+    ]);
   });
 });
 

@@ -40,6 +40,8 @@ describe('migratePostgres', () => {
       'dead_letters',
       'dedupe',
       'inbox',
+      'ledger_claims',
+      'ledger_copies',
       'migrations',
       'outbox',
       'outbox_parked',
@@ -49,6 +51,17 @@ describe('migratePostgres', () => {
       'sagas',
       'schedules',
     ]);
+  });
+
+  it('gives the sagas table a state_version column, an integer of 1 for rows stored before it (step 7)', async () => {
+    await migratePostgres(databaseUrl, { schema });
+    const column = await pool.query<{ data_type: string; is_nullable: string; column_default: string }>(
+      `SELECT data_type, is_nullable, column_default FROM information_schema.columns
+       WHERE table_schema = $1 AND table_name = 'sagas' AND column_name = 'state_version'`,
+      [schema],
+    );
+    expect(column.rows).toEqual([{ data_type: 'integer', is_nullable: 'NO', column_default: '1' }]);
+    expect(MIGRATIONS.find((m) => m.version === 7)?.name).toBe('saga state version');
   });
 
   it('applies nothing the second time', async () => {

@@ -38,6 +38,12 @@ import {
 import { createTestBus, type TestBus } from '../../src/testing/index.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+import {
+  ItemAdded as AddedToOrder,
+  OrderSagaV1,
+  OrderSagaV2,
+  RAISED,
+} from '../helpers/saga-state-versions.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
@@ -260,6 +266,73 @@ describe('a saga step in postgresUnitOfWork with a PostgresSagaStore on its sche
       await bus.whenIdle();
       expect(await bus.deadLetters.count()).toBe(1);
       expect(await visible()).toEqual({ sagas: 0, packed: 0, inbox: 0, outbox: 0 });
+    });
+  });
+
+  describe('when the stored state is of another version than the saga', () => {
+    async function orderBus(
+      saga: typeof OrderSagaV1 | typeof OrderSagaV2,
+      store: SagaStore,
+    ): Promise<TestBus> {
+      const bus = await createTestBus({
+        clock,
+        endpoint: 'orders',
+        sagas: [saga],
+        sagaStore: store,
+        unitOfWork: unit(),
+      });
+      buses.push(bus);
+      return bus;
+    }
+
+    /** The clock of the test's bus: a state's wait for newer code counts from its save by this clock. */
+    let clock: ManualClock;
+    beforeEach(() => {
+      clock = new ManualClock();
+    });
+
+    /** Saves order o-1 outside any unit, as `stateVersion` says a saga of that version would. */
+    async function saved(store: SagaStore, state: unknown, stateVersion?: number): Promise<void> {
+      await store.save(
+        {
+          saga: 'sagaver.Order',
+          id: 'o-1',
+          state,
+          ...(stateVersion === undefined ? {} : { stateVersion }),
+          status: 'active',
+          timeouts: [],
+          now: clock.now(),
+        },
+        0,
+      );
+    }
+
+    it('raises an older state in the transaction and commits it with the saga version and the inbox row', async () => {
+      const store = sagaStore();
+      await saved(store, { total: 5 });
+      const bus = await orderBus(OrderSagaV2, store);
+      await bus.publish(AddedToOrder, { orderId: 'o-1', amount: 3 });
+      await bus.whenIdle();
+      expect(await bus.deadLetters.count()).toBe(0);
+      expect(await store.get('sagaver.Order', 'o-1')).toMatchObject(RAISED.afterV2);
+      expect(await count('inbox')).toBe(1);
+    });
+
+    it('releases the message of a newer state, committing nothing, until it waited 24 hours', async () => {
+      const store = sagaStore();
+      await saved(store, { total: { amount: 5, currency: 'EUR' }, items: 1 }, 2);
+      const bus = await orderBus(OrderSagaV1, store);
+      await bus.publish(AddedToOrder, { orderId: 'o-1', amount: 3 });
+      await bus.whenIdle({ includeDelayed: false });
+      expect(await bus.deadLetters.count()).toBe(0);
+      expect(await store.get('sagaver.Order', 'o-1')).toMatchObject({ stateVersion: 2, version: 1 });
+      expect(await count('inbox')).toBe(0);
+      // The virtual clock runs on through every release.
+      await bus.whenIdle({ timeoutMs: 60_000 });
+      const { records } = await bus.deadLetters.list();
+      expect(records.map((r) => r.reason)).toEqual(['version-unsupported']);
+      expect(await store.get('sagaver.Order', 'o-1')).toMatchObject({ stateVersion: 2, version: 1 });
+      expect(await count('inbox')).toBe(0);
     });
   });
 

@@ -19,6 +19,7 @@ import {
 import { PostgresSagaStore, migratePostgres } from '../../src/postgres/index.js';
 import { createTestBus, type TestBus } from '../../src/testing/index.js';
 import { dropSchema, freshSchema, useSharedPostgres } from '../helpers/postgres.js';
+import { RAISED, runVersion1ThenVersion2 } from '../helpers/saga-state-versions.js';
 
 const databaseUrl = inject('databaseUrl');
 const { pool } = useSharedPostgres(databaseUrl);
@@ -173,6 +174,25 @@ describe('Saga on PostgresSagaStore', () => {
       expect(sagaStateOf<{ count: number }>(instance!).count).toBe(100);
       expect(instance?.version).toBe(100);
       expect(first.conflicts + second.conflicts).toBeGreaterThan(0);
+    });
+  });
+
+  describe('a saga whose state changed shape', () => {
+    it('raises a state saved by version 1 of the saga with the upcaster of version 2, which runs its step on it', async () => {
+      clock = new ManualClock();
+      const sagas = store();
+      try {
+        const run = await runVersion1ThenVersion2(sagas, 'o-1');
+        expect(run.afterV1).toMatchObject(RAISED.afterV1);
+        expect(run.afterV2).toMatchObject(RAISED.afterV2);
+        expect(run.deadLetters).toBe(0);
+        const row = await pool.query<{ state_version: number }>(
+          `SELECT state_version FROM "${schema}".sagas WHERE saga = 'sagaver.Order' AND id = 'o-1'`,
+        );
+        expect(row.rows).toEqual([{ state_version: 2 }]);
+      } finally {
+        await sagas.close();
+      }
     });
   });
 });

@@ -1,7 +1,10 @@
 import amqplib, { type ChannelModel } from 'amqplib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Delivery, MessageBroker, OutgoingMessage } from '../../src/broker/message-broker.js';
+import type { DeliveryLedger } from '../../src/broker/delivery-ledger.js';
+import { InMemoryDeliveryLedger } from '../../src/broker/in-memory-delivery-ledger.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
+import type { Logger } from '../../src/logging/logger.js';
 import { silentLogger } from '../../src/logging/logger.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import { partitionOf } from '../../src/messages/partition.js';
@@ -10,25 +13,27 @@ import {
   RabbitMqBroker,
   type RabbitMqBrokerOptions,
 } from '../../src/rabbitmq/rabbitmq-broker.js';
-import { deleteRabbitMqPrefix, freshRabbitMqPrefix, rabbitMqUrl } from '../helpers/rabbitmq.js';
+import { freshRabbitPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 
-const filePrefix = freshRabbitMqPrefix();
+// A broker prefix has no '.': the helper's `harrier-test-<hex>.` without its last character.
+const filePrefix = freshRabbitPrefix().slice(0, -1);
 let made = 0;
+let url: string;
 let admin: ChannelModel;
 
 beforeAll(async () => {
-  admin = await amqplib.connect(rabbitMqUrl);
-});
+  url = await rabbitmqUrl();
+  admin = await amqplib.connect(url);
+}, 60_000);
 
 afterAll(async () => {
   await admin.close();
-  await deleteRabbitMqPrefix(filePrefix);
-}, 60_000);
+});
 
 /** A broker with a prefix of its own, closed by `use`'s caller. */
 function brokerWith(options: Partial<RabbitMqBrokerOptions> = {}): RabbitMqBroker {
   return new RabbitMqBroker({
-    connection: rabbitMqUrl,
+    connection: url,
     prefix: `${filePrefix}-${String(++made)}`,
     partitions: 4,
     logger: silentLogger,
@@ -77,6 +82,17 @@ function message(
   extra: Partial<OutgoingMessage> = {},
 ): OutgoingMessage {
   return { id: uuidv7(), kind, type, body: `{"type":"${type}"}`, ...extra };
+}
+
+/** The first delivery within `ms`, or undefined. */
+async function firstWithin(
+  broker: MessageBroker,
+  endpoint: string,
+  ms: number,
+): Promise<Delivery | undefined> {
+  const signal = AbortSignal.timeout(ms);
+  for await (const delivery of broker.receiver({ endpoint, signal })) return delivery;
+  return undefined;
 }
 
 async function firstOf(broker: MessageBroker, endpoint: string, signal: AbortSignal): Promise<Delivery> {
@@ -170,7 +186,7 @@ describe('RabbitMqBroker', () => {
     it('undoes the bindings of a registration made by another process', async () => {
       const first = brokerWith();
       const second = new RabbitMqBroker({
-        connection: rabbitMqUrl,
+        connection: url,
         prefix: first.prefix,
         partitions: 4,
         logger: silentLogger,
@@ -213,6 +229,32 @@ describe('RabbitMqBroker', () => {
           controller.abort();
           await broker.close();
         }
+      });
+    });
+
+    describe('with deliverAt of an event with two subscriptions, arriving early and sent round again', () => {
+      it('delivers it once per subscription (each delay queue gets only its own messages)', async () => {
+        const broker = brokerWith();
+        const seen: string[] = [];
+        try {
+          await broker.register('billing', [
+            { handler: 'mail', kind: 'event', types: ['billing.Due'] },
+            { handler: 'book', kind: 'event', types: ['billing.Due'] },
+          ]);
+          // 500 ms: it waits 256, then 128, then 64 ms, and goes round the delay queues of each.
+          await broker.publish(message('event', 'billing.Due', { deliverAt: Date.now() + 500 }));
+
+          for await (const delivery of broker.receiver({
+            endpoint: 'billing',
+            signal: AbortSignal.timeout(2_500),
+          })) {
+            seen.push(delivery.facts.handler ?? '');
+            await broker.ack(delivery.id);
+          }
+        } finally {
+          await broker.close();
+        }
+        expect(seen.sort()).toEqual(['book', 'mail']);
       });
     });
 
@@ -333,6 +375,40 @@ describe('RabbitMqBroker', () => {
     });
   });
 
+  describe('when a queue is deleted under a running receiver', () => {
+    it('declares it again and goes on receiving', async () => {
+      const broker = brokerWith();
+      const controller = new AbortController();
+      try {
+        const queue = `${broker.prefix}.cmd.orders.Refund`;
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Refund'] }]);
+        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const next = iterator.next();
+        await expect
+          .poll(() => onChannel(async (channel) => (await channel.checkQueue(queue)).consumerCount))
+          .toBe(1);
+
+        await onChannel((channel) => channel.deleteQueue(queue));
+
+        await expect
+          .poll(
+            () =>
+              onChannel(async (channel) => (await channel.checkQueue(queue)).consumerCount).catch(() => 0),
+            { timeout: 10_000 },
+          )
+          .toBe(1);
+        await broker.publish(message('command', 'orders.Refund', { body: 'refund' }));
+        const delivery = (await next).value as Delivery;
+        expect(delivery.body).toBe('refund');
+        await broker.ack(delivery.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    }, 20_000);
+  });
+
   describe('with queueType classic', () => {
     it('declares classic queues and does not count crashes', async () => {
       const broker = brokerWith({ queueType: 'classic' });
@@ -346,15 +422,151 @@ describe('RabbitMqBroker', () => {
     });
   });
 
+  describe('without a ledger', () => {
+    it('warns once at construction that publish is not idempotent, naming the ledger option', () => {
+      const warnings: string[] = [];
+      const logger: Logger = { ...silentLogger, warn: (text) => warnings.push(text) };
+
+      const broker = brokerWith({ logger });
+
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toMatch(/not idempotent.*may add a copy.*ledger option/);
+      expect(broker.capabilities()).toMatchObject({ dedupeWindowMs: 0, cancelScheduled: false });
+      return broker.close();
+    });
+
+    it('refuses cancel with not-supported naming the ledger option', async () => {
+      const broker = brokerWith();
+      try {
+        const error = await broker.cancel('some-id').catch((e: unknown) => e);
+        expect(HarrierError.is(error, 'not-supported')).toBe(true);
+        expect((error as Error).message).toContain('ledger option');
+      } finally {
+        await broker.close();
+      }
+    });
+
+    it('adds a copy when a message still queued is replayed (RabbitMQ cannot look into a queue)', async () => {
+      const broker = brokerWith();
+      const controller = new AbortController();
+      try {
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Ship'] }]);
+        const queued = message('command', 'orders.Ship');
+        await broker.publish(queued);
+
+        await broker.redeliver({
+          endpoint: 'orders',
+          handler: 'commands',
+          message: queued,
+          deadLetterId: 'dl-1',
+        });
+
+        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const first = (await iterator.next()).value as Delivery;
+        const second = (await iterator.next()).value as Delivery;
+        expect([first.facts.replayOf, second.facts.replayOf].sort()).toEqual(['dl-1', undefined]);
+        await broker.ack(first.id);
+        await broker.ack(second.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    });
+  });
+
+  describe('with a ledger', () => {
+    it('declares the dedupe window and cancel, and does not warn', () => {
+      const warnings: string[] = [];
+      const logger: Logger = { ...silentLogger, warn: (text) => warnings.push(text) };
+
+      const broker = brokerWith({ logger, ledger: new InMemoryDeliveryLedger() });
+      const windowed = brokerWith({ logger, ledger: new InMemoryDeliveryLedger(), dedupeWindowMs: 60_000 });
+
+      expect(warnings).toEqual([]);
+      expect(broker.capabilities()).toMatchObject({ dedupeWindowMs: 86_400_000, cancelScheduled: true });
+      expect(windowed.capabilities().dedupeWindowMs).toBe(60_000);
+      return Promise.all([broker.close(), windowed.close()]);
+    });
+
+    it('delivers a message published without a token (foreign bytes) without asking the ledger', async () => {
+      const ledger = new InMemoryDeliveryLedger();
+      const broker = brokerWith({ ledger });
+      const controller = new AbortController();
+      try {
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Raw'] }]);
+        await onChannel(async (channel) => {
+          channel.sendToQueue(`${broker.prefix}.cmd.orders.Raw`, Buffer.from('{"raw":true}'), {
+            persistent: true,
+            messageId: 'raw-1',
+          });
+          await channel.checkQueue(`${broker.prefix}.cmd.orders.Raw`);
+        });
+
+        const delivery = await firstOf(broker, 'orders', controller.signal);
+
+        expect(delivery).toMatchObject({ body: '{"raw":true}', facts: { messageId: 'raw-1', attempt: 1 } });
+        await broker.ack(delivery.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    });
+
+    describe('when the ledger cannot be reached as a copy is taken', () => {
+      it('holds the copy uncounted and hands it out with attempt 1 once the ledger answers', async () => {
+        const ledger = new InMemoryDeliveryLedger();
+        let down = true;
+        let refused = 0;
+        const flaky: DeliveryLedger = {
+          admit: (copy, windowMs) => {
+            if (!down) return ledger.admit(copy, windowMs);
+            refused++;
+            return Promise.reject(new HarrierError('redis-unavailable', 'Redis is down (test)'));
+          },
+          settle: (copy, settlement, windowMs) => ledger.settle(copy, settlement, windowMs),
+          replace: (copy, windowMs) => ledger.replace(copy, windowMs),
+          scheduled: (id, token, queues, at) => ledger.scheduled(id, token, queues, at),
+          cancel: (id) => ledger.cancel(id),
+          close: () => ledger.close(),
+        };
+        const broker = brokerWith({ ledger: flaky });
+        const controller = new AbortController();
+        try {
+          await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pack'] }]);
+          const sent = message('command', 'orders.Pack');
+          await broker.publish(sent);
+          const delivery = firstOf(broker, 'orders', controller.signal);
+          await expect.poll(() => refused, { timeout: 10_000 }).toBeGreaterThanOrEqual(2);
+
+          down = false;
+
+          const handed = await delivery;
+          expect(handed.facts).toMatchObject({ messageId: sent.id, attempt: 1, unsettledEnds: 0 });
+          await broker.ack(handed.id);
+          // Settled in the ledger: the same publish made again is a duplicate.
+          await broker.publish(sent);
+          expect(await firstWithin(broker, 'orders', 1_500)).toBeUndefined();
+        } finally {
+          controller.abort();
+          await broker.close();
+        }
+      }, 30_000);
+    });
+  });
+
   describe('constructor', () => {
+    // The constructor does not connect: any URL does.
+    const anyUrl = 'amqp://127.0.0.1:5672';
     it.each([
       [{}, 'needs a connection'],
-      [{ connection: rabbitMqUrl, prefix: 'a.b' }, 'prefix'],
-      [{ connection: rabbitMqUrl, queueType: 'stream' }, 'queueType'],
-      [{ connection: rabbitMqUrl, partitions: 0 }, 'partitions'],
-      [{ connection: rabbitMqUrl, publishTimeoutMs: 0 }, 'publishTimeoutMs'],
-      [{ connection: rabbitMqUrl, maxDelayBucketMs: 1000 }, 'maxDelayBucketMs'],
-      [{ connection: rabbitMqUrl, heartbeatSeconds: -1 }, 'heartbeatSeconds'],
+      [{ connection: anyUrl, prefix: 'a.b' }, 'prefix'],
+      [{ connection: anyUrl, queueType: 'stream' }, 'queueType'],
+      [{ connection: anyUrl, partitions: 0 }, 'partitions'],
+      [{ connection: anyUrl, publishTimeoutMs: 0 }, 'publishTimeoutMs'],
+      [{ connection: anyUrl, maxDelayBucketMs: 1000 }, 'maxDelayBucketMs'],
+      [{ connection: anyUrl, heartbeatSeconds: -1 }, 'heartbeatSeconds'],
+      [{ connection: anyUrl, dedupeWindowMs: 0 }, 'dedupeWindowMs'],
     ])('refuses %j with invalid-option naming %s', (options, named) => {
       let error: unknown;
       try {

@@ -4,6 +4,7 @@ import { RedisSagaStore } from '../../src/redis/redis-saga-store.js';
 import type { SagaWrite } from '../../src/sagas/saga-store.js';
 import { expectCode, failureOf } from '../../src/testing/expect-code.js';
 import { startRedisServer, type LocalRedis } from '../helpers/local-redis.js';
+import { RAISED, runVersion1ThenVersion2 } from '../helpers/saga-state-versions.js';
 import { deleteKeys, freshPrefix, useSharedRedis } from '../helpers/redis.js';
 
 const redisUrl = inject('redisUrl');
@@ -175,6 +176,26 @@ describe(RedisSagaStore, () => {
       await store.save(write('o-1', { applied: [{ message: 'm-1', outgoing: [] }] }), 0);
       await redis.client.hdel(instanceKey('fulfilment', 'o-1'), 'applied');
       expect((await store.get('fulfilment', 'o-1'))?.applied).toEqual([]);
+    });
+
+    it('keeps the state version in a field of its own, and reads a hash without it as version 1', async () => {
+      const store = open();
+      await store.save(write('o-1', { stateVersion: 2 }), 0);
+      const key = instanceKey('fulfilment', 'o-1');
+      expect(await redis.client.hget(key, 'stateVersion')).toBe('2');
+      // As an instance saved before the field existed.
+      await redis.client.hdel(key, 'stateVersion');
+      expect((await store.get('fulfilment', 'o-1'))?.stateVersion).toBe(1);
+      expect((await store.list({ saga: 'fulfilment' })).instances.map((i) => i.stateVersion)).toEqual([1]);
+    });
+  });
+
+  describe('a saga whose state changed shape', () => {
+    it('raises a state saved by version 1 of the saga with the upcaster of version 2, which runs its step on it', async () => {
+      const run = await runVersion1ThenVersion2(open(), 'o-1');
+      expect(run.afterV1).toMatchObject(RAISED.afterV1);
+      expect(run.afterV2).toMatchObject(RAISED.afterV2);
+      expect(run.deadLetters).toBe(0);
     });
   });
 

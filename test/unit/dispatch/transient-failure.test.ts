@@ -19,6 +19,7 @@ describe('isTransientFailure', () => {
       ['a TransientError', new TransientError('payments API down')],
       ['postgres-unavailable', new HarrierError('postgres-unavailable', 'gone')],
       ['redis-unavailable', new HarrierError('redis-unavailable', 'gone')],
+      ['rabbitmq-unavailable', new HarrierError('rabbitmq-unavailable', 'gone')],
       ['ECONNREFUSED', coded('connect ECONNREFUSED 127.0.0.1:5432', 'ECONNREFUSED')],
       ['ECONNRESET', coded('read ECONNRESET', 'ECONNRESET')],
       ['ETIMEDOUT', coded('connect ETIMEDOUT', 'ETIMEDOUT')],

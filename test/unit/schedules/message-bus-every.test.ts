@@ -16,6 +16,7 @@ import {
   type MessageContext,
   type PayloadOf,
 } from '../../../src/index.js';
+import type { OutgoingMessage } from '../../../src/broker/message-broker.js';
 
 const CloseDay = defineCommand('test.every.CloseDay', { schema: z.object({ ledger: z.string() }) });
 const GetDay = defineQuery('test.every.GetDay', { schema: z.object({}), result: z.string() });
@@ -30,6 +31,16 @@ class CloseDayHandler {
       schedule: context.headers[SCHEDULE_HEADER],
       ledger: payload.ledger,
     });
+  }
+}
+
+/** An in-memory broker that refuses every publish while `down`, as one whose server is unreachable. */
+class FlakyBroker extends InMemoryBroker {
+  down = false;
+
+  override publish(message: OutgoingMessage): Promise<void> {
+    if (this.down) return Promise.reject(new Error('broker unreachable (test)'));
+    return super.publish(message);
   }
 }
 
@@ -71,6 +82,44 @@ describe('MessageBus', () => {
           ledger: 'eu',
         })),
       );
+    });
+
+    it("records a tick's failed send as lastError, and the message id once a retry sends it", async () => {
+      const clock = new ManualClock(Date.UTC(2026, 0, 1));
+      const store = new InMemoryScheduleStore();
+      const broker = new FlakyBroker({ clock });
+      bus = createBus({
+        handlers: [CloseDayHandler],
+        clock,
+        broker,
+        scheduleStore: store,
+        logger: silentLogger,
+      });
+      await bus.every('close', { everyMs: 60_000 }, CloseDay, { ledger: 'eu' });
+      await bus.start();
+      broker.down = true;
+      clock.advanceTo(Date.UTC(2026, 0, 1, 0, 1));
+      await vi.waitFor(async () => {
+        expect((await store.get('close'))?.lastError).toEqual({
+          message: 'broker unreachable (test)',
+          at: Date.UTC(2026, 0, 1, 0, 1),
+        });
+      });
+      expect((await store.get('close'))?.lastTickAt).toBeUndefined();
+      expect(handled).toEqual([]);
+
+      broker.down = false;
+      // The retry, 5 s later.
+      clock.advanceTo(Date.UTC(2026, 0, 1, 0, 1, 5));
+      const id = tickMessageId('close', Date.UTC(2026, 0, 1, 0, 1));
+      await vi.waitFor(() => {
+        expect(handled.map((h) => h.id)).toEqual([id]);
+      });
+      await vi.waitFor(async () => {
+        const record = await store.get('close');
+        expect(record?.lastMessageId).toBe(id);
+        expect(record?.lastError).toBeUndefined();
+      });
     });
 
     it('refuses a query and a payload its schema rejects, and stores nothing', async () => {

@@ -318,4 +318,72 @@ describe('RecurringSchedules', () => {
       ]);
     });
   });
+
+  describe("when a tick's send fails (the broker is down)", () => {
+    it('records the failure as lastError, tries again, and the retry that sends records the message id', async () => {
+      const clock = new ManualClock(Date.UTC(2026, 0, 1, 0, 0, 30));
+      const store = new InMemoryScheduleStore();
+      const sent: string[] = [];
+      let down = false;
+      const schedules = new RecurringSchedules({
+        store,
+        clock,
+        logger: silentLogger,
+        send: (_definition, _payload, options: SendOptions) => {
+          if (down) return Promise.reject(new Error('Redis is unreachable at 127.0.0.1:6379'));
+          sent.push(options.id ?? '');
+          return Promise.resolve(options.id ?? '');
+        },
+        check: () => undefined,
+      });
+      await schedules.every('close', { cron: '* * * * *' }, CloseDay, { ledger: 'eu' });
+      await schedules.start();
+      await runTo(clock, store, Date.UTC(2026, 0, 1, 0, 1, 30));
+      const first = tickMessageId('close', Date.UTC(2026, 0, 1, 0, 1));
+      expect(await store.get('close')).toMatchObject({ lastMessageId: first, lastError: undefined });
+
+      down = true;
+      await runTo(clock, store, Date.UTC(2026, 0, 1, 0, 2, 1));
+      // The 00:02 tick failed at 00:02:00 and is tried again 5 s later; the 00:01 tick stays the last sent.
+      expect(await store.get('close')).toMatchObject({
+        lastTickAt: Date.UTC(2026, 0, 1, 0, 1),
+        lastMessageId: first,
+        lastError: {
+          message: 'Redis is unreachable at 127.0.0.1:6379',
+          at: Date.UTC(2026, 0, 1, 0, 2),
+        },
+      });
+      await runTo(clock, store, Date.UTC(2026, 0, 1, 0, 2, 6));
+      expect((await store.get('close'))?.lastError?.at).toBe(Date.UTC(2026, 0, 1, 0, 2, 5));
+
+      down = false;
+      await runTo(clock, store, Date.UTC(2026, 0, 1, 0, 2, 11));
+      const second = tickMessageId('close', Date.UTC(2026, 0, 1, 0, 2));
+      expect(sent).toEqual([first, second]);
+      const record = await store.get('close');
+      expect(record?.lastTickAt).toBe(Date.UTC(2026, 0, 1, 0, 2));
+      expect(record?.lastMessageId).toBe(second);
+      expect(record?.lastError).toBeUndefined();
+      await schedules.stop();
+    });
+
+    it('keeps the outcome when every() stores the same schedule again, and drops it for a new one', async () => {
+      const clock = new ManualClock(Date.UTC(2026, 0, 1, 0, 0, 30));
+      const store = new InMemoryScheduleStore();
+      const schedules = processOf(clock, store, []);
+      await schedules.every('close', { cron: '* * * * *' }, CloseDay, { ledger: 'eu' });
+      await schedules.start();
+      await runTo(clock, store, Date.UTC(2026, 0, 1, 0, 1, 30));
+      await store.recordTickFailure('close', Date.UTC(2026, 0, 1, 0, 2), { message: 'down', at: 1 });
+      await schedules.every('close', { cron: '* * * * *' }, CloseDay, { ledger: 'eu' });
+      expect(await store.get('close')).toMatchObject({
+        lastMessageId: tickMessageId('close', Date.UTC(2026, 0, 1, 0, 1)),
+        lastError: { message: 'down', at: 1 },
+      });
+      await schedules.every('close', { cron: '* * * * *' }, CloseDay, { ledger: 'us' });
+      const replaced = await store.get('close');
+      expect([replaced?.lastMessageId, replaced?.lastError]).toEqual([undefined, undefined]);
+      await schedules.stop();
+    });
+  });
 });

@@ -1,0 +1,46 @@
+import { HarrierError } from '../errors/harrier-error.js';
+import type { LedgerCopy } from './delivery-ledger.js';
+
+const TOKEN = /^[A-Za-z0-9_-]{1,64}$/;
+
+function invalid(what: string, value: unknown, fix: string): HarrierError {
+  return new HarrierError('invalid-argument', `DeliveryLedger ${what} ${JSON.stringify(value)} ${fix}`);
+}
+
+/**
+ * Checks a copy handed to a ledger, so every implementation refuses the same arguments.
+ * @throws HarrierError `invalid-argument` for an empty queue or message id, or a token that is not 1 to
+ *   64 letters, digits, `-` or `_` (as `createPublishToken` makes them).
+ */
+export function checkCopy(copy: LedgerCopy): void {
+  checkMessageId(copy.messageId);
+  checkQueue(copy.queue);
+  checkToken(copy.token);
+}
+
+/** @throws HarrierError `invalid-argument` for an empty message id. */
+export function checkMessageId(messageId: string): void {
+  if (messageId === '') throw invalid('message id', messageId, 'is empty: pass the envelope id');
+}
+
+/** @throws HarrierError `invalid-argument` for an empty queue name. */
+export function checkQueue(queue: string): void {
+  if (queue === '')
+    throw invalid('queue', queue, 'is empty: pass the queue name DeliveryFacts.queue reports');
+}
+
+/** @throws HarrierError `invalid-argument` for a token that `createPublishToken` could not have made. */
+export function checkToken(token: string): void {
+  if (!TOKEN.test(token)) {
+    throw invalid(
+      'token',
+      token,
+      'is not 1 to 64 letters, digits, - or _: make tokens with createPublishToken()',
+    );
+  }
+}
+
+/** @throws HarrierError `invalid-argument` unless `ms` is a whole number >= 0. */
+export function checkMs(name: string, ms: number): void {
+  if (!Number.isSafeInteger(ms) || ms < 0) throw invalid(name, ms, 'is not a whole number of ms >= 0');
+}
