@@ -259,7 +259,8 @@ async function run(variant: Variant, n: number, tag: string): Promise<Sample> {
         .then(() => ch.close())
         .catch(() => undefined);
     };
-    for (const q of [queue, `${prefix}.registry.bench`]) await remove((ch) => ch.deleteQueue(q));
+    for (const q of [queue, `${prefix}.registry.bench`, `${prefix}.registry`])
+      await remove((ch) => ch.deleteQueue(q));
     for (const e of [names.route, names.commands, names.events, names.delay, queue, `${prefix}.bench-direct`])
       await remove((ch) => ch.deleteExchange(e));
   }

@@ -363,11 +363,12 @@ async function rawAmqp(n: number, concurrency: number, tag: string): Promise<Sam
 
 /**
  * What Harrier's broker declared under `prefix` for the bench's endpoint and command (docs/rabbitmq.md):
- * the command type's queue and the endpoint's registry queue; its exchanges.
+ * the command type's queue, the endpoint's registry queue and the prefix's registry stream (where a
+ * broker records registrations); its exchanges.
  */
 function harrierTopology(prefix: string): { queues: string[]; exchanges: string[] } {
   return {
-    queues: [`${prefix}.cmd.${PlaceOrder.type}`, `${prefix}.registry.bench`],
+    queues: [`${prefix}.cmd.${PlaceOrder.type}`, `${prefix}.registry.bench`, `${prefix}.registry`],
     exchanges: ['route', 'commands', 'events', 'delay', `cmd.${PlaceOrder.type}`].map(
       (e) => `${prefix}.${e}`,
     ),
