@@ -210,7 +210,7 @@ async function main(): Promise<void> {
   writeFileSync(args.out, JSON.stringify(profile));
   await bus.stop();
   const cleaner = await connection.createChannel();
-  for (const q of [`${prefix}.cmd.${PlaceOrder.type}`, `${prefix}.registry.bench`])
+  for (const q of [`${prefix}.cmd.${PlaceOrder.type}`, `${prefix}.registry.bench`, `${prefix}.registry`])
     await cleaner.deleteQueue(q);
   for (const e of ['route', 'commands', 'events', 'delay', `cmd.${PlaceOrder.type}`])
     await cleaner.deleteExchange(`${prefix}.${e}`);
