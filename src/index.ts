@@ -183,6 +183,7 @@ export type {
   SystemAdmin,
   Topology,
   TransportAdmin,
+  WithTransportOptions,
 } from './admin/index.js';
 export {
   DEFAULT_COMPLETED_RETENTION_MS,

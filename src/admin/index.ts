@@ -11,4 +11,5 @@ export type { SystemAdmin } from './system-admin.js';
 export type { EndpointTopology, SubscriptionTopology, Topology } from './topology.js';
 export type { AdminBrokerOptions, TransportAdmin } from './transport-admin.js';
 export { subscriptionDeadLetters } from './subscription-dead-letters.js';
+export type { WithTransportOptions } from './with-transport.js';
 export { withTransport } from './with-transport.js';

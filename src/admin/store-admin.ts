@@ -1,3 +1,4 @@
+import type { DeliveryLedger } from '../broker/delivery-ledger.js';
 import type { DeadLetterStore } from '../dead-letters/dead-letter-store.js';
 import type { CheckpointStore } from '../log/checkpoint-store.js';
 import type { CheckpointLag } from '../projections/projection-lag.js';
@@ -38,6 +39,16 @@ export interface StoreAdmin {
    * @defaultValue undefined (the backend holds the event log)
    */
   readonly eventLogNote?: string | undefined;
+  /**
+   * The delivery ledger a broker of the system keeps in these stores (`RedisDeliveryLedger` under the
+   * Redis prefix, `PostgresDeliveryLedger` in the schema), on this admin's connection; closed with it.
+   *
+   * @remarks
+   * A transport whose broker keeps its ledger elsewhere (RabbitMQ) replays through this one
+   * (`withTransport`), so a replay replaces a copy still queued instead of adding one.
+   * @defaultValue undefined (the backend keeps no delivery ledger)
+   */
+  deliveryLedger?(): DeliveryLedger;
   /** Closes everything opened through this admin. */
   close(): Promise<void>;
 }

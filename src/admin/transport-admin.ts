@@ -1,3 +1,4 @@
+import type { DeliveryLedger } from '../broker/delivery-ledger.js';
 import type { MessageBroker } from '../broker/message-broker.js';
 import type { Logger } from '../logging/logger.js';
 import type { Topology } from './topology.js';
@@ -9,6 +10,13 @@ export interface AdminBrokerOptions {
    * @defaultValue the backend broker's own default
    */
   readonly logger?: Logger;
+  /**
+   * The delivery ledger the system's brokers share, for a broker that keeps one beside its queues
+   * (RabbitMQ): a replay through it replaces a copy still queued instead of adding one. It stays the
+   * caller's (closing the broker leaves it open); a broker that needs none ignores it.
+   * @defaultValue undefined (no ledger)
+   */
+  readonly ledger?: DeliveryLedger;
 }
 
 /**

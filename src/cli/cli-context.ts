@@ -37,6 +37,7 @@ export const GLOBAL_OPTIONS = {
   schema: { type: 'string' },
   'rabbitmq-url': { type: 'string' },
   'rabbitmq-prefix': { type: 'string' },
+  'rabbitmq-ledger': { type: 'string' },
   json: { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const satisfies NonNullable<ParseArgsConfig['options']>;
@@ -57,6 +58,10 @@ export const GLOBAL_HELP = `Connection and output:
                       go there, the stores stay at --url (default: $RABBITMQ_URL)
   --rabbitmq-prefix <prefix>
                       RabbitMQ: name prefix of the system's exchanges and queues (default: harrier)
+  --rabbitmq-ledger <store|none>
+                      RabbitMQ: the delivery ledger replays go through: store, the one in the
+                      stores at --url (under --prefix or --schema), or none when the system's
+                      brokers run without one (default: store)
   --json              JSON lines on stdout (the default when stdout is not a terminal)
   -h, --help          show this help`;
 
@@ -135,7 +140,13 @@ export interface CommandContext {
    * Where the system's broker is when it is not where its stores are (`--rabbitmq-url`): its URL
    * (may hold a password) and name prefix; `connect` then takes the topology and the broker from it.
    */
-  readonly transport?: { readonly backend: 'RabbitMQ'; readonly where: string; readonly prefix: string };
+  readonly transport?: {
+    readonly backend: 'RabbitMQ';
+    readonly where: string;
+    readonly prefix: string;
+    /** Whether replays go through the stores' delivery ledger (`--rabbitmq-ledger store`). */
+    readonly ledger: boolean;
+  };
   /** JSON lines instead of text. */
   readonly json: boolean;
 }
@@ -172,6 +183,7 @@ export interface ConnectionValues {
   schema?: string | undefined;
   'rabbitmq-url'?: string | undefined;
   'rabbitmq-prefix'?: string | undefined;
+  'rabbitmq-ledger'?: string | undefined;
   json?: boolean | undefined;
 }
 
@@ -192,7 +204,10 @@ export interface ConnectionValues {
  * Transport: with `--rabbitmq-url` (else `$RABBITMQ_URL`), the system's broker is RabbitMQ, under
  * `--rabbitmq-prefix` (default `harrier`): the admin `connect` opens takes its topology and its
  * broker from RabbitMQ (opened on first use) and its stores from the URL. An `amqp://` URL given
- * where the stores go is refused, naming `--rabbitmq-url`.
+ * where the stores go is refused, naming `--rabbitmq-url`. Its broker replays through the delivery
+ * ledger of the stores (the system's `RedisDeliveryLedger` under `--prefix`, its
+ * `PostgresDeliveryLedger` in `--schema`), unless `--rabbitmq-ledger none` says the system's
+ * brokers run without one.
  *
  * @throws CliExit (usage) when no system, or two connection options, or two backends' variables
  *   are given, or the URL, cluster nodes or scope are malformed, or the URL's scheme is not one a
@@ -208,21 +223,31 @@ const DEFAULT_RABBITMQ_PREFIX = 'harrier';
 /**
  * `ctx` with its transport on RabbitMQ when `--rabbitmq-url` (else `$RABBITMQ_URL`) is given: the
  * stores stay where `ctx` opens them, the topology and the broker come from RabbitMQ.
- * @throws CliExit (usage) for a malformed RabbitMQ URL or prefix, or `--rabbitmq-prefix` alone.
+ * @throws CliExit (usage) for a malformed RabbitMQ URL, prefix or ledger, or `--rabbitmq-prefix`
+ *   or `--rabbitmq-ledger` alone.
  */
 function withRabbitMq(io: CliIo, values: ConnectionValues, ctx: CommandContext): CommandContext {
   const flag = values['rabbitmq-url'];
   // An empty --rabbitmq-url turns off a RABBITMQ_URL of the environment.
   const url = flag ?? (given(io.env.RABBITMQ_URL) ? io.env.RABBITMQ_URL : undefined);
   const prefix = values['rabbitmq-prefix'];
+  const ledger = values['rabbitmq-ledger'];
   if (!given(url)) {
-    if (prefix !== undefined) {
+    const alone =
+      prefix !== undefined ? '--rabbitmq-prefix' : ledger !== undefined ? '--rabbitmq-ledger' : undefined;
+    if (alone !== undefined) {
       throw usageError(
-        "--rabbitmq-prefix names the system on RabbitMQ and needs --rabbitmq-url (or RABBITMQ_URL): pass the broker's URL, e.g. --rabbitmq-url amqp://guest:guest@127.0.0.1:5672",
+        `${alone} ${alone === '--rabbitmq-prefix' ? 'names the system' : 'says how replays go'} on RabbitMQ and needs --rabbitmq-url (or RABBITMQ_URL): pass the broker's URL, e.g. --rabbitmq-url amqp://guest:guest@127.0.0.1:5672`,
       );
     }
     return ctx;
   }
+  if (ledger !== undefined && ledger !== 'store' && ledger !== 'none') {
+    throw usageError(
+      `--rabbitmq-ledger "${ledger}" is not one of store (the delivery ledger in the stores at --url, as the system's RabbitMqBrokers were given) or none (they run without a ledger)`,
+    );
+  }
+  const useLedger = ledger !== 'none';
   checkRabbitMqUrl(url, flag !== undefined ? '--rabbitmq-url' : 'RABBITMQ_URL');
   if (prefix !== undefined && !/^[A-Za-z0-9_-]{1,100}$/.test(prefix)) {
     throw usageError(
@@ -232,8 +257,11 @@ function withRabbitMq(io: CliIo, values: ConnectionValues, ctx: CommandContext):
   const rabbitPrefix = prefix ?? DEFAULT_RABBITMQ_PREFIX;
   return {
     ...ctx,
-    connect: async () => withTransport(await ctx.connect(), () => openRabbitMqTransport(url, rabbitPrefix)),
-    transport: { backend: 'RabbitMQ', where: url, prefix: rabbitPrefix },
+    connect: async () =>
+      withTransport(await ctx.connect(), () => openRabbitMqTransport(url, rabbitPrefix), {
+        ledger: useLedger,
+      }),
+    transport: { backend: 'RabbitMQ', where: url, prefix: rabbitPrefix, ledger: useLedger },
   };
 }
 

@@ -7,6 +7,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import type { CheckpointLag } from '../projections/projection-lag.js';
 import { PostgresBroker } from './broker/postgres-broker.js';
 import { PostgresDeadLetterStore } from './dead-letters/postgres-dead-letter-store.js';
+import { PostgresDeliveryLedger } from './postgres-delivery-ledger.js';
 import { PostgresOutboxAdmin } from './postgres-outbox-admin.js';
 import { isPool, type PostgresConnectionOptions } from './postgres-connection.js';
 import { PostgresCheckpointStore } from './postgres-checkpoint-store.js';
@@ -125,6 +126,14 @@ export class PostgresAdmin implements SystemAdmin {
     return this.#track(
       new PostgresSagaStore({ connection: this.#pool, schema: this.#tables.schema, ...options }),
     );
+  }
+
+  /**
+   * The system's delivery ledger (the `PostgresDeliveryLedger` of its RabbitMQ brokers, in the
+   * schema), on this admin's pool: a replay through RabbitMQ goes through it.
+   */
+  deliveryLedger(): PostgresDeliveryLedger {
+    return this.#track(new PostgresDeliveryLedger({ connection: this.#pool, schema: this.#tables.schema }));
   }
 
   /** The system's schedule store, on this admin's pool and schema. */

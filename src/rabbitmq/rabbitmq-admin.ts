@@ -158,7 +158,9 @@ export class RabbitMqAdmin implements TransportAdmin {
   /**
    * A broker of the system, set up as its endpoints last registered (prefix, queue type, partition
    * count), to send messages back through (`harrier dlq replay`, the dashboard's actions); it opens
-   * a connection of its own and is closed with the admin.
+   * a connection of its own and is closed with the admin. Give it the system's delivery ledger
+   * (`options.ledger`) when its brokers have one: a replay then replaces a copy still queued
+   * instead of adding one.
    * @throws HarrierError `invalid-argument` when no endpoint registered under the prefix: a replay
    *   would send messages no queue takes.
    */
@@ -182,6 +184,7 @@ export class RabbitMqAdmin implements TransportAdmin {
         queueType: latest.queueType,
         ...(latest.partitions > 0 ? { partitions: latest.partitions } : {}),
         ...(options.logger !== undefined ? { logger: options.logger } : {}),
+        ...(options.ledger !== undefined ? { ledger: options.ledger } : {}),
       }),
     );
   }

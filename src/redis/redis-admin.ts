@@ -11,6 +11,7 @@ import { orderedCommandTypes, QueueLayout, type QueueSpec } from './queue-layout
 import { RedisCheckpointStore } from './redis-checkpoint-store.js';
 import type { RedisConnectionOptions } from './redis-connection.js';
 import { RedisDeadLetterStore } from './redis-dead-letter-store.js';
+import { RedisDeliveryLedger } from './redis-delivery-ledger.js';
 import { redisUnavailable } from './redis-errors.js';
 import { bullmq } from './redis-peers.js';
 import { RedisEventLog, scanLogPartitions } from './redis-event-log.js';
@@ -192,6 +193,16 @@ export class RedisAdmin implements SystemAdmin {
   sagaStore(options: { readonly completedRetentionMs?: number } = {}): RedisSagaStore {
     return this.#track(
       new RedisSagaStore({ connection: this.#connection.client, prefix: this.#prefix, ...options }),
+    );
+  }
+
+  /**
+   * The system's delivery ledger (the `RedisDeliveryLedger` of its RabbitMQ brokers, under the
+   * prefix), on this admin's connection: a replay through RabbitMQ goes through it.
+   */
+  deliveryLedger(): RedisDeliveryLedger {
+    return this.#track(
+      new RedisDeliveryLedger({ connection: this.#connection.client, prefix: this.#prefix }),
     );
   }
 

@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import type { SystemAdmin } from '../../../src/admin/system-admin.js';
 import type { Topology } from '../../../src/admin/topology.js';
-import type { TransportAdmin } from '../../../src/admin/transport-admin.js';
+import type { AdminBrokerOptions, TransportAdmin } from '../../../src/admin/transport-admin.js';
 import { withTransport } from '../../../src/admin/with-transport.js';
 import { InMemoryBroker } from '../../../src/broker/in-memory-broker.js';
+import { InMemoryDeliveryLedger } from '../../../src/broker/in-memory-delivery-ledger.js';
 import { InMemoryDeadLetterStore } from '../../../src/dead-letters/in-memory-dead-letter-store.js';
 import { InMemoryCheckpointStore } from '../../../src/log/in-memory-checkpoint-store.js';
 import { InMemorySagaStore } from '../../../src/sagas/in-memory-saga-store.js';
@@ -100,6 +101,57 @@ describe('withTransport', () => {
       expect(opened.count).toBe(2);
       await admin.close();
       expect(closed).toEqual(['transport', 'stores']);
+    });
+  });
+
+  describe('when the stores keep a delivery ledger', () => {
+    /** A transport admin recording the options each `broker` call got. */
+    function recording(calls: AdminBrokerOptions[]): () => Promise<TransportAdmin> {
+      return () =>
+        Promise.resolve({
+          topology: () => Promise.resolve(transportTopology),
+          broker: (options = {}) => {
+            calls.push(options);
+            return Promise.resolve(new InMemoryBroker());
+          },
+          close: () => Promise.resolve(),
+        });
+    }
+
+    it('gives the transport’s broker the stores’ ledger, made once, with the caller’s options', async () => {
+      const made: InMemoryDeliveryLedger[] = [];
+      const stores: SystemAdmin = {
+        ...storesAdmin([]),
+        deliveryLedger: () => {
+          const ledger = new InMemoryDeliveryLedger();
+          made.push(ledger);
+          return ledger;
+        },
+      };
+      const calls: AdminBrokerOptions[] = [];
+      const admin = withTransport(stores, recording(calls));
+      await admin.broker({ logger: console });
+      await admin.broker();
+      expect(made).toHaveLength(1);
+      expect(calls).toEqual([{ logger: console, ledger: made[0] }, { ledger: made[0] }]);
+      await admin.close();
+    });
+
+    it('gives none with the option ledger false (a system whose brokers run without one)', async () => {
+      let made = 0;
+      const stores: SystemAdmin = {
+        ...storesAdmin([]),
+        deliveryLedger: () => {
+          made += 1;
+          return new InMemoryDeliveryLedger();
+        },
+      };
+      const calls: AdminBrokerOptions[] = [];
+      const admin = withTransport(stores, recording(calls), { ledger: false });
+      await admin.broker();
+      expect(made).toBe(0);
+      expect(calls).toEqual([{}]);
+      await admin.close();
     });
   });
 });

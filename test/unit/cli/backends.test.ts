@@ -149,6 +149,7 @@ describe('contextOf', () => {
         backend: 'RabbitMQ',
         where: 'amqp://guest:guest@127.0.0.1:5672',
         prefix: 'harrier',
+        ledger: true,
       });
     });
 
@@ -158,6 +159,7 @@ describe('contextOf', () => {
         backend: 'RabbitMQ',
         where: 'amqps://rabbit.example.com/prod',
         prefix: 'shop',
+        ledger: true,
       });
       expect(contextOf(io(env), { url: redis, 'rabbitmq-url': '' }).transport).toBeUndefined();
       expect(contextOf(io(), { url: redis }).transport).toBeUndefined();
@@ -170,6 +172,23 @@ describe('contextOf', () => {
       expect(
         usageOf(() => contextOf(io({ RABBITMQ_URL: 'amqp://127.0.0.1:99999' }), { url: redis })).message,
       ).toContain('RABBITMQ_URL "amqp://127.0.0.1:99999" is not a valid RabbitMQ URL: port "99999"');
+    });
+
+    it('replays through the stores’ ledger unless --rabbitmq-ledger none, and refuses another value or one without a RabbitMQ URL', () => {
+      const rabbit = 'amqp://127.0.0.1';
+      expect(
+        contextOf(io(), { url: redis, 'rabbitmq-url': rabbit, 'rabbitmq-ledger': 'none' }).transport?.ledger,
+      ).toBe(false);
+      expect(
+        contextOf(io(), { url: redis, 'rabbitmq-url': rabbit, 'rabbitmq-ledger': 'store' }).transport?.ledger,
+      ).toBe(true);
+      expect(
+        usageOf(() => contextOf(io(), { url: redis, 'rabbitmq-url': rabbit, 'rabbitmq-ledger': 'redis' }))
+          .message,
+      ).toContain('--rabbitmq-ledger "redis" is not one of store');
+      expect(usageOf(() => contextOf(io(), { url: redis, 'rabbitmq-ledger': 'none' })).message).toContain(
+        '--rabbitmq-ledger says how replays go on RabbitMQ and needs --rabbitmq-url',
+      );
     });
 
     it('refuses --rabbitmq-prefix without a RabbitMQ URL, and an empty one', () => {
