@@ -1,0 +1,91 @@
+import amqplib, { type ChannelModel } from 'amqplib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Delivery, MessageBroker } from '../../src/broker/message-broker.js';
+import { InMemoryDeliveryLedger } from '../../src/broker/in-memory-delivery-ledger.js';
+import { silentLogger } from '../../src/logging/logger.js';
+import { RabbitMqBroker, type RabbitMqBrokerOptions } from '../../src/rabbitmq/rabbitmq-broker.js';
+import { freshRabbitPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
+
+// A broker prefix has no '.': the helper's `harrier-test-<hex>.` without its last character.
+const filePrefix = freshRabbitPrefix().slice(0, -1);
+let made = 0;
+let url: string;
+let admin: ChannelModel;
+
+beforeAll(async () => {
+  url = await rabbitmqUrl();
+  admin = await amqplib.connect(url);
+}, 60_000);
+
+afterAll(async () => {
+  await admin.close();
+});
+
+function brokerWith(options: Partial<RabbitMqBrokerOptions> = {}): RabbitMqBroker {
+  return new RabbitMqBroker({
+    connection: url,
+    prefix: `${filePrefix}-${String(++made)}`,
+    partitions: 4,
+    logger: silentLogger,
+    ...options,
+  });
+}
+
+/** Publishes raw bytes with `headers` straight into `queue`, confirmed by a round trip. */
+async function sendRaw(queue: string, body: string, properties: amqplib.Options.Publish): Promise<void> {
+  const channel = await admin.createChannel();
+  channel.on('error', () => undefined);
+  try {
+    channel.sendToQueue(queue, Buffer.from(body), { persistent: true, ...properties });
+    await channel.checkQueue(queue);
+  } finally {
+    await channel.close().catch(() => undefined);
+  }
+}
+
+/** The deliveries handed out within `ms`, each acked. */
+async function takeWithin(
+  broker: MessageBroker,
+  endpoint: string,
+  count: number,
+  ms: number,
+): Promise<Delivery[]> {
+  const taken: Delivery[] = [];
+  const signal = AbortSignal.timeout(ms);
+  for await (const delivery of broker.receiver({ endpoint, signal })) {
+    taken.push(delivery);
+    await broker.ack(delivery.id);
+    if (taken.length === count) break;
+  }
+  return taken;
+}
+
+describe('RabbitMqBroker (review)', () => {
+  describe('with a ledger, a message whose publish token header the ledger refuses', () => {
+    it('is handed out (without asking the ledger) instead of holding the receiver up', async () => {
+      const broker = brokerWith({ ledger: new InMemoryDeliveryLedger() });
+      try {
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Raw'] }]);
+        const queue = `${broker.prefix}.cmd.orders.Raw`;
+        await sendRaw(queue, '{"bad":"token"}', {
+          messageId: 'bad-token',
+          headers: { 'x-harrier-token': 'not a token!' },
+        });
+        await sendRaw(queue, '{"empty":"id"}', {
+          headers: { 'x-harrier-id': '', 'x-harrier-token': 'abc' },
+        });
+        await sendRaw(queue, '{"fine":true}', { messageId: 'fine' });
+
+        const taken = await takeWithin(broker, 'orders', 3, 8_000);
+
+        expect(taken.map((delivery) => delivery.body)).toEqual([
+          '{"bad":"token"}',
+          '{"empty":"id"}',
+          '{"fine":true}',
+        ]);
+      } finally {
+        await broker.close();
+      }
+    }, 20_000);
+  });
+});
