@@ -84,6 +84,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #channel: Channel | undefined;
   #wake: (() => void) | undefined;
   #givingBack: Promise<void> | undefined;
+  #channelClosed: Promise<void> | undefined;
   /** The consumer tag of each unordered queue's consumer on the current channel. */
   readonly #unorderedConsumers: string[] = [];
   readonly #stop = new AbortController();
@@ -424,14 +425,17 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     void this.#closeChannel();
   }
 
-  async #closeChannel(): Promise<void> {
-    if (this.#ended) return;
-    this.#ended = true;
-    this.#stop.abort();
-    const channel = this.#channel;
-    this.#channel = undefined;
-    await channel?.close().catch(() => undefined);
-    this.#context.ended(this);
+  /** Closes the channel once; every caller awaits the same close (acks sent before it are applied). */
+  #closeChannel(): Promise<void> {
+    this.#channelClosed ??= (async () => {
+      this.#ended = true;
+      this.#stop.abort();
+      const channel = this.#channel;
+      this.#channel = undefined;
+      await channel?.close().catch(() => undefined);
+      this.#context.ended(this);
+    })();
+    return this.#channelClosed;
   }
 
   /** Read through a call: end() flips it while the run loop awaits. */

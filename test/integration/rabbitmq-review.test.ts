@@ -88,4 +88,51 @@ describe('RabbitMqBroker (review)', () => {
       }
     }, 20_000);
   });
+
+  describe('.close with unordered messages taken and not handed out', () => {
+    for (const how of ['right after its receiver is aborted', 'alone'] as const) {
+      it(`gives them back uncounted when called ${how} (as bus.stop does)`, async () => {
+        const prefix = `${filePrefix}-${String(++made)}`;
+        const broker = brokerWith({ prefix });
+        const controller = new AbortController();
+        await broker.register('orders', [
+          { handler: 'commands', kind: 'command', types: ['orders.A', 'orders.B'] },
+        ]);
+        await broker.publish({ id: 'a-1', kind: 'command', type: 'orders.A', body: '{"a":1}' });
+        await broker.publish({ id: 'b-1', kind: 'command', type: 'orders.B', body: '{"b":1}' });
+        // Each queue's consumer takes one; one is handed out, the other waits in the receiver.
+        const receiver = broker.receiver({ endpoint: 'orders', prefetch: 1, signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const out = (await iterator.next()).value as Delivery;
+        await broker.ack(out.id);
+        const counts = async (): Promise<number> => {
+          const channel = await admin.createChannel();
+          channel.on('error', () => undefined);
+          try {
+            const a = await channel.checkQueue(`${prefix}.cmd.orders.A`);
+            const b = await channel.checkQueue(`${prefix}.cmd.orders.B`);
+            return a.messageCount + b.messageCount;
+          } finally {
+            await channel.close().catch(() => undefined);
+          }
+        };
+        await expect.poll(counts).toBe(0);
+
+        if (how === 'right after its receiver is aborted') controller.abort();
+        await broker.close();
+
+        const next = brokerWith({ prefix });
+        try {
+          await next.register('orders', [
+            { handler: 'commands', kind: 'command', types: ['orders.A', 'orders.B'] },
+          ]);
+          const [again] = await takeWithin(next, 'orders', 1, 8_000);
+          expect(again?.facts.messageId).not.toBe(out.facts.messageId);
+          expect(again?.facts).toMatchObject({ attempt: 1, unsettledEnds: 0 });
+        } finally {
+          await next.close();
+        }
+      }, 20_000);
+    }
+  });
 });
