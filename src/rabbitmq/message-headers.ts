@@ -203,3 +203,13 @@ export function readFacts(properties: MessageProperties): ReadFacts {
     dropped,
   };
 }
+
+/**
+ * How many times a quorum queue returned the message unsettled (`x-delivery-count`); 0 when the
+ * header is absent or malformed.
+ */
+export function deliveryCountOf(properties: MessageProperties): number {
+  const value = (properties.headers as Record<string, unknown> | undefined)?.['x-delivery-count'];
+  const n = typeof value === 'number' ? value : Number(value);
+  return Number.isSafeInteger(n) && n >= 0 ? n : 0;
+}

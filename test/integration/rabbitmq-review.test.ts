@@ -3,7 +3,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Delivery, MessageBroker } from '../../src/broker/message-broker.js';
 import { InMemoryDeliveryLedger } from '../../src/broker/in-memory-delivery-ledger.js';
 import { silentLogger } from '../../src/logging/logger.js';
-import { RabbitMqBroker, type RabbitMqBrokerOptions } from '../../src/rabbitmq/rabbitmq-broker.js';
+import {
+  dropConnectionOf,
+  RabbitMqBroker,
+  type RabbitMqBrokerOptions,
+} from '../../src/rabbitmq/rabbitmq-broker.js';
 import { freshRabbitPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 
 // A broker prefix has no '.': the helper's `harrier-test-<hex>.` without its last character.
@@ -134,5 +138,64 @@ describe('RabbitMqBroker (review)', () => {
         }
       }, 20_000);
     }
+  });
+
+  describe('when its connection drops with deliveries out (an outage, not a crash)', () => {
+    it('hands the message out again without counting an unsettled end', async () => {
+      const broker = brokerWith();
+      const controller = new AbortController();
+      try {
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        await broker.publish({ id: 'pay-1', kind: 'command', type: 'orders.Pay', body: '{}' });
+        const held = (await iterator.next()).value as Delivery;
+
+        await dropConnectionOf(broker);
+
+        const again = (await iterator.next()).value as Delivery;
+        expect(again.facts).toMatchObject({ messageId: 'pay-1', attempt: 1, unsettledEnds: 0 });
+        expect(held.facts.attempt).toBe(1);
+        await broker.ack(again.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    }, 20_000);
+
+    it('keeps the failed attempts of an ordered message waiting here for its retry', async () => {
+      const broker = brokerWith();
+      const controller = new AbortController();
+      try {
+        await broker.register('orders', [
+          { handler: 'commands', kind: 'command', types: ['orders.Ship'], orderedTypes: ['orders.Ship'] },
+        ]);
+        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        await broker.publish({
+          id: 'ship-1',
+          kind: 'command',
+          type: 'orders.Ship',
+          body: '{}',
+          ordered: true,
+          partitionKey: 'k',
+        });
+        const first = (await iterator.next()).value as Delivery;
+        await broker.nack(first.id, {
+          retryAt: Date.now() + 1_500,
+          error: { name: 'Error', message: 'boom' },
+        });
+
+        await dropConnectionOf(broker);
+
+        const again = (await iterator.next()).value as Delivery;
+        expect(again.facts).toMatchObject({ messageId: 'ship-1', attempt: 2, unsettledEnds: 0 });
+        expect(again.facts.history.map((record) => record.error.message)).toEqual(['boom']);
+        await broker.ack(again.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    }, 20_000);
   });
 });
