@@ -253,7 +253,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     let facts = read.facts;
     const key = dropKey(role, facts);
     const before = key === undefined ? undefined : this.#dropped.get(key);
-    if (key !== undefined && before !== undefined) {
+    // Only the message itself, returned (`redelivered`): a copy of it published meanwhile (a retry
+    // whose publish was under way) carries facts of its own.
+    if (key !== undefined && before !== undefined && message.fields.redelivered) {
       // Back after this receiver's channel dropped: that return is not an unsettled end, any other
       // since (another process's crash) is.
       this.#dropped.delete(key);
