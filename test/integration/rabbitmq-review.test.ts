@@ -199,3 +199,58 @@ describe('RabbitMqBroker (review)', () => {
     }, 20_000);
   });
 });
+
+describe('MessageBus on RabbitMqBroker (review)', () => {
+  describe('when foreign bytes without Harrier headers sit in an ordered partition queue and a command queue', () => {
+    it('dead-letters each as malformed and goes on handling', async () => {
+      const { createBus, defineCommand, CommandHandler } = await import('../../src/index.js');
+      const { z } = await import('zod');
+      const { allDeadLetters } = await import('../helpers/dead-letters.js');
+      const Post = defineCommand('rv.Post', {
+        schema: z.object({ account: z.string() }),
+        partitionKey: 'account',
+        ordered: true,
+      });
+      const Charge = defineCommand('rv.Charge', { schema: z.object({ id: z.string() }) });
+      const handled: string[] = [];
+      @CommandHandler(Post)
+      class PostHandler {
+        handle(payload: { account: string }): void {
+          handled.push(`post:${payload.account}`);
+        }
+      }
+      @CommandHandler(Charge)
+      class ChargeHandler {
+        handle(payload: { id: string }): void {
+          handled.push(`charge:${payload.id}`);
+        }
+      }
+      const prefix = `${filePrefix}-${String(++made)}`;
+      const bus = createBus({
+        broker: new RabbitMqBroker({ connection: url, prefix, partitions: 1, logger: silentLogger }),
+        logger: silentLogger,
+        endpoint: 'ledger',
+        handlers: [PostHandler, ChargeHandler],
+      });
+      try {
+        await bus.start();
+        await sendRaw(`${prefix}.ordered.ledger.p0`, 'not json', { messageId: 'foreign-1' });
+        await sendRaw(`${prefix}.cmd.rv.Charge`, '{"half":', {});
+        await bus.send(Post, { account: 'a' });
+        await bus.send(Charge, { id: 'c' });
+
+        await expect
+          .poll(
+            async () => (await allDeadLetters(bus.deadLetters, 'ledger')).map((record) => record.reason),
+            {
+              timeout: 10_000,
+            },
+          )
+          .toEqual(['malformed', 'malformed']);
+        await expect.poll(() => [...handled].sort(), { timeout: 10_000 }).toEqual(['charge:c', 'post:a']);
+      } finally {
+        await bus.stop({ gracePeriodMs: 200 });
+      }
+    }, 30_000);
+  });
+});
