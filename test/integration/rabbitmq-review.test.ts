@@ -254,3 +254,32 @@ describe('MessageBus on RabbitMqBroker (review)', () => {
     }, 30_000);
   });
 });
+
+describe('RabbitMqBroker.publish (review)', () => {
+  describe('with headers amqplib cannot encode (a partition key past 64 KiB)', () => {
+    it('rejects at once with publish-failed naming the limit, not as an outage after publishTimeoutMs', async () => {
+      const broker = brokerWith({ publishTimeoutMs: 5_000 });
+      try {
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Big'] }]);
+        const started = Date.now();
+
+        const error = await broker
+          .publish({
+            id: 'big-1',
+            kind: 'command',
+            type: 'orders.Big',
+            body: '{}',
+            partitionKey: 'k'.repeat(70_000),
+          })
+          .catch((e: unknown) => e);
+
+        expect(error).toMatchObject({ code: 'publish-failed' });
+        expect((error as Error).message).toContain('64 KiB');
+        expect(Date.now() - started).toBeLessThan(2_000);
+        await broker.publish({ id: 'small-1', kind: 'command', type: 'orders.Big', body: '{}' });
+      } finally {
+        await broker.close();
+      }
+    }, 20_000);
+  });
+});
