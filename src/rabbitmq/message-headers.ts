@@ -53,6 +53,9 @@ const H = {
   whileQueued: 'x-harrier-while-queued',
 } as const;
 
+/** A publish token as `createPublishToken` makes it and a delivery ledger accepts it. */
+const TOKEN = /^[A-Za-z0-9_-]{1,64}$/;
+
 /**
  * The header a delay queue's binding matches: how long the message waits in it, in ms. Not `x-`:
  * a headers exchange's `x-match: all` ignores headers starting with `x-`, so a binding on one would
@@ -169,8 +172,18 @@ export function readFacts(properties: MessageProperties): ReadFacts {
   const notBeforeText = text(H.notBefore);
   const notBefore = notBeforeText === undefined ? undefined : Number(notBeforeText);
   if (notBefore !== undefined && !Number.isFinite(notBefore)) dropped.push(H.notBefore);
-  const messageId =
-    text(H.id) ?? (typeof properties.messageId === 'string' ? properties.messageId : undefined);
+  // An empty id or a token `createPublishToken` could not have made is refused by the delivery
+  // ledger: kept, the copy would be asked about for ever; dropped, it is delivered without asking.
+  const idText = text(H.id);
+  if (idText === '') dropped.push(H.id);
+  const propertyId =
+    typeof properties.messageId === 'string' && properties.messageId !== ''
+      ? properties.messageId
+      : undefined;
+  const messageId = idText !== undefined && idText !== '' ? idText : propertyId;
+  const tokenText = text(H.token);
+  const token = tokenText !== undefined && TOKEN.test(tokenText) ? tokenText : undefined;
+  if (tokenText !== undefined && token === undefined) dropped.push(H.token);
   return {
     facts: {
       messageId,
@@ -184,9 +197,19 @@ export function readFacts(properties: MessageProperties): ReadFacts {
       pendingDeadLetter,
       replayOf: text(H.replayOf),
       notBefore: notBefore !== undefined && Number.isFinite(notBefore) ? notBefore : undefined,
-      token: text(H.token),
+      token,
       whileQueued: text(H.whileQueued) === '1',
     },
     dropped,
   };
+}
+
+/**
+ * How many times a quorum queue returned the message unsettled (`x-delivery-count`); 0 when the
+ * header is absent or malformed.
+ */
+export function deliveryCountOf(properties: MessageProperties): number {
+  const value = (properties.headers as Record<string, unknown> | undefined)?.['x-delivery-count'];
+  const n = typeof value === 'number' ? value : Number(value);
+  return Number.isSafeInteger(n) && n >= 0 ? n : 0;
 }

@@ -601,8 +601,9 @@ export class RabbitMqBroker implements MessageBroker {
     options: Options.Publish,
   ): Promise<'routed' | 'returned'> {
     const deadline = Date.now() + this.#publishTimeoutMs;
+    // Not refused once `close` began: its receivers give back, through here, what they took and did
+    // not hand out (uncounted); the connection refuses with `broker-closed` once it is closed.
     for (;;) {
-      this.#assertOpen();
       try {
         return await this.#connection.publish(
           exchange,

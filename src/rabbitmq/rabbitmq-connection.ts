@@ -159,7 +159,9 @@ export class RabbitMqConnection {
         });
       } catch (error) {
         clearTimeout(timer);
-        reject(rabbitMqUnavailable(this.#where, 'publishing', error));
+        reject(
+          isChannelGone(error) ? rabbitMqUnavailable(this.#where, 'publishing', error) : unpublishable(error),
+        );
       }
     });
   }
@@ -258,6 +260,24 @@ export class RabbitMqConnection {
       }
     }
   }
+}
+
+/** Whether amqplib refused a send because its channel or connection is closed (an outage). */
+function isChannelGone(error: unknown): boolean {
+  return error instanceof Error && error.name === 'IllegalOperationError';
+}
+
+/**
+ * The error for a message amqplib cannot encode (its headers past 64 KiB): no retry makes it
+ * publishable, so it is not an outage.
+ */
+function unpublishable(cause: unknown): HarrierError {
+  const reason = cause instanceof Error ? cause.message : String(cause);
+  return new HarrierError(
+    'publish-failed',
+    `RabbitMQ's client could not encode the message (${reason}): keep what travels in its AMQP headers (partition key, type, ids, error history) under 64 KiB in all, e.g. a shorter partitionKey`,
+    { cause },
+  );
 }
 
 function closedError(): HarrierError {

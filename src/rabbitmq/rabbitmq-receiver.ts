@@ -4,9 +4,12 @@ import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
 import { systemClock } from '../clock/clock.js';
 import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
-import { readFacts, type CarriedFacts } from './message-headers.js';
+import { deliveryCountOf, readFacts, type CarriedFacts } from './message-headers.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
+
+/** At most this many messages held when a channel dropped are remembered (the oldest go first). */
+const MAX_REMEMBERED_DROPS = 10_000;
 
 /** The longest wait one Node timer can make, in ms. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -91,6 +94,14 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   /** Resolves once the receiver stops. */
   readonly #stopped = aborted(this.#stop.signal);
   readonly #roleOf = new Map<string, QueueRole>();
+  /**
+   * Messages this receiver held when its channel dropped (an outage, not a crash), by
+   * {@link dropKey}: their facts then (an ordered retry's failures live only here) and their
+   * `x-delivery-count`, so the return the drop caused is not counted as an unsettled end.
+   */
+  readonly #dropped = new Map<string, { facts: CarriedFacts; deliveryCount: number }>();
+  /** The next channel drop is a test's simulated crash: nothing is remembered. */
+  #asIfDead = false;
 
   constructor(context: ReceiverContext, signal: AbortSignal | undefined) {
     this.#context = context;
@@ -231,12 +242,25 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * ledger would be consulted).
    */
   receive(message: ConsumeMessage, role: QueueRole, channel: Channel): void {
-    const { facts, dropped } = readFacts(message.properties);
+    const read = readFacts(message.properties);
+    const { dropped } = read;
     if (dropped.length > 0) {
       this.#context.logger.warn('Malformed delivery facts in AMQP headers were dropped', {
         queue: role.queue,
         headers: dropped,
       });
+    }
+    let facts = read.facts;
+    const key = dropKey(role, facts);
+    const before = key === undefined ? undefined : this.#dropped.get(key);
+    // Only the message itself, returned (`redelivered`): a copy of it published meanwhile (a retry
+    // whose publish was under way) carries facts of its own.
+    if (key !== undefined && before !== undefined && message.fields.redelivered) {
+      // Back after this receiver's channel dropped: that return is not an unsettled end, any other
+      // since (another process's crash) is.
+      this.#dropped.delete(key);
+      const others = Math.max(0, deliveryCountOf(message.properties) - before.deliveryCount - 1);
+      facts = { ...before.facts, ends: before.facts.ends + others };
     }
     const taken: Taken = {
       receiver: this,
@@ -532,8 +556,21 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #dropAll(): void {
     for (const taken of this.#held) {
       taken.cancelTimer?.();
+      const key = this.#asIfDead ? undefined : dropKey(taken.role, taken.facts);
+      if (key !== undefined) {
+        this.#dropped.delete(key);
+        this.#dropped.set(key, {
+          facts: taken.facts,
+          deliveryCount: deliveryCountOf(taken.message.properties),
+        });
+        if (this.#dropped.size > MAX_REMEMBERED_DROPS) {
+          const oldest = this.#dropped.keys().next().value;
+          if (oldest !== undefined) this.#dropped.delete(oldest);
+        }
+      }
       if (taken.id !== undefined) this.#context.forget(taken.id);
     }
+    this.#asIfDead = false;
     this.#held.clear();
     this.#ready.length = 0;
     this.#lanes.clear();
@@ -543,8 +580,15 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /** Test hook: the channel drops as if its process died. */
   async dropChannel(): Promise<void> {
+    this.#asIfDead = true;
     await this.#channel?.close().catch(() => undefined);
   }
+}
+
+/** What identifies a message in its queue across a return: queue, message id and publish token. */
+function dropKey(role: QueueRole, facts: CarriedFacts): string | undefined {
+  if (facts.messageId === undefined) return undefined;
+  return JSON.stringify([role.queue, facts.messageId, facts.token ?? '']);
 }
 
 /** The queue a delivery reports: `cmd~<type>`, or `evt~<endpoint>~<handler>`. */

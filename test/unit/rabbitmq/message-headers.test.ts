@@ -80,4 +80,15 @@ describe('headersOf and readFacts', () => {
       expect(read[0]?.error.stack).toBeUndefined();
     });
   });
+
+  it('drop a publish token or an empty id a delivery ledger would refuse, naming them', () => {
+    const { facts, dropped } = readFacts({
+      messageId: 'from-properties',
+      headers: { 'x-harrier-id': '', 'x-harrier-token': 'not a token!' },
+    } as unknown as MessageProperties);
+
+    expect(facts.token).toBeUndefined();
+    expect(facts.messageId).toBe('from-properties');
+    expect(dropped).toEqual(expect.arrayContaining(['x-harrier-id', 'x-harrier-token']));
+  });
 });
