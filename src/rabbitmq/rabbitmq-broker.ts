@@ -424,7 +424,7 @@ export class RabbitMqBroker implements MessageBroker {
             admit: this.#ledger === undefined ? undefined : (taken) => this.#admit(taken),
             moveBack: async (taken, facts) => {
               await this.#sendToQueue(taken.role.queue, taken, facts);
-              taken.receiver.ackMessage(taken);
+              await taken.receiver.ackMessage(taken);
             },
             declare: () =>
               this.#connection.withChannel(this.#publishTimeoutMs, 'declaring queues', (channel) =>
@@ -696,12 +696,16 @@ export class RabbitMqBroker implements MessageBroker {
   #ackNow(deliveryId: string): Promise<void> {
     const taken = this.#current(deliveryId);
     if (taken === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
-    if (!taken.receiver.ackMessage(taken)) {
+    const sent = taken.receiver.ackMessage(taken);
+    if (sent === false) {
       this.#held.delete(deliveryId);
       return Promise.reject(new StaleDeliveryError(deliveryId));
     }
     taken.receiver.settled(taken);
-    return SETTLED;
+    // Resolves once the ack is written to the channel (with the other acks of this turn).
+    return sent.then((written) => {
+      if (!written) throw new StaleDeliveryError(deliveryId);
+    });
   }
 
   nack(deliveryId: string, options: NackOptions): Promise<void> {
@@ -796,8 +800,9 @@ export class RabbitMqBroker implements MessageBroker {
       if (taken.receiver.holds(taken)) this.#held.set(deliveryId, taken);
       throw error;
     }
-    taken.receiver.ackMessage(taken);
+    const sent = taken.receiver.ackMessage(taken);
     taken.receiver.settled(taken);
+    await sent;
   }
 
   /**
