@@ -178,6 +178,12 @@ export class RabbitMqBroker implements MessageBroker {
   readonly #held = new Map<string, Taken>();
   /** Command types found routed, and when. */
   readonly #routes = new Map<string, number>();
+  /** The check of a command type's route in progress: true when it has one. */
+  readonly #routeChecks = new Map<string, Promise<boolean>>();
+  /** The channel route checks share (a check of a missing route closes it: opened again on the next). */
+  #routeChannel: Promise<Channel> | undefined;
+  /** Route checks run one at a time on their channel: a 404 closes it under the one it answers. */
+  #routeCheckTail: Promise<unknown> = Promise.resolve();
   /** Delay queues declared, and when. */
   readonly #delayQueues = new Map<number, number>();
   /** Queues declared for a publish (requireRoute false, replays), and when. */
@@ -424,7 +430,7 @@ export class RabbitMqBroker implements MessageBroker {
             admit: this.#ledger === undefined ? undefined : (taken) => this.#admit(taken),
             moveBack: async (taken, facts) => {
               await this.#sendToQueue(taken.role.queue, taken, facts);
-              taken.receiver.ackMessage(taken);
+              await taken.receiver.ackMessage(taken);
             },
             declare: () =>
               this.#connection.withChannel(this.#publishTimeoutMs, 'declaring queues', (channel) =>
@@ -496,7 +502,10 @@ export class RabbitMqBroker implements MessageBroker {
       const key = this.#names.eventKey(message.type, partition);
       if (notBefore !== undefined) await this.#publishDelayed(key, content, properties, facts, notBefore);
       else
-        await this.#publishNow(this.#names.route, key, content, { ...properties, headers: headersOf(facts) });
+        await this.#publishNow(this.#names.events, key, content, {
+          ...properties,
+          headers: headersOf(facts),
+        });
       return;
     }
     const unrouted = message.requireRoute === false && (await this.#unrouted([message.type])) !== undefined;
@@ -508,8 +517,11 @@ export class RabbitMqBroker implements MessageBroker {
       return;
     }
     if (!unrouted) {
+      // Into `<prefix>.commands`, one hop less than `<prefix>.route`. Not into the type's exchange:
+      // a publish into an exchange deleted since its check (the route removed) would close the
+      // confirm channel every publish shares, where this one comes back as unroutable.
       const outcome = await this.#publishNow(
-        this.#names.route,
+        this.#names.commands,
         this.#names.commandKey(message.type, partition),
         content,
         { ...properties, headers: headersOf(facts), mandatory: true },
@@ -562,30 +574,62 @@ export class RabbitMqBroker implements MessageBroker {
    */
   async #unrouted(types: readonly string[]): Promise<string | undefined> {
     const now = Date.now();
-    const toCheck = types.filter((type) => {
+    for (const type of types) {
       const at = this.#routes.get(type);
-      return at === undefined || now - at >= ROUTE_MAX_AGE_MS;
+      if (at !== undefined && now - at < ROUTE_MAX_AGE_MS) continue;
+      if (!(await this.#routeExists(type))) return type;
+    }
+    return undefined;
+  }
+
+  /** Whether `type` has a route (its exchange): one check at a time per type, the callers sharing it. */
+  #routeExists(type: string): Promise<boolean> {
+    let check = this.#routeChecks.get(type);
+    if (check === undefined) {
+      const run = (): Promise<boolean> => this.#checkRoute(type);
+      check = this.#routeCheckTail.then(run, run).finally(() => {
+        this.#routeChecks.delete(type);
+      });
+      this.#routeCheckTail = check.catch(() => undefined);
+      this.#routeChecks.set(type, check);
+    }
+    return check;
+  }
+
+  async #checkRoute(type: string): Promise<boolean> {
+    const channel = await this.#routeCheckChannel();
+    try {
+      await channel.checkExchange(this.#names.commandType(type));
+    } catch (error) {
+      // 404 closed the channel; any other failure leaves it unusable too.
+      this.#routeChannel = undefined;
+      void channel.close().catch(() => undefined);
+      if ((error as { code?: unknown }).code === 404) {
+        this.#routes.delete(type);
+        return false;
+      }
+      throw rabbitMqUnavailable(this.#connection.where, 'checking command routes', error);
+    }
+    this.#routes.set(type, Date.now());
+    return true;
+  }
+
+  /** The channel route checks share, opened when none is open. */
+  #routeCheckChannel(): Promise<Channel> {
+    if (this.#routeChannel !== undefined) return this.#routeChannel;
+    const opening = this.#connection
+      .openChannel(this.#publishTimeoutMs, 'checking command routes')
+      .then((channel) => {
+        channel.once('close', () => {
+          if (this.#routeChannel === opening) this.#routeChannel = undefined;
+        });
+        return channel;
+      });
+    opening.catch(() => {
+      if (this.#routeChannel === opening) this.#routeChannel = undefined;
     });
-    if (toCheck.length === 0) return undefined;
-    const missing = await this.#connection.withChannel(
-      this.#publishTimeoutMs,
-      'checking command routes',
-      async (channel) => {
-        for (const type of toCheck) {
-          try {
-            await channel.checkExchange(this.#names.commandType(type));
-          } catch (error) {
-            // 404: no exchange, no route (and the channel is closed: the check stops here).
-            if ((error as { code?: unknown }).code === 404) return type;
-            throw rabbitMqUnavailable(this.#connection.where, 'checking command routes', error);
-          }
-          this.#routes.set(type, Date.now());
-        }
-        return undefined;
-      },
-    );
-    if (missing !== undefined) this.#routes.delete(missing);
-    return missing;
+    this.#routeChannel = opening;
+    return opening;
   }
 
   /**
@@ -697,12 +741,16 @@ export class RabbitMqBroker implements MessageBroker {
   #ackNow(deliveryId: string): Promise<void> {
     const taken = this.#current(deliveryId);
     if (taken === undefined) return Promise.reject(new StaleDeliveryError(deliveryId));
-    if (!taken.receiver.ackMessage(taken)) {
+    const sent = taken.receiver.ackMessage(taken);
+    if (sent === false) {
       this.#held.delete(deliveryId);
       return Promise.reject(new StaleDeliveryError(deliveryId));
     }
     taken.receiver.settled(taken);
-    return SETTLED;
+    // Resolves once the ack is written to the channel (with the other acks of this turn).
+    return sent.then((written) => {
+      if (!written) throw new StaleDeliveryError(deliveryId);
+    });
   }
 
   nack(deliveryId: string, options: NackOptions): Promise<void> {
@@ -797,8 +845,9 @@ export class RabbitMqBroker implements MessageBroker {
       if (taken.receiver.holds(taken)) this.#held.set(deliveryId, taken);
       throw error;
     }
-    taken.receiver.ackMessage(taken);
+    const sent = taken.receiver.ackMessage(taken);
     taken.receiver.settled(taken);
+    await sent;
   }
 
   /**

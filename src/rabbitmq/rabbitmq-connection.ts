@@ -36,6 +36,12 @@ export function rabbitMqUnavailable(where: string, doing: string, cause: unknown
   );
 }
 
+/** A publish waiting for its confirm until `deadline` (ms since the epoch). */
+interface ConfirmWait {
+  readonly deadline: number;
+  readonly expire: () => void;
+}
+
 /** Options of {@link RabbitMqConnection}. */
 export interface RabbitMqConnectionSettings {
   readonly target: RabbitMqConnectionOptions;
@@ -65,6 +71,13 @@ export class RabbitMqConnection {
   /** Publishes whose message RabbitMQ returned as unroutable, by publish token. */
   readonly #returned = new Set<string>();
   #token = 0;
+  /**
+   * Publishes waiting for their confirm, with one timer for all of them (a timer per publish costs
+   * more CPU than the rest of a publish's own work).
+   */
+  readonly #confirmWaits = new Set<ConfirmWait>();
+  #deadlineTimer: NodeJS.Timeout | undefined;
+  #deadlineAt = Number.POSITIVE_INFINITY;
 
   constructor(settings: RabbitMqConnectionSettings) {
     this.#settings = settings;
@@ -138,18 +151,22 @@ export class RabbitMqConnection {
     const given = options.headers as Record<string, unknown> | undefined;
     const headers = token === undefined ? given : { ...given, 'x-harrier-publish': token };
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(
-          rabbitMqUnavailable(
-            this.#where,
-            'publishing',
-            new Error(`no publisher confirm within ${String(timeoutMs)} ms`),
-          ),
-        );
-      }, timeoutMs);
+      const waiting: ConfirmWait = {
+        deadline: Date.now() + timeoutMs,
+        expire: () => {
+          reject(
+            rabbitMqUnavailable(
+              this.#where,
+              'publishing',
+              new Error(`no publisher confirm within ${String(timeoutMs)} ms`),
+            ),
+          );
+        },
+      };
+      this.#awaitConfirm(waiting);
       try {
         channel.publish(exchange, routingKey, content, { ...options, headers }, (error: unknown) => {
-          clearTimeout(timer);
+          this.#confirmWaits.delete(waiting);
           const returned = token !== undefined && this.#returned.delete(token);
           if (error !== null && error !== undefined) {
             reject(rabbitMqUnavailable(this.#where, 'publishing', error));
@@ -158,12 +175,48 @@ export class RabbitMqConnection {
           }
         });
       } catch (error) {
-        clearTimeout(timer);
+        this.#confirmWaits.delete(waiting);
         reject(
           isChannelGone(error) ? rabbitMqUnavailable(this.#where, 'publishing', error) : unpublishable(error),
         );
       }
     });
+  }
+
+  /** Files a publish waiting for its confirm; the one deadline timer fires at the earliest deadline. */
+  #awaitConfirm(waiting: ConfirmWait): void {
+    this.#confirmWaits.add(waiting);
+    if (waiting.deadline < this.#deadlineAt) this.#armDeadline(waiting.deadline);
+  }
+
+  #armDeadline(at: number): void {
+    clearTimeout(this.#deadlineTimer);
+    this.#deadlineAt = at;
+    this.#deadlineTimer = setTimeout(
+      () => {
+        this.#expireConfirms();
+      },
+      Math.max(0, at - Date.now()),
+    );
+    // A publish waiting keeps its process alive through its socket, not this timer.
+    this.#deadlineTimer.unref();
+  }
+
+  /** Rejects the publishes past their deadline, and arms the timer for the next deadline. */
+  #expireConfirms(): void {
+    this.#deadlineTimer = undefined;
+    this.#deadlineAt = Number.POSITIVE_INFINITY;
+    const now = Date.now();
+    let next = Number.POSITIVE_INFINITY;
+    for (const waiting of this.#confirmWaits) {
+      if (waiting.deadline <= now) {
+        this.#confirmWaits.delete(waiting);
+        waiting.expire();
+      } else if (waiting.deadline < next) {
+        next = waiting.deadline;
+      }
+    }
+    if (next !== Number.POSITIVE_INFINITY) this.#armDeadline(next);
   }
 
   /** Closes the connection now as a network failure would: it reconnects (tests). */

@@ -4,6 +4,7 @@ import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
 import { systemClock } from '../clock/clock.js';
 import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
+import { AckCoalescer } from './ack-coalescer.js';
 import { deliveryCountOf, readFacts, type CarriedFacts } from './message-headers.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
@@ -86,6 +87,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #channelClosing: Promise<void> | undefined;
   #started = false;
   #channel: Channel | undefined;
+  /** Coalesces the acks of the current channel. */
+  #acks: AckCoalescer | undefined;
   #wake: (() => void) | undefined;
   #givingBack: Promise<void> | undefined;
   /** The consumer tag of each unordered queue's consumer on the current channel. */
@@ -210,26 +213,22 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#schedule(taken, at);
   }
 
-  /** Acks `taken` on the channel it came from; false when that channel is gone. */
-  ackMessage(taken: Taken): boolean {
-    if (taken.channel !== this.#channel) return false;
-    try {
-      taken.channel.ack(taken.message);
-      return true;
-    } catch {
-      return false;
-    }
+  /**
+   * Acks `taken` on the channel it came from, with the other acks of this event-loop turn (see
+   * {@link AckCoalescer}); false at once when that channel is gone, else resolves once the ack was
+   * written to the channel (true) or the channel failed first (false).
+   */
+  ackMessage(taken: Taken): false | Promise<boolean> {
+    const acks = this.#acks;
+    if (taken.channel !== this.#channel || acks?.channel !== taken.channel) return false;
+    return acks.ack(taken.message);
   }
 
   /** Returns an ordered `taken` to its queue now (nack with requeue); false when its channel is gone. */
   requeue(taken: Taken): boolean {
-    if (taken.channel !== this.#channel) return false;
-    try {
-      taken.channel.nack(taken.message, false, true);
-      return true;
-    } catch {
-      return false;
-    }
+    const acks = this.#acks;
+    if (taken.channel !== this.#channel || acks?.channel !== taken.channel) return false;
+    return acks.nack(taken.message, true);
   }
 
   /** Whether `taken` is still held on a live channel (its delivery id is current). */
@@ -273,6 +272,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       id: undefined,
       cancelTimer: undefined,
     };
+    if (this.#acks?.channel === channel) this.#acks.delivered(message);
     this.#held.add(taken);
     if (this.#ending) {
       // Arrived as its consumer was being cancelled: back it goes (an ordered one with the channel).
@@ -376,7 +376,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     }
     if (!this.holds(taken)) return false; // Its channel dropped: RabbitMQ gives it again.
     if (verdict === 'drop') {
-      this.ackMessage(taken);
+      void this.ackMessage(taken);
       this.settled(taken);
       return false;
     }
@@ -464,6 +464,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#stop.abort();
     const channel = this.#channel;
     this.#channel = undefined;
+    // The acks of this turn go before the close.
+    this.#acks?.flush();
+    this.#acks = undefined;
     await channel?.close().catch(() => undefined);
     this.#context.ended(this);
   }
@@ -512,6 +515,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         channel.once('close', resolve);
       });
       this.#channel = channel;
+      const acks = new AckCoalescer(channel);
+      this.#acks = acks;
       this.#unorderedConsumers.length = 0;
       try {
         await channel.prefetch(this.#context.prefetch, false);
@@ -548,6 +553,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (this.#channel !== channel || this.#isEnding()) return;
       // The channel dropped: what it held comes back from RabbitMQ; the deliveries out are stale.
       this.#channel = undefined;
+      acks.flush();
+      this.#acks = undefined;
       this.#dropAll();
       await sleep(systemClock, 200, this.#stop.signal);
     }

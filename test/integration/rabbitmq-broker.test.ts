@@ -310,6 +310,58 @@ describe('RabbitMqBroker', () => {
     }, 20_000);
   });
 
+  describe('.ack of deliveries taken after an ordered one held for its retry', () => {
+    it('acks them without acking the held one, which comes back once its broker closed', async () => {
+      const broker = brokerWith();
+      const later = brokerWith({ prefix: broker.prefix });
+      const controller = new AbortController();
+      const specs = [
+        {
+          handler: 'commands',
+          kind: 'command' as const,
+          types: ['ledger.Post', 'ledger.Note'],
+          orderedTypes: ['ledger.Post'],
+        },
+      ];
+      try {
+        await broker.register('ledger', specs);
+        const receiver = broker.receiver({ endpoint: 'ledger', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        await broker.publish(
+          message('command', 'ledger.Post', { ordered: true, partitionKey: 'a', body: 'a1' }),
+        );
+        const held = (await iterator.next()).value as Delivery;
+        expect(held.body).toBe('a1');
+        // Held unacked in the receiver for a minute: the lowest delivery tag of its channel.
+        await broker.nack(held.id, { retryAt: Date.now() + 60_000 });
+
+        await broker.publish(message('command', 'ledger.Note', { body: 'n1' }));
+        await broker.publish(message('command', 'ledger.Note', { body: 'n2' }));
+        const notes = [(await iterator.next()).value as Delivery, (await iterator.next()).value as Delivery];
+        expect(notes.map((note) => note.body).sort()).toEqual(['n1', 'n2']);
+        await Promise.all(notes.map((note) => broker.ack(note.id)));
+        // Closing sends the acks and closes the channel: the held message goes back to its queue.
+        await broker.close();
+
+        // Only the held message comes back: a multiple ack of the notes would have taken it too.
+        await later.register('ledger', specs);
+        const bodies: string[] = [];
+        for await (const delivery of later.receiver({
+          endpoint: 'ledger',
+          signal: AbortSignal.timeout(2_000),
+        })) {
+          bodies.push(delivery.body);
+          await later.ack(delivery.id);
+        }
+        expect(bodies).toEqual(['a1']);
+      } finally {
+        controller.abort();
+        await broker.close();
+        await later.close();
+      }
+    }, 20_000);
+  });
+
   describe('.receiver when its signal aborts with messages taken and not handed out', () => {
     it('gives an unordered one back uncounted', async () => {
       const broker = brokerWith();
