@@ -4,7 +4,8 @@ import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
 import { systemClock } from '../clock/clock.js';
 import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
-import { readFacts, type CarriedFacts } from './message-headers.js';
+import { deliveryCountOf, readFacts, type CarriedFacts } from './message-headers.js';
+import type { OutageReturns } from './outage-returns.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
 
@@ -26,6 +27,8 @@ export interface Taken {
   id: string | undefined;
   /** Cancels the timer of a message waiting here for its time. */
   cancelTimer: (() => void) | undefined;
+  /** The returns of its `x-delivery-count` that were outages, left out of `facts.ends`. */
+  readonly excused: number;
 }
 
 /** What a receiver needs from its broker. */
@@ -36,6 +39,8 @@ export interface ReceiverContext {
   readonly prefetch: number;
   readonly logger: Logger;
   readonly timeoutMs: number;
+  /** The copies lost in outages by the broker's receivers, whose return spends no attempt. */
+  readonly outageReturns: OutageReturns;
   /** A fresh delivery id. */
   readonly nextId: () => string;
   /** Files a delivery handed out, so the broker can settle it by id. */
@@ -66,7 +71,8 @@ export interface ReceiverContext {
  * key. A message that arrives before its `not before` time goes back to the delay queues (an
  * ordered one waits here instead). Every message arrives through {@link RabbitMqReceiver.receive}.
  * When the channel drops, what it held comes back from RabbitMQ (the deliveries out are stale) and
- * the receiver opens a new channel.
+ * the receiver opens a new channel; the return is an outage, not an unsettled end
+ * ({@link OutageReturns}).
  */
 export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   readonly #context: ReceiverContext;
@@ -83,6 +89,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #channelClosing: Promise<void> | undefined;
   #started = false;
   #channel: Channel | undefined;
+  /** When the current channel opened (ms since the epoch). */
+  #channelOpenedAt = 0;
+  /** The next channel drop is the test hook's simulated crash: it counts. */
+  #simulatingCrash = false;
   #wake: (() => void) | undefined;
   #givingBack: Promise<void> | undefined;
   /** The consumer tag of each unordered queue's consumer on the current channel. */
@@ -231,7 +241,16 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * ledger would be consulted).
    */
   receive(message: ConsumeMessage, role: QueueRole, channel: Channel): void {
-    const { facts, dropped } = readFacts(message.properties);
+    const read = readFacts(message.properties);
+    const { dropped } = read;
+    const excused = this.#context.outageReturns.excuse(
+      role.queue,
+      read.facts.messageId,
+      deliveryCountOf(message.properties),
+      this.#channelOpenedAt,
+      Date.now(),
+    );
+    const facts = excused > 0 ? { ...read.facts, ends: Math.max(0, read.facts.ends - excused) } : read.facts;
     if (dropped.length > 0) {
       this.#context.logger.warn('Malformed delivery facts in AMQP headers were dropped', {
         queue: role.queue,
@@ -248,6 +267,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       facts,
       id: undefined,
       cancelTimer: undefined,
+      excused,
     };
     this.#held.add(taken);
     if (this.#ending) {
@@ -488,6 +508,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         channel.once('close', resolve);
       });
       this.#channel = channel;
+      this.#channelOpenedAt = Date.now();
       this.#unorderedConsumers.length = 0;
       try {
         await channel.prefetch(this.#context.prefetch, false);
@@ -524,8 +545,30 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (this.#channel !== channel || this.#isEnding()) return;
       // The channel dropped: what it held comes back from RabbitMQ; the deliveries out are stale.
       this.#channel = undefined;
+      this.#loseAll(channel, !this.#simulatingCrash);
+      this.#simulatingCrash = false;
       this.#dropAll();
       await sleep(systemClock, 200, this.#stop.signal);
+    }
+  }
+
+  /**
+   * The channel dropped under a live receiver (the connection or RabbitMQ went away): what it held
+   * goes back to its queues as outage returns, remembered so that they spend no attempt. A
+   * simulated crash (`outage` false) counts; only the outage returns excused before carry on.
+   */
+  #loseAll(channel: Channel, outage: boolean): void {
+    const now = Date.now();
+    for (const taken of this.#held) {
+      if (taken.channel !== channel) continue;
+      this.#context.outageReturns.lose(
+        taken.role.queue,
+        taken.facts.messageId,
+        deliveryCountOf(taken.message.properties),
+        taken.excused,
+        now,
+        outage,
+      );
     }
   }
 
@@ -541,9 +584,11 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#notify();
   }
 
-  /** Test hook: the channel drops as if its process died. */
+  /** Test hook: the channel drops as if its process died (an unsettled end that counts). */
   async dropChannel(): Promise<void> {
-    await this.#channel?.close().catch(() => undefined);
+    if (this.#channel === undefined) return;
+    this.#simulatingCrash = true;
+    await this.#channel.close().catch(() => undefined);
   }
 }
 
