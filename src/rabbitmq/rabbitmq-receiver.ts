@@ -9,6 +9,15 @@ import type { OutageReturns } from './outage-returns.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
 
+/**
+ * How many of its latest acks a receiver remembers, and for how long (ms): an ack is never
+ * confirmed, so one sent just before the connection dropped may not have reached RabbitMQ, which
+ * then returns the message as if unsettled (a silent connection is found dead after twice the
+ * heartbeat, 30 s by default).
+ */
+const RECENT_ACKS = 1_000;
+const RECENT_ACK_MS = 60_000;
+
 /** The longest wait one Node timer can make, in ms. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -81,6 +90,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   readonly #lanes = new Map<string, Taken[]>();
   /** Every message held from the current channel. */
   readonly #held = new Set<Taken>();
+  /** The latest messages acked on the current channel, and when: their ack may be lost with it. */
+  readonly #recentlyAcked = new Map<Taken, number>();
   #out = 0;
   /** The ledger failed the last admission (logged once until it answers again). */
   #ledgerDown = false;
@@ -214,9 +225,19 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     if (taken.channel !== this.#channel) return false;
     try {
       taken.channel.ack(taken.message);
+      this.#rememberAck(taken);
       return true;
     } catch {
       return false;
+    }
+  }
+
+  #rememberAck(taken: Taken): void {
+    const now = Date.now();
+    this.#recentlyAcked.set(taken, now);
+    for (const [oldest, at] of this.#recentlyAcked) {
+      if (this.#recentlyAcked.size <= RECENT_ACKS && now - at <= RECENT_ACK_MS) break;
+      this.#recentlyAcked.delete(oldest);
     }
   }
 
@@ -509,6 +530,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       });
       this.#channel = channel;
       this.#channelOpenedAt = Date.now();
+      this.#recentlyAcked.clear();
       this.#unorderedConsumers.length = 0;
       try {
         await channel.prefetch(this.#context.prefetch, false);
@@ -554,12 +576,15 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /**
    * The channel dropped under a live receiver (the connection or RabbitMQ went away): what it held
-   * goes back to its queues as outage returns, remembered so that they spend no attempt. A
+   * goes back to its queues as outage returns, remembered so that they spend no attempt, and so
+   * may what it acked last (the ack may have been lost with the connection). A
    * simulated crash (`outage` false) counts; only the outage returns excused before carry on.
    */
   #loseAll(channel: Channel, outage: boolean): void {
     const now = Date.now();
-    for (const taken of this.#held) {
+    const acked = [...this.#recentlyAcked].filter(([, at]) => now - at <= RECENT_ACK_MS);
+    this.#recentlyAcked.clear();
+    for (const taken of [...this.#held, ...acked.map(([taken]) => taken)]) {
       if (taken.channel !== channel) continue;
       this.#context.outageReturns.lose(
         taken.role.queue,
