@@ -121,6 +121,16 @@ function boundedHistory(history: readonly AttemptRecord[]): string {
   return json;
 }
 
+/**
+ * A quorum queue's `x-delivery-count` of a delivered message: how often it went back to its queue
+ * unsettled (0 when absent or malformed).
+ */
+export function deliveryCountOf(properties: MessageProperties): number {
+  const value = (properties.headers as Record<string, unknown> | undefined)?.['x-delivery-count'];
+  const n = typeof value === 'number' ? value : Number(typeof value === 'string' ? value : Number.NaN);
+  return Number.isSafeInteger(n) && n >= 0 ? n : 0;
+}
+
 /** What {@link readFacts} found: the facts, and the names of headers it had to drop as malformed. */
 export interface ReadFacts {
   readonly facts: CarriedFacts;
@@ -202,14 +212,4 @@ export function readFacts(properties: MessageProperties): ReadFacts {
     },
     dropped,
   };
-}
-
-/**
- * How many times a quorum queue returned the message unsettled (`x-delivery-count`); 0 when the
- * header is absent or malformed.
- */
-export function deliveryCountOf(properties: MessageProperties): number {
-  const value = (properties.headers as Record<string, unknown> | undefined)?.['x-delivery-count'];
-  const n = typeof value === 'number' ? value : Number(value);
-  return Number.isSafeInteger(n) && n >= 0 ? n : 0;
 }

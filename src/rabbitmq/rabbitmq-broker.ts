@@ -31,6 +31,7 @@ import {
   rabbitMqUnavailable,
   type RabbitMqConnectionOptions,
 } from './rabbitmq-connection.js';
+import { OutageReturns } from './outage-returns.js';
 import { assertNameLength, RabbitMqNames } from './rabbitmq-names.js';
 import { logicalQueue, RabbitMqReceiver, type Taken } from './rabbitmq-receiver.js';
 import { recordRegistration } from './rabbitmq-registry.js';
@@ -176,6 +177,8 @@ export class RabbitMqBroker implements MessageBroker {
   readonly #registered = new Map<string, { specs: SubscriptionSpec[]; topology: EndpointTopology }>();
   readonly #receivers = new Set<RabbitMqReceiver>();
   readonly #held = new Map<string, Taken>();
+  /** The copies an outage took from the receivers: their return spends no attempt. */
+  readonly #outageReturns = new OutageReturns();
   /** Command types found routed, and when. */
   readonly #routes = new Map<string, number>();
   /** The check of a command type's route in progress: true when it has one. */
@@ -420,6 +423,7 @@ export class RabbitMqBroker implements MessageBroker {
             prefetch: Math.max(1, prefetch),
             logger: this.#logger,
             timeoutMs: this.#publishTimeoutMs,
+            outageReturns: this.#outageReturns,
             nextId: () => `${this.#instance}:${String(++this.#nextId)}`,
             handOut: (taken) => {
               if (taken.id !== undefined) this.#held.set(taken.id, taken);

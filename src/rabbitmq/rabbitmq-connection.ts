@@ -10,7 +10,7 @@ export type RabbitMqConnectionOptions = string | Options.Connect;
 
 /** First wait before reconnecting, and the longest, in ms. */
 const FIRST_BACKOFF_MS = 1_000;
-const MAX_BACKOFF_MS = 30_000;
+const MAX_BACKOFF_MS = 5_000;
 
 /** Where `target` points, for messages: the URL without its password. */
 export function describeRabbitMq(target: RabbitMqConnectionOptions): string {
@@ -53,7 +53,7 @@ export interface RabbitMqConnectionSettings {
 
 /**
  * One AMQP connection that comes back by itself: when it drops, it reconnects with backoff (1 s
- * doubling to 30 s, jittered) until closed, and whoever asks for it meanwhile waits (bounded).
+ * doubling to 5 s, jittered ±20%) until closed, and whoever asks for it meanwhile waits (bounded).
  *
  * @remarks
  * Publishes share one confirm channel; receivers open channels of their own ({@link

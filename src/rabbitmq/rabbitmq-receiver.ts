@@ -6,11 +6,21 @@ import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
 import { AckCoalescer } from './ack-coalescer.js';
 import { deliveryCountOf, readFacts, type CarriedFacts } from './message-headers.js';
+import type { OutageReturns } from './outage-returns.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
 
 /** At most this many messages held when a channel dropped are remembered (the oldest go first). */
 const MAX_REMEMBERED_DROPS = 10_000;
+
+/**
+ * How many of its latest acks a receiver remembers, and for how long (ms): an ack is never
+ * confirmed, so one sent just before the connection dropped may not have reached RabbitMQ, which
+ * then returns the message as if unsettled (a silent connection is found dead after twice the
+ * heartbeat, 30 s by default).
+ */
+const RECENT_ACKS = 1_000;
+const RECENT_ACK_MS = 60_000;
 
 /** The longest wait one Node timer can make, in ms. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -30,6 +40,8 @@ export interface Taken {
   id: string | undefined;
   /** Cancels the timer of a message waiting here for its time. */
   cancelTimer: (() => void) | undefined;
+  /** The returns of its `x-delivery-count` that were outages, left out of `facts.ends`. */
+  readonly excused: number;
 }
 
 /** What a receiver needs from its broker. */
@@ -40,6 +52,8 @@ export interface ReceiverContext {
   readonly prefetch: number;
   readonly logger: Logger;
   readonly timeoutMs: number;
+  /** The copies lost in outages by the broker's receivers, whose return spends no attempt. */
+  readonly outageReturns: OutageReturns;
   /** A fresh delivery id. */
   readonly nextId: () => string;
   /** Files a delivery handed out, so the broker can settle it by id. */
@@ -70,7 +84,8 @@ export interface ReceiverContext {
  * key. A message that arrives before its `not before` time goes back to the delay queues (an
  * ordered one waits here instead). Every message arrives through {@link RabbitMqReceiver.receive}.
  * When the channel drops, what it held comes back from RabbitMQ (the deliveries out are stale) and
- * the receiver opens a new channel.
+ * the receiver opens a new channel; the return is an outage, not an unsettled end
+ * ({@link OutageReturns}).
  */
 export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   readonly #context: ReceiverContext;
@@ -79,6 +94,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   readonly #lanes = new Map<string, Taken[]>();
   /** Every message held from the current channel. */
   readonly #held = new Set<Taken>();
+  /** The latest messages acked on the current channel, and when: their ack may be lost with it. */
+  readonly #recentlyAcked = new Map<Taken, number>();
   #out = 0;
   /** The ledger failed the last admission (logged once until it answers again). */
   #ledgerDown = false;
@@ -89,6 +106,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #channel: Channel | undefined;
   /** Coalesces the acks of the current channel. */
   #acks: AckCoalescer | undefined;
+  /** When the current channel opened (ms since the epoch). */
+  #channelOpenedAt = 0;
+  /** The next channel drop is the test hook's simulated crash: it counts. */
+  #simulatingCrash = false;
   #wake: (() => void) | undefined;
   #givingBack: Promise<void> | undefined;
   /** The consumer tag of each unordered queue's consumer on the current channel. */
@@ -221,7 +242,17 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   ackMessage(taken: Taken): false | Promise<boolean> {
     const acks = this.#acks;
     if (taken.channel !== this.#channel || acks?.channel !== taken.channel) return false;
+    this.#rememberAck(taken);
     return acks.ack(taken.message);
+  }
+
+  #rememberAck(taken: Taken): void {
+    const now = Date.now();
+    this.#recentlyAcked.set(taken, now);
+    for (const [oldest, at] of this.#recentlyAcked) {
+      if (this.#recentlyAcked.size <= RECENT_ACKS && now - at <= RECENT_ACK_MS) break;
+      this.#recentlyAcked.delete(oldest);
+    }
   }
 
   /** Returns an ordered `taken` to its queue now (nack with requeue); false when its channel is gone. */
@@ -243,22 +274,32 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   receive(message: ConsumeMessage, role: QueueRole, channel: Channel): void {
     const read = readFacts(message.properties);
     const { dropped } = read;
+    const deliveryCount = deliveryCountOf(message.properties);
+    const excused = this.#context.outageReturns.excuse(
+      role.queue,
+      read.facts.messageId,
+      deliveryCount,
+      this.#channelOpenedAt,
+      Date.now(),
+    );
     if (dropped.length > 0) {
       this.#context.logger.warn('Malformed delivery facts in AMQP headers were dropped', {
         queue: role.queue,
         headers: dropped,
       });
     }
-    let facts = read.facts;
-    const key = dropKey(role, facts);
+    // The returns this broker's own outages explain (OutageReturns' rule) are not unsettled ends.
+    let facts = excused > 0 ? { ...read.facts, ends: Math.max(0, read.facts.ends - excused) } : read.facts;
+    const key = dropKey(role, read.facts);
     const before = key === undefined ? undefined : this.#dropped.get(key);
     // Only the message itself, returned (`redelivered`): a copy of it published meanwhile (a retry
     // whose publish was under way) carries facts of its own.
     if (key !== undefined && before !== undefined && message.fields.redelivered) {
-      // Back after this receiver's channel dropped: that return is not an unsettled end, any other
-      // since (another process's crash) is.
+      // Back in the receiver whose channel dropped: it takes up the facts it had (an ordered
+      // message's failed attempts since it was taken), and the returns since count as ends except
+      // those the outage explains (at least the one the drop itself made).
       this.#dropped.delete(key);
-      const others = Math.max(0, deliveryCountOf(message.properties) - before.deliveryCount - 1);
+      const others = Math.max(0, deliveryCount - before.deliveryCount - Math.max(1, excused));
       facts = { ...before.facts, ends: before.facts.ends + others };
     }
     const taken: Taken = {
@@ -271,6 +312,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       facts,
       id: undefined,
       cancelTimer: undefined,
+      excused,
     };
     if (this.#acks?.channel === channel) this.#acks.delivered(message);
     this.#held.add(taken);
@@ -517,6 +559,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       this.#channel = channel;
       const acks = new AckCoalescer(channel);
       this.#acks = acks;
+      this.#channelOpenedAt = Date.now();
+      this.#recentlyAcked.clear();
       this.#unorderedConsumers.length = 0;
       try {
         await channel.prefetch(this.#context.prefetch, false);
@@ -555,8 +599,33 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       this.#channel = undefined;
       acks.flush();
       this.#acks = undefined;
+      this.#loseAll(channel, !this.#simulatingCrash);
+      this.#simulatingCrash = false;
       this.#dropAll();
       await sleep(systemClock, 200, this.#stop.signal);
+    }
+  }
+
+  /**
+   * The channel dropped under a live receiver (the connection or RabbitMQ went away): what it held
+   * goes back to its queues as outage returns, remembered so that they spend no attempt, and so
+   * may what it acked last (the ack may have been lost with the connection). A
+   * simulated crash (`outage` false) counts; only the outage returns excused before carry on.
+   */
+  #loseAll(channel: Channel, outage: boolean): void {
+    const now = Date.now();
+    const acked = [...this.#recentlyAcked].filter(([, at]) => now - at <= RECENT_ACK_MS);
+    this.#recentlyAcked.clear();
+    for (const taken of [...this.#held, ...acked.map(([taken]) => taken)]) {
+      if (taken.channel !== channel) continue;
+      this.#context.outageReturns.lose(
+        taken.role.queue,
+        taken.facts.messageId,
+        deliveryCountOf(taken.message.properties),
+        taken.excused,
+        now,
+        outage,
+      );
     }
   }
 
@@ -585,10 +654,12 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#notify();
   }
 
-  /** Test hook: the channel drops as if its process died. */
+  /** Test hook: the channel drops as if its process died (an unsettled end that counts). */
   async dropChannel(): Promise<void> {
+    if (this.#channel === undefined) return;
     this.#asIfDead = true;
-    await this.#channel?.close().catch(() => undefined);
+    this.#simulatingCrash = true;
+    await this.#channel.close().catch(() => undefined);
   }
 }
 

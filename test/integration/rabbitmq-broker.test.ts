@@ -9,6 +9,7 @@ import { silentLogger } from '../../src/logging/logger.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import { partitionOf } from '../../src/messages/partition.js';
 import {
+  dropChannelOf,
   dropConnectionOf,
   RabbitMqBroker,
   type RabbitMqBrokerOptions,
@@ -360,6 +361,94 @@ describe('RabbitMqBroker', () => {
         await later.close();
       }
     }, 20_000);
+  });
+
+  describe('when its connection drops while a receiver holds messages unsettled', () => {
+    it('hands them out again on attempt 1 with no unsettled end: an outage spends no attempt', async () => {
+      const broker = brokerWith();
+      const controller = new AbortController();
+      try {
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        const ids = [0, 1, 2].map(() => uuidv7());
+        for (const id of ids) await broker.publish(message('command', 'orders.Pay', { id }));
+        const receiver = broker.receiver({ endpoint: 'orders', prefetch: 3, signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const held: Delivery[] = [];
+        for (let i = 0; i < 3; i++) held.push((await iterator.next()).value as Delivery);
+        expect(held.map((d) => d.facts.attempt)).toEqual([1, 1, 1]);
+
+        await dropConnectionOf(broker);
+
+        const again: Delivery[] = [];
+        for (let i = 0; i < 3; i++) again.push((await iterator.next()).value as Delivery);
+        expect(again.map((d) => d.facts.messageId).sort()).toEqual([...ids].sort());
+        expect(again.map((d) => [d.facts.attempt, d.facts.unsettledEnds])).toEqual([
+          [1, 0],
+          [1, 0],
+          [1, 0],
+        ]);
+        for (const delivery of again) await broker.ack(delivery.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    }, 30_000);
+
+    it('still counts a crash: a channel another broker dropped holding the message is an unsettled end', async () => {
+      const first = brokerWith();
+      const second = new RabbitMqBroker({
+        connection: url,
+        prefix: first.prefix,
+        partitions: 4,
+        logger: silentLogger,
+      });
+      const controller = new AbortController();
+      try {
+        await first.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        await second.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        await first.publish(message('command', 'orders.Pay'));
+        const receiver = first.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const taken = (await iterator.next()).value as Delivery;
+        // The first broker's process dies holding it.
+        controller.abort();
+        await dropChannelOf(first, taken.id);
+
+        const again = await firstOf(second, 'orders', AbortSignal.timeout(20_000));
+        expect(again.facts.messageId).toBe(taken.facts.messageId);
+        expect([again.facts.attempt, again.facts.unsettledEnds]).toEqual([2, 1]);
+        await second.ack(again.id);
+      } finally {
+        controller.abort();
+        await first.close();
+        await second.close();
+      }
+    }, 30_000);
+
+    it('still counts a crash after an outage: the same broker, its channel dropped as a dying process does', async () => {
+      const broker = brokerWith();
+      const controller = new AbortController();
+      try {
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        await broker.publish(message('command', 'orders.Pay'));
+        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        await iterator.next();
+        await dropConnectionOf(broker);
+        const back = (await iterator.next()).value as Delivery;
+        expect([back.facts.attempt, back.facts.unsettledEnds]).toEqual([1, 0]);
+
+        await dropChannelOf(broker, back.id);
+
+        const crashed = (await iterator.next()).value as Delivery;
+        expect(crashed.facts.messageId).toBe(back.facts.messageId);
+        expect([crashed.facts.attempt, crashed.facts.unsettledEnds]).toEqual([2, 1]);
+        await broker.ack(crashed.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    }, 30_000);
   });
 
   describe('.receiver when its signal aborts with messages taken and not handed out', () => {
