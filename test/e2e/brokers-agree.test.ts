@@ -453,7 +453,10 @@ describe('the same app on both brokers', () => {
       } finally {
         await redisStore.close();
       }
-      const pgSchema = `agree_${prefix.replace(/[^a-z0-9]/gi, '').toLowerCase().slice(-24)}`;
+      const pgSchema = `agree_${prefix
+        .replace(/[^a-z0-9]/gi, '')
+        .toLowerCase()
+        .slice(-24)}`;
       const databaseUrl = inject('databaseUrl');
       await migratePostgres(databaseUrl, { schema: pgSchema });
       const postgresStore = new PostgresDeadLetterStore({ connection: databaseUrl, schema: pgSchema });
