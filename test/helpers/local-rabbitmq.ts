@@ -170,7 +170,9 @@ export async function launchRabbitMqServer(
     RABBITMQ_LOG_BASE: join(dir, 'log'),
     // Distribution (rabbitmqctl's way in) on loopback only, and so is the epmd the VM starts when
     // none runs (it outlives the server, as epmd does).
-    RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS: '-kernel inet_dist_use_interface {127,0,0,1}',
+    // No busy-waiting schedulers: on a 2-vCPU runner they would take CPU from the other tests.
+    RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS:
+      '-kernel inet_dist_use_interface {127,0,0,1} +sbwt none +sbwtdcpu none +sbwtdio none',
     ERL_EPMD_ADDRESS: '127.0.0.1',
   };
   // Whatever the environment says about another RabbitMQ must not leak into ours.
