@@ -890,23 +890,10 @@ export class RabbitMqBroker implements MessageBroker {
       await new Promise((resolve) => setTimeout(resolve, 25));
     }
     await this.#ensureQueue(queue);
-    const facts: CarriedFacts = {
-      messageId: message.id,
-      kind: message.kind,
-      type: message.type,
-      partitionKey: message.partitionKey,
-      ordered: message.ordered === true,
-      failures: 0,
-      ends: 0,
-      history: [],
-      pendingDeadLetter: undefined,
-      replayOf: target.deadLetterId,
-      notBefore: undefined,
-    };
     await this.#publishNow('', queue, Buffer.from(message.body, 'utf8'), {
       persistent: true,
       messageId: message.id,
-      headers: headersOf(facts),
+      headers: headersOf(replayFacts(target, undefined)),
     });
   }
 
@@ -933,20 +920,7 @@ export class RabbitMqBroker implements MessageBroker {
       }
       await new Promise((resolve) => setTimeout(resolve, REDELIVER_POLL_MS));
     }
-    const facts: CarriedFacts = {
-      messageId: message.id,
-      kind: message.kind,
-      type: message.type,
-      partitionKey: message.partitionKey,
-      ordered: message.ordered === true,
-      failures: 0,
-      ends: 0,
-      history: [],
-      pendingDeadLetter: undefined,
-      replayOf: target.deadLetterId,
-      notBefore: undefined,
-      token: copy.token,
-    };
+    const facts = replayFacts(target, copy.token);
     try {
       await this.#ensureQueue(queue);
       await this.#publishNow('', queue, Buffer.from(message.body, 'utf8'), {
@@ -1108,4 +1082,23 @@ function whole(
   const v = value ?? fallback;
   assertWholeOption('RabbitMqBroker', option, v, min, `${example} (or leave it out for ${fallback})`);
   return v;
+}
+
+/** The facts of a replay: fresh attempts, the dead letter it replays, and its publish token if any. */
+function replayFacts(target: RedeliveryTarget, token: string | undefined): CarriedFacts {
+  const { message } = target;
+  return {
+    messageId: message.id,
+    kind: message.kind,
+    type: message.type,
+    partitionKey: message.partitionKey,
+    ordered: message.ordered === true,
+    failures: 0,
+    ends: 0,
+    history: [],
+    pendingDeadLetter: undefined,
+    replayOf: target.deadLetterId,
+    notBefore: undefined,
+    ...(token !== undefined ? { token } : {}),
+  };
 }

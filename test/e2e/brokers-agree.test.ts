@@ -24,7 +24,7 @@ import { RabbitMqBroker } from '../../src/rabbitmq/index.js';
 import { BullMqBroker, RedisDeadLetterStore, RedisDeliveryLedger } from '../../src/redis/index.js';
 import { createTestBus } from '../../src/testing/index.js';
 import { waitFor } from '../helpers/local-redis.js';
-import { freshRabbitPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
+import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 import { deleteKeys, freshPrefix } from '../helpers/redis.js';
 import {
   RIGHT_SHOP_MODEL,
@@ -462,7 +462,7 @@ describe('the same app on both brokers', () => {
       const postgresStore = new PostgresDeadLetterStore({ connection: databaseUrl, schema: pgSchema });
       const ledger = new RedisDeliveryLedger({ connection: redisUrl, prefix });
       try {
-        const rabbitPrefix = freshRabbitPrefix().replace(/\.$/, '');
+        const rabbitPrefix = freshBrokerPrefix();
         const onRabbit = await deadLetterIds(
           new RabbitMqBroker({
             connection: await rabbitmqUrl(),

@@ -12,15 +12,14 @@ import {
   type RabbitMqBrokerOptions,
 } from '../../src/rabbitmq/rabbitmq-broker.js';
 import type { MessageBrokerUnderTest } from '../../src/testing/message-broker-conformance.js';
-import { freshRabbitPrefix, rabbitmqUrl } from './rabbitmq.js';
+import { freshBrokerPrefix, rabbitmqUrl } from './rabbitmq.js';
 
 /** Makes brokers under test, each with a prefix of its own under one prefix per file. */
 export function rabbitBrokersUnderTest(): (
   ledger: DeliveryLedger | undefined,
   cleanup: () => Promise<void>,
 ) => Promise<MessageBrokerUnderTest & { broker: RabbitMqBroker }> {
-  // A broker prefix has no '.': the helper's `harrier-test-<hex>.` without its last character.
-  const filePrefix = freshRabbitPrefix().slice(0, -1);
+  const filePrefix = freshBrokerPrefix();
   let tests = 0;
   return async (ledger, cleanup) => {
     const options: RabbitMqBrokerOptions = {

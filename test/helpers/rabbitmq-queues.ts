@@ -1,11 +1,8 @@
 /** Queues of the tests of RabbitMQ's tools: a broker prefix, named queues filled with messages, deleted after. */
 import amqplib from 'amqplib';
-import { freshRabbitPrefix, rabbitmqUrl } from './rabbitmq.js';
+import { rabbitmqUrl } from './rabbitmq.js';
 
-/** A prefix a RabbitMqBroker takes (no '.') that no other test uses. */
-export function freshBrokerPrefix(): string {
-  return freshRabbitPrefix().slice(0, -1);
-}
+export { freshBrokerPrefix } from './rabbitmq.js';
 
 /** Deletes `queues` (those that exist), each on a channel of its own. */
 export async function deleteRabbitMq(queues: readonly string[]): Promise<void> {

@@ -42,3 +42,8 @@ export function rabbitmqUrl(): Promise<string> {
 export function freshRabbitPrefix(): string {
   return `harrier-test-${randomBytes(6).toString('hex')}.`;
 }
+
+/** A prefix a RabbitMqBroker takes (no '.') that no other test uses: {@link freshRabbitPrefix} without its '.'. */
+export function freshBrokerPrefix(): string {
+  return freshRabbitPrefix().slice(0, -1);
+}

@@ -14,7 +14,7 @@ import {
 } from '../../src/index.js';
 import { partitionOf } from '../../src/extend.js';
 import { RabbitMqBroker } from '../../src/rabbitmq/index.js';
-import { freshRabbitPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
+import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 
 const Charge = defineCommand('it.Charge', { schema: z.object({ orderId: z.string() }) });
 const Placed = defineEvent('it.Placed', { schema: z.object({ orderId: z.string() }) });
@@ -24,8 +24,7 @@ const Post = defineCommand('it.Post', {
   ordered: true,
 });
 
-// A broker prefix has no '.': the helper's `harrier-test-<hex>.` without its last character.
-const filePrefix = freshRabbitPrefix().slice(0, -1);
+const filePrefix = freshBrokerPrefix();
 let url: string;
 
 beforeAll(async () => {

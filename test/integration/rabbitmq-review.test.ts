@@ -8,10 +8,9 @@ import {
   RabbitMqBroker,
   type RabbitMqBrokerOptions,
 } from '../../src/rabbitmq/rabbitmq-broker.js';
-import { freshRabbitPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
+import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 
-// A broker prefix has no '.': the helper's `harrier-test-<hex>.` without its last character.
-const filePrefix = freshRabbitPrefix().slice(0, -1);
+const filePrefix = freshBrokerPrefix();
 let made = 0;
 let url: string;
 let admin: ChannelModel;
