@@ -1,4 +1,4 @@
-import type { MessageProperties } from 'amqplib';
+import type { MessageProperties, Options } from 'amqplib';
 import type { AttemptRecord, PendingDeadLetter } from '../broker/message-broker.js';
 import { parseAttemptHistory, parsePendingDeadLetter } from '../broker/delivery-facts.js';
 import type { MessageKind } from '../messages/definition.js';
@@ -63,33 +63,96 @@ const TOKEN = /^[A-Za-z0-9_-]{1,64}$/;
  */
 export const BUCKET_HEADER = 'harrier-bucket';
 
-/** The headers of a message carrying `facts` (numbers as strings: AMQP integer widths vary). */
-export function headersOf(facts: CarriedFacts): Record<string, string> {
-  const headers: Record<string, string> = {};
-  if (facts.messageId !== undefined) headers[H.id] = facts.messageId;
-  if (facts.kind !== undefined) headers[H.kind] = facts.kind;
-  if (facts.type !== undefined) headers[H.type] = facts.type;
-  if (facts.partitionKey !== undefined) headers[H.key] = facts.partitionKey;
-  if (facts.ordered) headers[H.ordered] = '1';
-  if (facts.failures > 0) headers[H.failures] = String(facts.failures);
-  if (facts.ends > 0) headers[H.ends] = String(facts.ends);
-  if (facts.history.length > 0) headers[H.history] = boundedHistory(facts.history);
+/** Longest AMQP short string (`messageId`, `type`), in UTF-8 bytes. */
+const MAX_SHORT_STRING_BYTES = 255;
+
+/**
+ * The message's type as its AMQP `type` property, or undefined when it does not fit one (more than
+ * 255 UTF-8 bytes: it travels in the `x-harrier-type` header then).
+ */
+function typeProperty(type: string | undefined): string | undefined {
+  if (type === undefined) return undefined;
+  // 85 UTF-16 units are at most 255 UTF-8 bytes: most types need no count.
+  return type.length <= 85 || Buffer.byteLength(type, 'utf8') <= MAX_SHORT_STRING_BYTES ? type : undefined;
+}
+
+/**
+ * The headers of a message carrying `facts` (numbers as strings: AMQP integer widths vary), beside
+ * the AMQP properties {@link publishOptionsOf} sets: only what the properties and the defaults do
+ * not say, so a command published now carries none (a publish token with a ledger).
+ *
+ * @remarks
+ * - the message id is the `messageId` property, the type the `type` property (the header when the
+ *   type is too long for one);
+ * - the kind is left out for a command and an event: each only ever travels in queues of its kind,
+ *   and the receiver takes the kind of the queue (`readFacts`' `queueKind`);
+ * - attempt facts at zero (failures, unsettled ends, history) and flags that are off are left out.
+ *
+ * An ordered message still carries `x-harrier-type` too: a receiver of the version before this one
+ * reads the type of a partition queue's message from that header only (the queue holds several
+ * types), and it names the message's logical queue (the ledger's key, the dead letter's identity).
+ * Receivers read both forms (the headers first), so messages queued by that version are read.
+ */
+export function headersOf(facts: CarriedFacts): Record<string, string> | undefined {
+  let headers: Record<string, string> | undefined;
+  const set = (name: string, value: string): void => {
+    headers ??= {};
+    headers[name] = value;
+  };
+  if (facts.kind !== undefined && facts.kind !== 'command' && facts.kind !== 'event') set(H.kind, facts.kind);
+  if (facts.type !== undefined && (facts.ordered || typeProperty(facts.type) === undefined))
+    set(H.type, facts.type);
+  if (facts.partitionKey !== undefined) set(H.key, facts.partitionKey);
+  if (facts.ordered) set(H.ordered, '1');
+  if (facts.failures > 0) set(H.failures, String(facts.failures));
+  if (facts.ends > 0) set(H.ends, String(facts.ends));
+  if (facts.history.length > 0) set(H.history, boundedHistory(facts.history));
   if (facts.pendingDeadLetter !== undefined) {
     const { error } = facts.pendingDeadLetter;
-    headers[H.pending] = JSON.stringify({
-      ...facts.pendingDeadLetter,
-      error: {
-        ...error,
-        message: error.message.slice(0, 2000),
-        ...(error.stack !== undefined ? { stack: error.stack.slice(0, 2000) } : {}),
-      },
-    });
+    set(
+      H.pending,
+      JSON.stringify({
+        ...facts.pendingDeadLetter,
+        error: {
+          ...error,
+          message: error.message.slice(0, 2000),
+          ...(error.stack !== undefined ? { stack: error.stack.slice(0, 2000) } : {}),
+        },
+      }),
+    );
   }
-  if (facts.replayOf !== undefined) headers[H.replayOf] = facts.replayOf;
-  if (facts.notBefore !== undefined) headers[H.notBefore] = String(facts.notBefore);
-  if (facts.token !== undefined) headers[H.token] = facts.token;
-  if (facts.whileQueued === true) headers[H.whileQueued] = '1';
+  if (facts.replayOf !== undefined) set(H.replayOf, facts.replayOf);
+  if (facts.notBefore !== undefined) set(H.notBefore, String(facts.notBefore));
+  if (facts.token !== undefined) set(H.token, facts.token);
+  if (facts.whileQueued === true) set(H.whileQueued, '1');
   return headers;
+}
+
+/** What a publish adds to the properties that carry the facts. */
+export interface PublishExtras {
+  /** The `timestamp` property, seconds since the epoch. */
+  readonly timestamp?: number;
+  /** Published `mandatory`: returned when it reaches no queue. */
+  readonly mandatory?: boolean;
+  /** The delay queue (its wait in ms) a publish into `<prefix>.delay` goes to: {@link BUCKET_HEADER}. */
+  readonly bucket?: number;
+}
+
+/**
+ * The publish options of a persistent message carrying `facts`: the `messageId` and `type`
+ * properties and the headers of {@link headersOf}, in one object (amqplib reads it, never keeps it).
+ */
+export function publishOptionsOf(facts: CarriedFacts, extras?: PublishExtras): Options.Publish {
+  const options: Options.Publish = { persistent: true };
+  if (facts.messageId !== undefined) options.messageId = facts.messageId;
+  const type = typeProperty(facts.type);
+  if (type !== undefined) options.type = type;
+  if (extras?.timestamp !== undefined) options.timestamp = extras.timestamp;
+  if (extras?.mandatory === true) options.mandatory = true;
+  let headers = headersOf(facts);
+  if (extras?.bucket !== undefined) headers = { ...headers, [BUCKET_HEADER]: String(extras.bucket) };
+  if (headers !== undefined) options.headers = headers;
+  return options;
 }
 
 /** Most UTF-8 bytes of the history header: amqplib refuses headers past 64 KiB in all. */
@@ -138,11 +201,13 @@ export interface ReadFacts {
 }
 
 /**
- * Reads the facts of a delivered message from its headers; never throws (the headers are not
- * signed: anything could be there). `x-delivery-count` (set by quorum queues on a message returned
- * unsettled) adds to the unsettled ends.
+ * Reads the facts of a delivered message from its properties and headers; never throws (they are
+ * not signed: anything could be there). Reads both forms: the `x-harrier-id`, `x-harrier-type` and
+ * `x-harrier-kind` headers every message carried before (they win), else the `messageId` and `type`
+ * properties and `queueKind`, the kind of the queue it came from. `x-delivery-count` (set by quorum
+ * queues on a message returned unsettled) adds to the unsettled ends.
  */
-export function readFacts(properties: MessageProperties): ReadFacts {
+export function readFacts(properties: MessageProperties, queueKind?: MessageKind): ReadFacts {
   const headers = (properties.headers ?? {}) as Record<string, unknown>;
   const dropped: string[] = [];
   const text = (name: string): string | undefined => {
@@ -172,8 +237,10 @@ export function readFacts(properties: MessageProperties): ReadFacts {
     }
   };
   const kindText = text(H.kind);
-  const kind = kindText === 'command' || kindText === 'event' || kindText === 'query' ? kindText : undefined;
-  if (kindText !== undefined && kind === undefined) dropped.push(H.kind);
+  const headerKind =
+    kindText === 'command' || kindText === 'event' || kindText === 'query' ? kindText : undefined;
+  if (kindText !== undefined && headerKind === undefined) dropped.push(H.kind);
+  const kind = headerKind ?? queueKind;
   const parsedHistory = parseAttemptHistory(json(H.history));
   if (parsedHistory.dropped > 0) dropped.push(H.history);
   const pendingRaw = json(H.pending);
@@ -191,6 +258,9 @@ export function readFacts(properties: MessageProperties): ReadFacts {
       ? properties.messageId
       : undefined;
   const messageId = idText !== undefined && idText !== '' ? idText : propertyId;
+  const typeText = text(H.type);
+  const type =
+    typeText ?? (typeof properties.type === 'string' && properties.type !== '' ? properties.type : undefined);
   const tokenText = text(H.token);
   const token = tokenText !== undefined && TOKEN.test(tokenText) ? tokenText : undefined;
   if (tokenText !== undefined && token === undefined) dropped.push(H.token);
@@ -198,7 +268,7 @@ export function readFacts(properties: MessageProperties): ReadFacts {
     facts: {
       messageId,
       kind,
-      type: text(H.type),
+      type,
       partitionKey: text(H.key),
       ordered: text(H.ordered) === '1',
       failures: count(H.failures),

@@ -1,5 +1,6 @@
 import type { Channel, Options } from 'amqplib';
 import type {
+  AttemptRecord,
   BrokerCapabilities,
   Delivery,
   MessageBroker,
@@ -25,7 +26,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { partitionOf } from '../messages/partition.js';
-import { BUCKET_HEADER, headersOf, type CarriedFacts } from './message-headers.js';
+import { publishOptionsOf, type CarriedFacts } from './message-headers.js';
 import {
   RabbitMqConnection,
   rabbitMqUnavailable,
@@ -48,6 +49,9 @@ import {
 
 export type { RabbitMqConnectionOptions } from './rabbitmq-connection.js';
 export type { RabbitMqQueueType } from './rabbitmq-topology.js';
+
+/** The history of a message published now (shared: never changed). */
+const NO_HISTORY: readonly AttemptRecord[] = [];
 
 /** How long a publish trusts a command route it checked without checking it again (as the other brokers). */
 const ROUTE_MAX_AGE_MS = 1_000;
@@ -453,8 +457,26 @@ export class RabbitMqBroker implements MessageBroker {
     };
   }
 
-  async publish(message: OutgoingMessage): Promise<void> {
-    await this.publishBatch([message]);
+  /**
+   * Publishes the message, confirmed by RabbitMQ. A command's route is checked first (trusted for a
+   * second once found): without one it is refused with `no-route`, nothing published.
+   */
+  publish(message: OutgoingMessage): Promise<void> {
+    // Not async: a command whose route was checked within the second costs no promise beyond its
+    // publish's own.
+    try {
+      this.#assertOpen();
+      if (message.kind !== 'event' && message.requireRoute !== false && !this.#routeTrusted(message.type)) {
+        return this.#routeExists(message.type).then((routed) => {
+          if (!routed) throw noRouteError(message.type);
+          return this.#publishOne(message);
+        });
+      }
+      return this.#publishOne(message);
+    } catch (error) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      return Promise.reject(error);
+    }
   }
 
   /**
@@ -472,44 +494,94 @@ export class RabbitMqBroker implements MessageBroker {
     await Promise.all(messages.map((message) => this.#publishOne(message)));
   }
 
-  async #publishOne(message: OutgoingMessage): Promise<void> {
-    const token = this.#ledger === undefined ? undefined : createPublishToken();
-    const partition =
-      message.ordered === true ? partitionOf(message.partitionKey ?? '', this.#partitions) : undefined;
+  /**
+   * Publishes one message whose route (a command's) was checked. A command published now, not
+   * ordered, goes straight into its type's queue through the default exchange, `mandatory` (a
+   * missing queue comes back as returned, where a missing exchange would close the channel); an
+   * ordered one enters at `<prefix>.commands`, whose type exchange routes it to the lane of the
+   * endpoint's partition queues; an event at `<prefix>.events`; a message for later goes into
+   * the delay queues.
+   */
+  #publishOne(message: OutgoingMessage): Promise<void> {
     const now = Date.now();
     const notBefore =
       message.deliverAt !== undefined && message.deliverAt > now ? message.deliverAt : undefined;
-    const facts: CarriedFacts = {
-      messageId: message.id,
-      kind: message.kind,
-      type: message.type,
-      partitionKey: message.partitionKey,
-      ordered: message.ordered === true,
-      failures: 0,
-      ends: 0,
-      history: [],
-      pendingDeadLetter: undefined,
-      replayOf: undefined,
-      notBefore,
-      token,
-      whileQueued: message.dedupe === 'while-queued',
-    };
-    if (notBefore !== undefined && this.#ledger !== undefined && token !== undefined) {
+    if (notBefore !== undefined || (message.kind !== 'event' && message.requireRoute === false))
+      return this.#publishOther(message, notBefore);
+    const facts = this.#freshFacts(message, notBefore);
+    const content = Buffer.from(message.body, 'utf8');
+    const timestamp = Math.floor(now / 1000);
+    if (message.kind === 'event') {
+      const key = this.#names.eventKey(message.type, this.#partition(message));
+      return this.#connection.publish(
+        this.#names.events,
+        key,
+        content,
+        publishOptionsOf(facts, { timestamp }),
+        this.#publishTimeoutMs,
+      );
+    }
+    const options = publishOptionsOf(facts, { timestamp, mandatory: true });
+    const returned = (): Promise<void> => this.#commandReturned(message, content, options);
+    if (message.ordered === true) {
+      // The partition queues are the consuming endpoint's: its type exchange knows them.
+      return this.#connection.publish(
+        this.#names.commands,
+        this.#names.commandKey(message.type, this.#partition(message)),
+        content,
+        options,
+        this.#publishTimeoutMs,
+        returned,
+      );
+    }
+    return this.#connection.publish(
+      '',
+      this.#names.commandType(message.type),
+      content,
+      options,
+      this.#publishTimeoutMs,
+      returned,
+    );
+  }
+
+  /**
+   * A command published `mandatory` reached no queue: its route went away since it was checked (or
+   * its queue was deleted). Refused with `no-route`; with `requireRoute: false`, put in its type's
+   * queue (declared again) for the endpoint that will take the type.
+   */
+  async #commandReturned(message: OutgoingMessage, content: Buffer, options: Options.Publish): Promise<void> {
+    this.#routes.delete(message.type);
+    if (message.requireRoute !== false) throw noRouteError(message.type);
+    const queue = this.#names.commandType(message.type);
+    this.#declared.delete(queue);
+    await this.#ensureQueue(queue);
+    const { mandatory: _mandatory, ...plain } = options;
+    await this.#connection.publish('', queue, content, plain, this.#publishTimeoutMs);
+  }
+
+  /** A message for later (into the delay queues), or a command that may have no route yet. */
+  async #publishOther(message: OutgoingMessage, notBefore: number | undefined): Promise<void> {
+    const facts = this.#freshFacts(message, notBefore);
+    if (notBefore !== undefined && this.#ledger !== undefined && facts.token !== undefined) {
       // Before the publish: a cancel from now on finds it.
       const queues =
         message.kind === 'event' ? this.#eventQueues(message.type) : [commandQueue(message.type)];
-      await this.#ledger.scheduled(message.id, token, queues, notBefore);
+      await this.#ledger.scheduled(message.id, facts.token, queues, notBefore);
     }
     const content = Buffer.from(message.body, 'utf8');
-    const properties = { persistent: true, messageId: message.id, timestamp: Math.floor(now / 1000) };
+    const timestamp = Math.floor(Date.now() / 1000);
+    const partition = this.#partition(message);
     if (message.kind === 'event') {
       const key = this.#names.eventKey(message.type, partition);
-      if (notBefore !== undefined) await this.#publishDelayed(key, content, properties, facts, notBefore);
+      if (notBefore !== undefined) await this.#publishDelayed(key, content, facts, notBefore, timestamp);
       else
-        await this.#publishNow(this.#names.events, key, content, {
-          ...properties,
-          headers: headersOf(facts),
-        });
+        await this.#connection.publish(
+          this.#names.events,
+          key,
+          content,
+          publishOptionsOf(facts, { timestamp }),
+          this.#publishTimeoutMs,
+        );
       return;
     }
     const unrouted = message.requireRoute === false && (await this.#unrouted([message.type])) !== undefined;
@@ -517,27 +589,55 @@ export class RabbitMqBroker implements MessageBroker {
       const key = unrouted
         ? this.#names.queueKey(await this.#typeQueue(message.type))
         : this.#names.commandKey(message.type, partition);
-      await this.#publishDelayed(key, content, properties, facts, notBefore);
+      await this.#publishDelayed(key, content, facts, notBefore, timestamp);
       return;
     }
     if (!unrouted) {
-      // Into `<prefix>.commands`, one hop less than `<prefix>.route`. Not into the type's exchange:
-      // a publish into an exchange deleted since its check (the route removed) would close the
-      // confirm channel every publish shares, where this one comes back as unroutable.
-      const outcome = await this.#publishNow(
-        this.#names.commands,
-        this.#names.commandKey(message.type, partition),
+      await this.#connection.publish(
+        message.ordered === true ? this.#names.commands : '',
+        message.ordered === true
+          ? this.#names.commandKey(message.type, partition)
+          : this.#names.commandType(message.type),
         content,
-        { ...properties, headers: headersOf(facts), mandatory: true },
+        publishOptionsOf(facts, { timestamp, mandatory: true }),
+        this.#publishTimeoutMs,
+        () => this.#commandReturned(message, content, publishOptionsOf(facts, { timestamp })),
       );
-      if (outcome === 'routed') return;
-      // The route went away since it was checked.
-      this.#routes.delete(message.type);
-      if (message.requireRoute !== false) throw noRouteError(message.type);
+      return;
     }
     // No endpoint handles the type yet: it waits in the type's queue for the one that will.
     const queue = await this.#typeQueue(message.type);
-    await this.#publishNow('', queue, content, { ...properties, headers: headersOf(facts) });
+    await this.#connection.publish(
+      '',
+      queue,
+      content,
+      publishOptionsOf(facts, { timestamp }),
+      this.#publishTimeoutMs,
+    );
+  }
+
+  /** The facts of a message published now: attempt 1, its publish token with a ledger. */
+  #freshFacts(message: OutgoingMessage, notBefore: number | undefined): CarriedFacts {
+    return {
+      messageId: message.id,
+      kind: message.kind,
+      type: message.type,
+      partitionKey: message.partitionKey,
+      ordered: message.ordered === true,
+      failures: 0,
+      ends: 0,
+      history: NO_HISTORY,
+      pendingDeadLetter: undefined,
+      replayOf: undefined,
+      notBefore,
+      token: this.#ledger === undefined ? undefined : createPublishToken(),
+      whileQueued: message.dedupe === 'while-queued',
+    };
+  }
+
+  /** The partition of an ordered message, else undefined (lane `all`). */
+  #partition(message: OutgoingMessage): number | undefined {
+    return message.ordered === true ? partitionOf(message.partitionKey ?? '', this.#partitions) : undefined;
   }
 
   /**
@@ -584,6 +684,12 @@ export class RabbitMqBroker implements MessageBroker {
       if (!(await this.#routeExists(type))) return type;
     }
     return undefined;
+  }
+
+  /** Whether `type`'s route was found within the last second (no check needed). */
+  #routeTrusted(type: string): boolean {
+    const at = this.#routes.get(type);
+    return at !== undefined && Date.now() - at < ROUTE_MAX_AGE_MS;
   }
 
   /** Whether `type` has a route (its exchange): one check at a time per type, the callers sharing it. */
@@ -637,67 +743,43 @@ export class RabbitMqBroker implements MessageBroker {
   }
 
   /**
-   * Publishes on the confirm channel. A publish that fails because RabbitMQ went away (or did not
-   * confirm in time) is made again on the next connection until `publishTimeoutMs` has passed, then
-   * rejects with `rabbitmq-unavailable`: a message may then arrive twice, never not at all once
-   * this resolved.
-   */
-  async #publishNow(
-    exchange: string,
-    key: string,
-    content: Buffer,
-    options: Options.Publish,
-  ): Promise<'routed' | 'returned'> {
-    const deadline = Date.now() + this.#publishTimeoutMs;
-    // Not refused once `close` began: its receivers give back, through here, what they took and did
-    // not hand out (uncounted); the connection refuses with `broker-closed` once it is closed.
-    for (;;) {
-      try {
-        return await this.#connection.publish(
-          exchange,
-          key,
-          content,
-          options,
-          Math.max(1, deadline - Date.now()),
-        );
-      } catch (error) {
-        if (!HarrierError.is(error, 'rabbitmq-unavailable') || Date.now() >= deadline - 100) throw error;
-        await new Promise((resolve) => setTimeout(resolve, 100));
-      }
-    }
-  }
-
-  /**
    * Publishes into the delay queue of the longest wait not past `notBefore` (the shortest one when
    * the wait is shorter), to come out into `<prefix>.route` under `key`; a receiver that gets it
-   * before its time sends it round again.
+   * before its time sends it round again. A delay queue found missing (returned) is declared
+   * again, once.
    */
   async #publishDelayed(
     key: string,
     content: Buffer,
-    properties: Options.Publish,
     facts: CarriedFacts,
     notBefore: number,
+    timestamp?: number,
   ): Promise<void> {
     const remaining = notBefore - Date.now();
     let bucket = MIN_DELAY_BUCKET_MS;
     while (bucket * 2 <= remaining && bucket * 2 <= this.#maxBucketMs) bucket *= 2;
-    for (let tries = 0; ; tries++) {
-      await this.#ensureDelayQueue(bucket, tries > 0);
-      const outcome = await this.#publishNow(this.#names.delay, key, content, {
-        ...properties,
-        headers: { ...headersOf(facts), [BUCKET_HEADER]: String(bucket) },
-        mandatory: true,
-      });
-      if (outcome === 'routed') return;
-      if (tries > 0) {
-        throw rabbitMqUnavailable(
+    const options = publishOptionsOf(facts, {
+      ...(timestamp !== undefined ? { timestamp } : {}),
+      mandatory: true,
+      bucket,
+    });
+    const missing = (): Promise<void> =>
+      Promise.reject(
+        rabbitMqUnavailable(
           this.#connection.where,
           'delaying a message',
           new Error(`delay queue ${bucket} ms is missing`),
-        );
-      }
-    }
+        ),
+      );
+    const first = { returned: false };
+    await this.#ensureDelayQueue(bucket, false);
+    await this.#connection.publish(this.#names.delay, key, content, options, this.#publishTimeoutMs, () => {
+      first.returned = true;
+      return Promise.resolve();
+    });
+    if (!first.returned) return;
+    await this.#ensureDelayQueue(bucket, true);
+    await this.#connection.publish(this.#names.delay, key, content, options, this.#publishTimeoutMs, missing);
   }
 
   async #ensureDelayQueue(ms: number, force: boolean): Promise<void> {
@@ -711,25 +793,16 @@ export class RabbitMqBroker implements MessageBroker {
 
   /** Publishes a copy of `taken` carrying `facts` into `queue`, now or through the delay queues. */
   async #sendToQueue(queue: string, taken: Taken, facts: CarriedFacts): Promise<void> {
-    const properties: Options.Publish = {
-      persistent: true,
-      ...(taken.message.properties.messageId !== undefined
-        ? { messageId: String(taken.message.properties.messageId) }
-        : {}),
-    };
     if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
-      await this.#publishDelayed(
-        this.#names.queueKey(queue),
-        taken.message.content,
-        properties,
-        facts,
-        facts.notBefore,
-      );
+      await this.#publishDelayed(this.#names.queueKey(queue), taken.message.content, facts, facts.notBefore);
     } else {
-      await this.#publishNow('', queue, taken.message.content, {
-        ...properties,
-        headers: headersOf({ ...facts, notBefore: undefined }),
-      });
+      await this.#connection.publish(
+        '',
+        queue,
+        taken.message.content,
+        publishOptionsOf({ ...facts, notBefore: undefined }),
+        this.#publishTimeoutMs,
+      );
     }
   }
 
@@ -890,11 +963,13 @@ export class RabbitMqBroker implements MessageBroker {
       await new Promise((resolve) => setTimeout(resolve, 25));
     }
     await this.#ensureQueue(queue);
-    await this.#publishNow('', queue, Buffer.from(message.body, 'utf8'), {
-      persistent: true,
-      messageId: message.id,
-      headers: headersOf(replayFacts(target, undefined)),
-    });
+    await this.#connection.publish(
+      '',
+      queue,
+      Buffer.from(message.body, 'utf8'),
+      publishOptionsOf(replayFacts(target, undefined)),
+      this.#publishTimeoutMs,
+    );
   }
 
   /**
@@ -923,11 +998,13 @@ export class RabbitMqBroker implements MessageBroker {
     const facts = replayFacts(target, copy.token);
     try {
       await this.#ensureQueue(queue);
-      await this.#publishNow('', queue, Buffer.from(message.body, 'utf8'), {
-        persistent: true,
-        messageId: message.id,
-        headers: headersOf(facts),
-      });
+      await this.#connection.publish(
+        '',
+        queue,
+        Buffer.from(message.body, 'utf8'),
+        publishOptionsOf(facts),
+        this.#publishTimeoutMs,
+      );
     } catch (error) {
       // Not published: the replay's claim must not hold the subscription's copies back.
       await ledger.settle(copy, 'done', this.#windowMs).catch(() => undefined);

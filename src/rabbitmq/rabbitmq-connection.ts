@@ -40,7 +40,26 @@ export function rabbitMqUnavailable(where: string, doing: string, cause: unknown
 interface ConfirmWait {
   readonly deadline: number;
   readonly expire: () => void;
+  /** RabbitMQ returned it (a `mandatory` publish that reached no queue). */
+  returned: boolean;
 }
+
+/** A publish under way: what to publish, until when, and what a return of it does. */
+interface Publish {
+  readonly exchange: string;
+  readonly routingKey: string;
+  readonly content: Buffer;
+  readonly options: Options.Publish;
+  /** When the publish rejects with `rabbitmq-unavailable` if not confirmed yet, ms since the epoch. */
+  readonly deadline: number;
+  readonly onReturned: (() => Promise<void>) | undefined;
+}
+
+/** How long a publish that failed for an outage waits before it tries again, in ms. */
+const RETRY_PUBLISH_MS = 100;
+
+/** The header that tells a returned `mandatory` publish from another of the same message id. */
+const PUBLISH_TOKEN_HEADER = 'x-harrier-publish';
 
 /** Options of {@link RabbitMqConnection}. */
 export interface RabbitMqConnectionSettings {
@@ -65,11 +84,15 @@ export class RabbitMqConnection {
   #model: ChannelModel | undefined;
   #connecting: Promise<ChannelModel> | undefined;
   #confirm: Promise<ConfirmChannel> | undefined;
+  /** The confirm channel once open (what `#confirm` resolved to), until it closes. */
+  #openConfirm: ConfirmChannel | undefined;
   #lastError: unknown = new Error('not connected yet');
   #closed = false;
   readonly #closing = new AbortController();
   /** Publishes whose message RabbitMQ returned as unroutable, by publish token. */
   readonly #returned = new Set<string>();
+  /** The `mandatory` publish of each message id waiting for its confirm without a publish token. */
+  readonly #untokened = new Map<string, ConfirmWait>();
   #token = 0;
   /**
    * Publishes waiting for their confirm, with one timer for all of them (a timer per publish costs
@@ -136,21 +159,62 @@ export class RabbitMqConnection {
   }
 
   /**
-   * Publishes one message on the confirm channel; resolves once RabbitMQ confirmed it: `'routed'`,
-   * or `'returned'` when it was `mandatory` and reached no queue.
+   * Publishes one message on the confirm channel; resolves once RabbitMQ confirmed it, or, when it
+   * was `mandatory` and reached no queue, to what `onReturned` resolves to (undefined without it).
+   * A try that fails because RabbitMQ went away (or nacked it) is made again on the next channel
+   * every 100 ms until `timeoutMs` has passed, then rejects with `rabbitmq-unavailable`: a message
+   * may then arrive twice, never not at all once this resolved. A message amqplib cannot encode
+   * rejects with `publish-failed`.
+   *
+   * @remarks
+   * Not async: with the confirm channel open, the message is written before this returns, and the
+   * promise returned is the only one. A returned message is told from the others by its message id:
+   * a `mandatory` publish carries a publish token header (`x-harrier-publish`) only while another
+   * `mandatory` publish of the same id without one waits for its confirm (RabbitMQ returns a
+   * message before it confirms it, so a return without a token is that one publish's).
    */
-  async publish(
+  publish(
     exchange: string,
     routingKey: string,
     content: Buffer,
     options: Options.Publish,
     timeoutMs: number,
-  ): Promise<'routed' | 'returned'> {
-    const channel = await this.#confirmChannel(timeoutMs);
-    const token = options.mandatory === true ? String(++this.#token) : undefined;
-    const given = options.headers as Record<string, unknown> | undefined;
-    const headers = token === undefined ? given : { ...given, 'x-harrier-publish': token };
+    onReturned?: () => Promise<void>,
+  ): Promise<void> {
+    return this.#publishUntil({
+      exchange,
+      routingKey,
+      content,
+      options,
+      deadline: Date.now() + timeoutMs,
+      onReturned,
+    });
+  }
+
+  /** One try of a publish, and the next ones (on the next channel) after failures that are outages. */
+  #publishUntil(publish: Publish): Promise<void> {
+    const channel = this.#openConfirm;
+    if (channel !== undefined) return this.#publishOn(channel, publish);
+    return this.#confirmChannel(Math.max(1, publish.deadline - Date.now())).then(
+      (opened) => this.#publishOn(opened, publish),
+      (error: unknown) => this.#publishAgain(error, publish),
+    );
+  }
+
+  /**
+   * After a failed try: the next one in 100 ms when the failure is an outage (`rabbitmq-unavailable`)
+   * and the deadline is not that near, else the failure.
+   */
+  #publishAgain(error: unknown, publish: Publish): Promise<void> {
+    if (!HarrierError.is(error, 'rabbitmq-unavailable') || Date.now() >= publish.deadline - RETRY_PUBLISH_MS)
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+      return Promise.reject(error);
+    return sleep(systemClock, RETRY_PUBLISH_MS).then(() => this.#publishUntil(publish));
+  }
+
+  #publishOn(channel: ConfirmChannel, publish: Publish): Promise<void> {
     return new Promise((resolve, reject) => {
+      const timeoutMs = Math.max(1, publish.deadline - Date.now());
       const waiting: ConfirmWait = {
         deadline: Date.now() + timeoutMs,
         expire: () => {
@@ -162,23 +226,38 @@ export class RabbitMqConnection {
             ),
           );
         },
+        returned: false,
       };
+      let { options } = publish;
+      let token: string | undefined;
+      const id = options.messageId;
+      if (options.mandatory === true) {
+        if (id !== undefined && !this.#untokened.has(id)) this.#untokened.set(id, waiting);
+        else {
+          token = String(++this.#token);
+          const headers = options.headers as Record<string, unknown> | undefined;
+          options = { ...options, headers: { ...headers, [PUBLISH_TOKEN_HEADER]: token } };
+        }
+      }
       this.#awaitConfirm(waiting);
       try {
-        channel.publish(exchange, routingKey, content, { ...options, headers }, (error: unknown) => {
+        channel.publish(publish.exchange, publish.routingKey, publish.content, options, (error: unknown) => {
           this.#confirmWaits.delete(waiting);
-          const returned = token !== undefined && this.#returned.delete(token);
+          if (id !== undefined && this.#untokened.get(id) === waiting) this.#untokened.delete(id);
           if (error !== null && error !== undefined) {
-            reject(rabbitMqUnavailable(this.#where, 'publishing', error));
+            resolve(this.#publishAgain(rabbitMqUnavailable(this.#where, 'publishing', error), publish));
+          } else if (waiting.returned || (token !== undefined && this.#returned.delete(token))) {
+            resolve(publish.onReturned?.());
           } else {
-            resolve(returned ? 'returned' : 'routed');
+            resolve();
           }
         });
       } catch (error) {
         this.#confirmWaits.delete(waiting);
-        reject(
-          isChannelGone(error) ? rabbitMqUnavailable(this.#where, 'publishing', error) : unpublishable(error),
-        );
+        if (id !== undefined && this.#untokened.get(id) === waiting) this.#untokened.delete(id);
+        if (isChannelGone(error))
+          resolve(this.#publishAgain(rabbitMqUnavailable(this.#where, 'publishing', error), publish));
+        else reject(unpublishable(error));
       }
     });
   }
@@ -228,6 +307,7 @@ export class RabbitMqConnection {
   async close(): Promise<void> {
     this.#closed = true;
     this.#closing.abort();
+    this.#openConfirm = undefined;
     const model = this.#model;
     this.#model = undefined;
     await model?.close().catch(() => undefined);
@@ -243,13 +323,22 @@ export class RabbitMqConnection {
       const model = await this.model(timeoutMs, 'publishing');
       const channel = await model.createConfirmChannel();
       channel.on('error', () => undefined);
-      channel.on('return', (message: { properties: { headers?: Record<string, unknown> } }) => {
-        const token = message.properties.headers?.['x-harrier-publish'];
-        if (typeof token === 'string') this.#returned.add(token);
-      });
+      channel.on(
+        'return',
+        (message: { properties: { messageId?: unknown; headers?: Record<string, unknown> } }) => {
+          const token = message.properties.headers?.[PUBLISH_TOKEN_HEADER];
+          if (typeof token === 'string') this.#returned.add(token);
+          else if (typeof message.properties.messageId === 'string') {
+            const waiting = this.#untokened.get(message.properties.messageId);
+            if (waiting !== undefined) waiting.returned = true;
+          }
+        },
+      );
       channel.on('close', () => {
         this.#confirm = undefined;
+        if (this.#openConfirm === channel) this.#openConfirm = undefined;
       });
+      this.#openConfirm = channel;
       return channel;
     })().catch((error: unknown) => {
       this.#confirm = undefined;
@@ -287,6 +376,7 @@ export class RabbitMqConnection {
           if (this.#model !== model) return;
           this.#model = undefined;
           this.#confirm = undefined;
+          this.#openConfirm = undefined;
           if (!this.#closed) {
             this.#settings.logger.warn('The RabbitMQ connection closed; reconnecting', {
               where: this.#where,

@@ -272,7 +272,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * ledger would be consulted).
    */
   receive(message: ConsumeMessage, role: QueueRole, channel: Channel): void {
-    const read = readFacts(message.properties);
+    const read = readFacts(message.properties, role.kind);
     const { dropped } = read;
     const deliveryCount = deliveryCountOf(message.properties);
     const excused = this.#context.outageReturns.excuse(
