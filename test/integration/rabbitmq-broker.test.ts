@@ -258,6 +258,132 @@ describe('RabbitMqBroker', () => {
       });
     });
 
+    describe('when the queue of a command type with a route was deleted (by an operator)', () => {
+      it('refuses its commands with no-route, told apart from a routed publish of the same id', async () => {
+        const broker = brokerWith();
+        try {
+          const p = broker.prefix;
+          await broker.register('orders', [
+            { handler: 'commands', kind: 'command', types: ['orders.Gone', 'orders.Kept'] },
+          ]);
+          // Both routes found (trusted for a second), then the queue goes.
+          await broker.publish(message('command', 'orders.Gone'));
+          await broker.publish(message('command', 'orders.Kept'));
+          await onChannel((channel) => channel.deleteQueue(`${p}.cmd.orders.Gone`));
+
+          // Two publishes of one id waiting for their confirm at once, in both orders: only the
+          // one RabbitMQ returned is refused.
+          for (const types of [
+            ['orders.Gone', 'orders.Kept'],
+            ['orders.Kept', 'orders.Gone'],
+          ]) {
+            const id = uuidv7();
+            const outcomes = await Promise.allSettled(
+              types.map((type) => broker.publish(message('command', type, { id }))),
+            );
+            const refused = outcomes.map((outcome) =>
+              outcome.status === 'rejected' && HarrierError.is(outcome.reason, 'no-route')
+                ? (outcome.reason as Error).message.includes('"orders.Gone"')
+                : outcome.status,
+            );
+            expect(refused).toEqual(types.map((type) => (type === 'orders.Gone' ? true : 'fulfilled')));
+          }
+          expect(await readyIn(`${p}.cmd.orders.Kept`)).toBe(3);
+
+          // Without requiring a route: the queue is declared again and keeps it.
+          await broker.publish(message('command', 'orders.Gone', { requireRoute: false }));
+          expect(await readyIn(`${p}.cmd.orders.Gone`)).toBe(1);
+        } finally {
+          await broker.close();
+        }
+      });
+    });
+
+    describe('when publisher and consumer disagree on whether a command type is ordered', () => {
+      it('delivers an unordered command of an ordered type, and an ordered one of an unordered type', async () => {
+        const publisher = brokerWith();
+        const consumer = new RabbitMqBroker({
+          connection: url,
+          prefix: publisher.prefix,
+          partitions: 4,
+          logger: silentLogger,
+        });
+        try {
+          await consumer.register('orders', [
+            {
+              handler: 'commands',
+              kind: 'command',
+              types: ['orders.Ship', 'orders.Note'],
+              orderedTypes: ['orders.Ship'],
+            },
+          ]);
+          // A publisher that thinks Ship unordered (straight into its type's queue) and Note ordered
+          // (through the exchanges, lane p<n>).
+          await publisher.publish(message('command', 'orders.Ship', { partitionKey: 'o-1' }));
+          await publisher.publish(message('command', 'orders.Note', { ordered: true, partitionKey: 'o-1' }));
+
+          const seen: unknown[] = [];
+          for await (const delivery of consumer.receiver({
+            endpoint: 'orders',
+            signal: AbortSignal.timeout(3_000),
+          })) {
+            seen.push([delivery.facts.type, delivery.facts.queue, delivery.facts.partitionKey]);
+            await consumer.ack(delivery.id);
+            if (seen.length === 2) break;
+          }
+          expect(seen.sort()).toEqual([
+            ['orders.Note', 'cmd~orders.Note', 'o-1'],
+            ['orders.Ship', 'cmd~orders.Ship', 'o-1'],
+          ]);
+        } finally {
+          await consumer.close();
+          await publisher.close();
+        }
+      });
+    });
+
+    describe('a message queued by the previous version (delivery facts in headers only)', () => {
+      it('is delivered with its id, kind, type, attempt and partition key, also from a partition queue', async () => {
+        const broker = brokerWith();
+        try {
+          const p = broker.prefix;
+          await broker.register('orders', [
+            { handler: 'commands', kind: 'command', types: ['orders.Post'], orderedTypes: ['orders.Post'] },
+          ]);
+          const id = uuidv7();
+          await onChannel(async (channel) => {
+            channel.sendToQueue(`${p}.ordered.orders.p${partitionOf('o-7', 4)}`, Buffer.from('{}'), {
+              persistent: true,
+              messageId: id,
+              headers: {
+                'x-harrier-id': id,
+                'x-harrier-kind': 'command',
+                'x-harrier-type': 'orders.Post',
+                'x-harrier-key': 'o-7',
+                'x-harrier-ordered': '1',
+                'x-harrier-failures': '1',
+              },
+            });
+            // A round trip after the publish: it is in the queue when this answers.
+            await channel.checkQueue(`${p}.cmd.orders.Post`);
+          });
+
+          const delivery = await firstWithin(broker, 'orders', 3_000);
+
+          expect(delivery?.facts).toMatchObject({
+            messageId: id,
+            kind: 'command',
+            type: 'orders.Post',
+            partitionKey: 'o-7',
+            attempt: 2,
+            queue: 'cmd~orders.Post',
+          });
+        } finally {
+          await broker.close();
+        }
+      });
+    });
+
     describe('when RabbitMQ cannot be reached', () => {
       it('rejects with rabbitmq-unavailable once publishTimeoutMs has passed', async () => {
         const broker = new RabbitMqBroker({
