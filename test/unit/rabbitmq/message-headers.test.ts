@@ -198,7 +198,7 @@ describe('headersOf and readFacts', () => {
 
       const headers = headersOf({ ...base, history });
 
-      expect(Buffer.byteLength(headers['x-harrier-history'] ?? '')).toBeLessThanOrEqual(32 * 1024);
+      expect(Buffer.byteLength(headers?.['x-harrier-history'] ?? '')).toBeLessThanOrEqual(32 * 1024);
       const read = readFacts(propertiesWith(headers)).facts.history;
       expect(read.map((record) => record.error.message)).toEqual(
         history.map((record) => record.error.message),
