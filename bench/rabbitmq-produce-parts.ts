@@ -9,11 +9,14 @@
  *
  * - raw, to the queue: the default exchange, routing key = the queue (what bench/rabbitmq.ts's raw
  *   side does).
- * - raw, to the queue + Harrier's headers + mandatory: the same with the `x-harrier-*` headers, the
- *   publish token header, `messageId`, `timestamp` and `mandatory` that the broker sends.
+ * - raw, to the queue + Harrier's properties + mandatory: the same with the `messageId`, `type` and
+ *   `timestamp` properties and `mandatory`, no header: what the broker sends for a command now.
+ * - raw, to the queue + the previous headers + mandatory: the same with the `x-harrier-*` headers
+ *   and the publish token header every message carried before (id, kind, type).
  * - raw, through Harrier's exchanges: into `<prefix>.route` under the command's routing key, which
  *   goes on through `<prefix>.commands` and the type's exchange to the queue; no headers.
- * - raw, through Harrier's exchanges + headers + mandatory: all the broker puts on the wire.
+ * - raw, through Harrier's exchanges + headers + mandatory: all the previous version put on the wire
+ *   (the route a retry or a delay expiry still takes, with its headers).
  * - raw, into `<prefix>.commands` / into the type's exchange `<prefix>.cmd.<type>`, + headers +
  *   mandatory: the same key one or two exchanges further on (what skipping hops would save); and
  *   into a `direct` exchange bound to the queue by the same key (what a topic match costs).
@@ -23,7 +26,8 @@
  * Besides msg/s: CPU per message of this process and of the RabbitMQ server (when on this machine),
  * and the channels this process opened per 1,000 messages. Rows alternate within each round.
  *
- * Run: `npm run bench:rabbitmq-produce-parts -- --n 20000 --rounds 3 --concurrency 64`.
+ * Run: `npm run bench:rabbitmq-produce-parts -- --n 20000 --rounds 3 --concurrency 64`; `--only`
+ * takes a comma-separated list of rows (queue, queue+props, queue+headers, exchanges, ...).
  */
 import 'reflect-metadata';
 import { randomBytes } from 'node:crypto';
@@ -46,6 +50,7 @@ const { values: args } = parseArgs({
     rounds: { type: 'string', default: '3' },
     concurrency: { type: 'string', default: '64' },
     'queue-type': { type: 'string', default: 'quorum' },
+    only: { type: 'string', default: '' },
   },
   strict: true,
 });
@@ -120,6 +125,7 @@ interface Sample {
 
 type Variant =
   | 'queue'
+  | 'queue+props'
   | 'queue+headers'
   | 'exchanges'
   | 'exchanges+headers'
@@ -128,8 +134,9 @@ type Variant =
   | 'direct+headers'
   | 'broker.publish'
   | 'bus.send';
-const VARIANTS: readonly Variant[] = [
+const ALL_VARIANTS: readonly Variant[] = [
   'queue',
+  'queue+props',
   'queue+headers',
   'exchanges',
   'exchanges+headers',
@@ -139,9 +146,12 @@ const VARIANTS: readonly Variant[] = [
   'broker.publish',
   'bus.send',
 ];
+const VARIANTS: readonly Variant[] =
+  args.only === '' ? ALL_VARIANTS : ALL_VARIANTS.filter((variant) => args.only.split(',').includes(variant));
 const LABELS: Record<Variant, string> = {
   queue: 'raw, to the queue',
-  'queue+headers': "raw, to the queue + Harrier's headers + mandatory",
+  'queue+props': "raw, to the queue + Harrier's properties (id, type, timestamp) + mandatory",
+  'queue+headers': 'raw, to the queue + the previous headers + mandatory',
   exchanges: "raw, through Harrier's exchanges",
   'exchanges+headers': "raw, through Harrier's exchanges + headers + mandatory",
   'commands+headers': 'raw, into <prefix>.commands (2 hops) + headers + mandatory',
@@ -181,34 +191,51 @@ async function run(variant: Variant, n: number, tag: string): Promise<Sample> {
       await channel.bindQueue(queue, direct, names.commandKey(PlaceOrder.type, undefined));
     }
     let token = 0;
-    const publishRaw = (i: number, exchange: string, key: string, harrierHeaders: boolean): Promise<void> => {
+    const publishRaw = (
+      i: number,
+      exchange: string,
+      key: string,
+      harrierHeaders: boolean,
+      properties = false,
+    ): Promise<void> => {
       const m = prepared[i];
       const body = bodies[i];
       if (m === undefined || body === undefined) throw new Error('no message');
-      const options: amqp.Options.Publish = harrierHeaders
+      const options: amqp.Options.Publish = properties
         ? {
             persistent: true,
             messageId: m.id,
+            type: m.type,
             timestamp: Math.floor(now / 1000),
             mandatory: true,
-            headers: {
-              ...headersOf({
-                messageId: m.id,
-                kind: m.kind,
-                type: m.type,
-                partitionKey: undefined,
-                ordered: false,
-                failures: 0,
-                ends: 0,
-                history: [],
-                pendingDeadLetter: undefined,
-                replayOf: undefined,
-                notBefore: undefined,
-              }),
-              'x-harrier-publish': String(++token),
-            },
           }
-        : { persistent: true };
+        : harrierHeaders
+          ? {
+              persistent: true,
+              messageId: m.id,
+              timestamp: Math.floor(now / 1000),
+              mandatory: true,
+              headers: {
+                'x-harrier-id': m.id,
+                'x-harrier-kind': m.kind,
+                'x-harrier-type': m.type,
+                ...headersOf({
+                  messageId: m.id,
+                  kind: m.kind,
+                  type: m.type,
+                  partitionKey: undefined,
+                  ordered: false,
+                  failures: 0,
+                  ends: 0,
+                  history: [],
+                  pendingDeadLetter: undefined,
+                  replayOf: undefined,
+                  notBefore: undefined,
+                }),
+                'x-harrier-publish': String(++token),
+              },
+            }
+          : { persistent: true };
       return new Promise<void>((resolve, reject) => {
         channel.publish(exchange, key, body, options, (error: unknown) => {
           if (error === null || error === undefined) resolve();
@@ -218,6 +245,7 @@ async function run(variant: Variant, n: number, tag: string): Promise<Sample> {
     };
     const call: (i: number) => Promise<unknown> = {
       queue: (i: number) => publishRaw(i, '', queue, false),
+      'queue+props': (i: number) => publishRaw(i, '', queue, false, true),
       'queue+headers': (i: number) => publishRaw(i, '', queue, true),
       exchanges: (i: number) =>
         publishRaw(i, names.route, names.commandKey(PlaceOrder.type, undefined), false),
