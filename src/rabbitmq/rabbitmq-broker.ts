@@ -161,9 +161,10 @@ export async function dropConnectionOf(broker: RabbitMqBroker): Promise<void> {
  * @remarks
  * Each command type has an exchange (its route) and a queue; each event subscription a queue bound
  * to the events exchange; ordered messages go to partition queues with a single active consumer.
- * Publishes are confirmed; retries and delays wait in TTL queues that dead-letter back. Delivery
- * facts travel in `x-harrier-*` headers, the body is the envelope as published. See
- * docs/rabbitmq.md.
+ * A command published now and not ordered goes straight into its type's queue (the default
+ * exchange, `mandatory`). Publishes are confirmed; retries and delays wait in TTL queues that
+ * dead-letter back. The message id and type travel in AMQP properties, the other delivery facts in
+ * `x-harrier-*` headers, the body is the envelope as published. See docs/rabbitmq.md.
  * @example
  * ```ts
  * const broker = new RabbitMqBroker({ connection: process.env.RABBITMQ_URL! });

@@ -18,8 +18,10 @@ export function nameSegment(value: string): string {
  * The names of everything a {@link RabbitMqBroker} declares under one prefix.
  *
  * @remarks
- * - `<prefix>.route` (topic): where every retry and delay expiry enters (a command or event published
- *   now enters at `<prefix>.commands` or `<prefix>.events` with the same key). `c.<type>.<lane>` goes
+ * - `<prefix>.route` (topic): where every retry and delay expiry enters (an ordered command or an
+ *   event published now enters at `<prefix>.commands` or `<prefix>.events` with the same key; a
+ *   command published now and not ordered goes straight into its type's queue through the default
+ *   exchange, where lane `all` of its type's exchange leads). `c.<type>.<lane>` goes
  *   on to `<prefix>.commands`, `e.<type>.<lane>` to `<prefix>.events`, `q.<queue>` to that queue.
  *   `<lane>` is `all`, or `p<n>` for an ordered message of partition n.
  * - `<prefix>.commands` (topic) -> one exchange per registered command type, `<prefix>.cmd.<type>`
