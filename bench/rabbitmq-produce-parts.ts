@@ -125,6 +125,8 @@ interface Sample {
 
 type Variant =
   | 'queue'
+  | 'queue+mandatory'
+  | 'queue+ids'
   | 'queue+props'
   | 'queue+headers'
   | 'exchanges'
@@ -136,6 +138,8 @@ type Variant =
   | 'bus.send';
 const ALL_VARIANTS: readonly Variant[] = [
   'queue',
+  'queue+mandatory',
+  'queue+ids',
   'queue+props',
   'queue+headers',
   'exchanges',
@@ -150,6 +154,8 @@ const VARIANTS: readonly Variant[] =
   args.only === '' ? ALL_VARIANTS : ALL_VARIANTS.filter((variant) => args.only.split(',').includes(variant));
 const LABELS: Record<Variant, string> = {
   queue: 'raw, to the queue',
+  'queue+mandatory': 'raw, to the queue + mandatory',
+  'queue+ids': 'raw, to the queue + messageId and type (what the raw side of bench:rabbitmq sends)',
   'queue+props': "raw, to the queue + Harrier's properties (id, type, timestamp) + mandatory",
   'queue+headers': 'raw, to the queue + the previous headers + mandatory',
   exchanges: "raw, through Harrier's exchanges",
@@ -197,6 +203,7 @@ async function run(variant: Variant, n: number, tag: string): Promise<Sample> {
       key: string,
       harrierHeaders: boolean,
       properties = false,
+      extra: amqp.Options.Publish = {},
     ): Promise<void> => {
       const m = prepared[i];
       const body = bodies[i];
@@ -235,7 +242,7 @@ async function run(variant: Variant, n: number, tag: string): Promise<Sample> {
                 'x-harrier-publish': String(++token),
               },
             }
-          : { persistent: true };
+          : { persistent: true, ...extra };
       return new Promise<void>((resolve, reject) => {
         channel.publish(exchange, key, body, options, (error: unknown) => {
           if (error === null || error === undefined) resolve();
@@ -245,6 +252,13 @@ async function run(variant: Variant, n: number, tag: string): Promise<Sample> {
     };
     const call: (i: number) => Promise<unknown> = {
       queue: (i: number) => publishRaw(i, '', queue, false),
+      'queue+mandatory': (i: number) => publishRaw(i, '', queue, false, false, { mandatory: true }),
+      'queue+ids': (i: number) =>
+        publishRaw(i, '', queue, false, false, {
+          messageId: prepared[i]?.id ?? '',
+          type: PlaceOrder.type,
+          contentType: 'application/json',
+        }),
       'queue+props': (i: number) => publishRaw(i, '', queue, false, true),
       'queue+headers': (i: number) => publishRaw(i, '', queue, true),
       exchanges: (i: number) =>
