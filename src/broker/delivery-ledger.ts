@@ -101,8 +101,45 @@ export interface DeliveryLedger {
    * id is delivered. Unknown ids resolve to 0.
    */
   cancel(messageId: string): Promise<number>;
+  /**
+   * Records that each copy was lost in an outage (see {@link LostCopy}), on the entry of the copy's
+   * queue and message id, for whichever process takes it next ({@link DeliveryLedger.takeLoss}).
+   * A copy is recorded only while the queue delivers its token and it is not settled `done`; a
+   * later loss of the copy replaces the earlier one. {@link DeliveryLedger.settle} forgets it.
+   * @returns how many copies were recorded.
+   * @throws HarrierError `invalid-argument` as `admit`, or for a count that is not a whole number >= 0.
+   */
+  lost(copies: readonly LostCopy[]): Promise<number>;
+  /**
+   * The latest loss recorded by {@link DeliveryLedger.lost} for this copy (same queue, message id
+   * and token), and forgets it: undefined when none is recorded. A receiver asks for it when it
+   * takes a copy its queue has returned before, to leave the outage returns out of its unsettled
+   * ends.
+   */
+  takeLoss(copy: LedgerCopy): Promise<OutageLoss | undefined>;
   /** Releases the ledger's connections; every later call rejects with `store-closed`. */
   close(): Promise<void>;
+}
+
+/**
+ * A copy a receiver held (taken, not settled) when its channel or connection dropped while its
+ * process lived: RabbitMQ returns it to its queue, and that return is an outage, not a crash.
+ */
+export interface LostCopy extends LedgerCopy {
+  /** The queue's count of the copy's returns (`x-delivery-count`) when the receiver held it, >= 0. */
+  readonly deliveryCount: number;
+  /** The returns already left out of its unsettled ends as outage returns when it was held, >= 0. */
+  readonly excusedEnds: number;
+}
+
+/** What {@link DeliveryLedger.takeLoss} knows of a copy's latest loss in an outage. */
+export interface OutageLoss {
+  /** As {@link LostCopy.deliveryCount}. */
+  readonly deliveryCount: number;
+  /** As {@link LostCopy.excusedEnds}. */
+  readonly excusedEnds: number;
+  /** How long ago, by the ledger's clock, the loss was recorded (ms, >= 0). */
+  readonly msAgo: number;
 }
 
 /** Options every ledger takes beside its connection. */

@@ -282,6 +282,21 @@ export const MIGRATIONS: readonly Migration[] = [
     tables: ['ledger_claims', 'ledger_copies'],
     sql: deliveryLedgerMigrationSql,
   },
+  {
+    version: 10,
+    name: 'delivery ledger outage losses',
+    tables: [],
+    // The latest loss of a claim's copy in an outage (PostgresDeliveryLedger.lost): the token it was
+    // recorded for, the copy's x-delivery-count and excused ends then, and when. Nullable columns
+    // without a default: ADD COLUMN is a catalog change, no table rewrite.
+    sql: (t) => `
+      ALTER TABLE ${t.ledgerClaims}
+        ADD COLUMN IF NOT EXISTS lost_token text,
+        ADD COLUMN IF NOT EXISTS lost_delivery_count integer,
+        ADD COLUMN IF NOT EXISTS lost_excused_ends integer,
+        ADD COLUMN IF NOT EXISTS lost_at bigint;
+    `,
+  },
 ];
 
 /** The version a schema must be at for this copy of Harrier. */

@@ -6,9 +6,18 @@ import {
   type DeliveryLedgerOptions,
   type LedgerCopy,
   type LedgerSettlement,
+  type LostCopy,
+  type OutageLoss,
   type ReplaceOutcome,
 } from '../broker/delivery-ledger.js';
-import { checkCopy, checkMessageId, checkMs, checkQueue, checkToken } from '../broker/ledger-arguments.js';
+import {
+  checkCopy,
+  checkLostCopy,
+  checkMessageId,
+  checkMs,
+  checkQueue,
+  checkToken,
+} from '../broker/ledger-arguments.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { requireSchema } from './migrate-postgres.js';
@@ -42,7 +51,7 @@ export const LEDGER_PRUNE_BATCH = 1000;
 
 /**
  * A {@link DeliveryLedger} in PostgreSQL, in the `ledger_claims` and `ledger_copies` tables of
- * Harrier's schema (migration 9), shared by every process of a broker.
+ * Harrier's schema (migrations 9 and 10), shared by every process of a broker.
  *
  * @remarks
  * Every call is one statement: `admit` calls the `ledger_admit` function, which locks the
@@ -104,12 +113,61 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
     const now = this.#now();
     const rows = await this.#query(
       'settling a delivery',
-      `UPDATE ${this.#tables.ledgerClaims} SET state = $4, expires_at = $6
+      `UPDATE ${this.#tables.ledgerClaims} SET state = $4, expires_at = $6, lost_token = NULL
         WHERE message_id = $1 AND queue = $2 AND token = $3 AND state <> 'done' AND expires_at > $5
         RETURNING 1`,
       [copy.messageId, copy.queue, copy.token, settlement, now, now + windowMs],
     );
     return rows.length === 1;
+  }
+
+  async lost(copies: readonly LostCopy[]): Promise<number> {
+    copies.forEach(checkLostCopy);
+    const now = this.#now();
+    if (copies.length === 0) {
+      await this.#query('recording outage losses', 'SELECT 1', []);
+      return 0;
+    }
+    const rows = await this.#query(
+      'recording outage losses',
+      `UPDATE ${this.#tables.ledgerClaims} c
+          SET lost_token = l.token, lost_delivery_count = l.delivery_count,
+              lost_excused_ends = l.excused_ends, lost_at = $6
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[])
+              AS l(message_id, queue, token, delivery_count, excused_ends)
+        WHERE c.message_id = l.message_id AND c.queue = l.queue AND c.token = l.token
+          AND c.state <> 'done' AND c.expires_at > $6
+        RETURNING 1`,
+      [
+        copies.map((copy) => copy.messageId),
+        copies.map((copy) => copy.queue),
+        copies.map((copy) => copy.token),
+        copies.map((copy) => copy.deliveryCount),
+        copies.map((copy) => copy.excusedEnds),
+        now,
+      ],
+    );
+    return rows.length;
+  }
+
+  async takeLoss(copy: LedgerCopy): Promise<OutageLoss | undefined> {
+    checkCopy(copy);
+    const now = this.#now();
+    // Only lost_token changes: RETURNING reads the loss as it was.
+    const rows = await this.#query<{ delivery_count: number; excused_ends: number; lost_at: string }>(
+      'taking an outage loss',
+      `UPDATE ${this.#tables.ledgerClaims} SET lost_token = NULL
+        WHERE message_id = $1 AND queue = $2 AND lost_token = $3 AND token = $3 AND expires_at > $4
+        RETURNING lost_delivery_count AS delivery_count, lost_excused_ends AS excused_ends, lost_at`,
+      [copy.messageId, copy.queue, copy.token, now],
+    );
+    const row = rows[0];
+    if (row === undefined) return undefined;
+    return {
+      deliveryCount: row.delivery_count,
+      excusedEnds: row.excused_ends,
+      msAgo: Math.max(0, now - Number(row.lost_at)),
+    };
   }
 
   async replace(copy: LedgerCopy, windowMs: number): Promise<ReplaceOutcome> {

@@ -668,6 +668,8 @@ describe('RabbitMqBroker', () => {
           replace: (copy, windowMs) => ledger.replace(copy, windowMs),
           scheduled: (id, token, queues, at) => ledger.scheduled(id, token, queues, at),
           cancel: (id) => ledger.cancel(id),
+          lost: (copies) => ledger.lost(copies),
+          takeLoss: (copy) => ledger.takeLoss(copy),
           close: () => ledger.close(),
         };
         const broker = brokerWith({ ledger: flaky });
