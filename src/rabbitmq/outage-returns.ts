@@ -118,8 +118,10 @@ export class OutageReturns {
 
   /**
    * What the outage explains of a copy come back (it is then forgotten): the returns excused (0 for
-   * a copy never lost here) and, for the same message `redelivered` with the same token, the facts
-   * it had.
+   * a copy never lost here) and, for the same token, the facts it had. Only a copy RabbitMQ
+   * delivered before (`redelivered`) has returns of its own: another copy of the message id (one
+   * published again after a refused publish that RabbitMQ had stored, a retry published as the
+   * channel dropped) excuses nothing and leaves the lost copy remembered for its return.
    */
   excuse(
     queue: string,
@@ -127,12 +129,9 @@ export class OutageReturns {
     deliveryCount: number,
     channelOpenedAt: number,
     now: number,
-    copy: { readonly token: string | undefined; readonly redelivered: boolean } = {
-      token: undefined,
-      redelivered: false,
-    },
+    copy: { readonly token: string | undefined; readonly redelivered: boolean },
   ): Returned {
-    if (messageId === undefined) return NOTHING;
+    if (messageId === undefined || !copy.redelivered) return NOTHING;
     const key = keyOf(queue, messageId);
     const lost = this.#lost.get(key);
     if (lost === undefined) return NOTHING;
@@ -142,8 +141,7 @@ export class OutageReturns {
       deliveryCount,
       Math.max(0, now - channelOpenedAt),
     );
-    const same = copy.redelivered && lost.token === copy.token;
-    return { excused, facts: same ? lost.facts : undefined };
+    return { excused, facts: lost.token === copy.token ? lost.facts : undefined };
   }
 }
 

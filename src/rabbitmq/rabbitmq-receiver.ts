@@ -293,7 +293,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const deliveryCount = deliveryCountOf(message.properties);
     // The returns this broker's own outages explain, and the facts the copy had here when lost (an
     // ordered message's failed attempts since it was taken): only for the message itself, returned
-    // (`redelivered`); a copy of it published meanwhile (a retry whose publish was under way)
+    // (`redelivered`); another copy of it (published again, or a retry whose publish was under way)
     // carries facts of its own.
     const back = this.#context.outageReturns.excuse(
       role.queue,
@@ -324,7 +324,11 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       cancelTimer: undefined,
       excused,
       counted,
-      askLoss: this.#context.takeLoss !== undefined && deliveryCount > 0 && facts.token !== undefined,
+      askLoss:
+        this.#context.takeLoss !== undefined &&
+        message.fields.redelivered &&
+        deliveryCount > 0 &&
+        facts.token !== undefined,
     };
     if (this.#acks?.channel === channel) this.#acks.delivered(message);
     this.#held.add(taken);
