@@ -74,7 +74,8 @@ export interface DeliveryLedger {
    */
   admit(copy: LedgerCopy, windowMs: number): Promise<AdmitVerdict>;
   /**
-   * Records how the delivery of an admitted copy was settled, and remembers the id `windowMs` more.
+   * Records how the delivery of an admitted copy was settled, and remembers the id `windowMs` more;
+   * forgets a loss recorded for the queue's copy ({@link DeliveryLedger.lost}).
    * Call it before the driver's ack (a crash in between redelivers the copy, which `admit` then
    * calls a `duplicate` when it was `done`).
    * @returns false, changing nothing, when the queue remembers another token, none, or `done`.
@@ -102,14 +103,16 @@ export interface DeliveryLedger {
    */
   cancel(messageId: string): Promise<number>;
   /**
-   * Records that each copy was lost in an outage (see {@link LostCopy}), on the entry of the copy's
-   * queue and message id, for whichever process takes it next ({@link DeliveryLedger.takeLoss}).
-   * A copy is recorded only while the queue delivers its token and it is not settled `done`; a
-   * later loss of the copy replaces the earlier one. {@link DeliveryLedger.settle} forgets it.
+   * Records that each copy was lost in an outage (see {@link LostCopy}), beside the entry of the
+   * copy's queue and message id, for whichever process takes it next
+   * ({@link DeliveryLedger.takeLoss}), also a copy not admitted yet (held by a receiver, waiting for
+   * its turn). A copy is not recorded when the queue delivers another token of the message id (it is
+   * a duplicate) or settled its token `done`. The record lasts `windowMs`; a later loss of the
+   * queue's copy replaces it, and {@link DeliveryLedger.settle} forgets it.
    * @returns how many copies were recorded.
    * @throws HarrierError `invalid-argument` as `admit`, or for a count that is not a whole number >= 0.
    */
-  lost(copies: readonly LostCopy[]): Promise<number>;
+  lost(copies: readonly LostCopy[], windowMs: number): Promise<number>;
   /**
    * The latest loss recorded by {@link DeliveryLedger.lost} for this copy (same queue, message id
    * and token), and forgets it: undefined when none is recorded. A receiver asks for it when it

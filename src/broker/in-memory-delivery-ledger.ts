@@ -33,6 +33,7 @@ interface Loss {
   readonly deliveryCount: number;
   readonly excusedEnds: number;
   readonly lostAt: number;
+  readonly expiresAt: number;
 }
 
 /** A copy of a message published with a `deliverAt`. */
@@ -105,17 +106,19 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
     });
   }
 
-  lost(copies: readonly LostCopy[]): Promise<number> {
+  lost(copies: readonly LostCopy[], windowMs: number): Promise<number> {
     return this.#run(() => {
       copies.forEach(checkLostCopy);
+      checkMs('windowMs', windowMs);
       const now = this.#now();
       let recorded = 0;
       for (const copy of copies) {
         const key = claimKey(copy);
         const claim = this.#live(key, now);
-        if (claim === undefined || claim.token !== copy.token || claim.state === 'done') continue;
+        if (claim !== undefined && (claim.token !== copy.token || claim.state === 'done')) continue;
         const { token, deliveryCount, excusedEnds } = copy;
-        this.#losses.set(key, { token, deliveryCount, excusedEnds, lostAt: now });
+        const expiresAt = now + windowMs;
+        this.#losses.set(key, { token, deliveryCount, excusedEnds, lostAt: now, expiresAt });
         recorded++;
       }
       return recorded;
@@ -128,8 +131,7 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
       const now = this.#now();
       const key = claimKey(copy);
       const loss = this.#losses.get(key);
-      if (loss === undefined || loss.token !== copy.token || this.#live(key, now) === undefined)
-        return undefined;
+      if (loss === undefined || loss.token !== copy.token || loss.expiresAt <= now) return undefined;
       this.#losses.delete(key);
       const { deliveryCount, excusedEnds } = loss;
       return { deliveryCount, excusedEnds, msAgo: Math.max(0, now - loss.lostAt) };
@@ -203,7 +205,7 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
     if (now < this.#nextSweepAt) return now;
     this.#nextSweepAt = now + SWEEP_EVERY_MS;
     for (const [key, claim] of this.#claims) if (claim.expiresAt <= now) this.#claims.delete(key);
-    for (const key of this.#losses.keys()) if (!this.#claims.has(key)) this.#losses.delete(key);
+    for (const [key, loss] of this.#losses) if (loss.expiresAt <= now) this.#losses.delete(key);
     for (const [messageId, copies] of this.#scheduled) {
       for (const [key, copy] of copies) if (copy.expiresAt <= now) copies.delete(key);
       if (copies.size === 0) this.#scheduled.delete(messageId);

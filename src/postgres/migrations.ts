@@ -16,7 +16,8 @@ export type HarrierTableName =
   | 'projection_generations'
   | 'schedules'
   | 'ledger_claims'
-  | 'ledger_copies';
+  | 'ledger_copies'
+  | 'ledger_losses';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -285,16 +286,21 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 10,
     name: 'delivery ledger outage losses',
-    tables: [],
-    // The latest loss of a claim's copy in an outage (PostgresDeliveryLedger.lost): the token it was
-    // recorded for, the copy's x-delivery-count and excused ends then, and when. Nullable columns
-    // without a default: ADD COLUMN is a catalog change, no table rewrite.
+    tables: ['ledger_losses'],
+    // The latest loss of each queue's copy of a message in an outage (PostgresDeliveryLedger.lost):
+    // the token it was recorded for, the copy's x-delivery-count and excused ends then, and when.
     sql: (t) => `
-      ALTER TABLE ${t.ledgerClaims}
-        ADD COLUMN IF NOT EXISTS lost_token text,
-        ADD COLUMN IF NOT EXISTS lost_delivery_count integer,
-        ADD COLUMN IF NOT EXISTS lost_excused_ends integer,
-        ADD COLUMN IF NOT EXISTS lost_at bigint;
+      CREATE TABLE IF NOT EXISTS ${t.ledgerLosses} (
+        message_id text NOT NULL,
+        queue text NOT NULL,
+        token text NOT NULL,
+        delivery_count integer NOT NULL,
+        excused_ends integer NOT NULL,
+        lost_at bigint NOT NULL,
+        expires_at bigint NOT NULL,
+        PRIMARY KEY (message_id, queue)
+      );
+      CREATE INDEX IF NOT EXISTS ledger_losses_expires_at ON ${t.ledgerLosses} (expires_at);
     `,
   },
 ];

@@ -59,6 +59,12 @@ const DELAY_QUEUE_REDECLARE_MS = 10 * 60_000;
 const MIN_DELAY_BUCKET_MS = 2 ** 6;
 /** How long `redeliver` waits for a delivery of the message held here to settle before refusing. */
 const REDELIVER_ACTIVE_WAIT_MS = 2_000;
+/**
+ * How long, at least, the ledger keeps a copy's loss in an outage for the process that takes it
+ * back (the dedupe window when longer): a day.
+ */
+const LOSS_MS = 24 * 60 * 60 * 1000;
+
 /** How often `redeliver` asks the ledger again while a delivery of the message is not settled. */
 const REDELIVER_POLL_MS = 100;
 /** The default `dedupeWindowMs`: 24 hours, as the other brokers. */
@@ -833,7 +839,7 @@ export class RabbitMqBroker implements MessageBroker {
       const copy = this.#ledgerCopy(taken);
       if (copy !== undefined) copies.push({ ...copy, deliveryCount, excusedEnds: excused });
     }
-    if (copies.length > 0) await this.#ledger?.lost(copies);
+    if (copies.length > 0) await this.#ledger?.lost(copies, Math.max(this.#windowMs, LOSS_MS));
   }
 
   /** The latest loss in an outage the ledger knows of `taken`'s copy (forgotten there). */

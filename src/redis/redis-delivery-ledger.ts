@@ -134,10 +134,12 @@ export class RedisDeliveryLedger implements DeliveryLedger {
   }
 
   /** One script per copy (each on its message id's key), all sent at once. */
-  async lost(copies: readonly LostCopy[]): Promise<number> {
+  async lost(copies: readonly LostCopy[], windowMs: number): Promise<number> {
     copies.forEach(checkLostCopy);
+    checkMs('windowMs', windowMs);
     this.#assertOpen();
-    const now = String(this.#clock.now());
+    const at = this.#clock.now();
+    const now = String(at);
     const replies = await Promise.all(
       copies.map((copy) =>
         this.#eval(LOST_SCRIPT, copy.messageId, [
@@ -146,6 +148,8 @@ export class RedisDeliveryLedger implements DeliveryLedger {
           String(copy.deliveryCount),
           String(copy.excusedEnds),
           now,
+          String(at + windowMs),
+          String(KEY_GRACE_MS),
         ]),
       ),
     );

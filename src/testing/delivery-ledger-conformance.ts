@@ -214,7 +214,7 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
           const copy = copyIn(queue());
           await ledger.admit(copy, WINDOW_MS);
 
-          expect(await ledger.lost([lostCopy(copy, 2, 1)])).toBe(1);
+          expect(await ledger.lost([lostCopy(copy, 2, 1)], WINDOW_MS)).toBe(1);
           clock.advance(1_500);
 
           expect(await ledger.admit(copy, WINDOW_MS)).toBe('deliver');
@@ -225,28 +225,32 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
         it('keeps the latest of two losses', async () => {
           const copy = copyIn(queue());
           await ledger.admit(copy, WINDOW_MS);
-          await ledger.lost([lostCopy(copy, 0)]);
+          await ledger.lost([lostCopy(copy, 0)], WINDOW_MS);
           clock.advance(1_000);
 
-          await ledger.lost([lostCopy(copy, 1, 1)]);
+          await ledger.lost([lostCopy(copy, 1, 1)], WINDOW_MS);
 
           expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 1, excusedEnds: 1, msAgo: 0 });
         });
 
-        it('records each copy of a batch on its own entry', async () => {
+        it('records each copy of a batch on its own entry, also one not admitted yet', async () => {
           const first = copyIn(queue());
           const second = copyIn(queue('sumRevenue'));
-          const neverTaken = copyIn(queue());
+          const notAdmitted = copyIn(queue());
           await ledger.admit(first, WINDOW_MS);
           await ledger.admit(second, WINDOW_MS);
 
           expect(
-            await ledger.lost([lostCopy(first, 0), lostCopy(second, 3, 2), lostCopy(neverTaken, 0)]),
-          ).toBe(2);
+            await ledger.lost(
+              [lostCopy(first, 0), lostCopy(second, 3, 2), lostCopy(notAdmitted, 1)],
+              WINDOW_MS,
+            ),
+          ).toBe(3);
 
           expect(await ledger.takeLoss(second)).toEqual({ deliveryCount: 3, excusedEnds: 2, msAgo: 0 });
           expect(await ledger.takeLoss(first)).toEqual({ deliveryCount: 0, excusedEnds: 0, msAgo: 0 });
-          expect(await ledger.takeLoss(neverTaken)).toBeUndefined();
+          expect(await ledger.admit(notAdmitted, WINDOW_MS)).toBe('deliver');
+          expect(await ledger.takeLoss(notAdmitted)).toEqual({ deliveryCount: 1, excusedEnds: 0, msAgo: 0 });
         });
 
         it('records a copy settled waiting (a retry held by its receiver)', async () => {
@@ -254,7 +258,7 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
           await ledger.admit(copy, WINDOW_MS);
           await ledger.settle(copy, 'waiting', WINDOW_MS);
 
-          expect(await ledger.lost([lostCopy(copy, 0)])).toBe(1);
+          expect(await ledger.lost([lostCopy(copy, 0)], WINDOW_MS)).toBe(1);
           expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 0, excusedEnds: 0, msAgo: 0 });
         });
       });
@@ -263,7 +267,7 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
         it('forgets the loss', async () => {
           const copy = copyIn(queue());
           await ledger.admit(copy, WINDOW_MS);
-          await ledger.lost([lostCopy(copy, 0)]);
+          await ledger.lost([lostCopy(copy, 0)], WINDOW_MS);
 
           await ledger.settle(copy, 'waiting', WINDOW_MS);
 
@@ -271,25 +275,34 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
         });
       });
 
-      describe('when the queue delivers another token, the copy is done, or its record expired', () => {
+      describe('when the queue delivers another token of the message id, or settled the copy done', () => {
         it('records nothing, and gives no loss for another token', async () => {
           const done = copyIn(queue());
           await ledger.admit(done, WINDOW_MS);
           await ledger.settle(done, 'done', WINDOW_MS);
           const other = copyIn(queue());
           await ledger.admit(other, WINDOW_MS);
-          const expiring = copyIn(queue());
-          await ledger.admit(expiring, 1_000);
 
-          expect(await ledger.lost([lostCopy(done, 0), lostCopy(republished(other), 0)])).toBe(0);
-          await ledger.lost([lostCopy(other, 0)]);
-          expect(await ledger.takeLoss(republished(other))).toBeUndefined();
+          expect(await ledger.lost([lostCopy(done, 0), lostCopy(republished(other), 0)], WINDOW_MS)).toBe(0);
           expect(await ledger.takeLoss(done)).toBeUndefined();
-          await ledger.lost([lostCopy(expiring, 0)]);
-          clock.advance(1_000);
-          expect(await ledger.lost([lostCopy(expiring, 0)])).toBe(0);
-          expect(await ledger.takeLoss(expiring)).toBeUndefined();
-          expect(await ledger.takeLoss(other)).toEqual({ deliveryCount: 0, excusedEnds: 0, msAgo: 1_000 });
+          await ledger.lost([lostCopy(other, 0)], WINDOW_MS);
+          expect(await ledger.takeLoss(republished(other))).toBeUndefined();
+          expect(await ledger.takeLoss(other)).toEqual({ deliveryCount: 0, excusedEnds: 0, msAgo: 0 });
+        });
+      });
+
+      describe('when the window passes', () => {
+        it('forgets the loss', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          await ledger.lost([lostCopy(copy, 0)], 1_000);
+          clock.advance(999);
+          const kept = copyIn(queue());
+          await ledger.lost([lostCopy(kept, 0)], 1_000);
+          clock.advance(1);
+
+          expect(await ledger.takeLoss(copy)).toBeUndefined();
+          expect(await ledger.takeLoss(kept)).toEqual({ deliveryCount: 0, excusedEnds: 0, msAgo: 1 });
         });
       });
 
@@ -297,7 +310,7 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
         it('gives the replay no loss', async () => {
           const original = copyIn(queue());
           await ledger.admit(original, WINDOW_MS);
-          await ledger.lost([lostCopy(original, 0)]);
+          await ledger.lost([lostCopy(original, 0)], WINDOW_MS);
           await ledger.settle(original, 'done', WINDOW_MS);
           const replay = republished(original);
 
@@ -312,9 +325,16 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
         it('rejects with HarrierError invalid-argument', async () => {
           const copy = copyIn(queue());
           await ledger.admit(copy, WINDOW_MS);
-          expectCode(await failureOf(() => ledger.lost([lostCopy(copy, -1)])), 'invalid-argument');
-          expectCode(await failureOf(() => ledger.lost([lostCopy(copy, 0, 1.5)])), 'invalid-argument');
-          expectCode(await failureOf(() => ledger.lost([lostCopy(copyIn(''), 0)])), 'invalid-argument');
+          expectCode(await failureOf(() => ledger.lost([lostCopy(copy, -1)], WINDOW_MS)), 'invalid-argument');
+          expectCode(
+            await failureOf(() => ledger.lost([lostCopy(copy, 0, 1.5)], WINDOW_MS)),
+            'invalid-argument',
+          );
+          expectCode(
+            await failureOf(() => ledger.lost([lostCopy(copyIn(''), 0)], WINDOW_MS)),
+            'invalid-argument',
+          );
+          expectCode(await failureOf(() => ledger.lost([lostCopy(copy, 0)], -1)), 'invalid-argument');
           expectCode(await failureOf(() => ledger.takeLoss({ ...copy, token: 'a b' })), 'invalid-argument');
           expect(await ledger.takeLoss(copy)).toBeUndefined();
         });
@@ -534,7 +554,7 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
           'store-closed',
         );
         expectCode(await failureOf(() => ledger.cancel(copy.messageId)), 'store-closed');
-        expectCode(await failureOf(() => ledger.lost([lostCopy(copy, 0)])), 'store-closed');
+        expectCode(await failureOf(() => ledger.lost([lostCopy(copy, 0)], WINDOW_MS)), 'store-closed');
         expectCode(await failureOf(() => ledger.takeLoss(copy)), 'store-closed');
         await ledger.close();
       });

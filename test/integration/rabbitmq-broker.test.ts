@@ -668,7 +668,7 @@ describe('RabbitMqBroker', () => {
           replace: (copy, windowMs) => ledger.replace(copy, windowMs),
           scheduled: (id, token, queues, at) => ledger.scheduled(id, token, queues, at),
           cancel: (id) => ledger.cancel(id),
-          lost: (copies) => ledger.lost(copies),
+          lost: (copies, windowMs) => ledger.lost(copies, windowMs),
           takeLoss: (copy) => ledger.takeLoss(copy),
           close: () => ledger.close(),
         };
