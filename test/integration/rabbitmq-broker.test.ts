@@ -424,6 +424,56 @@ describe('RabbitMqBroker', () => {
       }
     }, 30_000);
 
+    /**
+     * Broker A holds a message when its connection drops; broker B, consuming the same queue, takes
+     * what RabbitMQ returns (A reconnects a second later). Resolves to what B was handed.
+     */
+    async function handedToAnother(ledger: DeliveryLedger | undefined): Promise<Delivery> {
+      const first = brokerWith(ledger === undefined ? {} : { ledger });
+      const second = new RabbitMqBroker({
+        connection: url,
+        prefix: first.prefix,
+        partitions: 4,
+        logger: silentLogger,
+        ...(ledger === undefined ? {} : { ledger }),
+      });
+      const controller = new AbortController();
+      try {
+        await first.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        await second.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        await first.publish(message('command', 'orders.Pay'));
+        const receiver = first.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const held = (await iterator.next()).value as Delivery;
+        const fromSecond = firstOf(second, 'orders', controller.signal);
+        const queue = `${first.prefix}.cmd.orders.Pay`;
+        await expect
+          .poll(() => onChannel(async (channel) => (await channel.checkQueue(queue)).consumerCount))
+          .toBe(2);
+
+        await dropConnectionOf(first);
+
+        const again = await fromSecond;
+        expect(again.facts.messageId).toBe(held.facts.messageId);
+        await second.ack(again.id);
+        return again;
+      } finally {
+        controller.abort();
+        await first.close();
+        await second.close();
+      }
+    }
+
+    it('with a delivery ledger, hands a message another broker held out on attempt 1: the outage is recorded in the ledger', async () => {
+      const again = await handedToAnother(new InMemoryDeliveryLedger());
+      expect([again.facts.attempt, again.facts.unsettledEnds]).toEqual([1, 0]);
+    }, 30_000);
+
+    it('without a ledger, counts the return of a message another broker held as an unsettled end (the limit docs/rabbitmq.md names)', async () => {
+      const again = await handedToAnother(undefined);
+      expect([again.facts.attempt, again.facts.unsettledEnds]).toEqual([2, 1]);
+    }, 30_000);
+
     it('still counts a crash after an outage: the same broker, its channel dropped as a dying process does', async () => {
       const broker = brokerWith();
       const controller = new AbortController();
