@@ -42,6 +42,8 @@ interface ConfirmWait {
   readonly expire: () => void;
   /** RabbitMQ returned it (a `mandatory` publish that reached no queue). */
   returned: boolean;
+  /** Rejected for want of a confirm by its deadline. */
+  expired: boolean;
 }
 
 /** A publish under way: what to publish, until when, and what a return of it does. */
@@ -218,6 +220,7 @@ export class RabbitMqConnection {
       const waiting: ConfirmWait = {
         deadline: Date.now() + timeoutMs,
         expire: () => {
+          waiting.expired = true;
           reject(
             rabbitMqUnavailable(
               this.#where,
@@ -227,6 +230,7 @@ export class RabbitMqConnection {
           );
         },
         returned: false,
+        expired: false,
       };
       let { options } = publish;
       let token: string | undefined;
@@ -244,6 +248,8 @@ export class RabbitMqConnection {
         channel.publish(publish.exchange, publish.routingKey, publish.content, options, (error: unknown) => {
           this.#confirmWaits.delete(waiting);
           if (id !== undefined && this.#untokened.get(id) === waiting) this.#untokened.delete(id);
+          // Rejected at its deadline already: nothing is tried again, nothing left to settle.
+          if (waiting.expired) return;
           if (error !== null && error !== undefined) {
             resolve(this.#publishAgain(rabbitMqUnavailable(this.#where, 'publishing', error), publish));
           } else if (waiting.returned || (token !== undefined && this.#returned.delete(token))) {

@@ -1,3 +1,4 @@
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import amqplib, { type ChannelModel } from 'amqplib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Delivery, MessageBroker, OutgoingMessage } from '../../src/broker/message-broker.js';
@@ -394,6 +395,54 @@ describe('RabbitMqBroker', () => {
           });
         } finally {
           await broker.close();
+        }
+      });
+    });
+
+    describe('when RabbitMQ stops answering, and the connection drops after the publish timed out', () => {
+      it('rejects the publish once with rabbitmq-unavailable, and leaves no rejection unhandled', async () => {
+        // A proxy whose answers from RabbitMQ can be held back: confirms stop arriving.
+        const target = new URL(url);
+        const sockets: Socket[] = [];
+        let upstream: Socket | undefined;
+        const proxy = createServer((client) => {
+          const server = connect(Number(target.port || 5672), target.hostname);
+          upstream = server;
+          sockets.push(client, server);
+          client.pipe(server);
+          server.pipe(client);
+          client.on('error', () => undefined);
+          server.on('error', () => undefined);
+        });
+        await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+        const proxied = new URL(url);
+        proxied.hostname = '127.0.0.1';
+        proxied.port = String((proxy.address() as AddressInfo).port);
+        const unhandled: unknown[] = [];
+        const onUnhandled = (reason: unknown): void => {
+          unhandled.push(reason);
+        };
+        process.on('unhandledRejection', onUnhandled);
+        const broker = brokerWith({ connection: proxied.toString(), publishTimeoutMs: 300 });
+        try {
+          await broker.register('orders', [{ handler: 'h', kind: 'event', types: ['orders.Noted'] }]);
+          await broker.publish(message('event', 'orders.Noted'));
+          upstream?.pause();
+          upstream?.unpipe();
+
+          const error = await broker.publish(message('event', 'orders.Noted')).catch((e: unknown) => e);
+          expect(HarrierError.is(error, 'rabbitmq-unavailable')).toBe(true);
+          expect((error as Error).message).toContain('no publisher confirm');
+
+          // The connection drops now: amqplib fails the publish's confirm callback too.
+          for (const socket of sockets) socket.destroy();
+          await new Promise((resolve) => setTimeout(resolve, 300));
+          expect(unhandled).toEqual([]);
+        } finally {
+          process.off('unhandledRejection', onUnhandled);
+          await broker.close();
+          for (const socket of sockets) socket.destroy();
+          await new Promise((resolve) => proxy.close(resolve));
         }
       });
     });
