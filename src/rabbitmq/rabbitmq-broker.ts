@@ -124,6 +124,26 @@ export interface RabbitMqBrokerOptions {
    */
   readonly dedupeWindowMs?: number;
   /**
+   * How many messages of each partition queue a receiver takes ahead of its handlers (RabbitMQ's
+   * prefetch of that queue's consumer; at least the receiver's own `prefetch`, which still bounds
+   * the deliveries out). A key waiting for its retry, or for a slow handler, holds up the other keys
+   * of its partition only once the messages of waiting keys fill this window. Each graceful stop of
+   * a receiver returns up to this many messages of each partition queue with the channel, which a
+   * quorum queue counts as an unsettled end. From 1 to 65535.
+   * @defaultValue 128
+   */
+  readonly partitionPrefetch?: number;
+  /**
+   * The longest a receiver keeps a message it has not handed out (waiting for its turn, or an
+   * ordered retry waiting for its time) unacknowledged, in ms: after that it gives it back to its
+   * queue and takes it again (an ordered one in its place, keeping its failed attempts; the return
+   * spends no attempt), so RabbitMQ's `consumer_timeout` (30 minutes by default) never closes the
+   * channel over it. Keep it below the server's `consumer_timeout`. A delivery out to a handler
+   * cannot be renewed: a handler must finish within `consumer_timeout`.
+   * @defaultValue 900000 (15 minutes)
+   */
+  readonly holdLimitMs?: number;
+  /**
    * Where reconnects and dropped facts are reported.
    * @defaultValue consoleLogger
    */
@@ -172,6 +192,8 @@ export class RabbitMqBroker implements MessageBroker {
   readonly #partitions: number;
   readonly #publishTimeoutMs: number;
   readonly #maxBucketMs: number;
+  readonly #partitionPrefetch: number;
+  readonly #holdLimitMs: number;
   readonly #logger: Logger;
   readonly #connection: RabbitMqConnection;
   readonly #registered = new Map<string, { specs: SubscriptionSpec[]; topology: EndpointTopology }>();
@@ -235,6 +257,14 @@ export class RabbitMqBroker implements MessageBroker {
       'e.g. 30 (0 turns heartbeats off)',
     );
     this.#publishTimeoutMs = whole('publishTimeoutMs', options.publishTimeoutMs, 10_000, 1, 'e.g. 10000');
+    this.#partitionPrefetch = whole('partitionPrefetch', options.partitionPrefetch, 128, 1, 'e.g. 128');
+    if (this.#partitionPrefetch > 65_535) {
+      throw new HarrierError(
+        'invalid-option',
+        `RabbitMqBroker option partitionPrefetch is ${this.#partitionPrefetch}: use 1 to 65535 (AMQP's prefetch count), e.g. 128 (or leave it out)`,
+      );
+    }
+    this.#holdLimitMs = whole('holdLimitMs', options.holdLimitMs, 15 * 60_000, 1_000, 'e.g. 900000');
     this.#maxBucketMs = whole(
       'maxDelayBucketMs',
       options.maxDelayBucketMs,
@@ -421,6 +451,8 @@ export class RabbitMqBroker implements MessageBroker {
             endpoint: options.endpoint,
             roles: registered.topology.queues,
             prefetch: Math.max(1, prefetch),
+            partitionPrefetch: Math.min(65_535, Math.max(1, prefetch, this.#partitionPrefetch)),
+            holdLimitMs: this.#holdLimitMs,
             logger: this.#logger,
             timeoutMs: this.#publishTimeoutMs,
             outageReturns: this.#outageReturns,

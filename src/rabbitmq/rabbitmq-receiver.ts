@@ -50,6 +50,10 @@ export interface ReceiverContext {
   readonly endpoint: string;
   readonly roles: readonly QueueRole[];
   readonly prefetch: number;
+  /** The prefetch of each partition queue's consumer (at least `prefetch`): how far it reads ahead. */
+  readonly partitionPrefetch: number;
+  /** The longest a message not handed out stays unacked before it is given back and taken again, in ms. */
+  readonly holdLimitMs: number;
   readonly logger: Logger;
   readonly timeoutMs: number;
   /** The copies lost in outages by the broker's receivers, whose return spends no attempt. */
@@ -563,8 +567,16 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       this.#recentlyAcked.clear();
       this.#unorderedConsumers.length = 0;
       try {
-        await channel.prefetch(this.#context.prefetch, false);
+        // Per consumer (not global): each queue's consumer gets the prefetch set when it starts. A
+        // partition queue reads further ahead, so that a key waiting for its retry (its backlog held
+        // here) does not fill the window the other keys of the partition need.
+        let window = 0;
         for (const role of this.#context.roles) {
+          const wanted = role.ordered ? this.#context.partitionPrefetch : this.#context.prefetch;
+          if (wanted !== window) {
+            await channel.prefetch(wanted, false);
+            window = wanted;
+          }
           const { consumerTag } = await channel.consume(
             role.queue,
             (message) => {
