@@ -9,6 +9,7 @@ import { deliveryCountOf, readFacts, type CarriedFacts } from './message-headers
 import type { OutageReturns } from './outage-returns.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
+import { ReadyQueues } from './ready-queues.js';
 
 /** At most this many messages held when a channel dropped are remembered (the oldest go first). */
 const MAX_REMEMBERED_DROPS = 10_000;
@@ -93,7 +94,8 @@ export interface ReceiverContext {
  */
 export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   readonly #context: ReceiverContext;
-  readonly #ready: Taken[] = [];
+  /** Messages that may be handed out now, taken queue by queue in turn. */
+  readonly #ready = new ReadyQueues<Taken>();
   /** Messages of ordered lanes, in arrival order; the first is out, ready or waiting for its time. */
   readonly #lanes = new Map<string, Taken[]>();
   /** Every message held from the current channel. */
@@ -331,7 +333,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         void this.#moveBack(taken, facts);
         return;
       }
-      this.#ready.push(taken);
+      this.#ready.push(taken.role.queue, taken);
       this.#notify();
       return;
     }
@@ -349,7 +351,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const at = taken.facts.notBefore;
     if (at !== undefined && at > Date.now()) this.#schedule(taken, at);
     else {
-      this.#ready.push(taken);
+      this.#ready.push(taken.role.queue, taken);
       this.#notify();
     }
   }
@@ -364,7 +366,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
           this.#schedule(taken, at);
           return;
         }
-        this.#ready.push(taken);
+        this.#ready.push(taken.role.queue, taken);
         this.#notify();
       },
       Math.min(MAX_TIMER_MS, Math.max(0, at - Date.now())),
@@ -427,13 +429,12 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       return false;
     }
     if (verdict === undefined) {
-      this.#ready.unshift(taken);
+      this.#ready.unshift(taken.role.queue, taken);
       await sleep(systemClock, 1_000, this.#stop.signal);
     }
     if (this.#isEnding()) {
       // giveBack ran while it was being admitted: it goes back as the others did.
-      const index = this.#ready.indexOf(taken);
-      if (index >= 0) this.#ready.splice(index, 1);
+      this.#ready.remove(taken.role.queue, taken);
       if (taken.lane === undefined) await this.#moveBack(taken, taken.facts);
       else this.#maybeClose();
       return false;
@@ -481,7 +482,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     if (channel !== undefined) {
       await Promise.all(tags.map((tag) => channel.cancel(tag).catch(() => undefined)));
     }
-    const waiting = this.#ready.splice(0);
+    const waiting = this.#ready.drain();
     for (const taken of waiting) taken.cancelTimer?.();
     await Promise.all(
       waiting.filter((taken) => taken.lane === undefined).map((taken) => this.#moveBack(taken, taken.facts)),
@@ -660,7 +661,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     }
     this.#asIfDead = false;
     this.#held.clear();
-    this.#ready.length = 0;
+    this.#ready.drain();
     this.#lanes.clear();
     this.#out = 0;
     this.#notify();
