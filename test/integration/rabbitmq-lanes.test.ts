@@ -66,9 +66,8 @@ describe('RabbitMqBroker partition queues', () => {
       for (const message of [...a, b1]) await broker.publish(message);
 
       const stop = new AbortController();
-      const deliveries = broker
-        .receiver({ endpoint: 'accounts', prefetch: concurrency, signal: stop.signal })
-        [Symbol.asyncIterator]();
+      const receiver = broker.receiver({ endpoint: 'accounts', prefetch: concurrency, signal: stop.signal });
+      const deliveries = receiver[Symbol.asyncIterator]();
       try {
         const first = await nextOf(deliveries);
         expect(first.body).toBe('a1');
@@ -114,9 +113,8 @@ describe('RabbitMqBroker partition queues', () => {
       for (const message of [...a, entry('account-b', 'b1')]) await broker.publish(message);
 
       const stop = new AbortController();
-      const deliveries = broker
-        .receiver({ endpoint: 'accounts', prefetch: 2, signal: stop.signal })
-        [Symbol.asyncIterator]();
+      const receiver = broker.receiver({ endpoint: 'accounts', prefetch: 2, signal: stop.signal });
+      const deliveries = receiver[Symbol.asyncIterator]();
       try {
         const first = await nextOf(deliveries);
         expect(first.body).toBe('a1');
