@@ -468,6 +468,7 @@ export class RabbitMqBroker implements MessageBroker {
               await this.#sendToQueue(taken.role.queue, taken, facts);
               await taken.receiver.ackMessage(taken);
             },
+            copyToTail: (taken) => this.#sendToQueue(taken.role.queue, taken, taken.facts, true),
             declare: () =>
               this.#connection.withChannel(this.#publishTimeoutMs, 'declaring queues', (channel) =>
                 this.#declare(channel, registered.topology),
@@ -742,14 +743,21 @@ export class RabbitMqBroker implements MessageBroker {
   }
 
   /** Publishes a copy of `taken` carrying `facts` into `queue`, now or through the delay queues. */
-  async #sendToQueue(queue: string, taken: Taken, facts: CarriedFacts): Promise<void> {
+  /**
+   * Publishes a copy of `taken` carrying `facts` into `queue`, confirmed: through the delay queues
+   * when it waits for a time, or, `keepingTime`, straight into `queue` with its time in its headers
+   * (a receiver holds an ordered message until then), so copies published in turn stay in turn.
+   */
+  async #sendToQueue(queue: string, taken: Taken, facts: CarriedFacts, keepingTime = false): Promise<void> {
     const properties: Options.Publish = {
       persistent: true,
       ...(taken.message.properties.messageId !== undefined
         ? { messageId: String(taken.message.properties.messageId) }
         : {}),
     };
-    if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
+    if (keepingTime) {
+      await this.#publishNow('', queue, taken.message.content, { ...properties, headers: headersOf(facts) });
+    } else if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
       await this.#publishDelayed(
         this.#names.queueKey(queue),
         taken.message.content,

@@ -43,6 +43,8 @@ export interface Taken {
   cancelTimer: (() => void) | undefined;
   /** The returns of its `x-delivery-count` that were outages, left out of `facts.ends`. */
   readonly excused: number;
+  /** When it arrived on its channel (ms since the epoch): RabbitMQ's consumer timeout counts from then. */
+  readonly takenAt: number;
 }
 
 /** What a receiver needs from its broker. */
@@ -72,6 +74,11 @@ export interface ReceiverContext {
   readonly admit: ((taken: Taken) => Promise<'deliver' | 'drop'>) | undefined;
   /** Publishes a copy of `taken` carrying `facts` back to its queue (confirmed), then acks it. */
   readonly moveBack: (taken: Taken, facts: CarriedFacts) => Promise<void>;
+  /**
+   * Publishes a copy of `taken` with its facts, its time included, straight to the tail of its queue
+   * (confirmed); the caller acks it.
+   */
+  readonly copyToTail: (taken: Taken) => Promise<void>;
   /** Declares the endpoint's queues and bindings again (one was deleted under the receiver). */
   readonly declare: () => Promise<void>;
   /** Called once the receiver has ended and settled or returned everything. */
@@ -132,6 +139,18 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   readonly #dropped = new Map<string, { facts: CarriedFacts; deliveryCount: number }>();
   /** The next channel drop is a test's simulated crash: nothing is remembered. */
   #asIfDead = false;
+  /**
+   * Lanes whose waiting messages were moved to the tail of their queue (held too long), with the
+   * copies still to come back, in their order ({@link copyKey}): until they are all back, every
+   * other message of the lane that arrives goes to the tail behind them.
+   */
+  readonly #rotating = new Map<string, string[]>();
+  /** Copies to the tail are published one batch after the other, so they land in turn. */
+  #tail: Promise<void> = Promise.resolve();
+  /** Batches of copies being moved to the tail: the channel stays open until they are acked. */
+  #moving = 0;
+  /** The message being admitted by the ledger (out of the ready lists, about to be handed out). */
+  #admitting: Taken | undefined;
 
   constructor(context: ReceiverContext, signal: AbortSignal | undefined) {
     this.#context = context;
@@ -169,10 +188,14 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (this.#ending) return { done: true, value: undefined };
       if (this.#out < this.#context.prefetch) {
         const taken = this.#ready.shift();
-        if (taken !== undefined && (await this.#admitted(taken))) {
-          return { done: false, value: this.#handOut(taken) };
+        if (taken !== undefined) {
+          this.#admitting = taken;
+          const admitted = await this.#admitted(taken).finally(() => {
+            this.#admitting = undefined;
+          });
+          if (admitted) return { done: false, value: this.#handOut(taken) };
+          continue;
         }
-        if (taken !== undefined) continue;
       }
       await new Promise<void>((resolve) => {
         this.#wake = resolve;
@@ -319,6 +342,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       id: undefined,
       cancelTimer: undefined,
       excused,
+      takenAt: Date.now(),
     };
     if (this.#acks?.channel === channel) this.#acks.delivered(message);
     this.#held.add(taken);
@@ -336,6 +360,18 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       this.#ready.push(taken.role.queue, taken);
       this.#notify();
       return;
+    }
+    const pending = this.#rotating.get(taken.lane);
+    if (pending !== undefined) {
+      const key = copyKey(taken.facts);
+      if (pending[0] !== key) {
+        // Ahead of the lane's copies in the queue but behind them in its key's order: to the tail too.
+        pending.push(key);
+        this.#moveToTail([taken]);
+        return;
+      }
+      pending.shift();
+      if (pending.length === 0) this.#rotating.delete(taken.lane);
     }
     const lane = this.#lanes.get(taken.lane);
     if (lane === undefined) {
@@ -491,7 +527,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /** Once ending and nothing is out: closes the channel (ordered messages held return in order). */
   #maybeClose(): void {
-    if (!this.#ending || this.#ended || this.#out > 0) return;
+    if (!this.#ending || this.#ended || this.#out > 0 || this.#moving > 0) return;
     for (const taken of this.#held) if (taken.lane === undefined) return;
     void this.#closeChannel();
   }
@@ -531,6 +567,21 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /** Keeps a channel consuming the endpoint's queues until the receiver ends. */
   async #run(): Promise<void> {
+    const sweep = setInterval(
+      () => {
+        this.#sweep();
+      },
+      Math.max(250, Math.min(60_000, this.#context.holdLimitMs / 4)),
+    );
+    sweep.unref();
+    try {
+      await this.#consume();
+    } finally {
+      clearInterval(sweep);
+    }
+  }
+
+  async #consume(): Promise<void> {
     let failed = false;
     while (!this.#ending) {
       if (failed) {
@@ -560,6 +611,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       }
       const closed = new Promise<void>((resolve) => {
         channel.once('close', resolve);
+      });
+      let closedBy: unknown;
+      channel.once('error', (error: unknown) => {
+        closedBy = error;
       });
       this.#channel = channel;
       const acks = new AckCoalescer(channel);
@@ -610,6 +665,15 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (this.#channel !== channel || this.#isEnding()) return;
       // The channel dropped: what it held comes back from RabbitMQ; the deliveries out are stale.
       this.#channel = undefined;
+      if (isConsumerTimeout(closedBy)) {
+        this.#context.logger.warn(
+          "RabbitMQ closed a receiver's channel: a delivery stayed unacknowledged past the server's consumer_timeout (a handler ran longer); what the channel held comes back as after an outage. Raise consumer_timeout in rabbitmq.conf above the longest handler run",
+          {
+            endpoint: this.#context.endpoint,
+            error: closedBy instanceof Error ? closedBy.message : String(closedBy),
+          },
+        );
+      }
       acks.flush();
       this.#acks = undefined;
       this.#loseAll(channel, !this.#simulatingCrash);
@@ -663,8 +727,81 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#held.clear();
     this.#ready.drain();
     this.#lanes.clear();
+    this.#rotating.clear();
     this.#out = 0;
     this.#notify();
+  }
+
+  /**
+   * Gives back what this receiver has held unacked for `holdLimitMs` without handing it out, before
+   * RabbitMQ's consumer timeout closes the channel over it: an unordered message as a copy (as an
+   * early one goes back), and the waiting messages of an ordered lane as copies to the tail of
+   * their queue, in their order, which come back here in turn (a retry keeps its time, failures
+   * and history). A lane whose copies are not all back yet waits for them first.
+   */
+  #sweep(): void {
+    const channel = this.#channel;
+    if (this.#ending || channel === undefined) return;
+    const oldest = Date.now() - this.#context.holdLimitMs;
+    for (const [lane, entries] of this.#lanes) {
+      if (this.#rotating.has(lane)) continue;
+      // The head out to a handler stays: it cannot be renewed.
+      const waiting = entries[0]?.id === undefined ? [...entries] : entries.slice(1);
+      if (!waiting.some((taken) => taken.takenAt <= oldest)) continue;
+      if (waiting.some((taken) => taken === this.#admitting || taken.channel !== channel)) continue;
+      if (waiting.length === entries.length) this.#lanes.delete(lane);
+      else entries.length = 1;
+      for (const taken of waiting) {
+        taken.cancelTimer?.();
+        taken.cancelTimer = undefined;
+        this.#ready.remove(taken.role.queue, taken);
+      }
+      this.#rotating.set(
+        lane,
+        waiting.map((taken) => copyKey(taken.facts)),
+      );
+      this.#moveToTail(waiting);
+    }
+    const stale = this.#ready.takeWhere(
+      (taken) => taken.lane === undefined && taken.takenAt <= oldest && taken !== this.#admitting,
+    );
+    for (const taken of stale) void this.#moveBack(taken, taken.facts);
+  }
+
+  /**
+   * Copies `batch` (ordered messages of one lane, in order) to the tail of their queue after the
+   * batches before it, then acks them. When a copy cannot be published, the channel is closed:
+   * every original still unacked goes back to the head of its queue in order (an outage return),
+   * and a copy published already is a later duplicate.
+   */
+  #moveToTail(batch: readonly Taken[]): void {
+    this.#moving++;
+    this.#tail = this.#tail
+      .then(async () => {
+        const channel = batch[0]?.channel;
+        try {
+          for (const taken of batch) await this.#context.copyToTail(taken);
+        } catch (error) {
+          if (channel === undefined || channel !== this.#channel) return;
+          this.#context.logger.warn(
+            'A RabbitMQ receiver could not move messages held too long to the tail of their queue; their channel is closed so they return in order',
+            {
+              queue: batch[0]?.role.queue,
+              error: error instanceof Error ? error.message : String(error),
+            },
+          );
+          await channel.close().catch(() => undefined);
+          return;
+        }
+        for (const taken of batch) {
+          if (!this.#held.delete(taken)) continue;
+          void this.ackMessage(taken);
+        }
+      })
+      .finally(() => {
+        this.#moving--;
+        this.#maybeClose();
+      });
   }
 
   /** Test hook: the channel drops as if its process died (an unsettled end that counts). */
@@ -674,6 +811,16 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#simulatingCrash = true;
     await this.#channel.close().catch(() => undefined);
   }
+}
+
+/** Whether a channel was closed by RabbitMQ's consumer timeout (406, "delivery acknowledgement ... timed out"). */
+function isConsumerTimeout(error: unknown): boolean {
+  return error instanceof Error && /delivery acknowledgement on channel \d+ timed out/i.test(error.message);
+}
+
+/** What identifies a copy of a message moved to the tail of its queue, within its lane. */
+function copyKey(facts: CarriedFacts): string {
+  return JSON.stringify([facts.messageId ?? null, facts.token ?? null]);
 }
 
 /** What identifies a message in its queue across a return: queue, message id and publish token. */

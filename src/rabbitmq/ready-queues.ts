@@ -56,6 +56,20 @@ export class ReadyQueues<T> {
     return true;
   }
 
+  /** Takes out the items `predicate` picks, queue by queue. */
+  takeWhere(predicate: (item: T) => boolean): T[] {
+    const taken: T[] = [];
+    for (const [queue, items] of [...this.#byQueue]) {
+      const kept = items.filter((item) => !predicate(item));
+      if (kept.length === items.length) continue;
+      taken.push(...items.filter(predicate));
+      if (kept.length === 0) this.#byQueue.delete(queue);
+      else this.#byQueue.set(queue, kept);
+    }
+    this.#size -= taken.length;
+    return taken;
+  }
+
   /** Takes out every item, queue by queue. */
   drain(): T[] {
     const all = [...this.#byQueue.values()].flat();

@@ -42,4 +42,13 @@ describe('ReadyQueues', () => {
     expect(ready.size).toBe(0);
     expect(ready.shift()).toBeUndefined();
   });
+
+  it('takes out the items a predicate picks, keeping the others in turn', () => {
+    const ready = new ReadyQueues<string>();
+    for (const item of ['a1', 'a2', 'a3']) ready.push('a', item);
+    ready.push('b', 'b1');
+    expect(ready.takeWhere((item) => item === 'a2' || item === 'b1')).toEqual(['a2', 'b1']);
+    expect(ready.size).toBe(2);
+    expect(takeAll(ready)).toEqual(['a1', 'a3']);
+  });
 });
