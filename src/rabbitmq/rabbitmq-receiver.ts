@@ -737,14 +737,14 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * RabbitMQ's consumer timeout closes the channel over it: an unordered message as a copy (as an
    * early one goes back), and the waiting messages of an ordered lane as copies to the tail of
    * their queue, in their order, which come back here in turn (a retry keeps its time, failures
-   * and history). A lane whose copies are not all back yet waits for them first.
+   * and history). A lane with copies still to come back moves what it has ahead of them: those
+   * copies then arrive first, are not next in the lane, and go to the tail behind them.
    */
   #sweep(): void {
     const channel = this.#channel;
     if (this.#ending || channel === undefined) return;
     const oldest = Date.now() - this.#context.holdLimitMs;
     for (const [lane, entries] of this.#lanes) {
-      if (this.#rotating.has(lane)) continue;
       // The head out to a handler stays: it cannot be renewed.
       const waiting = entries[0]?.id === undefined ? [...entries] : entries.slice(1);
       if (!waiting.some((taken) => taken.takenAt <= oldest)) continue;
@@ -756,10 +756,12 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         taken.cancelTimer = undefined;
         this.#ready.remove(taken.role.queue, taken);
       }
-      this.#rotating.set(
-        lane,
-        waiting.map((taken) => copyKey(taken.facts)),
-      );
+      // Ahead of copies still to come back (they wait behind these, a full window keeps them
+      // out): when those arrive first, they are not next, and go to the tail behind these.
+      this.#rotating.set(lane, [
+        ...waiting.map((taken) => copyKey(taken.facts)),
+        ...(this.#rotating.get(lane) ?? []),
+      ]);
       this.#moveToTail(waiting);
     }
     const stale = this.#ready.takeWhere(

@@ -107,8 +107,11 @@ describe('RabbitMqBroker and RabbitMQ consumer_timeout', () => {
     it('keeps it in the same process: at its time, with its failed attempt, no unsettled end, and its key in order', async () => {
       const warnings: string[] = [];
       const prefix = `ct-${String(++made)}-${uuidv7().slice(-8)}`;
-      const first = brokerOn(prefix, warnings, { holdLimitMs: 1_000 });
-      const second = brokerOn(prefix, warnings, { holdLimitMs: 1_000 });
+      // A window of 2: a3 and b1 wait in the queue behind a1 and a2, so a3 arrives while a1 and
+      // a2 are on their way to the tail, and goes there behind them.
+      const options = { holdLimitMs: 1_000, partitionPrefetch: 2 };
+      const first = brokerOn(prefix, warnings, options);
+      const second = brokerOn(prefix, warnings, options);
       for (const broker of [first, second]) {
         await broker.register('accounts', [
           { handler: 'commands', kind: 'command', types: [POST], orderedTypes: [POST] },
@@ -135,7 +138,8 @@ describe('RabbitMqBroker and RabbitMQ consumer_timeout', () => {
         working.push(work('second', second, seen, settle(second), stop.signal));
         for (const body of ['a1', 'a2']) await first.publish(entry('account-a', body));
         await first.publish(entry('account-b', 'b1'));
-        await waitFor('a2 to be handled', () => seen.some((s) => s.body === 'a2'), {
+        await first.publish(entry('account-a', 'a3'));
+        await waitFor('a3 to be handled', () => seen.some((s) => s.body === 'a3'), {
           timeoutMs: 20_000,
           explain: () => JSON.stringify(seen),
         });
@@ -155,6 +159,8 @@ describe('RabbitMqBroker and RabbitMQ consumer_timeout', () => {
         expect(of('a1')[1]?.at).toBeGreaterThanOrEqual(retryAt);
         expect(of('a2')).toMatchObject([{ by: 'first', attempt: 1, unsettledEnds: 0 }]);
         expect(of('a2')[0]?.at).toBeGreaterThanOrEqual(of('a1')[1]?.at ?? Infinity);
+        expect(of('a3')).toMatchObject([{ by: 'first', attempt: 1, unsettledEnds: 0 }]);
+        expect(of('a3')[0]?.at).toBeGreaterThanOrEqual(of('a2')[0]?.at ?? Infinity);
         expect(of('b1')).toMatchObject([{ by: 'first', attempt: 1 }]);
         expect(of('b1')[0]?.at).toBeLessThan(retryAt);
         expect(consumerTimeoutWarning(warnings)).toEqual([]);
