@@ -141,10 +141,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #asIfDead = false;
   /**
    * Lanes whose waiting messages were moved to the tail of their queue (held too long), with the
-   * copies still to come back, in their order ({@link copyKey}): until they are all back, every
+   * copies still to come back, in the order they were published: until they are all back, every
    * other message of the lane that arrives goes to the tail behind them.
    */
-  readonly #rotating = new Map<string, string[]>();
+  readonly #rotating = new Map<string, Expected[]>();
   /** Copies to the tail are published one batch after the other, so they land in turn. */
   #tail: Promise<void> = Promise.resolve();
   /** Batches of copies being moved to the tail: the channel stays open until they are acked. */
@@ -364,9 +364,14 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const pending = this.#rotating.get(taken.lane);
     if (pending !== undefined) {
       const key = copyKey(taken.facts);
-      if (pending[0] !== key) {
-        // Ahead of the lane's copies in the queue but behind them in its key's order: to the tail too.
-        pending.push(key);
+      const index = pending.findIndex((expected) => expected.key === key);
+      // Copies published before this one that did not come first are gone (a purge): not awaited.
+      if (index > 0) pending.splice(0, index);
+      if (index < 0 || pending[0]?.again === true) {
+        // Ahead of the lane's copies in the queue but behind them in its key's order (a message
+        // queued before they were, or a copy of one that moved again since): to the tail too.
+        if (index >= 0) pending.shift();
+        pending.push({ key, again: false });
         this.#moveToTail([taken]);
         return;
       }
@@ -737,8 +742,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * RabbitMQ's consumer timeout closes the channel over it: an unordered message as a copy (as an
    * early one goes back), and the waiting messages of an ordered lane as copies to the tail of
    * their queue, in their order, which come back here in turn (a retry keeps its time, failures
-   * and history). A lane with copies still to come back moves what it has ahead of them: those
-   * copies then arrive first, are not next in the lane, and go to the tail behind them.
+   * and history). A lane with copies still to come back moves what it has too: those copies then
+   * arrive first, and go round once more, behind.
    */
   #sweep(): void {
     const channel = this.#channel;
@@ -756,11 +761,11 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         taken.cancelTimer = undefined;
         this.#ready.remove(taken.role.queue, taken);
       }
-      // Ahead of copies still to come back (they wait behind these, a full window keeps them
-      // out): when those arrive first, they are not next, and go to the tail behind these.
+      // Copies still to come back (a full window kept them out) are behind these in the key's
+      // order but ahead of their copies in the queue: each goes to the tail once more on arrival.
       this.#rotating.set(lane, [
-        ...waiting.map((taken) => copyKey(taken.facts)),
-        ...(this.#rotating.get(lane) ?? []),
+        ...(this.#rotating.get(lane) ?? []).map(({ key }) => ({ key, again: true })),
+        ...waiting.map((taken) => ({ key: copyKey(taken.facts), again: false })),
       ]);
       this.#moveToTail(waiting);
     }
@@ -818,6 +823,12 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 /** Whether a channel was closed by RabbitMQ's consumer timeout (406, "delivery acknowledgement ... timed out"). */
 function isConsumerTimeout(error: unknown): boolean {
   return error instanceof Error && /delivery acknowledgement on channel \d+ timed out/i.test(error.message);
+}
+
+/** A copy a lane waits for: its {@link copyKey}, and whether it goes to the tail once more. */
+interface Expected {
+  readonly key: string;
+  readonly again: boolean;
 }
 
 /** What identifies a copy of a message moved to the tail of its queue, within its lane. */

@@ -143,6 +143,12 @@ describe('RabbitMqBroker and RabbitMQ consumer_timeout', () => {
           timeoutMs: 20_000,
           explain: () => JSON.stringify(seen),
         });
+        // Every copy of the key came back: the next message of the key goes as usual.
+        await first.publish(entry('account-a', 'a4'));
+        await waitFor('a4 to be handled', () => seen.some((s) => s.body === 'a4'), {
+          timeoutMs: 5_000,
+          explain: () => JSON.stringify(seen),
+        });
 
         const of = (body: string) => seen.filter((s) => s.body === body);
         expect(
@@ -161,6 +167,7 @@ describe('RabbitMqBroker and RabbitMQ consumer_timeout', () => {
         expect(of('a2')[0]?.at).toBeGreaterThanOrEqual(of('a1')[1]?.at ?? Infinity);
         expect(of('a3')).toMatchObject([{ by: 'first', attempt: 1, unsettledEnds: 0 }]);
         expect(of('a3')[0]?.at).toBeGreaterThanOrEqual(of('a2')[0]?.at ?? Infinity);
+        expect(of('a4')).toMatchObject([{ by: 'first', attempt: 1, unsettledEnds: 0 }]);
         expect(of('b1')).toMatchObject([{ by: 'first', attempt: 1 }]);
         expect(of('b1')[0]?.at).toBeLessThan(retryAt);
         expect(consumerTimeoutWarning(warnings)).toEqual([]);
