@@ -129,4 +129,40 @@ describe('RabbitMqBroker partition queues', () => {
       }
     });
   });
+
+  describe('when an unordered message waits in a busy receiver longer than holdLimitMs', () => {
+    it('gives it back to its queue, uncounted, where an idle process takes it', async () => {
+      const prefix = `${filePrefix}-hold`;
+      const options = { connection: url, prefix, partitions: 1, holdLimitMs: 1_000, logger: silentLogger };
+      const busy = new RabbitMqBroker(options);
+      const idle = new RabbitMqBroker(options);
+      brokers.push(busy, idle);
+      const subscriptions = [
+        { handler: 'first', kind: 'command' as const, types: ['accounts.First'] },
+        { handler: 'second', kind: 'command' as const, types: ['accounts.Second'] },
+      ];
+      await busy.register('accounts', subscriptions);
+      await idle.register('accounts', subscriptions);
+      const stop = new AbortController();
+      const busyReceiver = busy.receiver({ endpoint: 'accounts', prefetch: 1, signal: stop.signal });
+      const busyDeliveries = busyReceiver[Symbol.asyncIterator]();
+      try {
+        await busy.publish({ id: uuidv7(), kind: 'command', type: 'accounts.First', body: 'first' });
+        const held = await nextOf(busyDeliveries);
+        expect(held.body).toBe('first');
+        // Its handler runs on; the second queue's message waits in the busy receiver.
+        await busy.publish({ id: uuidv7(), kind: 'command', type: 'accounts.Second', body: 'second' });
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const idleReceiver = idle.receiver({ endpoint: 'accounts', prefetch: 1, signal: stop.signal });
+        const idleDeliveries = idleReceiver[Symbol.asyncIterator]();
+        const moved = await nextOf(idleDeliveries, 5_000);
+        expect(moved.body).toBe('second');
+        expect(moved.facts).toMatchObject({ attempt: 1, unsettledEnds: 0 });
+        await idle.ack(moved.id);
+        await busy.ack(held.id);
+      } finally {
+        stop.abort();
+      }
+    });
+  });
 });
