@@ -670,20 +670,26 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (this.#channel !== channel || this.#isEnding()) return;
       // The channel dropped: what it held comes back from RabbitMQ; the deliveries out are stale.
       this.#channel = undefined;
+      // RabbitMQ's consumer timeout: the delivery held longest (a handler that ran past it) counts
+      // as an unsettled end, as a lock lost on Redis does; the rest of the channel is an outage.
+      const overdue = isConsumerTimeout(closedBy) ? this.#heldLongest(channel) : undefined;
       if (isConsumerTimeout(closedBy)) {
         this.#context.logger.warn(
-          "RabbitMQ closed a receiver's channel: a delivery stayed unacknowledged past the server's consumer_timeout (a handler ran longer); what the channel held comes back as after an outage. Raise consumer_timeout in rabbitmq.conf above the longest handler run",
+          "RabbitMQ closed a receiver's channel: a delivery stayed unacknowledged past the server's consumer_timeout (a handler ran longer). That delivery counts as an unsettled end (as a crash); the channel's other messages come back as after an outage. Raise consumer_timeout in rabbitmq.conf above the longest handler run",
           {
             endpoint: this.#context.endpoint,
+            queue: overdue?.role.queue,
+            messageId: overdue?.facts.messageId,
+            heldMs: overdue === undefined ? undefined : Date.now() - overdue.takenAt,
             error: closedBy instanceof Error ? closedBy.message : String(closedBy),
           },
         );
       }
       acks.flush();
       this.#acks = undefined;
-      this.#loseAll(channel, !this.#simulatingCrash);
+      this.#loseAll(channel, !this.#simulatingCrash, overdue);
       this.#simulatingCrash = false;
-      this.#dropAll();
+      this.#dropAll(overdue);
       await sleep(systemClock, 200, this.#stop.signal);
     }
   }
@@ -692,9 +698,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * The channel dropped under a live receiver (the connection or RabbitMQ went away): what it held
    * goes back to its queues as outage returns, remembered so that they spend no attempt, and so
    * may what it acked last (the ack may have been lost with the connection). A
-   * simulated crash (`outage` false) counts; only the outage returns excused before carry on.
+   * simulated crash (`outage` false) counts, and so does the return of `overdue`; only the outage
+   * returns excused before carry on.
    */
-  #loseAll(channel: Channel, outage: boolean): void {
+  #loseAll(channel: Channel, outage: boolean, overdue?: Taken): void {
     const now = Date.now();
     const acked = [...this.#recentlyAcked].filter(([, at]) => now - at <= RECENT_ACK_MS);
     this.#recentlyAcked.clear();
@@ -706,15 +713,15 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         deliveryCountOf(taken.message.properties),
         taken.excused,
         now,
-        outage,
+        outage && taken !== overdue,
       );
     }
   }
 
-  #dropAll(): void {
+  #dropAll(overdue?: Taken): void {
     for (const taken of this.#held) {
       taken.cancelTimer?.();
-      const key = this.#asIfDead ? undefined : dropKey(taken.role, taken.facts);
+      const key = this.#asIfDead || taken === overdue ? undefined : dropKey(taken.role, taken.facts);
       if (key !== undefined) {
         this.#dropped.delete(key);
         this.#dropped.set(key, {
@@ -809,6 +816,16 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         this.#moving--;
         this.#maybeClose();
       });
+  }
+
+  /** The message held longest from `channel`: the one RabbitMQ's consumer timeout fired for. */
+  #heldLongest(channel: Channel): Taken | undefined {
+    let longest: Taken | undefined;
+    for (const taken of this.#held) {
+      if (taken.channel === channel && (longest === undefined || taken.takenAt < longest.takenAt))
+        longest = taken;
+    }
+    return longest;
   }
 
   /** Test hook: the channel drops as if its process died (an unsettled end that counts). */
