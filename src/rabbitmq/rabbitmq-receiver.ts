@@ -779,7 +779,25 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const stale = this.#ready.takeWhere(
       (taken) => taken.lane === undefined && taken.takenAt <= oldest && taken !== this.#admitting,
     );
-    for (const taken of stale) void this.#moveBack(taken, taken.facts);
+    for (const taken of stale) {
+      this.#context.moveBack(taken, taken.facts).then(
+        () => {
+          this.#held.delete(taken);
+          this.#maybeClose();
+        },
+        () => {
+          // Not moved (RabbitMQ is in trouble): it waits here again, and the next sweep retries.
+          if (!this.holds(taken)) return;
+          if (this.#ending) {
+            // Stopping meanwhile: it goes back as the others did.
+            void this.#moveBack(taken, taken.facts);
+            return;
+          }
+          this.#ready.push(taken.role.queue, taken);
+          this.#notify();
+        },
+      );
+    }
   }
 
   /**
