@@ -90,11 +90,15 @@ export interface ReceiverContext {
  * at most `prefetch` unsettled deliveries, one at a time per ordered key.
  *
  * @remarks
- * Each queue's consumer has `prefetch` as its window; what arrives beyond what may be out waits here
- * (unacked, so RabbitMQ keeps it if the process dies). A message of a partition queue waits until
+ * Each unordered queue's consumer has `prefetch` as its window, each partition queue's the larger
+ * `partitionPrefetch` (so a key waiting here with its backlog leaves room for the partition's other
+ * keys); what arrives beyond what may be out waits here (unacked, so RabbitMQ keeps it if the
+ * process dies), handed out queue by queue in turn. A message of a partition queue waits until
  * the earlier message of its key has settled; a retry of one waits here for its time, holding its
  * key. A message that arrives before its `not before` time goes back to the delay queues (an
- * ordered one waits here instead). Every message arrives through {@link RabbitMqReceiver.receive}.
+ * ordered one waits here instead). Nothing waits here unacked past `holdLimitMs` (RabbitMQ's
+ * consumer timeout would close the channel): see {@link RabbitMqReceiver.#sweep}. Every message
+ * arrives through {@link RabbitMqReceiver.receive}.
  * When the channel drops, what it held comes back from RabbitMQ (the deliveries out are stale) and
  * the receiver opens a new channel; the return is an outage, not an unsettled end
  * ({@link OutageReturns}).
