@@ -36,6 +36,11 @@ export class ReadyQueues<T> {
   shift(): T | undefined {
     for (const [queue, items] of this.#byQueue) {
       const item = items.shift();
+      // One queue with more left: its turn again, with no change to the map.
+      if (item !== undefined && items.length > 0 && this.#byQueue.size === 1) {
+        this.#size--;
+        return item;
+      }
       this.#byQueue.delete(queue);
       if (item === undefined) continue;
       if (items.length > 0) this.#byQueue.set(queue, items);
