@@ -74,7 +74,8 @@ export interface DeliveryLedger {
    */
   admit(copy: LedgerCopy, windowMs: number): Promise<AdmitVerdict>;
   /**
-   * Records how the delivery of an admitted copy was settled, and remembers the id `windowMs` more.
+   * Records how the delivery of an admitted copy was settled, and remembers the id `windowMs` more;
+   * forgets a loss recorded for the queue's copy ({@link DeliveryLedger.lost}).
    * Call it before the driver's ack (a crash in between redelivers the copy, which `admit` then
    * calls a `duplicate` when it was `done`).
    * @returns false, changing nothing, when the queue remembers another token, none, or `done`.
@@ -101,8 +102,47 @@ export interface DeliveryLedger {
    * id is delivered. Unknown ids resolve to 0.
    */
   cancel(messageId: string): Promise<number>;
+  /**
+   * Records that each copy was lost in an outage (see {@link LostCopy}), beside the entry of the
+   * copy's queue and message id, for whichever process takes it next
+   * ({@link DeliveryLedger.takeLoss}), also a copy not admitted yet (held by a receiver, waiting for
+   * its turn). A copy is not recorded when the queue delivers another token of the message id (it is
+   * a duplicate) or settled its token `done`. The record lasts `windowMs`; a later loss of the
+   * queue's copy replaces it, and {@link DeliveryLedger.settle} forgets it.
+   * @returns how many copies were recorded.
+   * @throws HarrierError `invalid-argument` as `admit`, or for a count that is not a whole number >= 0.
+   */
+  lost(copies: readonly LostCopy[], windowMs: number): Promise<number>;
+  /**
+   * The latest loss recorded by {@link DeliveryLedger.lost} for this copy (same queue, message id
+   * and token), and forgets it: undefined when none is recorded. A receiver asks for it when it
+   * takes a copy its queue has returned before, to leave the outage returns out of its unsettled
+   * ends.
+   */
+  takeLoss(copy: LedgerCopy): Promise<OutageLoss | undefined>;
   /** Releases the ledger's connections; every later call rejects with `store-closed`. */
   close(): Promise<void>;
+}
+
+/**
+ * A copy a receiver held (taken, not settled) when its channel or connection dropped while its
+ * process lived: RabbitMQ returns it to its queue, and that return is an outage, not a crash.
+ */
+export interface LostCopy extends LedgerCopy {
+  /** The queue's count of the copy's returns (`x-delivery-count`) when the receiver held it, >= 0. */
+  readonly deliveryCount: number;
+  /** The returns already left out of its unsettled ends as outage returns when it was held, >= 0. */
+  readonly excusedEnds: number;
+}
+
+/** What {@link DeliveryLedger.takeLoss} knows of a copy's latest loss in an outage. */
+export interface OutageLoss {
+  /** As {@link LostCopy.deliveryCount}. */
+  readonly deliveryCount: number;
+  /** As {@link LostCopy.excusedEnds}. */
+  readonly excusedEnds: number;
+  /** How long ago, by the ledger's clock, the loss was recorded (ms, >= 0). */
+  readonly msAgo: number;
 }
 
 /** Options every ledger takes beside its connection. */

@@ -7,14 +7,32 @@ import {
   type DeliveryLedgerOptions,
   type LedgerCopy,
   type LedgerSettlement,
+  type LostCopy,
+  type OutageLoss,
   type ReplaceOutcome,
 } from './delivery-ledger.js';
-import { checkCopy, checkMessageId, checkMs, checkQueue, checkToken } from './ledger-arguments.js';
+import {
+  checkCopy,
+  checkLostCopy,
+  checkMessageId,
+  checkMs,
+  checkQueue,
+  checkToken,
+} from './ledger-arguments.js';
 
 /** The token a queue delivers for a message id, and where its copy is. */
 interface Claim {
   readonly token: string;
   readonly state: 'active' | 'waiting' | 'done';
+  readonly expiresAt: number;
+}
+
+/** A copy's latest loss in an outage (`lost`). */
+interface Loss {
+  readonly token: string;
+  readonly deliveryCount: number;
+  readonly excusedEnds: number;
+  readonly lostAt: number;
   readonly expiresAt: number;
 }
 
@@ -44,6 +62,8 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
   readonly #claims = new Map<string, Claim>();
   /** By message id, then `<queue> NUL <token>`. */
   readonly #scheduled = new Map<string, Map<string, ScheduledCopy>>();
+  /** By `<queue> NUL <messageId>`, beside its claim. */
+  readonly #losses = new Map<string, Loss>();
   #nextSweepAt = 0;
   #closed = false;
 
@@ -81,7 +101,40 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
       const claim = this.#live(key, now);
       if (claim === undefined || claim.token !== copy.token || claim.state === 'done') return false;
       this.#claims.set(key, { token: copy.token, state: settlement, expiresAt: now + windowMs });
+      this.#losses.delete(key);
       return true;
+    });
+  }
+
+  lost(copies: readonly LostCopy[], windowMs: number): Promise<number> {
+    return this.#run(() => {
+      copies.forEach(checkLostCopy);
+      checkMs('windowMs', windowMs);
+      const now = this.#now();
+      let recorded = 0;
+      for (const copy of copies) {
+        const key = claimKey(copy);
+        const claim = this.#live(key, now);
+        if (claim !== undefined && (claim.token !== copy.token || claim.state === 'done')) continue;
+        const { token, deliveryCount, excusedEnds } = copy;
+        const expiresAt = now + windowMs;
+        this.#losses.set(key, { token, deliveryCount, excusedEnds, lostAt: now, expiresAt });
+        recorded++;
+      }
+      return recorded;
+    });
+  }
+
+  takeLoss(copy: LedgerCopy): Promise<OutageLoss | undefined> {
+    return this.#run(() => {
+      checkCopy(copy);
+      const now = this.#now();
+      const key = claimKey(copy);
+      const loss = this.#losses.get(key);
+      if (loss === undefined || loss.token !== copy.token || loss.expiresAt <= now) return undefined;
+      this.#losses.delete(key);
+      const { deliveryCount, excusedEnds } = loss;
+      return { deliveryCount, excusedEnds, msAgo: Math.max(0, now - loss.lostAt) };
     });
   }
 
@@ -137,6 +190,7 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
     this.#closed = true;
     this.#claims.clear();
     this.#scheduled.clear();
+    this.#losses.clear();
     return Promise.resolve();
   }
 
@@ -151,6 +205,7 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
     if (now < this.#nextSweepAt) return now;
     this.#nextSweepAt = now + SWEEP_EVERY_MS;
     for (const [key, claim] of this.#claims) if (claim.expiresAt <= now) this.#claims.delete(key);
+    for (const [key, loss] of this.#losses) if (loss.expiresAt <= now) this.#losses.delete(key);
     for (const [messageId, copies] of this.#scheduled) {
       for (const [key, copy] of copies) if (copy.expiresAt <= now) copies.delete(key);
       if (copies.size === 0) this.#scheduled.delete(messageId);

@@ -34,6 +34,8 @@ export {
   type DeliveryLedgerOptions,
   type LedgerCopy,
   type LedgerSettlement,
+  type LostCopy,
+  type OutageLoss,
   type ReplaceOutcome,
 } from './delivery-ledger.js';
 export { InMemoryDeliveryLedger } from './in-memory-delivery-ledger.js';

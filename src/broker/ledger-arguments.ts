@@ -1,5 +1,5 @@
 import { HarrierError } from '../errors/harrier-error.js';
-import type { LedgerCopy } from './delivery-ledger.js';
+import type { LedgerCopy, LostCopy } from './delivery-ledger.js';
 
 const TOKEN = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -43,4 +43,20 @@ export function checkToken(token: string): void {
 /** @throws HarrierError `invalid-argument` unless `ms` is a whole number >= 0. */
 export function checkMs(name: string, ms: number): void {
   if (!Number.isSafeInteger(ms) || ms < 0) throw invalid(name, ms, 'is not a whole number of ms >= 0');
+}
+
+/**
+ * Checks a lost copy handed to `DeliveryLedger.lost`.
+ * @throws HarrierError `invalid-argument` as {@link checkCopy}, or for a `deliveryCount` or
+ *   `excusedEnds` that is not a whole number >= 0.
+ */
+export function checkLostCopy(copy: LostCopy): void {
+  checkCopy(copy);
+  for (const [name, value] of [
+    ['deliveryCount', copy.deliveryCount],
+    ['excusedEnds', copy.excusedEnds],
+  ] as const) {
+    if (!Number.isSafeInteger(value) || value < 0)
+      throw invalid(name, value, 'is not a whole number >= 0: pass the x-delivery-count seen');
+  }
 }

@@ -16,7 +16,8 @@ export type HarrierTableName =
   | 'projection_generations'
   | 'schedules'
   | 'ledger_claims'
-  | 'ledger_copies';
+  | 'ledger_copies'
+  | 'ledger_losses';
 
 /** One step of Harrier's schema, applied once per schema in version order. */
 export interface Migration {
@@ -281,6 +282,26 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'delivery ledger',
     tables: ['ledger_claims', 'ledger_copies'],
     sql: deliveryLedgerMigrationSql,
+  },
+  {
+    version: 10,
+    name: 'delivery ledger outage losses',
+    tables: ['ledger_losses'],
+    // The latest loss of each queue's copy of a message in an outage (PostgresDeliveryLedger.lost):
+    // the token it was recorded for, the copy's x-delivery-count and excused ends then, and when.
+    sql: (t) => `
+      CREATE TABLE IF NOT EXISTS ${t.ledgerLosses} (
+        message_id text NOT NULL,
+        queue text NOT NULL,
+        token text NOT NULL,
+        delivery_count integer NOT NULL,
+        excused_ends integer NOT NULL,
+        lost_at bigint NOT NULL,
+        expires_at bigint NOT NULL,
+        PRIMARY KEY (message_id, queue)
+      );
+      CREATE INDEX IF NOT EXISTS ledger_losses_expires_at ON ${t.ledgerLosses} (expires_at);
+    `,
   },
 ];
 

@@ -6,9 +6,18 @@ import {
   type DeliveryLedgerOptions,
   type LedgerCopy,
   type LedgerSettlement,
+  type LostCopy,
+  type OutageLoss,
   type ReplaceOutcome,
 } from '../broker/delivery-ledger.js';
-import { checkCopy, checkMessageId, checkMs, checkQueue, checkToken } from '../broker/ledger-arguments.js';
+import {
+  checkCopy,
+  checkLostCopy,
+  checkMessageId,
+  checkMs,
+  checkQueue,
+  checkToken,
+} from '../broker/ledger-arguments.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import { requireSchema } from './migrate-postgres.js';
@@ -41,8 +50,8 @@ export interface PostgresDeliveryLedgerOptions extends DeliveryLedgerOptions {
 export const LEDGER_PRUNE_BATCH = 1000;
 
 /**
- * A {@link DeliveryLedger} in PostgreSQL, in the `ledger_claims` and `ledger_copies` tables of
- * Harrier's schema (migration 9), shared by every process of a broker.
+ * A {@link DeliveryLedger} in PostgreSQL, in the `ledger_claims`, `ledger_copies` and
+ * `ledger_losses` tables of Harrier's schema (migrations 9 and 10), shared by every process of a broker.
  *
  * @remarks
  * Every call is one statement: `admit` calls the `ledger_admit` function, which locks the
@@ -104,12 +113,72 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
     const now = this.#now();
     const rows = await this.#query(
       'settling a delivery',
-      `UPDATE ${this.#tables.ledgerClaims} SET state = $4, expires_at = $6
-        WHERE message_id = $1 AND queue = $2 AND token = $3 AND state <> 'done' AND expires_at > $5
-        RETURNING 1`,
+      `WITH settled AS (
+         UPDATE ${this.#tables.ledgerClaims} SET state = $4, expires_at = $6
+          WHERE message_id = $1 AND queue = $2 AND token = $3 AND state <> 'done' AND expires_at > $5
+          RETURNING message_id, queue),
+       forgotten AS (
+         DELETE FROM ${this.#tables.ledgerLosses} x USING settled s
+          WHERE x.message_id = s.message_id AND x.queue = s.queue)
+       SELECT 1 FROM settled`,
       [copy.messageId, copy.queue, copy.token, settlement, now, now + windowMs],
     );
     return rows.length === 1;
+  }
+
+  async lost(copies: readonly LostCopy[], windowMs: number): Promise<number> {
+    copies.forEach(checkLostCopy);
+    checkMs('windowMs', windowMs);
+    const now = this.#now();
+    // One row per queue's copy (the last of a batch wins); none where the queue delivers another
+    // token or settled this one done.
+    const latest = new Map(copies.map((copy) => [JSON.stringify([copy.messageId, copy.queue]), copy]));
+    const batch = [...latest.values()];
+    const rows = await this.#query(
+      'recording outage losses',
+      `INSERT INTO ${this.#tables.ledgerLosses} AS x
+              (message_id, queue, token, delivery_count, excused_ends, lost_at, expires_at)
+       SELECT l.message_id, l.queue, l.token, l.delivery_count, l.excused_ends, $6, $7
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[])
+              AS l(message_id, queue, token, delivery_count, excused_ends)
+        WHERE NOT EXISTS (
+          SELECT 1 FROM ${this.#tables.ledgerClaims} c
+           WHERE c.message_id = l.message_id AND c.queue = l.queue AND c.expires_at > $6
+             AND (c.token <> l.token OR c.state = 'done'))
+       ON CONFLICT (message_id, queue) DO UPDATE SET
+         token = EXCLUDED.token, delivery_count = EXCLUDED.delivery_count,
+         excused_ends = EXCLUDED.excused_ends, lost_at = EXCLUDED.lost_at, expires_at = EXCLUDED.expires_at
+       RETURNING 1`,
+      [
+        batch.map((copy) => copy.messageId),
+        batch.map((copy) => copy.queue),
+        batch.map((copy) => copy.token),
+        batch.map((copy) => copy.deliveryCount),
+        batch.map((copy) => copy.excusedEnds),
+        now,
+        now + windowMs,
+      ],
+    );
+    return rows.length;
+  }
+
+  async takeLoss(copy: LedgerCopy): Promise<OutageLoss | undefined> {
+    checkCopy(copy);
+    const now = this.#now();
+    const rows = await this.#query<{ delivery_count: number; excused_ends: number; lost_at: string }>(
+      'taking an outage loss',
+      `DELETE FROM ${this.#tables.ledgerLosses}
+        WHERE message_id = $1 AND queue = $2 AND token = $3 AND expires_at > $4
+        RETURNING delivery_count, excused_ends, lost_at`,
+      [copy.messageId, copy.queue, copy.token, now],
+    );
+    const row = rows[0];
+    if (row === undefined) return undefined;
+    return {
+      deliveryCount: row.delivery_count,
+      excusedEnds: row.excused_ends,
+      msAgo: Math.max(0, now - Number(row.lost_at)),
+    };
   }
 
   async replace(copy: LedgerCopy, windowMs: number): Promise<ReplaceOutcome> {
@@ -184,8 +253,10 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
           AND ctid = ANY(ARRAY(SELECT ctid FROM ${table} WHERE expires_at <= $1 LIMIT $2)) RETURNING 1`;
     const rows = await this.#query<{ removed: number }>(
       'pruning expired ledger rows',
-      `WITH claims AS (${batch(this.#tables.ledgerClaims)}), copies AS (${batch(this.#tables.ledgerCopies)})
-       SELECT ((SELECT count(*) FROM claims) + (SELECT count(*) FROM copies))::int AS removed`,
+      `WITH claims AS (${batch(this.#tables.ledgerClaims)}), copies AS (${batch(this.#tables.ledgerCopies)}),
+            losses AS (${batch(this.#tables.ledgerLosses)})
+       SELECT ((SELECT count(*) FROM claims) + (SELECT count(*) FROM copies)
+               + (SELECT count(*) FROM losses))::int AS removed`,
       [now, LEDGER_PRUNE_BATCH],
     );
     return rows[0]?.removed ?? 0;

@@ -52,6 +52,8 @@ export interface PostgresTables {
   readonly ledgerClaims: string;
   /** The copies of scheduled messages, for `cancel` (`PostgresDeliveryLedger`). */
   readonly ledgerCopies: string;
+  /** The latest loss of each queue's copy in an outage (`PostgresDeliveryLedger.lost`). */
+  readonly ledgerLosses: string;
   /** `PostgresDeliveryLedger.admit`, a function (see migration 9). */
   readonly ledgerAdmit: string;
 }
@@ -89,6 +91,7 @@ export function postgresTables(schema: string = DEFAULT_POSTGRES_SCHEMA): Postgr
     schedules: `${q}.schedules`,
     ledgerClaims: `${q}.ledger_claims`,
     ledgerCopies: `${q}.ledger_copies`,
+    ledgerLosses: `${q}.ledger_losses`,
     ledgerAdmit: `${q}.ledger_admit`,
   };
 }

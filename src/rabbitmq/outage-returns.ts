@@ -1,5 +1,5 @@
-/** How long a copy lost in an outage is remembered, in ms. */
-const REMEMBER_MS = 10 * 60_000;
+import type { CarriedFacts } from './message-headers.js';
+
 /** The most copies remembered; the oldest are forgotten first. */
 const MAX_REMEMBERED = 10_000;
 /**
@@ -8,20 +8,64 @@ const MAX_REMEMBERED = 10_000;
  */
 export const OUTAGE_WINDOW_MS = 30_000;
 
-/** A copy a receiver held when its channel or connection dropped under it. */
-interface Lost {
+/** What is known of a copy's latest loss, here or in the delivery ledger (`OutageLoss`). */
+export interface Loss {
   /** Its quorum queue's `x-delivery-count` when it was held. */
   readonly deliveryCount: number;
-  /** The returns already explained as outage returns before it was held. */
-  readonly excused: number;
-  readonly lostAt: number;
-  /** Lost in an outage (its return is excused), not in a crash (only `excused` carries on). */
+  /** The returns already excused as outage returns before it was held. */
+  readonly excusedEnds: number;
+  /** How long ago it was lost, in ms. */
+  readonly msAgo: number;
+  /** Lost in an outage (its return is excused), not in a crash (only `excusedEnds` carry on). */
   readonly outage: boolean;
 }
 
 /**
+ * How many of the unsettled ends in a copy's `deliveryCount` were outage returns, given its latest
+ * `loss` and how long ago the channel it arrived on opened (the rule of {@link OutageReturns}):
+ * - the whole rise since it was held, when it arrives at most {@link OUTAGE_WINDOW_MS} after the
+ *   later of the loss and the opening of that channel: every return then happened while its
+ *   receivers saw their connection down or within that window after it, which is when a restarting
+ *   RabbitMQ returns a copy more than once (it may hand a returned copy to a consumer of the old
+ *   connection it has not yet found gone, and take it back again);
+ * - otherwise one, the return the drop caused: any other return may be a crash elsewhere;
+ * - plus the returns excused before the loss; none for a lower count (a new copy, republished,
+ *   whose carried ends were corrected already).
+ */
+export function excusedEnds(loss: Loss, deliveryCount: number, msSinceChannelOpened: number): number {
+  const rise = deliveryCount - loss.deliveryCount;
+  if (rise < 0) return 0;
+  if (rise === 0 || !loss.outage) return loss.excusedEnds;
+  const sinceBack = Math.min(loss.msAgo, msSinceChannelOpened);
+  return loss.excusedEnds + (sinceBack <= OUTAGE_WINDOW_MS ? rise : 1);
+}
+
+/** A copy a receiver held when its channel or connection dropped under it. */
+interface Lost {
+  readonly deliveryCount: number;
+  readonly excusedEnds: number;
+  readonly lostAt: number;
+  readonly outage: boolean;
+  /** Its publish token and its facts then (an ordered retry's failures live only in its receiver). */
+  readonly token: string | undefined;
+  readonly facts: CarriedFacts | undefined;
+}
+
+/** What {@link OutageReturns.excuse} tells of a copy that came back. */
+export interface Returned {
+  /** The unsettled ends of its count that outages explain. */
+  readonly excused: number;
+  /**
+   * The facts it had when it was lost (a retry held by its receiver moved them on), for the same
+   * message come back (`redelivered`, same token) after an outage; else undefined.
+   */
+  readonly facts: CarriedFacts | undefined;
+}
+
+/**
  * The copies an outage took from this broker instance's receivers, so that when RabbitMQ gives one
- * back its `x-delivery-count` does not count the outage as an unsettled end.
+ * back its `x-delivery-count` does not count the outage as an unsettled end, and its facts (an
+ * ordered message's failed attempts since it was taken) carry on.
  *
  * @remarks
  * A quorum queue adds 1 to a message's `x-delivery-count` each time it goes back to the queue: when
@@ -29,27 +73,22 @@ interface Lost {
  * or the connection drops while a live process holds it (an outage, which must not). A receiver
  * whose channel drops while it is not closing {@link OutageReturns.lose | loses} what it held here.
  * When a copy of a lost message (same queue and message id) comes back to any receiver of the
- * broker, {@link OutageReturns.excuse} tells how many returns of its count the outage explains:
+ * broker, {@link OutageReturns.excuse} tells how many returns of its count the outage explains, by
+ * the rule of {@link excusedEnds}.
  *
- * - the whole rise since it was held, when it arrives at most {@link OUTAGE_WINDOW_MS} after the
- *   loss and after the channel it arrives on opened: then every return happened while this broker saw its
- *   connection down or within that window after it, which is when a restarting RabbitMQ returns a
- *   copy more than once (it may hand a returned copy to a consumer of the old connection it has not
- *   yet found gone, and take it back again);
- * - otherwise, one: the return the drop caused; any other return may be a crash elsewhere.
- *
- * A crash of another process that held the copy inside that window is excused too (it cannot be
- * told from a second outage return); the crash limit then counts from its next crash. A copy whose
- * count rose while this broker was away but that this broker never held (it went to another
- * process) is not known here and still counts: the delivery ledger is the place to close that gap
- * (docs/rabbitmq.md). Bounded: at most {@link MAX_REMEMBERED} copies, each for 10 minutes.
+ * A crash of another process that held the copy inside the window is excused too (it cannot be
+ * told from a second outage return); the crash limit then counts from its next crash. A copy that
+ * goes to another process is not known there: with a delivery ledger the receiver also records the
+ * loss on the copy's ledger entry (`DeliveryLedger.lost`), where any process finds it
+ * (docs/rabbitmq.md). Bounded: at most {@link MAX_REMEMBERED} copies, the oldest forgotten first.
  */
 export class OutageReturns {
   readonly #lost = new Map<string, Lost>();
 
   /**
    * Remembers a copy held when its channel dropped (a copy without a message id is not known): in
-   * an `outage`, or in a crash, after which only the outage returns excused before carry on.
+   * an `outage`, or in a crash, after which only the outage returns excused before carry on (and
+   * not its facts).
    */
   lose(
     queue: string,
@@ -58,20 +97,31 @@ export class OutageReturns {
     excused: number,
     now: number,
     outage = true,
+    held?: { readonly token: string | undefined; readonly facts: CarriedFacts },
   ): void {
     if (messageId === undefined || (!outage && excused === 0)) return;
     const key = keyOf(queue, messageId);
     this.#lost.delete(key);
-    this.#lost.set(key, { deliveryCount, excused, lostAt: now, outage });
-    for (const [oldest, lost] of this.#lost) {
-      if (this.#lost.size <= MAX_REMEMBERED && now - lost.lostAt <= REMEMBER_MS) break;
-      this.#lost.delete(oldest);
+    this.#lost.set(key, {
+      deliveryCount,
+      excusedEnds: excused,
+      lostAt: now,
+      outage,
+      token: held?.token,
+      facts: outage ? held?.facts : undefined,
+    });
+    if (this.#lost.size > MAX_REMEMBERED) {
+      const oldest = this.#lost.keys().next().value;
+      if (oldest !== undefined) this.#lost.delete(oldest);
     }
   }
 
   /**
-   * How many of the unsettled ends in a copy's `deliveryCount` were outage returns (it is then
-   * forgotten): see the class remarks for the rule. 0 for a copy never lost here.
+   * What the outage explains of a copy come back (it is then forgotten): the returns excused (0 for
+   * a copy never lost here) and, for the same token, the facts it had. Only a copy RabbitMQ
+   * delivered before (`redelivered`) has returns of its own: another copy of the message id (one
+   * published again after a refused publish that RabbitMQ had stored, a retry published as the
+   * channel dropped) excuses nothing and leaves the lost copy remembered for its return.
    */
   excuse(
     queue: string,
@@ -79,20 +129,23 @@ export class OutageReturns {
     deliveryCount: number,
     channelOpenedAt: number,
     now: number,
-  ): number {
-    if (messageId === undefined) return 0;
+    copy: { readonly token: string | undefined; readonly redelivered: boolean },
+  ): Returned {
+    if (messageId === undefined || !copy.redelivered) return NOTHING;
     const key = keyOf(queue, messageId);
     const lost = this.#lost.get(key);
-    if (lost === undefined) return 0;
+    if (lost === undefined) return NOTHING;
     this.#lost.delete(key);
-    const rise = deliveryCount - lost.deliveryCount;
-    // Lower: a new copy (republished), whose carried ends were already corrected.
-    if (now - lost.lostAt > REMEMBER_MS || rise < 0) return 0;
-    if (rise === 0 || !lost.outage) return lost.excused;
-    const back = Math.max(channelOpenedAt, lost.lostAt);
-    return lost.excused + (now - back <= OUTAGE_WINDOW_MS ? rise : 1);
+    const excused = excusedEnds(
+      { ...lost, msAgo: Math.max(0, now - lost.lostAt) },
+      deliveryCount,
+      Math.max(0, now - channelOpenedAt),
+    );
+    return { excused, facts: lost.token === copy.token ? lost.facts : undefined };
   }
 }
+
+const NOTHING: Returned = { excused: 0, facts: undefined };
 
 function keyOf(queue: string, messageId: string): string {
   return `${queue}\u0000${messageId}`;

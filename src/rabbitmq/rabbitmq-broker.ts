@@ -16,6 +16,8 @@ import {
   type DeliveryLedger,
   type LedgerCopy,
   type LedgerSettlement,
+  type LostCopy,
+  type OutageLoss,
 } from '../broker/delivery-ledger.js';
 import { noRouteError } from '../broker/no-route-error.js';
 import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
@@ -33,7 +35,7 @@ import {
 } from './rabbitmq-connection.js';
 import { OutageReturns } from './outage-returns.js';
 import { assertNameLength, RabbitMqNames } from './rabbitmq-names.js';
-import { logicalQueue, RabbitMqReceiver, type Taken } from './rabbitmq-receiver.js';
+import { logicalQueue, RabbitMqReceiver, type LostTaken, type Taken } from './rabbitmq-receiver.js';
 import { recordRegistration } from './rabbitmq-registry.js';
 import { registrationOf } from './registration-record.js';
 import {
@@ -57,6 +59,12 @@ const DELAY_QUEUE_REDECLARE_MS = 10 * 60_000;
 const MIN_DELAY_BUCKET_MS = 2 ** 6;
 /** How long `redeliver` waits for a delivery of the message held here to settle before refusing. */
 const REDELIVER_ACTIVE_WAIT_MS = 2_000;
+/**
+ * How long, at least, the ledger keeps a copy's loss in an outage for the process that takes it
+ * back (the dedupe window when longer): a day.
+ */
+const LOSS_MS = 24 * 60 * 60 * 1000;
+
 /** How often `redeliver` asks the ledger again while a delivery of the message is not settled. */
 const REDELIVER_POLL_MS = 100;
 /** The default `dedupeWindowMs`: 24 hours, as the other brokers. */
@@ -464,6 +472,8 @@ export class RabbitMqBroker implements MessageBroker {
               this.#held.delete(id);
             },
             admit: this.#ledger === undefined ? undefined : (taken) => this.#admit(taken),
+            recordLosses: this.#ledger === undefined ? undefined : (lost) => this.#recordLosses(lost),
+            takeLoss: this.#ledger === undefined ? undefined : (taken) => this.#takeLoss(taken),
             moveBack: async (taken, facts) => {
               await this.#sendToQueue(taken.role.queue, taken, facts);
               await taken.receiver.ackMessage(taken);
@@ -860,6 +870,23 @@ export class RabbitMqBroker implements MessageBroker {
     if (copy === undefined || this.#ledger === undefined) return 'deliver';
     const verdict = await this.#ledger.admit(copy, this.#windowMs);
     return verdict === 'deliver' ? 'deliver' : 'drop';
+  }
+
+  /** Records copies a dropped channel held as lost in an outage, on their ledger entries. */
+  async #recordLosses(lost: readonly LostTaken[]): Promise<void> {
+    const copies: LostCopy[] = [];
+    for (const { taken, deliveryCount, excused } of lost) {
+      const copy = this.#ledgerCopy(taken);
+      if (copy !== undefined) copies.push({ ...copy, deliveryCount, excusedEnds: excused });
+    }
+    if (copies.length > 0) await this.#ledger?.lost(copies, Math.max(this.#windowMs, LOSS_MS));
+  }
+
+  /** The latest loss in an outage the ledger knows of `taken`'s copy (forgotten there). */
+  async #takeLoss(taken: Taken): Promise<OutageLoss | undefined> {
+    const copy = this.#ledgerCopy(taken);
+    if (copy === undefined || this.#ledger === undefined) return undefined;
+    return this.#ledger.takeLoss(copy);
   }
 
   /**

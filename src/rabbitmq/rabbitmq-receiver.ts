@@ -1,4 +1,5 @@
 import type { Channel, ConsumeMessage } from 'amqplib';
+import type { OutageLoss } from '../broker/delivery-ledger.js';
 import type { Delivery, DeliveryFacts } from '../broker/message-broker.js';
 import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
 import { systemClock } from '../clock/clock.js';
@@ -6,13 +7,10 @@ import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
 import { AckCoalescer } from './ack-coalescer.js';
 import { deliveryCountOf, readFacts, type CarriedFacts } from './message-headers.js';
-import type { OutageReturns } from './outage-returns.js';
+import { excusedEnds, type OutageReturns } from './outage-returns.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
 import { ReadyQueues } from './ready-queues.js';
-
-/** At most this many messages held when a channel dropped are remembered (the oldest go first). */
-const MAX_REMEMBERED_DROPS = 10_000;
 
 /**
  * How many of its latest acks a receiver remembers, and for how long (ms): an ack is never
@@ -42,9 +40,24 @@ export interface Taken {
   /** Cancels the timer of a message waiting here for its time. */
   cancelTimer: (() => void) | undefined;
   /** The returns of its `x-delivery-count` that were outages, left out of `facts.ends`. */
-  readonly excused: number;
+  excused: number;
+  /** Its unsettled ends as its headers tell them, none excused. */
+  readonly counted: number;
+  /**
+   * With a delivery ledger: the ledger is still to be asked for the copy's loss in an outage
+   * (a copy its queue returned before), when it is first admitted.
+   */
+  askLoss: boolean;
   /** When it arrived on its channel (ms since the epoch): RabbitMQ's consumer timeout counts from then. */
   readonly takenAt: number;
+}
+
+/** A copy lost in an outage, for {@link ReceiverContext.recordLosses}. */
+export interface LostTaken {
+  readonly taken: Taken;
+  /** Its `x-delivery-count` when it was held (one more after a simulated crash: see `dropChannel`). */
+  readonly deliveryCount: number;
+  readonly excused: number;
 }
 
 /** What a receiver needs from its broker. */
@@ -72,6 +85,14 @@ export interface ReceiverContext {
    * duplicate, a cancelled scheduled message); rejects when the ledger is unreachable (an outage).
    */
   readonly admit: ((taken: Taken) => Promise<'deliver' | 'drop'>) | undefined;
+  /**
+   * With a delivery ledger: records the copies a dropped channel held on their ledger entries, so
+   * that any process that takes one back leaves the outage out of its unsettled ends; rejects when
+   * the ledger is unreachable.
+   */
+  readonly recordLosses: ((lost: readonly LostTaken[]) => Promise<void>) | undefined;
+  /** With a delivery ledger: the copy's latest loss recorded there, which it forgets; rejects as `admit`. */
+  readonly takeLoss: ((taken: Taken) => Promise<OutageLoss | undefined>) | undefined;
   /** Publishes a copy of `taken` carrying `facts` back to its queue (confirmed), then acks it. */
   readonly moveBack: (taken: Taken, facts: CarriedFacts) => Promise<void>;
   /**
@@ -101,7 +122,8 @@ export interface ReceiverContext {
  * arrives through {@link RabbitMqReceiver.receive}.
  * When the channel drops, what it held comes back from RabbitMQ (the deliveries out are stale) and
  * the receiver opens a new channel; the return is an outage, not an unsettled end
- * ({@link OutageReturns}).
+ * ({@link OutageReturns}, and with a delivery ledger the copy's ledger entry, so that another
+ * process that takes it knows too).
  */
 export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   readonly #context: ReceiverContext;
@@ -116,6 +138,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #out = 0;
   /** The ledger failed the last admission (logged once until it answers again). */
   #ledgerDown = false;
+  /** The recording of the latest losses in the ledger, one after another. */
+  #recordingLosses: Promise<void> = Promise.resolve();
   #ending = false;
   #ended = false;
   #channelClosing: Promise<void> | undefined;
@@ -135,14 +159,6 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   /** Resolves once the receiver stops. */
   readonly #stopped = aborted(this.#stop.signal);
   readonly #roleOf = new Map<string, QueueRole>();
-  /**
-   * Messages this receiver held when its channel dropped (an outage, not a crash), by
-   * {@link dropKey}: their facts then (an ordered retry's failures live only here) and their
-   * `x-delivery-count`, so the return the drop caused is not counted as an unsettled end.
-   */
-  readonly #dropped = new Map<string, { facts: CarriedFacts; deliveryCount: number }>();
-  /** The next channel drop is a test's simulated crash: nothing is remembered. */
-  #asIfDead = false;
   /**
    * Lanes whose waiting messages were moved to the tail of their queue (held too long), with the
    * copies still to come back, in the order they were published: until they are all back, every
@@ -308,12 +324,17 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const read = readFacts(message.properties);
     const { dropped } = read;
     const deliveryCount = deliveryCountOf(message.properties);
-    const excused = this.#context.outageReturns.excuse(
+    // The returns this broker's own outages explain, and the facts the copy had here when lost (an
+    // ordered message's failed attempts since it was taken): only for the message itself, returned
+    // (`redelivered`); another copy of it (published again, or a retry whose publish was under way)
+    // carries facts of its own.
+    const back = this.#context.outageReturns.excuse(
       role.queue,
       read.facts.messageId,
       deliveryCount,
       this.#channelOpenedAt,
       Date.now(),
+      { token: read.facts.token, redelivered: message.fields.redelivered },
     );
     if (dropped.length > 0) {
       this.#context.logger.warn('Malformed delivery facts in AMQP headers were dropped', {
@@ -321,20 +342,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         headers: dropped,
       });
     }
-    // The returns this broker's own outages explain (OutageReturns' rule) are not unsettled ends.
-    let facts = excused > 0 ? { ...read.facts, ends: Math.max(0, read.facts.ends - excused) } : read.facts;
-    const key = dropKey(role, read.facts);
-    const before = key === undefined ? undefined : this.#dropped.get(key);
-    // Only the message itself, returned (`redelivered`): a copy of it published meanwhile (a retry
-    // whose publish was under way) carries facts of its own.
-    if (key !== undefined && before !== undefined && message.fields.redelivered) {
-      // Back in the receiver whose channel dropped: it takes up the facts it had (an ordered
-      // message's failed attempts since it was taken), and the returns since count as ends except
-      // those the outage explains (at least the one the drop itself made).
-      this.#dropped.delete(key);
-      const others = Math.max(0, deliveryCount - before.deliveryCount - Math.max(1, excused));
-      facts = { ...before.facts, ends: before.facts.ends + others };
-    }
+    const { excused } = back;
+    const counted = read.facts.ends;
+    const facts = { ...(back.facts ?? read.facts), ends: Math.max(0, counted - excused) };
     const taken: Taken = {
       receiver: this,
       message,
@@ -347,6 +357,12 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       cancelTimer: undefined,
       excused,
       takenAt: Date.now(),
+      counted,
+      askLoss:
+        this.#context.takeLoss !== undefined &&
+        message.fields.redelivered &&
+        deliveryCount > 0 &&
+        facts.token !== undefined,
     };
     if (this.#acks?.channel === channel) this.#acks.delivered(message);
     this.#held.add(taken);
@@ -456,7 +472,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     if (admit === undefined || taken.facts.token === undefined) return true;
     let verdict: 'deliver' | 'drop' | undefined;
     try {
-      verdict = await admit(taken);
+      const admitted = await admit(taken);
+      if (admitted === 'deliver' && taken.askLoss) await this.#takeLoss(taken);
+      verdict = admitted;
       this.#ledgerDown = false;
     } catch (error) {
       if (!this.#ledgerDown) {
@@ -485,6 +503,24 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       return false;
     }
     return verdict === 'deliver';
+  }
+
+  /**
+   * Leaves out of `taken`'s unsettled ends the outage returns its ledger entry explains (a loss any
+   * process recorded), when they are more than this broker knew of.
+   */
+  async #takeLoss(taken: Taken): Promise<void> {
+    const loss = await this.#context.takeLoss?.(taken);
+    taken.askLoss = false;
+    if (loss === undefined) return;
+    const excused = excusedEnds(
+      { ...loss, outage: true },
+      deliveryCountOf(taken.message.properties),
+      Math.max(0, Date.now() - this.#channelOpenedAt),
+    );
+    if (excused <= taken.excused) return;
+    taken.excused = excused;
+    taken.facts = { ...taken.facts, ends: Math.max(0, taken.counted - excused) };
   }
 
   /** `taken` is no longer out (settled, or held here for later). */
@@ -693,24 +729,26 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       this.#acks = undefined;
       this.#loseAll(channel, !this.#simulatingCrash, overdue);
       this.#simulatingCrash = false;
-      this.#dropAll(overdue);
+      this.#dropAll();
       await sleep(systemClock, 200, this.#stop.signal);
     }
   }
 
   /**
    * The channel dropped under a live receiver (the connection or RabbitMQ went away): what it held
-   * goes back to its queues as outage returns, remembered so that they spend no attempt, and so
-   * may what it acked last (the ack may have been lost with the connection). A
-   * simulated crash (`outage` false) counts, and so does the return of `overdue`; only the outage
-   * returns excused before carry on.
+   * goes back to its queues as outage returns, remembered so that they spend no attempt (with a
+   * delivery ledger, on their ledger entries too, for any process that takes them), and so may what
+   * it acked last (the ack may have been lost with the connection; with a ledger such a copy is
+   * settled `done` there, a duplicate when it comes back). A simulated crash (`outage` false)
+   * counts, and so does the return of `overdue` (RabbitMQ's consumer timeout fired for it); only
+   * the outage returns excused before carry on.
    */
   #loseAll(channel: Channel, outage: boolean, overdue?: Taken): void {
     const now = Date.now();
     const acked = [...this.#recentlyAcked].filter(([, at]) => now - at <= RECENT_ACK_MS);
     this.#recentlyAcked.clear();
-    for (const taken of [...this.#held, ...acked.map(([taken]) => taken)]) {
-      if (taken.channel !== channel) continue;
+    const held = [...this.#held].filter((taken) => taken.channel === channel);
+    const lose = (taken: Taken, facts: boolean): void => {
       this.#context.outageReturns.lose(
         taken.role.queue,
         taken.facts.messageId,
@@ -718,28 +756,62 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         taken.excused,
         now,
         outage && taken !== overdue,
+        // The facts of a message held (an ordered retry's failures live only here) carry on.
+        facts ? { token: taken.facts.token, facts: taken.facts } : undefined,
       );
+    };
+    for (const taken of held) lose(taken, true);
+    for (const [taken] of acked) if (taken.channel === channel) lose(taken, false);
+    if (this.#context.recordLosses === undefined) return;
+    // After a crash the return counts: recorded as if held after it, only the ends excused before
+    // carry on (nothing to record when there are none).
+    const outageFor = (taken: Taken): boolean => outage && taken !== overdue;
+    const lost: LostTaken[] = held
+      .filter((taken) => taken.facts.token !== undefined && (outageFor(taken) || taken.excused > 0))
+      .map((taken) => ({
+        taken,
+        deliveryCount: deliveryCountOf(taken.message.properties) + (outageFor(taken) ? 0 : 1),
+        excused: taken.excused,
+      }));
+    if (lost.length > 0) {
+      this.#recordingLosses = this.#recordingLosses.then(() => this.#recordLosses(lost));
     }
   }
 
-  #dropAll(overdue?: Taken): void {
-    for (const taken of this.#held) {
-      taken.cancelTimer?.();
-      const key = this.#asIfDead || taken === overdue ? undefined : dropKey(taken.role, taken.facts);
-      if (key !== undefined) {
-        this.#dropped.delete(key);
-        this.#dropped.set(key, {
-          facts: taken.facts,
-          deliveryCount: deliveryCountOf(taken.message.properties),
-        });
-        if (this.#dropped.size > MAX_REMEMBERED_DROPS) {
-          const oldest = this.#dropped.keys().next().value;
-          if (oldest !== undefined) this.#dropped.delete(oldest);
+  /**
+   * Records `lost` in the ledger, best effort: a ledger that cannot be reached is asked again every
+   * second while the receiver runs (a process that takes a copy before then counts its return).
+   */
+  async #recordLosses(lost: readonly LostTaken[]): Promise<void> {
+    const record = this.#context.recordLosses;
+    if (record === undefined) return;
+    let warned = false;
+    for (;;) {
+      try {
+        await record(lost);
+        return;
+      } catch (error) {
+        if (!warned) {
+          warned = true;
+          this.#context.logger.warn(
+            'A RabbitMQ receiver could not record the messages it held as outage returns in its delivery ledger; trying again',
+            {
+              endpoint: this.#context.endpoint,
+              error: error instanceof Error ? error.message : String(error),
+            },
+          );
         }
       }
+      if (this.#isEnding()) return;
+      await sleep(systemClock, 1_000, this.#stop.signal);
+    }
+  }
+
+  #dropAll(): void {
+    for (const taken of this.#held) {
+      taken.cancelTimer?.();
       if (taken.id !== undefined) this.#context.forget(taken.id);
     }
-    this.#asIfDead = false;
     this.#held.clear();
     this.#ready.drain();
     this.#lanes.clear();
@@ -853,7 +925,6 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   /** Test hook: the channel drops as if its process died (an unsettled end that counts). */
   async dropChannel(): Promise<void> {
     if (this.#channel === undefined) return;
-    this.#asIfDead = true;
     this.#simulatingCrash = true;
     await this.#channel.close().catch(() => undefined);
   }
@@ -873,12 +944,6 @@ interface Expected {
 /** What identifies a copy of a message moved to the tail of its queue, within its lane. */
 function copyKey(facts: CarriedFacts): string {
   return JSON.stringify([facts.messageId ?? null, facts.token ?? null]);
-}
-
-/** What identifies a message in its queue across a return: queue, message id and publish token. */
-function dropKey(role: QueueRole, facts: CarriedFacts): string | undefined {
-  if (facts.messageId === undefined) return undefined;
-  return JSON.stringify([role.queue, facts.messageId, facts.token ?? '']);
 }
 
 /** The queue a delivery reports: `cmd~<type>`, or `evt~<endpoint>~<handler>`. */

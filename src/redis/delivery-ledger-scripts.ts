@@ -8,7 +8,9 @@ import { redisScript } from './redis-support.js';
  * @remarks
  * Fields: `c|<queue>` = `<token>|<state>|<expiresAt>`, the token the queue delivers (state
  * `active`, `waiting` or `done`); `s|<token>|<queue>` = `<state>|<deliverAt>|<expiresAt>`, a
- * scheduled copy (`pending`, `taken` or `cancelled`); `x` = the latest `expiresAt` of the hash,
+ * scheduled copy (`pending`, `taken` or `cancelled`); `l|<queue>` =
+ * `<token>|<deliveryCount>|<excusedEnds>|<lostAt>|<expiresAt>`, the latest loss of the queue's
+ * copy in an outage (`lost`, forgotten by `settle` and `takeLoss`); `x` = the latest `expiresAt` of the hash,
  * which the key's TTL follows (plus a grace), so nothing outlives its last record. Times are the
  * caller's clock, passed in ARGV; a field past its `expiresAt` counts as absent.
  */
@@ -62,8 +64,45 @@ if not claim then return 0 end
 local token, state, expiresAt = split3(claim)
 if tonumber(expiresAt) <= now or token ~= ARGV[2] or state == 'done' then return 0 end
 redis.call('HSET', KEYS[1], claimField, ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[5])
+redis.call('HDEL', KEYS[1], 'l|' .. ARGV[1])
 keep(KEYS[1], ARGV[5], now, ARGV[6])
 return 1
+`);
+
+/**
+ * ARGV: queue, token, deliveryCount, excusedEnds, now, expiresAt, grace. Records the copy's loss
+ * unless the queue delivers another token or settled this one `done`; returns 1 when recorded,
+ * else 0.
+ */
+export const LOST_SCRIPT = redisScript(`${PRELUDE}
+local now = tonumber(ARGV[5])
+local claim = redis.call('HGET', KEYS[1], 'c|' .. ARGV[1])
+if claim then
+  local token, state, expiresAt = split3(claim)
+  if tonumber(expiresAt) > now and (token ~= ARGV[2] or state == 'done') then return 0 end
+end
+redis.call('HSET', KEYS[1], 'l|' .. ARGV[1],
+  ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[5] .. '|' .. ARGV[6])
+keep(KEYS[1], ARGV[6], now, ARGV[7])
+return 1
+`);
+
+/**
+ * ARGV: queue, token, now. Returns the copy's latest loss,
+ * `<deliveryCount>|<excusedEnds>|<lostAt>|<expiresAt>`, and forgets it; false when none is
+ * recorded for the token, or it has expired.
+ */
+export const TAKE_LOSS_SCRIPT = redisScript(`${PRELUDE}
+local now = tonumber(ARGV[3])
+local lossField = 'l|' .. ARGV[1]
+local loss = redis.call('HGET', KEYS[1], lossField)
+if not loss then return false end
+local bar = string.find(loss, '|', 1, true)
+if string.sub(loss, 1, bar - 1) ~= ARGV[2] then return false end
+local rest = string.sub(loss, bar + 1)
+if tonumber(string.match(rest, '([^|]+)$')) <= now then return false end
+redis.call('HDEL', KEYS[1], lossField)
+return rest
 `);
 
 /** ARGV: queue, token, now, expiresAt, grace. Returns `replaced`, `held` or `in-flight`. */

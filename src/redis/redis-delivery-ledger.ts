@@ -6,17 +6,28 @@ import {
   type DeliveryLedgerOptions,
   type LedgerCopy,
   type LedgerSettlement,
+  type LostCopy,
+  type OutageLoss,
   type ReplaceOutcome,
 } from '../broker/delivery-ledger.js';
-import { checkCopy, checkMessageId, checkMs, checkQueue, checkToken } from '../broker/ledger-arguments.js';
+import {
+  checkCopy,
+  checkLostCopy,
+  checkMessageId,
+  checkMs,
+  checkQueue,
+  checkToken,
+} from '../broker/ledger-arguments.js';
 import { systemClock, type Clock } from '../clock/clock.js';
 import { HarrierError } from '../errors/harrier-error.js';
 import {
   ADMIT_SCRIPT,
   CANCEL_SCRIPT,
+  LOST_SCRIPT,
   REPLACE_SCRIPT,
   SCHEDULED_SCRIPT,
   SETTLE_SCRIPT,
+  TAKE_LOSS_SCRIPT,
 } from './delivery-ledger-scripts.js';
 import type { RedisConnectionOptions } from './redis-connection.js';
 import {
@@ -120,6 +131,39 @@ export class RedisDeliveryLedger implements DeliveryLedger {
       String(KEY_GRACE_MS),
     ]);
     return Number(reply) === 1;
+  }
+
+  /** One script per copy (each on its message id's key), all sent at once. */
+  async lost(copies: readonly LostCopy[], windowMs: number): Promise<number> {
+    copies.forEach(checkLostCopy);
+    checkMs('windowMs', windowMs);
+    this.#assertOpen();
+    const at = this.#clock.now();
+    const now = String(at);
+    const replies = await Promise.all(
+      copies.map((copy) =>
+        this.#eval(LOST_SCRIPT, copy.messageId, [
+          copy.queue,
+          copy.token,
+          String(copy.deliveryCount),
+          String(copy.excusedEnds),
+          now,
+          String(at + windowMs),
+          String(KEY_GRACE_MS),
+        ]),
+      ),
+    );
+    return replies.filter((reply) => Number(reply) === 1).length;
+  }
+
+  async takeLoss(copy: LedgerCopy): Promise<OutageLoss | undefined> {
+    checkCopy(copy);
+    const now = this.#clock.now();
+    const reply = await this.#eval(TAKE_LOSS_SCRIPT, copy.messageId, [copy.queue, copy.token, String(now)]);
+    if (typeof reply !== 'string') return undefined;
+    const [deliveryCount, excusedEnds, lostAt] = reply.split('|').map(Number);
+    if (deliveryCount === undefined || excusedEnds === undefined || lostAt === undefined) return undefined;
+    return { deliveryCount, excusedEnds, msAgo: Math.max(0, now - lostAt) };
   }
 
   async replace(copy: LedgerCopy, windowMs: number): Promise<ReplaceOutcome> {

@@ -1,6 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createPublishToken, type DeliveryLedger, type LedgerCopy } from '../broker/delivery-ledger.js';
+import {
+  createPublishToken,
+  type DeliveryLedger,
+  type LedgerCopy,
+  type LostCopy,
+} from '../broker/delivery-ledger.js';
 import { ManualClock } from '../clock/manual-clock.js';
 import { expectCode, failureOf } from './expect-code.js';
 
@@ -71,6 +76,12 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
       queue: q,
       messageId,
       token: createPublishToken(),
+    });
+    /** `copy` lost in an outage, held with `deliveryCount` returns of which `excusedEnds` were excused. */
+    const lostCopy = (copy: LedgerCopy, deliveryCount: number, excusedEnds = 0): LostCopy => ({
+      ...copy,
+      deliveryCount,
+      excusedEnds,
     });
     /** Another publish of the same message id into the same queue: a new token. */
     const republished = (copy: LedgerCopy): LedgerCopy => ({ ...copy, token: createPublishToken() });
@@ -193,6 +204,139 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
 
           expect(await ledger.settle(republished(copy), 'done', WINDOW_MS)).toBe(false);
           expect(await ledger.admit(copy, WINDOW_MS)).toBe('deliver');
+        });
+      });
+    });
+
+    describe('.lost and .takeLoss', () => {
+      describe('when a delivered copy is lost in an outage', () => {
+        it('gives its loss to the next taker once, with how long ago it was recorded', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+
+          expect(await ledger.lost([lostCopy(copy, 2, 1)], WINDOW_MS)).toBe(1);
+          clock.advance(1_500);
+
+          expect(await ledger.admit(copy, WINDOW_MS)).toBe('deliver');
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 2, excusedEnds: 1, msAgo: 1_500 });
+          expect(await ledger.takeLoss(copy)).toBeUndefined();
+        });
+
+        it('keeps the latest of two losses', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          await ledger.lost([lostCopy(copy, 0)], WINDOW_MS);
+          clock.advance(1_000);
+
+          await ledger.lost([lostCopy(copy, 1, 1)], WINDOW_MS);
+
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 1, excusedEnds: 1, msAgo: 0 });
+        });
+
+        it('records each copy of a batch on its own entry, also one not admitted yet', async () => {
+          const first = copyIn(queue());
+          const second = copyIn(queue('sumRevenue'));
+          const notAdmitted = copyIn(queue());
+          await ledger.admit(first, WINDOW_MS);
+          await ledger.admit(second, WINDOW_MS);
+
+          expect(
+            await ledger.lost(
+              [lostCopy(first, 0), lostCopy(second, 3, 2), lostCopy(notAdmitted, 1)],
+              WINDOW_MS,
+            ),
+          ).toBe(3);
+
+          expect(await ledger.takeLoss(second)).toEqual({ deliveryCount: 3, excusedEnds: 2, msAgo: 0 });
+          expect(await ledger.takeLoss(first)).toEqual({ deliveryCount: 0, excusedEnds: 0, msAgo: 0 });
+          expect(await ledger.admit(notAdmitted, WINDOW_MS)).toBe('deliver');
+          expect(await ledger.takeLoss(notAdmitted)).toEqual({ deliveryCount: 1, excusedEnds: 0, msAgo: 0 });
+        });
+
+        it('records a copy settled waiting (a retry held by its receiver)', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          await ledger.settle(copy, 'waiting', WINDOW_MS);
+
+          expect(await ledger.lost([lostCopy(copy, 0)], WINDOW_MS)).toBe(1);
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 0, excusedEnds: 0, msAgo: 0 });
+        });
+      });
+
+      describe('when the copy is settled after its loss was recorded', () => {
+        it('forgets the loss', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          await ledger.lost([lostCopy(copy, 0)], WINDOW_MS);
+
+          await ledger.settle(copy, 'waiting', WINDOW_MS);
+
+          expect(await ledger.takeLoss(copy)).toBeUndefined();
+        });
+      });
+
+      describe('when the queue delivers another token of the message id, or settled the copy done', () => {
+        it('records nothing, and gives no loss for another token', async () => {
+          const done = copyIn(queue());
+          await ledger.admit(done, WINDOW_MS);
+          await ledger.settle(done, 'done', WINDOW_MS);
+          const other = copyIn(queue());
+          await ledger.admit(other, WINDOW_MS);
+
+          expect(await ledger.lost([lostCopy(done, 0), lostCopy(republished(other), 0)], WINDOW_MS)).toBe(0);
+          expect(await ledger.takeLoss(done)).toBeUndefined();
+          await ledger.lost([lostCopy(other, 0)], WINDOW_MS);
+          expect(await ledger.takeLoss(republished(other))).toBeUndefined();
+          expect(await ledger.takeLoss(other)).toEqual({ deliveryCount: 0, excusedEnds: 0, msAgo: 0 });
+        });
+      });
+
+      describe('when the window passes', () => {
+        it('forgets the loss', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          await ledger.lost([lostCopy(copy, 0)], 1_000);
+          clock.advance(999);
+          const kept = copyIn(queue());
+          await ledger.lost([lostCopy(kept, 0)], 1_000);
+          clock.advance(1);
+
+          expect(await ledger.takeLoss(copy)).toBeUndefined();
+          expect(await ledger.takeLoss(kept)).toEqual({ deliveryCount: 0, excusedEnds: 0, msAgo: 1 });
+        });
+      });
+
+      describe('when a replay takes the place of a lost copy', () => {
+        it('gives the replay no loss', async () => {
+          const original = copyIn(queue());
+          await ledger.admit(original, WINDOW_MS);
+          await ledger.lost([lostCopy(original, 0)], WINDOW_MS);
+          await ledger.settle(original, 'done', WINDOW_MS);
+          const replay = republished(original);
+
+          expect(await ledger.replace(replay, WINDOW_MS)).toBe('replaced');
+          expect(await ledger.admit(replay, WINDOW_MS)).toBe('deliver');
+
+          expect(await ledger.takeLoss(replay)).toBeUndefined();
+        });
+      });
+
+      describe('when an argument is malformed', () => {
+        it('rejects with HarrierError invalid-argument', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          expectCode(await failureOf(() => ledger.lost([lostCopy(copy, -1)], WINDOW_MS)), 'invalid-argument');
+          expectCode(
+            await failureOf(() => ledger.lost([lostCopy(copy, 0, 1.5)], WINDOW_MS)),
+            'invalid-argument',
+          );
+          expectCode(
+            await failureOf(() => ledger.lost([lostCopy(copyIn(''), 0)], WINDOW_MS)),
+            'invalid-argument',
+          );
+          expectCode(await failureOf(() => ledger.lost([lostCopy(copy, 0)], -1)), 'invalid-argument');
+          expectCode(await failureOf(() => ledger.takeLoss({ ...copy, token: 'a b' })), 'invalid-argument');
+          expect(await ledger.takeLoss(copy)).toBeUndefined();
         });
       });
     });
@@ -410,6 +554,8 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
           'store-closed',
         );
         expectCode(await failureOf(() => ledger.cancel(copy.messageId)), 'store-closed');
+        expectCode(await failureOf(() => ledger.lost([lostCopy(copy, 0)], WINDOW_MS)), 'store-closed');
+        expectCode(await failureOf(() => ledger.takeLoss(copy)), 'store-closed');
         await ledger.close();
       });
     });

@@ -42,6 +42,7 @@ describe('migratePostgres', () => {
       'inbox',
       'ledger_claims',
       'ledger_copies',
+      'ledger_losses',
       'migrations',
       'outbox',
       'outbox_parked',

@@ -95,6 +95,20 @@ async function firstWithin(
   return undefined;
 }
 
+/** A ledger that calls `ledger` for everything (to override some calls of). */
+function passThrough(ledger: DeliveryLedger): DeliveryLedger {
+  return {
+    admit: (copy, windowMs) => ledger.admit(copy, windowMs),
+    settle: (copy, settlement, windowMs) => ledger.settle(copy, settlement, windowMs),
+    replace: (copy, windowMs) => ledger.replace(copy, windowMs),
+    scheduled: (id, token, queues, at) => ledger.scheduled(id, token, queues, at),
+    cancel: (id) => ledger.cancel(id),
+    lost: (copies, windowMs) => ledger.lost(copies, windowMs),
+    takeLoss: (copy) => ledger.takeLoss(copy),
+    close: () => ledger.close(),
+  };
+}
+
 async function firstOf(broker: MessageBroker, endpoint: string, signal: AbortSignal): Promise<Delivery> {
   for await (const delivery of broker.receiver({ endpoint, signal })) return delivery;
   throw new Error('the receiver ended');
@@ -424,6 +438,89 @@ describe('RabbitMqBroker', () => {
       }
     }, 30_000);
 
+    /**
+     * Broker A holds a message when its connection drops; broker B, consuming the same queue, takes
+     * what RabbitMQ returns (A reconnects a second later). Resolves to what B was handed.
+     */
+    async function handedToAnother(
+      ledger: DeliveryLedger | undefined,
+      secondLedger: DeliveryLedger | undefined = ledger,
+    ): Promise<Delivery> {
+      const first = brokerWith(ledger === undefined ? {} : { ledger });
+      const second = new RabbitMqBroker({
+        connection: url,
+        prefix: first.prefix,
+        partitions: 4,
+        logger: silentLogger,
+        ...(secondLedger === undefined ? {} : { ledger: secondLedger }),
+      });
+      const controller = new AbortController();
+      try {
+        await first.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        await second.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        await first.publish(message('command', 'orders.Pay'));
+        const receiver = first.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        const held = (await iterator.next()).value as Delivery;
+        const fromSecond = firstOf(second, 'orders', controller.signal);
+        const queue = `${first.prefix}.cmd.orders.Pay`;
+        await expect
+          .poll(() => onChannel(async (channel) => (await channel.checkQueue(queue)).consumerCount))
+          .toBe(2);
+
+        await dropConnectionOf(first);
+
+        const again = await fromSecond;
+        expect(again.facts.messageId).toBe(held.facts.messageId);
+        await second.ack(again.id);
+        return again;
+      } finally {
+        controller.abort();
+        await first.close();
+        await second.close();
+      }
+    }
+
+    it('with a delivery ledger, hands a message another broker held out on attempt 1: the outage is recorded in the ledger', async () => {
+      const again = await handedToAnother(new InMemoryDeliveryLedger());
+      expect([again.facts.attempt, again.facts.unsettledEnds]).toEqual([1, 0]);
+    }, 30_000);
+
+    it('with a delivery ledger that cannot be reached at the drop, records the loss once it answers', async () => {
+      const ledger = new InMemoryDeliveryLedger();
+      let refused = 0;
+      let recorded: () => void = () => undefined;
+      const lossRecorded = new Promise<void>((resolve) => {
+        recorded = resolve;
+      });
+      // The first broker's ledger refuses its first write of the losses; the second broker admits
+      // nothing before the loss is recorded (its ledger answers later than the first's retry).
+      const first: DeliveryLedger = {
+        ...passThrough(ledger),
+        lost: async (copies, windowMs) => {
+          if (refused++ === 0) throw new HarrierError('redis-unavailable', 'Redis is down (test)');
+          const count = await ledger.lost(copies, windowMs);
+          recorded();
+          return count;
+        },
+      };
+      const second: DeliveryLedger = {
+        ...passThrough(ledger),
+        admit: async (copy, windowMs) => {
+          await lossRecorded;
+          return ledger.admit(copy, windowMs);
+        },
+      };
+      const again = await handedToAnother(first, second);
+      expect(refused).toBe(2);
+      expect([again.facts.attempt, again.facts.unsettledEnds]).toEqual([1, 0]);
+    }, 30_000);
+
+    it('without a ledger, counts the return of a message another broker held as an unsettled end (the limit docs/rabbitmq.md names)', async () => {
+      const again = await handedToAnother(undefined);
+      expect([again.facts.attempt, again.facts.unsettledEnds]).toEqual([2, 1]);
+    }, 30_000);
+
     it('still counts a crash after an outage: the same broker, its channel dropped as a dying process does', async () => {
       const broker = brokerWith();
       const controller = new AbortController();
@@ -668,6 +765,8 @@ describe('RabbitMqBroker', () => {
           replace: (copy, windowMs) => ledger.replace(copy, windowMs),
           scheduled: (id, token, queues, at) => ledger.scheduled(id, token, queues, at),
           cancel: (id) => ledger.cancel(id),
+          lost: (copies, windowMs) => ledger.lost(copies, windowMs),
+          takeLoss: (copy) => ledger.takeLoss(copy),
           close: () => ledger.close(),
         };
         const broker = brokerWith({ ledger: flaky });

@@ -22,7 +22,7 @@ import { startRabbitMqServer, type LocalRabbitMq } from '../helpers/local-rabbit
 import { waitFor } from '../helpers/local-redis.js';
 
 const CONSUMER_TIMEOUT_MS = 3_000;
-let server: LocalRabbitMq;
+let server: LocalRabbitMq | undefined;
 const brokers: RabbitMqBroker[] = [];
 let made = 0;
 
@@ -34,8 +34,14 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await Promise.all(brokers.map((broker) => broker.close()));
-  await server.dispose();
+  await server?.dispose();
 });
+
+/** The URL of the test's own server. */
+function serverUrl(): string {
+  if (server === undefined) throw new Error('the RabbitMQ server did not start');
+  return server.url;
+}
 
 /** A logger keeping the warnings. */
 function recording(warnings: string[]): Logger {
@@ -49,7 +55,7 @@ function recording(warnings: string[]): Logger {
 
 function brokerOn(prefix: string, warnings: string[], options: Partial<RabbitMqBrokerOptions> = {}) {
   const broker = new RabbitMqBroker({
-    connection: server.url,
+    connection: serverUrl(),
     prefix,
     partitions: 1,
     logger: recording(warnings),
