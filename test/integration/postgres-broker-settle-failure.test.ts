@@ -63,7 +63,11 @@ async function setUp(prefetch = 1): Promise<Scene> {
   await migratePostgres(admin, { schema });
   // Two connections: the LISTEN session's and one for everything else, which the test takes away so
   // a settle fails as with the server gone (the pool's connect time-out).
-  const pool = new pg.Pool({ connectionString: databaseUrl, max: 2, connectionTimeoutMillis: CONNECT_TIMEOUT_MS });
+  const pool = new pg.Pool({
+    connectionString: databaseUrl,
+    max: 2,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+  });
   pool.on('error', () => {});
   const broker = new PostgresBroker({
     connection: pool,
