@@ -624,7 +624,8 @@ export class PostgresBroker implements MessageBroker {
       this.#cancelRenew?.();
       this.#cancelPrune?.();
       await Promise.all([...this.#receivers].map((r) => r.close()));
-      await this.#acking;
+      // A loop may start another as it ends (see #startAckLoop): wait for the last.
+      while (this.#acking !== undefined) await this.#acking;
       await this.#settleLeftOvers();
       const held = [...this.#held.values()];
       this.#held.clear();
@@ -636,7 +637,7 @@ export class PostgresBroker implements MessageBroker {
           },
         );
       });
-      await this.#notifying;
+      while (this.#notifying !== undefined) await this.#notifying;
       await this.#listener.close();
       await this.#handle.end();
     })();
