@@ -40,6 +40,7 @@ import {
   declareBase,
   declareDelayQueue,
   declareQueue,
+  delayBucket,
   endpointTopology,
   type Binding,
   type EndpointTopology,
@@ -79,7 +80,8 @@ export interface RabbitMqBrokerOptions {
   /**
    * The type of the message queues: `quorum` (replicated; a message returned unsettled counts as an
    * unsettled end, see `capabilities().crashCounting`) or `classic`. Every broker sharing a prefix
-   * uses the same. The delay queues are classic whatever this is.
+   * uses the same. The delay queues are of the same type: quorum ones dead-letter what expires at
+   * least once, classic ones at most once (see docs/rabbitmq.md).
    * @defaultValue 'quorum'
    */
   readonly queueType?: RabbitMqQueueType;
@@ -686,7 +688,7 @@ export class RabbitMqBroker implements MessageBroker {
       await this.#ensureDelayQueue(bucket, tries > 0);
       const outcome = await this.#publishNow(this.#names.delay, key, content, {
         ...properties,
-        headers: { ...headersOf(facts), [BUCKET_HEADER]: String(bucket) },
+        headers: { ...headersOf(facts), [BUCKET_HEADER]: delayBucket(bucket, this.#queueType) },
         mandatory: true,
       });
       if (outcome === 'routed') return;
@@ -704,7 +706,7 @@ export class RabbitMqBroker implements MessageBroker {
     const at = this.#delayQueues.get(ms);
     if (!force && at !== undefined && Date.now() - at < DELAY_QUEUE_REDECLARE_MS) return;
     await this.#connection.withChannel(this.#publishTimeoutMs, 'declaring a delay queue', (channel) =>
-      declareDelayQueue(channel, this.#names, ms),
+      declareDelayQueue(channel, this.#names, ms, this.#queueType),
     );
     this.#delayQueues.set(ms, Date.now());
   }
