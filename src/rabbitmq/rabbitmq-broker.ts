@@ -25,6 +25,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { partitionOf } from '../messages/partition.js';
+import { bucketFor, MIN_DELAY_BUCKET_MS, notBeforeOf } from './delay-buckets.js';
 import { BUCKET_HEADER, headersOf, type CarriedFacts } from './message-headers.js';
 import {
   RabbitMqConnection,
@@ -54,8 +55,6 @@ export type { RabbitMqQueueType } from './rabbitmq-topology.js';
 const ROUTE_MAX_AGE_MS = 1_000;
 /** How long a delay queue declared is trusted to exist without declaring it again. */
 const DELAY_QUEUE_REDECLARE_MS = 10 * 60_000;
-/** The shortest delay queue, in ms: a shorter wait is rounded up to it. */
-const MIN_DELAY_BUCKET_MS = 2 ** 6;
 /** How long `redeliver` waits for a delivery of the message held here to settle before refusing. */
 const REDELIVER_ACTIVE_WAIT_MS = 2_000;
 /** How often `redeliver` asks the ledger again while a delivery of the message is not settled. */
@@ -461,11 +460,14 @@ export class RabbitMqBroker implements MessageBroker {
 
   /**
    * Publishes every message, each confirmed by RabbitMQ. The routes of the batch's commands are
-   * checked first: one without a route refuses the whole batch with `no-route`, nothing published.
+   * checked first: one without a route refuses the whole batch with `no-route`, nothing published;
+   * so does a `deliverAt` that is not a time a `Date` holds, with `invalid-option`.
    */
   async publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
     this.#assertOpen();
     if (messages.length === 0) return;
+    // A deliverAt no Date holds refuses the batch before anything is published.
+    for (const message of messages) notBeforeOf(message.deliverAt, 0);
     const required = new Set<string>();
     for (const message of messages)
       if (message.kind !== 'event' && message.requireRoute !== false) required.add(message.type);
@@ -479,8 +481,7 @@ export class RabbitMqBroker implements MessageBroker {
     const partition =
       message.ordered === true ? partitionOf(message.partitionKey ?? '', this.#partitions) : undefined;
     const now = Date.now();
-    const notBefore =
-      message.deliverAt !== undefined && message.deliverAt > now ? message.deliverAt : undefined;
+    const notBefore = notBeforeOf(message.deliverAt, now);
     const facts: CarriedFacts = {
       messageId: message.id,
       kind: message.kind,
@@ -681,9 +682,7 @@ export class RabbitMqBroker implements MessageBroker {
     facts: CarriedFacts,
     notBefore: number,
   ): Promise<void> {
-    const remaining = notBefore - Date.now();
-    let bucket = MIN_DELAY_BUCKET_MS;
-    while (bucket * 2 <= remaining && bucket * 2 <= this.#maxBucketMs) bucket *= 2;
+    const bucket = bucketFor(notBefore - Date.now(), this.#maxBucketMs);
     for (let tries = 0; ; tries++) {
       await this.#ensureDelayQueue(bucket, tries > 0);
       const outcome = await this.#publishNow(this.#names.delay, key, content, {
