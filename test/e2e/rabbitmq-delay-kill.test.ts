@@ -35,19 +35,20 @@ const BUCKET_MS = 2_048;
 
 let server: LocalRabbitMq;
 /** The broker of the SIGKILL test, its queues declared before the server's graceful restart. */
-let killed: RabbitMqBroker;
+let sigkillBroker: RabbitMqBroker | undefined;
 
 beforeAll(async () => {
   server = await startRabbitMqServer('harrier-rmq-delay-kill-');
-  killed = new RabbitMqBroker({
+  const broker = new RabbitMqBroker({
     connection: server.url,
     prefix: freshBrokerPrefix(),
     logger: silentLogger,
     publishTimeoutMs: 30_000,
   });
-  await killed.register(ENDPOINT, [{ handler: 'wake', kind: 'command', types: [TYPE] }]);
+  sigkillBroker = broker;
+  await broker.register(ENDPOINT, [{ handler: 'wake', kind: 'command', types: [TYPE] }]);
   // Declares the delay queue of 2048 ms; the graceful restart below saves it (and the command queue).
-  await killed.publish(wake(Date.now() + DELAY_MS));
+  await broker.publish(wake(Date.now() + DELAY_MS));
   // A dead-lettered message not confirmed is sent again after 1 s instead of RabbitMQ's minutes.
   writeFileSync(
     join(server.dir, 'advanced.config'),
@@ -81,7 +82,7 @@ function raMember(queue: string, action: 'stop_server' | 'restart_server'): void
 }
 
 afterAll(async () => {
-  await killed.close();
+  await sigkillBroker?.close();
   await server.dispose();
 }, 30_000);
 
@@ -185,7 +186,9 @@ describe('RabbitMqBroker delay queues', () => {
 
   describe('when RabbitMQ is killed with SIGKILL while delayed messages expire', () => {
     it('delivers every one of them once RabbitMQ is back (quorum delay queues dead-letter at least once)', async () => {
-      const { missing, lateMs } = await killWhileExpiring(killed);
+      const { missing, lateMs } = await killWhileExpiring(
+        sigkillBroker ?? expect.fail('the broker of the SIGKILL test was not made: see the beforeAll error'),
+      );
       console.info(
         `[rabbitmq-delay-kill] killed ${lateMs} ms after the planned moment; ${missing} of ${MESSAGES} missing`,
       );
