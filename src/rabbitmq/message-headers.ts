@@ -2,6 +2,7 @@ import type { MessageProperties } from 'amqplib';
 import type { AttemptRecord, PendingDeadLetter } from '../broker/message-broker.js';
 import { parseAttemptHistory, parsePendingDeadLetter } from '../broker/delivery-facts.js';
 import type { MessageKind } from '../messages/definition.js';
+import { isNotBeforeTime } from './delay-buckets.js';
 
 /**
  * The delivery facts a message carries in its AMQP headers (`x-harrier-*`), never in its body.
@@ -181,7 +182,7 @@ export function readFacts(properties: MessageProperties): ReadFacts {
   if (pendingRaw !== undefined && pendingDeadLetter === undefined) dropped.push(H.pending);
   const notBeforeText = text(H.notBefore);
   const notBefore = notBeforeText === undefined ? undefined : Number(notBeforeText);
-  if (notBefore !== undefined && !Number.isFinite(notBefore)) dropped.push(H.notBefore);
+  if (notBefore !== undefined && !isNotBeforeTime(notBefore)) dropped.push(H.notBefore);
   // An empty id or a token `createPublishToken` could not have made is refused by the delivery
   // ledger: kept, the copy would be asked about for ever; dropped, it is delivered without asking.
   const idText = text(H.id);
@@ -206,7 +207,7 @@ export function readFacts(properties: MessageProperties): ReadFacts {
       history: parsedHistory.history,
       pendingDeadLetter,
       replayOf: text(H.replayOf),
-      notBefore: notBefore !== undefined && Number.isFinite(notBefore) ? notBefore : undefined,
+      notBefore: notBefore !== undefined && isNotBeforeTime(notBefore) ? notBefore : undefined,
       token,
       whileQueued: text(H.whileQueued) === '1',
     },

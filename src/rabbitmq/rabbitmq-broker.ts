@@ -27,6 +27,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { partitionOf } from '../messages/partition.js';
+import { bucketFor, MIN_DELAY_BUCKET_MS, notBeforeOf } from './delay-buckets.js';
 import { BUCKET_HEADER, headersOf, type CarriedFacts } from './message-headers.js';
 import {
   RabbitMqConnection,
@@ -42,6 +43,7 @@ import {
   declareBase,
   declareDelayQueue,
   declareQueue,
+  delayBucket,
   endpointTopology,
   type Binding,
   type EndpointTopology,
@@ -55,8 +57,6 @@ export type { RabbitMqQueueType } from './rabbitmq-topology.js';
 const ROUTE_MAX_AGE_MS = 1_000;
 /** How long a delay queue declared is trusted to exist without declaring it again. */
 const DELAY_QUEUE_REDECLARE_MS = 10 * 60_000;
-/** The shortest delay queue, in ms: a shorter wait is rounded up to it. */
-const MIN_DELAY_BUCKET_MS = 2 ** 6;
 /** How long `redeliver` waits for a delivery of the message held here to settle before refusing. */
 const REDELIVER_ACTIVE_WAIT_MS = 2_000;
 /**
@@ -87,7 +87,8 @@ export interface RabbitMqBrokerOptions {
   /**
    * The type of the message queues: `quorum` (replicated; a message returned unsettled counts as an
    * unsettled end, see `capabilities().crashCounting`) or `classic`. Every broker sharing a prefix
-   * uses the same. The delay queues are classic whatever this is.
+   * uses the same. The delay queues are of the same type: quorum ones dead-letter what expires at
+   * least once, classic ones at most once (see docs/rabbitmq.md).
    * @defaultValue 'quorum'
    */
   readonly queueType?: RabbitMqQueueType;
@@ -502,11 +503,14 @@ export class RabbitMqBroker implements MessageBroker {
 
   /**
    * Publishes every message, each confirmed by RabbitMQ. The routes of the batch's commands are
-   * checked first: one without a route refuses the whole batch with `no-route`, nothing published.
+   * checked first: one without a route refuses the whole batch with `no-route`, nothing published;
+   * so does a `deliverAt` that is not a time a `Date` holds, with `invalid-option`.
    */
   async publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
     this.#assertOpen();
     if (messages.length === 0) return;
+    // A deliverAt no Date holds refuses the batch before anything is published.
+    for (const message of messages) notBeforeOf(message.deliverAt, 0);
     const required = new Set<string>();
     for (const message of messages)
       if (message.kind !== 'event' && message.requireRoute !== false) required.add(message.type);
@@ -520,8 +524,7 @@ export class RabbitMqBroker implements MessageBroker {
     const partition =
       message.ordered === true ? partitionOf(message.partitionKey ?? '', this.#partitions) : undefined;
     const now = Date.now();
-    const notBefore =
-      message.deliverAt !== undefined && message.deliverAt > now ? message.deliverAt : undefined;
+    const notBefore = notBeforeOf(message.deliverAt, now);
     const facts: CarriedFacts = {
       messageId: message.id,
       kind: message.kind,
@@ -722,14 +725,12 @@ export class RabbitMqBroker implements MessageBroker {
     facts: CarriedFacts,
     notBefore: number,
   ): Promise<void> {
-    const remaining = notBefore - Date.now();
-    let bucket = MIN_DELAY_BUCKET_MS;
-    while (bucket * 2 <= remaining && bucket * 2 <= this.#maxBucketMs) bucket *= 2;
+    const bucket = bucketFor(notBefore - Date.now(), this.#maxBucketMs);
     for (let tries = 0; ; tries++) {
       await this.#ensureDelayQueue(bucket, tries > 0);
       const outcome = await this.#publishNow(this.#names.delay, key, content, {
         ...properties,
-        headers: { ...headersOf(facts), [BUCKET_HEADER]: String(bucket) },
+        headers: { ...headersOf(facts), [BUCKET_HEADER]: delayBucket(bucket, this.#queueType) },
         mandatory: true,
       });
       if (outcome === 'routed') return;
@@ -747,7 +748,7 @@ export class RabbitMqBroker implements MessageBroker {
     const at = this.#delayQueues.get(ms);
     if (!force && at !== undefined && Date.now() - at < DELAY_QUEUE_REDECLARE_MS) return;
     await this.#connection.withChannel(this.#publishTimeoutMs, 'declaring a delay queue', (channel) =>
-      declareDelayQueue(channel, this.#names, ms),
+      declareDelayQueue(channel, this.#names, ms, this.#queueType),
     );
     this.#delayQueues.set(ms, Date.now());
   }
