@@ -753,7 +753,6 @@ export class RabbitMqBroker implements MessageBroker {
     this.#delayQueues.set(ms, Date.now());
   }
 
-  /** Publishes a copy of `taken` carrying `facts` into `queue`, now or through the delay queues. */
   /**
    * Publishes a copy of `taken` carrying `facts` into `queue`, confirmed: through the delay queues
    * when it waits for a time, or, `keepingTime`, straight into `queue` with its time in its headers
