@@ -2,6 +2,7 @@ import type { MessageProperties, Options } from 'amqplib';
 import type { AttemptRecord, PendingDeadLetter } from '../broker/message-broker.js';
 import { parseAttemptHistory, parsePendingDeadLetter } from '../broker/delivery-facts.js';
 import type { MessageKind } from '../messages/definition.js';
+import { isNotBeforeTime } from './delay-buckets.js';
 
 /**
  * The delivery facts a message carries in its AMQP headers (`x-harrier-*`), never in its body.
@@ -134,8 +135,8 @@ export interface PublishExtras {
   readonly timestamp?: number;
   /** Published `mandatory`: returned when it reaches no queue. */
   readonly mandatory?: boolean;
-  /** The delay queue (its wait in ms) a publish into `<prefix>.delay` goes to: {@link BUCKET_HEADER}. */
-  readonly bucket?: number;
+  /** The delay queue a publish into `<prefix>.delay` goes to (`delayBucket`): {@link BUCKET_HEADER}. */
+  readonly bucket?: string;
 }
 
 /**
@@ -150,7 +151,7 @@ export function publishOptionsOf(facts: CarriedFacts, extras?: PublishExtras): O
   if (extras?.timestamp !== undefined) options.timestamp = extras.timestamp;
   if (extras?.mandatory === true) options.mandatory = true;
   let headers = headersOf(facts);
-  if (extras?.bucket !== undefined) headers = { ...headers, [BUCKET_HEADER]: String(extras.bucket) };
+  if (extras?.bucket !== undefined) headers = { ...headers, [BUCKET_HEADER]: extras.bucket };
   if (headers !== undefined) options.headers = headers;
   return options;
 }
@@ -248,7 +249,7 @@ export function readFacts(properties: MessageProperties, queueKind?: MessageKind
   if (pendingRaw !== undefined && pendingDeadLetter === undefined) dropped.push(H.pending);
   const notBeforeText = text(H.notBefore);
   const notBefore = notBeforeText === undefined ? undefined : Number(notBeforeText);
-  if (notBefore !== undefined && !Number.isFinite(notBefore)) dropped.push(H.notBefore);
+  if (notBefore !== undefined && !isNotBeforeTime(notBefore)) dropped.push(H.notBefore);
   // An empty id or a token `createPublishToken` could not have made is refused by the delivery
   // ledger: kept, the copy would be asked about for ever; dropped, it is delivered without asking.
   const idText = text(H.id);
@@ -276,7 +277,7 @@ export function readFacts(properties: MessageProperties, queueKind?: MessageKind
       history: parsedHistory.history,
       pendingDeadLetter,
       replayOf: text(H.replayOf),
-      notBefore: notBefore !== undefined && Number.isFinite(notBefore) ? notBefore : undefined,
+      notBefore: notBefore !== undefined && isNotBeforeTime(notBefore) ? notBefore : undefined,
       token,
       whileQueued: text(H.whileQueued) === '1',
     },

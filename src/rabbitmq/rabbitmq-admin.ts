@@ -140,7 +140,7 @@ export class RabbitMqAdmin implements TransportAdmin {
       const notes = [RABBITMQ_ACTIVE_NOTE];
       const delayed = await delayedMessages(read.registrations, probe);
       notes.push(
-        `${plural(delayed.messages, 'message')} in the ${plural(delayed.queues, 'delay queue')} of the prefix ("${this.#prefix}.delay.<ms>"), waiting for a retry or a scheduled time: every queue shares them, and RabbitMQ cannot tell over AMQP which queue each is for, so DELAYED shows 0`,
+        `${plural(delayed.messages, 'message')} in the ${plural(delayed.queues, 'delay queue')} of the prefix ("${this.#prefix}.delay.*"), waiting for a retry or a scheduled time: every queue shares them, and RabbitMQ cannot tell over AMQP which queue each is for, so DELAYED shows 0`,
       );
       if (read.skipped > 0) {
         notes.push(

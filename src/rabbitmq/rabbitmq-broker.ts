@@ -28,6 +28,7 @@ import { HarrierError } from '../errors/harrier-error.js';
 import { StaleDeliveryError } from '../errors/stale-delivery-error.js';
 import { consoleLogger, type Logger } from '../logging/logger.js';
 import { partitionOf } from '../messages/partition.js';
+import { bucketFor, MIN_DELAY_BUCKET_MS, notBeforeOf } from './delay-buckets.js';
 import { publishOptionsOf, type CarriedFacts } from './message-headers.js';
 import {
   RabbitMqConnection,
@@ -43,6 +44,7 @@ import {
   declareBase,
   declareDelayQueue,
   declareQueue,
+  delayBucket,
   endpointTopology,
   type Binding,
   type EndpointTopology,
@@ -59,8 +61,6 @@ const NO_HISTORY: readonly AttemptRecord[] = [];
 const ROUTE_MAX_AGE_MS = 1_000;
 /** How long a delay queue declared is trusted to exist without declaring it again. */
 const DELAY_QUEUE_REDECLARE_MS = 10 * 60_000;
-/** The shortest delay queue, in ms: a shorter wait is rounded up to it. */
-const MIN_DELAY_BUCKET_MS = 2 ** 6;
 /** How long `redeliver` waits for a delivery of the message held here to settle before refusing. */
 const REDELIVER_ACTIVE_WAIT_MS = 2_000;
 /**
@@ -91,7 +91,8 @@ export interface RabbitMqBrokerOptions {
   /**
    * The type of the message queues: `quorum` (replicated; a message returned unsettled counts as an
    * unsettled end, see `capabilities().crashCounting`) or `classic`. Every broker sharing a prefix
-   * uses the same. The delay queues are classic whatever this is.
+   * uses the same. The delay queues are of the same type: quorum ones dead-letter what expires at
+   * least once, classic ones at most once (see docs/rabbitmq.md).
    * @defaultValue 'quorum'
    */
   readonly queueType?: RabbitMqQueueType;
@@ -135,6 +136,26 @@ export interface RabbitMqBrokerOptions {
    * @defaultValue 86400000 (24 hours)
    */
   readonly dedupeWindowMs?: number;
+  /**
+   * How many messages of each partition queue a receiver takes ahead of its handlers (RabbitMQ's
+   * prefetch of that queue's consumer; at least the receiver's own `prefetch`, which still bounds
+   * the deliveries out). A key waiting for its retry, or for a slow handler, holds up the other keys
+   * of its partition only once the messages of waiting keys fill this window. Each graceful stop of
+   * a receiver returns up to this many messages of each partition queue with the channel, which a
+   * quorum queue counts as an unsettled end. From 1 to 65535.
+   * @defaultValue 128
+   */
+  readonly partitionPrefetch?: number;
+  /**
+   * The longest a receiver keeps a message it has not handed out (waiting for its turn, or an
+   * ordered retry waiting for its time) unacknowledged, in ms: after that it gives it back to its
+   * queue and takes it again (an ordered one in its place, keeping its failed attempts; the return
+   * spends no attempt), so RabbitMQ's `consumer_timeout` (30 minutes by default) never closes the
+   * channel over it. Keep it below the server's `consumer_timeout`. A delivery out to a handler
+   * cannot be renewed: a handler must finish within `consumer_timeout`.
+   * @defaultValue 900000 (15 minutes)
+   */
+  readonly holdLimitMs?: number;
   /**
    * Where reconnects and dropped facts are reported.
    * @defaultValue consoleLogger
@@ -185,6 +206,8 @@ export class RabbitMqBroker implements MessageBroker {
   readonly #partitions: number;
   readonly #publishTimeoutMs: number;
   readonly #maxBucketMs: number;
+  readonly #partitionPrefetch: number;
+  readonly #holdLimitMs: number;
   readonly #logger: Logger;
   readonly #connection: RabbitMqConnection;
   readonly #registered = new Map<string, { specs: SubscriptionSpec[]; topology: EndpointTopology }>();
@@ -248,6 +271,14 @@ export class RabbitMqBroker implements MessageBroker {
       'e.g. 30 (0 turns heartbeats off)',
     );
     this.#publishTimeoutMs = whole('publishTimeoutMs', options.publishTimeoutMs, 10_000, 1, 'e.g. 10000');
+    this.#partitionPrefetch = whole('partitionPrefetch', options.partitionPrefetch, 128, 1, 'e.g. 128');
+    if (this.#partitionPrefetch > 65_535) {
+      throw new HarrierError(
+        'invalid-option',
+        `RabbitMqBroker option partitionPrefetch is ${this.#partitionPrefetch}: use 1 to 65535 (AMQP's prefetch count), e.g. 128 (or leave it out)`,
+      );
+    }
+    this.#holdLimitMs = whole('holdLimitMs', options.holdLimitMs, 15 * 60_000, 1_000, 'e.g. 900000');
     this.#maxBucketMs = whole(
       'maxDelayBucketMs',
       options.maxDelayBucketMs,
@@ -434,6 +465,8 @@ export class RabbitMqBroker implements MessageBroker {
             endpoint: options.endpoint,
             roles: registered.topology.queues,
             prefetch: Math.max(1, prefetch),
+            partitionPrefetch: Math.min(65_535, Math.max(1, prefetch, this.#partitionPrefetch)),
+            holdLimitMs: this.#holdLimitMs,
             logger: this.#logger,
             timeoutMs: this.#publishTimeoutMs,
             outageReturns: this.#outageReturns,
@@ -451,6 +484,7 @@ export class RabbitMqBroker implements MessageBroker {
               await this.#sendToQueue(taken.role.queue, taken, facts);
               await taken.receiver.ackMessage(taken);
             },
+            copyToTail: (taken) => this.#sendToQueue(taken.role.queue, taken, taken.facts, true),
             declare: () =>
               this.#connection.withChannel(this.#publishTimeoutMs, 'declaring queues', (channel) =>
                 this.#declare(channel, registered.topology),
@@ -492,11 +526,14 @@ export class RabbitMqBroker implements MessageBroker {
 
   /**
    * Publishes every message, each confirmed by RabbitMQ. The routes of the batch's commands are
-   * checked first: one without a route refuses the whole batch with `no-route`, nothing published.
+   * checked first: one without a route refuses the whole batch with `no-route`, nothing published;
+   * so does a `deliverAt` that is not a time a `Date` holds, with `invalid-option`.
    */
   async publishBatch(messages: readonly OutgoingMessage[]): Promise<void> {
     this.#assertOpen();
     if (messages.length === 0) return;
+    // A deliverAt no Date holds refuses the batch before anything is published.
+    for (const message of messages) notBeforeOf(message.deliverAt, 0);
     const required = new Set<string>();
     for (const message of messages)
       if (message.kind !== 'event' && message.requireRoute !== false) required.add(message.type);
@@ -515,8 +552,7 @@ export class RabbitMqBroker implements MessageBroker {
    */
   #publishOne(message: OutgoingMessage): Promise<void> {
     const now = Date.now();
-    const notBefore =
-      message.deliverAt !== undefined && message.deliverAt > now ? message.deliverAt : undefined;
+    const notBefore = notBeforeOf(message.deliverAt, now);
     if (notBefore !== undefined || (message.kind !== 'event' && message.requireRoute === false))
       return this.#publishOther(message, notBefore);
     const facts = this.#freshFacts(message, notBefore);
@@ -766,13 +802,11 @@ export class RabbitMqBroker implements MessageBroker {
     notBefore: number,
     timestamp?: number,
   ): Promise<void> {
-    const remaining = notBefore - Date.now();
-    let bucket = MIN_DELAY_BUCKET_MS;
-    while (bucket * 2 <= remaining && bucket * 2 <= this.#maxBucketMs) bucket *= 2;
+    const bucket = bucketFor(notBefore - Date.now(), this.#maxBucketMs);
     const options = publishOptionsOf(facts, {
       ...(timestamp !== undefined ? { timestamp } : {}),
       mandatory: true,
-      bucket,
+      bucket: delayBucket(bucket, this.#queueType),
     });
     const missing = (): Promise<void> =>
       Promise.reject(
@@ -797,14 +831,26 @@ export class RabbitMqBroker implements MessageBroker {
     const at = this.#delayQueues.get(ms);
     if (!force && at !== undefined && Date.now() - at < DELAY_QUEUE_REDECLARE_MS) return;
     await this.#connection.withChannel(this.#publishTimeoutMs, 'declaring a delay queue', (channel) =>
-      declareDelayQueue(channel, this.#names, ms),
+      declareDelayQueue(channel, this.#names, ms, this.#queueType),
     );
     this.#delayQueues.set(ms, Date.now());
   }
 
-  /** Publishes a copy of `taken` carrying `facts` into `queue`, now or through the delay queues. */
-  async #sendToQueue(queue: string, taken: Taken, facts: CarriedFacts): Promise<void> {
-    if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
+  /**
+   * Publishes a copy of `taken` carrying `facts` into `queue`, confirmed: through the delay queues
+   * when it waits for a time, or, `keepingTime`, straight into `queue` with its time in its headers
+   * (a receiver holds an ordered message until then), so copies published in turn stay in turn.
+   */
+  async #sendToQueue(queue: string, taken: Taken, facts: CarriedFacts, keepingTime = false): Promise<void> {
+    if (keepingTime) {
+      await this.#connection.publish(
+        '',
+        queue,
+        taken.message.content,
+        publishOptionsOf(facts),
+        this.#publishTimeoutMs,
+      );
+    } else if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
       await this.#publishDelayed(this.#names.queueKey(queue), taken.message.content, facts, facts.notBefore);
     } else {
       await this.#connection.publish(

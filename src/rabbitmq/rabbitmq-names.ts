@@ -31,8 +31,10 @@ export function nameSegment(value: string): string {
  *   keeps its order across them).
  * - `<prefix>.events` (topic) -> each subscription's queue `<prefix>.evt.<endpoint>.<handler>`, and
  *   the lanes `p<n>` of its ordered types to `<prefix>.evt.<endpoint>.<handler>.p<n>`.
- * - `<prefix>.delay` (headers) -> the delay queues `<prefix>.delay.<ms>`, which dead-letter what
- *   expires into `<prefix>.route` under the routing key it was published with.
+ * - `<prefix>.delay` (headers) -> the delay queues `<prefix>.delay.<bucket>` (`<bucket>` is `q<ms>`
+ *   for quorum delay queues, `<ms>` for classic ones), which dead-letter what expires into
+ *   `<prefix>.route` under the routing key it was published with; `<prefix>.unrouted`, bound to
+ *   `<prefix>.route` under `#`, takes (and drops at once) what expires into no other queue.
  * Endpoint and handler names are encoded by {@link nameSegment}; a type stays as it is in queue and
  * exchange names (it is their last part) and is encoded in routing keys.
  */
@@ -71,9 +73,19 @@ export class RabbitMqNames {
     return partition === undefined ? base : `${base}.p${partition}`;
   }
 
-  /** The delay queue holding messages for `ms`. */
-  delayQueue(ms: number): string {
-    return `${this.prefix}.delay.${ms}`;
+  /** The delay queue of a bucket (see `delayBucket`): `<prefix>.delay.q<ms>` or `<prefix>.delay.<ms>`. */
+  delayQueue(bucket: string): string {
+    return `${this.prefix}.delay.${bucket}`;
+  }
+
+  /**
+   * The queue bound to `<prefix>.route` under `#` that drops at once whatever reaches it: a quorum
+   * delay queue dead-letters at least once, so a message that expired into no queue (an event no
+   * one subscribes to, a command whose route went away) would otherwise stay in it, retried, and
+   * hold back the messages behind it.
+   */
+  get unrouted(): string {
+    return `${this.prefix}.unrouted`;
   }
 
   /** The message's lane in routing keys: `all`, or `p<n>` for an ordered message of partition n. */

@@ -10,6 +10,7 @@ import { deliveryCountOf, readFacts, type CarriedFacts } from './message-headers
 import { excusedEnds, type OutageReturns } from './outage-returns.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
+import { ReadyQueues } from './ready-queues.js';
 
 /**
  * How many of its latest acks a receiver remembers, and for how long (ms): an ack is never
@@ -47,6 +48,8 @@ export interface Taken {
    * (a copy its queue returned before), when it is first admitted.
    */
   askLoss: boolean;
+  /** When it arrived on its channel (ms since the epoch): RabbitMQ's consumer timeout counts from then. */
+  readonly takenAt: number;
 }
 
 /** A copy lost in an outage, for {@link ReceiverContext.recordLosses}. */
@@ -63,6 +66,10 @@ export interface ReceiverContext {
   readonly endpoint: string;
   readonly roles: readonly QueueRole[];
   readonly prefetch: number;
+  /** The prefetch of each partition queue's consumer (at least `prefetch`): how far it reads ahead. */
+  readonly partitionPrefetch: number;
+  /** The longest a message not handed out stays unacked before it is given back and taken again, in ms. */
+  readonly holdLimitMs: number;
   readonly logger: Logger;
   readonly timeoutMs: number;
   /** The copies lost in outages by the broker's receivers, whose return spends no attempt. */
@@ -88,6 +95,11 @@ export interface ReceiverContext {
   readonly takeLoss: ((taken: Taken) => Promise<OutageLoss | undefined>) | undefined;
   /** Publishes a copy of `taken` carrying `facts` back to its queue (confirmed), then acks it. */
   readonly moveBack: (taken: Taken, facts: CarriedFacts) => Promise<void>;
+  /**
+   * Publishes a copy of `taken` with its facts, its time included, straight to the tail of its queue
+   * (confirmed); the caller acks it.
+   */
+  readonly copyToTail: (taken: Taken) => Promise<void>;
   /** Declares the endpoint's queues and bindings again (one was deleted under the receiver). */
   readonly declare: () => Promise<void>;
   /** Called once the receiver has ended and settled or returned everything. */
@@ -99,11 +111,15 @@ export interface ReceiverContext {
  * at most `prefetch` unsettled deliveries, one at a time per ordered key.
  *
  * @remarks
- * Each queue's consumer has `prefetch` as its window; what arrives beyond what may be out waits here
- * (unacked, so RabbitMQ keeps it if the process dies). A message of a partition queue waits until
+ * Each unordered queue's consumer has `prefetch` as its window, each partition queue's the larger
+ * `partitionPrefetch` (so a key waiting here with its backlog leaves room for the partition's other
+ * keys); what arrives beyond what may be out waits here (unacked, so RabbitMQ keeps it if the
+ * process dies), handed out queue by queue in turn. A message of a partition queue waits until
  * the earlier message of its key has settled; a retry of one waits here for its time, holding its
  * key. A message that arrives before its `not before` time goes back to the delay queues (an
- * ordered one waits here instead). Every message arrives through {@link RabbitMqReceiver.receive}.
+ * ordered one waits here instead). Nothing waits here unacked past `holdLimitMs` (RabbitMQ's
+ * consumer timeout would close the channel): see `#sweep`. Every message
+ * arrives through {@link RabbitMqReceiver.receive}.
  * When the channel drops, what it held comes back from RabbitMQ (the deliveries out are stale) and
  * the receiver opens a new channel; the return is an outage, not an unsettled end
  * ({@link OutageReturns}, and with a delivery ledger the copy's ledger entry, so that another
@@ -111,7 +127,8 @@ export interface ReceiverContext {
  */
 export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   readonly #context: ReceiverContext;
-  readonly #ready: Taken[] = [];
+  /** Messages that may be handed out now, taken queue by queue in turn. */
+  readonly #ready = new ReadyQueues<Taken>();
   /** Messages of ordered lanes, in arrival order; the first is out, ready or waiting for its time. */
   readonly #lanes = new Map<string, Taken[]>();
   /** Every message held from the current channel. */
@@ -142,6 +159,18 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   /** Resolves once the receiver stops. */
   readonly #stopped = aborted(this.#stop.signal);
   readonly #roleOf = new Map<string, QueueRole>();
+  /**
+   * Lanes whose waiting messages were moved to the tail of their queue (held too long), with the
+   * copies still to come back, in the order they were published: until they are all back, every
+   * other message of the lane that arrives goes to the tail behind them.
+   */
+  readonly #rotating = new Map<string, Expected[]>();
+  /** Copies to the tail are published one batch after the other, so they land in turn. */
+  #tail: Promise<void> = Promise.resolve();
+  /** Batches of copies being moved to the tail: the channel stays open until they are acked. */
+  #moving = 0;
+  /** The message being admitted by the ledger (out of the ready lists, about to be handed out). */
+  #admitting: Taken | undefined;
 
   constructor(context: ReceiverContext, signal: AbortSignal | undefined) {
     this.#context = context;
@@ -179,10 +208,14 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (this.#ending) return { done: true, value: undefined };
       if (this.#out < this.#context.prefetch) {
         const taken = this.#ready.shift();
-        if (taken !== undefined && (await this.#admitted(taken))) {
-          return { done: false, value: this.#handOut(taken) };
+        if (taken !== undefined) {
+          this.#admitting = taken;
+          const admitted = await this.#admitted(taken).finally(() => {
+            this.#admitting = undefined;
+          });
+          if (admitted) return { done: false, value: this.#handOut(taken) };
+          continue;
         }
-        if (taken !== undefined) continue;
       }
       await new Promise<void>((resolve) => {
         this.#wake = resolve;
@@ -323,6 +356,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       id: undefined,
       cancelTimer: undefined,
       excused,
+      takenAt: Date.now(),
       counted,
       askLoss:
         this.#context.takeLoss !== undefined &&
@@ -343,9 +377,26 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         void this.#moveBack(taken, facts);
         return;
       }
-      this.#ready.push(taken);
+      this.#ready.push(taken.role.queue, taken);
       this.#notify();
       return;
+    }
+    const pending = this.#rotating.get(taken.lane);
+    if (pending !== undefined) {
+      const key = copyKey(taken.facts);
+      const index = pending.findIndex((expected) => expected.key === key);
+      // Copies published before this one that did not come first are gone (a purge): not awaited.
+      if (index > 0) pending.splice(0, index);
+      if (index < 0 || pending[0]?.again === true) {
+        // Ahead of the lane's copies in the queue but behind them in its key's order (a message
+        // queued before they were, or a copy of one that moved again since): to the tail too.
+        if (index >= 0) pending.shift();
+        pending.push({ key, again: false });
+        this.#moveToTail([taken]);
+        return;
+      }
+      pending.shift();
+      if (pending.length === 0) this.#rotating.delete(taken.lane);
     }
     const lane = this.#lanes.get(taken.lane);
     if (lane === undefined) {
@@ -361,7 +412,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const at = taken.facts.notBefore;
     if (at !== undefined && at > Date.now()) this.#schedule(taken, at);
     else {
-      this.#ready.push(taken);
+      this.#ready.push(taken.role.queue, taken);
       this.#notify();
     }
   }
@@ -376,7 +427,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
           this.#schedule(taken, at);
           return;
         }
-        this.#ready.push(taken);
+        this.#ready.push(taken.role.queue, taken);
         this.#notify();
       },
       Math.min(MAX_TIMER_MS, Math.max(0, at - Date.now())),
@@ -441,13 +492,12 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       return false;
     }
     if (verdict === undefined) {
-      this.#ready.unshift(taken);
+      this.#ready.unshift(taken.role.queue, taken);
       await sleep(systemClock, 1_000, this.#stop.signal);
     }
     if (this.#isEnding()) {
       // giveBack ran while it was being admitted: it goes back as the others did.
-      const index = this.#ready.indexOf(taken);
-      if (index >= 0) this.#ready.splice(index, 1);
+      this.#ready.remove(taken.role.queue, taken);
       if (taken.lane === undefined) await this.#moveBack(taken, taken.facts);
       else this.#maybeClose();
       return false;
@@ -513,7 +563,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     if (channel !== undefined) {
       await Promise.all(tags.map((tag) => channel.cancel(tag).catch(() => undefined)));
     }
-    const waiting = this.#ready.splice(0);
+    const waiting = this.#ready.drain();
     for (const taken of waiting) taken.cancelTimer?.();
     await Promise.all(
       waiting.filter((taken) => taken.lane === undefined).map((taken) => this.#moveBack(taken, taken.facts)),
@@ -522,7 +572,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /** Once ending and nothing is out: closes the channel (ordered messages held return in order). */
   #maybeClose(): void {
-    if (!this.#ending || this.#ended || this.#out > 0) return;
+    if (!this.#ending || this.#ended || this.#out > 0 || this.#moving > 0) return;
     for (const taken of this.#held) if (taken.lane === undefined) return;
     void this.#closeChannel();
   }
@@ -562,6 +612,21 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /** Keeps a channel consuming the endpoint's queues until the receiver ends. */
   async #run(): Promise<void> {
+    const sweep = setInterval(
+      () => {
+        this.#sweep();
+      },
+      Math.max(250, Math.min(60_000, this.#context.holdLimitMs / 4)),
+    );
+    sweep.unref();
+    try {
+      await this.#consume();
+    } finally {
+      clearInterval(sweep);
+    }
+  }
+
+  async #consume(): Promise<void> {
     let failed = false;
     while (!this.#ending) {
       if (failed) {
@@ -592,6 +657,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       const closed = new Promise<void>((resolve) => {
         channel.once('close', resolve);
       });
+      let closedBy: unknown;
+      channel.once('error', (error: unknown) => {
+        closedBy = error;
+      });
       this.#channel = channel;
       const acks = new AckCoalescer(channel);
       this.#acks = acks;
@@ -599,8 +668,16 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       this.#recentlyAcked.clear();
       this.#unorderedConsumers.length = 0;
       try {
-        await channel.prefetch(this.#context.prefetch, false);
+        // Per consumer (not global): each queue's consumer gets the prefetch set when it starts. A
+        // partition queue reads further ahead, so that a key waiting for its retry (its backlog held
+        // here) does not fill the window the other keys of the partition need.
+        let window = 0;
         for (const role of this.#context.roles) {
+          const wanted = role.ordered ? this.#context.partitionPrefetch : this.#context.prefetch;
+          if (wanted !== window) {
+            await channel.prefetch(wanted, false);
+            window = wanted;
+          }
           const { consumerTag } = await channel.consume(
             role.queue,
             (message) => {
@@ -633,9 +710,24 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (this.#channel !== channel || this.#isEnding()) return;
       // The channel dropped: what it held comes back from RabbitMQ; the deliveries out are stale.
       this.#channel = undefined;
+      // RabbitMQ's consumer timeout: the delivery held longest (a handler that ran past it) counts
+      // as an unsettled end, as a lock lost on Redis does; the rest of the channel is an outage.
+      const overdue = isConsumerTimeout(closedBy) ? this.#heldLongest(channel) : undefined;
+      if (isConsumerTimeout(closedBy)) {
+        this.#context.logger.warn(
+          "RabbitMQ closed a receiver's channel: a delivery stayed unacknowledged past the server's consumer_timeout (a handler ran longer). That delivery counts as an unsettled end (as a crash); the channel's other messages come back as after an outage. Raise consumer_timeout in rabbitmq.conf above the longest handler run",
+          {
+            endpoint: this.#context.endpoint,
+            queue: overdue?.role.queue,
+            messageId: overdue?.facts.messageId,
+            heldMs: overdue === undefined ? undefined : Date.now() - overdue.takenAt,
+            error: closedBy instanceof Error ? closedBy.message : String(closedBy),
+          },
+        );
+      }
       acks.flush();
       this.#acks = undefined;
-      this.#loseAll(channel, !this.#simulatingCrash);
+      this.#loseAll(channel, !this.#simulatingCrash, overdue);
       this.#simulatingCrash = false;
       this.#dropAll();
       await sleep(systemClock, 200, this.#stop.signal);
@@ -648,9 +740,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * delivery ledger, on their ledger entries too, for any process that takes them), and so may what
    * it acked last (the ack may have been lost with the connection; with a ledger such a copy is
    * settled `done` there, a duplicate when it comes back). A simulated crash (`outage` false)
-   * counts; only the outage returns excused before carry on.
+   * counts, and so does the return of `overdue` (RabbitMQ's consumer timeout fired for it); only
+   * the outage returns excused before carry on.
    */
-  #loseAll(channel: Channel, outage: boolean): void {
+  #loseAll(channel: Channel, outage: boolean, overdue?: Taken): void {
     const now = Date.now();
     const acked = [...this.#recentlyAcked].filter(([, at]) => now - at <= RECENT_ACK_MS);
     this.#recentlyAcked.clear();
@@ -662,7 +755,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         deliveryCountOf(taken.message.properties),
         taken.excused,
         now,
-        outage,
+        outage && taken !== overdue,
         // The facts of a message held (an ordered retry's failures live only here) carry on.
         facts ? { token: taken.facts.token, facts: taken.facts } : undefined,
       );
@@ -672,11 +765,12 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     if (this.#context.recordLosses === undefined) return;
     // After a crash the return counts: recorded as if held after it, only the ends excused before
     // carry on (nothing to record when there are none).
+    const outageFor = (taken: Taken): boolean => outage && taken !== overdue;
     const lost: LostTaken[] = held
-      .filter((taken) => taken.facts.token !== undefined && (outage || taken.excused > 0))
+      .filter((taken) => taken.facts.token !== undefined && (outageFor(taken) || taken.excused > 0))
       .map((taken) => ({
         taken,
-        deliveryCount: deliveryCountOf(taken.message.properties) + (outage ? 0 : 1),
+        deliveryCount: deliveryCountOf(taken.message.properties) + (outageFor(taken) ? 0 : 1),
         excused: taken.excused,
       }));
     if (lost.length > 0) {
@@ -719,10 +813,113 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (taken.id !== undefined) this.#context.forget(taken.id);
     }
     this.#held.clear();
-    this.#ready.length = 0;
+    this.#ready.drain();
     this.#lanes.clear();
+    this.#rotating.clear();
     this.#out = 0;
     this.#notify();
+  }
+
+  /**
+   * Gives back what this receiver has held unacked for `holdLimitMs` without handing it out, before
+   * RabbitMQ's consumer timeout closes the channel over it: an unordered message as a copy (as an
+   * early one goes back), and the waiting messages of an ordered lane as copies to the tail of
+   * their queue, in their order, which come back here in turn (a retry keeps its time, failures
+   * and history). A lane with copies still to come back moves what it has too: those copies then
+   * arrive first, and go round once more, behind.
+   */
+  #sweep(): void {
+    const channel = this.#channel;
+    if (this.#ending || channel === undefined) return;
+    const oldest = Date.now() - this.#context.holdLimitMs;
+    for (const [lane, entries] of this.#lanes) {
+      // The head out to a handler stays: it cannot be renewed.
+      const waiting = entries[0]?.id === undefined ? [...entries] : entries.slice(1);
+      if (!waiting.some((taken) => taken.takenAt <= oldest)) continue;
+      if (waiting.some((taken) => taken === this.#admitting || taken.channel !== channel)) continue;
+      if (waiting.length === entries.length) this.#lanes.delete(lane);
+      else entries.length = 1;
+      for (const taken of waiting) {
+        taken.cancelTimer?.();
+        taken.cancelTimer = undefined;
+        this.#ready.remove(taken.role.queue, taken);
+      }
+      // Copies still to come back (a full window kept them out) are behind these in the key's
+      // order but ahead of their copies in the queue: each goes to the tail once more on arrival.
+      this.#rotating.set(lane, [
+        ...(this.#rotating.get(lane) ?? []).map(({ key }) => ({ key, again: true })),
+        ...waiting.map((taken) => ({ key: copyKey(taken.facts), again: false })),
+      ]);
+      this.#moveToTail(waiting);
+    }
+    const stale = this.#ready.takeWhere(
+      (taken) => taken.lane === undefined && taken.takenAt <= oldest && taken !== this.#admitting,
+    );
+    for (const taken of stale) {
+      this.#context.moveBack(taken, taken.facts).then(
+        () => {
+          this.#held.delete(taken);
+          this.#maybeClose();
+        },
+        () => {
+          // Not moved (RabbitMQ is in trouble): it waits here again, and the next sweep retries.
+          if (!this.holds(taken)) return;
+          if (this.#ending) {
+            // Stopping meanwhile: it goes back as the others did.
+            void this.#moveBack(taken, taken.facts);
+            return;
+          }
+          this.#ready.push(taken.role.queue, taken);
+          this.#notify();
+        },
+      );
+    }
+  }
+
+  /**
+   * Copies `batch` (ordered messages of one lane, in order) to the tail of their queue after the
+   * batches before it, then acks them. When a copy cannot be published, the channel is closed:
+   * every original still unacked goes back to the head of its queue in order (an outage return),
+   * and a copy published already is a later duplicate.
+   */
+  #moveToTail(batch: readonly Taken[]): void {
+    this.#moving++;
+    this.#tail = this.#tail
+      .then(async () => {
+        const channel = batch[0]?.channel;
+        try {
+          for (const taken of batch) await this.#context.copyToTail(taken);
+        } catch (error) {
+          if (channel === undefined || channel !== this.#channel) return;
+          this.#context.logger.warn(
+            'A RabbitMQ receiver could not move messages held too long to the tail of their queue; their channel is closed so they return in order',
+            {
+              queue: batch[0]?.role.queue,
+              error: error instanceof Error ? error.message : String(error),
+            },
+          );
+          await channel.close().catch(() => undefined);
+          return;
+        }
+        for (const taken of batch) {
+          if (!this.#held.delete(taken)) continue;
+          void this.ackMessage(taken);
+        }
+      })
+      .finally(() => {
+        this.#moving--;
+        this.#maybeClose();
+      });
+  }
+
+  /** The message held longest from `channel`: the one RabbitMQ's consumer timeout fired for. */
+  #heldLongest(channel: Channel): Taken | undefined {
+    let longest: Taken | undefined;
+    for (const taken of this.#held) {
+      if (taken.channel === channel && (longest === undefined || taken.takenAt < longest.takenAt))
+        longest = taken;
+    }
+    return longest;
   }
 
   /** Test hook: the channel drops as if its process died (an unsettled end that counts). */
@@ -731,6 +928,22 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#simulatingCrash = true;
     await this.#channel.close().catch(() => undefined);
   }
+}
+
+/** Whether a channel was closed by RabbitMQ's consumer timeout (406, "delivery acknowledgement ... timed out"). */
+function isConsumerTimeout(error: unknown): boolean {
+  return error instanceof Error && /delivery acknowledgement on channel \d+ timed out/i.test(error.message);
+}
+
+/** A copy a lane waits for: its {@link copyKey}, and whether it goes to the tail once more. */
+interface Expected {
+  readonly key: string;
+  readonly again: boolean;
+}
+
+/** What identifies a copy of a message moved to the tail of its queue, within its lane. */
+function copyKey(facts: CarriedFacts): string {
+  return JSON.stringify([facts.messageId ?? null, facts.token ?? null]);
 }
 
 /** The queue a delivery reports: `cmd~<type>`, or `evt~<endpoint>~<handler>`. */

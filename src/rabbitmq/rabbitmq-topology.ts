@@ -150,21 +150,74 @@ export async function declareBase(channel: Channel, names: RabbitMqNames): Promi
 /** How long a delay queue with nothing declared on it lives on after its messages' time, in ms. */
 const DELAY_QUEUE_SLACK_MS = 20 * 60_000;
 
+/** The longest delay queue any broker declares, in ms (`maxDelayBucketMs` at most). */
+const LONGEST_DELAY_MS = 2 ** 31;
+
 /**
- * Declares the delay queue of `ms`: classic, durable, every message expiring after `ms` into
+ * The bucket of the delay queue of `ms` for a broker of `queueType`: the last part of the queue's
+ * name and the value of its binding's `harrier-bucket` header. `q<ms>` for quorum delay queues,
+ * `<ms>` for classic ones (the names of the classic delay queues of earlier versions, which any
+ * broker still running such a version keeps using: a queue cannot be declared again with another
+ * type).
+ */
+export function delayBucket(ms: number, queueType: RabbitMqQueueType): string {
+  return queueType === 'quorum' ? `q${ms}` : String(ms);
+}
+
+/** The arguments of the delay queue of `ms` (see {@link declareDelayQueue}). */
+export function delayQueueArguments(
+  names: RabbitMqNames,
+  ms: number,
+  queueType: RabbitMqQueueType,
+): Record<string, unknown> {
+  const common = {
+    'x-message-ttl': ms,
+    'x-dead-letter-exchange': names.route,
+    'x-expires': ms + DELAY_QUEUE_SLACK_MS,
+  };
+  if (queueType === 'classic') return { 'x-queue-type': 'classic', ...common };
+  return {
+    'x-queue-type': 'quorum',
+    ...common,
+    // What expires is moved with publisher confirms, and stays until its queue confirmed it.
+    'x-dead-letter-strategy': 'at-least-once',
+    // RabbitMQ falls back to at-most-once under the default drop-head (no length limit is set).
+    'x-overflow': 'reject-publish',
+  };
+}
+
+/**
+ * Declares the delay queue of `ms`, durable, every message expiring after `ms` into
  * `<prefix>.route` under the routing key it was published with; deleted by RabbitMQ once unused
  * for `ms` plus 20 minutes (a broker declares it again at least every 10 minutes it uses it).
+ *
+ * @remarks
+ * A quorum delay queue (`queueType` quorum) dead-letters at least once: an expired message stays in
+ * it until the queue it goes to confirmed it, so a node that dies at that moment loses nothing.
+ * With it comes `<prefix>.unrouted` (see {@link RabbitMqNames.unrouted}), so that a message that
+ * expires into no queue is dropped, as a classic delay queue drops it, instead of holding back
+ * the bucket. A classic delay queue dead-letters at most once.
  */
-export async function declareDelayQueue(channel: Channel, names: RabbitMqNames, ms: number): Promise<void> {
-  const queue = names.delayQueue(ms);
-  await channel.assertQueue(queue, {
-    durable: true,
-    arguments: {
-      'x-queue-type': 'classic',
-      'x-message-ttl': ms,
-      'x-dead-letter-exchange': names.route,
-      'x-expires': ms + DELAY_QUEUE_SLACK_MS,
-    },
-  });
-  await channel.bindQueue(queue, names.delay, '', { 'x-match': 'all', [BUCKET_HEADER]: String(ms) });
+export async function declareDelayQueue(
+  channel: Channel,
+  names: RabbitMqNames,
+  ms: number,
+  queueType: RabbitMqQueueType,
+): Promise<void> {
+  const bucket = delayBucket(ms, queueType);
+  const queue = names.delayQueue(bucket);
+  if (queueType === 'quorum') {
+    await channel.assertQueue(names.unrouted, {
+      durable: true,
+      // Dropped as soon as it arrives: the queue is there to confirm what nothing else takes.
+      arguments: {
+        'x-queue-type': 'classic',
+        'x-message-ttl': 0,
+        'x-expires': LONGEST_DELAY_MS + DELAY_QUEUE_SLACK_MS,
+      },
+    });
+    await channel.bindQueue(names.unrouted, names.route, '#');
+  }
+  await channel.assertQueue(queue, { durable: true, arguments: delayQueueArguments(names, ms, queueType) });
+  await channel.bindQueue(queue, names.delay, '', { 'x-match': 'all', [BUCKET_HEADER]: bucket });
 }

@@ -1,7 +1,7 @@
 import type { SubscriptionSpec } from '../broker/message-broker.js';
 import type { RabbitMqNames } from './rabbitmq-names.js';
 import type { RabbitMqRegistration, RegisteredSubscription } from './rabbitmq-registry.js';
-import { endpointTopology, type RabbitMqQueueType } from './rabbitmq-topology.js';
+import { delayBucket, endpointTopology, type RabbitMqQueueType } from './rabbitmq-topology.js';
 
 /**
  * The handler name under which a registration lists the partition queues an endpoint's ordered
@@ -56,7 +56,7 @@ export function registrationOf(
   }
   const delayQueues: string[] = [];
   for (let ms = settings.minDelayBucketMs; ms <= settings.maxDelayBucketMs; ms *= 2) {
-    delayQueues.push(names.delayQueue(ms));
+    delayQueues.push(names.delayQueue(delayBucket(ms, settings.queueType)));
   }
   return {
     endpoint,

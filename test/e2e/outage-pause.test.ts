@@ -2,8 +2,17 @@
  * Outages pause, they do not dead-letter: an app process (fixtures/outage-pause-app.ts) runs inbox handlers
  * in PostgreSQL, an outbox relay and a PostgreSQL projection while one of its dependencies is stopped
  * for 60 s with messages flowing: its PostgreSQL in one test, its dead-letter store's Redis in the
- * other. Each test starts its own PostgreSQL and both Redis servers, since it stops one of them, and
- * the two run at once: each spends most of its time waiting out its outage.
+ * other. Each test starts its own PostgreSQL and both Redis servers, since it stops one of them.
+ *
+ * Beside them, PostgresBroker through a 60 s PostgreSQL outage (fixtures/pg-broker-outage.ts): the
+ * server the broker, the inbox and the handlers' effects live in is stopped for 60 s while the test
+ * keeps publishing. The worker pauses and resumes by itself, no process crashes, the outage
+ * dead-letters nothing and spends no attempt (the deliveries it held are given back once the server
+ * answers), every message published before and after it is applied once, and each publish tried
+ * while the server is away is refused with `postgres-unavailable` (or waits for it).
+ *
+ * The three tests run at once, each on servers of its own: each spends most of its time waiting out
+ * its minute-long outage, so together they take one worker of the runner for about as long as one.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -11,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { describe, it, type ExpectStatic, type OnTestFinishedHandler } from 'vitest';
+import { describe, inject, it, type ExpectStatic, type OnTestFinishedHandler } from 'vitest';
 import { createBus, silentLogger, type MessageBus } from '../../src/index.js';
 import { migratePostgres } from '../../src/postgres/migrate-postgres.js';
 import { BullMqBroker } from '../../src/redis/index.js';
@@ -21,6 +30,8 @@ import { freshPrefix } from '../helpers/redis.js';
 import { RedisServer } from './fixtures/fault-harness.js';
 import { readCrashes } from './fixtures/fixture-process.js';
 import { Credit } from './fixtures/outage-pause-messages.js';
+import { readPgLines } from './fixtures/pg-broker-harness.js';
+import { appliedCount, expectOutageRiddenOut, startOutageScene } from './fixtures/pg-broker-outage.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const APP = fileURLToPath(new URL('./fixtures/outage-pause-app.ts', import.meta.url));
@@ -30,6 +41,10 @@ const BEFORE = 1_000;
 const BEFORE_MS = 5_000;
 const OUTAGE_MS = 60_000;
 const ACCOUNTS = 40;
+const redisUrl = inject('redisUrl');
+/** Messages the PostgresBroker test publishes before its outage, and after it. */
+const BROKER_BEFORE = 400;
+const BROKER_AFTER = 400;
 
 interface AppLine {
   readonly ready?: boolean;
@@ -246,3 +261,45 @@ describe.concurrent(
     });
   },
 );
+
+describe.concurrent('PostgresBroker outages', () => {
+  describe('when PostgreSQL is stopped for 60 s while messages flow', () => {
+    it('pauses and resumes: no crash, no dead letter, no attempt spent, every message sent before and after applied once', async ({
+      expect,
+      onTestFinished,
+    }) => {
+      const running = await startOutageScene(redisUrl);
+      onTestFinished(() => running.close(), 60_000);
+      await running.publishBatch(0, BROKER_BEFORE);
+      await waitFor(
+        'some messages to be applied',
+        async () => (await appliedCount(running)) >= BROKER_BEFORE / 4,
+        { timeoutMs: 20_000, explain: () => running.worker.output() },
+      );
+
+      running.postgres.halt();
+      const stoppedAt = Date.now();
+      // Publishing goes on through the outage: each try is refused (or waits) until the server is back.
+      const during = running.publish(BROKER_BEFORE);
+      await waitFor(
+        'the publish during the outage to be refused or held',
+        () => running.refusals.length > 0 || running.pendingMs() >= 1_000,
+        { timeoutMs: 15_000 },
+      );
+      // The outage's length is what the test is about, not a condition to wait for.
+      await new Promise((resolve) => setTimeout(resolve, OUTAGE_MS - (Date.now() - stoppedAt)));
+      running.postgres.start();
+      await during;
+      await running.publishRange(BROKER_BEFORE + 1, BROKER_BEFORE + 1 + BROKER_AFTER);
+
+      const summary = await expectOutageRiddenOut(running, expect);
+      const lines = readPgLines(running.outFile);
+      expect(
+        lines.some((l) => l.outcome === 'paused'),
+        'the worker paused',
+      ).toBe(true);
+      expect(running.acknowledged).toHaveLength(BROKER_BEFORE + 1 + BROKER_AFTER);
+      console.info(`[postgres-broker-outage-60s] 60 s stop: ${summary}`);
+    }, 180_000);
+  });
+});

@@ -5,7 +5,7 @@
  * process crashes, nothing is dead-lettered, no attempt is spent, every acknowledged message is
  * applied once, and a publish made while the server is away is refused with `postgres-unavailable`
  * (or waits for it).
- * The 60 s stop is postgres-broker-outage-60s.test.ts, a file of its own so the two run at once.
+ * The 60 s stop is in outage-pause.test.ts, run there beside the other minute-long outages.
  */
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import {

@@ -57,6 +57,16 @@ export interface LocalRabbitMq {
   dispose(): Promise<void>;
 }
 
+/** Settings of the server beyond the defaults. */
+export interface RabbitMqServerSettings {
+  /**
+   * Settings of the `rabbit` application, written to advanced.config (whole numbers, in its units):
+   * e.g. `{ consumer_timeout: 3000, channel_tick_interval: 500 }` (a channel checks its consumer
+   * timeout on each tick, every 60 s by default).
+   */
+  readonly rabbit?: Readonly<Record<string, number>>;
+}
+
 const INSTALL_HINT =
   'install RabbitMQ (apt-get install rabbitmq-server, brew install rabbitmq) so the tests can start their own, or set RABBITMQ_URL to a running server (e.g. amqp://guest:guest@127.0.0.1:5672)';
 
@@ -113,8 +123,11 @@ export function tail(path: string, lines = 20): string {
  * AMQP connection.
  * @throws Error naming how to install RabbitMQ when `rabbitmq-server` cannot be found or exits.
  */
-export async function startRabbitMqServer(dirPrefix = 'harrier-rabbitmq-'): Promise<LocalRabbitMq> {
-  const { server, ready } = await launchRabbitMqServer(dirPrefix);
+export async function startRabbitMqServer(
+  dirPrefix = 'harrier-rabbitmq-',
+  settings: RabbitMqServerSettings = {},
+): Promise<LocalRabbitMq> {
+  const { server, ready } = await launchRabbitMqServer(dirPrefix, settings);
   try {
     await ready;
   } catch (error) {
@@ -132,6 +145,7 @@ export async function startRabbitMqServer(dirPrefix = 'harrier-rabbitmq-'): Prom
  */
 export async function launchRabbitMqServer(
   dirPrefix = 'harrier-rabbitmq-',
+  settings: RabbitMqServerSettings = {},
 ): Promise<{ readonly server: LocalRabbitMq; readonly ready: Promise<void> }> {
   const server = rabbitmqServerPath();
   if (server === undefined) throw new Error(`rabbitmq-server not found: ${INSTALL_HINT}`);
@@ -155,6 +169,11 @@ export async function launchRabbitMqServer(
     ].join('\n'),
   );
   writeFileSync(join(dir, 'enabled_plugins'), '[].\n');
+  const rabbit = Object.entries(settings.rabbit ?? {});
+  if (rabbit.length > 0) {
+    const terms = rabbit.map(([name, value]) => `{${name}, ${String(value)}}`).join(', ');
+    writeFileSync(join(dir, 'advanced.config'), `[{rabbit, [${terms}]}].\n`);
+  }
   const env: Record<string, string> = {
     // The Erlang cookie is created in, and read by rabbitmqctl from, $HOME/.erlang.cookie.
     HOME: dir,

@@ -21,6 +21,8 @@ const TYPE = 'settle.Work';
 const ENDPOINT = 'settle';
 /** Long enough that a message coming back before it ran out was given back, not lapsed. */
 const LEASE_MS = 4_000;
+/** How long the broker's pool waits for a connection: a settle fails after it while the test holds it. */
+const CONNECT_TIMEOUT_MS = 200;
 
 const cleanups: (() => Promise<void>)[] = [];
 
@@ -47,7 +49,7 @@ async function nextWithin(iterator: AsyncIterator<Delivery>, ms: number): Promis
 interface Scene {
   readonly schema: string;
   readonly broker: PostgresBroker;
-  /** The receiver of the endpoint, one delivery at a time (`prefetch: 1`). */
+  /** The receiver of the endpoint, `prefetch` deliveries at a time (default 1). */
   readonly iterator: AsyncIterator<Delivery>;
   publish(): Promise<string>;
   /** Runs `settle` with PostgreSQL out of the broker's reach; returns what it threw. */
@@ -56,12 +58,16 @@ interface Scene {
   rowsOf(messageId: string): Promise<number>;
 }
 
-async function setUp(): Promise<Scene> {
+async function setUp(prefetch = 1): Promise<Scene> {
   const schema = freshSchema();
   await migratePostgres(admin, { schema });
   // Two connections: the LISTEN session's and one for everything else, which the test takes away so
   // a settle fails as with the server gone (the pool's connect time-out).
-  const pool = new pg.Pool({ connectionString: databaseUrl, max: 2, connectionTimeoutMillis: 200 });
+  const pool = new pg.Pool({
+    connectionString: databaseUrl,
+    max: 2,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+  });
   pool.on('error', () => {});
   const broker = new PostgresBroker({
     connection: pool,
@@ -78,7 +84,7 @@ async function setUp(): Promise<Scene> {
     await dropSchema(admin, schema);
   });
   await broker.register(ENDPOINT, [{ handler: 'Work', kind: 'command', types: [TYPE] }]);
-  const deliveries = broker.receiver({ endpoint: ENDPOINT, prefetch: 1, signal: stop.signal });
+  const deliveries = broker.receiver({ endpoint: ENDPOINT, prefetch, signal: stop.signal });
   const queue = postgresTables(schema).queue;
   return {
     schema,
@@ -126,6 +132,40 @@ describe('PostgresBroker', () => {
       const nextId = await scene.publish();
       const next = await nextWithin(scene.iterator, 5_000);
       expect(next?.facts.messageId, 'the one slot is free: the next message comes').toBe(nextId);
+    });
+  });
+
+  describe('when several acks cannot reach PostgreSQL', () => {
+    it('makes every one of them once PostgreSQL answers, and takes messages again', async () => {
+      // Left-over acks are made one after another: the second is asked for in the very turn the
+      // first's batched delete ends, which once found the ack loop ending and waited for ever
+      // (and every take and lease renewal behind it: the worker took nothing after an outage).
+      const scene = await setUp(2);
+      const ids = [await scene.publish(), await scene.publish()];
+      const taken = [await nextWithin(scene.iterator, 5_000), await nextWithin(scene.iterator, 5_000)];
+      expect(taken.map((d) => d?.facts.messageId).sort()).toEqual([...ids].sort());
+
+      const failures: unknown[] = [];
+      await scene.unreachable(async () => {
+        const acks = await Promise.allSettled(taken.map((d) => scene.broker.ack(d?.id ?? '')));
+        for (const ack of acks) failures.push(ack.status === 'rejected' ? ack.reason : undefined);
+        // The outage goes on a little: the broker's own tries of the first ack, made meanwhile by
+        // the receiver's takes, fail too, so both acks are left over together when it ends.
+        await new Promise((resolve) => setTimeout(resolve, 2 * CONNECT_TIMEOUT_MS));
+      });
+      expect(failures.map((f) => HarrierError.is(f) && f.code)).toEqual([
+        'postgres-unavailable',
+        'postgres-unavailable',
+      ]);
+
+      await waitFor(
+        'both acked messages to leave the queue',
+        async () => (await scene.rowsOf(ids[0]!)) + (await scene.rowsOf(ids[1]!)) === 0,
+        { timeoutMs: LEASE_MS },
+      );
+      const nextId = await scene.publish();
+      const next = await nextWithin(scene.iterator, 5_000);
+      expect(next?.facts.messageId, 'the receiver takes again').toBe(nextId);
     });
   });
 

@@ -131,7 +131,7 @@ describe('RabbitMqAdmin', () => {
           expect(topology.unreadable).toEqual([]);
           expect(topology.note).toContain(RABBITMQ_ACTIVE_NOTE);
           expect(topology.note).toContain(
-            `2 messages in the 1 delay queue of the prefix ("${prefix}.delay.<ms>"), waiting for a retry or a scheduled time`,
+            `2 messages in the 1 delay queue of the prefix ("${prefix}.delay.*"), waiting for a retry or a scheduled time`,
           );
           expect(topology.endpoints).toEqual([
             {

@@ -981,6 +981,9 @@ describe('RabbitMqBroker', () => {
       [{ connection: anyUrl, maxDelayBucketMs: 1000 }, 'maxDelayBucketMs'],
       [{ connection: anyUrl, heartbeatSeconds: -1 }, 'heartbeatSeconds'],
       [{ connection: anyUrl, dedupeWindowMs: 0 }, 'dedupeWindowMs'],
+      [{ connection: anyUrl, partitionPrefetch: 0 }, 'partitionPrefetch'],
+      [{ connection: anyUrl, partitionPrefetch: 65_536 }, 'partitionPrefetch'],
+      [{ connection: anyUrl, holdLimitMs: 999 }, 'holdLimitMs'],
     ])('refuses %j with invalid-option naming %s', (options, named) => {
       let error: unknown;
       try {

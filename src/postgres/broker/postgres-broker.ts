@@ -328,8 +328,14 @@ export class PostgresBroker implements MessageBroker {
       for (const receiver of this.#receivers) receiver.notify(lane);
       this.#toNotify.add(lane);
     }
+    this.#startNotifying();
+  }
+
+  /** Runs the notifier unless it runs; lanes added as it ended are sent by the next one (as acks). */
+  #startNotifying(): void {
     this.#notifying ??= this.#notifyLoop().finally(() => {
       this.#notifying = undefined;
+      if (this.#toNotify.size > 0) this.#startNotifying();
     });
   }
 
@@ -376,9 +382,20 @@ export class PostgresBroker implements MessageBroker {
   #deleteAcked(db: pg.Pool, seq: string, token: string): Promise<boolean> {
     return new Promise<boolean>((resolve, reject) => {
       this.#acks.push({ seq, token, resolve, reject });
-      this.#acking ??= this.#ackLoop(db).finally(() => {
-        this.#acking = undefined;
-      });
+      this.#startAckLoop(db);
+    });
+  }
+
+  /**
+   * Runs the ack loop unless it runs. An ack pushed after the loop's last look at the queue and
+   * before its `finally` (in that very turn: the next left-over settle is asked for as the previous
+   * one resolves) is run by a loop started there; it would otherwise wait for ever, and every take
+   * and lease renewal behind it.
+   */
+  #startAckLoop(db: pg.Pool): void {
+    this.#acking ??= this.#ackLoop(db).finally(() => {
+      this.#acking = undefined;
+      if (this.#acks.length > 0) this.#startAckLoop(db);
     });
   }
 
@@ -607,7 +624,8 @@ export class PostgresBroker implements MessageBroker {
       this.#cancelRenew?.();
       this.#cancelPrune?.();
       await Promise.all([...this.#receivers].map((r) => r.close()));
-      await this.#acking;
+      // A loop may start another as it ends (see #startAckLoop): wait for the last.
+      while (this.#acking !== undefined) await this.#acking;
       await this.#settleLeftOvers();
       const held = [...this.#held.values()];
       this.#held.clear();
@@ -619,7 +637,7 @@ export class PostgresBroker implements MessageBroker {
           },
         );
       });
-      await this.#notifying;
+      while (this.#notifying !== undefined) await this.#notifying;
       await this.#listener.close();
       await this.#handle.end();
     })();

@@ -50,7 +50,17 @@ describe('registrationOf', () => {
           queues: [{ name: 'shop.evt.order%2Es.Mail' }],
         },
       ],
-      delayQueues: ['shop.delay.64', 'shop.delay.128', 'shop.delay.256'],
+      delayQueues: ['shop.delay.q64', 'shop.delay.q128', 'shop.delay.q256'],
+    });
+  });
+
+  describe('when the broker uses classic queues', () => {
+    it('names the classic delay queues, <prefix>.delay.<ms>', () => {
+      const record = registrationOf(new RabbitMqNames('shop'), 'orders', [], {
+        ...settings,
+        queueType: 'classic',
+      });
+      expect(record.delayQueues).toEqual(['shop.delay.64', 'shop.delay.128', 'shop.delay.256']);
     });
   });
 

@@ -1,0 +1,168 @@
+/**
+ * Per-key lanes of RabbitMqBroker's partition queues against real RabbitMQ: a key waiting for its
+ * retry, with a backlog longer than the receiver's concurrency behind it, holds up no other key of
+ * its partition (as on the in-memory and PostgreSQL brokers).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Delivery, OutgoingMessage } from '../../src/broker/message-broker.js';
+import { silentLogger } from '../../src/logging/logger.js';
+import { uuidv7 } from '../../src/messages/uuid-v7.js';
+import { RabbitMqBroker } from '../../src/rabbitmq/rabbitmq-broker.js';
+import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
+
+const filePrefix = freshBrokerPrefix();
+let url: string;
+const brokers: RabbitMqBroker[] = [];
+
+beforeAll(async () => {
+  url = await rabbitmqUrl();
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all(brokers.map((broker) => broker.close()));
+});
+
+const POST = 'accounts.PostEntry';
+
+function entry(key: string, body: string): OutgoingMessage {
+  return { id: uuidv7(), kind: 'command', type: POST, body, partitionKey: key, ordered: true };
+}
+
+/** The next delivery of `deliveries`, failing the test if none comes within `ms`. */
+async function nextOf(deliveries: AsyncIterator<Delivery>, ms = 5_000): Promise<Delivery> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      reject(new Error(`no delivery within ${ms} ms`));
+    }, ms);
+  });
+  try {
+    const result = await Promise.race([deliveries.next(), timeout]);
+    if (result.done === true) throw new Error('the receiver ended');
+    return result.value;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+describe('RabbitMqBroker partition queues', () => {
+  describe('when a key waits for its retry with more messages behind it than the receiver takes at once', () => {
+    it('delivers another key of the same partition before the retry, then the key in order', async () => {
+      // One partition: both keys share it whatever their hash.
+      const broker = new RabbitMqBroker({
+        connection: url,
+        prefix: `${filePrefix}-backlog`,
+        partitions: 1,
+        logger: silentLogger,
+      });
+      brokers.push(broker);
+      await broker.register('accounts', [
+        { handler: 'commands', kind: 'command', types: [POST], orderedTypes: [POST] },
+      ]);
+      const concurrency = 2;
+      const behind = 3 * concurrency;
+      const a = Array.from({ length: behind + 1 }, (_, i) => entry('account-a', `a${i + 1}`));
+      const b1 = entry('account-b', 'b1');
+      for (const message of [...a, b1]) await broker.publish(message);
+
+      const stop = new AbortController();
+      const receiver = broker.receiver({ endpoint: 'accounts', prefetch: concurrency, signal: stop.signal });
+      const deliveries = receiver[Symbol.asyncIterator]();
+      try {
+        const first = await nextOf(deliveries);
+        expect(first.body).toBe('a1');
+        const retryAt = Date.now() + 2_000;
+        await broker.nack(first.id, { retryAt, error: { name: 'Error', message: 'try later' } });
+
+        const other = await nextOf(deliveries);
+        expect(other.body).toBe('b1');
+        expect(Date.now()).toBeLessThan(retryAt);
+        await broker.ack(other.id);
+
+        const retried = await nextOf(deliveries);
+        expect(retried.body).toBe('a1');
+        expect(retried.facts.attempt).toBe(2);
+        expect(Date.now()).toBeGreaterThanOrEqual(retryAt);
+        await broker.ack(retried.id);
+        const rest: string[] = [];
+        for (let i = 0; i < behind; i++) {
+          const next = await nextOf(deliveries);
+          rest.push(next.body);
+          expect(next.facts.attempt).toBe(1);
+          await broker.ack(next.id);
+        }
+        expect(rest).toEqual(a.slice(1).map((message) => message.body));
+      } finally {
+        stop.abort();
+      }
+    });
+
+    it('holds up the other keys of the partition once the waiting key fills partitionPrefetch (the limit)', async () => {
+      const broker = new RabbitMqBroker({
+        connection: url,
+        prefix: `${filePrefix}-full`,
+        partitions: 1,
+        partitionPrefetch: 4,
+        logger: silentLogger,
+      });
+      brokers.push(broker);
+      await broker.register('accounts', [
+        { handler: 'commands', kind: 'command', types: [POST], orderedTypes: [POST] },
+      ]);
+      const a = Array.from({ length: 4 }, (_, i) => entry('account-a', `a${i + 1}`));
+      for (const message of [...a, entry('account-b', 'b1')]) await broker.publish(message);
+
+      const stop = new AbortController();
+      const receiver = broker.receiver({ endpoint: 'accounts', prefetch: 2, signal: stop.signal });
+      const deliveries = receiver[Symbol.asyncIterator]();
+      try {
+        const first = await nextOf(deliveries);
+        expect(first.body).toBe('a1');
+        const retryAt = Date.now() + 1_000;
+        await broker.nack(first.id, { retryAt, error: { name: 'Error', message: 'try later' } });
+        const next = await nextOf(deliveries);
+        expect(next.body).toBe('a1');
+        expect(Date.now()).toBeGreaterThanOrEqual(retryAt);
+        await broker.ack(next.id);
+      } finally {
+        stop.abort();
+      }
+    });
+  });
+
+  describe('when an unordered message waits in a busy receiver longer than holdLimitMs', () => {
+    it('gives it back to its queue, uncounted, where an idle process takes it', async () => {
+      const prefix = `${filePrefix}-hold`;
+      const options = { connection: url, prefix, partitions: 1, holdLimitMs: 1_000, logger: silentLogger };
+      const busy = new RabbitMqBroker(options);
+      const idle = new RabbitMqBroker(options);
+      brokers.push(busy, idle);
+      const subscriptions = [
+        { handler: 'first', kind: 'command' as const, types: ['accounts.First'] },
+        { handler: 'second', kind: 'command' as const, types: ['accounts.Second'] },
+      ];
+      await busy.register('accounts', subscriptions);
+      await idle.register('accounts', subscriptions);
+      const stop = new AbortController();
+      const busyReceiver = busy.receiver({ endpoint: 'accounts', prefetch: 1, signal: stop.signal });
+      const busyDeliveries = busyReceiver[Symbol.asyncIterator]();
+      try {
+        await busy.publish({ id: uuidv7(), kind: 'command', type: 'accounts.First', body: 'first' });
+        const held = await nextOf(busyDeliveries);
+        expect(held.body).toBe('first');
+        // Its handler runs on; the second queue's message waits in the busy receiver.
+        await busy.publish({ id: uuidv7(), kind: 'command', type: 'accounts.Second', body: 'second' });
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        const idleReceiver = idle.receiver({ endpoint: 'accounts', prefetch: 1, signal: stop.signal });
+        const idleDeliveries = idleReceiver[Symbol.asyncIterator]();
+        const moved = await nextOf(idleDeliveries, 5_000);
+        expect(moved.body).toBe('second');
+        expect(moved.facts).toMatchObject({ attempt: 1, unsettledEnds: 0 });
+        await idle.ack(moved.id);
+        await busy.ack(held.id);
+      } finally {
+        stop.abort();
+      }
+    });
+  });
+});
