@@ -7,7 +7,7 @@ import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
 import { AckCoalescer } from './ack-coalescer.js';
 import { deliveryCountOf, readFacts, type CarriedFacts } from './message-headers.js';
-import { excusedEnds, type OutageReturns } from './outage-returns.js';
+import { excusedEnds, MAX_EXCUSED_ENDS, outageEnds, type OutageReturns } from './outage-returns.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
 import { ReadyQueues } from './ready-queues.js';
@@ -343,6 +343,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       });
     }
     const { excused } = back;
+    if (back.capped) this.#warnCapped(role.queue, read.facts.messageId);
     const counted = read.facts.ends;
     const facts = { ...(back.facts ?? read.facts), ends: Math.max(0, counted - excused) };
     const taken: Taken = {
@@ -513,14 +514,26 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const loss = await this.#context.takeLoss?.(taken);
     taken.askLoss = false;
     if (loss === undefined) return;
-    const excused = excusedEnds(
-      { ...loss, outage: true },
-      deliveryCountOf(taken.message.properties),
-      Math.max(0, Date.now() - this.#channelOpenedAt),
-    );
+    const outage = { ...loss, outage: true };
+    const deliveryCount = deliveryCountOf(taken.message.properties);
+    const sinceOpened = Math.max(0, Date.now() - this.#channelOpenedAt);
+    const excused = excusedEnds(outage, deliveryCount, sinceOpened);
+    if (outageEnds(outage, deliveryCount, sinceOpened) > MAX_EXCUSED_ENDS)
+      this.#warnCapped(taken.role.queue, taken.facts.messageId);
     if (excused <= taken.excused) return;
     taken.excused = excused;
     taken.facts = { ...taken.facts, ends: Math.max(0, taken.counted - excused) };
+  }
+
+  /**
+   * Outages explain more returns of a message than are ever excused: the rest count toward the
+   * crash limit (a handler that drops its own connection would otherwise run for ever).
+   */
+  #warnCapped(queue: string, messageId: string | undefined): void {
+    this.#context.logger.warn(
+      `A message came back from more connection drops than are excused (${String(MAX_EXCUSED_ENDS)}): its further returns count as unsettled ends toward the crash limit. If no outage is under way, its handler may block the event loop past twice the heartbeat or run past consumer_timeout`,
+      { endpoint: this.#context.endpoint, queue, messageId },
+    );
   }
 
   /** `taken` is no longer out (settled, or held here for later). */
