@@ -18,6 +18,7 @@ import {
   checkMs,
   checkQueue,
   checkToken,
+  mergedExcusedEnds,
 } from './ledger-arguments.js';
 
 /** The token a queue delivers for a message id, and where its copy is. */
@@ -116,8 +117,13 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
         const key = claimKey(copy);
         const claim = this.#live(key, now);
         if (claim !== undefined && (claim.token !== copy.token || claim.state === 'done')) continue;
-        const { token, deliveryCount, excusedEnds } = copy;
+        const { token, deliveryCount } = copy;
         const expiresAt = now + windowMs;
+        const before = this.#losses.get(key);
+        const excusedEnds =
+          before !== undefined && before.token === token && before.expiresAt > now
+            ? mergedExcusedEnds(before, copy)
+            : copy.excusedEnds;
         this.#losses.set(key, { token, deliveryCount, excusedEnds, lostAt: now, expiresAt });
         recorded++;
       }

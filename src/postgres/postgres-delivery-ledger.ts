@@ -131,7 +131,8 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
     checkMs('windowMs', windowMs);
     const now = this.#now();
     // One row per queue's copy (the last of a batch wins); none where the queue delivers another
-    // token or settled this one done.
+    // token or settled this one done. Over a loss of the same token not taken yet, the ends it
+    // excused carry on (mergedExcusedEnds).
     const latest = new Map(copies.map((copy) => [JSON.stringify([copy.messageId, copy.queue]), copy]));
     const batch = [...latest.values()];
     const rows = await this.#query(
@@ -147,7 +148,11 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
              AND (c.token <> l.token OR c.state = 'done'))
        ON CONFLICT (message_id, queue) DO UPDATE SET
          token = EXCLUDED.token, delivery_count = EXCLUDED.delivery_count,
-         excused_ends = EXCLUDED.excused_ends, lost_at = EXCLUDED.lost_at, expires_at = EXCLUDED.expires_at
+         excused_ends = CASE WHEN x.token = EXCLUDED.token AND x.expires_at > $6
+           THEN LEAST(2147483647, GREATEST(EXCLUDED.excused_ends::bigint,
+             x.excused_ends::bigint + EXCLUDED.delivery_count - x.delivery_count))::int
+           ELSE EXCLUDED.excused_ends END,
+         lost_at = EXCLUDED.lost_at, expires_at = EXCLUDED.expires_at
        RETURNING 1`,
       [
         batch.map((copy) => copy.messageId),

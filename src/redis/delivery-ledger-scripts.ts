@@ -71,8 +71,8 @@ return 1
 
 /**
  * ARGV: queue, token, deliveryCount, excusedEnds, now, expiresAt, grace. Records the copy's loss
- * unless the queue delivers another token or settled this one `done`; returns 1 when recorded,
- * else 0.
+ * unless the queue delivers another token or settled this one `done`; over a loss of the same token
+ * not taken yet, keeps the ends it excused (`mergedExcusedEnds`). Returns 1 when recorded, else 0.
  */
 export const LOST_SCRIPT = redisScript(`${PRELUDE}
 local now = tonumber(ARGV[5])
@@ -81,8 +81,16 @@ if claim then
   local token, state, expiresAt = split3(claim)
   if tonumber(expiresAt) > now and (token ~= ARGV[2] or state == 'done') then return 0 end
 end
+local excused = tonumber(ARGV[4])
+local before = redis.call('HGET', KEYS[1], 'l|' .. ARGV[1])
+if before then
+  local token, count, ends, _, expiresAt = string.match(before, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if token == ARGV[2] and tonumber(expiresAt) > now then
+    excused = math.max(excused, tonumber(ends) + tonumber(ARGV[3]) - tonumber(count))
+  end
+end
 redis.call('HSET', KEYS[1], 'l|' .. ARGV[1],
-  ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[5] .. '|' .. ARGV[6])
+  ARGV[2] .. '|' .. ARGV[3] .. '|' .. string.format('%d', excused) .. '|' .. ARGV[5] .. '|' .. ARGV[6])
 keep(KEYS[1], ARGV[6], now, ARGV[7])
 return 1
 `);
