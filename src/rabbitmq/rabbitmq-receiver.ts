@@ -21,6 +21,9 @@ import { ReadyQueues } from './ready-queues.js';
 const RECENT_ACKS = 1_000;
 const RECENT_ACK_MS = 60_000;
 
+/** The longest a copy about to be put back waits for the ledger to give its loss, in ms. */
+const LOSS_BEFORE_MOVE_MS = 2_000;
+
 /** The longest wait one Node timer can make, in ms. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -369,13 +372,13 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#held.add(taken);
     if (this.#ending) {
       // Arrived as its consumer was being cancelled: back it goes (an ordered one with the channel).
-      if (taken.lane === undefined) void this.#moveBack(taken, facts);
+      if (taken.lane === undefined) void this.#moveBack(taken);
       return;
     }
     if (taken.lane === undefined) {
       if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
         // Early: back to the delay queues, uncounted.
-        void this.#moveBack(taken, facts);
+        void this.#moveBack(taken);
         return;
       }
       this.#ready.push(taken.role.queue, taken);
@@ -499,7 +502,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     if (this.#isEnding()) {
       // giveBack ran while it was being admitted: it goes back as the others did.
       this.#ready.remove(taken.role.queue, taken);
-      if (taken.lane === undefined) await this.#moveBack(taken, taken.facts);
+      if (taken.lane === undefined) await this.#moveBack(taken);
       else this.#maybeClose();
       return false;
     }
@@ -526,6 +529,24 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   }
 
   /**
+   * Before a copy not admitted yet goes back as a new copy (which starts its queue's count again),
+   * takes its loss from the ledger when it is still to be asked for one, so the outage returns are
+   * left out of the ends its facts carry on; best effort, for at most {@link LOSS_BEFORE_MOVE_MS}
+   * (a ledger that does not answer leaves them counted).
+   */
+  async #lossBeforeMove(taken: Taken): Promise<void> {
+    if (!taken.askLoss) return;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, LOSS_BEFORE_MOVE_MS);
+      timer.unref();
+    });
+    await Promise.race([this.#takeLoss(taken).catch(() => undefined), late]).finally(() => {
+      clearTimeout(timer);
+    });
+  }
+
+  /**
    * Outages explain more returns of a message than are ever excused: the rest count toward the
    * crash limit (a handler that drops its own connection would otherwise run for ever).
    */
@@ -547,9 +568,11 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#notify();
   }
 
-  async #moveBack(taken: Taken, facts: CarriedFacts): Promise<void> {
+  /** Puts `taken` back as a copy carrying its facts, its outage returns left out (see {@link #lossBeforeMove}). */
+  async #moveBack(taken: Taken): Promise<void> {
     try {
-      await this.#context.moveBack(taken, facts);
+      await this.#lossBeforeMove(taken);
+      await this.#context.moveBack(taken, taken.facts);
     } catch (error) {
       // Left unacked: it comes back with the channel.
       this.#context.logger.warn(
@@ -579,7 +602,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const waiting = this.#ready.drain();
     for (const taken of waiting) taken.cancelTimer?.();
     await Promise.all(
-      waiting.filter((taken) => taken.lane === undefined).map((taken) => this.#moveBack(taken, taken.facts)),
+      waiting.filter((taken) => taken.lane === undefined).map((taken) => this.#moveBack(taken)),
     );
   }
 
@@ -869,23 +892,25 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       (taken) => taken.lane === undefined && taken.takenAt <= oldest && taken !== this.#admitting,
     );
     for (const taken of stale) {
-      this.#context.moveBack(taken, taken.facts).then(
-        () => {
-          this.#held.delete(taken);
-          this.#maybeClose();
-        },
-        () => {
-          // Not moved (RabbitMQ is in trouble): it waits here again, and the next sweep retries.
-          if (!this.holds(taken)) return;
-          if (this.#ending) {
-            // Stopping meanwhile: it goes back as the others did.
-            void this.#moveBack(taken, taken.facts);
-            return;
-          }
-          this.#ready.push(taken.role.queue, taken);
-          this.#notify();
-        },
-      );
+      this.#lossBeforeMove(taken)
+        .then(() => this.#context.moveBack(taken, taken.facts))
+        .then(
+          () => {
+            this.#held.delete(taken);
+            this.#maybeClose();
+          },
+          () => {
+            // Not moved (RabbitMQ is in trouble): it waits here again, and the next sweep retries.
+            if (!this.holds(taken)) return;
+            if (this.#ending) {
+              // Stopping meanwhile: it goes back as the others did.
+              void this.#moveBack(taken);
+              return;
+            }
+            this.#ready.push(taken.role.queue, taken);
+            this.#notify();
+          },
+        );
     }
   }
 
@@ -901,7 +926,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       .then(async () => {
         const channel = batch[0]?.channel;
         try {
-          for (const taken of batch) await this.#context.copyToTail(taken);
+          for (const taken of batch) {
+            await this.#lossBeforeMove(taken);
+            await this.#context.copyToTail(taken);
+          }
         } catch (error) {
           if (channel === undefined || channel !== this.#channel) return;
           this.#context.logger.warn(
