@@ -51,7 +51,8 @@ export const MAX_LEDGER_COUNT = 2 ** 31 - 1;
 /**
  * Checks a lost copy handed to `DeliveryLedger.lost`.
  * @throws HarrierError `invalid-argument` as {@link checkCopy}, or for a `deliveryCount` or
- *   `excusedEnds` that is not a whole number from 0 to {@link MAX_LEDGER_COUNT}.
+ *   `excusedEnds` that is not a whole number from 0 to {@link MAX_LEDGER_COUNT}, or a `droppedAt`
+ *   that is not a whole number >= 0.
  */
 export function checkLostCopy(copy: LostCopy): void {
   checkCopy(copy);
@@ -62,6 +63,7 @@ export function checkLostCopy(copy: LostCopy): void {
     if (!Number.isSafeInteger(value) || value < 0 || value > MAX_LEDGER_COUNT)
       throw invalid(name, value, `is not a whole number from 0 to ${String(MAX_LEDGER_COUNT)}: ${fix}`);
   }
+  if (copy.droppedAt !== undefined) checkMs('droppedAt', copy.droppedAt);
 }
 
 /**

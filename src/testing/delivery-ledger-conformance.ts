@@ -254,6 +254,34 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
           expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 6, excusedEnds: 0, msAgo: 0 });
         });
 
+        it('records the loss as of its droppedAt', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          clock.advance(1_000);
+
+          expect(await ledger.lost([{ ...lostCopy(copy, 1), droppedAt: T0 + 700 }], WINDOW_MS)).toBe(1);
+
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 1, excusedEnds: 0, msAgo: 300 });
+        });
+
+        it('records nothing for a copy admitted after its droppedAt (taken back already), and the same loss twice as once', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          clock.advance(1_000);
+          const loss = { ...lostCopy(copy, 1, 1), droppedAt: T0 + 500 };
+          expect(await ledger.lost([loss], WINDOW_MS)).toBe(1);
+          // Written again (a retry after a failure it did not see through): nothing changes.
+          expect(await ledger.lost([loss], WINDOW_MS)).toBe(1);
+          expect(await ledger.admit(copy, WINDOW_MS)).toBe('deliver');
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 1, excusedEnds: 1, msAgo: 500 });
+
+          // A late write of the same loss, once another process took the copy back and its loss.
+          expect(await ledger.lost([loss], WINDOW_MS)).toBe(0);
+          expect(await ledger.takeLoss(copy)).toBeUndefined();
+          // A drop after that admission is recorded.
+          expect(await ledger.lost([{ ...lostCopy(copy, 2, 1), droppedAt: T0 + 1_000 }], WINDOW_MS)).toBe(1);
+        });
+
         it('records each copy of a batch on its own entry, also one not admitted yet', async () => {
           const first = copyIn(queue());
           const second = copyIn(queue('sumRevenue'));
@@ -364,6 +392,10 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
             'invalid-argument',
           );
           expectCode(await failureOf(() => ledger.lost([lostCopy(copy, 0)], -1)), 'invalid-argument');
+          expectCode(
+            await failureOf(() => ledger.lost([{ ...lostCopy(copy, 0), droppedAt: 1.5 }], WINDOW_MS)),
+            'invalid-argument',
+          );
           expectCode(await failureOf(() => ledger.takeLoss({ ...copy, token: 'a b' })), 'invalid-argument');
           expect(await ledger.takeLoss(copy)).toBeUndefined();
         });
