@@ -3,6 +3,7 @@ import type { OutageLoss } from '../broker/delivery-ledger.js';
 import type { Delivery, DeliveryFacts } from '../broker/message-broker.js';
 import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
 import { systemClock } from '../clock/clock.js';
+import { HarrierError } from '../errors/harrier-error.js';
 import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
 import { AckCoalescer } from './ack-coalescer.js';
@@ -61,6 +62,8 @@ export interface LostTaken {
   /** Its `x-delivery-count` when it was held (one more after a simulated crash: see `dropChannel`). */
   readonly deliveryCount: number;
   readonly excused: number;
+  /** When its channel dropped (ms since the epoch). */
+  readonly droppedAt: number;
 }
 
 /** What a receiver needs from its broker. */
@@ -808,6 +811,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         taken,
         deliveryCount: deliveryCountOf(taken.message.properties) + (outageFor(taken) ? 0 : 1),
         excused: taken.excused,
+        droppedAt: now,
       }));
     if (lost.length > 0) {
       this.#recordingLosses = this.#recordingLosses.then(() => this.#recordLosses(lost));
@@ -816,27 +820,47 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /**
    * Records `lost` in the ledger, best effort: a ledger that cannot be reached is asked again every
-   * second while the receiver runs (a process that takes a copy before then counts its return).
+   * second while the receiver runs (a process that takes a copy before then counts its return),
+   * for the copies not recorded yet, one by one; an error that asking again cannot mend (a bad
+   * argument, an outdated schema, a closed ledger) ends it. Each loss carries its drop time, so a
+   * write that lands after another process took the copy back records nothing.
    */
   async #recordLosses(lost: readonly LostTaken[]): Promise<void> {
     const record = this.#context.recordLosses;
     if (record === undefined) return;
     let warned = false;
-    for (;;) {
-      try {
-        await record(lost);
-        return;
-      } catch (error) {
-        if (!warned) {
-          warned = true;
-          this.#context.logger.warn(
-            'A RabbitMQ receiver could not record the messages it held as outage returns in its delivery ledger; trying again',
-            {
-              endpoint: this.#context.endpoint,
-              error: error instanceof Error ? error.message : String(error),
-            },
-          );
+    let pending = lost;
+    for (let attempt = 0; ; attempt++) {
+      let failure: unknown;
+      if (attempt === 0) {
+        try {
+          await record(pending);
+          return;
+        } catch (error) {
+          failure = error;
         }
+      } else {
+        const results = await Promise.allSettled(pending.map((one) => record([one])));
+        const failed = results.flatMap((result, i) => (result.status === 'rejected' ? [i] : []));
+        const first = results.find((result) => result.status === 'rejected');
+        if (first === undefined) return;
+        failure = first.reason;
+        pending = failed.map((i) => pending[i]).filter((one) => one !== undefined);
+      }
+      const message = failure instanceof Error ? failure.message : String(failure);
+      if (!isPassing(failure)) {
+        this.#context.logger.error(
+          'A RabbitMQ receiver could not record the messages it held as outage returns in its delivery ledger; their returns count as unsettled ends',
+          { endpoint: this.#context.endpoint, messages: pending.length, error: message },
+        );
+        return;
+      }
+      if (!warned) {
+        warned = true;
+        this.#context.logger.warn(
+          'A RabbitMQ receiver could not record the messages it held as outage returns in its delivery ledger; trying again',
+          { endpoint: this.#context.endpoint, error: message },
+        );
       }
       if (this.#isEnding()) return;
       await sleep(systemClock, 1_000, this.#stop.signal);
@@ -969,6 +993,18 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#simulatingCrash = true;
     await this.#channel.close().catch(() => undefined);
   }
+}
+
+/** Errors of a ledger that asking again cannot mend. */
+const LASTING_LEDGER_ERRORS: ReadonlySet<string> = new Set([
+  'invalid-argument',
+  'schema-outdated',
+  'store-closed',
+]);
+
+/** Whether a ledger's failure may pass (an outage): any error but a HarrierError of a lasting kind. */
+function isPassing(error: unknown): boolean {
+  return !(error instanceof HarrierError && LASTING_LEDGER_ERRORS.has(error.code));
 }
 
 /** Whether a channel was closed by RabbitMQ's consumer timeout (406, "delivery acknowledgement ... timed out"). */

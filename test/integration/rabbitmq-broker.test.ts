@@ -608,6 +608,38 @@ describe('RabbitMqBroker', () => {
       }
     }, 30_000);
 
+    it('with a delivery ledger that refuses the losses as invalid, does not ask it again', async () => {
+      const ledger = new InMemoryDeliveryLedger();
+      let calls = 0;
+      const broker = brokerWith({
+        ledger: {
+          ...passThrough(ledger),
+          lost: () => {
+            calls++;
+            return Promise.reject(new HarrierError('invalid-argument', 'refused (test)'));
+          },
+        },
+      });
+      const controller = new AbortController();
+      try {
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        await broker.publish(message('command', 'orders.Pay'));
+        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        await iterator.next();
+        await dropConnectionOf(broker);
+        const back = (await iterator.next()).value as Delivery;
+        await expect.poll(() => calls).toBe(1);
+        // A receiver asks a failing ledger again each second: past that, still one call.
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+        expect(calls).toBe(1);
+        await broker.ack(back.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    }, 30_000);
+
     it('without a ledger, counts the return of a message another broker held as an unsettled end (the limit docs/rabbitmq.md names)', async () => {
       const again = await handedToAnother(undefined);
       expect([again.facts.attempt, again.facts.unsettledEnds]).toEqual([2, 1]);
