@@ -54,6 +54,8 @@ export interface Taken {
   askLoss: boolean;
   /** When it arrived on its channel (ms since the epoch): RabbitMQ's consumer timeout counts from then. */
   readonly takenAt: number;
+  /** How long after its channel opened it arrived, in ms: the outage window is judged as of then. */
+  readonly sinceOpenedMs: number;
 }
 
 /** A copy lost in an outage, for {@link ReceiverContext.recordLosses}. */
@@ -364,6 +366,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       cancelTimer: undefined,
       excused,
       takenAt: Date.now(),
+      sinceOpenedMs: Math.max(0, Date.now() - this.#channelOpenedAt),
       counted,
       askLoss:
         this.#context.takeLoss !== undefined &&
@@ -520,9 +523,11 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const loss = await this.#context.takeLoss?.(taken);
     taken.askLoss = false;
     if (loss === undefined) return;
-    const outage = { ...loss, outage: true };
+    // As of its arrival: a copy that waited here for its turn came back when it arrived.
+    const waited = Math.max(0, Date.now() - taken.takenAt);
+    const outage = { ...loss, msAgo: Math.max(0, loss.msAgo - waited), outage: true };
     const deliveryCount = deliveryCountOf(taken.message.properties);
-    const sinceOpened = Math.max(0, Date.now() - this.#channelOpenedAt);
+    const sinceOpened = taken.sinceOpenedMs;
     const excused = excusedEnds(outage, deliveryCount, sinceOpened);
     if (outageEnds(outage, deliveryCount, sinceOpened) > MAX_EXCUSED_ENDS)
       this.#warnCapped(taken.role.queue, taken.facts.messageId);
