@@ -107,10 +107,14 @@ export interface DeliveryLedger {
    * copy's queue and message id, for whichever process takes it next
    * ({@link DeliveryLedger.takeLoss}), also a copy not admitted yet (held by a receiver, waiting for
    * its turn). A copy is not recorded when the queue delivers another token of the message id (it is
-   * a duplicate) or settled its token `done`. The record lasts `windowMs`; a later loss of the
-   * queue's copy replaces it, and {@link DeliveryLedger.settle} forgets it.
+   * a duplicate), settled its token `done`, or admitted it after its `droppedAt`. The record lasts
+   * `windowMs`; a later loss of the queue's copy replaces it (over a loss of the same token not
+   * taken yet, keeping the ends that one excused and the returns since:
+   * max(new excusedEnds, old excusedEnds + new deliveryCount - old deliveryCount)), and
+   * {@link DeliveryLedger.settle} forgets it. Recording the same loss again changes nothing.
    * @returns how many copies were recorded.
-   * @throws HarrierError `invalid-argument` as `admit`, or for a count that is not a whole number >= 0.
+   * @throws HarrierError `invalid-argument` as `admit`, for a count that is not a whole number from 0
+   *   to 2^31 - 1, or a `droppedAt` that is not a whole number >= 0.
    */
   lost(copies: readonly LostCopy[], windowMs: number): Promise<number>;
   /**
@@ -133,6 +137,12 @@ export interface LostCopy extends LedgerCopy {
   readonly deliveryCount: number;
   /** The returns already left out of its unsettled ends as outage returns when it was held, >= 0. */
   readonly excusedEnds: number;
+  /**
+   * When its channel dropped, by the ledger's clock (ms since the epoch; default: now). The loss is
+   * recorded as of then ({@link OutageLoss.msAgo}), and not at all when a receiver admitted the
+   * copy after it (the copy was taken back already: a late record would excuse a later crash).
+   */
+  readonly droppedAt?: number;
 }
 
 /** What {@link DeliveryLedger.takeLoss} knows of a copy's latest loss in an outage. */
@@ -141,7 +151,7 @@ export interface OutageLoss {
   readonly deliveryCount: number;
   /** As {@link LostCopy.excusedEnds}. */
   readonly excusedEnds: number;
-  /** How long ago, by the ledger's clock, the loss was recorded (ms, >= 0). */
+  /** How long ago, by the ledger's clock, the copy was lost (its `droppedAt`; ms, >= 0). */
   readonly msAgo: number;
 }
 

@@ -18,6 +18,7 @@ import {
   checkMs,
   checkQueue,
   checkToken,
+  mergedExcusedEnds,
 } from './ledger-arguments.js';
 
 /** The token a queue delivers for a message id, and where its copy is. */
@@ -25,6 +26,8 @@ interface Claim {
   readonly token: string;
   readonly state: 'active' | 'waiting' | 'done';
   readonly expiresAt: number;
+  /** When a receiver last admitted the token (undefined when it never did: a replay not taken yet). */
+  readonly admittedAt?: number;
 }
 
 /** A copy's latest loss in an outage (`lost`). */
@@ -87,7 +90,12 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
       const key = claimKey(copy);
       const claim = this.#live(key, now);
       if (claim !== undefined && (claim.token !== copy.token || claim.state === 'done')) return 'duplicate';
-      this.#claims.set(key, { token: copy.token, state: 'active', expiresAt: now + windowMs });
+      this.#claims.set(key, {
+        token: copy.token,
+        state: 'active',
+        expiresAt: now + windowMs,
+        admittedAt: now,
+      });
       return 'deliver';
     });
   }
@@ -100,7 +108,7 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
       const key = claimKey(copy);
       const claim = this.#live(key, now);
       if (claim === undefined || claim.token !== copy.token || claim.state === 'done') return false;
-      this.#claims.set(key, { token: copy.token, state: settlement, expiresAt: now + windowMs });
+      this.#claims.set(key, { ...claim, state: settlement, expiresAt: now + windowMs });
       this.#losses.delete(key);
       return true;
     });
@@ -116,9 +124,17 @@ export class InMemoryDeliveryLedger implements DeliveryLedger {
         const key = claimKey(copy);
         const claim = this.#live(key, now);
         if (claim !== undefined && (claim.token !== copy.token || claim.state === 'done')) continue;
-        const { token, deliveryCount, excusedEnds } = copy;
+        const droppedAt = Math.min(now, copy.droppedAt ?? now);
+        // Admitted since the drop (taken back, its loss taken): a late record would excuse a crash.
+        if (claim !== undefined && claim.admittedAt !== undefined && claim.admittedAt > droppedAt) continue;
+        const { token, deliveryCount } = copy;
         const expiresAt = now + windowMs;
-        this.#losses.set(key, { token, deliveryCount, excusedEnds, lostAt: now, expiresAt });
+        const before = this.#losses.get(key);
+        const excusedEnds =
+          before !== undefined && before.token === token && before.expiresAt > now
+            ? mergedExcusedEnds(before, copy)
+            : copy.excusedEnds;
+        this.#losses.set(key, { token, deliveryCount, excusedEnds, lostAt: droppedAt, expiresAt });
         recorded++;
       }
       return recorded;

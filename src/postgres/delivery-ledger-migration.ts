@@ -35,6 +35,19 @@ export function deliveryLedgerMigrationSql(t: PostgresTables): string {
     );
     CREATE INDEX IF NOT EXISTS ledger_copies_expires_at ON ${t.ledgerCopies} (expires_at);
 
+    ${ledgerAdmitFunctionSql(t, false)}
+  `;
+}
+
+/**
+ * The `ledger_admit` function: migration 9's, and migration 10's, which also records when the
+ * claim was admitted (`admitted_at`, which `lost` checks).
+ */
+function ledgerAdmitFunctionSql(t: PostgresTables, withAdmittedAt: boolean): string {
+  const admitted = withAdmittedAt
+    ? { column: ', admitted_at', value: ', p_now', set: ', admitted_at = EXCLUDED.admitted_at' }
+    : { column: '', value: '', set: '' };
+  return `
     CREATE OR REPLACE FUNCTION ${t.ledgerAdmit}(
         p_queue text, p_message_id text, p_token text, p_now bigint, p_expires_at bigint)
       RETURNS text LANGUAGE plpgsql VOLATILE AS $admit$
@@ -51,14 +64,26 @@ export function deliveryLedgerMigrationSql(t: PostgresTables): string {
           UPDATE ${t.ledgerCopies} SET state = 'taken'
            WHERE message_id = p_message_id AND queue = p_queue AND token = p_token;
         END IF;
-        INSERT INTO ${t.ledgerClaims} AS c (message_id, queue, token, state, expires_at)
-          VALUES (p_message_id, p_queue, p_token, 'active', p_expires_at)
+        INSERT INTO ${t.ledgerClaims} AS c (message_id, queue, token, state, expires_at${admitted.column})
+          VALUES (p_message_id, p_queue, p_token, 'active', p_expires_at${admitted.value})
           ON CONFLICT (message_id, queue) DO UPDATE
-            SET token = EXCLUDED.token, state = 'active', expires_at = EXCLUDED.expires_at
+            SET token = EXCLUDED.token, state = 'active', expires_at = EXCLUDED.expires_at${admitted.set}
             WHERE c.expires_at <= p_now OR (c.token = EXCLUDED.token AND c.state <> 'done')
           RETURNING 'deliver' INTO verdict;
         RETURN coalesce(verdict, 'duplicate');
       END
     $admit$;
+  `;
+}
+
+/**
+ * Migration 10's part on the claims: `admitted_at`, when a receiver last admitted the claim's
+ * token, set by `ledger_admit` (cleared by a replace), so that a loss dropped before it is not
+ * recorded.
+ */
+export function deliveryLedgerAdmittedAtSql(t: PostgresTables): string {
+  return `
+    ALTER TABLE ${t.ledgerClaims} ADD COLUMN IF NOT EXISTS admitted_at bigint;
+    ${ledgerAdmitFunctionSql(t, true)}
   `;
 }

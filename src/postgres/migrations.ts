@@ -1,5 +1,5 @@
 import { deadLettersMigrationSql } from './dead-letters/dead-letters-migration.js';
-import { deliveryLedgerMigrationSql } from './delivery-ledger-migration.js';
+import { deliveryLedgerAdmittedAtSql, deliveryLedgerMigrationSql } from './delivery-ledger-migration.js';
 import type { PostgresTables } from './postgres-schema.js';
 
 /** A table of Harrier's schema that a migration step creates. */
@@ -288,7 +288,8 @@ export const MIGRATIONS: readonly Migration[] = [
     name: 'delivery ledger outage losses',
     tables: ['ledger_losses'],
     // The latest loss of each queue's copy of a message in an outage (PostgresDeliveryLedger.lost):
-    // the token it was recorded for, the copy's x-delivery-count and excused ends then, and when.
+    // the token it was recorded for, the copy's x-delivery-count and excused ends then, and when;
+    // and when each claim was last admitted (a loss dropped before that is not recorded).
     sql: (t) => `
       CREATE TABLE IF NOT EXISTS ${t.ledgerLosses} (
         message_id text NOT NULL,
@@ -301,6 +302,7 @@ export const MIGRATIONS: readonly Migration[] = [
         PRIMARY KEY (message_id, queue)
       );
       CREATE INDEX IF NOT EXISTS ledger_losses_expires_at ON ${t.ledgerLosses} (expires_at);
+      ${deliveryLedgerAdmittedAtSql(t)}
     `,
   },
 ];

@@ -131,23 +131,28 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
     checkMs('windowMs', windowMs);
     const now = this.#now();
     // One row per queue's copy (the last of a batch wins); none where the queue delivers another
-    // token or settled this one done.
+    // token, settled this one done, or admitted it after the drop. Over a loss of the same token not taken yet, the ends it
+    // excused carry on (mergedExcusedEnds).
     const latest = new Map(copies.map((copy) => [JSON.stringify([copy.messageId, copy.queue]), copy]));
     const batch = [...latest.values()];
     const rows = await this.#query(
       'recording outage losses',
       `INSERT INTO ${this.#tables.ledgerLosses} AS x
               (message_id, queue, token, delivery_count, excused_ends, lost_at, expires_at)
-       SELECT l.message_id, l.queue, l.token, l.delivery_count, l.excused_ends, $6, $7
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[])
-              AS l(message_id, queue, token, delivery_count, excused_ends)
+       SELECT l.message_id, l.queue, l.token, l.delivery_count, l.excused_ends, LEAST($6, l.dropped_at), $7
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $8::bigint[])
+              AS l(message_id, queue, token, delivery_count, excused_ends, dropped_at)
         WHERE NOT EXISTS (
           SELECT 1 FROM ${this.#tables.ledgerClaims} c
            WHERE c.message_id = l.message_id AND c.queue = l.queue AND c.expires_at > $6
-             AND (c.token <> l.token OR c.state = 'done'))
+             AND (c.token <> l.token OR c.state = 'done' OR c.admitted_at > LEAST($6, l.dropped_at)))
        ON CONFLICT (message_id, queue) DO UPDATE SET
          token = EXCLUDED.token, delivery_count = EXCLUDED.delivery_count,
-         excused_ends = EXCLUDED.excused_ends, lost_at = EXCLUDED.lost_at, expires_at = EXCLUDED.expires_at
+         excused_ends = CASE WHEN x.token = EXCLUDED.token AND x.expires_at > $6
+           THEN LEAST(2147483647, GREATEST(EXCLUDED.excused_ends::bigint,
+             x.excused_ends::bigint + EXCLUDED.delivery_count - x.delivery_count))::int
+           ELSE EXCLUDED.excused_ends END,
+         lost_at = EXCLUDED.lost_at, expires_at = EXCLUDED.expires_at
        RETURNING 1`,
       [
         batch.map((copy) => copy.messageId),
@@ -157,6 +162,7 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
         batch.map((copy) => copy.excusedEnds),
         now,
         now + windowMs,
+        batch.map((copy) => copy.droppedAt ?? now),
       ],
     );
     return rows.length;
@@ -193,7 +199,8 @@ export class PostgresDeliveryLedger implements DeliveryLedger {
        ON CONFLICT (message_id, queue) DO UPDATE SET
          token = CASE WHEN c.expires_at <= $4 OR c.state = 'done' THEN EXCLUDED.token ELSE c.token END,
          state = CASE WHEN c.expires_at <= $4 OR c.state = 'done' THEN 'waiting' ELSE c.state END,
-         expires_at = CASE WHEN c.expires_at <= $4 OR c.state = 'done' THEN EXCLUDED.expires_at ELSE c.expires_at END
+         expires_at = CASE WHEN c.expires_at <= $4 OR c.state = 'done' THEN EXCLUDED.expires_at ELSE c.expires_at END,
+         admitted_at = CASE WHEN c.expires_at <= $4 OR c.state = 'done' THEN NULL ELSE c.admitted_at END
        RETURNING token, state`,
       [copy.messageId, copy.queue, copy.token, now, now + windowMs],
     );

@@ -3,6 +3,19 @@ import type { CarriedFacts } from './message-headers.js';
 /** The most copies remembered; the oldest are forgotten first. */
 const MAX_REMEMBERED = 10_000;
 /**
+ * How long a copy lost here is remembered, in ms: a copy back later (an outage that long, or a
+ * copy that went to another process and came back from a crash there) has its return counted.
+ */
+export const REMEMBER_MS = 60 * 60_000;
+/**
+ * The most returns of one copy excused as outage returns, in all: beyond, every return counts as
+ * an unsettled end again. A connection drop the handler causes itself (an event loop blocked past
+ * twice the heartbeat) cannot be told from an outage, so without a bound a message whose every
+ * delivery drops its connection would run for ever; with it, such a message reaches the crash
+ * limit after at most this many excused returns.
+ */
+export const MAX_EXCUSED_ENDS = 5;
+/**
  * How long after a receiver's channel opened a copy that arrives on it may have every rise of its
  * `x-delivery-count` explained by the outage, in ms. Later, only the one return the drop caused is.
  */
@@ -30,9 +43,19 @@ export interface Loss {
  *   connection it has not yet found gone, and take it back again);
  * - otherwise one, the return the drop caused: any other return may be a crash elsewhere;
  * - plus the returns excused before the loss; none for a lower count (a new copy, republished,
- *   whose carried ends were corrected already).
+ *   whose carried ends were corrected already);
+ * - at most {@link MAX_EXCUSED_ENDS} in all.
  */
 export function excusedEnds(loss: Loss, deliveryCount: number, msSinceChannelOpened: number): number {
+  return Math.min(MAX_EXCUSED_ENDS, outageEnds(loss, deliveryCount, msSinceChannelOpened));
+}
+
+/**
+ * The returns the rule of {@link excusedEnds} explains, before the bound of
+ * {@link MAX_EXCUSED_ENDS}: more than that bound means a return that counts although it may have
+ * been an outage (worth a warning).
+ */
+export function outageEnds(loss: Loss, deliveryCount: number, msSinceChannelOpened: number): number {
   const rise = deliveryCount - loss.deliveryCount;
   if (rise < 0) return 0;
   if (rise === 0 || !loss.outage) return loss.excusedEnds;
@@ -55,6 +78,8 @@ interface Lost {
 export interface Returned {
   /** The unsettled ends of its count that outages explain. */
   readonly excused: number;
+  /** Outages explain more returns than {@link MAX_EXCUSED_ENDS}: the rest count. */
+  readonly capped: boolean;
   /**
    * The facts it had when it was lost (a retry held by its receiver moved them on), for the same
    * message come back (`redelivered`, same token) after an outage; else undefined.
@@ -80,7 +105,8 @@ export interface Returned {
  * told from a second outage return); the crash limit then counts from its next crash. A copy that
  * goes to another process is not known there: with a delivery ledger the receiver also records the
  * loss on the copy's ledger entry (`DeliveryLedger.lost`), where any process finds it
- * (docs/rabbitmq.md). Bounded: at most {@link MAX_REMEMBERED} copies, the oldest forgotten first.
+ * (docs/rabbitmq.md). Bounded: at most {@link MAX_REMEMBERED} copies, the oldest forgotten first,
+ * each for {@link REMEMBER_MS}.
  */
 export class OutageReturns {
   readonly #lost = new Map<string, Lost>();
@@ -110,9 +136,9 @@ export class OutageReturns {
       token: held?.token,
       facts: outage ? held?.facts : undefined,
     });
-    if (this.#lost.size > MAX_REMEMBERED) {
-      const oldest = this.#lost.keys().next().value;
-      if (oldest !== undefined) this.#lost.delete(oldest);
+    for (const [oldest, lost] of this.#lost) {
+      if (this.#lost.size <= MAX_REMEMBERED && now - lost.lostAt <= REMEMBER_MS) break;
+      this.#lost.delete(oldest);
     }
   }
 
@@ -121,7 +147,9 @@ export class OutageReturns {
    * a copy never lost here) and, for the same token, the facts it had. Only a copy RabbitMQ
    * delivered before (`redelivered`) has returns of its own: another copy of the message id (one
    * published again after a refused publish that RabbitMQ had stored, a retry published as the
-   * channel dropped) excuses nothing and leaves the lost copy remembered for its return.
+   * channel dropped) excuses nothing and leaves the lost copy remembered for its return, and so
+   * does a copy with another publish token than the lost one (both known). A copy lost more than
+   * {@link REMEMBER_MS} ago is forgotten and excuses nothing.
    */
   excuse(
     queue: string,
@@ -135,17 +163,21 @@ export class OutageReturns {
     const key = keyOf(queue, messageId);
     const lost = this.#lost.get(key);
     if (lost === undefined) return NOTHING;
+    if (lost.token !== undefined && copy.token !== undefined && lost.token !== copy.token) return NOTHING;
     this.#lost.delete(key);
-    const excused = excusedEnds(
-      { ...lost, msAgo: Math.max(0, now - lost.lostAt) },
-      deliveryCount,
-      Math.max(0, now - channelOpenedAt),
-    );
-    return { excused, facts: lost.token === copy.token ? lost.facts : undefined };
+    if (now - lost.lostAt > REMEMBER_MS) return NOTHING;
+    const loss = { ...lost, msAgo: Math.max(0, now - lost.lostAt) };
+    const sinceOpened = Math.max(0, now - channelOpenedAt);
+    const excused = excusedEnds(loss, deliveryCount, sinceOpened);
+    return {
+      excused,
+      capped: outageEnds(loss, deliveryCount, sinceOpened) > MAX_EXCUSED_ENDS,
+      facts: lost.token === copy.token ? lost.facts : undefined,
+    };
   }
 }
 
-const NOTHING: Returned = { excused: 0, facts: undefined };
+const NOTHING: Returned = { excused: 0, capped: false, facts: undefined };
 
 function keyOf(queue: string, messageId: string): string {
   return `${queue}\u0000${messageId}`;

@@ -955,9 +955,9 @@ export class RabbitMqBroker implements MessageBroker {
   /** Records copies a dropped channel held as lost in an outage, on their ledger entries. */
   async #recordLosses(lost: readonly LostTaken[]): Promise<void> {
     const copies: LostCopy[] = [];
-    for (const { taken, deliveryCount, excused } of lost) {
+    for (const { taken, deliveryCount, excused, droppedAt } of lost) {
       const copy = this.#ledgerCopy(taken);
-      if (copy !== undefined) copies.push({ ...copy, deliveryCount, excusedEnds: excused });
+      if (copy !== undefined) copies.push({ ...copy, deliveryCount, excusedEnds: excused, droppedAt });
     }
     if (copies.length > 0) await this.#ledger?.lost(copies, Math.max(this.#windowMs, LOSS_MS));
   }

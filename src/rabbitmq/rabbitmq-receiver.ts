@@ -3,11 +3,12 @@ import type { OutageLoss } from '../broker/delivery-ledger.js';
 import type { Delivery, DeliveryFacts } from '../broker/message-broker.js';
 import { commandQueue, subscriptionQueue } from '../broker/queue-names.js';
 import { systemClock } from '../clock/clock.js';
+import { HarrierError } from '../errors/harrier-error.js';
 import { sleep } from '../clock/sleep.js';
 import type { Logger } from '../logging/logger.js';
 import { AckCoalescer } from './ack-coalescer.js';
 import { deliveryCountOf, readFacts, type CarriedFacts } from './message-headers.js';
-import { excusedEnds, type OutageReturns } from './outage-returns.js';
+import { excusedEnds, MAX_EXCUSED_ENDS, outageEnds, type OutageReturns } from './outage-returns.js';
 import type { RabbitMqConnection } from './rabbitmq-connection.js';
 import type { QueueRole } from './rabbitmq-topology.js';
 import { ReadyQueues } from './ready-queues.js';
@@ -20,6 +21,9 @@ import { ReadyQueues } from './ready-queues.js';
  */
 const RECENT_ACKS = 1_000;
 const RECENT_ACK_MS = 60_000;
+
+/** The longest a copy about to be put back waits for the ledger to give its loss, in ms. */
+const LOSS_BEFORE_MOVE_MS = 2_000;
 
 /** The longest wait one Node timer can make, in ms. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -50,6 +54,8 @@ export interface Taken {
   askLoss: boolean;
   /** When it arrived on its channel (ms since the epoch): RabbitMQ's consumer timeout counts from then. */
   readonly takenAt: number;
+  /** How long after its channel opened it arrived, in ms: the outage window is judged as of then. */
+  readonly sinceOpenedMs: number;
 }
 
 /** A copy lost in an outage, for {@link ReceiverContext.recordLosses}. */
@@ -58,6 +64,8 @@ export interface LostTaken {
   /** Its `x-delivery-count` when it was held (one more after a simulated crash: see `dropChannel`). */
   readonly deliveryCount: number;
   readonly excused: number;
+  /** When its channel dropped (ms since the epoch). */
+  readonly droppedAt: number;
 }
 
 /** What a receiver needs from its broker. */
@@ -343,6 +351,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       });
     }
     const { excused } = back;
+    if (back.capped) this.#warnCapped(role.queue, read.facts.messageId);
     const counted = read.facts.ends;
     const facts = { ...(back.facts ?? read.facts), ends: Math.max(0, counted - excused) };
     const taken: Taken = {
@@ -357,6 +366,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       cancelTimer: undefined,
       excused,
       takenAt: Date.now(),
+      sinceOpenedMs: Math.max(0, Date.now() - this.#channelOpenedAt),
       counted,
       askLoss:
         this.#context.takeLoss !== undefined &&
@@ -368,13 +378,13 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#held.add(taken);
     if (this.#ending) {
       // Arrived as its consumer was being cancelled: back it goes (an ordered one with the channel).
-      if (taken.lane === undefined) void this.#moveBack(taken, facts);
+      if (taken.lane === undefined) void this.#moveBack(taken);
       return;
     }
     if (taken.lane === undefined) {
       if (facts.notBefore !== undefined && facts.notBefore > Date.now()) {
         // Early: back to the delay queues, uncounted.
-        void this.#moveBack(taken, facts);
+        void this.#moveBack(taken);
         return;
       }
       this.#ready.push(taken.role.queue, taken);
@@ -498,7 +508,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     if (this.#isEnding()) {
       // giveBack ran while it was being admitted: it goes back as the others did.
       this.#ready.remove(taken.role.queue, taken);
-      if (taken.lane === undefined) await this.#moveBack(taken, taken.facts);
+      if (taken.lane === undefined) await this.#moveBack(taken);
       else this.#maybeClose();
       return false;
     }
@@ -513,14 +523,46 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const loss = await this.#context.takeLoss?.(taken);
     taken.askLoss = false;
     if (loss === undefined) return;
-    const excused = excusedEnds(
-      { ...loss, outage: true },
-      deliveryCountOf(taken.message.properties),
-      Math.max(0, Date.now() - this.#channelOpenedAt),
-    );
+    // As of its arrival: a copy that waited here for its turn came back when it arrived.
+    const waited = Math.max(0, Date.now() - taken.takenAt);
+    const outage = { ...loss, msAgo: Math.max(0, loss.msAgo - waited), outage: true };
+    const deliveryCount = deliveryCountOf(taken.message.properties);
+    const sinceOpened = taken.sinceOpenedMs;
+    const excused = excusedEnds(outage, deliveryCount, sinceOpened);
+    if (outageEnds(outage, deliveryCount, sinceOpened) > MAX_EXCUSED_ENDS)
+      this.#warnCapped(taken.role.queue, taken.facts.messageId);
     if (excused <= taken.excused) return;
     taken.excused = excused;
     taken.facts = { ...taken.facts, ends: Math.max(0, taken.counted - excused) };
+  }
+
+  /**
+   * Before a copy not admitted yet goes back as a new copy (which starts its queue's count again),
+   * takes its loss from the ledger when it is still to be asked for one, so the outage returns are
+   * left out of the ends its facts carry on; best effort, for at most {@link LOSS_BEFORE_MOVE_MS}
+   * (a ledger that does not answer leaves them counted).
+   */
+  async #lossBeforeMove(taken: Taken): Promise<void> {
+    if (!taken.askLoss) return;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, LOSS_BEFORE_MOVE_MS);
+      timer.unref();
+    });
+    await Promise.race([this.#takeLoss(taken).catch(() => undefined), late]).finally(() => {
+      clearTimeout(timer);
+    });
+  }
+
+  /**
+   * Outages explain more returns of a message than are ever excused: the rest count toward the
+   * crash limit (a handler that drops its own connection would otherwise run for ever).
+   */
+  #warnCapped(queue: string, messageId: string | undefined): void {
+    this.#context.logger.warn(
+      `A message came back from more connection drops than are excused (${String(MAX_EXCUSED_ENDS)}): its further returns count as unsettled ends toward the crash limit. If no outage is under way, its handler may block the event loop past twice the heartbeat or run past consumer_timeout`,
+      { endpoint: this.#context.endpoint, queue, messageId },
+    );
   }
 
   /** `taken` is no longer out (settled, or held here for later). */
@@ -534,9 +576,11 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#notify();
   }
 
-  async #moveBack(taken: Taken, facts: CarriedFacts): Promise<void> {
+  /** Puts `taken` back as a copy carrying its facts, its outage returns left out (see {@link #lossBeforeMove}). */
+  async #moveBack(taken: Taken): Promise<void> {
     try {
-      await this.#context.moveBack(taken, facts);
+      await this.#lossBeforeMove(taken);
+      await this.#context.moveBack(taken, taken.facts);
     } catch (error) {
       // Left unacked: it comes back with the channel.
       this.#context.logger.warn(
@@ -566,7 +610,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const waiting = this.#ready.drain();
     for (const taken of waiting) taken.cancelTimer?.();
     await Promise.all(
-      waiting.filter((taken) => taken.lane === undefined).map((taken) => this.#moveBack(taken, taken.facts)),
+      waiting.filter((taken) => taken.lane === undefined).map((taken) => this.#moveBack(taken)),
     );
   }
 
@@ -772,6 +816,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         taken,
         deliveryCount: deliveryCountOf(taken.message.properties) + (outageFor(taken) ? 0 : 1),
         excused: taken.excused,
+        droppedAt: now,
       }));
     if (lost.length > 0) {
       this.#recordingLosses = this.#recordingLosses.then(() => this.#recordLosses(lost));
@@ -780,27 +825,47 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /**
    * Records `lost` in the ledger, best effort: a ledger that cannot be reached is asked again every
-   * second while the receiver runs (a process that takes a copy before then counts its return).
+   * second while the receiver runs (a process that takes a copy before then counts its return),
+   * for the copies not recorded yet, one by one; an error that asking again cannot mend (a bad
+   * argument, an outdated schema, a closed ledger) ends it. Each loss carries its drop time, so a
+   * write that lands after another process took the copy back records nothing.
    */
   async #recordLosses(lost: readonly LostTaken[]): Promise<void> {
     const record = this.#context.recordLosses;
     if (record === undefined) return;
     let warned = false;
-    for (;;) {
-      try {
-        await record(lost);
-        return;
-      } catch (error) {
-        if (!warned) {
-          warned = true;
-          this.#context.logger.warn(
-            'A RabbitMQ receiver could not record the messages it held as outage returns in its delivery ledger; trying again',
-            {
-              endpoint: this.#context.endpoint,
-              error: error instanceof Error ? error.message : String(error),
-            },
-          );
+    let pending = lost;
+    for (let attempt = 0; ; attempt++) {
+      let failure: unknown;
+      if (attempt === 0) {
+        try {
+          await record(pending);
+          return;
+        } catch (error) {
+          failure = error;
         }
+      } else {
+        const results = await Promise.allSettled(pending.map((one) => record([one])));
+        const failed = results.flatMap((result, i) => (result.status === 'rejected' ? [i] : []));
+        const first = results.find((result) => result.status === 'rejected');
+        if (first === undefined) return;
+        failure = first.reason;
+        pending = failed.map((i) => pending[i]).filter((one) => one !== undefined);
+      }
+      const message = failure instanceof Error ? failure.message : String(failure);
+      if (!isPassing(failure)) {
+        this.#context.logger.error(
+          'A RabbitMQ receiver could not record the messages it held as outage returns in its delivery ledger; their returns count as unsettled ends',
+          { endpoint: this.#context.endpoint, messages: pending.length, error: message },
+        );
+        return;
+      }
+      if (!warned) {
+        warned = true;
+        this.#context.logger.warn(
+          'A RabbitMQ receiver could not record the messages it held as outage returns in its delivery ledger; trying again',
+          { endpoint: this.#context.endpoint, error: message },
+        );
       }
       if (this.#isEnding()) return;
       await sleep(systemClock, 1_000, this.#stop.signal);
@@ -856,23 +921,25 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       (taken) => taken.lane === undefined && taken.takenAt <= oldest && taken !== this.#admitting,
     );
     for (const taken of stale) {
-      this.#context.moveBack(taken, taken.facts).then(
-        () => {
-          this.#held.delete(taken);
-          this.#maybeClose();
-        },
-        () => {
-          // Not moved (RabbitMQ is in trouble): it waits here again, and the next sweep retries.
-          if (!this.holds(taken)) return;
-          if (this.#ending) {
-            // Stopping meanwhile: it goes back as the others did.
-            void this.#moveBack(taken, taken.facts);
-            return;
-          }
-          this.#ready.push(taken.role.queue, taken);
-          this.#notify();
-        },
-      );
+      this.#lossBeforeMove(taken)
+        .then(() => this.#context.moveBack(taken, taken.facts))
+        .then(
+          () => {
+            this.#held.delete(taken);
+            this.#maybeClose();
+          },
+          () => {
+            // Not moved (RabbitMQ is in trouble): it waits here again, and the next sweep retries.
+            if (!this.holds(taken)) return;
+            if (this.#ending) {
+              // Stopping meanwhile: it goes back as the others did.
+              void this.#moveBack(taken);
+              return;
+            }
+            this.#ready.push(taken.role.queue, taken);
+            this.#notify();
+          },
+        );
     }
   }
 
@@ -888,7 +955,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       .then(async () => {
         const channel = batch[0]?.channel;
         try {
-          for (const taken of batch) await this.#context.copyToTail(taken);
+          for (const taken of batch) {
+            await this.#lossBeforeMove(taken);
+            await this.#context.copyToTail(taken);
+          }
         } catch (error) {
           if (channel === undefined || channel !== this.#channel) return;
           this.#context.logger.warn(
@@ -928,6 +998,18 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#simulatingCrash = true;
     await this.#channel.close().catch(() => undefined);
   }
+}
+
+/** Errors of a ledger that asking again cannot mend. */
+const LASTING_LEDGER_ERRORS: ReadonlySet<string> = new Set([
+  'invalid-argument',
+  'schema-outdated',
+  'store-closed',
+]);
+
+/** Whether a ledger's failure may pass (an outage): any error but a HarrierError of a lasting kind. */
+function isPassing(error: unknown): boolean {
+  return !(error instanceof HarrierError && LASTING_LEDGER_ERRORS.has(error.code));
 }
 
 /** Whether a channel was closed by RabbitMQ's consumer timeout (406, "delivery acknowledgement ... timed out"). */

@@ -10,7 +10,8 @@ import { redisScript } from './redis-support.js';
  * `active`, `waiting` or `done`); `s|<token>|<queue>` = `<state>|<deliverAt>|<expiresAt>`, a
  * scheduled copy (`pending`, `taken` or `cancelled`); `l|<queue>` =
  * `<token>|<deliveryCount>|<excusedEnds>|<lostAt>|<expiresAt>`, the latest loss of the queue's
- * copy in an outage (`lost`, forgotten by `settle` and `takeLoss`); `x` = the latest `expiresAt` of the hash,
+ * copy in an outage (`lost`, forgotten by `settle` and `takeLoss`); `a|<queue>` = when the queue's
+ * claim was last admitted (`lost` records nothing dropped before it); `x` = the latest `expiresAt` of the hash,
  * which the key's TTL follows (plus a grace), so nothing outlives its last record. Times are the
  * caller's clock, passed in ARGV; a field past its `expiresAt` counts as absent.
  */
@@ -50,7 +51,7 @@ if claim then
   local token, state, expiresAt = split3(claim)
   if tonumber(expiresAt) > now and (token ~= ARGV[2] or state == 'done') then return 'duplicate' end
 end
-redis.call('HSET', KEYS[1], claimField, ARGV[2] .. '|active|' .. ARGV[4])
+redis.call('HSET', KEYS[1], claimField, ARGV[2] .. '|active|' .. ARGV[4], 'a|' .. ARGV[1], ARGV[3])
 keep(KEYS[1], ARGV[4], now, ARGV[5])
 return 'deliver'
 `);
@@ -70,19 +71,34 @@ return 1
 `);
 
 /**
- * ARGV: queue, token, deliveryCount, excusedEnds, now, expiresAt, grace. Records the copy's loss
- * unless the queue delivers another token or settled this one `done`; returns 1 when recorded,
- * else 0.
+ * ARGV: queue, token, deliveryCount, excusedEnds, now, expiresAt, grace, droppedAt. Records the
+ * copy's loss as of `droppedAt` unless the queue delivers another token, settled this one `done`
+ * or admitted it after `droppedAt`; over a loss of the same token
+ * not taken yet, keeps the ends it excused (`mergedExcusedEnds`). Returns 1 when recorded, else 0.
  */
 export const LOST_SCRIPT = redisScript(`${PRELUDE}
 local now = tonumber(ARGV[5])
+local droppedAt = math.min(now, tonumber(ARGV[8]))
 local claim = redis.call('HGET', KEYS[1], 'c|' .. ARGV[1])
 if claim then
   local token, state, expiresAt = split3(claim)
-  if tonumber(expiresAt) > now and (token ~= ARGV[2] or state == 'done') then return 0 end
+  if tonumber(expiresAt) > now then
+    if token ~= ARGV[2] or state == 'done' then return 0 end
+    local admittedAt = tonumber(redis.call('HGET', KEYS[1], 'a|' .. ARGV[1]))
+    if admittedAt and admittedAt > droppedAt then return 0 end
+  end
+end
+local excused = tonumber(ARGV[4])
+local before = redis.call('HGET', KEYS[1], 'l|' .. ARGV[1])
+if before then
+  local token, count, ends, _, expiresAt = string.match(before, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+  if token == ARGV[2] and tonumber(expiresAt) > now then
+    excused = math.max(excused, tonumber(ends) + tonumber(ARGV[3]) - tonumber(count))
+  end
 end
 redis.call('HSET', KEYS[1], 'l|' .. ARGV[1],
-  ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[5] .. '|' .. ARGV[6])
+  ARGV[2] .. '|' .. ARGV[3] .. '|' .. string.format('%d', excused) .. '|' .. string.format('%d', droppedAt)
+  .. '|' .. ARGV[6])
 keep(KEYS[1], ARGV[6], now, ARGV[7])
 return 1
 `);
@@ -118,6 +134,7 @@ if claim then
   end
 end
 redis.call('HSET', KEYS[1], claimField, ARGV[2] .. '|waiting|' .. ARGV[4])
+redis.call('HDEL', KEYS[1], 'a|' .. ARGV[1])
 keep(KEYS[1], ARGV[4], now, ARGV[5])
 return 'replaced'
 `);

@@ -150,6 +150,7 @@ export class RedisDeliveryLedger implements DeliveryLedger {
           now,
           String(at + windowMs),
           String(KEY_GRACE_MS),
+          String(copy.droppedAt ?? at),
         ]),
       ),
     );

@@ -233,6 +233,55 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
           expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 1, excusedEnds: 1, msAgo: 0 });
         });
 
+        it('keeps the ends an earlier loss of the token excused when no process took it', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          await ledger.lost([lostCopy(copy, 2, 2)], WINDOW_MS);
+          // The copy came back to a receiver that lost it again before asking for the loss.
+          await ledger.lost([lostCopy(copy, 3, 0)], WINDOW_MS);
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 3, excusedEnds: 3, msAgo: 0 });
+
+          // Taken in between: the later loss stands alone.
+          await ledger.lost([lostCopy(copy, 4, 4)], WINDOW_MS);
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 4, excusedEnds: 4, msAgo: 0 });
+          await ledger.lost([lostCopy(copy, 5, 1)], WINDOW_MS);
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 5, excusedEnds: 1, msAgo: 0 });
+
+          // An expired earlier loss, or one of another token, carries nothing on.
+          await ledger.lost([lostCopy(copy, 5, 5)], 1_000);
+          clock.advance(1_000);
+          await ledger.lost([lostCopy(copy, 6, 0)], WINDOW_MS);
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 6, excusedEnds: 0, msAgo: 0 });
+        });
+
+        it('records the loss as of its droppedAt', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          clock.advance(1_000);
+
+          expect(await ledger.lost([{ ...lostCopy(copy, 1), droppedAt: T0 + 700 }], WINDOW_MS)).toBe(1);
+
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 1, excusedEnds: 0, msAgo: 300 });
+        });
+
+        it('records nothing for a copy admitted after its droppedAt (taken back already), and the same loss twice as once', async () => {
+          const copy = copyIn(queue());
+          await ledger.admit(copy, WINDOW_MS);
+          clock.advance(1_000);
+          const loss = { ...lostCopy(copy, 1, 1), droppedAt: T0 + 500 };
+          expect(await ledger.lost([loss], WINDOW_MS)).toBe(1);
+          // Written again (a retry after a failure it did not see through): nothing changes.
+          expect(await ledger.lost([loss], WINDOW_MS)).toBe(1);
+          expect(await ledger.admit(copy, WINDOW_MS)).toBe('deliver');
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: 1, excusedEnds: 1, msAgo: 500 });
+
+          // A late write of the same loss, once another process took the copy back and its loss.
+          expect(await ledger.lost([loss], WINDOW_MS)).toBe(0);
+          expect(await ledger.takeLoss(copy)).toBeUndefined();
+          // A drop after that admission is recorded.
+          expect(await ledger.lost([{ ...lostCopy(copy, 2, 1), droppedAt: T0 + 1_000 }], WINDOW_MS)).toBe(1);
+        });
+
         it('records each copy of a batch on its own entry, also one not admitted yet', async () => {
           const first = copyIn(queue());
           const second = copyIn(queue('sumRevenue'));
@@ -334,9 +383,29 @@ export function describeDeliveryLedgerConformance(name: string, factory: Deliver
             await failureOf(() => ledger.lost([lostCopy(copyIn(''), 0)], WINDOW_MS)),
             'invalid-argument',
           );
+          expectCode(
+            await failureOf(() => ledger.lost([lostCopy(copy, 2 ** 31)], WINDOW_MS)),
+            'invalid-argument',
+          );
+          expectCode(
+            await failureOf(() => ledger.lost([lostCopy(copy, 0, 2 ** 31)], WINDOW_MS)),
+            'invalid-argument',
+          );
           expectCode(await failureOf(() => ledger.lost([lostCopy(copy, 0)], -1)), 'invalid-argument');
+          expectCode(
+            await failureOf(() => ledger.lost([{ ...lostCopy(copy, 0), droppedAt: 1.5 }], WINDOW_MS)),
+            'invalid-argument',
+          );
           expectCode(await failureOf(() => ledger.takeLoss({ ...copy, token: 'a b' })), 'invalid-argument');
           expect(await ledger.takeLoss(copy)).toBeUndefined();
+        });
+
+        it('records the largest counts it accepts (2^31 - 1)', async () => {
+          const copy = copyIn(queue());
+          const most = 2 ** 31 - 1;
+          expect(await ledger.lost([lostCopy(copy, most, most)], WINDOW_MS)).toBe(1);
+          expect(await ledger.lost([lostCopy(copy, most, 0)], WINDOW_MS)).toBe(1);
+          expect(await ledger.takeLoss(copy)).toEqual({ deliveryCount: most, excusedEnds: most, msAgo: 0 });
         });
       });
     });

@@ -691,6 +691,130 @@ describe('RabbitMqBroker', () => {
       expect([again.facts.attempt, again.facts.unsettledEnds]).toEqual([1, 0]);
     }, 30_000);
 
+    it('with a delivery ledger, leaves the outage out of a returned copy another broker puts back before admitting it (its receiver closing)', async () => {
+      const ledger = new InMemoryDeliveryLedger();
+      let recorded = 0;
+      const first = brokerWith({
+        ledger: {
+          ...passThrough(ledger),
+          lost: async (copies, windowMs) => {
+            const count = await ledger.lost(copies, windowMs);
+            recorded += count;
+            return count;
+          },
+        },
+      });
+      // The second broker's first admission waits: the other copy waits in its receiver meanwhile.
+      let admitting = 0;
+      let release: () => void = () => undefined;
+      const released = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const second = new RabbitMqBroker({
+        connection: url,
+        prefix: first.prefix,
+        partitions: 4,
+        logger: silentLogger,
+        ledger: {
+          ...passThrough(ledger),
+          admit: async (copy, windowMs) => {
+            if (admitting++ === 0) await released;
+            return ledger.admit(copy, windowMs);
+          },
+        },
+      });
+      const third = new RabbitMqBroker({
+        connection: url,
+        prefix: first.prefix,
+        partitions: 4,
+        logger: silentLogger,
+        ledger,
+      });
+      const controller = new AbortController();
+      const secondController = new AbortController();
+      const specs = [{ handler: 'commands', kind: 'command' as const, types: ['orders.Pay'] }];
+      try {
+        await first.register('orders', specs);
+        await second.register('orders', specs);
+        await third.register('orders', specs);
+        const ids = [uuidv7(), uuidv7()];
+        for (const id of ids) await first.publish(message('command', 'orders.Pay', { id }));
+        const receiver = first.receiver({ endpoint: 'orders', prefetch: 2, signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        await iterator.next();
+        await iterator.next();
+        const fromSecond = firstOf(second, 'orders', secondController.signal).catch(() => undefined);
+        const queue = `${first.prefix}.cmd.orders.Pay`;
+        await expect
+          .poll(() => onChannel(async (channel) => (await channel.checkQueue(queue)).consumerCount))
+          .toBe(2);
+
+        await dropConnectionOf(first);
+        await expect.poll(() => recorded).toBe(2);
+        await expect.poll(() => admitting).toBe(1);
+        await expect.poll(() => readyIn(queue)).toBe(0);
+        // The second broker closes (a rolling deploy): the copy waiting there goes back as a copy.
+        secondController.abort();
+        release();
+        await fromSecond;
+        await second.close();
+
+        const again: Delivery[] = [];
+        for await (const delivery of third.receiver({
+          endpoint: 'orders',
+          signal: AbortSignal.timeout(10_000),
+        })) {
+          again.push(delivery);
+          await third.ack(delivery.id);
+          if (again.length === 2) break;
+        }
+        expect(again.map((d) => d.facts.messageId).sort()).toEqual([...ids].sort());
+        expect(again.map((d) => [d.facts.attempt, d.facts.unsettledEnds])).toEqual([
+          [1, 0],
+          [1, 0],
+        ]);
+      } finally {
+        controller.abort();
+        secondController.abort();
+        release();
+        await first.close();
+        await second.close();
+        await third.close();
+      }
+    }, 30_000);
+
+    it('with a delivery ledger that refuses the losses as invalid, does not ask it again', async () => {
+      const ledger = new InMemoryDeliveryLedger();
+      let calls = 0;
+      const broker = brokerWith({
+        ledger: {
+          ...passThrough(ledger),
+          lost: () => {
+            calls++;
+            return Promise.reject(new HarrierError('invalid-argument', 'refused (test)'));
+          },
+        },
+      });
+      const controller = new AbortController();
+      try {
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+        await broker.publish(message('command', 'orders.Pay'));
+        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
+        const iterator = receiver[Symbol.asyncIterator]();
+        await iterator.next();
+        await dropConnectionOf(broker);
+        const back = (await iterator.next()).value as Delivery;
+        await expect.poll(() => calls).toBe(1);
+        // A receiver asks a failing ledger again each second: past that, still one call.
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+        expect(calls).toBe(1);
+        await broker.ack(back.id);
+      } finally {
+        controller.abort();
+        await broker.close();
+      }
+    }, 30_000);
+
     it('without a ledger, counts the return of a message another broker held as an unsettled end (the limit docs/rabbitmq.md names)', async () => {
       const again = await handedToAnother(undefined);
       expect([again.facts.attempt, again.facts.unsettledEnds]).toEqual([2, 1]);

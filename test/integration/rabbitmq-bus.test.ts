@@ -13,7 +13,10 @@ import {
   type PayloadOf,
 } from '../../src/index.js';
 import { partitionOf } from '../../src/extend.js';
+import { InMemoryDeliveryLedger } from '../../src/broker/in-memory-delivery-ledger.js';
 import { RabbitMqBroker } from '../../src/rabbitmq/index.js';
+import { dropConnectionOf } from '../../src/rabbitmq/rabbitmq-broker.js';
+import { MAX_EXCUSED_ENDS } from '../../src/rabbitmq/outage-returns.js';
 import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 
 const Charge = defineCommand('it.Charge', { schema: z.object({ orderId: z.string() }) });
@@ -210,5 +213,38 @@ describe('MessageBus on RabbitMqBroker', () => {
       await waitFor(() => handledAt > 0);
       expect(handledAt - sentAt).toBeGreaterThanOrEqual(400);
     });
+  });
+
+  describe('with a delivery ledger, when every delivery of a message drops the connection of the process handling it', () => {
+    it('dead-letters it as worker-crashed after the excused returns and crashLimit more: nothing runs for ever', async () => {
+      const p = prefix();
+      let runs = 0;
+      const broker = new RabbitMqBroker({
+        connection: url,
+        prefix: p,
+        partitions: 4,
+        logger: silentLogger,
+        ledger: new InMemoryDeliveryLedger(),
+      });
+      // As a handler that blocks the event loop past twice the heartbeat: its connection drops
+      // under it, and its own settlement cannot reach RabbitMQ.
+      @CommandHandler(Charge)
+      class Handler {
+        async handle(): Promise<never> {
+          runs++;
+          await dropConnectionOf(broker);
+          throw new Error('the connection dropped under the handler');
+        }
+      }
+      const bus = createBus({ broker, logger: silentLogger, endpoint: 'billing', handlers: [Handler] });
+      buses.push(bus);
+      await bus.start();
+      const id = await bus.send(Charge, { orderId: 'poison' });
+      await waitFor(async () => (await bus.deadLetters.count()) === 1, 30_000);
+      const [record] = (await bus.deadLetters.list()).records;
+      expect(record).toMatchObject({ messageId: id, reason: 'worker-crashed' });
+      // crashLimit is 3: at most MAX_EXCUSED_ENDS returns were excused as outages.
+      expect(runs).toBe(MAX_EXCUSED_ENDS + 3);
+    }, 40_000);
   });
 });
