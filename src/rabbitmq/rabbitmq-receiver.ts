@@ -25,6 +25,9 @@ const RECENT_ACK_MS = 60_000;
 /** The longest a copy about to be put back waits for the ledger to give its loss, in ms. */
 const LOSS_BEFORE_MOVE_MS = 2_000;
 
+/** The longest a receiver that stops waits for the copies of a key moving to the tail, in ms. */
+const MAX_ROTATION_WAIT_MS = 5_000;
+
 /** The longest wait one Node timer can make, in ms. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -52,6 +55,8 @@ export interface Taken {
    * (a copy its queue returned before), when it is first admitted.
    */
   askLoss: boolean;
+  /** Its copy is at the tail of its queue (moved there); the original is still to be acked. */
+  copied: boolean;
   /** When it arrived on its channel (ms since the epoch): RabbitMQ's consumer timeout counts from then. */
   readonly takenAt: number;
   /** How long after its channel opened it arrived, in ms: the outage window is judged as of then. */
@@ -173,6 +178,13 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * other message of the lane that arrives goes to the tail behind them.
    */
   readonly #rotating = new Map<string, Expected[]>();
+  /**
+   * Of a lane in {@link #rotating}: the copy keys of originals a dropped channel held whose copy was
+   * at the tail already (they come back; each is acked and dropped).
+   */
+  readonly #superseded = new Map<string, Set<string>>();
+  /** Ending: until when the channel waits for the copies of lanes moving to the tail (ms since the epoch). */
+  #rotationsUntil = 0;
   /** Copies to the tail are published one batch after the other, so they land in turn. */
   #tail: Promise<void> = Promise.resolve();
   /** Batches of copies being moved to the tail: the channel stays open until they are acked. */
@@ -216,6 +228,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (this.#ending) return { done: true, value: undefined };
       if (this.#out < this.#context.prefetch) {
         const taken = this.#ready.shift();
+        if (taken !== undefined && this.#tooOld(taken)) continue;
         if (taken !== undefined) {
           this.#admitting = taken;
           const admitted = await this.#admitted(taken).finally(() => {
@@ -246,6 +259,13 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#ending = true;
     this.#stop.abort();
     this.#notify();
+    if (this.#rotating.size > 0) {
+      const wait = Math.min(this.#context.timeoutMs, MAX_ROTATION_WAIT_MS);
+      this.#rotationsUntil = Date.now() + wait;
+      setTimeout(() => {
+        this.#maybeClose();
+      }, wait + 10).unref();
+    }
     this.#givingBack = this.#giveBack().finally(() => {
       this.#maybeClose();
     });
@@ -258,7 +278,11 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   async close(): Promise<void> {
     this.end();
     await this.#givingBack;
-    for (const taken of this.#held) if (taken.id !== undefined) this.#context.forget(taken.id);
+    for (const taken of this.#held) {
+      taken.cancelTimer?.();
+      taken.cancelTimer = undefined;
+      if (taken.id !== undefined) this.#context.forget(taken.id);
+    }
     this.#held.clear();
     this.#out = 0;
     await this.#closeChannel();
@@ -373,12 +397,19 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         message.fields.redelivered &&
         deliveryCount > 0 &&
         facts.token !== undefined,
+      copied: false,
     };
     if (this.#acks?.channel === channel) this.#acks.delivered(message);
     this.#held.add(taken);
     if (this.#ending) {
-      // Arrived as its consumer was being cancelled: back it goes (an ordered one with the channel).
+      // Arrived as its consumer was being cancelled: back it goes (an ordered one with the channel,
+      // after the copies its key waits for, see #maybeClose).
       if (taken.lane === undefined) void this.#moveBack(taken);
+      else {
+        const pending = this.#rotating.get(taken.lane);
+        if (pending !== undefined) this.#passes(taken, pending);
+        this.#maybeClose();
+      }
       return;
     }
     if (taken.lane === undefined) {
@@ -392,22 +423,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       return;
     }
     const pending = this.#rotating.get(taken.lane);
-    if (pending !== undefined) {
-      const key = copyKey(taken.facts);
-      const index = pending.findIndex((expected) => expected.key === key);
-      // Copies published before this one that did not come first are gone (a purge): not awaited.
-      if (index > 0) pending.splice(0, index);
-      if (index < 0 || pending[0]?.again === true) {
-        // Ahead of the lane's copies in the queue but behind them in its key's order (a message
-        // queued before they were, or a copy of one that moved again since): to the tail too.
-        if (index >= 0) pending.shift();
-        pending.push({ key, again: false });
-        this.#moveToTail([taken]);
-        return;
-      }
-      pending.shift();
-      if (pending.length === 0) this.#rotating.delete(taken.lane);
-    }
+    if (pending !== undefined && !this.#passes(taken, pending)) return;
     const lane = this.#lanes.get(taken.lane);
     if (lane === undefined) {
       this.#lanes.set(taken.lane, [taken]);
@@ -415,6 +431,56 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     } else {
       lane.push(taken);
     }
+  }
+
+  /**
+   * Whether `taken`, an ordered message of a lane whose messages are moving to the tail of their
+   * queue, is the next of its key (a copy it waits for, or a message it held when its channel
+   * dropped, returned to the head of the queue); else it goes to the tail behind them (or, the
+   * original of a copy already there, is acked and dropped).
+   */
+  #passes(taken: Taken, pending: Expected[]): boolean {
+    const lane = taken.lane ?? '';
+    const key = copyKey(taken.facts);
+    const done = (): true => {
+      if (pending.length === 0) {
+        this.#rotating.delete(lane);
+        this.#superseded.delete(lane);
+      }
+      return true;
+    };
+    if (taken.message.fields.redelivered) {
+      // Returned from a dropped channel: these come first, in their order.
+      const superseded = this.#superseded.get(lane);
+      if (superseded?.delete(key) === true) {
+        // Its copy is at the tail already.
+        void this.ackMessage(taken);
+        this.#held.delete(taken);
+        return false;
+      }
+      const index = pending.findIndex((expected) => expected.returned === true && expected.key === key);
+      if (index >= 0) {
+        pending.splice(0, index + 1);
+        return done();
+      }
+    } else {
+      // Everything the dropped channel held came back before the copies: what did not was settled.
+      while (pending[0]?.returned === true) pending.shift();
+      const index = pending.findIndex((expected) => expected.key === key);
+      // Copies published before this one that did not come first are gone (a purge): not awaited.
+      if (index > 0) pending.splice(0, index);
+      if (index >= 0 && pending[0]?.again !== true) {
+        pending.shift();
+        return done();
+      }
+      if (index >= 0) pending.shift();
+    }
+    // Ahead of the lane's copies in the queue but behind them in its key's order (a message queued
+    // before they were, a copy of one that moved again since, or one being moved when its channel
+    // dropped): to the tail too.
+    pending.push({ key, again: false });
+    this.#moveToTail([taken]);
+    return false;
   }
 
   /** The head of a lane: ready now, or at its time. */
@@ -503,11 +569,14 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     }
     if (verdict === undefined) {
       this.#ready.unshift(taken.role.queue, taken);
+      // Back in the ready lists: the sweep may give it back meanwhile (a long outage).
+      if (this.#admitting === taken) this.#admitting = undefined;
       await sleep(systemClock, 1_000, this.#stop.signal);
     }
     if (this.#isEnding()) {
-      // giveBack ran while it was being admitted: it goes back as the others did.
-      this.#ready.remove(taken.role.queue, taken);
+      // giveBack ran while it was being admitted: it goes back as the others did (unless it left
+      // the ready lists meanwhile, given back by the sweep or by giveBack).
+      if (!this.#ready.remove(taken.role.queue, taken) && verdict === undefined) return false;
       if (taken.lane === undefined) await this.#moveBack(taken);
       else this.#maybeClose();
       return false;
@@ -543,13 +612,20 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * (a ledger that does not answer leaves them counted).
    */
   async #lossBeforeMove(taken: Taken): Promise<void> {
-    if (!taken.askLoss) return;
+    await this.#lossesBeforeMove([taken]);
+  }
+
+  /** {@link #lossBeforeMove} for a batch, asked together within one {@link LOSS_BEFORE_MOVE_MS}. */
+  async #lossesBeforeMove(batch: readonly Taken[]): Promise<void> {
+    const asking = batch.filter((taken) => taken.askLoss);
+    if (asking.length === 0) return;
     let timer: NodeJS.Timeout | undefined;
     const late = new Promise<void>((resolve) => {
       timer = setTimeout(resolve, LOSS_BEFORE_MOVE_MS);
       timer.unref();
     });
-    await Promise.race([this.#takeLoss(taken).catch(() => undefined), late]).finally(() => {
+    const losses = Promise.all(asking.map((taken) => this.#takeLoss(taken).catch(() => undefined)));
+    await Promise.race([losses, late]).finally(() => {
       clearTimeout(timer);
     });
   }
@@ -578,19 +654,35 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /** Puts `taken` back as a copy carrying its facts, its outage returns left out (see {@link #lossBeforeMove}). */
   async #moveBack(taken: Taken): Promise<void> {
-    try {
-      await this.#lossBeforeMove(taken);
-      await this.#context.moveBack(taken, taken.facts);
-    } catch (error) {
-      // Left unacked: it comes back with the channel.
-      this.#context.logger.warn(
-        'A RabbitMQ receiver could not put a message back; it returns with its channel',
-        {
-          queue: taken.role.queue,
-          error: error instanceof Error ? error.message : String(error),
-        },
-      );
-      return;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.#lossBeforeMove(taken);
+        await this.#context.moveBack(taken, taken.facts);
+        break;
+      } catch (error) {
+        if (attempt === 0) {
+          this.#context.logger.warn('A RabbitMQ receiver could not put a message back; trying again', {
+            queue: taken.role.queue,
+            error: error instanceof Error ? error.message : String(error),
+          });
+        }
+      }
+      if (!this.holds(taken)) return; // Its channel dropped: RabbitMQ gives it again.
+      if (this.#ending && attempt > 0) {
+        // Stopping: left unacked, it returns with the channel, which closes without it.
+        this.#held.delete(taken);
+        this.#maybeClose();
+        return;
+      }
+      if (!this.#ending) await sleep(systemClock, 1_000, this.#stop.signal);
+      if (!this.holds(taken)) return;
+      const due = taken.facts.notBefore === undefined || taken.facts.notBefore <= Date.now();
+      if (!this.#ending && due) {
+        // Waits here again, where the sweep (or the hand-out) gives it back once more.
+        this.#ready.push(taken.role.queue, taken);
+        this.#notify();
+        return;
+      }
     }
     this.#held.delete(taken);
     this.#maybeClose();
@@ -618,6 +710,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #maybeClose(): void {
     if (!this.#ending || this.#ended || this.#out > 0 || this.#moving > 0) return;
     for (const taken of this.#held) if (taken.lane === undefined) return;
+    // A key moving to the tail: its copies come back first (held, they return to the head in order
+    // with the channel), for a bounded time.
+    if (this.#rotating.size > 0 && this.#channel !== undefined && Date.now() < this.#rotationsUntil) return;
     void this.#closeChannel();
   }
 
@@ -873,6 +968,23 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   }
 
   #dropAll(): void {
+    // A key moving to the tail keeps waiting for its copies on the next channel (what was queued
+    // ahead of them still goes to the tail behind them): first back, to the head of the queue, come
+    // the messages the channel held, in order; those of the lane go first.
+    for (const [lane, pending] of this.#rotating) {
+      const returned = (this.#lanes.get(lane) ?? []).map((taken) => ({
+        key: copyKey(taken.facts),
+        again: false,
+        returned: true,
+      }));
+      this.#rotating.set(lane, [...returned, ...pending.filter((expected) => expected.returned !== true)]);
+    }
+    for (const taken of this.#held) {
+      if (!taken.copied || taken.lane === undefined || !this.#rotating.has(taken.lane)) continue;
+      const superseded = this.#superseded.get(taken.lane) ?? new Set<string>();
+      superseded.add(copyKey(taken.facts));
+      this.#superseded.set(taken.lane, superseded);
+    }
     for (const taken of this.#held) {
       taken.cancelTimer?.();
       if (taken.id !== undefined) this.#context.forget(taken.id);
@@ -880,7 +992,6 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#held.clear();
     this.#ready.drain();
     this.#lanes.clear();
-    this.#rotating.clear();
     this.#out = 0;
     this.#notify();
   }
@@ -900,8 +1011,24 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     for (const [lane, entries] of this.#lanes) {
       // The head out to a handler stays: it cannot be renewed.
       const waiting = entries[0]?.id === undefined ? [...entries] : entries.slice(1);
-      if (!waiting.some((taken) => taken.takenAt <= oldest)) continue;
-      if (waiting.some((taken) => taken === this.#admitting || taken.channel !== channel)) continue;
+      if (waiting.some((taken) => taken.takenAt <= oldest)) this.#rotate(lane, entries);
+    }
+    const stale = this.#ready.takeWhere(
+      (taken) => taken.lane === undefined && taken.takenAt <= oldest && taken !== this.#admitting,
+    );
+    for (const taken of stale) void this.#moveBack(taken);
+  }
+
+  /**
+   * Moves the waiting messages of `lane` (all but a head out to a handler) to the tail of their
+   * queue, in order; false when it cannot now (one is being admitted, or is of a dropped channel).
+   */
+  #rotate(lane: string, entries: Taken[]): boolean {
+    const channel = this.#channel;
+    const waiting = entries[0]?.id === undefined ? [...entries] : entries.slice(1);
+    if (waiting.length === 0 || channel === undefined) return false;
+    if (waiting.some((taken) => taken === this.#admitting || taken.channel !== channel)) return false;
+    {
       if (waiting.length === entries.length) this.#lanes.delete(lane);
       else entries.length = 1;
       for (const taken of waiting) {
@@ -917,30 +1044,26 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       ]);
       this.#moveToTail(waiting);
     }
-    const stale = this.#ready.takeWhere(
-      (taken) => taken.lane === undefined && taken.takenAt <= oldest && taken !== this.#admitting,
-    );
-    for (const taken of stale) {
-      this.#lossBeforeMove(taken)
-        .then(() => this.#context.moveBack(taken, taken.facts))
-        .then(
-          () => {
-            this.#held.delete(taken);
-            this.#maybeClose();
-          },
-          () => {
-            // Not moved (RabbitMQ is in trouble): it waits here again, and the next sweep retries.
-            if (!this.holds(taken)) return;
-            if (this.#ending) {
-              // Stopping meanwhile: it goes back as the others did.
-              void this.#moveBack(taken);
-              return;
-            }
-            this.#ready.push(taken.role.queue, taken);
-            this.#notify();
-          },
-        );
+    return true;
+  }
+
+  /**
+   * Whether `taken`, just taken from the ready lists, waited here `holdLimitMs` or longer since
+   * RabbitMQ delivered it (its consumer timeout counts from then): if so it is not handed out, so
+   * every handler has at least `consumer_timeout` minus `holdLimitMs`; it goes back as the sweep
+   * gives it back (an unordered one as a copy, an ordered one's lane to the tail), for a fresh
+   * delivery.
+   */
+  #tooOld(taken: Taken): boolean {
+    if (taken.takenAt > Date.now() - this.#context.holdLimitMs) return false;
+    if (!this.holds(taken)) return true;
+    if (taken.lane === undefined) {
+      void this.#moveBack(taken);
+      return true;
     }
+    const entries = this.#lanes.get(taken.lane);
+    if (entries?.[0] !== taken || !this.#rotate(taken.lane, entries)) return false;
+    return true;
   }
 
   /**
@@ -955,9 +1078,12 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       .then(async () => {
         const channel = batch[0]?.channel;
         try {
+          await this.#lossesBeforeMove(batch);
           for (const taken of batch) {
-            await this.#lossBeforeMove(taken);
+            // Its channel dropped: the rest come back to the head of the queue, in order.
+            if (taken.channel !== this.#channel) return;
             await this.#context.copyToTail(taken);
+            taken.copied = true;
           }
         } catch (error) {
           if (channel === undefined || channel !== this.#channel) return;
@@ -971,9 +1097,21 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
           await channel.close().catch(() => undefined);
           return;
         }
+        let acked = 0;
         for (const taken of batch) {
           if (!this.#held.delete(taken)) continue;
           void this.ackMessage(taken);
+          acked++;
+        }
+        if (acked > 0) {
+          this.#context.logger.debug(
+            'A RabbitMQ receiver moved messages of a key to the tail of their queue',
+            {
+              queue: batch[0]?.role.queue,
+              lane: batch[0]?.lane,
+              messages: acked,
+            },
+          );
         }
       })
       .finally(() => {
@@ -1021,6 +1159,8 @@ function isConsumerTimeout(error: unknown): boolean {
 interface Expected {
   readonly key: string;
   readonly again: boolean;
+  /** Held by a channel that dropped: comes back to the head of the queue, ahead of the copies. */
+  readonly returned?: boolean;
 }
 
 /** What identifies a copy of a message moved to the tail of its queue, within its lane. */
