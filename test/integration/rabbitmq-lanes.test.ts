@@ -5,9 +5,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Delivery, OutgoingMessage } from '../../src/broker/message-broker.js';
-import { silentLogger } from '../../src/logging/logger.js';
+import { silentLogger, type Logger } from '../../src/logging/logger.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
-import { RabbitMqBroker } from '../../src/rabbitmq/rabbitmq-broker.js';
+import { dropConnectionOf, RabbitMqBroker } from '../../src/rabbitmq/rabbitmq-broker.js';
+import { waitFor } from '../helpers/local-redis.js';
 import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 
 const filePrefix = freshBrokerPrefix();
@@ -164,5 +165,58 @@ describe('RabbitMqBroker partition queues', () => {
         stop.abort();
       }
     });
+  });
+  describe('when the connection drops while a key moves to the tail, with more of it queued ahead of its copies', () => {
+    it('still delivers the key in order on the new channel', async () => {
+      const logged: string[] = [];
+      const logger: Logger = { ...silentLogger, debug: (message) => logged.push(message) };
+      const broker = new RabbitMqBroker({
+        connection: url,
+        prefix: `${filePrefix}-rotate-drop`,
+        partitions: 1,
+        partitionPrefetch: 4,
+        holdLimitMs: 1_000,
+        logger,
+      });
+      brokers.push(broker);
+      await broker.register('accounts', [
+        { handler: 'commands', kind: 'command', types: [POST], orderedTypes: [POST] },
+      ]);
+      // The window takes a1..a3 and b1; a4 waits in the queue behind the b's.
+      const a = ['a1', 'a2', 'a3'].map((body) => entry('account-a', body));
+      const b = Array.from({ length: 6 }, (_, i) => entry('account-b', `b${i + 1}`));
+      for (const message of [...a, ...b, entry('account-a', 'a4')]) await broker.publish(message);
+
+      const stop = new AbortController();
+      const receiver = broker.receiver({ endpoint: 'accounts', prefetch: 1, signal: stop.signal });
+      const deliveries = receiver[Symbol.asyncIterator]();
+      try {
+        const first = await nextOf(deliveries);
+        expect(first.body).toBe('a1');
+        const retryAt = Date.now() + 2_000;
+        await broker.nack(first.id, { retryAt, error: { name: 'Error', message: 'try later' } });
+        // b1's handler runs on: the b's fill the window, so a's copies stay in the queue, behind a4.
+        expect((await nextOf(deliveries)).body).toBe('b1');
+        await waitFor(
+          'the waiting a messages to move to the tail',
+          () => logged.some((m) => m.includes('tail')),
+          {
+            timeoutMs: 5_000,
+          },
+        );
+        await dropConnectionOf(broker);
+
+        const seen: string[] = [];
+        while (!seen.includes('a4')) {
+          const next = await nextOf(deliveries);
+          seen.push(`${next.body}#${String(next.facts.attempt)}`.replace('#1', ''));
+          await broker.ack(next.id);
+        }
+        expect(seen.filter((body) => body.startsWith('a'))).toEqual(['a1#2', 'a2', 'a3', 'a4']);
+        expect(seen.filter((body) => body.startsWith('b'))).toEqual(b.map((message) => message.body));
+      } finally {
+        stop.abort();
+      }
+    }, 15_000);
   });
 });
