@@ -223,4 +223,43 @@ describe('RabbitMqBroker and RabbitMQ consumer_timeout', () => {
       }
     }, 20_000);
   });
+  describe('when an ordered message is retried at once after its handler ran most of consumer_timeout', () => {
+    it('hands the retry out on a fresh delivery, so its handler has the whole budget again', async () => {
+      const warnings: string[] = [];
+      const broker = brokerOn(`ct-${String(++made)}-${uuidv7().slice(-8)}`, warnings, { holdLimitMs: 1_000 });
+      await broker.register('accounts', [
+        { handler: 'commands', kind: 'command', types: [POST], orderedTypes: [POST] },
+      ]);
+      const seen: Seen[] = [];
+      const stop = new AbortController();
+      // Each run takes most of the 3 s: on the old code the retry went out on the delivery of the
+      // first run, and RabbitMQ closed the channel during the second.
+      const settle = async (delivery: Delivery) => {
+        await new Promise((resolve) => setTimeout(resolve, 2_000));
+        if (delivery.facts.attempt === 1) {
+          await broker.nack(delivery.id, { retryAt: Date.now(), error: { name: 'Error', message: 'again' } });
+        } else {
+          await broker.ack(delivery.id);
+        }
+      };
+      const working = work('only', broker, seen, settle, stop.signal);
+      try {
+        await broker.publish(entry('account-a', 'a1'));
+        await waitFor('the retry to be handled', () => seen.length >= 2, {
+          timeoutMs: 10_000,
+          explain: () => JSON.stringify(seen),
+        });
+        // Past the second run's end: a consumer timeout would have fired by now.
+        await new Promise((resolve) => setTimeout(resolve, 2_500));
+        expect(seen.map(({ attempt, unsettledEnds }) => [attempt, unsettledEnds])).toEqual([
+          [1, 0],
+          [2, 0],
+        ]);
+        expect(consumerTimeoutWarning(warnings)).toEqual([]);
+      } finally {
+        stop.abort();
+        await working;
+      }
+    }, 20_000);
+  });
 });
