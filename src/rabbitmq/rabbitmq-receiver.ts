@@ -37,7 +37,6 @@ export interface Taken {
   readonly message: ConsumeMessage;
   readonly channel: Channel;
   readonly role: QueueRole;
-  readonly body: string;
   /** The ordered lane (`<queue>|<key>`) of a message of a partition queue. */
   readonly lane: string | undefined;
   /** Its facts now: a retry held here (an ordered message) moves them on. */
@@ -383,7 +382,6 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       message,
       channel,
       role,
-      body: message.content.toString('utf8'),
       lane: role.ordered ? `${role.queue}|${facts.partitionKey ?? ''}` : undefined,
       facts,
       id: undefined,
@@ -534,7 +532,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       ...(facts.replayOf !== undefined ? { replayOf: facts.replayOf } : {}),
       ...(facts.pendingDeadLetter !== undefined ? { pendingDeadLetter: facts.pendingDeadLetter } : {}),
     };
-    return { id, body: taken.body, facts: deliveryFacts };
+    // Decoded only now: a message read ahead keeps its raw bytes alone while it waits.
+    return { id, body: taken.message.content.toString('utf8'), facts: deliveryFacts };
   }
 
   /**
