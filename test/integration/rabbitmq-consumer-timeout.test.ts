@@ -14,6 +14,8 @@
  *   Redis counts; the other deliveries the channel held come back as after an outage.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { AdmitVerdict, LedgerCopy } from '../../src/broker/delivery-ledger.js';
+import { InMemoryDeliveryLedger } from '../../src/broker/in-memory-delivery-ledger.js';
 import type { Delivery, OutgoingMessage } from '../../src/broker/message-broker.js';
 import type { Logger } from '../../src/logging/logger.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
@@ -254,6 +256,46 @@ describe('RabbitMqBroker and RabbitMQ consumer_timeout', () => {
         expect(seen.map(({ attempt, unsettledEnds }) => [attempt, unsettledEnds])).toEqual([
           [1, 0],
           [2, 0],
+        ]);
+        expect(consumerTimeoutWarning(warnings)).toEqual([]);
+      } finally {
+        stop.abort();
+        await working;
+      }
+    }, 20_000);
+  });
+  describe('when the delivery ledger cannot be reached for longer than consumer_timeout', () => {
+    it('keeps giving the waiting ordered message back, so the channel is not closed over it', async () => {
+      const warnings: string[] = [];
+      /** A ledger whose admissions fail while it is down (as an unreachable store's do). */
+      class DownLedger extends InMemoryDeliveryLedger {
+        down = false;
+        override admit(copy: LedgerCopy, windowMs: number): Promise<AdmitVerdict> {
+          if (this.down) return Promise.reject(new Error('the ledger is down'));
+          return super.admit(copy, windowMs);
+        }
+      }
+      const ledger = new DownLedger();
+      const broker = brokerOn(`ct-${String(++made)}-${uuidv7().slice(-8)}`, warnings, {
+        holdLimitMs: 1_000,
+        ledger,
+      });
+      await broker.register('accounts', [
+        { handler: 'commands', kind: 'command', types: [POST], orderedTypes: [POST] },
+      ]);
+      const seen: Seen[] = [];
+      const stop = new AbortController();
+      await broker.publish(entry('account-a', 'a1'));
+      ledger.down = true;
+      const working = work('only', broker, seen, (delivery) => broker.ack(delivery.id), stop.signal);
+      try {
+        // Longer than consumer_timeout (3 s, checked every 500 ms) with the ledger down.
+        await new Promise((resolve) => setTimeout(resolve, 4_500));
+        expect(seen).toEqual([]);
+        ledger.down = false;
+        await waitFor('a1 to be handled', () => seen.length >= 1, { timeoutMs: 5_000 });
+        expect(seen.map(({ body, attempt, unsettledEnds }) => [body, attempt, unsettledEnds])).toEqual([
+          ['a1', 1, 0],
         ]);
         expect(consumerTimeoutWarning(warnings)).toEqual([]);
       } finally {
