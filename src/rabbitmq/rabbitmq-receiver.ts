@@ -1027,22 +1027,20 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const waiting = entries[0]?.id === undefined ? [...entries] : entries.slice(1);
     if (waiting.length === 0 || channel === undefined) return false;
     if (waiting.some((taken) => taken === this.#admitting || taken.channel !== channel)) return false;
-    {
-      if (waiting.length === entries.length) this.#lanes.delete(lane);
-      else entries.length = 1;
-      for (const taken of waiting) {
-        taken.cancelTimer?.();
-        taken.cancelTimer = undefined;
-        this.#ready.remove(taken.role.queue, taken);
-      }
-      // Copies still to come back (a full window kept them out) are behind these in the key's
-      // order but ahead of their copies in the queue: each goes to the tail once more on arrival.
-      this.#rotating.set(lane, [
-        ...(this.#rotating.get(lane) ?? []).map(({ key }) => ({ key, again: true })),
-        ...waiting.map((taken) => ({ key: copyKey(taken.facts), again: false })),
-      ]);
-      this.#moveToTail(waiting);
+    if (waiting.length === entries.length) this.#lanes.delete(lane);
+    else entries.length = 1;
+    for (const taken of waiting) {
+      taken.cancelTimer?.();
+      taken.cancelTimer = undefined;
+      this.#ready.remove(taken.role.queue, taken);
     }
+    // Copies still to come back (a full window kept them out) are behind these in the key's
+    // order but ahead of their copies in the queue: each goes to the tail once more on arrival.
+    this.#rotating.set(lane, [
+      ...(this.#rotating.get(lane) ?? []).map(({ key }) => ({ key, again: true })),
+      ...waiting.map((taken) => ({ key: copyKey(taken.facts), again: false })),
+    ]);
+    this.#moveToTail(waiting);
     return true;
   }
 
