@@ -130,7 +130,8 @@ export interface ReceiverContext {
  * the earlier message of its key has settled; a retry of one waits here for its time, holding its
  * key. A message that arrives before its `not before` time goes back to the delay queues (an
  * ordered one waits here instead). Nothing waits here unacked past `holdLimitMs` (RabbitMQ's
- * consumer timeout would close the channel): see `#sweep`. Every message
+ * consumer timeout would close the channel), nor is handed out after that long: see `#sweep` and
+ * `#tooOld`. Every message
  * arrives through {@link RabbitMqReceiver.receive}.
  * When the channel drops, what it held comes back from RabbitMQ (the deliveries out are stale) and
  * the receiver opens a new channel; the return is an outage, not an unsettled end

@@ -12,6 +12,12 @@
  * - A handler that runs past the timeout cannot be renewed: the receiver says so (naming
  *   consumer_timeout) and counts that delivery's return as an unsettled end, as a lock lost on
  *   Redis counts; the other deliveries the channel held come back as after an outage.
+ * - An ordered message retried at once after a long run: the retry goes out on a fresh delivery
+ *   (its lane moved to the tail), not on the first one's, so its run has the whole budget. On the
+ *   old code RabbitMQ closed the channel during the second run.
+ * - A delivery ledger that cannot be reached for longer than the timeout: the lane's waiting head
+ *   is given back to the tail meanwhile. On the old code it stayed pinned (being admitted) and
+ *   RabbitMQ closed the channel over it.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AdmitVerdict, LedgerCopy } from '../../src/broker/delivery-ledger.js';
