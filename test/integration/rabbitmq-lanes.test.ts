@@ -1,7 +1,8 @@
 /**
  * Per-key lanes of RabbitMqBroker's partition queues against real RabbitMQ: a key waiting for its
  * retry, with a backlog longer than the receiver's concurrency behind it, holds up no other key of
- * its partition (as on the in-memory and PostgreSQL brokers).
+ * its partition (as on the in-memory and PostgreSQL brokers); a key whose waiting messages moved to
+ * the tail of the queue keeps its order when the connection drops before their copies are back.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Delivery, OutgoingMessage } from '../../src/broker/message-broker.js';
