@@ -181,6 +181,57 @@ describe('RabbitMqBroker', () => {
       }
     });
 
+    it('deletes a dropped route whose delete the connection lost, before a publish of its type trusts it', async () => {
+      // A proxy that cuts the connection instead of passing on the exchange.delete of the route.
+      const target = new URL(url);
+      const sockets: Socket[] = [];
+      let cut: Buffer | undefined;
+      const proxy = createServer((client) => {
+        const server = connect(Number(target.port || 5672), target.hostname);
+        sockets.push(client, server);
+        client.on('data', (chunk: Buffer) => {
+          if (cut !== undefined && chunk.includes(cut)) {
+            cut = undefined;
+            client.destroy();
+            server.destroy();
+          } else server.write(chunk);
+        });
+        server.pipe(client);
+        client.on('error', () => undefined);
+        server.on('error', () => undefined);
+      });
+      await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+      const proxied = new URL(url);
+      proxied.hostname = '127.0.0.1';
+      proxied.port = String((proxy.address() as AddressInfo).port);
+      const warnings: string[] = [];
+      const logger: Logger = { ...silentLogger, warn: (text) => warnings.push(text) };
+      const broker = brokerWith({ connection: proxied.toString(), logger });
+      try {
+        const p = broker.prefix;
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pack'] }]);
+        const exchange = `${p}.cmd.orders.Pack`;
+        // exchange.delete (class 40, method 20), reserved short, then the exchange name.
+        cut = Buffer.concat([
+          Buffer.from([0, 40, 0, 20, 0, 0, Buffer.byteLength(exchange)]),
+          Buffer.from(exchange),
+        ]);
+
+        await broker.register('orders', []);
+
+        expect(cut).toBeUndefined();
+        expect(warnings.some((text) => text.includes('could not be removed'))).toBe(true);
+        const error = await broker.publish(message('command', 'orders.Pack')).catch((e: unknown) => e);
+        expect(HarrierError.is(error, 'no-route')).toBe(true);
+        expect(await exchangeExists(exchange)).toBe(false);
+        expect(await readyIn(exchange)).toBe(0);
+      } finally {
+        await broker.close();
+        for (const socket of sockets) socket.destroy();
+        await new Promise((resolve) => proxy.close(resolve));
+      }
+    });
+
     it('keeps the route of a type another endpoint took over when the first one drops it', async () => {
       const broker = brokerWith();
       try {
