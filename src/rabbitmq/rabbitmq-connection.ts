@@ -220,10 +220,7 @@ export class RabbitMqConnection {
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       return Promise.reject(error);
     return sleep(systemClock, RETRY_PUBLISH_MS).then(() =>
-      publish.deadline - Date.now() < LEAST_RETRY_MS
-        ? // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-          Promise.reject(error)
-        : this.#publishUntil(publish),
+      publish.deadline - Date.now() < LEAST_RETRY_MS ? Promise.reject(error) : this.#publishUntil(publish),
     );
   }
 
