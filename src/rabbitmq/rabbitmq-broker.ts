@@ -540,6 +540,8 @@ export class RabbitMqBroker implements MessageBroker {
     try {
       this.#assertOpen();
       if (message.kind !== 'event' && message.requireRoute !== false && !this.#routeTrusted(message.type)) {
+        // A deliverAt no Date holds is refused before the route, as by publishBatch.
+        notBeforeOf(message.deliverAt, 0);
         return this.#routeExists(message.type).then((routed) => {
           if (!routed) throw noRouteError(message.type);
           return this.#publishOne(message);

@@ -274,6 +274,21 @@ describe('RabbitMqBroker', () => {
   });
 
   describe('.publish', () => {
+    describe('of an unrouted command with a deliverAt no Date holds', () => {
+      it('refuses it with invalid-option, as publishBatch does, before the route', async () => {
+        const broker = brokerWith();
+        try {
+          const bad = message('command', 'jobs.Nowhere', { deliverAt: Number.NaN });
+          const single = await broker.publish(bad).catch((e: unknown) => e);
+          const batch = await broker.publishBatch([bad]).catch((e: unknown) => e);
+          expect(HarrierError.is(batch, 'invalid-option')).toBe(true);
+          expect(HarrierError.is(single, 'invalid-option')).toBe(true);
+        } finally {
+          await broker.close();
+        }
+      });
+    });
+
     describe('with deliverAt beyond the longest delay queue', () => {
       it('goes round the delay queues and is not delivered before its time', async () => {
         const broker = brokerWith({ maxDelayBucketMs: 256 });
