@@ -465,6 +465,31 @@ describe('RabbitMqBroker', () => {
       });
     });
 
+    describe('a foreign message with an AMQP type property of its own, in a command type queue', () => {
+      it('is delivered as the type of its queue', async () => {
+        const broker = brokerWith();
+        try {
+          const p = broker.prefix;
+          await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Ship'] }]);
+          await onChannel(async (channel) => {
+            channel.sendToQueue(`${p}.cmd.orders.Ship`, Buffer.from('{}'), {
+              persistent: true,
+              messageId: uuidv7(),
+              type: 'application/x-legacy',
+            });
+            // A round trip after the publish: it is in the queue when this answers.
+            await channel.checkQueue(`${p}.cmd.orders.Ship`);
+          });
+
+          const delivery = await firstWithin(broker, 'orders', 3_000);
+
+          expect(delivery?.facts).toMatchObject({ type: 'orders.Ship', queue: 'cmd~orders.Ship' });
+        } finally {
+          await broker.close();
+        }
+      });
+    });
+
     describe('when RabbitMQ stops answering, and the connection drops after the publish timed out', () => {
       it('rejects the publish once with rabbitmq-unavailable, and leaves no rejection unhandled', async () => {
         // A proxy whose answers from RabbitMQ can be held back: confirms stop arriving.
