@@ -170,9 +170,8 @@ export class RabbitMqConnection {
    * was `mandatory` and reached no queue, to what `onReturned` resolves to (undefined without it).
    * A try that fails because RabbitMQ went away (or nacked it) is made again on the next channel
    * every 100 ms while at least 50 ms of `timeoutMs` are left for it, then rejects with
-   * `rabbitmq-unavailable` (at `timeoutMs` at the latest): a message
-   * may then arrive twice, never not at all once this resolved. A message amqplib cannot encode
-   * rejects with `publish-failed`.
+   * `rabbitmq-unavailable` (at `timeoutMs` at the latest): a message may then arrive twice, never
+   * not at all once this resolved. A message amqplib cannot encode rejects with `publish-failed`.
    *
    * @remarks
    * Not async: with the confirm channel open, the message is written before this returns, and the
