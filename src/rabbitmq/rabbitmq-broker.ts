@@ -325,6 +325,9 @@ export class RabbitMqBroker implements MessageBroker {
         await declareBase(channel, this.#names);
         // After a reconnect: what the endpoints registered, in case the server lost it (a reset node).
         for (const { topology } of this.#registered.values()) await this.#declare(channel, topology);
+        // Once connected (not awaited: the connection is handed out after this), each on a channel
+        // of its own: the routes whose delete an outage lost.
+        for (const type of this.#unremovedRoutes) void this.#removeRoute(type);
       },
     });
     testHooks.set(this, {
@@ -418,7 +421,8 @@ export class RabbitMqBroker implements MessageBroker {
   /**
    * Deletes `type`'s exchange unless an endpoint still binds it (RabbitMQ refuses then, 406). A
    * failure of another kind (RabbitMQ unreachable) keeps the type in {@link #unremovedRoutes}, with
-   * a warning: the next registration, and each check of the type's route, tries again. Left, the
+   * a warning: the next connection, the next registration and each check of the type's route try
+   * again. Never rejects. Left, the
    * exchange would be found by the route check and its commands put in a queue no endpoint takes.
    */
   async #removeRoute(type: string): Promise<void> {
