@@ -83,16 +83,18 @@ function typeProperty(type: string | undefined): string | undefined {
  * not say, so a command published now carries none (a publish token with a ledger).
  *
  * @remarks
- * - the message id is the `messageId` property, the type the `type` property (the header when the
- *   type is too long for one);
+ * - the message id is the `messageId` property, the type the `type` property (the header too, see
+ *   below, and alone when the type is too long for the property);
  * - the kind is left out for a command and an event: each only ever travels in queues of its kind,
  *   and the receiver takes the kind of the queue (`readFacts`' `queueKind`);
  * - attempt facts at zero (failures, unsettled ends, history) and flags that are off are left out.
  *
- * An ordered message still carries `x-harrier-type` too: a receiver of the version before this one
- * reads the type of a partition queue's message from that header only (the queue holds several
- * types), and it names the message's logical queue (the ledger's key, the dead letter's identity).
- * Receivers read both forms (the headers first), so messages queued by that version are read.
+ * An ordered message and an event still carry `x-harrier-type` too: a receiver of the version
+ * before this one reads the type of a message from that header only unless its queue is a command
+ * type's (a partition queue or a subscription queue holds several types), and its retry copies
+ * would carry no type on; of an ordered message it also names the logical queue (the ledger's key,
+ * the dead letter's identity). Receivers read both forms (the headers first), so messages queued by
+ * that version are read.
  */
 export function headersOf(facts: CarriedFacts): Record<string, string> | undefined {
   let headers: Record<string, string> | undefined;
@@ -101,7 +103,10 @@ export function headersOf(facts: CarriedFacts): Record<string, string> | undefin
     headers[name] = value;
   };
   if (facts.kind !== undefined && facts.kind !== 'command' && facts.kind !== 'event') set(H.kind, facts.kind);
-  if (facts.type !== undefined && (facts.ordered || typeProperty(facts.type) === undefined))
+  if (
+    facts.type !== undefined &&
+    (facts.ordered || facts.kind === 'event' || typeProperty(facts.type) === undefined)
+  )
     set(H.type, facts.type);
   if (facts.partitionKey !== undefined) set(H.key, facts.partitionKey);
   if (facts.ordered) set(H.ordered, '1');

@@ -217,6 +217,11 @@ export class RabbitMqBroker implements MessageBroker {
   readonly #outageReturns = new OutageReturns();
   /** Command types found routed, and when. */
   readonly #routes = new Map<string, number>();
+  /**
+   * Command types a registration removed whose exchange RabbitMQ did not confirm deleting (an
+   * outage): deleted again before their route is trusted.
+   */
+  readonly #unremovedRoutes = new Set<string>();
   /** The check of a command type's route in progress: true when it has one. */
   readonly #routeChecks = new Map<string, Promise<boolean>>();
   /** The channel route checks share (a check of a missing route closes it: opened again on the next). */
@@ -320,6 +325,9 @@ export class RabbitMqBroker implements MessageBroker {
         await declareBase(channel, this.#names);
         // After a reconnect: what the endpoints registered, in case the server lost it (a reset node).
         for (const { topology } of this.#registered.values()) await this.#declare(channel, topology);
+        // Once connected (not awaited: the connection is handed out after this), each on a channel
+        // of its own: the routes whose delete an outage lost.
+        for (const type of this.#unremovedRoutes) void this.#removeRoute(type);
       },
     });
     testHooks.set(this, {
@@ -402,17 +410,41 @@ export class RabbitMqBroker implements MessageBroker {
         .withChannel(this.#publishTimeoutMs, 'removing a binding', (channel) => unbind(channel, binding))
         .catch(() => undefined);
     }
-    for (const type of removedTypes) {
-      // Only when no endpoint binds the type any more (RabbitMQ refuses otherwise).
-      await this.#connection
-        .withChannel(this.#publishTimeoutMs, 'removing a command route', (channel) =>
-          channel.deleteExchange(this.#names.commandType(type), { ifUnused: true }),
-        )
-        .catch(() => undefined);
-    }
+    for (const type of topology.commandTypes) this.#unremovedRoutes.delete(type);
+    // With the routes an earlier removal left (the registry no longer names them).
+    for (const type of new Set([...removedTypes, ...this.#unremovedRoutes])) await this.#removeRoute(type);
     this.#routes.clear();
     this.#registered.set(endpoint, { specs: [...subscriptions], topology });
     await this.#recordRegistration(endpoint, subscriptions);
+  }
+
+  /**
+   * Deletes `type`'s exchange unless an endpoint still binds it (RabbitMQ refuses then, 406). A
+   * failure of another kind (RabbitMQ unreachable) keeps the type in {@link #unremovedRoutes}, with
+   * a warning: the next connection, the next registration and each check of the type's route try
+   * again. Never rejects. Left, the
+   * exchange would be found by the route check and its commands put in a queue no endpoint takes.
+   */
+  async #removeRoute(type: string): Promise<void> {
+    try {
+      await this.#connection.withChannel(this.#publishTimeoutMs, 'removing a command route', (channel) =>
+        channel.deleteExchange(this.#names.commandType(type), { ifUnused: true }),
+      );
+    } catch (error) {
+      const code = (error as { code?: unknown }).code;
+      // 406: still bound by an endpoint, so still a route; 404: gone already.
+      if (code !== 406 && code !== 404) {
+        if (!this.#unremovedRoutes.has(type)) {
+          this.#logger.warn(
+            'The route of a command type no endpoint takes any more could not be removed; trying again at the next registration and route check',
+            { type, error: error instanceof Error ? error.message : String(error) },
+          );
+        }
+        this.#unremovedRoutes.add(type);
+        return;
+      }
+    }
+    this.#unremovedRoutes.delete(type);
   }
 
   /**
@@ -512,6 +544,8 @@ export class RabbitMqBroker implements MessageBroker {
     try {
       this.#assertOpen();
       if (message.kind !== 'event' && message.requireRoute !== false && !this.#routeTrusted(message.type)) {
+        // A deliverAt no Date holds is refused before the route, as by publishBatch.
+        notBeforeOf(message.deliverAt, 0);
         return this.#routeExists(message.type).then((routed) => {
           if (!routed) throw noRouteError(message.type);
           return this.#publishOne(message);
@@ -754,6 +788,16 @@ export class RabbitMqBroker implements MessageBroker {
   }
 
   async #checkRoute(type: string): Promise<boolean> {
+    if (this.#unremovedRoutes.has(type)) {
+      await this.#removeRoute(type);
+      if (this.#unremovedRoutes.has(type)) {
+        throw rabbitMqUnavailable(
+          this.#connection.where,
+          'checking command routes',
+          new Error(`the route of ${type}, removed by a registration, could not be deleted yet`),
+        );
+      }
+    }
     const channel = await this.#routeCheckChannel();
     try {
       await channel.checkExchange(this.#names.commandType(type));

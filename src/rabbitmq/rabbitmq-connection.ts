@@ -59,6 +59,11 @@ interface Publish {
 
 /** How long a publish that failed for an outage waits before it tries again, in ms. */
 const RETRY_PUBLISH_MS = 100;
+/**
+ * The least time before its deadline a publish is tried again with, in ms: a try with less would
+ * nearly always reject for want of its confirm (a false failure, the message published anyway).
+ */
+const LEAST_RETRY_MS = 50;
 
 /** The header that tells a returned `mandatory` publish from another of the same message id. */
 const PUBLISH_TOKEN_HEADER = 'x-harrier-publish';
@@ -164,9 +169,9 @@ export class RabbitMqConnection {
    * Publishes one message on the confirm channel; resolves once RabbitMQ confirmed it, or, when it
    * was `mandatory` and reached no queue, to what `onReturned` resolves to (undefined without it).
    * A try that fails because RabbitMQ went away (or nacked it) is made again on the next channel
-   * every 100 ms until `timeoutMs` has passed, then rejects with `rabbitmq-unavailable`: a message
-   * may then arrive twice, never not at all once this resolved. A message amqplib cannot encode
-   * rejects with `publish-failed`.
+   * every 100 ms while at least 50 ms of `timeoutMs` are left for it, then rejects with
+   * `rabbitmq-unavailable` (at `timeoutMs` at the latest): a message may then arrive twice, never
+   * not at all once this resolved. A message amqplib cannot encode rejects with `publish-failed`.
    *
    * @remarks
    * Not async: with the confirm channel open, the message is written before this returns, and the
@@ -205,13 +210,18 @@ export class RabbitMqConnection {
 
   /**
    * After a failed try: the next one in 100 ms when the failure is an outage (`rabbitmq-unavailable`)
-   * and the deadline is not that near, else the failure.
+   * and at least 50 ms are left then before the deadline, else the failure (nothing published again).
    */
   #publishAgain(error: unknown, publish: Publish): Promise<void> {
-    if (!HarrierError.is(error, 'rabbitmq-unavailable') || Date.now() >= publish.deadline - RETRY_PUBLISH_MS)
+    if (
+      !HarrierError.is(error, 'rabbitmq-unavailable') ||
+      publish.deadline - Date.now() < RETRY_PUBLISH_MS + LEAST_RETRY_MS
+    )
       // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
       return Promise.reject(error);
-    return sleep(systemClock, RETRY_PUBLISH_MS).then(() => this.#publishUntil(publish));
+    return sleep(systemClock, RETRY_PUBLISH_MS).then(() =>
+      publish.deadline - Date.now() < LEAST_RETRY_MS ? Promise.reject(error) : this.#publishUntil(publish),
+    );
   }
 
   #publishOn(channel: ConfirmChannel, publish: Publish): Promise<void> {
@@ -248,11 +258,13 @@ export class RabbitMqConnection {
         channel.publish(publish.exchange, publish.routingKey, publish.content, options, (error: unknown) => {
           this.#confirmWaits.delete(waiting);
           if (id !== undefined && this.#untokened.get(id) === waiting) this.#untokened.delete(id);
+          // Forgotten whatever the outcome: a nack, or a confirm after the deadline, leaves none.
+          const returned = waiting.returned || (token !== undefined && this.#returned.delete(token));
           // Rejected at its deadline already: nothing is tried again, nothing left to settle.
           if (waiting.expired) return;
           if (error !== null && error !== undefined) {
             resolve(this.#publishAgain(rabbitMqUnavailable(this.#where, 'publishing', error), publish));
-          } else if (waiting.returned || (token !== undefined && this.#returned.delete(token))) {
+          } else if (returned) {
             resolve(publish.onReturned?.());
           } else {
             resolve();
@@ -304,6 +316,11 @@ export class RabbitMqConnection {
     if (next !== Number.POSITIVE_INFINITY) this.#armDeadline(next);
   }
 
+  /** How many returns are tracked: publish tokens returned, and publishes waiting without one (tests). */
+  returnsTracked(): number {
+    return this.#returned.size + this.#untokened.size;
+  }
+
   /** Closes the connection now as a network failure would: it reconnects (tests). */
   async drop(): Promise<void> {
     await this.#model?.close().catch(() => undefined);
@@ -314,6 +331,8 @@ export class RabbitMqConnection {
     this.#closed = true;
     this.#closing.abort();
     this.#openConfirm = undefined;
+    this.#returned.clear();
+    this.#untokened.clear();
     const model = this.#model;
     this.#model = undefined;
     await model?.close().catch(() => undefined);

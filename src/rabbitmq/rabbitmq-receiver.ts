@@ -522,7 +522,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const deliveryFacts: DeliveryFacts = {
       messageId: facts.messageId,
       kind: facts.kind ?? role.kind,
-      type: facts.type ?? role.type,
+      type: role.type ?? facts.type,
       endpoint: this.#context.endpoint,
       handler: role.handler,
       attempt: facts.failures + facts.ends + 1,

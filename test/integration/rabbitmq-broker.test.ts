@@ -181,6 +181,57 @@ describe('RabbitMqBroker', () => {
       }
     });
 
+    it('deletes a dropped route whose delete the connection lost, before a publish of its type trusts it', async () => {
+      // A proxy that cuts the connection instead of passing on the exchange.delete of the route.
+      const target = new URL(url);
+      const sockets: Socket[] = [];
+      let cut: Buffer | undefined;
+      const proxy = createServer((client) => {
+        const server = connect(Number(target.port || 5672), target.hostname);
+        sockets.push(client, server);
+        client.on('data', (chunk: Buffer) => {
+          if (cut !== undefined && chunk.includes(cut)) {
+            cut = undefined;
+            client.destroy();
+            server.destroy();
+          } else server.write(chunk);
+        });
+        server.pipe(client);
+        client.on('error', () => undefined);
+        server.on('error', () => undefined);
+      });
+      await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+      const proxied = new URL(url);
+      proxied.hostname = '127.0.0.1';
+      proxied.port = String((proxy.address() as AddressInfo).port);
+      const warnings: string[] = [];
+      const logger: Logger = { ...silentLogger, warn: (text) => warnings.push(text) };
+      const broker = brokerWith({ connection: proxied.toString(), logger });
+      try {
+        const p = broker.prefix;
+        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pack'] }]);
+        const exchange = `${p}.cmd.orders.Pack`;
+        // exchange.delete (class 40, method 20), reserved short, then the exchange name.
+        cut = Buffer.concat([
+          Buffer.from([0, 40, 0, 20, 0, 0, Buffer.byteLength(exchange)]),
+          Buffer.from(exchange),
+        ]);
+
+        await broker.register('orders', []);
+
+        expect(cut).toBeUndefined();
+        expect(warnings.some((text) => text.includes('could not be removed'))).toBe(true);
+        const error = await broker.publish(message('command', 'orders.Pack')).catch((e: unknown) => e);
+        expect(HarrierError.is(error, 'no-route')).toBe(true);
+        expect(await exchangeExists(exchange)).toBe(false);
+        expect(await readyIn(exchange)).toBe(0);
+      } finally {
+        await broker.close();
+        for (const socket of sockets) socket.destroy();
+        await new Promise((resolve) => proxy.close(resolve));
+      }
+    });
+
     it('keeps the route of a type another endpoint took over when the first one drops it', async () => {
       const broker = brokerWith();
       try {
@@ -223,6 +274,21 @@ describe('RabbitMqBroker', () => {
   });
 
   describe('.publish', () => {
+    describe('of an unrouted command with a deliverAt no Date holds', () => {
+      it('refuses it with invalid-option, as publishBatch does, before the route', async () => {
+        const broker = brokerWith();
+        try {
+          const bad = message('command', 'jobs.Nowhere', { deliverAt: Number.NaN });
+          const single = await broker.publish(bad).catch((e: unknown) => e);
+          const batch = await broker.publishBatch([bad]).catch((e: unknown) => e);
+          expect(HarrierError.is(batch, 'invalid-option')).toBe(true);
+          expect(HarrierError.is(single, 'invalid-option')).toBe(true);
+        } finally {
+          await broker.close();
+        }
+      });
+    });
+
     describe('with deliverAt beyond the longest delay queue', () => {
       it('goes round the delay queues and is not delivered before its time', async () => {
         const broker = brokerWith({ maxDelayBucketMs: 256 });
@@ -393,6 +459,31 @@ describe('RabbitMqBroker', () => {
             attempt: 2,
             queue: 'cmd~orders.Post',
           });
+        } finally {
+          await broker.close();
+        }
+      });
+    });
+
+    describe('a foreign message with an AMQP type property of its own, in a command type queue', () => {
+      it('is delivered as the type of its queue', async () => {
+        const broker = brokerWith();
+        try {
+          const p = broker.prefix;
+          await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Ship'] }]);
+          await onChannel(async (channel) => {
+            channel.sendToQueue(`${p}.cmd.orders.Ship`, Buffer.from('{}'), {
+              persistent: true,
+              messageId: uuidv7(),
+              type: 'application/x-legacy',
+            });
+            // A round trip after the publish: it is in the queue when this answers.
+            await channel.checkQueue(`${p}.cmd.orders.Ship`);
+          });
+
+          const delivery = await firstWithin(broker, 'orders', 3_000);
+
+          expect(delivery?.facts).toMatchObject({ type: 'orders.Ship', queue: 'cmd~orders.Ship' });
         } finally {
           await broker.close();
         }

@@ -93,9 +93,29 @@ describe('headersOf and readFacts', () => {
     it("takes an event's kind from the queue it arrives in", () => {
       const event: CarriedFacts = { ...fresh, kind: 'event', type: 'orders.OrderPlaced' };
 
-      expect(headersOf(event)).toBeUndefined();
+      expect(headersOf(event)).toEqual({ 'x-harrier-type': 'orders.OrderPlaced' });
       expect(readFacts(delivered(event), 'event').facts).toEqual(event);
     });
+
+    it.each([
+      ['an event', { ...fresh, kind: 'event', type: 'orders.OrderPlaced' }, 'event', undefined],
+      ['an ordered command', { ...fresh, partitionKey: 'k', ordered: true }, 'command', undefined],
+      ['a command', fresh, 'command', 'orders.PlaceOrder'],
+    ] as const)(
+      'is read with its type by a receiver of the previous version: %s',
+      (_, facts, queueKind, queueType) => {
+        const properties = delivered(facts);
+
+        // The previous version's rule: the type from the x-harrier-type header, else the type of a
+        // command type's queue (a subscription or partition queue has none).
+        const headers = properties.headers as Record<string, unknown>;
+        const header = headers['x-harrier-type'];
+        const type = typeof header === 'string' ? header : queueType;
+
+        expect(type).toBe(facts.type);
+        expect(readFacts(properties, queueKind).facts.type).toBe(facts.type);
+      },
+    );
 
     it('keeps a query kind in its header (no queue holds only queries)', () => {
       const query: CarriedFacts = { ...fresh, kind: 'query' };
