@@ -514,7 +514,7 @@ describe('RabbitMqBroker', () => {
           unhandled.push(reason);
         };
         process.on('unhandledRejection', onUnhandled);
-        const broker = brokerWith({ connection: proxied.toString(), publishTimeoutMs: 300 });
+        const broker = brokerWith({ connection: proxied.toString(), publishTimeoutMs: 1_000 });
         try {
           await broker.register('orders', [{ handler: 'h', kind: 'event', types: ['orders.Noted'] }]);
           await broker.publish(message('event', 'orders.Noted'));
