@@ -1,7 +1,6 @@
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
-import amqplib, { type ChannelModel } from 'amqplib';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Delivery, MessageBroker, OutgoingMessage } from '../../src/broker/message-broker.js';
+import { describe, expect, it } from 'vitest';
+import type { Delivery, MessageBroker } from '../../src/broker/message-broker.js';
 import type { DeliveryLedger } from '../../src/broker/delivery-ledger.js';
 import { InMemoryDeliveryLedger } from '../../src/broker/in-memory-delivery-ledger.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
@@ -15,50 +14,10 @@ import {
   RabbitMqBroker,
   type RabbitMqBrokerOptions,
 } from '../../src/rabbitmq/rabbitmq-broker.js';
-import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
+import { message, rabbitScene } from '../helpers/rabbitmq-scene.js';
 
-const filePrefix = freshBrokerPrefix();
-let made = 0;
-let url: string;
-let admin: ChannelModel;
-
-beforeAll(async () => {
-  url = await rabbitmqUrl();
-  admin = await amqplib.connect(url);
-}, 60_000);
-
-afterAll(async () => {
-  await admin.close();
-});
-
-/** A broker with a prefix of its own, closed by `use`'s caller. */
-function brokerWith(options: Partial<RabbitMqBrokerOptions> = {}): RabbitMqBroker {
-  return new RabbitMqBroker({
-    connection: url,
-    prefix: `${filePrefix}-${String(++made)}`,
-    partitions: 4,
-    logger: silentLogger,
-    ...options,
-  });
-}
-
-/** Runs `check` on a channel of its own (a failed check closes its channel). */
-async function onChannel<T>(check: (channel: amqplib.Channel) => Promise<T>): Promise<T> {
-  const channel = await admin.createChannel();
-  channel.on('error', () => undefined);
-  try {
-    return await check(channel);
-  } finally {
-    await channel.close().catch(() => undefined);
-  }
-}
-
-/** The ready messages in `queue`, or 'missing'. */
-function readyIn(queue: string): Promise<number | 'missing'> {
-  return onChannel(async (channel) => (await channel.checkQueue(queue)).messageCount).catch(
-    () => 'missing' as const,
-  );
-}
+const scene = rabbitScene({ partitions: 4 });
+const { brokerWith, brokerBeside, filePrefix, onChannel, readyIn } = scene;
 
 function exchangeExists(exchange: string): Promise<boolean> {
   return onChannel((channel) => channel.checkExchange(exchange)).then(
@@ -75,14 +34,6 @@ function isQuorum(queue: string): Promise<boolean> {
     () => false,
     () => true,
   );
-}
-
-function message(
-  kind: 'command' | 'event',
-  type: string,
-  extra: Partial<OutgoingMessage> = {},
-): OutgoingMessage {
-  return { id: uuidv7(), kind, type, body: `{"type":"${type}"}`, ...extra };
 }
 
 /** The first delivery within `ms`, or undefined. */
@@ -183,7 +134,7 @@ describe('RabbitMqBroker', () => {
 
     it('deletes a dropped route whose delete the connection lost, before a publish of its type trusts it', async () => {
       // A proxy that cuts the connection instead of passing on the exchange.delete of the route.
-      const target = new URL(url);
+      const target = new URL(scene.url());
       const sockets: Socket[] = [];
       let cut: Buffer | undefined;
       const proxy = createServer((client) => {
@@ -201,7 +152,7 @@ describe('RabbitMqBroker', () => {
         server.on('error', () => undefined);
       });
       await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-      const proxied = new URL(url);
+      const proxied = new URL(scene.url());
       proxied.hostname = '127.0.0.1';
       proxied.port = String((proxy.address() as AddressInfo).port);
       const warnings: string[] = [];
@@ -251,12 +202,7 @@ describe('RabbitMqBroker', () => {
 
     it('undoes the bindings of a registration made by another process', async () => {
       const first = brokerWith();
-      const second = new RabbitMqBroker({
-        connection: url,
-        prefix: first.prefix,
-        partitions: 4,
-        logger: silentLogger,
-      });
+      const second = brokerBeside(first);
       try {
         const p = first.prefix;
         await first.register('mailer', [{ handler: 'welcome', kind: 'event', types: ['users.Joined'] }]);
@@ -383,12 +329,7 @@ describe('RabbitMqBroker', () => {
     describe('when publisher and consumer disagree on whether a command type is ordered', () => {
       it('delivers an unordered command of an ordered type, and an ordered one of an unordered type', async () => {
         const publisher = brokerWith();
-        const consumer = new RabbitMqBroker({
-          connection: url,
-          prefix: publisher.prefix,
-          partitions: 4,
-          logger: silentLogger,
-        });
+        const consumer = brokerBeside(publisher);
         try {
           await consumer.register('orders', [
             {
@@ -493,7 +434,7 @@ describe('RabbitMqBroker', () => {
     describe('when RabbitMQ stops answering, and the connection drops after the publish timed out', () => {
       it('rejects the publish once with rabbitmq-unavailable, and leaves no rejection unhandled', async () => {
         // A proxy whose answers from RabbitMQ can be held back: confirms stop arriving.
-        const target = new URL(url);
+        const target = new URL(scene.url());
         const sockets: Socket[] = [];
         let upstream: Socket | undefined;
         const proxy = createServer((client) => {
@@ -506,7 +447,7 @@ describe('RabbitMqBroker', () => {
           server.on('error', () => undefined);
         });
         await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-        const proxied = new URL(url);
+        const proxied = new URL(scene.url());
         proxied.hostname = '127.0.0.1';
         proxied.port = String((proxy.address() as AddressInfo).port);
         const unhandled: unknown[] = [];
@@ -675,12 +616,7 @@ describe('RabbitMqBroker', () => {
 
     it('still counts a crash: a channel another broker dropped holding the message is an unsettled end', async () => {
       const first = brokerWith();
-      const second = new RabbitMqBroker({
-        connection: url,
-        prefix: first.prefix,
-        partitions: 4,
-        logger: silentLogger,
-      });
+      const second = brokerBeside(first);
       const controller = new AbortController();
       try {
         await first.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
@@ -713,13 +649,7 @@ describe('RabbitMqBroker', () => {
       secondLedger: DeliveryLedger | undefined = ledger,
     ): Promise<Delivery> {
       const first = brokerWith(ledger === undefined ? {} : { ledger });
-      const second = new RabbitMqBroker({
-        connection: url,
-        prefix: first.prefix,
-        partitions: 4,
-        logger: silentLogger,
-        ...(secondLedger === undefined ? {} : { ledger: secondLedger }),
-      });
+      const second = brokerBeside(first, secondLedger === undefined ? {} : { ledger: secondLedger });
       const controller = new AbortController();
       try {
         await first.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
@@ -801,11 +731,7 @@ describe('RabbitMqBroker', () => {
       const released = new Promise<void>((resolve) => {
         release = resolve;
       });
-      const second = new RabbitMqBroker({
-        connection: url,
-        prefix: first.prefix,
-        partitions: 4,
-        logger: silentLogger,
+      const second = brokerBeside(first, {
         ledger: {
           ...passThrough(ledger),
           admit: async (copy, windowMs) => {
@@ -814,11 +740,7 @@ describe('RabbitMqBroker', () => {
           },
         },
       });
-      const third = new RabbitMqBroker({
-        connection: url,
-        prefix: first.prefix,
-        partitions: 4,
-        logger: silentLogger,
+      const third = brokerBeside(first, {
         ledger,
       });
       const controller = new AbortController();

@@ -2,55 +2,14 @@
  * RabbitMqBroker's delay queues: their type and names, what expires into no queue, and waits far
  * ahead (years, past any Date, a foreign message's absurd not-before header).
  */
-import amqplib, { type ChannelModel } from 'amqplib';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Delivery, OutgoingMessage } from '../../src/broker/message-broker.js';
+import { describe, expect, it } from 'vitest';
+import type { Delivery } from '../../src/broker/message-broker.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
-import { silentLogger } from '../../src/logging/logger.js';
-import { uuidv7 } from '../../src/messages/uuid-v7.js';
-import { RabbitMqBroker, type RabbitMqBrokerOptions } from '../../src/rabbitmq/rabbitmq-broker.js';
-import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
+import { RabbitMqBroker } from '../../src/rabbitmq/rabbitmq-broker.js';
+import { message, rabbitScene } from '../helpers/rabbitmq-scene.js';
 
-const filePrefix = freshBrokerPrefix();
 const YEAR_MS = 365 * 86_400_000;
-let made = 0;
-let url: string;
-let admin: ChannelModel;
-
-beforeAll(async () => {
-  url = await rabbitmqUrl();
-  admin = await amqplib.connect(url);
-}, 60_000);
-
-afterAll(async () => {
-  await admin.close();
-});
-
-function brokerWith(options: Partial<RabbitMqBrokerOptions> = {}): RabbitMqBroker {
-  return new RabbitMqBroker({
-    connection: url,
-    prefix: `${filePrefix}-${String(++made)}`,
-    logger: silentLogger,
-    ...options,
-  });
-}
-
-async function onChannel<T>(run: (channel: amqplib.Channel) => Promise<T>): Promise<T> {
-  const channel = await admin.createChannel();
-  channel.on('error', () => undefined);
-  try {
-    return await run(channel);
-  } finally {
-    await channel.close().catch(() => undefined);
-  }
-}
-
-/** The ready messages in `queue`, or 'missing'. */
-function readyIn(queue: string): Promise<number | 'missing'> {
-  return onChannel(async (channel) => (await channel.checkQueue(queue)).messageCount).catch(
-    () => 'missing' as const,
-  );
-}
+const { brokerWith, onChannel, readyIn } = rabbitScene();
 
 /** The type of `queue`: declaring it classic is refused (406) when it is a quorum queue. */
 function typeOf(queue: string, args: Record<string, unknown>): Promise<'quorum' | 'classic'> {
@@ -60,14 +19,6 @@ function typeOf(queue: string, args: Record<string, unknown>): Promise<'quorum' 
     () => 'classic' as const,
     () => 'quorum' as const,
   );
-}
-
-function message(
-  kind: 'command' | 'event',
-  type: string,
-  extra: Partial<OutgoingMessage> = {},
-): OutgoingMessage {
-  return { id: uuidv7(), kind, type, body: `{"type":"${type}"}`, ...extra };
 }
 
 /** Every delivery of `endpoint` within `ms` (each acked), or until `count` came. */

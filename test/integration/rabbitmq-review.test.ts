@@ -1,49 +1,19 @@
-import amqplib, { type ChannelModel } from 'amqplib';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type amqplib from 'amqplib';
+import { describe, expect, it } from 'vitest';
 import type { Delivery, MessageBroker } from '../../src/broker/message-broker.js';
 import { InMemoryDeliveryLedger } from '../../src/broker/in-memory-delivery-ledger.js';
 import { silentLogger } from '../../src/logging/logger.js';
-import {
-  dropConnectionOf,
-  RabbitMqBroker,
-  type RabbitMqBrokerOptions,
-} from '../../src/rabbitmq/rabbitmq-broker.js';
-import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
+import { dropConnectionOf } from '../../src/rabbitmq/rabbitmq-broker.js';
+import { rabbitScene } from '../helpers/rabbitmq-scene.js';
 
-const filePrefix = freshBrokerPrefix();
-let made = 0;
-let url: string;
-let admin: ChannelModel;
-
-beforeAll(async () => {
-  url = await rabbitmqUrl();
-  admin = await amqplib.connect(url);
-}, 60_000);
-
-afterAll(async () => {
-  await admin.close();
-});
-
-function brokerWith(options: Partial<RabbitMqBrokerOptions> = {}): RabbitMqBroker {
-  return new RabbitMqBroker({
-    connection: url,
-    prefix: `${filePrefix}-${String(++made)}`,
-    partitions: 4,
-    logger: silentLogger,
-    ...options,
-  });
-}
+const { brokerWith, brokerBeside, onChannel } = rabbitScene({ partitions: 4 });
 
 /** Publishes raw bytes with `headers` straight into `queue`, confirmed by a round trip. */
 async function sendRaw(queue: string, body: string, properties: amqplib.Options.Publish): Promise<void> {
-  const channel = await admin.createChannel();
-  channel.on('error', () => undefined);
-  try {
+  await onChannel(async (channel) => {
     channel.sendToQueue(queue, Buffer.from(body), { persistent: true, ...properties });
     await channel.checkQueue(queue);
-  } finally {
-    await channel.close().catch(() => undefined);
-  }
+  });
 }
 
 /** The deliveries handed out within `ms`, each acked. */
@@ -95,8 +65,8 @@ describe('RabbitMqBroker (review)', () => {
   describe('.close with unordered messages taken and not handed out', () => {
     for (const how of ['right after its receiver is aborted', 'alone'] as const) {
       it(`gives them back uncounted when called ${how} (as bus.stop does)`, async () => {
-        const prefix = `${filePrefix}-${String(++made)}`;
-        const broker = brokerWith({ prefix });
+        const broker = brokerWith();
+        const { prefix } = broker;
         const controller = new AbortController();
         await broker.register('orders', [
           { handler: 'commands', kind: 'command', types: ['orders.A', 'orders.B'] },
@@ -108,23 +78,18 @@ describe('RabbitMqBroker (review)', () => {
         const iterator = receiver[Symbol.asyncIterator]();
         const out = (await iterator.next()).value as Delivery;
         await broker.ack(out.id);
-        const counts = async (): Promise<number> => {
-          const channel = await admin.createChannel();
-          channel.on('error', () => undefined);
-          try {
+        const counts = (): Promise<number> =>
+          onChannel(async (channel) => {
             const a = await channel.checkQueue(`${prefix}.cmd.orders.A`);
             const b = await channel.checkQueue(`${prefix}.cmd.orders.B`);
             return a.messageCount + b.messageCount;
-          } finally {
-            await channel.close().catch(() => undefined);
-          }
-        };
+          });
         await expect.poll(counts).toBe(0);
 
         if (how === 'right after its receiver is aborted') controller.abort();
         await broker.close();
 
-        const next = brokerWith({ prefix });
+        const next = brokerBeside(broker);
         try {
           await next.register('orders', [
             { handler: 'commands', kind: 'command', types: ['orders.A', 'orders.B'] },
@@ -224,9 +189,10 @@ describe('MessageBus on RabbitMqBroker (review)', () => {
           handled.push(`charge:${payload.id}`);
         }
       }
-      const prefix = `${filePrefix}-${String(++made)}`;
+      const broker = brokerWith({ partitions: 1 });
+      const { prefix } = broker;
       const bus = createBus({
-        broker: new RabbitMqBroker({ connection: url, prefix, partitions: 1, logger: silentLogger }),
+        broker,
         logger: silentLogger,
         endpoint: 'ledger',
         handlers: [PostHandler, ChargeHandler],
