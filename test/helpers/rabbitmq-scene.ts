@@ -4,7 +4,7 @@
  */
 import amqplib, { type ChannelModel } from 'amqplib';
 import { afterAll, beforeAll } from 'vitest';
-import type { OutgoingMessage } from '../../src/broker/message-broker.js';
+import type { Delivery, MessageBroker, OutgoingMessage } from '../../src/broker/message-broker.js';
 import { silentLogger } from '../../src/logging/logger.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import { RabbitMqBroker, type RabbitMqBrokerOptions } from '../../src/rabbitmq/rabbitmq-broker.js';
@@ -88,4 +88,20 @@ export function message(
   extra: Partial<OutgoingMessage> = {},
 ): OutgoingMessage {
   return { id: uuidv7(), kind, type, body: `{"type":"${type}"}`, ...extra };
+}
+
+/** Every delivery of `endpoint` within `ms` (each acked), or until `count` came. */
+export async function deliveriesWithin(
+  broker: MessageBroker,
+  endpoint: string,
+  ms: number,
+  count: number,
+): Promise<Delivery[]> {
+  const seen: Delivery[] = [];
+  for await (const delivery of broker.receiver({ endpoint, signal: AbortSignal.timeout(ms) })) {
+    seen.push(delivery);
+    await broker.ack(delivery.id);
+    if (seen.length >= count) break;
+  }
+  return seen;
 }

@@ -47,6 +47,24 @@ async function firstWithin(
   return undefined;
 }
 
+/**
+ * Registers endpoint `orders` (command orders.Pay) on `broker`, publishes one, takes it in a receiver
+ * and drops the connection: the receiver's iterator and the copy it hands out again.
+ */
+async function takenThroughAnOutage(
+  broker: RabbitMqBroker,
+  signal: AbortSignal,
+): Promise<{ iterator: AsyncIterator<Delivery>; back: Delivery }> {
+  await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
+  await broker.publish(message('command', 'orders.Pay'));
+  const receiver = broker.receiver({ endpoint: 'orders', signal });
+  const iterator = receiver[Symbol.asyncIterator]();
+  await iterator.next();
+  await dropConnectionOf(broker);
+  const back = (await iterator.next()).value as Delivery;
+  return { iterator, back };
+}
+
 /** A ledger that calls `ledger` for everything (to override some calls of). */
 function passThrough(ledger: DeliveryLedger): DeliveryLedger {
   return {
@@ -810,13 +828,7 @@ describe('RabbitMqBroker', () => {
       });
       const controller = new AbortController();
       try {
-        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
-        await broker.publish(message('command', 'orders.Pay'));
-        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
-        const iterator = receiver[Symbol.asyncIterator]();
-        await iterator.next();
-        await dropConnectionOf(broker);
-        const back = (await iterator.next()).value as Delivery;
+        const { back } = await takenThroughAnOutage(broker, controller.signal);
         await expect.poll(() => calls).toBe(1);
         // A receiver asks a failing ledger again each second: past that, still one call.
         await new Promise((resolve) => setTimeout(resolve, 1_500));
@@ -837,13 +849,7 @@ describe('RabbitMqBroker', () => {
       const broker = brokerWith();
       const controller = new AbortController();
       try {
-        await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Pay'] }]);
-        await broker.publish(message('command', 'orders.Pay'));
-        const receiver = broker.receiver({ endpoint: 'orders', signal: controller.signal });
-        const iterator = receiver[Symbol.asyncIterator]();
-        await iterator.next();
-        await dropConnectionOf(broker);
-        const back = (await iterator.next()).value as Delivery;
+        const { iterator, back } = await takenThroughAnOutage(broker, controller.signal);
         expect([back.facts.attempt, back.facts.unsettledEnds]).toEqual([1, 0]);
 
         await dropChannelOf(broker, back.id);

@@ -3,10 +3,8 @@
  * ahead (years, past any Date, a foreign message's absurd not-before header).
  */
 import { describe, expect, it } from 'vitest';
-import type { Delivery } from '../../src/broker/message-broker.js';
 import { HarrierError } from '../../src/errors/harrier-error.js';
-import { RabbitMqBroker } from '../../src/rabbitmq/rabbitmq-broker.js';
-import { message, rabbitScene } from '../helpers/rabbitmq-scene.js';
+import { deliveriesWithin, message, rabbitScene } from '../helpers/rabbitmq-scene.js';
 
 const YEAR_MS = 365 * 86_400_000;
 const { brokerWith, onChannel, readyIn } = rabbitScene();
@@ -19,22 +17,6 @@ function typeOf(queue: string, args: Record<string, unknown>): Promise<'quorum' 
     () => 'classic' as const,
     () => 'quorum' as const,
   );
-}
-
-/** Every delivery of `endpoint` within `ms` (each acked), or until `count` came. */
-async function deliveriesWithin(
-  broker: RabbitMqBroker,
-  endpoint: string,
-  ms: number,
-  count: number,
-): Promise<Delivery[]> {
-  const seen: Delivery[] = [];
-  for await (const delivery of broker.receiver({ endpoint, signal: AbortSignal.timeout(ms) })) {
-    seen.push(delivery);
-    await broker.ack(delivery.id);
-    if (seen.length >= count) break;
-  }
-  return seen;
 }
 
 const command = [{ handler: 'wake', kind: 'command' as const, types: ['delays.Wake'] }];

@@ -1,10 +1,10 @@
 import type amqplib from 'amqplib';
 import { describe, expect, it } from 'vitest';
-import type { Delivery, MessageBroker } from '../../src/broker/message-broker.js';
+import type { Delivery } from '../../src/broker/message-broker.js';
 import { InMemoryDeliveryLedger } from '../../src/broker/in-memory-delivery-ledger.js';
 import { silentLogger } from '../../src/logging/logger.js';
 import { dropConnectionOf } from '../../src/rabbitmq/rabbitmq-broker.js';
-import { rabbitScene } from '../helpers/rabbitmq-scene.js';
+import { deliveriesWithin, rabbitScene } from '../helpers/rabbitmq-scene.js';
 
 const { brokerWith, brokerBeside, onChannel } = rabbitScene({ partitions: 4 });
 
@@ -14,23 +14,6 @@ async function sendRaw(queue: string, body: string, properties: amqplib.Options.
     channel.sendToQueue(queue, Buffer.from(body), { persistent: true, ...properties });
     await channel.checkQueue(queue);
   });
-}
-
-/** The deliveries handed out within `ms`, each acked. */
-async function takeWithin(
-  broker: MessageBroker,
-  endpoint: string,
-  count: number,
-  ms: number,
-): Promise<Delivery[]> {
-  const taken: Delivery[] = [];
-  const signal = AbortSignal.timeout(ms);
-  for await (const delivery of broker.receiver({ endpoint, signal })) {
-    taken.push(delivery);
-    await broker.ack(delivery.id);
-    if (taken.length === count) break;
-  }
-  return taken;
 }
 
 describe('RabbitMqBroker (review)', () => {
@@ -49,7 +32,7 @@ describe('RabbitMqBroker (review)', () => {
         });
         await sendRaw(queue, '{"fine":true}', { messageId: 'fine' });
 
-        const taken = await takeWithin(broker, 'orders', 3, 8_000);
+        const taken = await deliveriesWithin(broker, 'orders', 8_000, 3);
 
         expect(taken.map((delivery) => delivery.body)).toEqual([
           '{"bad":"token"}',
@@ -94,7 +77,7 @@ describe('RabbitMqBroker (review)', () => {
           await next.register('orders', [
             { handler: 'commands', kind: 'command', types: ['orders.A', 'orders.B'] },
           ]);
-          const [again] = await takeWithin(next, 'orders', 1, 8_000);
+          const [again] = await deliveriesWithin(next, 'orders', 8_000, 1);
           expect(again?.facts.messageId).not.toBe(out.facts.messageId);
           expect(again?.facts).toMatchObject({ attempt: 1, unsettledEnds: 0 });
         } finally {
