@@ -8,7 +8,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Delivery, OutgoingMessage } from '../../src/broker/message-broker.js';
 import { silentLogger, type Logger } from '../../src/logging/logger.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
-import { dropConnectionOf, RabbitMqBroker } from '../../src/rabbitmq/rabbitmq-broker.js';
+import {
+  dropConnectionOf,
+  RabbitMqBroker,
+  type RabbitMqBrokerOptions,
+} from '../../src/rabbitmq/rabbitmq-broker.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
 
@@ -47,20 +51,46 @@ async function nextOf(deliveries: AsyncIterator<Delivery>, ms = 5_000): Promise<
   }
 }
 
+/**
+ * A broker on `<file prefix>-<name>` with one partition (closed in `afterAll`), its endpoint
+ * `accounts` registered for ordered POSTs.
+ */
+async function accountsBroker(
+  name: string,
+  options: Partial<RabbitMqBrokerOptions> = {},
+): Promise<RabbitMqBroker> {
+  const broker = new RabbitMqBroker({
+    connection: url,
+    prefix: `${filePrefix}-${name}`,
+    partitions: 1,
+    logger: silentLogger,
+    ...options,
+  });
+  brokers.push(broker);
+  await broker.register('accounts', [
+    { handler: 'commands', kind: 'command', types: [POST], orderedTypes: [POST] },
+  ]);
+  return broker;
+}
+
+/** Takes the first delivery, a1, and has it retried `ms` from now: the time it is due. */
+async function retryFirstA(
+  broker: RabbitMqBroker,
+  deliveries: AsyncIterator<Delivery>,
+  ms: number,
+): Promise<number> {
+  const first = await nextOf(deliveries);
+  expect(first.body).toBe('a1');
+  const retryAt = Date.now() + ms;
+  await broker.nack(first.id, { retryAt, error: { name: 'Error', message: 'try later' } });
+  return retryAt;
+}
+
 describe('RabbitMqBroker partition queues', () => {
   describe('when a key waits for its retry with more messages behind it than the receiver takes at once', () => {
     it('delivers another key of the same partition before the retry, then the key in order', async () => {
       // One partition: both keys share it whatever their hash.
-      const broker = new RabbitMqBroker({
-        connection: url,
-        prefix: `${filePrefix}-backlog`,
-        partitions: 1,
-        logger: silentLogger,
-      });
-      brokers.push(broker);
-      await broker.register('accounts', [
-        { handler: 'commands', kind: 'command', types: [POST], orderedTypes: [POST] },
-      ]);
+      const broker = await accountsBroker('backlog');
       const concurrency = 2;
       const behind = 3 * concurrency;
       const a = Array.from({ length: behind + 1 }, (_, i) => entry('account-a', `a${i + 1}`));
@@ -71,10 +101,7 @@ describe('RabbitMqBroker partition queues', () => {
       const receiver = broker.receiver({ endpoint: 'accounts', prefetch: concurrency, signal: stop.signal });
       const deliveries = receiver[Symbol.asyncIterator]();
       try {
-        const first = await nextOf(deliveries);
-        expect(first.body).toBe('a1');
-        const retryAt = Date.now() + 2_000;
-        await broker.nack(first.id, { retryAt, error: { name: 'Error', message: 'try later' } });
+        const retryAt = await retryFirstA(broker, deliveries, 2_000);
 
         const other = await nextOf(deliveries);
         expect(other.body).toBe('b1');
@@ -100,17 +127,7 @@ describe('RabbitMqBroker partition queues', () => {
     });
 
     it('holds up the other keys of the partition once the waiting key fills partitionPrefetch (the limit)', async () => {
-      const broker = new RabbitMqBroker({
-        connection: url,
-        prefix: `${filePrefix}-full`,
-        partitions: 1,
-        partitionPrefetch: 4,
-        logger: silentLogger,
-      });
-      brokers.push(broker);
-      await broker.register('accounts', [
-        { handler: 'commands', kind: 'command', types: [POST], orderedTypes: [POST] },
-      ]);
+      const broker = await accountsBroker('full', { partitionPrefetch: 4 });
       const a = Array.from({ length: 4 }, (_, i) => entry('account-a', `a${i + 1}`));
       for (const message of [...a, entry('account-b', 'b1')]) await broker.publish(message);
 
@@ -118,10 +135,7 @@ describe('RabbitMqBroker partition queues', () => {
       const receiver = broker.receiver({ endpoint: 'accounts', prefetch: 2, signal: stop.signal });
       const deliveries = receiver[Symbol.asyncIterator]();
       try {
-        const first = await nextOf(deliveries);
-        expect(first.body).toBe('a1');
-        const retryAt = Date.now() + 1_000;
-        await broker.nack(first.id, { retryAt, error: { name: 'Error', message: 'try later' } });
+        const retryAt = await retryFirstA(broker, deliveries, 1_000);
         const next = await nextOf(deliveries);
         expect(next.body).toBe('a1');
         expect(Date.now()).toBeGreaterThanOrEqual(retryAt);
@@ -171,18 +185,11 @@ describe('RabbitMqBroker partition queues', () => {
     it('still delivers the key in order on the new channel', async () => {
       const logged: string[] = [];
       const logger: Logger = { ...silentLogger, debug: (message) => logged.push(message) };
-      const broker = new RabbitMqBroker({
-        connection: url,
-        prefix: `${filePrefix}-rotate-drop`,
-        partitions: 1,
+      const broker = await accountsBroker('rotate-drop', {
         partitionPrefetch: 4,
         holdLimitMs: 1_000,
         logger,
       });
-      brokers.push(broker);
-      await broker.register('accounts', [
-        { handler: 'commands', kind: 'command', types: [POST], orderedTypes: [POST] },
-      ]);
       // The window takes a1..a3 and b1; a4 waits in the queue behind the b's.
       const a = ['a1', 'a2', 'a3'].map((body) => entry('account-a', body));
       const b = Array.from({ length: 6 }, (_, i) => entry('account-b', `b${i + 1}`));
@@ -192,10 +199,7 @@ describe('RabbitMqBroker partition queues', () => {
       const receiver = broker.receiver({ endpoint: 'accounts', prefetch: 1, signal: stop.signal });
       const deliveries = receiver[Symbol.asyncIterator]();
       try {
-        const first = await nextOf(deliveries);
-        expect(first.body).toBe('a1');
-        const retryAt = Date.now() + 2_000;
-        await broker.nack(first.id, { retryAt, error: { name: 'Error', message: 'try later' } });
+        await retryFirstA(broker, deliveries, 2_000);
         // b1's handler runs on: the b's fill the window, so a's copies stay in the queue, behind a4.
         expect((await nextOf(deliveries)).body).toBe('b1');
         await waitFor(
