@@ -24,6 +24,8 @@ export interface RabbitScene {
   readonly onChannel: <T>(run: (channel: amqplib.Channel) => Promise<T>) => Promise<T>;
   /** The ready messages in `queue`, or 'missing'. */
   readonly readyIn: (queue: string) => Promise<number | 'missing'>;
+  /** Publishes raw bytes straight into `queue` (persistent), confirmed by a round trip. */
+  readonly sendRaw: (queue: string, body: string, properties: amqplib.Options.Publish) => Promise<void>;
 }
 
 /**
@@ -78,6 +80,12 @@ export function rabbitScene(defaults: Partial<RabbitMqBrokerOptions> = {}): Rabb
       onChannel(async (channel) => (await channel.checkQueue(queue)).messageCount).catch(
         () => 'missing' as const,
       ),
+    sendRaw: (queue, body, properties) =>
+      onChannel(async (channel) => {
+        channel.sendToQueue(queue, Buffer.from(body), { persistent: true, ...properties });
+        // A round trip after the publish: it is in the queue when this answers.
+        await channel.checkQueue(queue);
+      }),
   };
 }
 

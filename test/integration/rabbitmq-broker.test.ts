@@ -17,7 +17,7 @@ import {
 import { message, rabbitScene } from '../helpers/rabbitmq-scene.js';
 
 const scene = rabbitScene({ partitions: 4 });
-const { brokerWith, brokerBeside, filePrefix, onChannel, readyIn } = scene;
+const { brokerWith, brokerBeside, filePrefix, onChannel, readyIn, sendRaw } = scene;
 
 function exchangeExists(exchange: string): Promise<boolean> {
   return onChannel((channel) => channel.checkExchange(exchange)).then(
@@ -430,15 +430,7 @@ describe('RabbitMqBroker', () => {
         try {
           const p = broker.prefix;
           await broker.register('orders', [{ handler: 'commands', kind: 'command', types: ['orders.Ship'] }]);
-          await onChannel(async (channel) => {
-            channel.sendToQueue(`${p}.cmd.orders.Ship`, Buffer.from('{}'), {
-              persistent: true,
-              messageId: uuidv7(),
-              type: 'application/x-legacy',
-            });
-            // A round trip after the publish: it is in the queue when this answers.
-            await channel.checkQueue(`${p}.cmd.orders.Ship`);
-          });
+          await sendRaw(`${p}.cmd.orders.Ship`, '{}', { messageId: uuidv7(), type: 'application/x-legacy' });
 
           const delivery = await firstWithin(broker, 'orders', 3_000);
 

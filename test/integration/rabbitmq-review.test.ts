@@ -1,4 +1,3 @@
-import type amqplib from 'amqplib';
 import { describe, expect, it } from 'vitest';
 import type { Delivery } from '../../src/broker/message-broker.js';
 import { InMemoryDeliveryLedger } from '../../src/broker/in-memory-delivery-ledger.js';
@@ -6,15 +5,7 @@ import { silentLogger } from '../../src/logging/logger.js';
 import { dropConnectionOf } from '../../src/rabbitmq/rabbitmq-broker.js';
 import { deliveriesWithin, rabbitScene } from '../helpers/rabbitmq-scene.js';
 
-const { brokerWith, brokerBeside, onChannel } = rabbitScene({ partitions: 4 });
-
-/** Publishes raw bytes with `headers` straight into `queue`, confirmed by a round trip. */
-async function sendRaw(queue: string, body: string, properties: amqplib.Options.Publish): Promise<void> {
-  await onChannel(async (channel) => {
-    channel.sendToQueue(queue, Buffer.from(body), { persistent: true, ...properties });
-    await channel.checkQueue(queue);
-  });
-}
+const { brokerWith, brokerBeside, onChannel, sendRaw } = rabbitScene({ partitions: 4 });
 
 describe('RabbitMqBroker (review)', () => {
   describe('with a ledger, a message whose publish token header the ledger refuses', () => {
