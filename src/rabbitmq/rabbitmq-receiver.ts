@@ -189,6 +189,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #tail: Promise<void> = Promise.resolve();
   /** Batches of copies being moved to the tail: the channel stays open until they are acked. */
   #moving = 0;
+  /** What `close` waits for: see {@link #movesDone}. */
+  readonly #closeWaiters = new Set<() => void>();
   /** The message being admitted by the ledger (out of the ready lists, about to be handed out). */
   #admitting: Taken | undefined;
 
@@ -273,11 +275,14 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /**
    * Closes (the broker closes): once the unordered messages not handed out are given back (bounded
-   * by the publish time-out), the channel closes and RabbitMQ takes back what it still held.
+   * by the publish time-out) and the moves to the tail have ended and their copies are back (for at
+   * most {@link MAX_ROTATION_WAIT_MS}, as `end`), the channel closes and RabbitMQ takes back what
+   * it still held, in order.
    */
   async close(): Promise<void> {
     this.end();
     await this.#givingBack;
+    await this.#movesDone();
     for (const taken of this.#held) {
       taken.cancelTimer?.();
       taken.cancelTimer = undefined;
@@ -445,6 +450,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (pending.length === 0) {
         this.#rotating.delete(lane);
         this.#superseded.delete(lane);
+        if (this.#ending) this.#maybeClose();
       }
       return true;
     };
@@ -706,8 +712,39 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     );
   }
 
+  /**
+   * Resolves once no batch is being moved to the tail and no lane waits for its copies (they are
+   * back, held here), or the channel is gone, or the wait for copies set when ending is over (at
+   * most {@link MAX_ROTATION_WAIT_MS}).
+   */
+  #movesDone(): Promise<void> {
+    const until = Math.max(
+      this.#rotationsUntil,
+      Date.now() + Math.min(this.#context.timeoutMs, MAX_ROTATION_WAIT_MS),
+    );
+    this.#rotationsUntil = until;
+    return new Promise<void>((resolve) => {
+      const check = (): void => {
+        const done =
+          this.#ended ||
+          this.#channel === undefined ||
+          Date.now() >= until ||
+          (this.#moving === 0 && this.#rotating.size === 0);
+        if (!done) return;
+        clearTimeout(timer);
+        this.#closeWaiters.delete(check);
+        resolve();
+      };
+      const timer = setTimeout(check, Math.max(0, until - Date.now()) + 10);
+      timer.unref();
+      this.#closeWaiters.add(check);
+      check();
+    });
+  }
+
   /** Once ending and nothing is out: closes the channel (ordered messages held return in order). */
   #maybeClose(): void {
+    for (const check of [...this.#closeWaiters]) check();
     if (!this.#ending || this.#ended || this.#out > 0 || this.#moving > 0) return;
     for (const taken of this.#held) if (taken.lane === undefined) return;
     // A key moving to the tail: its copies come back first (held, they return to the head in order
