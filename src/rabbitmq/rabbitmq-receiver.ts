@@ -483,8 +483,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     // Ahead of the lane's copies in the queue but behind them in its key's order (a message queued
     // before they were, a copy of one that moved again since, or one being moved when its channel
     // dropped): to the tail too.
-    pending.push({ key, again: false });
-    this.#moveToTail([taken]);
+    const copy: CopyState = { state: 'pending' };
+    pending.push({ key, again: false, copy, at: Date.now() });
+    this.#moveToTail([taken], [copy]);
     return false;
   }
 
@@ -923,6 +924,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const now = Date.now();
     const acked = [...this.#recentlyAcked].filter(([, at]) => now - at <= RECENT_ACK_MS);
     this.#recentlyAcked.clear();
+    // An original moved to the tail whose ack may be lost with the channel: when it comes back, its
+    // copy is at the tail already.
+    for (const [taken] of acked) if (taken.channel === channel) this.#supersede(taken);
     const held = [...this.#held].filter((taken) => taken.channel === channel);
     const lose = (taken: Taken, facts: boolean): void => {
       this.#context.outageReturns.lose(
@@ -1013,15 +1017,20 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         key: copyKey(taken.facts),
         again: false,
         returned: true,
+        copy: { state: 'confirmed' as const },
+        at: Date.now(),
       }));
-      this.#rotating.set(lane, [...returned, ...pending.filter((expected) => expected.returned !== true)]);
+      // A copy never published (the move stopped at the drop) is not awaited: its original comes
+      // back with the channel.
+      const published = pending.filter(
+        (expected) => expected.returned !== true && expected.copy.state !== 'pending',
+      );
+      if (returned.length + published.length === 0) {
+        this.#rotating.delete(lane);
+        this.#superseded.delete(lane);
+      } else this.#rotating.set(lane, [...returned, ...published]);
     }
-    for (const taken of this.#held) {
-      if (!taken.copied || taken.lane === undefined || !this.#rotating.has(taken.lane)) continue;
-      const superseded = this.#superseded.get(taken.lane) ?? new Set<string>();
-      superseded.add(copyKey(taken.facts));
-      this.#superseded.set(taken.lane, superseded);
-    }
+    for (const taken of this.#held) this.#supersede(taken);
     for (const taken of this.#held) {
       taken.cancelTimer?.();
       if (taken.id !== undefined) this.#context.forget(taken.id);
@@ -1031,6 +1040,17 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#lanes.clear();
     this.#out = 0;
     this.#notify();
+  }
+
+  /**
+   * Whether `taken`, an original whose copy is at the tail of its queue, is to be acked and dropped
+   * when it comes back (its channel dropped before its ack was sure to reach RabbitMQ).
+   */
+  #supersede(taken: Taken): void {
+    if (!taken.copied || taken.lane === undefined || !this.#rotating.has(taken.lane)) return;
+    const superseded = this.#superseded.get(taken.lane) ?? new Set<string>();
+    superseded.add(copyKey(taken.facts));
+    this.#superseded.set(taken.lane, superseded);
   }
 
   /**
@@ -1045,15 +1065,27 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const channel = this.#channel;
     if (this.#ending || channel === undefined) return;
     const oldest = Date.now() - this.#context.holdLimitMs;
+    // Copies not back long after they were awaited (another process took the queue after a drop,
+    // the queue was purged) are no longer awaited.
+    const stale = Date.now() - 2 * this.#context.holdLimitMs;
+    for (const [lane, pending] of this.#rotating) {
+      const fresh = pending.filter((expected) => expected.at > stale);
+      if (fresh.length === pending.length) continue;
+      if (fresh.length > 0) this.#rotating.set(lane, fresh);
+      else {
+        this.#rotating.delete(lane);
+        this.#superseded.delete(lane);
+      }
+    }
     for (const [lane, entries] of this.#lanes) {
       // The head out to a handler stays: it cannot be renewed.
       const waiting = entries[0]?.id === undefined ? [...entries] : entries.slice(1);
       if (waiting.some((taken) => taken.takenAt <= oldest)) this.#rotate(lane, entries);
     }
-    const stale = this.#ready.takeWhere(
+    const overdue = this.#ready.takeWhere(
       (taken) => taken.lane === undefined && taken.takenAt <= oldest && taken !== this.#admitting,
     );
-    for (const taken of stale) void this.#moveBack(taken);
+    for (const taken of overdue) void this.#moveBack(taken);
   }
 
   /**
@@ -1074,11 +1106,22 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     }
     // Copies still to come back (a full window kept them out) are behind these in the key's
     // order but ahead of their copies in the queue: each goes to the tail once more on arrival.
+    const copies = waiting.map((): CopyState => ({ state: 'pending' }));
+    const now = Date.now();
     this.#rotating.set(lane, [
-      ...(this.#rotating.get(lane) ?? []).map(({ key }) => ({ key, again: true })),
-      ...waiting.map((taken) => ({ key: copyKey(taken.facts), again: false })),
+      ...(this.#rotating.get(lane) ?? []).map((expected) => ({
+        ...expected,
+        again: true,
+        returned: undefined,
+      })),
+      ...waiting.map((taken, i) => ({
+        key: copyKey(taken.facts),
+        again: false,
+        copy: copies[i] ?? { state: 'pending' as const },
+        at: now,
+      })),
     ]);
-    this.#moveToTail(waiting);
+    this.#moveToTail(waiting, copies);
     return true;
   }
 
@@ -1107,18 +1150,23 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * every original still unacked goes back to the head of its queue in order (an outage return),
    * and a copy published already is a later duplicate.
    */
-  #moveToTail(batch: readonly Taken[]): void {
+  #moveToTail(batch: readonly Taken[], copies: readonly CopyState[]): void {
     this.#moving++;
     this.#tail = this.#tail
       .then(async () => {
         const channel = batch[0]?.channel;
         try {
           await this.#lossesBeforeMove(batch);
-          for (const taken of batch) {
+          for (const [i, taken] of batch.entries()) {
             // Its channel dropped: the rest come back to the head of the queue, in order.
             if (taken.channel !== this.#channel) return;
+            const copy = copies[i];
+            if (copy !== undefined) copy.state = 'publishing';
             await this.#context.copyToTail(taken);
+            if (copy !== undefined) copy.state = 'confirmed';
             taken.copied = true;
+            // Its channel dropped while the copy was published: the original comes back too.
+            if (taken.channel !== this.#channel) this.#supersede(taken);
           }
         } catch (error) {
           if (channel === undefined || channel !== this.#channel) return;
@@ -1194,8 +1242,17 @@ function isConsumerTimeout(error: unknown): boolean {
 interface Expected {
   readonly key: string;
   readonly again: boolean;
+  /** Where its copy is (shared by the entries of one copy). */
+  readonly copy: CopyState;
+  /** When it was first awaited (ms since the epoch): {@link RabbitMqReceiver.#sweep} forgets it after `2 × holdLimitMs`. */
+  readonly at: number;
   /** Held by a channel that dropped: comes back to the head of the queue, ahead of the copies. */
   readonly returned?: boolean;
+}
+
+/** A copy to the tail: not published yet, being published, or confirmed by RabbitMQ. */
+interface CopyState {
+  state: 'pending' | 'publishing' | 'confirmed';
 }
 
 /** What identifies a copy of a message moved to the tail of its queue, within its lane. */
