@@ -719,11 +719,10 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * most {@link MAX_ROTATION_WAIT_MS}).
    */
   #movesDone(): Promise<void> {
-    const until = Math.max(
-      this.#rotationsUntil,
-      Date.now() + Math.min(this.#context.timeoutMs, MAX_ROTATION_WAIT_MS),
-    );
-    this.#rotationsUntil = until;
+    // The wait set when the receiver ended, if it awaited copies then.
+    if (this.#rotationsUntil === 0)
+      this.#rotationsUntil = Date.now() + Math.min(this.#context.timeoutMs, MAX_ROTATION_WAIT_MS);
+    const until = this.#rotationsUntil;
     return new Promise<void>((resolve) => {
       const check = (): void => {
         const done =
