@@ -189,6 +189,8 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
   #tail: Promise<void> = Promise.resolve();
   /** Batches of copies being moved to the tail: the channel stays open until they are acked. */
   #moving = 0;
+  /** What `close` waits for: see {@link #movesDone}. */
+  readonly #closeWaiters = new Set<() => void>();
   /** The message being admitted by the ledger (out of the ready lists, about to be handed out). */
   #admitting: Taken | undefined;
 
@@ -273,11 +275,14 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
 
   /**
    * Closes (the broker closes): once the unordered messages not handed out are given back (bounded
-   * by the publish time-out), the channel closes and RabbitMQ takes back what it still held.
+   * by the publish time-out) and the moves to the tail have ended and their copies are back (for at
+   * most {@link MAX_ROTATION_WAIT_MS}, as `end`), the channel closes and RabbitMQ takes back what
+   * it still held, in order.
    */
   async close(): Promise<void> {
     this.end();
     await this.#givingBack;
+    await this.#movesDone();
     for (const taken of this.#held) {
       taken.cancelTimer?.();
       taken.cancelTimer = undefined;
@@ -445,6 +450,7 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
       if (pending.length === 0) {
         this.#rotating.delete(lane);
         this.#superseded.delete(lane);
+        if (this.#ending) this.#maybeClose();
       }
       return true;
     };
@@ -477,8 +483,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     // Ahead of the lane's copies in the queue but behind them in its key's order (a message queued
     // before they were, a copy of one that moved again since, or one being moved when its channel
     // dropped): to the tail too.
-    pending.push({ key, again: false });
-    this.#moveToTail([taken]);
+    const copy: CopyState = { state: 'pending' };
+    pending.push({ key, again: false, copy, at: Date.now() });
+    this.#moveToTail([taken], [copy]);
     return false;
   }
 
@@ -706,8 +713,38 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     );
   }
 
+  /**
+   * Resolves once no batch is being moved to the tail and no lane waits for its copies (they are
+   * back, held here), or the channel is gone, or the wait for copies set when ending is over (at
+   * most {@link MAX_ROTATION_WAIT_MS}).
+   */
+  #movesDone(): Promise<void> {
+    // The wait set when the receiver ended, if it awaited copies then.
+    if (this.#rotationsUntil === 0)
+      this.#rotationsUntil = Date.now() + Math.min(this.#context.timeoutMs, MAX_ROTATION_WAIT_MS);
+    const until = this.#rotationsUntil;
+    return new Promise<void>((resolve) => {
+      const check = (): void => {
+        const done =
+          this.#ended ||
+          this.#channel === undefined ||
+          Date.now() >= until ||
+          (this.#moving === 0 && this.#rotating.size === 0);
+        if (!done) return;
+        clearTimeout(timer);
+        this.#closeWaiters.delete(check);
+        resolve();
+      };
+      const timer = setTimeout(check, Math.max(0, until - Date.now()) + 10);
+      timer.unref();
+      this.#closeWaiters.add(check);
+      check();
+    });
+  }
+
   /** Once ending and nothing is out: closes the channel (ordered messages held return in order). */
   #maybeClose(): void {
+    for (const check of [...this.#closeWaiters]) check();
     if (!this.#ending || this.#ended || this.#out > 0 || this.#moving > 0) return;
     for (const taken of this.#held) if (taken.lane === undefined) return;
     // A key moving to the tail: its copies come back first (held, they return to the head in order
@@ -886,6 +923,9 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const now = Date.now();
     const acked = [...this.#recentlyAcked].filter(([, at]) => now - at <= RECENT_ACK_MS);
     this.#recentlyAcked.clear();
+    // An original moved to the tail whose ack may be lost with the channel: when it comes back, its
+    // copy is at the tail already.
+    for (const [taken] of acked) if (taken.channel === channel) this.#supersede(taken);
     const held = [...this.#held].filter((taken) => taken.channel === channel);
     const lose = (taken: Taken, facts: boolean): void => {
       this.#context.outageReturns.lose(
@@ -976,15 +1016,20 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
         key: copyKey(taken.facts),
         again: false,
         returned: true,
+        copy: { state: 'confirmed' as const },
+        at: Date.now(),
       }));
-      this.#rotating.set(lane, [...returned, ...pending.filter((expected) => expected.returned !== true)]);
+      // A copy never published (the move stopped at the drop) is not awaited: its original comes
+      // back with the channel.
+      const published = pending.filter(
+        (expected) => expected.returned !== true && expected.copy.state !== 'pending',
+      );
+      if (returned.length + published.length === 0) {
+        this.#rotating.delete(lane);
+        this.#superseded.delete(lane);
+      } else this.#rotating.set(lane, [...returned, ...published]);
     }
-    for (const taken of this.#held) {
-      if (!taken.copied || taken.lane === undefined || !this.#rotating.has(taken.lane)) continue;
-      const superseded = this.#superseded.get(taken.lane) ?? new Set<string>();
-      superseded.add(copyKey(taken.facts));
-      this.#superseded.set(taken.lane, superseded);
-    }
+    for (const taken of this.#held) this.#supersede(taken);
     for (const taken of this.#held) {
       taken.cancelTimer?.();
       if (taken.id !== undefined) this.#context.forget(taken.id);
@@ -994,6 +1039,17 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     this.#lanes.clear();
     this.#out = 0;
     this.#notify();
+  }
+
+  /**
+   * Whether `taken`, an original whose copy is at the tail of its queue, is to be acked and dropped
+   * when it comes back (its channel dropped before its ack was sure to reach RabbitMQ).
+   */
+  #supersede(taken: Taken): void {
+    if (!taken.copied || taken.lane === undefined || !this.#rotating.has(taken.lane)) return;
+    const superseded = this.#superseded.get(taken.lane) ?? new Set<string>();
+    superseded.add(copyKey(taken.facts));
+    this.#superseded.set(taken.lane, superseded);
   }
 
   /**
@@ -1008,15 +1064,27 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     const channel = this.#channel;
     if (this.#ending || channel === undefined) return;
     const oldest = Date.now() - this.#context.holdLimitMs;
+    // Copies not back long after they were awaited (another process took the queue after a drop,
+    // the queue was purged) are no longer awaited.
+    const stale = Date.now() - 2 * this.#context.holdLimitMs;
+    for (const [lane, pending] of this.#rotating) {
+      const fresh = pending.filter((expected) => expected.at > stale);
+      if (fresh.length === pending.length) continue;
+      if (fresh.length > 0) this.#rotating.set(lane, fresh);
+      else {
+        this.#rotating.delete(lane);
+        this.#superseded.delete(lane);
+      }
+    }
     for (const [lane, entries] of this.#lanes) {
       // The head out to a handler stays: it cannot be renewed.
       const waiting = entries[0]?.id === undefined ? [...entries] : entries.slice(1);
       if (waiting.some((taken) => taken.takenAt <= oldest)) this.#rotate(lane, entries);
     }
-    const stale = this.#ready.takeWhere(
+    const overdue = this.#ready.takeWhere(
       (taken) => taken.lane === undefined && taken.takenAt <= oldest && taken !== this.#admitting,
     );
-    for (const taken of stale) void this.#moveBack(taken);
+    for (const taken of overdue) void this.#moveBack(taken);
   }
 
   /**
@@ -1037,11 +1105,22 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
     }
     // Copies still to come back (a full window kept them out) are behind these in the key's
     // order but ahead of their copies in the queue: each goes to the tail once more on arrival.
+    const copies = waiting.map((): CopyState => ({ state: 'pending' }));
+    const now = Date.now();
     this.#rotating.set(lane, [
-      ...(this.#rotating.get(lane) ?? []).map(({ key }) => ({ key, again: true })),
-      ...waiting.map((taken) => ({ key: copyKey(taken.facts), again: false })),
+      ...(this.#rotating.get(lane) ?? []).map((expected) => ({
+        ...expected,
+        again: true,
+        returned: undefined,
+      })),
+      ...waiting.map((taken, i) => ({
+        key: copyKey(taken.facts),
+        again: false,
+        copy: copies[i] ?? { state: 'pending' as const },
+        at: now,
+      })),
     ]);
-    this.#moveToTail(waiting);
+    this.#moveToTail(waiting, copies);
     return true;
   }
 
@@ -1070,18 +1149,23 @@ export class RabbitMqReceiver implements AsyncIterator<Delivery> {
    * every original still unacked goes back to the head of its queue in order (an outage return),
    * and a copy published already is a later duplicate.
    */
-  #moveToTail(batch: readonly Taken[]): void {
+  #moveToTail(batch: readonly Taken[], copies: readonly CopyState[]): void {
     this.#moving++;
     this.#tail = this.#tail
       .then(async () => {
         const channel = batch[0]?.channel;
         try {
           await this.#lossesBeforeMove(batch);
-          for (const taken of batch) {
+          for (const [i, taken] of batch.entries()) {
             // Its channel dropped: the rest come back to the head of the queue, in order.
             if (taken.channel !== this.#channel) return;
+            const copy = copies[i];
+            if (copy !== undefined) copy.state = 'publishing';
             await this.#context.copyToTail(taken);
+            if (copy !== undefined) copy.state = 'confirmed';
             taken.copied = true;
+            // Its channel dropped while the copy was published: the original comes back too.
+            if (taken.channel !== this.#channel) this.#supersede(taken);
           }
         } catch (error) {
           if (channel === undefined || channel !== this.#channel) return;
@@ -1157,8 +1241,17 @@ function isConsumerTimeout(error: unknown): boolean {
 interface Expected {
   readonly key: string;
   readonly again: boolean;
+  /** Where its copy is (shared by the entries of one copy). */
+  readonly copy: CopyState;
+  /** When it was first awaited (ms since the epoch): {@link RabbitMqReceiver.#sweep} forgets it after `2 × holdLimitMs`. */
+  readonly at: number;
   /** Held by a channel that dropped: comes back to the head of the queue, ahead of the copies. */
   readonly returned?: boolean;
+}
+
+/** A copy to the tail: not published yet, being published, or confirmed by RabbitMQ. */
+interface CopyState {
+  state: 'pending' | 'publishing' | 'confirmed';
 }
 
 /** What identifies a copy of a message moved to the tail of its queue, within its lane. */

@@ -209,6 +209,14 @@ describe('RabbitMqBroker partition queues', () => {
             timeoutMs: 5_000,
           },
         );
+        // b2..b4 take the room the a's left: held here (not on the wire) when the connection drops,
+        // they come back as an outage, which spends no attempt.
+        await waitFor(
+          'b1..b4 to be held',
+          async () =>
+            (await broker.queueDepths('accounts')).reduce((sum, depth) => sum + depth.active, 0) === 4,
+          { timeoutMs: 5_000 },
+        );
         await dropConnectionOf(broker);
 
         const seen: string[] = [];
