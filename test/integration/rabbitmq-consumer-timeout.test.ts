@@ -22,12 +22,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AdmitVerdict, LedgerCopy } from '../../src/broker/delivery-ledger.js';
 import { InMemoryDeliveryLedger } from '../../src/broker/in-memory-delivery-ledger.js';
-import type { Delivery, OutgoingMessage } from '../../src/broker/message-broker.js';
+import type { Delivery } from '../../src/broker/message-broker.js';
 import type { Logger } from '../../src/logging/logger.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import { RabbitMqBroker, type RabbitMqBrokerOptions } from '../../src/rabbitmq/rabbitmq-broker.js';
 import { startRabbitMqServer, type LocalRabbitMq } from '../helpers/local-rabbitmq.js';
 import { waitFor } from '../helpers/local-redis.js';
+import { entry, POST } from '../helpers/rabbitmq-lanes.js';
 
 const CONSUMER_TIMEOUT_MS = 3_000;
 let server: LocalRabbitMq | undefined;
@@ -105,15 +106,6 @@ function work(
   })();
 }
 
-const POST = 'accounts.PostEntry';
-const entry = (key: string, body: string): OutgoingMessage => ({
-  id: uuidv7(),
-  kind: 'command',
-  type: POST,
-  body,
-  partitionKey: key,
-  ordered: true,
-});
 const consumerTimeoutWarning = (warnings: readonly string[]) =>
   warnings.filter((warning) => warning.includes('consumer_timeout'));
 

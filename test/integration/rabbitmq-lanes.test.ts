@@ -5,7 +5,7 @@
  * the tail of the queue keeps its order when the connection drops before their copies are back.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Delivery, OutgoingMessage } from '../../src/broker/message-broker.js';
+import type { Delivery } from '../../src/broker/message-broker.js';
 import { silentLogger, type Logger } from '../../src/logging/logger.js';
 import { uuidv7 } from '../../src/messages/uuid-v7.js';
 import {
@@ -15,6 +15,7 @@ import {
 } from '../../src/rabbitmq/rabbitmq-broker.js';
 import { waitFor } from '../helpers/local-redis.js';
 import { freshBrokerPrefix, rabbitmqUrl } from '../helpers/rabbitmq.js';
+import { entry, nextOf, POST } from '../helpers/rabbitmq-lanes.js';
 
 const filePrefix = freshBrokerPrefix();
 let url: string;
@@ -27,29 +28,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(brokers.map((broker) => broker.close()));
 });
-
-const POST = 'accounts.PostEntry';
-
-function entry(key: string, body: string): OutgoingMessage {
-  return { id: uuidv7(), kind: 'command', type: POST, body, partitionKey: key, ordered: true };
-}
-
-/** The next delivery of `deliveries`, failing the test if none comes within `ms`. */
-async function nextOf(deliveries: AsyncIterator<Delivery>, ms = 5_000): Promise<Delivery> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      reject(new Error(`no delivery within ${ms} ms`));
-    }, ms);
-  });
-  try {
-    const result = await Promise.race([deliveries.next(), timeout]);
-    if (result.done === true) throw new Error('the receiver ended');
-    return result.value;
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /**
  * A broker on `<file prefix>-<name>` with one partition (closed in `afterAll`), its endpoint
