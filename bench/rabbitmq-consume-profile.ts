@@ -19,17 +19,16 @@ import { Session, type Profiler } from 'node:inspector';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
-import { z } from 'zod';
 import { prepareMessage } from '../src/extend.js';
 import {
   CommandHandler,
   createBus,
-  defineCommand,
   silentLogger,
   type HandlesCommand,
   type PayloadOf,
 } from '../src/index.js';
 import { RabbitMqBroker } from '../src/rabbitmq/index.js';
+import { harrierTopology, payloadOf, PlaceOrder } from './rabbitmq-support.js';
 import { table } from './support.js';
 
 const { values: args } = parseArgs({
@@ -45,25 +44,6 @@ const { values: args } = parseArgs({
 const N = Number(args.n);
 const C = Number(args.concurrency);
 const RABBITMQ_URL = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
-
-const PlaceOrder = defineCommand('bench.rabbitmq.PlaceOrder', {
-  schema: z.object({
-    orderId: z.string(),
-    customerId: z.string(),
-    sku: z.string(),
-    quantity: z.number().int().positive(),
-    currency: z.string().length(3),
-    amount: z.number().int().positive(),
-  }),
-});
-const payloadOf = (i: number): PayloadOf<typeof PlaceOrder> => ({
-  orderId: `o-${String(i).padStart(9, '0')}`,
-  customerId: `c-${String(i % 10_007).padStart(6, '0')}`,
-  sku: `SKU-${String(i % 997).padStart(5, '0')}`,
-  quantity: 1 + (i % 5),
-  currency: 'EUR',
-  amount: 1 + (i % 10),
-});
 
 @CommandHandler(PlaceOrder)
 class PlaceOrderHandler implements HandlesCommand<typeof PlaceOrder> {
@@ -210,10 +190,9 @@ async function main(): Promise<void> {
   writeFileSync(args.out, JSON.stringify(profile));
   await bus.stop();
   const cleaner = await connection.createChannel();
-  for (const q of [`${prefix}.cmd.${PlaceOrder.type}`, `${prefix}.registry.bench`, `${prefix}.registry`])
-    await cleaner.deleteQueue(q);
-  for (const e of ['route', 'commands', 'events', 'delay', `cmd.${PlaceOrder.type}`])
-    await cleaner.deleteExchange(`${prefix}.${e}`);
+  const topology = harrierTopology(prefix);
+  for (const q of topology.queues) await cleaner.deleteQueue(q);
+  for (const e of topology.exchanges) await cleaner.deleteExchange(e);
   await connection.close();
   // Self time by function and by file.
   const dt = new Map<number, number>();

@@ -31,17 +31,16 @@
  */
 import 'reflect-metadata';
 import { randomBytes } from 'node:crypto';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
-import { z } from 'zod';
 import { prepareMessage, type OutgoingMessage } from '../src/extend.js';
-import { createBus, defineCommand, silentLogger, type PayloadOf } from '../src/index.js';
+import { createBus, silentLogger } from '../src/index.js';
 import { RabbitMqBroker } from '../src/rabbitmq/index.js';
 import { headersOf } from '../src/rabbitmq/message-headers.js';
 import { RabbitMqNames } from '../src/rabbitmq/rabbitmq-names.js';
+import { payloadOf, PlaceOrder, serverCpuUs, serverPid } from './rabbitmq-support.js';
 import { drive, fmtRate, median, table } from './support.js';
 
 const { values: args } = parseArgs({
@@ -61,57 +60,7 @@ const QUEUE_TYPE = args['queue-type'] === 'classic' ? 'classic' : 'quorum';
 const RABBITMQ_URL = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
 const RUN_PREFIX = `harrier-parts-${randomBytes(4).toString('hex')}`;
 
-/** The command of bench/rabbitmq.ts (same schema, so the same envelope size). */
-const PlaceOrder = defineCommand('bench.rabbitmq.PlaceOrder', {
-  schema: z.object({
-    orderId: z.string(),
-    customerId: z.string(),
-    sku: z.string(),
-    quantity: z.number().int().positive(),
-    currency: z.string().length(3),
-    amount: z.number().int().positive(),
-  }),
-});
-const payloadOf = (i: number): PayloadOf<typeof PlaceOrder> => ({
-  orderId: `o-${String(i).padStart(9, '0')}`,
-  customerId: `c-${String(i % 10_007).padStart(6, '0')}`,
-  sku: `SKU-${String(i % 997).padStart(5, '0')}`,
-  quantity: 1 + (i % 5),
-  currency: 'EUR',
-  amount: 1 + (i % 10),
-});
-
-/** The RabbitMQ server's pid when it listens on this machine (see bench/rabbitmq.ts). */
-function serverPid(): number | undefined {
-  const url = new URL(RABBITMQ_URL);
-  if (!['127.0.0.1', 'localhost'].includes(url.hostname)) return undefined;
-  const port = url.port === '' ? 5672 : Number(url.port);
-  const inodes = new Set<string>();
-  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
-    const f = line.trim().split(/\s+/);
-    const local = f[1] ?? '';
-    if (f[3] === '0A' && parseInt(local.slice(local.indexOf(':') + 1), 16) === port)
-      inodes.add(`socket:[${f[9] ?? ''}]`);
-  }
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() !== 'beam.smp') continue;
-      for (const fd of readdirSync(`/proc/${entry}/fd`))
-        if (inodes.has(readlinkSync(`/proc/${entry}/fd/${fd}`))) return Number(entry);
-    } catch {
-      // gone
-    }
-  }
-  return undefined;
-}
-const SERVER_PID = serverPid();
-function serverCpuUs(): number {
-  if (SERVER_PID === undefined) return Number.NaN;
-  const text = readFileSync(`/proc/${SERVER_PID}/stat`, 'utf8');
-  const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return (Number(f[11]) + Number(f[12])) * 1e4;
-}
+const SERVER_PID = serverPid(RABBITMQ_URL);
 
 /** Channels opened by any amqplib connection of this process (the prototype is patched below). */
 let channelsOpened = 0;
@@ -278,7 +227,7 @@ async function run(variant: Variant, n: number, tag: string): Promise<Sample> {
     const from = variant === 'broker.publish' || variant === 'bus.send' ? 1 : 0;
     const channels = channelsOpened;
     const cpu = process.cpuUsage();
-    const server = serverCpuUs();
+    const server = serverCpuUs(SERVER_PID);
     const started = performance.now();
     await drive(from, n - from, C, call);
     const ms = performance.now() - started;
@@ -287,7 +236,7 @@ async function run(variant: Variant, n: number, tag: string): Promise<Sample> {
     return {
       rate: count / (ms / 1000),
       cpuUs: (used.user + used.system) / count,
-      serverUs: (serverCpuUs() - server) / count,
+      serverUs: (serverCpuUs(SERVER_PID) - server) / count,
       channelsPer1000: ((channelsOpened - channels) / count) * 1000,
     };
   } finally {

@@ -38,16 +38,13 @@
  */
 import 'reflect-metadata';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import amqp from 'amqplib';
-import { z } from 'zod';
 import {
   CommandHandler,
   createBus,
-  defineCommand,
   silentLogger,
   type HandlesCommand,
   type MessageBus,
@@ -55,6 +52,7 @@ import {
 } from '../src/index.js';
 import { prepareMessage } from '../src/extend.js';
 import { RabbitMqBroker } from '../src/rabbitmq/index.js';
+import { harrierTopology, payloadOf, PlaceOrder, serverCpuUs, serverPid } from './rabbitmq-support.js';
 import { drive, fmtRate, median, table } from './support.js';
 
 const { values: args } = parseArgs({
@@ -90,28 +88,6 @@ const FROM_ENV = process.env.RABBITMQ_URL !== undefined && process.env.RABBITMQ_
 const RABBITMQ_URL = FROM_ENV ? (process.env.RABBITMQ_URL ?? '') : 'amqp://guest:guest@127.0.0.1:5672';
 /** Queue and broker prefix of the whole run; each side and round adds its own part. */
 const RUN_PREFIX = `harrier-bench-${randomBytes(4).toString('hex')}`;
-
-/** The bench's command: a payload of five fields, so the encoded envelope is about 300 bytes. */
-const PlaceOrder = defineCommand('bench.rabbitmq.PlaceOrder', {
-  schema: z.object({
-    orderId: z.string(),
-    customerId: z.string(),
-    sku: z.string(),
-    quantity: z.number().int().positive(),
-    currency: z.string().length(3),
-    amount: z.number().int().positive(),
-  }),
-});
-
-/** The payload of message `i`. */
-const payloadOf = (i: number): PayloadOf<typeof PlaceOrder> => ({
-  orderId: `o-${String(i).padStart(9, '0')}`,
-  customerId: `c-${String(i % 10_007).padStart(6, '0')}`,
-  sku: `SKU-${String(i % 997).padStart(5, '0')}`,
-  quantity: 1 + (i % 5),
-  currency: 'EUR',
-  amount: 1 + (i % 10),
-});
 
 /** When the Harrier handler of the current run was first called (performance.now()). */
 let firstHandled = Number.NaN;
@@ -167,82 +143,14 @@ interface CpuMark {
   readonly server: number;
 }
 
-/** Clock ticks per second of /proc/<pid>/stat's utime and stime (USER_HZ: 100 on Linux). */
-const TICK_US = 1e6 / 100;
+const SERVER_PID = serverPid(RABBITMQ_URL);
 
-/** The port of the server in RABBITMQ_URL when its host is this machine's loopback, else undefined. */
-function loopbackPort(): number | undefined {
-  let url: URL;
-  try {
-    url = new URL(RABBITMQ_URL);
-  } catch {
-    return undefined;
-  }
-  if (!['127.0.0.1', 'localhost', '[::1]'].includes(url.hostname)) return undefined;
-  return url.port === '' ? (url.protocol === 'amqps:' ? 5671 : 5672) : Number(url.port);
-}
-
-/**
- * The pid of the `beam.smp` (RabbitMQ's Erlang VM) listening on the URL's loopback port, found
- * through /proc (the listening socket's inode among its open files); undefined when the server is
- * not on this machine or /proc cannot tell. Other servers on this machine are left out.
- */
-function serverPid(): number | undefined {
-  const port = loopbackPort();
-  if (port === undefined) return undefined;
-  const inodes = new Set<string>();
-  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
-    let text: string;
-    try {
-      text = readFileSync(table, 'utf8');
-    } catch {
-      continue;
-    }
-    for (const line of text.split('\n').slice(1)) {
-      const fields = line.trim().split(/\s+/);
-      const local = fields[1] ?? '';
-      // State 0A is LISTEN; the local port is the hex after the colon.
-      if (fields[3] === '0A' && parseInt(local.slice(local.indexOf(':') + 1), 16) === port) {
-        inodes.add(`socket:[${fields[9] ?? ''}]`);
-      }
-    }
-  }
-  if (inodes.size === 0) return undefined;
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      if (readFileSync(`/proc/${entry}/comm`, 'utf8').trim() !== 'beam.smp') continue;
-      for (const fd of readdirSync(`/proc/${entry}/fd`)) {
-        if (inodes.has(readlinkSync(`/proc/${entry}/fd/${fd}`))) return Number(entry);
-      }
-    } catch {
-      // gone, or not ours to read
-    }
-  }
-  return undefined;
-}
-
-const SERVER_PID = serverPid();
-
-/** CPU time (utime + stime) of the server's processes so far, µs; NaN when not on this machine. */
-function serverCpuUs(): number {
-  if (SERVER_PID === undefined) return Number.NaN;
-  try {
-    const text = readFileSync(`/proc/${SERVER_PID}/stat`, 'utf8');
-    // The command name (field 2) may hold spaces: the fields after its closing parenthesis are fixed.
-    const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * TICK_US;
-  } catch {
-    return Number.NaN;
-  }
-}
-
-const mark = (): CpuMark => ({ process: process.cpuUsage(), server: serverCpuUs() });
+const mark = (): CpuMark => ({ process: process.cpuUsage(), server: serverCpuUs(SERVER_PID) });
 
 /** µs per message of this process and of the server since `from`. */
 function cpuSince(from: CpuMark, n: number): { readonly cpuUs: number; readonly serverUs: number } {
   const used = process.cpuUsage(from.process);
-  return { cpuUs: (used.user + used.system) / n, serverUs: (serverCpuUs() - from.server) / n };
+  return { cpuUs: (used.user + used.system) / n, serverUs: (serverCpuUs(SERVER_PID) - from.server) / n };
 }
 
 /** Resolves after `ms`, rejecting with what `what` says is missing. */
@@ -359,20 +267,6 @@ async function rawAmqp(n: number, concurrency: number, tag: string): Promise<Sam
     await connection.close();
     await deleteTopology([queue]);
   }
-}
-
-/**
- * What Harrier's broker declared under `prefix` for the bench's endpoint and command (docs/rabbitmq.md):
- * the command type's queue, the endpoint's registry queue and the prefix's registry stream (where a
- * broker records registrations); its exchanges.
- */
-function harrierTopology(prefix: string): { queues: string[]; exchanges: string[] } {
-  return {
-    queues: [`${prefix}.cmd.${PlaceOrder.type}`, `${prefix}.registry.bench`, `${prefix}.registry`],
-    exchanges: ['route', 'commands', 'events', 'delay', `cmd.${PlaceOrder.type}`].map(
-      (e) => `${prefix}.${e}`,
-    ),
-  };
 }
 
 /** Harrier: `bus.send` N from `concurrency` callers, then a bus of concurrency C drains them. */
